@@ -1,0 +1,79 @@
+"""Metric lines: how every backend gets training metrics back.
+
+Rank 0 of the training script prints one line per measurement::
+
+    CLOUDDDP_METRIC {"epoch":1,"step":40,"time":1732280000.1,"train_loss":0.52,"lr":0.1}
+
+Every backend can stream logs, so every backend can stream metrics; SageMaker's MetricDefinitions use
+:func:`metric_regex` over the same lines. The format is defined here and in ``src_train/metrics.py``
+(which cannot import cloudddp because it runs in stock cloud images); a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+PREFIX = "CLOUDDDP_METRIC "
+RESERVED = ("step", "epoch", "time")
+# Names the shared training script reports; SageMaker gets a MetricDefinition for each.
+STANDARD_METRICS = (
+    "train_loss", "train_acc", "test_loss", "test_acc", "lr", "images_per_sec", "epoch_time",
+)
+_NUMBER = r"(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
+
+
+@dataclass(frozen=True)
+class MetricRecord:
+    step: int | None
+    epoch: int | None
+    time: float | None
+    values: dict[str, float] = field(default_factory=dict)
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "epoch": self.epoch, "time": self.time, **self.values}
+
+
+def parse_metric_line(line: str, source: str = "") -> MetricRecord | None:
+    """The record in one log line, or None. Tolerates prefixes added by launchers (``[rank0]:``)."""
+    at = line.find(PREFIX)
+    if at < 0:
+        return None
+    try:
+        obj = json.loads(line[at + len(PREFIX):])
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    values = {
+        k: float(v)
+        for k, v in obj.items()
+        if k not in RESERVED and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
+    step, epoch, when = obj.get("step"), obj.get("epoch"), obj.get("time")
+    return MetricRecord(
+        step=step if isinstance(step, int) else None,
+        epoch=epoch if isinstance(epoch, int) else None,
+        time=float(when) if isinstance(when, (int, float)) else None,
+        values=values,
+        source=source,
+    )
+
+
+def metrics_from_lines(lines: Iterable[Any]) -> Iterator[MetricRecord]:
+    """Metric records from log lines (``LogLine`` objects or strings)."""
+    for item in lines:
+        text = getattr(item, "text", item)
+        record = parse_metric_line(text, getattr(item, "source", ""))
+        if record is not None:
+            yield record
+
+
+def metric_regex(name: str) -> str:
+    """A regex whose first group captures ``name``'s value in a metric line (SageMaker MetricDefinitions)."""
+    return f'{re.escape(PREFIX.strip())} .*"{re.escape(name)}":{_NUMBER}'

@@ -1,0 +1,307 @@
+"""The job spec: one declarative description of a DDP training job that every backend reads.
+
+The model is strict (unknown keys are errors) so that a typo never silently changes a job. Paths in
+the spec are relative to the spec file; :func:`cloudddp.specload.load_spec` resolves them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+_DURATION = re.compile(r"^\s*(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?\s*(?:(\d+)\s*s?)?\s*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_SECONDS = 28 * 24 * 3600  # SageMaker's and Azure ML's longest job runtime
+
+
+def parse_duration(value: Any) -> int:
+    """Seconds from an int or a string such as ``90``, ``"45m"``, ``"2h"``, ``"1h30m"``, ``"1d"``."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 3600, '45m' or '2h'")
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str) and value.strip() and (m := _DURATION.match(value)):
+        d, h, mi, s = (int(g) if g else 0 for g in m.groups())
+        seconds = ((d * 24 + h) * 60 + mi) * 60 + s
+    else:
+        raise ValueError("expected a duration such as 3600, '45m' or '2h'")
+    if seconds <= 0 or seconds > MAX_SECONDS:
+        raise ValueError(f"duration must be between 1 s and 28 days, got {seconds} s")
+    return seconds
+
+
+Duration = Annotated[int, BeforeValidator(parse_duration)]
+
+
+class Strict(BaseModel):
+    """Base of every spec section: unknown keys are errors, values are validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Code(Strict):
+    """What runs: a directory packaged with the job, and an entry script with arguments (or a command)."""
+
+    dir: str = Field(".", description="Code directory, relative to the spec file. Packaged with every job.")
+    entry: str | None = Field("train.py", description="Entry script inside `dir`, launched once per process.")
+    args: list[str] = Field(default_factory=list, description="Arguments passed to the entry script.")
+    command: list[str] | None = Field(
+        None, description="Instead of entry+args: the program and arguments each process runs (argv list)."
+    )
+    ignore: list[str] = Field(
+        default_factory=list, description="Extra .gitignore-style patterns left out of the code snapshot."
+    )
+
+    @field_validator("args", "command", mode="before")
+    @classmethod
+    def _scalars_to_str(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return [str(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x for x in v]
+        return v
+
+    @model_validator(mode="after")
+    def _entry_or_command(self) -> Code:
+        if self.command is not None:
+            if not self.command:
+                raise ValueError("`command` must not be empty")
+            if self.args:
+                raise ValueError("give either `command` or `entry` + `args`, not both")
+            self.__dict__["entry"] = None
+        elif not self.entry:
+            raise ValueError("give `entry` (a script in `dir`) or `command`")
+        return self
+
+
+class Input(Strict):
+    """A data input: a local folder (uploaded with the job) or a cloud URI (mounted or downloaded)."""
+
+    path: str = Field(description="Local path (relative to the spec file) or s3://, azureml://, https:// URI.")
+    mode: Literal["download", "mount"] = "download"
+    arg: str | None = Field(
+        None, description="Script argument that receives the input's path in the job, e.g. `--data-dir`."
+    )
+
+    @property
+    def is_remote(self) -> bool:
+        return "://" in self.path
+
+
+class Output(Strict):
+    """Where the job's outputs go after training (the model directory)."""
+
+    path: str | None = Field(None, description="Cloud URI or local folder; default: the backend's output location.")
+
+
+class Resources(Strict):
+    """What the job needs. Sizes are chosen from these unless a backend section names one."""
+
+    nodes: int = Field(1, ge=1, le=512, description="Number of machines.")
+    gpus_per_node: int = Field(
+        0, ge=0, le=16, description="GPUs per node; one training process per GPU. 0 means CPU training."
+    )
+    accelerator: str | None = Field(None, description="GPU model, e.g. A100, H100, V100.")
+    min_gpu_memory_gb: float | None = Field(None, gt=0, le=1024)
+    interconnect: Literal["auto", "rdma", "any"] = Field(
+        "auto",
+        description="auto: InfiniBand/EFA (RDMA) required when nodes > 1; rdma: always; any: do not check.",
+    )
+    spot: bool = Field(False, description="Spot (AWS) / low-priority (Azure) capacity.")
+    max_price_per_hour: float | None = Field(None, gt=0, description="Ceiling for the whole job, USD/h.")
+    disk_gb: int = Field(100, ge=1, le=16384)
+
+
+class Distribution(Strict):
+    """How processes talk: the process-group backend and the launcher that starts them."""
+
+    backend: Literal["auto", "nccl", "gloo", "smddp"] = Field(
+        "auto", description="auto: nccl on GPU, gloo on CPU. smddp: SageMaker's data-parallel library."
+    )
+    launcher: Literal["torchrun", "mpi"] = "torchrun"
+    collective_timeout: Duration = Field(
+        600, description="A rank that stops participating fails the others after this long."
+    )
+
+
+class EnvValue(Strict):
+    """An environment variable given in full form; ``secret: true`` keeps it out of every artefact."""
+
+    value: str | None = None
+    from_env: str | None = Field(None, description="Read the value from this variable of the submitting shell.")
+    secret: bool = False
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvValue:
+        if (self.value is None) == (self.from_env is None):
+            raise ValueError("give exactly one of `value` or `from_env`")
+        return self
+
+
+def _env_value(v: Any) -> Any:
+    """A plain value is shorthand for ``{value: ...}``."""
+    if isinstance(v, str):
+        return {"value": v}
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return {"value": str(v)}
+    if isinstance(v, (dict, EnvValue)):
+        return v
+    raise ValueError("expected a string, or a mapping {value | from_env, secret}")
+
+
+EnvEntry = Annotated[EnvValue, BeforeValidator(_env_value)]
+
+
+class Checkpoint(Strict):
+    """Checkpointing: rank 0 writes atomically every N epochs; a restarted job resumes from the newest."""
+
+    enabled: bool = True
+    every_epochs: int = Field(1, ge=1)
+    resume: Literal["auto", "never"] = "auto"
+    path: str | None = Field(None, description="Cloud URI for checkpoints; default: under the job's output.")
+
+
+class Limits(Strict):
+    max_runtime: Duration = Field(24 * 3600, description="Seconds or '2h'; the job is stopped after this.")
+    max_restarts: int = Field(0, ge=0, le=100, description="Group restarts after a worker fails.")
+
+
+class LocalOptions(Strict):
+    """Only the local backend reads this."""
+
+    processes_per_node: int | None = Field(
+        None, ge=1, le=64, description="Processes per node here; default: GPUs per node, or 2 on CPU."
+    )
+    nodes: int = Field(1, ge=1, le=8, description="torchrun 'nodes' started on this machine (multi-node path).")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+class AzureMLOptions(Strict):
+    """Only the Azure ML backend reads this."""
+
+    subscription_id: str | None = None
+    resource_group: str | None = None
+    workspace: str | None = None
+    compute: str | None = Field(None, description="AmlCompute cluster name; created when missing.")
+    vm_size: str | None = Field(None, description="e.g. Standard_ND96asr_v4; default: chosen from resources.")
+    min_nodes: int = Field(0, ge=0)
+    max_nodes: int | None = Field(None, ge=1, description="Cluster maximum; default: the job's node count.")
+    idle_time_before_scale_down: int = Field(300, ge=0)
+    environment: str = Field(
+        "azureml:AzureML-acpt-pytorch-2.2-cuda12.1@latest",
+        description="Curated environment reference or a docker image URI.",
+    )
+    shm_size: str = "16g"
+    experiment_name: str | None = None
+    job_tier: Literal["spot", "basic", "standard", "premium"] | None = None
+
+
+class SageMakerOptions(Strict):
+    """Only the SageMaker backend reads this."""
+
+    region: str | None = None
+    role: str | None = Field(None, description="IAM role ARN the training job runs as.")
+    bucket: str | None = Field(None, description="S3 bucket for code, data, checkpoints and outputs.")
+    prefix: str = "cloudddp"
+    instance_type: str | None = Field(None, description="e.g. ml.p4d.24xlarge; default: chosen from resources.")
+    image: str | None = Field(None, description="Training image URI; default: the official PyTorch DLC.")
+    framework_version: str = "2.4"
+    py_version: str = "py311"
+    volume_gb: int | None = Field(None, ge=1, le=16384)
+    keep_alive: int = Field(0, ge=0, le=3600, description="Warm-pool keep-alive seconds.")
+    max_wait: Duration | None = Field(None, description="Spot: longest wait for capacity plus runtime.")
+    subnets: list[str] = Field(default_factory=list)
+    security_group_ids: list[str] = Field(default_factory=list)
+    network_isolation: bool = False
+    encrypt_inter_container_traffic: bool = False
+    volume_kms_key: str | None = None
+    output_kms_key: str | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+
+
+class JobSpec(Strict):
+    """A DDP training job. The same spec runs on every backend."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, title="cloudddp job spec")
+
+    name: str = Field(description="Job name: letters, digits and '-', at most 63 characters.")
+    description: str | None = None
+    code: Code = Field(default_factory=Code)
+    inputs: dict[str, Input] = Field(default_factory=dict)
+    outputs: dict[str, Output] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    distribution: Distribution = Field(default_factory=Distribution)
+    env: dict[str, EnvEntry] = Field(default_factory=dict)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    limits: Limits = Field(default_factory=Limits)
+    tags: dict[str, str] = Field(default_factory=dict)
+    local: LocalOptions = Field(default_factory=LocalOptions)
+    azureml: AzureMLOptions = Field(default_factory=AzureMLOptions)
+    sagemaker: SageMakerOptions = Field(default_factory=SageMakerOptions)
+
+    # Set by the loader: the folder relative paths are resolved against. Not part of the schema.
+    _base_dir: Path = Path(".")
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError("use letters, digits and '-' (start with a letter or digit), at most 63 characters")
+        return v
+
+    @field_validator("inputs", "outputs")
+    @classmethod
+    def _channel_names(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key in v:
+            if not re.match(r"^[A-Za-z][A-Za-z0-9_]{0,63}$", key):
+                raise ValueError(f"name {key!r}: use letters, digits and '_', starting with a letter")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key in v:
+            if not _ENV_NAME.match(key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobSpec:
+        d = self.distribution
+        if d.backend == "smddp" and self.resources.gpus_per_node == 0:
+            raise ValueError("distribution.backend smddp needs GPUs: set resources.gpus_per_node")
+        if d.backend == "nccl" and self.resources.gpus_per_node == 0:
+            raise ValueError("distribution.backend nccl needs GPUs: set resources.gpus_per_node, or use gloo")
+        return self
+
+    # -- conveniences every backend uses ---------------------------------------------------------
+    @property
+    def base_dir(self) -> Path:
+        return self._base_dir
+
+    @property
+    def code_dir(self) -> Path:
+        return (self._base_dir / self.code.dir).resolve()
+
+    @property
+    def total_gpus(self) -> int:
+        return self.resources.nodes * self.resources.gpus_per_node
+
+    def process_group_backend(self, *, on_gpu: bool) -> str:
+        """The backend the training script initialises: ``auto`` resolved for the device."""
+        if self.distribution.backend != "auto":
+            return self.distribution.backend
+        return "nccl" if on_gpu else "gloo"
+
+    def secret_names(self) -> set[str]:
+        return {k for k, v in self.env.items() if v.secret}
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema editors use to complete and check job files."""
+    schema = JobSpec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://cloudddp.dev/schema/job.json"
+    return schema
