@@ -48,12 +48,17 @@ def parse_metric_line(line: str, source: str = "") -> MetricRecord | None:
         obj = json.loads(line[at + len(PREFIX):])
     except ValueError:
         return None
+    return record_from_dict(obj, source)
+
+
+def record_from_dict(obj: Any, source: str = "") -> MetricRecord | None:
+    """A record from a decoded metric object; keys other than step/epoch/time are values."""
     if not isinstance(obj, dict):
         return None
     values = {
         k: float(v)
         for k, v in obj.items()
-        if k not in RESERVED and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        if k not in RESERVED and k != "received" and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     }
     step, epoch, when = obj.get("step"), obj.get("epoch"), obj.get("time")
     return MetricRecord(

@@ -24,6 +24,10 @@ def backend_names() -> list[str]:
 
 def get_backend(name: str, **options: object) -> Backend:
     """The backend called ``name``, constructed with ``options`` (e.g. a credential for Azure ML)."""
+    return backend_class(name)(**options)
+
+
+def backend_class(name: str) -> type[Backend]:
     target = BACKENDS.get(name)
     if target is None:
         import difflib
@@ -33,4 +37,5 @@ def get_backend(name: str, **options: object) -> Backend:
         raise UserError(f"unknown backend {name!r}{tip} (available: {', '.join(BACKENDS)})")
     module_name, _, cls_name = target.partition(":")
     module = importlib.import_module(module_name)
-    return getattr(module, cls_name)(**options)
+    cls: type[Backend] = getattr(module, cls_name)
+    return cls

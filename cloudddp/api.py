@@ -1,0 +1,137 @@
+"""The Python API: the same verbs as the CLI, for scripts and notebooks.
+
+    import cloudddp
+    job = cloudddp.Job.load("jobs/digits-local.yaml", overrides=["resources.nodes=1"])
+    print(job.render("sagemaker").text())
+    run = job.submit("local")
+    for record in run.metrics(follow=True):
+        print(record.epoch, record.values)
+    run.wait()
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .backends import get_backend
+from .backends.base import Backend, LogLine, Progress, RunState, RunStatus
+from .errors import RunNotFound, UserError
+from .metrics import MetricRecord
+from .plan import Plan
+from .registry import Registry
+from .spec import JobSpec
+from .specload import load_spec, spec_from_dict, spec_to_data
+
+
+class Job:
+    """A validated job spec, ready to render or submit on any backend."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        self.spec = spec
+
+    @classmethod
+    def load(cls, path: str | Path, overrides: Sequence[str] = ()) -> Job:
+        """Read a YAML job spec; ``overrides`` are ``key.path=value`` strings, as ``-o`` on the CLI."""
+        return cls(load_spec(path, overrides))
+
+    @classmethod
+    def from_dict(
+        cls, data: Mapping[str, Any], *, base_dir: str | Path = ".", overrides: Sequence[str] = ()
+    ) -> Job:
+        return cls(spec_from_dict(data, base_dir=base_dir, overrides=overrides))
+
+    @classmethod
+    def create(cls, name: str, *, base_dir: str | Path = ".", **sections: Any) -> Job:
+        """Build a spec from keyword arguments: ``Job.create("demo", code={"dir": "src_train"})``."""
+        return cls.from_dict({"name": name, **sections}, base_dir=base_dir)
+
+    def override(self, *assignments: str, **fields: Any) -> Job:
+        """A new Job with ``key.path=value`` assignments and/or top-level fields replaced."""
+        data = {**spec_to_data(self.spec), **fields}
+        return Job(spec_from_dict(data, base_dir=self.spec.base_dir, overrides=assignments))
+
+    def render(self, backend: str = "local", **options: Any) -> Plan:
+        return get_backend(backend, **options).render(self.spec)
+
+    def submit(self, backend: str = "local", *, progress: Progress | None = None, **options: Any) -> Run:
+        """Render and launch; returns at once with a :class:`Run` (nothing blocks until you ask)."""
+        impl = get_backend(backend, **options)
+        _, run_id = impl.submit(self.spec, progress=progress)
+        return Run(run_id, impl)
+
+    def to_dict(self) -> dict[str, Any]:
+        return spec_to_data(self.spec)
+
+    def __repr__(self) -> str:
+        return f"Job(name={self.spec.name!r}, nodes={self.spec.resources.nodes}, gpus_per_node={self.spec.resources.gpus_per_node})"
+
+
+class Run:
+    """A submitted run on any backend."""
+
+    def __init__(self, run_id: str, backend: Backend) -> None:
+        self.run_id = run_id
+        self.backend = backend
+
+    @classmethod
+    def attach(cls, run_id: str, backend: str | None = None, **options: Any) -> Run:
+        """The run ``run_id`` (or a unique prefix of it) from the registry, or at ``backend``."""
+        matches = Registry().find(run_id)
+        exact = [m for m in matches if m.run_id == run_id]
+        if exact:
+            matches = exact
+        if backend is not None:
+            matches = [m for m in matches if m.backend == backend]
+        if len(matches) > 1:
+            ids = ", ".join(m.run_id for m in matches[:5])
+            raise UserError(f"{run_id!r} matches {len(matches)} runs ({ids}); give more of the id")
+        if matches:
+            return cls(matches[0].run_id, get_backend(matches[0].backend, **options))
+        if backend is None:
+            raise RunNotFound(
+                f"no run {run_id!r} in this machine's registry",
+                hint="`cloudddp list` shows known runs; for a cloud job started elsewhere add --backend",
+            )
+        return cls(run_id, get_backend(backend, **options))
+
+    def status(self) -> RunStatus:
+        return self.backend.status(self.run_id)
+
+    def wait(self, timeout: float | None = None, poll: float = 1.0) -> RunStatus:
+        """Block until the run ends (or ``timeout`` seconds pass) and return its status."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.status()
+            if status.state.terminal or (deadline is not None and time.monotonic() >= deadline):
+                return status
+            time.sleep(poll)
+
+    def logs(self, follow: bool = False) -> Iterator[LogLine]:
+        return self.backend.logs(self.run_id, follow=follow)
+
+    def metrics(self, follow: bool = False) -> Iterator[MetricRecord]:
+        return self.backend.metrics(self.run_id, follow=follow)
+
+    def metrics_frame(self) -> Any:
+        """The metrics so far as a pandas DataFrame (needs the ``notebook`` extra)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise UserError("metrics_frame() needs pandas: pip install 'cloudddp[notebook]'") from None
+        return pd.DataFrame([r.to_dict() for r in self.metrics()])
+
+    def cancel(self) -> None:
+        self.backend.cancel(self.run_id)
+
+    @property
+    def done(self) -> bool:
+        return self.status().state.terminal
+
+    def __repr__(self) -> str:
+        return f"Run({self.run_id!r}, backend={self.backend.name!r})"
+
+
+__all__ = ["Job", "Run", "RunState", "RunStatus", "Plan", "MetricRecord", "LogLine"]

@@ -1,0 +1,88 @@
+"""The folder of one local run, and the status file its supervisor keeps there.
+
+    runs/<run_id>/
+        spec.yaml        the spec, secrets redacted
+        plan.json        the plan that was launched (port and folders filled in)
+        status.json      state, process ids, exit codes, failure details (written atomically)
+        logs/node<i>.log what each torchrun "node" printed, rank-prefixed
+        ranks/           torchrun's per-rank stdout/stderr files, by attempt
+        metrics.jsonl    rank 0's metric records, one JSON object a line
+        outputs/         CLOUDDDP_OUTPUT_DIR: the final model
+        supervisor.log   the supervisor's own messages
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...registry import home
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @classmethod
+    def for_run(cls, run_id: str) -> RunDir:
+        return cls(home() / "runs" / run_id)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def plan(self) -> Path:
+        return self.path / "plan.json"
+
+    @property
+    def status_file(self) -> Path:
+        return self.path / "status.json"
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def outputs(self) -> Path:
+        return self.path / "outputs"
+
+    @property
+    def ranks(self) -> Path:
+        return self.path / "ranks"
+
+    def node_log(self, node: int) -> Path:
+        return self.path / "logs" / f"node{node}.log"
+
+    def node_logs(self) -> list[Path]:
+        nodes = int(self.read_status().get("nodes", 1))
+        return [self.node_log(i) for i in range(nodes)]
+
+    def read_status(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.status_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def write_status(self, **changes: Any) -> dict[str, Any]:
+        """Merge ``changes`` into status.json atomically (temp file + rename)."""
+        status = {**self.read_status(), **changes}
+        write_json_atomic(self.status_file, status)
+        return status
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,197 @@
+"""The detached process that runs one local job: ``python -m cloudddp.backends.local.supervisor RUN_DIR``.
+
+It reads the job's environment (secrets included) from stdin, so nothing secret touches the disk;
+starts one torchrun agent per node, each in its own process group; copies their output into
+``logs/node<i>.log`` and rank 0's metric lines into ``metrics.jsonl``; stops the nodes on SIGTERM
+(cancel) or when the runtime limit passes, giving the training script a grace period to checkpoint;
+and records how the run ended in ``status.json`` and the registry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from ...metrics import PREFIX, parse_metric_line
+from ...registry import Registry
+from ...secrets import redact
+from ..base import RunState
+from .rundir import RunDir
+
+GRACE_SECONDS = float(os.environ.get("CLOUDDDP_CANCEL_GRACE", "30"))
+_FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank\s*:\s*(\d+)\)")
+_EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
+
+
+class Supervisor:
+    def __init__(self, run: RunDir, env: dict[str, str]) -> None:
+        self.run = run
+        self.plan = json.loads(run.plan.read_text())
+        self.request = self.plan["request"]
+        self.env = env
+        self.secrets = [v for k, v in env.items() if f"<secret:{k}>" == self.plan["request"]["env"].get(k)]
+        self.stop_reason: str | None = None
+        self.stopping = threading.Event()
+        self.procs: list[subprocess.Popen[str]] = []
+        self.registry = Registry()
+
+    def request_stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.stopping.set()
+
+    def _pump(self, node: int, stream: IO[str]) -> None:
+        """Copy one node's output to its log file; rank 0's metric lines also go to metrics.jsonl."""
+        with open(self.run.node_log(node), "a", encoding="utf-8") as log, open(self.run.metrics, "a") as metrics:
+            for line in stream:
+                line = redact(line, self.secrets)
+                log.write(line)
+                log.flush()
+                if PREFIX in line and (line.startswith("[default0]:") or not line.startswith("[default")):
+                    record = parse_metric_line(line)
+                    if record is not None:
+                        metrics.write(json.dumps({**record.to_dict(), "received": time.time()}) + "\n")
+                        metrics.flush()
+
+    def start(self) -> None:
+        base_env = {**os.environ, **self.env}
+        for node in self.request["nodes"]:
+            proc = subprocess.Popen(
+                node["argv"],
+                cwd=self.request["cwd"],
+                env={**base_env, **node["env"]},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+                bufsize=1,
+                start_new_session=True,  # its own process group, so stopping a node stops all its ranks
+            )
+            self.procs.append(proc)
+        self.run.write_status(
+            state=RunState.RUNNING.value,
+            started_at=time.time(),
+            node_pgids=[p.pid for p in self.procs],
+        )
+        self.registry.update(self.run.run_id, state=RunState.RUNNING.value)
+
+    def _signal_nodes(self, sig: int) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def wait(self) -> list[int]:
+        pumps = [
+            threading.Thread(target=self._pump, args=(i, p.stdout), daemon=True) for i, p in enumerate(self.procs)
+        ]
+        for t in pumps:
+            t.start()
+        deadline = time.time() + float(self.request["max_runtime"])
+        while any(p.poll() is None for p in self.procs):
+            if time.time() > deadline:
+                self.request_stop("max_runtime")
+            if self.stopping.wait(0.2):
+                self._stop_nodes()
+                break
+            if any(p.returncode not in (None, 0) for p in self.procs):
+                # One node failed for good (its restarts are used up): the others cannot finish alone.
+                self._stop_nodes(grace=5.0)
+                break
+        for p in self.procs:
+            p.wait()
+        for t in pumps:
+            t.join(timeout=5)
+        return [p.returncode for p in self.procs]
+
+    def _stop_nodes(self, grace: float = GRACE_SECONDS) -> None:
+        self._signal_nodes(signal.SIGTERM)
+        end = time.time() + grace
+        while time.time() < end and any(p.poll() is None for p in self.procs):
+            time.sleep(0.1)
+        self._signal_nodes(signal.SIGKILL)
+
+    def failure(self, codes: list[int]) -> dict[str, Any]:
+        """Which rank failed and why, from torchrun's error summary, with the tail of its log."""
+        info: dict[str, Any] = {"exit_codes": codes}
+        for node, code in enumerate(codes):
+            if code == 0:
+                continue
+            text = self.run.node_log(node).read_text(errors="replace") if self.run.node_log(node).exists() else ""
+            summary = text[text.rfind("Root Cause") :] if "Root Cause" in text else ""
+            rank = _FAILED_RANK.search(summary)
+            exitcode = _EXITCODE.search(summary)
+            info.update(node=node, exitcode=int(exitcode.group(1)) if exitcode else code)
+            if rank:
+                info.update(rank=int(rank.group(1)), local_rank=int(rank.group(2)))
+                prefix = f"[default{rank.group(2)}]:"
+                lines = [ln[len(prefix):] for ln in text.splitlines() if ln.startswith(prefix)]
+            else:
+                lines = text.splitlines()
+            info["log_tail"] = lines[-20:]
+            break
+        return info
+
+
+def redact_files(folder: Path, secrets: list[str]) -> None:
+    """torchrun's per-rank files hold the job's raw output; take secret values out of them."""
+    if not secrets or not folder.exists():
+        return
+    for path in folder.rglob("*.log"):
+        text = path.read_text(errors="replace")
+        clean = redact(text, secrets)
+        if clean != text:
+            path.write_text(clean)
+
+
+def describe_failure(info: dict[str, Any]) -> str:
+    if "rank" in info:
+        code = info.get("exitcode")
+        why = f"killed by signal {-code}" if isinstance(code, int) and code < 0 else f"exit code {code}"
+        return f"rank {info['rank']} (node {info.get('node', 0)}) failed: {why}"
+    return f"node {info.get('node', 0)} failed with exit code {info.get('exitcode')}"
+
+
+def main(argv: list[str]) -> int:
+    run = RunDir(Path(argv[0]))
+    env = json.loads(sys.stdin.read() or "{}")
+    sup = Supervisor(run, env)
+    signal.signal(signal.SIGTERM, lambda *_: sup.request_stop("cancelled"))
+    signal.signal(signal.SIGINT, lambda *_: sup.request_stop("cancelled"))
+    try:
+        sup.start()
+        codes = sup.wait()
+    except Exception as e:  # the run must always get an end state, whatever broke
+        run.write_status(state=RunState.FAILED.value, message=f"supervisor error: {e}", ended_at=time.time())
+        sup.registry.update(run.run_id, state=RunState.FAILED.value)
+        raise
+    if sup.stop_reason == "cancelled":
+        state, message, extra = RunState.CANCELLED, "cancelled", {"exit_codes": codes}
+    elif sup.stop_reason == "max_runtime":
+        state, message = RunState.FAILED, f"stopped after limits.max_runtime ({sup.request['max_runtime']} s)"
+        extra = {"exit_codes": codes}
+    elif all(c == 0 for c in codes):
+        state, message, extra = RunState.SUCCEEDED, "finished", {"exit_codes": codes}
+    else:
+        extra = sup.failure(codes)
+        state, message = RunState.FAILED, describe_failure(extra)
+        extra = {"exit_codes": codes, "failure": extra}
+    redact_files(run.ranks, sup.secrets)
+    run.write_status(state=state.value, message=message, ended_at=time.time(), **extra)
+    sup.registry.update(run.run_id, state=state.value, info={"message": message})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,340 @@
+"""The ``cloudddp`` command line.
+
+Exit codes: 0 ok, 1 the run failed, 2 bad input (spec, arguments, missing credentials), with a message
+and no traceback. ``cloudddp --help`` imports neither torch nor any cloud SDK: backends are imported
+when a command needs one, and they import their SDK only where they talk to the cloud.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import CloudDDPError, RunFailed
+
+app = typer.Typer(
+    name="cloudddp",
+    help="Run PyTorch DDP training anywhere from one job spec: locally with torchrun, on Azure ML, or on SageMaker.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+JobArg = Annotated[Path, typer.Argument(help="Job spec (YAML).", show_default=False)]
+BackendOpt = Annotated[
+    str, typer.Option("--backend", "-b", help="local, azureml or sagemaker.", envvar="CLOUDDDP_BACKEND")
+]
+OverrideOpt = Annotated[
+    list[str] | None,
+    typer.Option("--override", "-o", help="Override a spec field: -o resources.nodes=2 (repeatable).", show_default=False),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+RunArg = Annotated[str, typer.Argument(help="Run id, or a unique prefix of it.", show_default=False)]
+RunBackendOpt = Annotated[
+    str | None, typer.Option("--backend", "-b", help="Look the run up at this backend (for runs started elsewhere).")
+]
+FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the run ends.")]
+
+
+def _fail(e: CloudDDPError) -> NoReturn:
+    err.print("[bold red]error:[/] " + _escape(str(e)))
+    sys.exit(e.exit_code)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _job(path: Path, overrides: list[str] | None) -> Any:
+    from .api import Job
+
+    return Job.load(path, overrides or [])
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _plan_notes(plan: Any) -> None:
+    for d in plan.decisions:
+        err.print(f"[dim]•[/] {_escape(d)}")
+    for w in plan.warnings:
+        err.print(f"[yellow]warning:[/] {_escape(w)}")
+
+
+def _format_record(record: Any) -> str:
+    parts = []
+    if record.epoch is not None:
+        parts.append(f"epoch {record.epoch}")
+    if record.step is not None:
+        parts.append(f"step {record.step}")
+    for k, v in record.values.items():
+        parts.append(f"{k}={v:.4g}")
+    return "  ".join(parts)
+
+
+# -- commands --------------------------------------------------------------------------------------
+
+
+@app.command()
+def validate(job: JobArg, override: OverrideOpt = None) -> None:
+    """Check a job spec and report every problem with its line."""
+    spec = _job(job, override).spec
+    out.print(f"[green]ok[/] {job}: job {spec.name!r}, {spec.resources.nodes} node(s) × "
+              f"{spec.resources.gpus_per_node or 'CPU'} GPU(s) per node")
+
+
+@app.command()
+def render(
+    job: JobArg,
+    backend: BackendOpt = "local",
+    override: OverrideOpt = None,
+    json_: JsonOpt = False,
+    output: Annotated[
+        Path | None, typer.Option("--output-dir", help="Also write each document into this folder.")
+    ] = None,
+) -> None:
+    """Print exactly what a backend would send (no network, no credentials)."""
+    plan = _job(job, override).render(backend)
+    if output is not None:
+        output.mkdir(parents=True, exist_ok=True)
+        for name, body in plan.documents.items():
+            (output / name).write_text(body)
+    if json_:
+        _print_json(plan.to_dict())
+        return
+    sys.stdout.write(plan.text())
+    _plan_notes(plan)
+
+
+@app.command()
+def submit(
+    job: JobArg,
+    backend: BackendOpt = "local",
+    override: OverrideOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Render only; send nothing.")] = False,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Return after launching.")] = False,
+    json_: JsonOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the run id.")] = False,
+    no_provision: Annotated[bool, typer.Option("--no-provision", help="Azure ML: do not create or resize the cluster.")] = False,
+) -> None:
+    """Render the job and launch it; follow its metrics until it ends unless --detach."""
+    from .api import Run
+    from .backends import get_backend
+
+    spec = _job(job, override).spec
+    options: dict[str, Any] = {"provision": False} if no_provision else {}
+    impl = get_backend(backend, **options)
+    plan = impl.render(spec)
+    if dry_run:
+        if json_:
+            _print_json(plan.to_dict())
+        else:
+            sys.stdout.write(plan.text())
+            _plan_notes(plan)
+        return
+    if not quiet and not json_:
+        _plan_notes(plan)
+    progress = None if (quiet or json_) else _Progress()
+    run_id = impl.launch(plan, progress=progress)
+    if json_:
+        _print_json({"run_id": run_id, "backend": backend})
+    elif quiet:
+        out.print(run_id)
+    else:
+        err.print(f"[bold]submitted[/] {run_id} ({backend})")
+    if detach:
+        return
+    run = Run(run_id, impl)
+    _follow_run(run, quiet=quiet or json_)
+
+
+def _follow_run(run: Any, *, quiet: bool) -> None:
+    try:
+        for record in run.metrics(follow=True):
+            if not quiet:
+                out.print(f"[cyan]{_escape(_format_record(record))}[/]")
+        status = run.wait(poll=0.2)
+    except KeyboardInterrupt:
+        err.print(
+            f"\ndetached; the run goes on. Follow it: cloudddp metrics {run.run_id} -f   stop it: cloudddp cancel {run.run_id}"
+        )
+        raise typer.Exit(130) from None
+    _print_end(status, quiet=quiet)
+    if status.state.value == "failed":
+        raise typer.Exit(RunFailed.exit_code)
+
+
+def _print_end(status: Any, *, quiet: bool) -> None:
+    colour = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}.get(status.state.value, "white")
+    if quiet:
+        return
+    err.print(f"[bold {colour}]{status.state.value}[/] {status.run_id}: {_escape(status.message)}")
+    failure = status.details.get("failure")
+    if failure and failure.get("log_tail"):
+        err.print("[dim]last lines of the failed rank:[/]")
+        for line in failure["log_tail"][-10:]:
+            err.print(f"  {_escape(line)}")
+
+
+@app.command()
+def status(run: RunArg, backend: RunBackendOpt = None, json_: JsonOpt = False) -> None:
+    """Show a run's state."""
+    from .api import Run
+
+    st = Run.attach(run, backend).status()
+    if json_:
+        _print_json(st.to_dict())
+        return
+    table = Table(show_header=False, box=None)
+    for key, value in (
+        ("run", st.run_id), ("backend", st.backend), ("state", st.state.value), ("message", st.message),
+        ("created", _when(st.created_at)), ("ended", _when(st.ended_at)),
+    ):
+        if value:
+            table.add_row(f"[bold]{key}[/]", _escape(str(value)))
+    for key, value in st.details.items():
+        if key != "failure":
+            table.add_row(f"[bold]{key}[/]", _escape(str(value)))
+    out.print(table)
+    failure = st.details.get("failure")
+    if failure:
+        out.print("[bold red]failure[/]")
+        for k, v in failure.items():
+            if k != "log_tail":
+                out.print(f"  {k}: {v}")
+        for line in failure.get("log_tail", [])[-20:]:
+            out.print(f"  | {_escape(line)}")
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else ""
+
+
+@app.command()
+def logs(run: RunArg, follow: FollowOpt = False, backend: RunBackendOpt = None) -> None:
+    """Print a run's logs, each line prefixed by the rank or host it came from."""
+    from .api import Run
+
+    handle = Run.attach(run, backend)
+    try:
+        for line in handle.logs(follow=follow):
+            sys.stdout.write(f"[{line.source}] {line.text}\n" if line.source else f"{line.text}\n")
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+@app.command()
+def metrics(run: RunArg, follow: FollowOpt = False, backend: RunBackendOpt = None, json_: JsonOpt = False) -> None:
+    """Print a run's metrics (from the training script's metric lines)."""
+    from .api import Run
+
+    handle = Run.attach(run, backend)
+    try:
+        for record in handle.metrics(follow=follow):
+            if json_:
+                sys.stdout.write(json.dumps(record.to_dict()) + "\n")
+            else:
+                out.print(_format_record(record))
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+@app.command()
+def cancel(run: RunArg, backend: RunBackendOpt = None) -> None:
+    """Stop a run: the training script checkpoints, then every process of the run ends."""
+    from .api import Run
+
+    handle = Run.attach(run, backend)
+    handle.cancel()
+    st = handle.status()
+    err.print(f"{st.run_id}: {st.state.value}")
+
+
+@app.command("list")
+def list_(backend: Annotated[str | None, typer.Option("--backend", "-b")] = None, json_: JsonOpt = False) -> None:
+    """Runs submitted from this machine, newest first."""
+    from .registry import Registry
+
+    records = Registry().list(backend=backend)
+    if json_:
+        _print_json([{"run_id": r.run_id, "backend": r.backend, "name": r.name, "state": r.state,
+                      "created_at": r.created_at} for r in records])
+        return
+    table = Table("run", "backend", "state", "created")
+    for r in records:
+        table.add_row(r.run_id, r.backend, r.state, _when(r.created_at))
+    out.print(table)
+
+
+@app.command()
+def backends(json_: JsonOpt = False) -> None:
+    """The backends, what each can do, and what it cannot (with the reason)."""
+    from .backends import BACKENDS, backend_class
+
+    rows = []
+    for name in BACKENDS:
+        impl = backend_class(name)
+        caps = impl.capabilities
+        rows.append({"name": name, "description": impl.description, "capabilities": {
+            k: v for k, v in vars(caps).items() if k != "unsupported"}, "unsupported": caps.unsupported})
+    if json_:
+        _print_json(rows)
+        return
+    table = Table("backend", "what it runs on", "cannot", show_lines=True)
+    for row in rows:
+        table.add_row(row["name"], row["description"],
+                      "\n".join(f"{k}: {v}" for k, v in row["unsupported"].items()))
+    out.print(table)
+
+
+@app.command()
+def schema(output: Annotated[Path | None, typer.Option("--output", "-O", help="Write to this file.")] = None) -> None:
+    """The JSON Schema of job specs, for editors (yaml-language-server: $schema=...)."""
+    from .spec import json_schema
+
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if output:
+        output.write_text(text)
+        err.print(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+
+
+class _Progress:
+    """Progress for long work (uploads, provisioning), drawn on stderr; silent when not a terminal."""
+
+    def __init__(self) -> None:
+        self.live = err.is_terminal
+
+    def step(self, description: str) -> None:
+        err.print(f"[dim]…[/] {_escape(description)}")
+
+    def advance(self, description: str, done: int, total: int | None) -> None:
+        if not self.live:
+            return
+        pct = f" {100 * done / total:5.1f}%" if total else ""
+        err.print(f"\r{_escape(description)}{pct}", end="")
+        if total and done >= total:
+            err.print()
+
+
+def main() -> None:
+    try:
+        app()
+    except CloudDDPError as e:
+        _fail(e)
