@@ -67,7 +67,7 @@ class _Builder:
             self.loader.flatten_mapping(node)
             out: dict[Any, Any] = {}
             for key_node, value_node in node.value:
-                key = self.loader.construct_object(key_node, deep=True)
+                key = self._construct(key_node)
                 if not isinstance(key, (str, int, float, bool)) or key is None:
                     line = key_node.start_mark.line + 1
                     raise UserError(f"{self.positions.source}:{line}: a key must be a plain word, not {key!r}")
@@ -88,7 +88,18 @@ class _Builder:
                 self.positions.lines.setdefault(loc + (i,), item.start_mark.line + 1)
                 items.append(self.build(item, loc + (i,), depth + 1))
             return items
-        return self.loader.construct_object(node, deep=True)
+        return self._construct(node)
+
+    def _construct(self, node: yaml.Node) -> Any:
+        """A scalar's value; a tag that cannot build it (``!!int name``) is the user's error, with its line."""
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, OverflowError, ArithmeticError) as e:
+            raise UserError(
+                f"{self.positions.source}:{node.start_mark.line + 1}: cannot read {node.tag} value {str(node.value)[:40]!r}: {e}"
+            ) from None
 
 
 def _dotted(loc: Iterable[str | int]) -> str:
@@ -103,6 +114,8 @@ def _decode(raw: bytes, source: str) -> str:
         raise UserError(f"{source}: {len(raw):,} bytes is too large for a job spec (limit {MAX_BYTES:,})")
     if not raw.strip():
         raise UserError(f"{source}: the file is empty", hint="a job spec needs at least `name:`; try `cloudddp init`")
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff") or raw[:4] in (b"\x00\x00\xfe\xff", b"\xff\xfe\x00\x00"):
+        raise UserError(f"{source}: the file is UTF-16 or UTF-32 encoded", hint="save the file as UTF-8")
     if b"\x00" in raw[:8192]:
         raise UserError(f"{source}: this looks like a binary file, not a YAML job spec")
     try:
@@ -119,7 +132,10 @@ def parse_yaml(text: str, source: str) -> tuple[Any, _Positions, list[str]]:
     """Parse one YAML document into plain data plus the line of every key."""
     positions = _Positions(source)
     positions.lines[()] = 1
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as e:  # the reader refuses control characters at once
+        raise UserError(f"{source}: not a YAML text: {e}") from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -284,6 +300,16 @@ def spec_from_data(
     return spec
 
 
+def spec_from_bytes(
+    raw: bytes, *, source: str = "<text>", base_dir: str | Path = ".", overrides: Sequence[str] = ()
+) -> JobSpec:
+    """Check and return the job spec in ``raw`` (YAML bytes), as if read from a file named ``source``."""
+    data, positions, problems = parse_yaml(_decode(raw, source), source)
+    return spec_from_data(
+        data, base_dir=Path(base_dir).resolve(), positions=positions, overrides=overrides, problems=problems
+    )
+
+
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
     """Read, check and return the job spec at ``path`` with ``key.path=value`` overrides applied."""
     path = Path(path)
@@ -296,10 +322,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
         raise UserError(f"{source}: is a directory, not a job spec file") from None
     except OSError as e:
         raise UserError(f"{source}: cannot read: {e.strerror}") from None
-    data, positions, problems = parse_yaml(_decode(raw, source), source)
-    return spec_from_data(
-        data, base_dir=path.resolve().parent, positions=positions, overrides=overrides, problems=problems
-    )
+    return spec_from_bytes(raw, source=source, base_dir=path.resolve().parent, overrides=overrides)
 
 
 def spec_from_dict(
