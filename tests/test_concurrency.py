@@ -1,0 +1,55 @@
+"""Many submissions at once keep the run registry consistent (SQLite in WAL mode, busy timeouts)."""
+
+from __future__ import annotations
+
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from cloudddp.api import Job
+from cloudddp.backends.base import RunState
+from cloudddp.registry import Registry
+
+pytestmark = pytest.mark.slow
+
+
+def test_twenty_parallel_submissions_are_all_registered_once() -> None:
+    job = Job.from_dict(
+        {
+            "name": "parallel",
+            "code": {"dir": ".", "command": [sys.executable, "-c", "import os; print('rank', os.environ['RANK'])"]},
+            "local": {"processes_per_node": 1},
+            "checkpoint": {"enabled": False},
+        }
+    )
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        runs = list(pool.map(lambda _: job.submit("local"), range(20)))
+    ids = [run.run_id for run in runs]
+    assert len(set(ids)) == 20
+    states = [run.wait(timeout=240, poll=0.5).state for run in runs]
+    assert states == [RunState.SUCCEEDED] * 20
+    registered = [r for r in Registry().list(limit=1000) if r.name == "parallel"]
+    assert sorted(r.run_id for r in registered) == sorted(ids)
+    assert {r.state for r in registered} == {"succeeded"}
+
+
+def test_registry_writes_from_many_processes_are_not_lost(tmp_path) -> None:
+    import multiprocessing as mp
+
+    db = tmp_path / "runs.db"
+    Registry(db)
+    with mp.get_context("spawn").Pool(8) as pool:
+        pool.starmap(_add_and_update, [(str(db), i) for i in range(40)])
+    records = Registry(db).list(limit=1000)
+    assert len(records) == 40
+    assert all(r.state == "succeeded" and r.info == {"n": int(r.run_id[4:]), "done": True} for r in records)
+
+
+def _add_and_update(db: str, i: int) -> None:
+    from pathlib import Path
+
+    reg = Registry(Path(db))
+    reg.add(f"run-{i}", "local", "p", "starting", {"n": i})
+    reg.update(f"run-{i}", state="running")
+    reg.update(f"run-{i}", state="succeeded", info={"done": True})
