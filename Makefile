@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml constraints.txt
 
 # Azurite (the Azure Blob Storage emulator) for the Azure ML tests.
 azurite: node_modules/.bin/azurite-blob
-node_modules/.bin/azurite-blob:
-	npm install --no-audit --no-fund --silent azurite@3
+node_modules/.bin/azurite-blob: package.json
+	npm install --no-audit --no-fund --silent
 
 demo: venv
 	$(BIN)/cloudddp submit jobs/digits-local.yaml --backend local
