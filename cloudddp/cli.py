@@ -129,6 +129,7 @@ def submit(
     json_: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the run id.")] = False,
     no_provision: Annotated[bool, typer.Option("--no-provision", help="Azure ML: do not create or resize the cluster.")] = False,
+    skip_checks: Annotated[bool, typer.Option("--skip-checks", help="Launch even when preflight checks fail.")] = False,
 ) -> None:
     """Render the job and launch it; follow its metrics until it ends unless --detach."""
     from .api import Run
@@ -147,6 +148,11 @@ def submit(
         return
     if not quiet and not json_:
         _plan_notes(plan)
+    failed = [c for c in impl.preflight(plan) if c.ok is False]
+    if failed and not skip_checks:
+        _print_checks(failed)
+        err.print("[bold red]error:[/] preflight checks failed; fix them or pass --skip-checks")
+        raise typer.Exit(2)
     progress = None if (quiet or json_) else _Progress()
     run_id = impl.launch(plan, progress=progress)
     if json_:
@@ -187,6 +193,31 @@ def _print_end(status: Any, *, quiet: bool) -> None:
         err.print("[dim]last lines of the failed rank:[/]")
         for line in failure["log_tail"][-10:]:
             err.print(f"  {_escape(line)}")
+
+
+@app.command()
+def doctor(job: JobArg, backend: BackendOpt = "local", override: OverrideOpt = None, json_: JsonOpt = False) -> None:
+    """Check before launching: the plan's own checks, then credentials, quota, sizes and data at the target."""
+    from .backends import get_backend
+
+    impl = get_backend(backend)
+    plan = impl.render(_job(job, override).spec)
+    checks = impl.preflight(plan)
+    if json_:
+        _print_json({"warnings": plan.warnings, "checks": [c.to_dict() for c in checks]})
+    else:
+        _plan_notes(plan)
+        _print_checks(checks)
+    if any(c.ok is False for c in checks):
+        raise typer.Exit(2)
+
+
+def _print_checks(checks: list[Any]) -> None:
+    for c in checks:
+        mark = {True: "[green]✓[/]", False: "[red]✗[/]", None: "[yellow]?[/]"}[c.ok]
+        out.print(f"{mark} {_escape(c.name)}" + (f" [dim]— {_escape(c.detail)}[/]" if c.detail else ""))
+        if c.ok is False and c.fix:
+            out.print(f"    [bold]fix:[/] {_escape(c.fix)}")
 
 
 @app.command()

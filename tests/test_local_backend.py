@@ -111,3 +111,13 @@ def test_secret_values_stay_out_of_the_run_folder_and_registry(cloudddp_home: Pa
     for path in cloudddp_home.rglob("*"):
         if path.is_file():
             assert canary.encode() not in path.read_bytes(), path
+
+
+def test_doctor_names_each_failed_check_and_what_to_do() -> None:
+    ok = cli("doctor", str(TINY))
+    assert ok.returncode == 0 and "torch installed" in ok.stdout
+    bad = cli("doctor", str(TINY), "-o", "inputs.data.path=missing-folder")
+    assert bad.returncode == 2
+    assert "input data exists" in bad.stdout and "fix:" in bad.stdout
+    refused = cli("submit", str(TINY), "-o", "inputs.data.path=missing-folder")
+    assert refused.returncode == 2 and "preflight checks failed" in refused.stderr

@@ -79,6 +79,20 @@ class Capabilities:
     """Feature → why this backend does not support it."""
 
 
+@dataclass(frozen=True)
+class Check:
+    """One preflight check: ``ok`` is True (passed), False (failed) or None (could not be checked)."""
+
+    name: str
+    ok: bool | None
+    detail: str = ""
+    fix: str = ""
+    """What to do when it failed."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix}
+
+
 class Progress(Protocol):
     """What long work reports to; the CLI draws it with rich, the API may ignore it."""
 
@@ -109,6 +123,10 @@ class Backend(abc.ABC):
     def metrics(self, run_id: str, *, follow: bool = False) -> Iterator[MetricRecord]:
         """Metric records parsed from the run's log lines (the same on every backend)."""
         return metrics_from_lines(self.logs(run_id, follow=follow))
+
+    def preflight(self, plan: Plan) -> list[Check]:
+        """Checks that need the target (credentials, quota, data reachable); run by ``doctor`` and before submit."""
+        return []
 
     @abc.abstractmethod
     def cancel(self, run_id: str) -> None: ...

@@ -8,6 +8,7 @@ output into the run folder, enforces the runtime limit and records how the run e
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets as _random
@@ -30,7 +31,7 @@ from ...registry import Registry, home
 from ...secrets import redacted_spec_data, rendered_env, resolved_env
 from ...spec import JobSpec
 from ...tail import follow_lines
-from ..base import Backend, Capabilities, LogLine, Progress, RunState, RunStatus
+from ..base import Backend, Capabilities, Check, LogLine, Progress, RunState, RunStatus
 from .rundir import RunDir, write_json_atomic
 
 RUN_DIR = "{RUN_DIR}"
@@ -120,6 +121,12 @@ class LocalBackend(Backend):
             )
         if spec.resources.spot:
             warnings.append(self.capabilities.unsupported["spot"])
+        cores = os.cpu_count() or 1
+        if device == "cpu" and nproc * nnodes > cores:
+            warnings.append(
+                f"{nproc * nnodes} processes on {cores} CPU cores: oversubscribed ranks slow every collective; "
+                "lower local.processes_per_node or local.nodes"
+            )
 
         script_args = list(spec.code.args)
         env = rendered_env(spec)
@@ -183,6 +190,33 @@ class LocalBackend(Backend):
             warnings=warnings,
             spec=spec,
         )
+
+    def preflight(self, plan: Plan) -> list[Check]:
+        req = plan.request
+        checks = []
+        torch_spec = importlib.util.find_spec("torch")
+        checks.append(Check(
+            "torch installed", torch_spec is not None,
+            f"in {sys.executable}" if torch_spec else f"torch is not importable by {sys.executable}",
+            fix="pip install 'cloudddp[train]' -c constraints.txt",
+        ))
+        if req["device"] == "cuda":
+            gpus = len(list(Path("/dev").glob("nvidia[0-9]*")))
+            checks.append(Check(
+                "one GPU per process", req["nproc_per_node"] <= gpus,
+                f"{req['nproc_per_node']} processes per node, {gpus} GPUs here",
+                fix="set local.processes_per_node to the number of GPUs",
+            ))
+        for name, value in req["env"].items():
+            if name.startswith("CLOUDDDP_INPUT_"):
+                checks.append(Check(f"input {name[15:].lower()} exists", Path(value).exists(), value,
+                                    fix="fix inputs.<name>.path (relative to the spec file)"))
+        ckpt = req["env"].get("CLOUDDDP_CHECKPOINT_DIR")
+        if ckpt:
+            parent = next((p for p in [Path(ckpt), *Path(ckpt).parents] if p.exists()), Path("/"))
+            checks.append(Check("checkpoint folder writable", os.access(parent, os.W_OK), ckpt,
+                                fix="set checkpoint.path to a writable folder"))
+        return checks
 
     # -- launch ------------------------------------------------------------------------------
     def launch(self, plan: Plan, *, progress: Progress | None = None) -> str:
