@@ -138,7 +138,8 @@ class Supervisor:
                 prefix = f"[default{rank.group(2)}]:"
                 lines = [ln[len(prefix):] for ln in text.splitlines() if ln.startswith(prefix)]
             else:
-                lines = text.splitlines()
+                lines = []
+            lines = lines or text[: text.find("Traceback")].splitlines()  # else what torchrun said
             info["log_tail"] = lines[-20:]
             break
         return info

@@ -1,0 +1,36 @@
+"""Helpers for tests that inject faults into real runs: find a run's rank processes, signal them."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+
+def rank_processes(run_dir: str) -> dict[int, tuple[int, int]]:
+    """rank -> (pid, restart attempt) of the live worker processes of the run in ``run_dir``."""
+    found: dict[int, tuple[int, int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "environ").read_bytes()
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            continue
+        env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+        if run_dir in env.get("CLOUDDDP_OUTPUT_DIR", "") and "RANK" in env and "TORCHELASTIC_RUN_ID" in env:
+            found[int(env["RANK"])] = (int(entry.name), int(env.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    return found
+
+
+def wait_for_rank(run_dir: str, rank: int, *, attempt: int = 0, timeout: float = 120) -> int:
+    """The pid of ``rank`` in restart ``attempt``, once it is up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        procs = rank_processes(run_dir)
+        if rank in procs and procs[rank][1] == attempt:
+            return procs[rank][0]
+        time.sleep(0.1)
+    raise TimeoutError(f"rank {rank} attempt {attempt} did not start in {timeout} s")

@@ -1,0 +1,41 @@
+"""Faults injected into real local runs: a rank killed with SIGKILL, restarts used up."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from cloudddp.api import Job
+from cloudddp.backends.base import RunState
+
+from .conftest import FIXTURES
+from .faults import rank_processes, wait_for_rank
+
+pytestmark = pytest.mark.slow
+TINY = FIXTURES / "tinyjob" / "job.yaml"
+
+
+def test_killed_rank_restarts_the_group_then_fails_fast_when_restarts_are_used_up() -> None:
+    job = Job.load(TINY, ["code.args=[--epochs, 1000, --sleep, 0.3]", "limits.max_restarts=1"])
+    run = job.submit("local")
+    run_dir = run.status().details["run_dir"]
+    next(run.metrics(follow=True))  # both ranks are training
+    os.kill(wait_for_rank(run_dir, 1, attempt=0), signal.SIGKILL)
+    # torchrun restarts the whole group: both ranks come back as attempt 1.
+    wait_for_rank(run_dir, 0, attempt=1)
+    pid = wait_for_rank(run_dir, 1, attempt=1)
+    time.sleep(1.0)  # let it print, so its log has a tail
+    os.kill(pid, signal.SIGKILL)
+
+    killed_at = time.monotonic()
+    status = run.wait(timeout=90, poll=0.2)
+    assert status.state is RunState.FAILED
+    assert time.monotonic() - killed_at < 60, "no hang: the surviving rank is stopped, not left waiting"
+    failure = status.details["failure"]
+    assert failure["rank"] == 1 and failure["exitcode"] == -signal.SIGKILL
+    assert "rank 1" in status.message and "signal 9" in status.message
+    assert any("rank 1/2" in line for line in failure["log_tail"]), failure["log_tail"]
+    assert rank_processes(run_dir) == {}
