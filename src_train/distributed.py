@@ -103,5 +103,7 @@ def broadcast_object(ctx: Context, obj: object) -> object:
 
 
 def teardown(ctx: Context) -> None:
+    """Leave together: a rank that destroys its group while a peer still writes files can abort the peer."""
     if ctx.distributed and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
