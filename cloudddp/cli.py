@@ -220,6 +220,92 @@ def _print_checks(checks: list[Any]) -> None:
             out.print(f"    [bold]fix:[/] {_escape(c.fix)}")
 
 
+def _money(v: float | None) -> str:
+    return f"${v:,.2f}" if v is not None else "?"
+
+
+def _selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Table:
+    table = Table("size", "GPUs", "GPU mem", "fabric", "price/h", "est. cost", "efficiency", "verdict", show_lines=False)
+    for i, row in enumerate(rows):
+        if not row["ok"] and not explain:
+            continue
+        verdict = ("[green]chosen[/] " if i == 0 and row["ok"] else "[green]ok[/] " if row["ok"] else "[red]no[/] ")
+        price = _money(row["price_per_hour"]) + ("*" if row["price_kind"] == "ec2-proxy" else "")
+        eff = f"{row['efficiency']:.0%}" if row["efficiency"] is not None else "?"
+        why = "; ".join([row["why"], *row["warnings"]]) if row["why"] or row["warnings"] else ""
+        table.add_row(row["size"], row["gpus"], f"{row['gpu_memory_gb']:g} GB", row["fabric"], price,
+                      _money(row["est_cost"]), eff, verdict + _escape(why))
+    return table
+
+
+@app.command()
+def skus(
+    cloud: Annotated[str, typer.Option("--cloud", help="azure or aws.")] = "azure",
+    gpus: Annotated[int | None, typer.Option("--gpus", help="Total GPUs.")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU model, e.g. A100.")] = None,
+    min_mem: Annotated[float | None, typer.Option("--min-mem", help="Minimum GB per GPU.")] = None,
+    nodes: Annotated[int | None, typer.Option("--nodes", help="Nodes (with --gpus-per-node).")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node")] = None,
+    spot: Annotated[bool, typer.Option("--spot", help="Spot / low priority.")] = False,
+    smddp: Annotated[bool, typer.Option("--smddp", help="SageMaker's data-parallel library (AWS).")] = False,
+    model: Annotated[str, typer.Option("--model", help="Workload for the estimate: resnet18, resnet50, cnn.")] = "resnet18",
+    dataset: Annotated[str, typer.Option("--dataset", help="cifar10, imagenet, digits.")] = "cifar10",
+    epochs: Annotated[int, typer.Option("--epochs")] = 30,
+    batch: Annotated[int, typer.Option("--batch", help="Per-GPU batch.")] = 256,
+    explain: Annotated[bool, typer.Option("--explain", help="Also list rejected sizes with the reason.")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """GPU sizes for a job, ranked by the estimated cost of the whole job, each with its reasons."""
+    from .catalog import CATALOG_DATE, Requirements, select, workload_for_model
+    from .catalog.model import DATASET_SAMPLES
+    from .errors import UserError
+
+    if cloud not in ("azure", "aws"):
+        raise UserError(f"--cloud {cloud!r}: use azure or aws")
+    if dataset not in DATASET_SAMPLES:
+        raise UserError(f"--dataset {dataset!r}: use one of {', '.join(DATASET_SAMPLES)}")
+    workload = workload_for_model(model, DATASET_SAMPLES[dataset], epochs, batch)
+    if workload is None:
+        raise UserError(f"--model {model!r}: use resnet18, resnet18-imagenet, resnet50 or cnn")
+    req = Requirements(cloud=cloud, nodes=nodes, gpus_per_node=gpus_per_node, total_gpus=gpus or (None if nodes else 8),  # type: ignore[arg-type]
+                       accelerator=gpu, min_gpu_memory_gb=min_mem, spot=spot, smddp=smddp, workload=workload)
+    selection = select(req)
+    if json_:
+        _print_json(selection.to_dict())
+        return
+    out.print(_selection_table(selection.explain(), explain=explain))
+    out.print(f"[dim]catalog of {CATALOG_DATE}; estimate for {model} on {dataset}, {epochs} epochs, batch {batch}/GPU; "
+              "* = EC2 on-demand price, a lower bound for SageMaker[/]")
+    if selection.chosen is None:
+        err.print("[yellow]no size fits; --explain shows why each was rejected[/]")
+
+
+@app.command()
+def plan(
+    job: JobArg, backend: BackendOpt = "azureml", override: OverrideOpt = None,
+    explain: Annotated[bool, typer.Option("--explain", help="List every size with its verdict.")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """The size a backend would use for the job, why, its cost estimate and the NCCL/EFA presets applied."""
+    from .sizing import choose
+
+    spec = _job(job, override).spec
+    rendered = _job(job, override).render(backend)
+    cloud = {"azureml": "azure", "sagemaker": "aws"}.get(backend)
+    selection = None
+    if cloud and spec.resources.gpus_per_node:
+        named = spec.azureml.vm_size if cloud == "azure" else spec.sagemaker.instance_type
+        selection = choose(spec, cloud, named)  # type: ignore[arg-type]
+    if json_:
+        _print_json({"plan": rendered.to_dict(), "selection": selection.to_dict() if selection else None})
+        return
+    _plan_notes(rendered)
+    if rendered.estimate:
+        out.print("[bold]estimate[/] " + ", ".join(f"{k}={v}" for k, v in rendered.estimate.items()))
+    if selection is not None:
+        out.print(_selection_table(selection.explain(), explain=explain))
+
+
 @app.command()
 def status(run: RunArg, backend: RunBackendOpt = None, json_: JsonOpt = False) -> None:
     """Show a run's state."""

@@ -1,0 +1,202 @@
+"""Choosing a size for a job, or checking the one it names, with a reason for every verdict.
+
+Candidates are every catalog size of the target cloud whose GPU count fits the job (nodes × GPUs per
+node, or a total the size's GPU count divides). Each is rejected with a reason, or accepted and
+ranked by the estimated cost of the whole job (price × nodes × estimated runtime), not price per hour.
+More than one node requires an RDMA fabric (InfiniBand/EFA) unless the spec says ``interconnect: any``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .model import Estimate, Workload, estimate, peak_tflops
+from .skus import CATALOG_DATE, Sku, azure_ib_alternative, find, skus
+
+SMDDP_SOURCE = "SM_DATAPARALLEL_SUPPORTED_INSTANCE_TYPES in the SageMaker Python SDK (sagemaker/core/fw_utils.py)"
+
+
+@dataclass(frozen=True)
+class Requirements:
+    cloud: Literal["azure", "aws"]
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    total_gpus: int | None = None
+    accelerator: str | None = None
+    min_gpu_memory_gb: float | None = None
+    interconnect: Literal["auto", "rdma", "any"] = "auto"
+    spot: bool = False
+    smddp: bool = False
+    max_price_per_hour: float | None = None
+    instance_type: str | None = None
+    workload: Workload | None = None
+
+
+@dataclass
+class Candidate:
+    sku: Sku
+    nodes: int
+    gpus_per_node: int
+    ok: bool = True
+    reasons: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    estimate: Estimate | None = None
+
+    def reject(self, reason: str) -> None:
+        self.ok = False
+        self.reasons.append(reason)
+
+    def row(self) -> dict[str, Any]:
+        e = self.estimate
+        price = e.price_per_hour if e else (self.sku.price_per_hour * self.nodes if self.sku.price_per_hour else None)
+        return {
+            "size": self.sku.size, "nodes": self.nodes, "gpus": f"{self.nodes}×{self.sku.gpus} {self.sku.gpu}",
+            "gpu_memory_gb": self.sku.gpu_mem_gb, "fabric": _fabric(self.sku), "price_per_hour": price,
+            "price_kind": self.sku.price_kind, "est_cost": e.total_cost if e else None,
+            "efficiency": e.efficiency if e else None, "ok": self.ok, "why": "; ".join(self.reasons),
+            "warnings": self.warnings,
+        }
+
+
+def _fabric(sku: Sku) -> str:
+    rate = f" {sku.fabric_gbps:g} Gb/s" if sku.fabric_gbps else ""
+    return f"{sku.fabric}{rate}"
+
+
+@dataclass
+class Selection:
+    requirements: Requirements
+    candidates: list[Candidate]
+    chosen: Candidate | None
+    catalog_date: str = CATALOG_DATE
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.chosen.warnings if self.chosen else []
+
+    def explain(self) -> list[dict[str, Any]]:
+        return [c.row() for c in self.candidates]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "catalog_date": self.catalog_date,
+            "chosen": self.chosen.row() | {"estimate": self.chosen.estimate.to_dict() if self.chosen.estimate else None}
+            if self.chosen else None,
+            "candidates": self.explain(),
+        }
+
+
+def smddp_types() -> list[str]:
+    return sorted(s.size for s in skus("aws") if s.smddp)
+
+
+def _shapes(req: Requirements, sku: Sku) -> tuple[int, int] | str:
+    """(nodes, GPUs per node) for this size, or why it cannot hold the job."""
+    if req.gpus_per_node is not None and req.nodes is not None:
+        if req.gpus_per_node > sku.gpus:
+            return f"{sku.gpus} GPUs per node, the job needs {req.gpus_per_node}"
+        return req.nodes, req.gpus_per_node
+    total = req.total_gpus or (req.nodes or 1) * (req.gpus_per_node or sku.gpus)
+    if total % sku.gpus:
+        return f"{sku.gpus} GPUs per node do not divide the job's {total} GPUs"
+    return total // sku.gpus, sku.gpus
+
+
+def _judge(req: Requirements, sku: Sku, named: bool) -> Candidate:
+    shape = _shapes(req, sku)
+    if isinstance(shape, str):
+        cand = Candidate(sku, 0, 0)
+        cand.reject(shape)
+        return cand
+    nodes, per_node = shape
+    cand = Candidate(sku, nodes, per_node)
+    if not sku.cuda:
+        cand.reject(f"{sku.gpu_model}: not a CUDA GPU (the shared script uses NCCL/CUDA)")
+    if req.accelerator and req.accelerator.lower() not in sku.gpu_model.lower():
+        cand.reject(f"GPU is {sku.gpu}, the job asks for {req.accelerator}")
+    if req.min_gpu_memory_gb and sku.gpu_mem_gb < req.min_gpu_memory_gb:
+        cand.reject(f"{sku.gpu_mem_gb:g} GB per GPU, the job needs {req.min_gpu_memory_gb:g}")
+    if per_node < sku.gpus:
+        msg = f"{per_node} processes per node leave {sku.gpus - per_node} of its {sku.gpus} GPUs idle"
+        (cand.warnings if named else cand.reasons).append(msg)
+        if not named:
+            cand.ok = False
+    needs_rdma = req.interconnect == "rdma" or (req.interconnect == "auto" and nodes > 1)
+    if needs_rdma and not sku.scales_multi_node:
+        why = (f"no InfiniBand/EFA ({sku.fabric}): multi-node DDP over Ethernet does not scale"
+               if nodes > 1 else f"no InfiniBand/EFA ({sku.fabric}), and the job asks for an RDMA interconnect")
+        if named and req.interconnect == "auto":
+            cand.warnings.append(why)
+        else:
+            cand.reject(why)
+    if req.smddp and not sku.smddp:
+        cand.reject(f"smddp does not run on {sku.size} (supported: {', '.join(smddp_types())}; source: {SMDDP_SOURCE})")
+    if req.smddp and sku.smddp and per_node != sku.gpus:
+        cand.reject(f"smddp needs one process per GPU on all {sku.gpus} GPUs of {sku.size}")
+    if req.spot and not sku.spot:
+        cand.reject(f"{sku.size} is not offered as spot/low priority (per the catalog)")
+    peak = peak_tflops(sku.gpu)
+    if req.workload and peak:
+        cand.estimate = estimate(
+            req.workload, gpus_per_node=per_node, nodes=nodes, peak=peak, intranode_gb_s=sku.intranode_gb_s,
+            fabric=sku.fabric, fabric_gbps=sku.fabric_gbps, price_per_node_hour=sku.price_per_hour,
+        )
+    price = sku.price_per_hour * nodes if sku.price_per_hour is not None else None
+    if req.max_price_per_hour and price is not None and price > req.max_price_per_hour:
+        cand.reject(f"${price:.2f}/h for {nodes} node(s) is over the ceiling of ${req.max_price_per_hour:.2f}/h")
+    if price is None:
+        cand.reasons.append("no price in the catalog: cost unknown")
+    if cand.ok and not cand.reasons:
+        cand.reasons.append("fits")
+    return cand
+
+
+def _rank_key(c: Candidate) -> tuple[int, float, float]:
+    cost = c.estimate.total_cost if c.estimate and c.estimate.total_cost is not None else None
+    price = c.sku.price_per_hour * c.nodes if c.sku.price_per_hour is not None else None
+    return (0 if c.ok else 1, cost if cost is not None else (price if price is not None else float("inf")),
+            price if price is not None else float("inf"))
+
+
+def _alternatives(req: Requirements, named: Candidate, others: list[Candidate]) -> list[str]:
+    """What to pick instead of a named size that does not suit the job: same GPU with RDMA, or one node."""
+    sku, total = named.sku, named.nodes * named.gpus_per_node
+    tips = []
+    rdma = sorted((s for s in skus(sku.cloud) if s.gpu == sku.gpu and s.scales_multi_node),
+                  key=lambda s: s.price_per_hour if s.price_per_hour is not None else float("inf"))
+    sibling = azure_ib_alternative(sku.size) if sku.cloud == "azure" else None
+    names = list(dict.fromkeys(([sibling] if sibling else []) + [s.size for s in rdma]))[:3]
+    if names and named.nodes > 1:
+        tips.append(f"with InfiniBand/EFA and the same {sku.gpu} GPUs: {', '.join(names)}")
+    one_node = [s for s in skus(sku.cloud) if s.gpu == sku.gpu and s.gpus >= total and s.size != sku.size]
+    if named.nodes > 1 and one_node:
+        best = min(one_node, key=lambda s: (s.gpus, s.price_per_hour or float("inf")))
+        tips.append(f"or all {total} GPUs on one node, no fabric needed: {best.size} ({best.gpus}× {best.gpu})")
+    if not tips:
+        fits = [c.sku.size for c in others if c.ok][:3]
+        if fits:
+            tips.append(f"sizes that would qualify: {', '.join(fits)}")
+    return tips
+
+
+def select(req: Requirements) -> Selection:
+    """Choose a size (or check ``req.instance_type``); every candidate keeps its verdict and reasons."""
+    if req.instance_type:
+        sku = find(req.instance_type)
+        others = [_judge(req, s, named=False) for s in skus(req.cloud) if sku is None or s.size != sku.size]
+        others.sort(key=_rank_key)
+        if sku is None:
+            return Selection(req, others, None)
+        named = _judge(req, sku, named=True)
+        if named.ok:
+            named.reasons = [r for r in named.reasons if r != "fits"] or ["named in the spec"]
+        if named.warnings:
+            named.warnings += _alternatives(req, named, others)
+        return Selection(req, [named, *others], named if named.ok else None)
+    cands = sorted((_judge(req, s, named=False) for s in skus(req.cloud)), key=_rank_key)
+    chosen = cands[0] if cands and cands[0].ok else None
+    if chosen is not None:
+        chosen.reasons = ["lowest estimated cost of the whole job" if chosen.estimate and chosen.estimate.total_cost
+                          else "lowest price per hour among the sizes that fit"] + [r for r in chosen.reasons if r != "fits"]
+    return Selection(req, cands, chosen)
