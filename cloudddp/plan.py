@@ -26,6 +26,8 @@ class Plan:
     decisions: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     estimate: dict[str, Any] | None = None
+    uploads: list[dict[str, Any]] = field(default_factory=list)
+    """What is uploaded before the request (content-addressed: unchanged snapshots are skipped)."""
     spec: JobSpec | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -37,6 +39,7 @@ class Plan:
             "decisions": self.decisions,
             "warnings": self.warnings,
             "estimate": self.estimate,
+            "uploads": self.uploads,
         }
 
     def to_json(self) -> str:

@@ -1,0 +1,318 @@
+"""The SageMaker backend: a CreateTrainingJob for an official PyTorch container, torchrun or smddp.
+
+``render`` needs neither network nor credentials nor boto3. ``launch`` uploads the content-addressed
+code and data snapshots (skipping what is already there), then creates the job; a retry after a lost
+response finds the job by its deterministic name instead of creating a second one. Logs come from
+CloudWatch Logs (every ``algo-N`` host), metrics from the same lines.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import json
+import time
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from ...errors import BackendUnavailable, CloudDDPError, RunNotFound, UserError
+from ...packaging import collect, pack
+from ...plan import SECRET_PLACEHOLDER, Plan
+from ...registry import Registry
+from ...secrets import resolved_env
+from ...spec import JobSpec
+from ..base import Backend, Capabilities, Check, LogLine, Progress, RunState, RunStatus
+from .request import ACCOUNT, build, region_for
+
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+POLL_SECONDS = float(os.environ.get("CLOUDDDP_SAGEMAKER_POLL", "5"))
+_STATES = {"InProgress": RunState.RUNNING, "Completed": RunState.SUCCEEDED, "Failed": RunState.FAILED,
+           "Stopping": RunState.STOPPING, "Stopped": RunState.CANCELLED}
+_STARTING = {"Starting", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading", "DownloadingTrainingImage",
+             "Pending", "Restarting"}
+
+
+class SageMakerBackend(Backend):
+    name: ClassVar[str] = "sagemaker"
+    description: ClassVar[str] = "SageMaker training job on an official PyTorch container (torchrun or smddp)"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        spot=True,
+        provision=False,
+        unsupported={
+            "code.command": "SageMaker's PyTorch containers start an entry script (code.entry + code.args)",
+            "secret env": "CreateTrainingJob has no secret-safe field: secrets go in Environment at submit and "
+                          "are visible to DescribeTrainingJob callers; prefer AWS Secrets Manager for real secrets",
+        },
+    )
+
+    def __init__(self, session: Any = None, registry: Registry | None = None, poll_seconds: float = POLL_SECONDS,
+                 token: str | None = None) -> None:
+        self._session = session
+        self.registry = registry or Registry()
+        self.poll_seconds = poll_seconds
+        self.token = token
+
+    # -- render ------------------------------------------------------------------------------
+    def render(self, spec: JobSpec) -> Plan:
+        token = self.token or time.strftime("%y%m%d%H%M%S")
+        r = build(spec, token)
+        return Plan(
+            backend=self.name, job_name=r.request["TrainingJobName"], request=r.request,
+            documents={"CreateTrainingJob.json": json.dumps(r.request, indent=2) + "\n"},
+            decisions=r.decisions, warnings=r.warnings, estimate=r.estimate, uploads=r.uploads, spec=spec,
+        )
+
+    # -- AWS clients (boto3 imported here, never at render) ----------------------------------------
+    def _boto(self, region: str) -> Any:
+        if self._session is None:
+            try:
+                import boto3
+            except ImportError:
+                raise BackendUnavailable("the SageMaker backend needs boto3: pip install 'cloudddp[aws]'") from None
+            self._session = boto3.session.Session(region_name=region)
+        return self._session
+
+    def _client(self, service: str, region: str, attempts: int = 8) -> Any:
+        from botocore.config import Config
+
+        config = Config(retries={"mode": "standard", "max_attempts": attempts}, user_agent_extra="cloudddp")
+        return self._boto(region).client(service, region_name=region, config=config)
+
+    def _region_of(self, run_id: str) -> str:
+        record = self.registry.get(run_id)
+        if record and record.info.get("region"):
+            return str(record.info["region"])
+        import os
+
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if not region:
+            raise UserError(f"cannot tell the region of {run_id}: set AWS_REGION")
+        return region
+
+    # -- launch ------------------------------------------------------------------------------
+    def launch(self, plan: Plan, *, progress: Progress | None = None) -> str:
+        from botocore.exceptions import ClientError, NoCredentialsError
+
+        spec = plan.spec
+        if spec is None:
+            raise UserError("this plan carries no spec; render it with SageMakerBackend.render(spec)")
+        region = region_for(spec)
+        request = json.loads(json.dumps(plan.request))
+        try:
+            if ACCOUNT in json.dumps(request):
+                account = self._client("sts", region).get_caller_identity()["Account"]
+                request = json.loads(json.dumps(request).replace(ACCOUNT, account))
+            s3 = self._client("s3", region)
+            self._upload(s3, spec, plan.uploads, request, progress)
+            secrets = resolved_env(spec)
+            for key, value in request["Environment"].items():
+                if value == SECRET_PLACEHOLDER.format(name=key) or value.startswith("<from_env:"):
+                    request["Environment"][key] = secrets[key]
+            name = self._create(self._client("sagemaker", region), request, progress)
+        except NoCredentialsError:
+            raise BackendUnavailable("no AWS credentials found (boto3's standard chain: env, ~/.aws, instance role)",
+                                     hint="run `aws configure`, or export AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY") from None
+        except ClientError as e:
+            raise CloudDDPError(f"SageMaker refused the request: {e.response['Error'].get('Message', e)}") from None
+        if self.registry.get(name) is None:
+            self.registry.add(name, self.name, spec.name, RunState.PENDING.value, {"region": region})
+        return name
+
+    def _upload(self, s3: Any, spec: JobSpec, uploads: list[dict[str, Any]], request: dict[str, Any],
+                progress: Progress | None) -> None:
+        text = json.dumps(request)
+        for up in uploads:
+            destination = up["destination"] if ACCOUNT not in up["destination"] else None
+            if destination is None:  # the account was filled into the request: find the same URI there
+                tail = up["destination"].split(ACCOUNT, 1)[1]
+                start = text.find(tail)
+                destination = text[text.rfind("s3://", 0, start): start + len(tail)]
+            bucket, _, key = destination.removeprefix("s3://").partition("/")
+            self._ensure_bucket(s3, bucket)
+            if up["kind"] == "code":
+                snapshot = pack(spec.code_dir, spec.code.ignore)
+                if snapshot.sha256 != up["sha256"]:
+                    raise UserError("code.dir changed between render and launch; render again")
+                self._put(s3, bucket, key, [("sourcedir.tar.gz", snapshot.data)], up, progress, whole=True)
+            else:
+                from pathlib import Path
+
+                folder = Path(up["source"])
+                files = [(rel, (folder / rel).read_bytes()) for rel in collect(folder)]
+                self._put(s3, bucket, key, files, up, progress, whole=False)
+
+    def _ensure_bucket(self, s3: Any, bucket: str) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            s3.head_bucket(Bucket=bucket)
+        except ClientError as e:
+            if e.response["Error"].get("Code") not in ("404", "NoSuchBucket"):
+                raise
+            s3.create_bucket(Bucket=bucket)
+
+    def _put(self, s3: Any, bucket: str, key: str, files: list[tuple[str, bytes]], up: dict[str, Any],
+             progress: Progress | None, *, whole: bool) -> None:
+        """Upload unless the content-addressed marker shows it is already there."""
+        from botocore.exceptions import ClientError
+
+        marker = key if whole else key.rstrip("/") + "/.cloudddp-complete"
+        try:
+            s3.head_object(Bucket=bucket, Key=marker)
+            up["uploaded_bytes"] = 0
+            if progress:
+                progress.step(f"{up['kind']} snapshot {up['sha256'][:12]} already in s3://{bucket}: nothing to upload")
+            return
+        except ClientError as e:
+            if e.response["Error"].get("Code") not in ("404", "NoSuchKey", "NotFound"):
+                raise
+        total, done = sum(len(d) for _, d in files), 0
+        for rel, data in files:
+            target = key if whole else key.rstrip("/") + "/" + rel
+            s3.upload_fileobj(io.BytesIO(data), bucket, target)
+            done += len(data)
+            if progress:
+                progress.advance(f"uploading {up['kind']} to s3://{bucket}/{key}", done, total)
+        if not whole:
+            s3.put_object(Bucket=bucket, Key=marker, Body=up["sha256"].encode())
+        up["uploaded_bytes"] = total
+
+    def _create(self, sm: Any, request: dict[str, Any], progress: Progress | None) -> str:
+        from botocore.exceptions import ClientError
+
+        name = request["TrainingJobName"]
+        if self._exists(sm, name):  # launched before (a retried submit): never a second job
+            if progress:
+                progress.step(f"training job {name} already exists: not creating it again")
+            return name
+        try:
+            sm.create_training_job(**request)
+        except ClientError as e:
+            # A retry whose first attempt went through (response lost) meets its own job: that is success.
+            if e.response["Error"].get("Code") not in ("ResourceInUse", "ValidationException") or not self._exists(sm, name):
+                raise
+        if progress:
+            progress.step(f"created training job {name}")
+        return name
+
+    @staticmethod
+    def _exists(sm: Any, name: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            sm.describe_training_job(TrainingJobName=name)
+            return True
+        except ClientError:
+            return False
+
+    # -- run verbs ---------------------------------------------------------------------------
+    def _describe(self, run_id: str) -> dict[str, Any]:
+        from botocore.exceptions import ClientError
+
+        try:
+            return self._client("sagemaker", self._region_of(run_id)).describe_training_job(TrainingJobName=run_id)
+        except ClientError as e:
+            if "not found" in str(e).lower() or e.response["Error"].get("Code") in ("ValidationException", "ResourceNotFound"):
+                raise RunNotFound(f"no SageMaker training job {run_id!r}") from None
+            raise
+
+    def status(self, run_id: str) -> RunStatus:
+        d = self._describe(run_id)
+        native, secondary = d.get("TrainingJobStatus", ""), d.get("SecondaryStatus", "")
+        state = _STATES.get(native, RunState.UNKNOWN)
+        if state is RunState.RUNNING and secondary in _STARTING:
+            state = RunState.STARTING
+        if self.registry.get(run_id):
+            self.registry.update(run_id, state=state.value)
+        created, ended = d.get("CreationTime"), d.get("TrainingEndTime")
+        return RunStatus(
+            run_id=run_id, backend=self.name, state=state, name=run_id.rsplit("-", 2)[0],
+            native_state=f"{native}/{secondary}" if secondary else native,
+            message=d.get("FailureReason") or secondary,
+            created_at=created.timestamp() if hasattr(created, "timestamp") else None,
+            ended_at=ended.timestamp() if hasattr(ended, "timestamp") else None,
+            details={"instance_type": d.get("ResourceConfig", {}).get("InstanceType"),
+                     "instance_count": d.get("ResourceConfig", {}).get("InstanceCount"),
+                     "billable_seconds": d.get("BillableTimeInSeconds")},
+        )
+
+    def logs(self, run_id: str, *, follow: bool = False) -> Iterator[LogLine]:
+        """Every ``<job>/algo-N-*`` stream, interleaved by time, each line tagged with its host."""
+        from botocore.exceptions import ClientError
+
+        logs = self._client("logs", self._region_of(run_id))
+        tokens: dict[str, str | None] = {}
+        while True:
+            finished = self.status(run_id).state.terminal if follow else True
+            try:
+                streams = logs.describe_log_streams(logGroupName=LOG_GROUP, logStreamNamePrefix=f"{run_id}/")["logStreams"]
+            except ClientError as e:
+                if e.response["Error"].get("Code") != "ResourceNotFoundException":
+                    raise
+                streams = []
+            batch = []
+            for stream in streams:
+                name = stream["logStreamName"]
+                host = name.split("/", 1)[1].rsplit("-", 1)[0] if "/" in name else name
+                while True:
+                    kwargs: dict[str, Any] = {"logGroupName": LOG_GROUP, "logStreamName": name, "startFromHead": True}
+                    if tokens.get(name):
+                        kwargs["nextToken"] = tokens[name]
+                    page = logs.get_log_events(**kwargs)
+                    batch += [(e["timestamp"], host, e["message"]) for e in page["events"]]
+                    done = page.get("nextForwardToken") == tokens.get(name) or not page["events"]
+                    tokens[name] = page.get("nextForwardToken")
+                    if done:
+                        break
+            for ts, host, message in sorted(batch, key=lambda x: (x[0], x[1])):
+                for line in message.splitlines() or [""]:
+                    yield LogLine(host, line, ts / 1000)
+            if finished:
+                return
+            time.sleep(self.poll_seconds)
+
+    def cancel(self, run_id: str) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self._client("sagemaker", self._region_of(run_id)).stop_training_job(TrainingJobName=run_id)
+        except ClientError as e:
+            raise CloudDDPError(f"SageMaker did not stop {run_id}: {e.response['Error'].get('Message', e)}") from None
+
+    def list(self) -> list[RunStatus]:
+        out = []
+        for record in self.registry.list(backend=self.name):
+            try:
+                out.append(self.status(record.run_id))
+            except RunNotFound:
+                continue
+        return out
+
+    def preflight(self, plan: Plan) -> list[Check]:
+        """Credentials, the role and the instance type's quota (Service Quotas), the bucket."""
+        spec = plan.spec
+        if spec is None:
+            return []
+        region = region_for(spec)
+        checks = []
+        try:
+            identity = self._client("sts", region).get_caller_identity()
+            checks.append(Check("AWS credentials", True, f"account {identity['Account']}"))
+        except Exception as e:  # noqa: BLE001 - any failure here means "no usable credentials"
+            return [Check("AWS credentials", False, str(e).splitlines()[0],
+                          fix="run `aws configure`, or export AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")]
+        itype = plan.request["ResourceConfig"]["InstanceType"]
+        count = plan.request["ResourceConfig"]["InstanceCount"]
+        try:
+            quotas = self._client("service-quotas", region, attempts=2).list_service_quotas(ServiceCode="sagemaker")["Quotas"]
+            wanted = f"{itype} for training job usage"
+            quota = next((q for q in quotas if q.get("QuotaName") == wanted), None)
+            if quota is None:
+                checks.append(Check(f"quota for {itype}", None, "no such quota listed for this account/region"))
+            else:
+                checks.append(Check(f"quota for {itype}", quota["Value"] >= count,
+                                    f"{quota['Value']:g} allowed, the job needs {count}",
+                                    fix="request an increase in the Service Quotas console (SageMaker)"))
+        except Exception as e:  # noqa: BLE001
+            checks.append(Check(f"quota for {itype}", None, f"could not read Service Quotas: {str(e).splitlines()[0]}"))
+        return checks

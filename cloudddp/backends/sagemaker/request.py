@@ -1,0 +1,231 @@
+"""The CreateTrainingJob request for a spec: pure, offline, and exactly what ``launch`` sends.
+
+The SageMaker PyTorch containers run the SageMaker training toolkit, which starts the entry script
+from these hyperparameters: ``sagemaker_program`` and ``sagemaker_submit_directory`` (the code
+archive), plus ``sagemaker_torch_distributed_enabled`` (torchrun on every node) or
+``sagemaker_distributed_dataparallel_enabled`` (smddp under MPI). Every other hyperparameter reaches
+the script as ``--key value``, so the spec's ``--key value`` arguments map onto hyperparameters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...catalog import find, nccl_env_presets
+from ...errors import UserError
+from ...metrics import STANDARD_METRICS, metric_regex
+from ...packaging import collect, folder_digest, pack
+from ...secrets import rendered_env
+from ...sizing import choose
+from ...spec import JobSpec
+from .images import training_image
+
+ACCOUNT = "{ACCOUNT}"  # filled in at launch from STS when the spec names no bucket
+CHECKPOINT_LOCAL = "/opt/ml/checkpoints"
+_NAME_OK = re.compile(r"[^a-zA-Z0-9-]")
+
+
+@dataclass
+class Rendered:
+    request: dict[str, Any]
+    uploads: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    estimate: dict[str, Any] | None = None
+
+
+def region_for(spec: JobSpec) -> str:
+    region = spec.sagemaker.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if not region:
+        raise UserError("no AWS region: set sagemaker.region in the spec, or AWS_REGION in the environment")
+    return region
+
+
+def role_for(spec: JobSpec) -> str:
+    role = spec.sagemaker.role or os.environ.get("CLOUDDDP_SAGEMAKER_ROLE")
+    if not role:
+        raise UserError(
+            "no execution role: set sagemaker.role (an IAM role ARN SageMaker can assume), "
+            "or CLOUDDDP_SAGEMAKER_ROLE in the environment",
+            hint="the role needs AmazonSageMakerFullAccess-style permissions and read/write on the bucket",
+        )
+    return role
+
+
+def script_hyperparameters(args: list[str]) -> dict[str, str]:
+    """``[--epochs, 30, --lr=0.1]`` → ``{"epochs": "30", "lr": "0.1"}``: the toolkit passes them back as ``--key value``."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or len(arg) < 3:
+            raise UserError(f"code.args: {arg!r}: SageMaker passes script arguments as --key value pairs only")
+        if "=" in arg:
+            key, value = arg[2:].split("=", 1)
+            i += 1
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            key, value = arg[2:], args[i + 1]
+            i += 2
+        else:
+            raise UserError(
+                f"code.args: {arg} has no value; SageMaker passes script arguments as --key value",
+                hint=f"write it as {arg}=true if the script accepts a value, or drop it for SageMaker with -o",
+            )
+        if key.startswith("sagemaker_"):
+            raise UserError(f"code.args: --{key} is reserved for the SageMaker training toolkit")
+        out[key] = value
+    return out
+
+
+def job_name(spec: JobSpec, content: dict[str, Any], token: str) -> str:
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:8]
+    base = _NAME_OK.sub("-", spec.name)[: 63 - len(digest) - len(token) - 2].strip("-")
+    return f"{base}-{digest}-{token}"
+
+
+def build(spec: JobSpec, token: str) -> Rendered:
+    sm = spec.sagemaker
+    region, role = region_for(spec), role_for(spec)
+    r = Rendered(request={})
+    bucket = sm.bucket or f"sagemaker-{region}-{ACCOUNT}"
+    if not sm.bucket:
+        r.decisions.append(f"bucket: the SageMaker default, s3://{bucket} (account filled in at submit)")
+    prefix = f"s3://{bucket}/{sm.prefix.strip('/')}"
+
+    gpus = spec.resources.gpus_per_node
+    selection = choose(spec, "aws", sm.instance_type)
+    instance_type = sm.instance_type or (selection.chosen.sku.size if selection.chosen else "")
+    sku = find(instance_type)
+    if selection.chosen is not None:
+        r.decisions.append(f"instance type {instance_type}: " + "; ".join(selection.chosen.reasons))
+        r.warnings += selection.chosen.warnings
+        if selection.chosen.estimate:
+            r.estimate = selection.chosen.estimate.to_dict()
+    if sku is not None and gpus and gpus != sku.gpus:
+        r.warnings.append(
+            f"{instance_type} has {sku.gpus} GPUs but resources.gpus_per_node is {gpus}: the container starts one "
+            f"process per GPU ({sku.gpus}); set gpus_per_node: {sku.gpus}"
+        )
+    smddp = spec.distribution.backend == "smddp"
+    if smddp and spec.distribution.launcher == "torchrun":
+        r.decisions.append("smddp: the container's smddp launcher (MPI) starts the processes")
+
+    image, how = training_image(sm.image, region, sm.framework_version, sm.py_version, gpu=gpus > 0)
+    r.decisions.append(f"image {image} ({how})")
+
+    snapshot = pack(spec.code_dir, spec.code.ignore)
+    code_uri = f"{prefix}/code/{snapshot.sha256}/sourcedir.tar.gz"
+    r.uploads.append({"kind": "code", "source": str(spec.code_dir), "destination": code_uri,
+                      "sha256": snapshot.sha256, "bytes": snapshot.size, "files": len(snapshot.files)})
+    if spec.code.command is not None:
+        raise UserError("code.command: SageMaker's PyTorch containers start an entry script; use code.entry + code.args")
+    hyper = script_hyperparameters(spec.code.args)
+    channels = []
+    for name, item in spec.inputs.items():
+        if item.is_remote:
+            if not item.path.startswith("s3://"):
+                raise UserError(f"inputs.{name}: SageMaker reads s3:// URIs or local folders, not {item.path}")
+            uri = item.path
+        else:
+            folder = (spec.base_dir / item.path).resolve()
+            if not folder.is_dir():
+                raise UserError(f"inputs.{name}: {folder} is not a folder")
+            files = collect(folder)
+            digest = folder_digest(folder, files)
+            uri = f"{prefix}/data/{name}/{digest}/"
+            r.uploads.append({"kind": "input", "name": name, "source": str(folder), "destination": uri,
+                              "sha256": digest, "bytes": sum((folder / f).stat().st_size for f in files), "files": len(files)})
+        channels.append({
+            "ChannelName": name,
+            "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}},
+            "InputMode": "FastFile" if item.mode == "mount" else "File",
+        })
+        if item.arg:
+            hyper[item.arg.lstrip("-")] = f"/opt/ml/input/data/{name}"
+
+    env = rendered_env(spec)
+    env.update({
+        "PYTHONUNBUFFERED": "1",
+        "CLOUDDDP_DIST_BACKEND": spec.process_group_backend(on_gpu=gpus > 0),
+        "CLOUDDDP_COLLECTIVE_TIMEOUT": str(spec.distribution.collective_timeout),
+        "CLOUDDDP_CHECKPOINT_DIR": CHECKPOINT_LOCAL,
+        "CLOUDDDP_RESUME": spec.checkpoint.resume,
+        "CLOUDDDP_CHECKPOINT_EVERY": str(spec.checkpoint.every_epochs if spec.checkpoint.enabled else 0),
+    })
+    if sku is not None and spec.resources.nodes > 1:
+        presets = {k: v for k, v in nccl_env_presets(sku).items() if k not in env}
+        if presets:
+            env.update(presets)
+            r.decisions.append(f"{sku.fabric} presets: " + ", ".join(f"{k}={v}" for k, v in presets.items()))
+
+    output = spec.outputs.get("model")
+    output_uri = output.path if output and output.path else f"{prefix}/output"
+    checkpoint_uri = spec.checkpoint.path or f"{prefix}/checkpoints/{spec.name}"
+
+    hyper.update({
+        "sagemaker_program": spec.code.entry or "train.py",
+        "sagemaker_submit_directory": code_uri,
+        "sagemaker_region": region,
+        "sagemaker_container_log_level": "20",
+    })
+    if smddp:
+        hyper["sagemaker_distributed_dataparallel_enabled"] = "true"
+        hyper["sagemaker_instance_type"] = instance_type
+        hyper["sagemaker_distributed_dataparallel_custom_mpi_options"] = ""
+    elif spec.distribution.launcher == "mpi":
+        hyper.update({"sagemaker_mpi_enabled": "true", "sagemaker_mpi_num_of_processes_per_host": str(max(gpus, 1))})
+    else:
+        hyper["sagemaker_torch_distributed_enabled"] = "true"
+
+    resource: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": spec.resources.nodes,
+                                "VolumeSizeInGB": sm.volume_gb or spec.resources.disk_gb}
+    if sm.keep_alive:
+        resource["KeepAlivePeriodInSeconds"] = sm.keep_alive
+    if sm.volume_kms_key:
+        resource["VolumeKmsKeyId"] = sm.volume_kms_key
+    stopping: dict[str, Any] = {"MaxRuntimeInSeconds": spec.limits.max_runtime}
+    if spec.resources.spot:
+        wait = sm.max_wait or min(2 * spec.limits.max_runtime, 28 * 24 * 3600)
+        if wait < spec.limits.max_runtime:
+            raise UserError(f"sagemaker.max_wait ({wait} s) must be at least limits.max_runtime ({spec.limits.max_runtime} s)")
+        stopping["MaxWaitTimeInSeconds"] = wait
+        r.decisions.append(f"managed spot: waits up to {wait} s for capacity; checkpoints resume after interruptions")
+    tags = {**spec.tags, **sm.tags, "cloudddp:job": spec.name}
+    content = {"resource": resource, "hyper": hyper, "image": image, "env": env, "channels": channels, "role": role}
+    name = job_name(spec, content, token)
+    hyper["sagemaker_job_name"] = json.dumps(name)
+    request: dict[str, Any] = {
+        "TrainingJobName": name,
+        "RoleArn": role,
+        "AlgorithmSpecification": {
+            "TrainingImage": image,
+            "TrainingInputMode": "File",
+            "MetricDefinitions": [{"Name": m, "Regex": metric_regex(m)} for m in STANDARD_METRICS],
+        },
+        "HyperParameters": hyper,
+        "ResourceConfig": resource,
+        "OutputDataConfig": {"S3OutputPath": output_uri, **({"KmsKeyId": sm.output_kms_key} if sm.output_kms_key else {})},
+        "CheckpointConfig": {"S3Uri": checkpoint_uri, "LocalPath": CHECKPOINT_LOCAL},
+        "StoppingCondition": stopping,
+        "Environment": env,
+        "EnableManagedSpotTraining": spec.resources.spot,
+        "EnableNetworkIsolation": sm.network_isolation,
+        "EnableInterContainerTrafficEncryption": sm.encrypt_inter_container_traffic,
+        "Tags": [{"Key": k, "Value": v} for k, v in {**tags, "cloudddp:request": name.rsplit("-", 2)[-2]}.items()],
+    }
+    if channels:
+        request["InputDataConfig"] = channels
+    if sm.subnets or sm.security_group_ids:
+        if not (sm.subnets and sm.security_group_ids):
+            raise UserError("sagemaker.subnets and sagemaker.security_group_ids go together (VpcConfig needs both)")
+        request["VpcConfig"] = {"Subnets": sm.subnets, "SecurityGroupIds": sm.security_group_ids}
+    if spec.limits.max_restarts:
+        request["RetryStrategy"] = {"MaximumRetryAttempts": min(30, spec.limits.max_restarts)}
+        r.decisions.append(f"SageMaker retries the job up to {min(30, spec.limits.max_restarts)} times; it resumes from {checkpoint_uri}")
+    r.request = request
+    return r

@@ -1,0 +1,180 @@
+"""The SageMaker backend against moto running as a real HTTP server on 127.0.0.1 (no mocks)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from cloudddp.backends.base import RunState
+from cloudddp.backends.sagemaker import LOG_GROUP, SageMakerBackend
+from cloudddp.packaging import pack
+from cloudddp.specload import spec_from_dict
+
+from ..aws_emulator import FaultProxy, moto_server
+from ..conftest import ROOT, cli
+
+pytestmark = pytest.mark.slow
+BUCKET = "cloudddp-test-artifacts"
+NOW_MS = int(time.time() * 1000)  # CloudWatch (and moto) drop events more than 14 days old
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    with moto_server() as url:
+        yield url
+
+
+@pytest.fixture(autouse=True)
+def aws_env(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    for key, value in {"AWS_ENDPOINT_URL": moto_url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return moto_url
+
+
+def job(tmp_path: Path, **extra: object) -> dict:
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    (data / "part-0.bin").write_bytes(os.urandom(2048))  # unique per test: the bucket outlives a test
+    return {
+        "name": "tiny-sm",
+        "code": {"dir": str(ROOT / "src_train"), "entry": "train.py", "args": ["--dataset", "synthetic", "--epochs", "2"]},
+        "inputs": {"train": {"path": str(data), "arg": "--data-dir"}},
+        "resources": {"nodes": 2, "gpus_per_node": 8},
+        "sagemaker": {"region": "us-east-1", "role": "arn:aws:iam::123456789012:role/SageMakerRole", "bucket": BUCKET,
+                      "instance_type": "ml.p4d.24xlarge",
+                      "image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-gpu-py311"},
+        **extra,
+    }
+
+
+def put_logs(name: str, host: str, lines: list[str], start_ms: int) -> None:
+    logs = boto3.client("logs")
+    try:
+        logs.create_log_group(logGroupName=LOG_GROUP)
+    except logs.exceptions.ResourceAlreadyExistsException:
+        pass
+    stream = f"{name}/{host}-1700000000"
+    try:
+        logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
+    except logs.exceptions.ResourceAlreadyExistsException:
+        pass
+    logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream,
+                        logEvents=[{"timestamp": NOW_MS + start_ms + i, "message": m} for i, m in enumerate(lines)])
+
+
+def set_status(name: str, status: str, secondary: str | None = None) -> None:
+    from moto.sagemaker.models import sagemaker_backends
+
+    job = sagemaker_backends["123456789012"]["us-east-1"].training_jobs[name]
+    job.training_job_status = status
+    if secondary:
+        job.secondary_status = secondary
+
+
+def metric(epoch: int, **values: float) -> str:
+    return "CLOUDDDP_METRIC " + json.dumps({"epoch": epoch, "step": epoch * 10, "time": 1.0, **values}, separators=(",", ":"))
+
+
+def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_metrics(tmp_path: Path) -> None:
+    spec_path = tmp_path / "job.json"
+    spec_path.write_text(json.dumps(job(tmp_path)))  # JSON is YAML
+    result = cli("submit", str(spec_path), "-b", "sagemaker", "--detach", "--quiet")
+    assert result.returncode == 0, result.stderr
+    name = result.stdout.strip()
+
+    # The code archive is in S3 under its own sha256, byte-identical to a local deterministic pack.
+    snapshot = pack(ROOT / "src_train")
+    body = boto3.client("s3").get_object(Bucket=BUCKET, Key=f"cloudddp/code/{snapshot.sha256}/sourcedir.tar.gz")["Body"].read()
+    assert hashlib.sha256(body).hexdigest() == snapshot.sha256
+    keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="cloudddp/data/train/")["Contents"]]
+    assert any(k.endswith("/part-0.bin") for k in keys)
+
+    d = boto3.client("sagemaker").describe_training_job(TrainingJobName=name)
+    assert d["AlgorithmSpecification"]["TrainingImage"].endswith("pytorch-training:2.4-gpu-py311")
+    assert d["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge" and d["ResourceConfig"]["InstanceCount"] == 2
+    assert d["HyperParameters"]["sagemaker_torch_distributed_enabled"] == "true"
+    assert d["HyperParameters"]["epochs"] == "2" and d["HyperParameters"]["data-dir"] == "/opt/ml/input/data/train"
+    assert d["CheckpointConfig"]["S3Uri"] == f"s3://{BUCKET}/cloudddp/checkpoints/tiny-sm"
+
+    set_status(name, "InProgress", "Training")
+    status = json.loads(cli("status", name, "--json").stdout)
+    assert status["state"] == "running" and status["native_state"] == "InProgress/Training"
+
+    put_logs(name, "algo-1", ["starting", metric(1, train_loss=0.9)], 1_000)
+    put_logs(name, "algo-2", ["hello from algo-2"], 1_001)
+    follower = subprocess.Popen([sys.executable, "-m", "cloudddp", "logs", name, "-f"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "CLOUDDDP_SAGEMAKER_POLL": "0.2"})
+    time.sleep(3)
+    put_logs(name, "algo-1", [metric(2, train_loss=0.5, test_acc=0.8)], 5_000)
+    set_status(name, "Completed", "Completed")
+    out, errs = follower.communicate(timeout=120)
+    assert "[algo-1] starting" in out, errs[-2000:] and "[algo-2] hello from algo-2" in out
+    assert '"test_acc":0.8' in out, out  # arrived while following, before the job ended
+    metrics = [json.loads(line) for line in cli("metrics", name, "--json").stdout.splitlines()]
+    assert [m["epoch"] for m in metrics] == [1, 2] and metrics[1]["test_acc"] == 0.8
+    assert json.loads(cli("status", name, "--json").stdout)["state"] == "succeeded"
+
+
+def test_second_submit_of_unchanged_code_and_data_uploads_nothing(tmp_path: Path) -> None:
+    spec = spec_from_dict(job(tmp_path, name="repeat-sm"))
+    backend = SageMakerBackend(token="a1")
+    first = backend.render(spec)
+    backend.launch(first)
+    assert [u["kind"] for u in first.uploads] == ["code", "input"] and first.uploads[1]["uploaded_bytes"] == 2048
+    second = SageMakerBackend(token="a2").render(spec)
+    SageMakerBackend().launch(second)
+    assert [u["uploaded_bytes"] for u in second.uploads] == [0, 0]
+
+
+def test_a_retried_submit_does_not_start_a_second_job(tmp_path: Path) -> None:
+    session = boto3.session.Session(region_name="us-east-1")
+    creates = []
+    session.events.register("before-call.sagemaker.CreateTrainingJob", lambda **kw: creates.append(1))
+    backend = SageMakerBackend(session=session, token="same")
+    plan = backend.render(spec_from_dict(job(tmp_path, name="idem-sm")))
+    assert backend.launch(plan) == backend.launch(plan)  # the retry finds the job by its deterministic name
+    assert len(creates) == 1
+
+
+def test_throttling_5xx_and_a_lost_response_are_survived_without_a_duplicate(tmp_path: Path, aws_env: str,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    def rule(target: str, n: int) -> str | None:
+        if target == "CreateTrainingJob" and n == 1:
+            return "drop"  # the job is created, the response never arrives
+        if target == "DescribeTrainingJob" and n <= 2:
+            return "throttle"
+        if target.startswith("PUT") and n == 1:
+            return "503"
+        return None
+
+    proxy = FaultProxy(aws_env, rule)
+    with proxy.running() as url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", url)
+        backend = SageMakerBackend(token="faulty")
+        name = backend.launch(backend.render(spec_from_dict(job(tmp_path, name="fault-sm"))))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", aws_env)
+    assert proxy.seen["CreateTrainingJob"] == 2 and proxy.seen["DescribeTrainingJob"] >= 3
+    jobs = boto3.client("sagemaker").list_training_jobs(NameContains="fault-sm")["TrainingJobSummaries"]
+    assert [j["TrainingJobName"] for j in jobs] == [name]
+
+
+def test_status_reaches_the_cli_for_each_state(tmp_path: Path) -> None:
+    backend = SageMakerBackend(token="st")
+    name = backend.launch(backend.render(spec_from_dict(job(tmp_path, name="states-sm"))))
+    for native, secondary, expected in (("InProgress", "Downloading", RunState.STARTING),
+                                        ("InProgress", "Training", RunState.RUNNING),
+                                        ("Failed", "Failed", RunState.FAILED), ("Stopped", "Stopped", RunState.CANCELLED)):
+        set_status(name, native, secondary)
+        assert backend.status(name).state is expected

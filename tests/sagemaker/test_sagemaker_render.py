@@ -1,0 +1,111 @@
+"""SageMaker render: offline, validated against botocore's own service model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cloudddp.backends.sagemaker import SageMakerBackend
+from cloudddp.backends.sagemaker.images import image_from_registry
+from cloudddp.errors import UserError
+from cloudddp.specload import load_spec, spec_from_dict
+
+from ..conftest import ROOT
+
+
+def sagemaker_jobs() -> list[Path]:
+    return [p for p in sorted((ROOT / "jobs").glob("*.yaml")) if load_spec(p).sagemaker.role]
+
+
+def validate(request: dict) -> None:
+    import botocore.session
+    from botocore.validate import ParamValidator
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    report = ParamValidator().validate(request, model.operation_model("CreateTrainingJob").input_shape)
+    assert not report.has_errors(), report.generate_report()
+    assert request["ResourceConfig"]["InstanceType"] in model.shape_for("TrainingInstanceType").enum
+
+
+@pytest.mark.parametrize("path", sagemaker_jobs(), ids=lambda p: p.name)
+def test_every_sagemaker_job_renders_a_valid_request(path: Path) -> None:
+    plan = SageMakerBackend().render(load_spec(path))
+    validate(plan.request)
+    hp = plan.request["HyperParameters"]
+    assert all(isinstance(v, str) for v in hp.values())
+    assert hp["sagemaker_program"] == "train.py" and hp["sagemaker_submit_directory"].endswith("/sourcedir.tar.gz")
+    assert ("sagemaker_distributed_dataparallel_enabled" in hp) != ("sagemaker_torch_distributed_enabled" in hp)
+    assert plan.request["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
+    assert json.loads(plan.documents["CreateTrainingJob.json"]) == plan.request
+
+
+def test_smddp_job_renders_the_smddp_launcher_and_backend() -> None:
+    plan = SageMakerBackend().render(load_spec(ROOT / "jobs" / "cifar10-smddp.yaml"))
+    req = plan.request
+    assert req["HyperParameters"]["sagemaker_distributed_dataparallel_enabled"] == "true"
+    assert req["Environment"]["CLOUDDDP_DIST_BACKEND"] == "smddp"
+    assert req["EnableManagedSpotTraining"] is True
+    assert req["StoppingCondition"]["MaxWaitTimeInSeconds"] >= req["StoppingCondition"]["MaxRuntimeInSeconds"]
+    assert req["HyperParameters"]["data-dir"] == "/opt/ml/input/data/train"
+    assert req["Environment"]["FI_PROVIDER"] == "efa"
+
+
+def test_smddp_on_an_unsupported_instance_is_refused_with_the_alternatives() -> None:
+    spec = load_spec(ROOT / "jobs" / "cifar10-smddp.yaml", ["sagemaker.instance_type=ml.g5.48xlarge"])
+    with pytest.raises(UserError) as info:
+        SageMakerBackend().render(spec)
+    text = str(info.value)
+    assert "smddp does not run on ml.g5.48xlarge" in text and "ml.p4d.24xlarge" in text
+
+
+def test_multi_node_without_efa_warns_with_what_to_pick_instead() -> None:
+    spec = load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml", ["sagemaker.instance_type=ml.p3.16xlarge"])
+    plan = SageMakerBackend().render(spec)
+    text = " ".join(plan.warnings)
+    assert "does not scale" in text and "ml.p3dn.24xlarge" in text
+
+
+def test_secrets_are_placeholders_in_the_rendered_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_TOKEN", "s3cr3t-value-123")
+    spec = load_spec(ROOT / "jobs" / "cifar10-smddp.yaml",
+                     ["env.TOKEN.from_env=MY_TOKEN", "env.TOKEN.secret=true", "env.PLAIN=visible"])
+    plan = SageMakerBackend().render(spec)
+    assert "s3cr3t-value-123" not in plan.to_json()
+    assert plan.request["Environment"]["TOKEN"] == "<secret:TOKEN>" and plan.request["Environment"]["PLAIN"] == "visible"
+
+
+def test_missing_region_role_or_image_say_which_and_how() -> None:
+    base = {"name": "x", "code": {"dir": str(ROOT / "src_train")}, "resources": {"gpus_per_node": 1},
+            "sagemaker": {"region": "us-east-1", "role": "arn:aws:iam::1:role/r", "instance_type": "ml.g5.xlarge"}}
+    for drop, expected in (("role", "no execution role"), ("image", "sagemaker.image is not set")):
+        data = json.loads(json.dumps(base))
+        data["sagemaker"].pop(drop, None)
+        with pytest.raises(UserError, match=expected):
+            SageMakerBackend().render(spec_from_dict(data))
+    with pytest.raises(UserError, match="--deterministic has no value"):
+        SageMakerBackend().render(spec_from_dict({**base, "code": {"dir": str(ROOT / "src_train"), "args": ["--deterministic"]},
+                                                  "sagemaker": {**base["sagemaker"], "image": "img:1"}}))
+
+
+def test_image_registry_file_in_the_sdk_format(tmp_path: Path) -> None:
+    config = tmp_path / "pytorch.json"
+    config.write_text(json.dumps({"training": {
+        "version_aliases": {"2.4": "2.4.0"},
+        "versions": {"2.4.0": {"py_versions": ["py311"], "registries": {"eu-west-1": "763104351884"},
+                               "repository": "pytorch-training"}}}}))
+    assert image_from_registry(config, "eu-west-1", "2.4", "py311", gpu=True) == \
+        "763104351884.dkr.ecr.eu-west-1.amazonaws.com/pytorch-training:2.4-gpu-py311"
+    with pytest.raises(UserError, match="py310"):
+        image_from_registry(config, "eu-west-1", "2.4", "py310", gpu=True)
+
+
+def test_render_imports_no_aws_sdk() -> None:
+    code = ("import sys; from cloudddp.specload import load_spec; from cloudddp.backends.sagemaker import SageMakerBackend;"
+            f"SageMakerBackend().render(load_spec({str(ROOT / 'jobs' / 'cifar10-smddp.yaml')!r}));"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3','botocore','sagemaker','torch')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.strip() == "[]"
