@@ -84,6 +84,12 @@ class Input(Strict):
     arg: str | None = Field(
         None, description="Script argument that receives the input's path in the job, e.g. `--data-dir`."
     )
+    sagemaker: str | None = Field(None, description="Where this input is for SageMaker (s3://...), instead of `path`.")
+    azureml: str | None = Field(None, description="Where this input is for Azure ML (azureml://...), instead of `path`.")
+
+    def location(self, backend: str) -> str:
+        """The path or URI this input has on ``backend`` (its own entry, else ``path``)."""
+        return {"sagemaker": self.sagemaker, "azureml": self.azureml}.get(backend) or self.path
 
     @property
     def is_remote(self) -> bool:

@@ -95,7 +95,8 @@ def _shapes(req: Requirements, sku: Sku) -> tuple[int, int] | str:
     """(nodes, GPUs per node) for this size, or why it cannot hold the job."""
     if req.gpus_per_node is not None and req.nodes is not None:
         if req.gpus_per_node > sku.gpus:
-            return f"{sku.gpus} GPUs per node, the job needs {req.gpus_per_node}"
+            return (f"{sku.gpus} GPUs per node, the job needs {req.gpus_per_node}"
+                    + (" (more processes than GPUs fail with \"Duplicate GPU detected\" on Azure ML)" if req.cloud == "azure" else ""))
         return req.nodes, req.gpus_per_node
     total = req.total_gpus or (req.nodes or 1) * (req.gpus_per_node or sku.gpus)
     if total % sku.gpus:

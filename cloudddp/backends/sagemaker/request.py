@@ -127,12 +127,14 @@ def build(spec: JobSpec, token: str) -> Rendered:
     hyper = script_hyperparameters(spec.code.args)
     channels = []
     for name, item in spec.inputs.items():
-        if item.is_remote:
-            if not item.path.startswith("s3://"):
-                raise UserError(f"inputs.{name}: SageMaker reads s3:// URIs or local folders, not {item.path}")
-            uri = item.path
+        where = item.location("sagemaker")
+        if "://" in where:
+            if not where.startswith("s3://"):
+                raise UserError(f"inputs.{name}: SageMaker reads s3:// URIs or local folders, not {where}",
+                                hint=f"give inputs.{name}.sagemaker: s3://...")
+            uri = where
         else:
-            folder = (spec.base_dir / item.path).resolve()
+            folder = (spec.base_dir / where).resolve()
             if not folder.is_dir():
                 raise UserError(f"inputs.{name}: {folder} is not a folder")
             files = collect(folder)

@@ -1,0 +1,195 @@
+"""The Azure ML CLI v2 command-job YAML and AmlCompute YAML for a spec: pure data, built with PyYAML.
+
+These are the documents Azure ML users already know: ``az ml job create -f job.yml`` submits the job
+document unchanged (``code`` is an absolute path, so it works wherever the file is saved), and
+azure-ai-ml's own ``load_job`` / ``load_compute`` accept both (a test proves it for every Azure job).
+Checks the SDK does not make are applied here, each an error or a warning that says what to change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...catalog import azure_rdma_by_name, disables_rdma, find, nccl_env_presets
+from ...errors import UserError
+from ...secrets import rendered_env
+from ...sizing import choose
+from ...spec import JobSpec
+
+JOB_SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
+COMPUTE_SCHEMA = "https://azuremlschemas.azureedge.net/latest/amlCompute.schema.json"
+DISTRIBUTION_KEYS = {"pytorch": {"type", "process_count_per_instance"}, "mpi": {"type", "process_count_per_instance"}}
+DEFAULT_DATASTORE = "azureml://datastores/workspaceblobstore/paths"
+_NAME_OK = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+@dataclass
+class Documents:
+    job: dict[str, Any]
+    compute: dict[str, Any]
+    decisions: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    estimate: dict[str, Any] | None = None
+
+
+def cluster_name(spec: JobSpec) -> str:
+    return spec.azureml.compute or "cloudddp-gpu"
+
+
+def job_name(spec: JobSpec, content: dict[str, Any], token: str) -> str:
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    base = _NAME_OK.sub("-", spec.name)[: 200].strip("-_")
+    return f"{base}-{digest}-{token}"
+
+
+def _command(spec: JobSpec, input_args: list[str]) -> str:
+    """The shell command Azure ML runs on each process; ${{...}} references are left unquoted."""
+    if spec.code.command is not None:
+        program = list(spec.code.command)
+    else:
+        program = ["python", spec.code.entry or "train.py", *spec.code.args]
+    quoted = [a if a.startswith("${{") else shlex.quote(a) for a in [*program, *input_args]]
+    prefix = ["CLOUDDDP_OUTPUT_DIR=${{outputs.model}}"]
+    if spec.checkpoint.enabled:
+        prefix.append("CLOUDDDP_CHECKPOINT_DIR=${{outputs.checkpoints}}")
+    return " ".join(prefix + quoted)
+
+
+def _check_distribution(distribution: dict[str, Any]) -> None:
+    """azure-ai-ml drops unknown keys inside a distribution silently; refuse them instead."""
+    allowed = DISTRIBUTION_KEYS.get(distribution.get("type", ""), set())
+    unknown = sorted(set(distribution) - allowed)
+    if unknown:
+        raise UserError(f"distribution: unknown key(s) {unknown} for type {distribution.get('type')!r} "
+                        f"(allowed: {sorted(allowed)}); Azure ML would silently drop them")
+
+
+def build(spec: JobSpec, token: str) -> Documents:
+    az = spec.azureml
+    docs = Documents(job={}, compute={})
+    gpus, nodes = spec.resources.gpus_per_node, spec.resources.nodes
+    if spec.distribution.backend == "smddp":
+        raise UserError("distribution.backend smddp runs only on SageMaker",
+                        hint="use -o distribution.backend=nccl for Azure ML")
+
+    selection = choose(spec, "azure", az.vm_size)
+    size = az.vm_size or (selection.chosen.sku.size if selection.chosen else "")
+    sku = find(size)
+    if selection.chosen is not None:
+        docs.decisions.append(f"VM size {size}: " + "; ".join(selection.chosen.reasons))
+        docs.warnings += selection.chosen.warnings
+        if selection.chosen.estimate:
+            docs.estimate = selection.chosen.estimate.to_dict()
+    elif nodes > 1 and spec.resources.interconnect != "any":
+        rdma, why = azure_rdma_by_name(size)
+        if not rdma:
+            docs.warnings.append(f"{why}: multi-node DDP over Ethernet does not scale; pick an InfiniBand size")
+    processes = gpus or 1
+    if sku is not None and gpus:
+        if gpus > sku.gpus:
+            raise UserError(
+                f"resources.gpus_per_node is {gpus} but {size} has {sku.gpus} GPUs: Azure ML would start {gpus} "
+                f"processes per node and fail with \"Duplicate GPU detected\"",
+                hint=f"set resources.gpus_per_node: {sku.gpus}, or pick a size with {gpus} GPUs",
+            )
+        if gpus < sku.gpus:
+            docs.warnings.append(f"{size} has {sku.gpus} GPUs; {gpus} processes per node leave {sku.gpus - gpus} idle "
+                                 f"(set resources.gpus_per_node: {sku.gpus})")
+
+    env = rendered_env(spec)
+    multi_node_ib = nodes > 1 and sku is not None and sku.scales_multi_node
+    if multi_node_ib:
+        killers = disables_rdma({k: v for k, v in env.items()})
+        if killers:
+            raise UserError(f"env: {'; '.join(killers)} on an InfiniBand job of {nodes} nodes",
+                            hint="remove it: NCCL would fall back to TCP and the job would not scale")
+        presets = {k: v for k, v in nccl_env_presets(sku).items() if k not in env}
+        if presets:
+            env.update(presets)
+            docs.decisions.append("InfiniBand presets: " + ", ".join(f"{k}={v}" for k, v in presets.items()))
+    env.update({
+        "PYTHONUNBUFFERED": "1",
+        "CLOUDDDP_DIST_BACKEND": spec.process_group_backend(on_gpu=gpus > 0),
+        "CLOUDDDP_COLLECTIVE_TIMEOUT": str(spec.distribution.collective_timeout),
+        "CLOUDDDP_RESUME": spec.checkpoint.resume,
+        "CLOUDDDP_CHECKPOINT_EVERY": str(spec.checkpoint.every_epochs if spec.checkpoint.enabled else 0),
+    })
+
+    inputs: dict[str, Any] = {}
+    input_args: list[str] = []
+    for name, item in spec.inputs.items():
+        where = item.location("azureml")
+        if "://" in where:
+            if where.startswith("s3://"):
+                raise UserError(f"inputs.{name}: Azure ML cannot read {where}",
+                                hint=f"give inputs.{name}.azureml: azureml://... (or https://, or a local folder)")
+            path = where
+        else:
+            folder = (spec.base_dir / where).resolve()
+            if not folder.is_dir():
+                raise UserError(f"inputs.{name}: {folder} is not a folder")
+            path = str(folder)
+        inputs[name] = {"type": "uri_folder", "path": path, "mode": "ro_mount" if item.mode == "mount" else "download"}
+        if item.arg:
+            input_args += [item.arg, "${{inputs.%s}}" % name]
+
+    output = spec.outputs.get("model")
+    outputs: dict[str, Any] = {"model": {"type": "uri_folder", "mode": "rw_mount"}}
+    if output and output.path:
+        outputs["model"]["path"] = output.path
+    if spec.checkpoint.enabled:
+        ckpt = spec.checkpoint.path or f"{DEFAULT_DATASTORE}/cloudddp/checkpoints/{spec.name}/"
+        outputs["checkpoints"] = {"type": "uri_folder", "mode": "rw_mount", "path": ckpt}
+        docs.decisions.append(f"checkpoints in {ckpt} (per job name, so a resubmitted job resumes)")
+
+    distribution = {"type": "mpi" if spec.distribution.launcher == "mpi" else "pytorch",
+                    "process_count_per_instance": processes}
+    _check_distribution(distribution)
+    if spec.limits.max_restarts:
+        docs.warnings.append("Azure ML command jobs do not restart failed processes (limits.max_restarts); "
+                             "resubmit the job and it resumes from its checkpoints")
+    tier = "low_priority" if spec.resources.spot else "dedicated"
+    job: dict[str, Any] = {
+        "$schema": JOB_SCHEMA,
+        "type": "command",
+        "display_name": spec.name,
+        "experiment_name": az.experiment_name or spec.name,
+        "code": str(spec.code_dir),
+        "command": _command(spec, input_args),
+        "environment": az.environment,
+        "compute": f"azureml:{cluster_name(spec)}",
+        "distribution": distribution,
+        "resources": {"instance_count": nodes, "shm_size": az.shm_size},
+        "environment_variables": env,
+        "limits": {"timeout": spec.limits.max_runtime},
+        "tags": {**spec.tags, "cloudddp:job": spec.name},
+    }
+    if spec.description:
+        job["description"] = spec.description
+    if inputs:
+        job["inputs"] = inputs
+    job["outputs"] = outputs
+    if az.job_tier:
+        job["queue_settings"] = {"job_tier": az.job_tier}
+    compute = {
+        "$schema": COMPUTE_SCHEMA,
+        "name": cluster_name(spec),
+        "type": "amlcompute",
+        "size": size,
+        "min_instances": az.min_nodes,
+        "max_instances": max(nodes, az.max_nodes or nodes),
+        "idle_time_before_scale_down": az.idle_time_before_scale_down,
+        "tier": tier,
+    }
+    if spec.resources.spot:
+        docs.decisions.append("low priority cluster (tier low_priority): cheaper, preemptible; checkpoints resume the job")
+    docs.decisions.append(f"cluster {compute['name']}: {size}, {compute['min_instances']}–{compute['max_instances']} nodes, "
+                          f"scales down after {az.idle_time_before_scale_down} s idle")
+    job = {"$schema": job.pop("$schema"), "name": job_name(spec, {"job": job, "compute": compute}, token), **job}
+    docs.job, docs.compute = job, compute
+    return docs

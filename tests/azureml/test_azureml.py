@@ -1,0 +1,235 @@
+"""The Azure ML backend: render checked by azure-ai-ml's own loaders, and the real SDK driven offline
+against an in-memory workspace (REST routes) with code snapshots and log files on a real Azurite."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cloudddp.backends.azureml import AzureMLBackend
+from cloudddp.backends.azureml.workspace import find_workspace
+from cloudddp.backends.base import RunState
+from cloudddp.errors import UserError
+from cloudddp.registry import Registry
+from cloudddp.specload import load_spec
+
+from ..azure_rig import RG, SUB, WS, FakeCredential, WorkspaceModel, azurite, create_container, ml_transport
+from ..conftest import ROOT
+
+AZURE_JOB = ROOT / "jobs" / "cifar10-azureml.yaml"
+
+
+def azure_jobs() -> list[Path]:
+    return [p for p in sorted((ROOT / "jobs").glob("*.yaml")) if load_spec(p).azureml.compute]
+
+
+def render(path: Path = AZURE_JOB, *overrides: str, token: str = "t1"):  # noqa: ANN201
+    return AzureMLBackend(token=token).render(load_spec(path, list(overrides)))
+
+
+@pytest.mark.parametrize("path", azure_jobs(), ids=lambda p: p.name)
+def test_every_azure_job_renders_yaml_that_azure_ai_ml_loads(path: Path, tmp_path: Path) -> None:
+    from azure.ai.ml import load_compute, load_job
+
+    plan = render(path)
+    (tmp_path / "job.yml").write_text(plan.documents["job.yml"])
+    (tmp_path / "compute.yml").write_text(plan.documents["compute.yml"])
+    job, compute = load_job(tmp_path / "job.yml"), load_compute(tmp_path / "compute.yml")
+    spec = load_spec(path)
+    assert job.distribution.process_count_per_instance == spec.resources.gpus_per_node
+    assert type(job.distribution).__name__ == "PyTorchDistribution"
+    assert job.resources.instance_count == spec.resources.nodes
+    assert job.compute == spec.azureml.compute and compute.name == spec.azureml.compute
+    assert compute.min_instances == 0 and compute.max_instances >= spec.resources.nodes
+
+
+def test_seed_scenario_two_ib_nodes_one_process_per_gpu_cluster_zero_to_four() -> None:
+    plan = render()
+    job, compute = plan.request["job"], plan.request["compute"]
+    assert job["distribution"] == {"type": "pytorch", "process_count_per_instance": 4}
+    assert job["resources"]["instance_count"] == 2
+    assert compute["size"] == "Standard_NC24rs_v3" and (compute["min_instances"], compute["max_instances"]) == (0, 4)
+    assert job["environment_variables"]["NCCL_IB_PCI_RELAXED_ORDERING"] == "1"
+    assert "${{inputs.cifar}}" in job["command"] and job["inputs"]["cifar"]["type"] == "uri_folder"
+    assert not plan.warnings
+
+
+def test_nc24s_v3_for_two_nodes_warns_and_names_nc24rs_v3() -> None:
+    plan = render(AZURE_JOB, "azureml.vm_size=Standard_NC24s_v3")
+    text = " ".join(plan.warnings)
+    assert "does not scale" in text and "Standard_NC24rs_v3" in text
+
+
+def test_checks_the_sdk_does_not_make() -> None:
+    with pytest.raises(UserError, match="Duplicate GPU detected"):
+        render(AZURE_JOB, "resources.gpus_per_node=8")
+    with pytest.raises(UserError, match="NCCL_IB_DISABLE=1"):
+        render(AZURE_JOB, "env.NCCL_IB_DISABLE=1")
+    with pytest.raises(UserError, match="not offered as spot/low priority"):
+        render(AZURE_JOB, "azureml.vm_size=Standard_ND96isr_H200_v5", "resources.gpus_per_node=8",
+               "resources.accelerator=H200", "resources.spot=true")
+    with pytest.raises(UserError, match="smddp runs only on SageMaker"):
+        render(AZURE_JOB, "distribution.backend=smddp")
+    low = render(AZURE_JOB, "resources.spot=true")
+    assert low.request["compute"]["tier"] == "low_priority"
+
+
+def test_secrets_stay_out_of_the_rendered_yaml(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN_SRC", "hf_canary_123456")
+    plan = render(AZURE_JOB, "env.HF_TOKEN.from_env=HF_TOKEN_SRC", "env.HF_TOKEN.secret=true")
+    assert "hf_canary_123456" not in plan.to_json()
+    assert plan.request["job"]["environment_variables"]["HF_TOKEN"] == "<secret:HF_TOKEN>"
+
+
+def test_render_imports_no_azure_sdk() -> None:
+    code = ("import sys; from cloudddp.specload import load_spec; from cloudddp.backends.azureml import AzureMLBackend;"
+            f"AzureMLBackend().render(load_spec({str(AZURE_JOB)!r}));"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('azure','torch','boto3')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_workspace_from_spec_then_config_json_then_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("AZURE_SUBSCRIPTION_ID", "AZURE_RESOURCE_GROUP", "AZUREML_WORKSPACE_NAME"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(UserError, match="AZURE_SUBSCRIPTION_ID.*AZURE_RESOURCE_GROUP.*AZUREML_WORKSPACE_NAME"):
+        find_workspace(None, cwd=tmp_path)
+    (tmp_path / ".azureml").mkdir()
+    (tmp_path / ".azureml" / "config.json").write_text(json.dumps({"subscription_id": "s", "resource_group": "r", "workspace_name": "w"}))
+    (tmp_path / "sub").mkdir()
+    assert find_workspace(None, cwd=tmp_path / "sub").name == "w"
+    assert find_workspace(load_spec(AZURE_JOB), cwd=tmp_path / "sub").name == "ml-workspace"
+
+
+# -- the real SDK against the offline workspace -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def blob_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with azurite(tmp_path_factory.mktemp("azurite")) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture()
+def model(blob_endpoint: str) -> WorkspaceModel:
+    m = WorkspaceModel(blob_endpoint)
+    create_container(m)
+    return m
+
+
+def backend(model: WorkspaceModel, **kw: object) -> AzureMLBackend:
+    return AzureMLBackend(credential=FakeCredential(), transport=ml_transport(model), poll_seconds=0.05, **kw)  # type: ignore[arg-type]
+
+
+class Steps:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def step(self, description: str) -> None:
+        self.lines.append(description)
+
+    def advance(self, description: str, done: int, total: int | None) -> None:
+        self.lines.append(description)
+
+
+@pytest.mark.slow
+def test_provision_submit_status_logs_metrics_cancel_through_the_real_sdk(model: WorkspaceModel,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_SRC", "wandb-canary-9f8e7d")
+    b = backend(model, token="e2e")
+    plan = b.render(load_spec(AZURE_JOB, ["env.WANDB_API_KEY.from_env=WANDB_SRC", "env.WANDB_API_KEY.secret=true"]))
+    steps = Steps()
+    name = b.launch(plan, progress=steps)
+
+    cluster = model.computes["gpu-cluster"]["properties"]["properties"]
+    assert cluster["vmSize"] == "Standard_NC24rs_v3"
+    assert cluster["scaleSettings"]["minNodeCount"] == 0 and cluster["scaleSettings"]["maxNodeCount"] == 4
+    assert cluster["vmPriority"] == "Dedicated"
+    assert any("creating cluster gpu-cluster" in s for s in steps.lines)
+
+    props = model.jobs[name]["properties"]
+    assert props["distribution"] == {"distributionType": "PyTorch", "processCountPerInstance": 4}
+    assert props["resources"]["instanceCount"] == 2
+    assert props["computeId"].endswith("/computes/gpu-cluster")
+    assert "AzureML-acpt-pytorch-2.2-cuda12.1" in props["environmentId"]
+    assert props["environmentVariables"]["WANDB_API_KEY"] == "wandb-canary-9f8e7d"  # reaches the job at submit...
+    assert "wandb-canary-9f8e7d" not in json.dumps(Registry().list(limit=1000).__repr__())  # ...and is stored nowhere here
+    code = [c for c in model.codes.values()]
+    assert len(code) == 1 and model.pending_uploads == 1
+    blobs = [b.name for b in model.container_client().list_blobs(name_starts_with="LocalUpload/")]
+    assert any(n.endswith("/train.py") for n in blobs), blobs
+
+    assert b.status(name).state is RunState.PENDING
+    model.set_job_status(name, "Running")
+    assert b.status(name).state is RunState.RUNNING
+
+    model.write_log(name, 0, "starting rank 0\n")
+    model.write_log(name, 1, "starting rank 1\n")
+    seen: list[tuple[str, str]] = []
+    follower = threading.Thread(target=lambda: seen.extend((l.source, l.text) for l in b.logs(name, follow=True)))
+    follower.start()
+    time.sleep(0.5)
+    metric = 'CLOUDDDP_METRIC {"epoch":1,"step":10,"time":1.0,"train_loss":0.42,"test_acc":0.91}'
+    model.write_log(name, 0, metric + "\n")
+    time.sleep(0.5)
+    model.set_job_status(name, "Completed")
+    follower.join(timeout=30)
+    assert ("process_0", "starting rank 0") in seen and ("process_1", "starting rank 1") in seen
+    assert ("process_0", metric) in seen  # arrived while following
+    records = list(b.metrics(name))
+    assert len(records) == 1 and records[0].values == {"train_loss": 0.42, "test_acc": 0.91}
+    assert b.status(name).state is RunState.SUCCEEDED
+
+    model.set_job_status(name, "Running")
+    b.cancel(name)
+    assert b.status(name).state is RunState.CANCELLED
+
+
+@pytest.mark.slow
+def test_second_submit_of_unchanged_code_uploads_nothing_and_a_retry_finds_its_job(model: WorkspaceModel) -> None:
+    spec = load_spec(AZURE_JOB)
+    first = backend(model, token="r1")
+    name = first.launch(first.render(spec))
+    assert model.pending_uploads == 1
+    second = backend(model, token="r2")
+    second.launch(second.render(spec))
+    assert model.pending_uploads == 1  # the SDK's content-hash lookup found the snapshot
+    puts = [c for c in model.calls if c[0] == "PUT" and "/jobs/" in c[1]]
+    again = backend(model, token="r1")
+    assert again.launch(again.render(spec)) == name  # a retried submit: same name, found, not sent twice
+    assert [c for c in model.calls if c[0] == "PUT" and "/jobs/" in c[1]] == puts
+
+
+@pytest.mark.slow
+def test_no_provision_leaves_the_cluster_alone_and_a_small_cluster_is_grown(model: WorkspaceModel) -> None:
+    spec = load_spec(AZURE_JOB)
+    b = backend(model, token="np", provision=False)
+    b.launch(b.render(spec))
+    assert "gpu-cluster" not in model.computes
+    small = load_spec(AZURE_JOB, ["azureml.max_nodes=2"])
+    grow = backend(model, token="g1")
+    grow.launch(grow.render(small))
+    assert model.computes["gpu-cluster"]["properties"]["properties"]["scaleSettings"]["maxNodeCount"] == 2
+    bigger = load_spec(AZURE_JOB, ["resources.nodes=3"])
+    steps = Steps()
+    g2 = backend(model, token="g2")
+    g2.launch(g2.render(bigger), progress=steps)
+    assert model.computes["gpu-cluster"]["properties"]["properties"]["scaleSettings"]["maxNodeCount"] == 4
+    assert any("growing cluster" in s for s in steps.lines)
+
+
+@pytest.mark.slow
+def test_preflight_checks_workspace_size_and_quota(model: WorkspaceModel) -> None:
+    b = backend(model)
+    checks = {c.name: c for c in b.preflight(b.render(load_spec(AZURE_JOB)))}
+    assert checks["workspace reachable"].ok and checks["Standard_NC24rs_v3 offered in eastus"].ok
+    assert checks["quota for standardNCSv3Family"].ok and "needs 48" in checks["quota for standardNCSv3Family"].detail
+    over = {c.name: c for c in b.preflight(b.render(load_spec(AZURE_JOB, ["resources.nodes=3"])))}
+    assert over["quota for standardNCSv3Family"].ok is False and over["quota for standardNCSv3Family"].fix
