@@ -13,8 +13,11 @@ from pathlib import Path
 from .common import ROOT, Result, machine
 
 CASES = {
+    "throughput": "bench.throughput",
+    "render": "bench.render_latency",
     "launcher": "bench.launcher",
     "metrics": "bench.metrics_latency",
+    "repeat": "bench.repeat_submit",
 }
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
 

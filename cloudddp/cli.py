@@ -1,4 +1,4 @@
-"""The ``cloudddp`` command line.
+"""The ``cloudddp`` command line (click; rich only where a command draws a table).
 
 Exit codes: 0 ok, 1 the run failed, 2 bad input (spec, arguments, missing credentials), with a message
 and no traceback. ``cloudddp --help`` imports neither torch nor any cloud SDK: backends are imported
@@ -11,50 +11,53 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Any, NoReturn
 
-import typer
-from rich.console import Console
-from rich.table import Table
+import click
 
+from .console import Progress, err, escape, note, out
 from .errors import CloudDDPError, RunFailed
 
-app = typer.Typer(
-    name="cloudddp",
-    help="Run PyTorch DDP training anywhere from one job spec: locally with torchrun, on Azure ML, or on SageMaker.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
-JobArg = Annotated[Path, typer.Argument(help="Job spec (YAML).", show_default=False)]
-BackendOpt = Annotated[
-    str, typer.Option("--backend", "-b", help="local, azureml or sagemaker.", envvar="CLOUDDDP_BACKEND")
-]
-OverrideOpt = Annotated[
-    list[str] | None,
-    typer.Option("--override", "-o", help="Override a spec field: -o resources.nodes=2 (repeatable).", show_default=False),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
-RunArg = Annotated[str, typer.Argument(help="Run id, or a unique prefix of it.", show_default=False)]
-RunBackendOpt = Annotated[
-    str | None, typer.Option("--backend", "-b", help="Look the run up at this backend (for runs started elsewhere).")
-]
-FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the run ends.")]
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(package_name="cloudddp", message="cloudddp %(version)s")
+def app() -> None:
+    """Run PyTorch DDP training anywhere from one job spec: locally with torchrun, on Azure ML, or on SageMaker."""
+
+
+def job_argument(f: Any) -> Any:
+    return click.argument("job", type=click.Path(path_type=Path, dir_okay=False))(f)
+
+
+def backend_option(default: str = "local") -> Any:
+    return click.option("--backend", "-b", default=default, show_default=True, envvar="CLOUDDDP_BACKEND",
+                        help="local, azureml or sagemaker.")
+
+
+def override_option(f: Any) -> Any:
+    return click.option("--override", "-o", "override", multiple=True, metavar="KEY=VALUE",
+                        help="Override a spec field: -o resources.nodes=2 (repeatable).")(f)
+
+
+def json_option(f: Any) -> Any:
+    return click.option("--json", "json_", is_flag=True, help="Print machine-readable JSON.")(f)
+
+
+def run_arguments(f: Any) -> Any:
+    f = click.option("--backend", "-b", default=None, help="Look the run up at this backend (runs started elsewhere).")(f)
+    return click.argument("run")(f)
+
+
+def follow_option(f: Any) -> Any:
+    return click.option("--follow", "-f", is_flag=True, help="Keep printing until the run ends.")(f)
 
 
 def _fail(e: CloudDDPError) -> NoReturn:
-    err.print("[bold red]error:[/] " + _escape(str(e)))
+    click.secho("error: ", fg="red", bold=True, nl=False, err=True)
+    click.echo(str(e), err=True)
     sys.exit(e.exit_code)
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
 
 
 def _job(path: Path, overrides: list[str] | None) -> Any:
@@ -69,9 +72,9 @@ def _print_json(data: Any) -> None:
 
 def _plan_notes(plan: Any) -> None:
     for d in plan.decisions:
-        err.print(f"[dim]•[/] {_escape(d)}")
+        note(d)
     for w in plan.warnings:
-        err.print(f"[yellow]warning:[/] {_escape(w)}")
+        note(w, warning=True)
 
 
 def _format_record(record: Any) -> str:
@@ -89,23 +92,23 @@ def _format_record(record: Any) -> str:
 
 
 @app.command()
-def validate(job: JobArg, override: OverrideOpt = None) -> None:
+@job_argument
+@override_option
+def validate(job: Path, override: tuple[str, ...]) -> None:
     """Check a job spec and report every problem with its line."""
     spec = _job(job, override).spec
-    out.print(f"[green]ok[/] {job}: job {spec.name!r}, {spec.resources.nodes} node(s) × "
+    out().print(f"[green]ok[/] {job}: job {spec.name!r}, {spec.resources.nodes} node(s) × "
               f"{spec.resources.gpus_per_node or 'CPU'} GPU(s) per node")
 
 
 @app.command()
-def render(
-    job: JobArg,
-    backend: BackendOpt = "local",
-    override: OverrideOpt = None,
-    json_: JsonOpt = False,
-    output: Annotated[
-        Path | None, typer.Option("--output-dir", help="Also write each document into this folder.")
-    ] = None,
-) -> None:
+@job_argument
+@backend_option()
+@override_option
+@json_option
+@click.option("--output-dir", "output", type=click.Path(path_type=Path, file_okay=False),
+              help="Also write each document into this folder.")
+def render(job: Path, backend: str, override: tuple[str, ...], json_: bool, output: Path | None) -> None:
     """Print exactly what a backend would send (no network, no credentials)."""
     plan = _job(job, override).render(backend)
     if output is not None:
@@ -120,17 +123,17 @@ def render(
 
 
 @app.command()
-def submit(
-    job: JobArg,
-    backend: BackendOpt = "local",
-    override: OverrideOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Render only; send nothing.")] = False,
-    detach: Annotated[bool, typer.Option("--detach", "-d", help="Return after launching.")] = False,
-    json_: JsonOpt = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the run id.")] = False,
-    no_provision: Annotated[bool, typer.Option("--no-provision", help="Azure ML: do not create or resize the cluster.")] = False,
-    skip_checks: Annotated[bool, typer.Option("--skip-checks", help="Launch even when preflight checks fail.")] = False,
-) -> None:
+@job_argument
+@backend_option()
+@override_option
+@click.option("--dry-run", is_flag=True, help="Render only; send nothing.")
+@click.option("--detach", "-d", is_flag=True, help="Return after launching.")
+@json_option
+@click.option("--quiet", "-q", is_flag=True, help="Print only the run id.")
+@click.option("--no-provision", is_flag=True, help="Azure ML: do not create or resize the cluster.")
+@click.option("--skip-checks", is_flag=True, help="Launch even when preflight checks fail.")
+def submit(job: Path, backend: str, override: tuple[str, ...], dry_run: bool, detach: bool, json_: bool, quiet: bool,
+           no_provision: bool, skip_checks: bool) -> None:
     """Render the job and launch it; follow its metrics until it ends unless --detach."""
     from .api import Run
     from .backends import get_backend
@@ -151,16 +154,16 @@ def submit(
     failed = [c for c in impl.preflight(plan) if c.ok is False]
     if failed and not skip_checks:
         _print_checks(failed)
-        err.print("[bold red]error:[/] preflight checks failed; fix them or pass --skip-checks")
-        raise typer.Exit(2)
-    progress = None if (quiet or json_) else _Progress()
+        err().print("[bold red]error:[/] preflight checks failed; fix them or pass --skip-checks")
+        sys.exit(2)
+    progress = None if (quiet or json_) else Progress()
     run_id = impl.launch(plan, progress=progress)
     if json_:
         _print_json({"run_id": run_id, "backend": backend})
     elif quiet:
-        out.print(run_id)
+        out().print(run_id)
     else:
-        err.print(f"[bold]submitted[/] {run_id} ({backend})")
+        err().print(f"[bold]submitted[/] {run_id} ({backend})")
     if detach:
         return
     run = Run(run_id, impl)
@@ -171,32 +174,36 @@ def _follow_run(run: Any, *, quiet: bool) -> None:
     try:
         for record in run.metrics(follow=True):
             if not quiet:
-                out.print(f"[cyan]{_escape(_format_record(record))}[/]")
+                out().print(f"[cyan]{escape(_format_record(record))}[/]")
         status = run.wait(poll=0.2)
     except KeyboardInterrupt:
-        err.print(
+        err().print(
             f"\ndetached; the run goes on. Follow it: cloudddp metrics {run.run_id} -f   stop it: cloudddp cancel {run.run_id}"
         )
-        raise typer.Exit(130) from None
+        sys.exit(130)
     _print_end(status, quiet=quiet)
     if status.state.value == "failed":
-        raise typer.Exit(RunFailed.exit_code)
+        sys.exit(RunFailed.exit_code)
 
 
 def _print_end(status: Any, *, quiet: bool) -> None:
     colour = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}.get(status.state.value, "white")
     if quiet:
         return
-    err.print(f"[bold {colour}]{status.state.value}[/] {status.run_id}: {_escape(status.message)}")
+    err().print(f"[bold {colour}]{status.state.value}[/] {status.run_id}: {escape(status.message)}")
     failure = status.details.get("failure")
     if failure and failure.get("log_tail"):
-        err.print("[dim]last lines of the failed rank:[/]")
+        err().print("[dim]last lines of the failed rank:[/]")
         for line in failure["log_tail"][-10:]:
-            err.print(f"  {_escape(line)}")
+            err().print(f"  {escape(line)}")
 
 
 @app.command()
-def doctor(job: JobArg, backend: BackendOpt = "local", override: OverrideOpt = None, json_: JsonOpt = False) -> None:
+@job_argument
+@backend_option()
+@override_option
+@json_option
+def doctor(job: Path, backend: str, override: tuple[str, ...], json_: bool) -> None:
     """Check before launching: the plan's own checks, then credentials, quota, sizes and data at the target."""
     from .backends import get_backend
 
@@ -209,22 +216,24 @@ def doctor(job: JobArg, backend: BackendOpt = "local", override: OverrideOpt = N
         _plan_notes(plan)
         _print_checks(checks)
     if any(c.ok is False for c in checks):
-        raise typer.Exit(2)
+        sys.exit(2)
 
 
 def _print_checks(checks: list[Any]) -> None:
     for c in checks:
         mark = {True: "[green]✓[/]", False: "[red]✗[/]", None: "[yellow]?[/]"}[c.ok]
-        out.print(f"{mark} {_escape(c.name)}" + (f" [dim]— {_escape(c.detail)}[/]" if c.detail else ""))
+        out().print(f"{mark} {escape(c.name)}" + (f" [dim]— {escape(c.detail)}[/]" if c.detail else ""))
         if c.ok is False and c.fix:
-            out.print(f"    [bold]fix:[/] {_escape(c.fix)}")
+            out().print(f"    [bold]fix:[/] {escape(c.fix)}")
 
 
 def _money(v: float | None) -> str:
     return f"${v:,.2f}" if v is not None else "?"
 
 
-def _selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Table:
+def _selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:
+    from rich.table import Table
+
     table = Table("size", "GPUs", "GPU mem", "fabric", "price/h", "est. cost", "efficiency", "verdict", show_lines=False)
     for i, row in enumerate(rows):
         if not row["ok"] and not explain:
@@ -234,34 +243,33 @@ def _selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Table:
         eff = f"{row['efficiency']:.0%}" if row["efficiency"] is not None else "?"
         why = "; ".join([row["why"], *row["warnings"]]) if row["why"] or row["warnings"] else ""
         table.add_row(row["size"], row["gpus"], f"{row['gpu_memory_gb']:g} GB", row["fabric"], price,
-                      _money(row["est_cost"]), eff, verdict + _escape(why))
+                      _money(row["est_cost"]), eff, verdict + escape(why))
     return table
 
 
 @app.command()
-def skus(
-    cloud: Annotated[str, typer.Option("--cloud", help="azure or aws.")] = "azure",
-    gpus: Annotated[int | None, typer.Option("--gpus", help="Total GPUs.")] = None,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU model, e.g. A100.")] = None,
-    min_mem: Annotated[float | None, typer.Option("--min-mem", help="Minimum GB per GPU.")] = None,
-    nodes: Annotated[int | None, typer.Option("--nodes", help="Nodes (with --gpus-per-node).")] = None,
-    gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node")] = None,
-    spot: Annotated[bool, typer.Option("--spot", help="Spot / low priority.")] = False,
-    smddp: Annotated[bool, typer.Option("--smddp", help="SageMaker's data-parallel library (AWS).")] = False,
-    model: Annotated[str, typer.Option("--model", help="Workload for the estimate: resnet18, resnet50, cnn.")] = "resnet18",
-    dataset: Annotated[str, typer.Option("--dataset", help="cifar10, imagenet, digits.")] = "cifar10",
-    epochs: Annotated[int, typer.Option("--epochs")] = 30,
-    batch: Annotated[int, typer.Option("--batch", help="Per-GPU batch.")] = 256,
-    explain: Annotated[bool, typer.Option("--explain", help="Also list rejected sizes with the reason.")] = False,
-    json_: JsonOpt = False,
-) -> None:
+@click.option("--cloud", type=click.Choice(["azure", "aws"]), default="azure", show_default=True)
+@click.option("--gpus", type=int, default=None, help="Total GPUs (default 8).")
+@click.option("--gpu", default=None, help="GPU model, e.g. A100.")
+@click.option("--min-mem", type=float, default=None, help="Minimum GB per GPU.")
+@click.option("--nodes", type=int, default=None, help="Nodes (with --gpus-per-node).")
+@click.option("--gpus-per-node", type=int, default=None)
+@click.option("--spot", is_flag=True, help="Spot / low priority.")
+@click.option("--smddp", is_flag=True, help="SageMaker's data-parallel library (AWS).")
+@click.option("--model", default="resnet18", show_default=True, help="Workload for the estimate: resnet18, resnet50, cnn.")
+@click.option("--dataset", default="cifar10", show_default=True, help="cifar10, imagenet, digits.")
+@click.option("--epochs", type=int, default=30, show_default=True)
+@click.option("--batch", type=int, default=256, show_default=True, help="Per-GPU batch.")
+@click.option("--explain", is_flag=True, help="Also list rejected sizes with the reason.")
+@json_option
+def skus(cloud: str, gpus: int | None, gpu: str | None, min_mem: float | None, nodes: int | None,
+         gpus_per_node: int | None, spot: bool, smddp: bool, model: str, dataset: str, epochs: int, batch: int,
+         explain: bool, json_: bool) -> None:
     """GPU sizes for a job, ranked by the estimated cost of the whole job, each with its reasons."""
     from .catalog import CATALOG_DATE, Requirements, select, workload_for_model
     from .catalog.model import DATASET_SAMPLES
     from .errors import UserError
 
-    if cloud not in ("azure", "aws"):
-        raise UserError(f"--cloud {cloud!r}: use azure or aws")
     if dataset not in DATASET_SAMPLES:
         raise UserError(f"--dataset {dataset!r}: use one of {', '.join(DATASET_SAMPLES)}")
     workload = workload_for_model(model, DATASET_SAMPLES[dataset], epochs, batch)
@@ -273,19 +281,20 @@ def skus(
     if json_:
         _print_json(selection.to_dict())
         return
-    out.print(_selection_table(selection.explain(), explain=explain))
-    out.print(f"[dim]catalog of {CATALOG_DATE}; estimate for {model} on {dataset}, {epochs} epochs, batch {batch}/GPU; "
+    out().print(_selection_table(selection.explain(), explain=explain))
+    out().print(f"[dim]catalog of {CATALOG_DATE}; estimate for {model} on {dataset}, {epochs} epochs, batch {batch}/GPU; "
               "* = EC2 on-demand price, a lower bound for SageMaker[/]")
     if selection.chosen is None:
-        err.print("[yellow]no size fits; --explain shows why each was rejected[/]")
+        err().print("[yellow]no size fits; --explain shows why each was rejected[/]")
 
 
 @app.command()
-def plan(
-    job: JobArg, backend: BackendOpt = "azureml", override: OverrideOpt = None,
-    explain: Annotated[bool, typer.Option("--explain", help="List every size with its verdict.")] = False,
-    json_: JsonOpt = False,
-) -> None:
+@job_argument
+@backend_option("azureml")
+@override_option
+@click.option("--explain", is_flag=True, help="List every size with its verdict.")
+@json_option
+def plan(job: Path, backend: str, override: tuple[str, ...], explain: bool, json_: bool) -> None:
     """The size a backend would use for the job, why, its cost estimate and the NCCL/EFA presets applied."""
     from .sizing import choose
 
@@ -301,13 +310,15 @@ def plan(
         return
     _plan_notes(rendered)
     if rendered.estimate:
-        out.print("[bold]estimate[/] " + ", ".join(f"{k}={v}" for k, v in rendered.estimate.items()))
+        out().print("[bold]estimate[/] " + ", ".join(f"{k}={v}" for k, v in rendered.estimate.items()))
     if selection is not None:
-        out.print(_selection_table(selection.explain(), explain=explain))
+        out().print(_selection_table(selection.explain(), explain=explain))
 
 
 @app.command()
-def status(run: RunArg, backend: RunBackendOpt = None, json_: JsonOpt = False) -> None:
+@run_arguments
+@json_option
+def status(run: str, backend: str | None, json_: bool) -> None:
     """Show a run's state."""
     from .api import Run
 
@@ -315,25 +326,27 @@ def status(run: RunArg, backend: RunBackendOpt = None, json_: JsonOpt = False) -
     if json_:
         _print_json(st.to_dict())
         return
+    from rich.table import Table
+
     table = Table(show_header=False, box=None)
     for key, value in (
         ("run", st.run_id), ("backend", st.backend), ("state", st.state.value), ("message", st.message),
         ("created", _when(st.created_at)), ("ended", _when(st.ended_at)),
     ):
         if value:
-            table.add_row(f"[bold]{key}[/]", _escape(str(value)))
+            table.add_row(f"[bold]{key}[/]", escape(str(value)))
     for key, value in st.details.items():
         if key != "failure":
-            table.add_row(f"[bold]{key}[/]", _escape(str(value)))
-    out.print(table)
+            table.add_row(f"[bold]{key}[/]", escape(str(value)))
+    out().print(table)
     failure = st.details.get("failure")
     if failure:
-        out.print("[bold red]failure[/]")
+        out().print("[bold red]failure[/]")
         for k, v in failure.items():
             if k != "log_tail":
-                out.print(f"  {k}: {v}")
+                out().print(f"  {k}: {v}")
         for line in failure.get("log_tail", [])[-20:]:
-            out.print(f"  | {_escape(line)}")
+            out().print(f"  | {escape(line)}")
 
 
 def _when(ts: float | None) -> str:
@@ -341,7 +354,9 @@ def _when(ts: float | None) -> str:
 
 
 @app.command()
-def logs(run: RunArg, follow: FollowOpt = False, backend: RunBackendOpt = None) -> None:
+@run_arguments
+@follow_option
+def logs(run: str, follow: bool, backend: str | None) -> None:
     """Print a run's logs, each line prefixed by the rank or host it came from."""
     from .api import Run
 
@@ -351,11 +366,14 @@ def logs(run: RunArg, follow: FollowOpt = False, backend: RunBackendOpt = None) 
             sys.stdout.write(f"[{line.source}] {line.text}\n" if line.source else f"{line.text}\n")
             sys.stdout.flush()
     except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+        sys.exit(130)
 
 
 @app.command()
-def metrics(run: RunArg, follow: FollowOpt = False, backend: RunBackendOpt = None, json_: JsonOpt = False) -> None:
+@run_arguments
+@follow_option
+@json_option
+def metrics(run: str, follow: bool, backend: str | None, json_: bool) -> None:
     """Print a run's metrics (from the training script's metric lines)."""
     from .api import Run
 
@@ -365,25 +383,28 @@ def metrics(run: RunArg, follow: FollowOpt = False, backend: RunBackendOpt = Non
             if json_:
                 sys.stdout.write(json.dumps(record.to_dict()) + "\n")
             else:
-                out.print(_format_record(record))
+                out().print(_format_record(record))
             sys.stdout.flush()
     except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+        sys.exit(130)
 
 
 @app.command()
-def cancel(run: RunArg, backend: RunBackendOpt = None) -> None:
+@run_arguments
+def cancel(run: str, backend: str | None) -> None:
     """Stop a run: the training script checkpoints, then every process of the run ends."""
     from .api import Run
 
     handle = Run.attach(run, backend)
     handle.cancel()
     st = handle.status()
-    err.print(f"{st.run_id}: {st.state.value}")
+    err().print(f"{st.run_id}: {st.state.value}")
 
 
 @app.command("list")
-def list_(backend: Annotated[str | None, typer.Option("--backend", "-b")] = None, json_: JsonOpt = False) -> None:
+@click.option("--backend", "-b", default=None, help="Only runs of this backend.")
+@json_option
+def list_(backend: str | None, json_: bool) -> None:
     """Runs submitted from this machine, newest first."""
     from .registry import Registry
 
@@ -392,14 +413,17 @@ def list_(backend: Annotated[str | None, typer.Option("--backend", "-b")] = None
         _print_json([{"run_id": r.run_id, "backend": r.backend, "name": r.name, "state": r.state,
                       "created_at": r.created_at} for r in records])
         return
+    from rich.table import Table
+
     table = Table("run", "backend", "state", "created")
     for r in records:
         table.add_row(r.run_id, r.backend, r.state, _when(r.created_at))
-    out.print(table)
+    out().print(table)
 
 
 @app.command()
-def backends(json_: JsonOpt = False) -> None:
+@json_option
+def backends(json_: bool) -> None:
     """The backends, what each can do, and what it cannot (with the reason)."""
     from .backends import BACKENDS, backend_class
 
@@ -412,46 +436,31 @@ def backends(json_: JsonOpt = False) -> None:
     if json_:
         _print_json(rows)
         return
+    from rich.table import Table
+
     table = Table("backend", "what it runs on", "cannot", show_lines=True)
     for row in rows:
         table.add_row(row["name"], row["description"],
                       "\n".join(f"{k}: {v}" for k, v in row["unsupported"].items()))
-    out.print(table)
+    out().print(table)
 
 
 @app.command()
-def schema(output: Annotated[Path | None, typer.Option("--output", "-O", help="Write to this file.")] = None) -> None:
+@click.option("--output", "-O", type=click.Path(path_type=Path, dir_okay=False), help="Write to this file.")
+def schema(output: Path | None) -> None:
     """The JSON Schema of job specs, for editors (yaml-language-server: $schema=...)."""
     from .spec import json_schema
 
     text = json.dumps(json_schema(), indent=2) + "\n"
     if output:
         output.write_text(text)
-        err.print(f"wrote {output}")
+        err().print(f"wrote {output}")
     else:
         sys.stdout.write(text)
 
 
-class _Progress:
-    """Progress for long work (uploads, provisioning), drawn on stderr; silent when not a terminal."""
-
-    def __init__(self) -> None:
-        self.live = err.is_terminal
-
-    def step(self, description: str) -> None:
-        err.print(f"[dim]…[/] {_escape(description)}")
-
-    def advance(self, description: str, done: int, total: int | None) -> None:
-        if not self.live:
-            return
-        pct = f" {100 * done / total:5.1f}%" if total else ""
-        err.print(f"\r{_escape(description)}{pct}", end="")
-        if total and done >= total:
-            err.print()
-
-
 def main() -> None:
     try:
-        app()
+        app.main(prog_name="cloudddp", standalone_mode=True)
     except CloudDDPError as e:
         _fail(e)

@@ -1,0 +1,58 @@
+"""Terminal output: rich consoles created on first use (rich costs ~100 ms to import, so commands that
+only print text, like ``render``, never load it), and progress for long work."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any
+
+import click
+
+
+PIPE_WIDTH = 160  # tables written to a pipe or file are not squeezed to 80 columns
+
+
+@functools.cache
+def out() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else PIPE_WIDTH)
+
+
+@functools.cache
+def err() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else PIPE_WIDTH)
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+def note(text: str, *, warning: bool = False) -> None:
+    """A decision or warning on stderr, without rich."""
+    if warning:
+        click.secho("warning: ", fg="yellow", nl=False, err=True)
+        click.echo(text, err=True)
+    else:
+        click.echo(click.style("• ", dim=True) + text, err=True)
+
+
+class Progress:
+    """Progress for long work (uploads, provisioning) on stderr; steps always, bars only on a terminal."""
+
+    def __init__(self) -> None:
+        self.live = sys.stderr.isatty()
+
+    def step(self, description: str) -> None:
+        click.echo(click.style("… ", dim=True) + description, err=True)
+
+    def advance(self, description: str, done: int, total: int | None) -> None:
+        if not self.live:
+            return
+        pct = f" {100 * done / total:5.1f}%" if total else f" {done:,} bytes"
+        click.echo(f"\r{description}{pct}", nl=bool(total and done >= total), err=True)
