@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,36 @@ class Run:
 
     def cancel(self) -> None:
         self.backend.cancel(self.run_id)
+
+    async def wait_async(self, timeout: float | None = None, poll: float = 1.0) -> RunStatus:
+        """``await run.wait_async()`` in a notebook: the event loop (and the notebook) stay responsive."""
+        import asyncio
+
+        return await asyncio.to_thread(self.wait, timeout, poll)
+
+    async def metrics_async(self, follow: bool = False) -> AsyncIterator[MetricRecord]:
+        """``async for record in run.metrics_async(follow=True)``: each record read in a worker thread."""
+        import asyncio
+
+        it = iter(self.metrics(follow=follow))
+        done = object()
+        while (record := await asyncio.to_thread(next, it, done)) is not done:
+            yield record  # type: ignore[misc]
+
+    def watch(self, poll: float = 1.0) -> RunStatus:
+        """In a notebook: status and a live loss/accuracy plot until the run ends (needs matplotlib)."""
+        from .notebook import watch
+
+        return watch(self, poll=poll)
+
+    def plot(self, path: str | Path | None = None) -> Any:
+        """A matplotlib figure of every metric over steps; saved as PNG when ``path`` is given."""
+        from .plotting import plot_metrics
+
+        return plot_metrics(list(self.metrics()), title=f"{self.run_id} ({self.status().state.value})", path=path)
+
+    def _repr_html_(self) -> str:
+        return self.status()._repr_html_()
 
     @property
     def done(self) -> bool:

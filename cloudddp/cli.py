@@ -94,11 +94,16 @@ def _format_record(record: Any) -> str:
 @app.command()
 @job_argument
 @override_option
-def validate(job: Path, override: tuple[str, ...]) -> None:
+@json_option
+def validate(job: Path, override: tuple[str, ...], json_: bool) -> None:
     """Check a job spec and report every problem with its line."""
     spec = _job(job, override).spec
-    out().print(f"[green]ok[/] {job}: job {spec.name!r}, {spec.resources.nodes} node(s) × "
-              f"{spec.resources.gpus_per_node or 'CPU'} GPU(s) per node")
+    if json_:
+        _print_json({"ok": True, "spec": spec.model_dump(mode="json", exclude_defaults=True)})
+        return
+    r = spec.resources
+    where = f"{r.gpus_per_node} GPU(s) per node" if r.gpus_per_node else "CPU"
+    out().print(f"[green]ok[/] {escape(str(job))}: job {spec.name!r}, {r.nodes} node(s), {where}")
 
 
 @app.command()
@@ -356,14 +361,18 @@ def _when(ts: float | None) -> str:
 @app.command()
 @run_arguments
 @follow_option
-def logs(run: str, follow: bool, backend: str | None) -> None:
+@json_option
+def logs(run: str, follow: bool, backend: str | None, json_: bool) -> None:
     """Print a run's logs, each line prefixed by the rank or host it came from."""
     from .api import Run
 
     handle = Run.attach(run, backend)
     try:
         for line in handle.logs(follow=follow):
-            sys.stdout.write(f"[{line.source}] {line.text}\n" if line.source else f"{line.text}\n")
+            if json_:
+                sys.stdout.write(json.dumps({"source": line.source, "text": line.text, "time": line.time}) + "\n")
+            else:
+                sys.stdout.write(f"[{line.source}] {line.text}\n" if line.source else f"{line.text}\n")
             sys.stdout.flush()
     except KeyboardInterrupt:
         sys.exit(130)
@@ -373,12 +382,25 @@ def logs(run: str, follow: bool, backend: str | None) -> None:
 @run_arguments
 @follow_option
 @json_option
-def metrics(run: str, follow: bool, backend: str | None, json_: bool) -> None:
-    """Print a run's metrics (from the training script's metric lines)."""
+@click.option("--plot", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write a PNG chart of every metric over steps (needs matplotlib).")
+def metrics(run: str, follow: bool, backend: str | None, json_: bool, plot: Path | None) -> None:
+    """Print a run's metrics (from the training script's metric lines); a live table with -f on a terminal."""
     from .api import Run
 
     handle = Run.attach(run, backend)
+    if plot is not None:
+        from .plotting import plot_metrics
+
+        plot_metrics(list(handle.metrics(follow=follow)), title=f"{handle.run_id} ({handle.status().state.value})", path=plot)
+        err().print(f"wrote {plot}")
+        return
     try:
+        if follow and not json_ and sys.stdout.isatty():
+            from .live import follow_table
+
+            follow_table(handle.metrics(follow=True), lambda: handle.status().state.value, handle.run_id)
+            return
         for record in handle.metrics(follow=follow):
             if json_:
                 sys.stdout.write(json.dumps(record.to_dict()) + "\n")
@@ -457,6 +479,19 @@ def schema(output: Path | None) -> None:
         err().print(f"wrote {output}")
     else:
         sys.stdout.write(text)
+
+
+@app.command()
+@click.argument("path", type=click.Path(path_type=Path), default=Path("."))
+@click.option("--name", default=None, help="Job name (default: the folder's name).")
+@click.option("--with-script", is_flag=True, help="Also copy the shared DDP training script into ./src_train.")
+@click.option("--force", is_flag=True, help="Overwrite existing files.")
+def init(path: Path, name: str | None, with_script: bool, force: bool) -> None:
+    """Write a commented job spec (and its JSON Schema for editors) to start from."""
+    from .scaffold import init as scaffold
+
+    for written in scaffold(path, name=name, with_script=with_script, force=force):
+        click.echo(f"wrote {written}")
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ and ``--dry-run`` print is the plan, so the dry run never differs from the real 
 
 from __future__ import annotations
 
+import html
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,33 @@ class Plan:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    def _language(self, name: str) -> str:
+        return {"json": "json", "yml": "yaml", "yaml": "yaml", "sh": "bash"}.get(name.rsplit(".", 1)[-1], "text")
+
+    def _repr_markdown_(self) -> str:
+        """How a notebook shows a plan: decisions, warnings, estimate, then each document as a code block."""
+        parts = [f"**{self.backend}** plan for `{self.job_name}`"]
+        parts += [f"- {d}" for d in self.decisions]
+        parts += [f"- ⚠️ {w}" for w in self.warnings]
+        if self.estimate:
+            parts.append("- estimate: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                                   for k, v in self.estimate.items() if v is not None))
+        for name, body in self.documents.items():
+            parts.append(f"`{name}`\n```{self._language(name)}\n{body.rstrip()}\n```")
+        return "\n\n".join(parts)
+
+    def _repr_html_(self) -> str:
+        items = "".join(f"<li>{html.escape(d)}</li>" for d in self.decisions)
+        items += "".join(f"<li style='color:#b45309'>warning: {html.escape(w)}</li>" for w in self.warnings)
+        docs = "".join(
+            f"<details open><summary><code>{html.escape(name)}</code></summary><pre>{html.escape(body)}</pre></details>"
+            for name, body in self.documents.items()
+        )
+        return f"<div><b>{html.escape(self.backend)}</b> plan for <code>{html.escape(self.job_name)}</code><ul>{items}</ul>{docs}</div>"
+
+    def __str__(self) -> str:
+        return self.text()
 
     def text(self) -> str:
         """The documents, one after another, headed by their names (what ``render`` prints)."""

@@ -45,6 +45,13 @@ class RunStatus:
     ended_at: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
+    def _repr_html_(self) -> str:
+        import html
+
+        colour = {"succeeded": "#15803d", "failed": "#b91c1c", "cancelled": "#a16207"}.get(self.state.value, "#1d4ed8")
+        return (f"<span style='background:{colour};color:white;padding:1px 6px;border-radius:4px'>{self.state.value}</span> "
+                f"<code>{html.escape(self.run_id)}</code> ({html.escape(self.backend)}) {html.escape(self.message)}")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
