@@ -26,11 +26,17 @@ demo: venv
 test: venv azurite
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q
 
-bench: venv azurite
+# The SageMaker SDK (~1 GB) is only the render benchmark's baseline: it lives in its own venv.
+.venv-sdk/.installed:
+	test -x .venv-sdk/bin/python || $(PY) -m venv .venv-sdk
+	.venv-sdk/bin/python -m pip install -q sagemaker
+	touch .venv-sdk/.installed
+
+bench: venv azurite .venv-sdk/.installed
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m bench
 
 bench-gpu: venv
 	$(BIN)/python -m bench.gpu
 
 clean:
-	rm -rf $(VENV) node_modules .cloudddp
+	rm -rf $(VENV) .venv-sdk node_modules .cloudddp

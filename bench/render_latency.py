@@ -16,12 +16,16 @@ CASES = {
 }
 
 
+SDK_PYTHON = ROOT / ".venv-sdk" / "bin" / "python"  # `make bench` puts the SageMaker SDK (~1 GB) here
+
+
 def measure(tiny: bool) -> list[Result]:
     reps = 1 if tiny else 7
     results = []
     for backend, (job, baseline, label) in CASES.items():
         ours_cmd = cloudddp("render", str(ROOT / job), "--backend", backend)
-        theirs_cmd = [sys.executable, str(ROOT / "bench" / baseline), str(ROOT / "src_train")]
+        python = str(SDK_PYTHON) if backend == "sagemaker" and SDK_PYTHON.exists() else sys.executable
+        theirs_cmd = [python, str(ROOT / "bench" / baseline), str(ROOT / "src_train")]
         first = run(theirs_cmd).stdout.splitlines()
         if first and first[0].startswith("baseline: "):
             label = first[0].removeprefix("baseline: ")
