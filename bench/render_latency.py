@@ -17,6 +17,7 @@ CASES = {
 
 
 SDK_PYTHON = ROOT / ".venv-sdk" / "bin" / "python"  # `make bench` puts the SageMaker SDK (~1 GB) here
+SDK_READY = ROOT / ".venv-sdk" / ".installed"
 
 
 def measure(tiny: bool) -> list[Result]:
@@ -24,7 +25,7 @@ def measure(tiny: bool) -> list[Result]:
     results = []
     for backend, (job, baseline, label) in CASES.items():
         ours_cmd = cloudddp("render", str(ROOT / job), "--backend", backend)
-        python = str(SDK_PYTHON) if backend == "sagemaker" and SDK_PYTHON.exists() else sys.executable
+        python = str(SDK_PYTHON) if backend == "sagemaker" and SDK_READY.exists() else sys.executable
         theirs_cmd = [python, str(ROOT / "bench" / baseline), str(ROOT / "src_train")]
         first = run(theirs_cmd).stdout.splitlines()
         if first and first[0].startswith("baseline: "):

@@ -171,14 +171,36 @@ def submit(job: Path, backend: str, override: tuple[str, ...], dry_run: bool, de
         err().print(f"[bold]submitted[/] {run_id} ({backend})")
     if detach:
         return
-    run = Run(run_id, impl)
-    _follow_run(run, quiet=quiet or json_)
+    _follow_run(Run(run_id, impl), quiet=quiet or json_, epochs=_epochs_of(spec))
 
 
-def _follow_run(run: Any, *, quiet: bool) -> None:
+def _epochs_of(spec: Any) -> int | None:
+    args = list(spec.code.args)
+    for i, arg in enumerate(args):
+        if arg == "--epochs" and i + 1 < len(args) and args[i + 1].isdigit():
+            return int(args[i + 1])
+        if arg.startswith("--epochs=") and arg[9:].isdigit():
+            return int(arg[9:])
+    return None
+
+
+def _follow_run(run: Any, *, quiet: bool, epochs: int | None = None) -> None:
+    """Print metric lines as they arrive; on a terminal, above an epoch bar with the elapsed time."""
     try:
-        for record in run.metrics(follow=True):
-            if not quiet:
+        if quiet:
+            for _ in run.metrics(follow=True):
+                pass
+        elif sys.stderr.isatty() and epochs:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+
+            with Bar(TextColumn("epoch"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err()) as bar:
+                task = bar.add_task("epochs", total=epochs)
+                for record in run.metrics(follow=True):
+                    bar.console.print(f"[cyan]{escape(_format_record(record))}[/]")
+                    if record.epoch is not None and "epoch_time" in record.values:
+                        bar.update(task, completed=record.epoch)
+        else:
+            for record in run.metrics(follow=True):
                 out().print(f"[cyan]{escape(_format_record(record))}[/]")
         status = run.wait(poll=0.2)
     except KeyboardInterrupt:

@@ -80,9 +80,18 @@ def setup(backend: str, device: str, timeout_s: float) -> Context:
                 "--dist-backend smddp needs the SageMaker data-parallel library, which only SageMaker's "
                 "PyTorch training containers ship; use nccl elsewhere"
             ) from None
-    dist.init_process_group(
-        backend=backend, init_method="env://", timeout=datetime.timedelta(seconds=timeout_s)
-    )
+    timeout = datetime.timedelta(seconds=timeout_s)
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if restart is not None and backend != "smddp":
+        # After a torchrun restart the agent's store still holds the previous attempt's keys; a slow
+        # peer lets a fast one read its old, dead address. A prefix per attempt keeps attempts apart.
+        agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                             is_master=not agent_store and rank == 0, timeout=timeout)
+        store = dist.PrefixStore(f"cloudddp/attempt_{restart}", base)
+        dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    else:
+        dist.init_process_group(backend=backend, init_method="env://", timeout=timeout)
     return Context(dist.get_rank(), local_rank, dist.get_world_size(), local_world, dev, backend)
 
 

@@ -226,12 +226,10 @@ def run(args: argparse.Namespace) -> int:
                 if ctx.is_main:
                     metrics.emit(global_step, epoch + 1, train_loss=(agg[0] / agg[2]).item(),
                                  train_acc=(agg[1] / agg[2]).item(), lr=lr)
-            if (step + 1) % check_every == 0 and stop.agreed(ctx):
+            # At an epoch's last step the stop waits for the epoch's end (metrics, eval, checkpoint) below.
+            if (step + 1) % check_every == 0 and step + 1 < steps_per_epoch and stop.agreed(ctx):
                 save(epoch, step + 1)
-                if ctx.is_main:
-                    print(f"stopping on SIGTERM at epoch {epoch + 1}, step {step + 1}; checkpoint written", flush=True)
-                distributed.teardown(ctx)
-                return 0
+                return _stopped(ctx, epoch, step + 1)
             if args.max_steps and global_step >= args.max_steps:
                 break
         if cuda:
@@ -250,8 +248,13 @@ def run(args: argparse.Namespace) -> int:
             test_loss, test_acc = evaluate(ctx, model, ds, mean, std, amp, max(per_rank, 256))
             if ctx.is_main:
                 metrics.emit(global_step, epoch + 1, test_loss=test_loss, test_acc=test_acc)
-        if args.checkpoint_every > 0 and ((epoch + 1) % args.checkpoint_every == 0 or epoch + 1 == args.epochs):
+        saved = args.checkpoint_every > 0 and ((epoch + 1) % args.checkpoint_every == 0 or epoch + 1 == args.epochs)
+        if saved:
             save(epoch + 1, 0)
+        if epoch + 1 < args.epochs and stop.agreed(ctx):
+            if not saved and args.checkpoint_every > 0:
+                save(epoch + 1, 0)
+            return _stopped(ctx, epoch + 1, 0)
         if args.max_steps and global_step >= args.max_steps:
             break
     if ctx.is_main:
@@ -261,6 +264,15 @@ def run(args: argparse.Namespace) -> int:
         torch.save(model.state_dict(), tmp)
         os.replace(tmp, out_dir / "model.pt")
         print(f"done: {final_epoch} epochs, test accuracy {test_acc:.4f}, model in {out_dir / 'model.pt'}", flush=True)
+    distributed.teardown(ctx)
+    return 0
+
+
+def _stopped(ctx: Context, epoch: int, step: int) -> int:
+    """Leave after SIGTERM: the checkpoint is written, every rank exits 0 together."""
+    if ctx.is_main:
+        where = f"epoch {epoch + 1}, step {step}" if step else f"the end of epoch {epoch}"
+        print(f"stopping on SIGTERM at {where}; checkpoint written", flush=True)
     distributed.teardown(ctx)
     return 0
 

@@ -98,6 +98,8 @@ class WorkspaceModel:
     calls: list[tuple[str, str]] = field(default_factory=list)
     unhandled: list[str] = field(default_factory=list)
     pending_uploads: int = 0
+    faults: list[tuple[str, str, int]] = field(default_factory=list)
+    """(method, path fragment, status) answered once, before the real route: throttling and 5xx."""
 
     # -- blob side -----------------------------------------------------------------------------
     def container_sas(self) -> str:
@@ -137,7 +139,13 @@ class WorkspaceAdapter(BaseAdapter):
         url = urlparse(request.url)
         body = json.loads(request.body) if request.body else None
         self.model.calls.append((request.method or "", url.path))
-        status, payload, headers = self.route(request.method or "GET", url.netloc, url.path, parse_qs(url.query), body)
+        fault = next((f for f in self.model.faults if f[0] == request.method and f[1] in url.path), None)
+        if fault is not None:
+            self.model.faults.remove(fault)
+            status, payload, headers = fault[2], {"error": {"code": "TooManyRequests" if fault[2] == 429 else "ServerError",
+                                                            "message": "injected"}}, {"Retry-After": "0"}
+        else:
+            status, payload, headers = self.route(request.method or "GET", url.netloc, url.path, parse_qs(url.query), body)
         content = json.dumps(payload).encode() if payload is not None else b""
         all_headers = {"Content-Type": "application/json", "Content-Length": str(len(content)), **headers}
         raw = urllib3.HTTPResponse(body=io.BytesIO(content), headers=all_headers, status=status,

@@ -6,11 +6,17 @@ says which baseline ran.
 """
 
 import json
+import os
 import sys
 
+# Offline, as cloudddp renders: a region and placeholder credentials, nothing sent.
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "offline")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "offline")
+os.environ.setdefault("SAGEMAKER_VALIDATE_ROLE", "false")  # the SDK would call IAM SimulatePrincipalPolicy
 code_dir = sys.argv[1]
 try:
-    from sagemaker.train.configs import CheckpointConfig, Compute, SourceCode, StoppingCondition
+    from sagemaker.core.training.configs import CheckpointConfig, Compute, OutputDataConfig, SourceCode, StoppingCondition
     from sagemaker.train.distributed import Torchrun
     from sagemaker.train.model_trainer import ModelTrainer
 except ImportError:
@@ -29,9 +35,11 @@ if ModelTrainer is not None:
         role="arn:aws:iam::111122223333:role/SageMakerRole",
         stopping_condition=StoppingCondition(max_runtime_in_seconds=8 * 3600),
         checkpoint_config=CheckpointConfig(s3_uri="s3://bucket/ckpt", local_path="/opt/ml/checkpoints"),
+        output_data_config=OutputDataConfig(s3_output_path="s3://bucket/output"),
+        base_job_name="cifar10-smddp",
     )
     print("baseline: sagemaker ModelTrainer")
-    print(trainer.model_dump_json()[:2000] if hasattr(trainer, "model_dump_json") else repr(trainer)[:2000])
+    print(trainer.model_dump_json(exclude={"sagemaker_session"}, fallback=str)[:4000])
 else:
     import boto3
     from botocore.validate import ParamValidator

@@ -233,3 +233,13 @@ def test_preflight_checks_workspace_size_and_quota(model: WorkspaceModel) -> Non
     assert checks["quota for standardNCSv3Family"].ok and "needs 48" in checks["quota for standardNCSv3Family"].detail
     over = {c.name: c for c in b.preflight(b.render(load_spec(AZURE_JOB, ["resources.nodes=3"])))}
     assert over["quota for standardNCSv3Family"].ok is False and over["quota for standardNCSv3Family"].fix
+
+
+@pytest.mark.slow
+def test_throttling_and_server_errors_are_retried_by_the_sdk_without_a_duplicate_job(model: WorkspaceModel) -> None:
+    model.faults += [("GET", "/computes/", 429), ("PUT", "/jobs/", 503), ("GET", "/jobs/", 500)]
+    b = backend(model, token="faults")
+    name = b.launch(b.render(load_spec(AZURE_JOB)))
+    assert model.faults == []  # every injected fault was hit, and retried past
+    assert list(model.jobs) == [name]
+    assert sum(1 for c in model.calls if c[0] == "PUT" and c[1].endswith(f"/jobs/{name}")) == 2

@@ -178,3 +178,18 @@ def test_status_reaches_the_cli_for_each_state(tmp_path: Path) -> None:
                                         ("Failed", "Failed", RunState.FAILED), ("Stopped", "Stopped", RunState.CANCELLED)):
         set_status(name, native, secondary)
         assert backend.status(name).state is expected
+
+
+def test_doctor_checks_credentials_and_that_s3_inputs_exist(tmp_path: Path) -> None:
+    spec_path = tmp_path / "job.json"
+    data = job(tmp_path, name="doctor-sm")
+    data["inputs"] = {"train": {"path": "s3://cloudddp-doctor-data/cifar10/", "arg": "--data-dir"}}
+    spec_path.write_text(json.dumps(data))
+    boto3.client("s3").create_bucket(Bucket="cloudddp-doctor-data")
+    missing = cli("doctor", str(spec_path), "-b", "sagemaker", "--json")
+    checks = {c["name"]: c for c in json.loads(missing.stdout)["checks"]}
+    assert missing.returncode == 2 and checks["AWS credentials"]["ok"] is True
+    assert checks["input train reachable"]["ok"] is False and checks["input train reachable"]["fix"]
+    boto3.client("s3").put_object(Bucket="cloudddp-doctor-data", Key="cifar10/data_batch_1", Body=b"x")
+    ok = cli("doctor", str(spec_path), "-b", "sagemaker", "--json")
+    assert {c["name"]: c for c in json.loads(ok.stdout)["checks"]}["input train reachable"]["ok"] is True

@@ -301,6 +301,19 @@ class SageMakerBackend(Backend):
         except Exception as e:  # noqa: BLE001 - any failure here means "no usable credentials"
             return [Check("AWS credentials", False, str(e).splitlines()[0],
                           fix="run `aws configure`, or export AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")]
+        s3 = self._client("s3", region, attempts=2)
+        for channel in plan.request.get("InputDataConfig", []):
+            uri = channel["DataSource"]["S3DataSource"]["S3Uri"]
+            if any(u["destination"] == uri for u in plan.uploads):
+                continue  # uploaded by submit itself
+            bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+            try:
+                found = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0) > 0
+                checks.append(Check(f"input {channel['ChannelName']} reachable", found,
+                                    uri if found else f"nothing under {uri}", fix="upload the data there, or fix inputs.<name>"))
+            except Exception as e:  # noqa: BLE001
+                checks.append(Check(f"input {channel['ChannelName']} reachable", False, f"{uri}: {str(e).splitlines()[0]}",
+                                    fix="check the URI and that these credentials may read it"))
         itype = plan.request["ResourceConfig"]["InstanceType"]
         count = plan.request["ResourceConfig"]["InstanceCount"]
         try:
