@@ -7,9 +7,10 @@ are shown as unknown rather than guessed.
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from .catalog import Requirements, Selection, Workload, select, workload_for_model
+from .catalog import Requirements, Selection, Sku, Workload, find, select, workload_for_model
 from .catalog.model import DATASET_SAMPLES
 from .errors import UserError
 from .spec import JobSpec
@@ -73,3 +74,27 @@ def choose(spec: JobSpec, cloud: Cloud, instance_type: str | None) -> Selection:
         raise UserError(what + ":\n    " + "\n    ".join(reasons),
                         hint="`cloudddp skus --explain` lists every size with its verdict; relax resources.* or name a size")
     return selection
+
+
+@dataclass
+class SizeDecision:
+    """The size a cloud render uses, with what to tell the user about it."""
+
+    size: str
+    sku: Sku | None
+    decisions: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    estimate: dict[str, Any] | None = None
+
+
+def decide(spec: JobSpec, cloud: Cloud, named: str | None, label: str) -> SizeDecision:
+    """``choose`` plus the lines a plan shows: ``<label> <size>: why``, the warnings, the estimate."""
+    selection = choose(spec, cloud, named)
+    size = named or (selection.chosen.sku.size if selection.chosen else "")
+    decision = SizeDecision(size, find(size) if size else None)
+    if selection.chosen is not None:
+        decision.decisions.append(f"{label} {size}: " + "; ".join(selection.chosen.reasons))
+        decision.warnings += selection.chosen.warnings
+        if selection.chosen.estimate:
+            decision.estimate = selection.chosen.estimate.to_dict()
+    return decision

@@ -13,7 +13,6 @@ import copy
 import io
 import datetime
 import json
-import os
 import re
 import shutil
 import socket

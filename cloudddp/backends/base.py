@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Protocol
 
 from ..metrics import MetricRecord, metrics_from_lines
 from ..plan import Plan
+from ..registry import Registry
 from ..spec import JobSpec
 
 
@@ -112,6 +113,7 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     capabilities: ClassVar[Capabilities] = Capabilities()
+    registry: Registry
 
     @abc.abstractmethod
     def render(self, spec: JobSpec) -> Plan:
@@ -138,8 +140,17 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def cancel(self, run_id: str) -> None: ...
 
-    @abc.abstractmethod
-    def list(self) -> list[RunStatus]: ...
+    def list(self) -> list[RunStatus]:
+        """This backend's runs from this machine's registry, each with its current status."""
+        from ..errors import RunNotFound
+
+        out = []
+        for record in self.registry.list(backend=self.name):
+            try:
+                out.append(self.status(record.run_id))
+            except RunNotFound:
+                continue
+        return out
 
     def submit(self, spec: JobSpec, *, progress: Progress | None = None) -> tuple[Plan, str]:
         """render + launch: what is sent is what a dry run shows."""

@@ -20,7 +20,7 @@ from cloudddp.errors import UserError
 from cloudddp.registry import Registry
 from cloudddp.specload import load_spec
 
-from ..azure_rig import RG, SUB, WS, FakeCredential, WorkspaceModel, azurite, create_container, ml_transport
+from ..azure_rig import FakeCredential, WorkspaceModel, azurite, create_container, ml_transport
 from ..conftest import ROOT
 
 AZURE_JOB = ROOT / "jobs" / "cifar10-azureml.yaml"

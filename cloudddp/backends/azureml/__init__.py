@@ -8,7 +8,6 @@ metrics from the same lines.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
@@ -247,15 +246,6 @@ class AzureMLBackend(Backend):
             self._client(self._workspace_of(run_id)).jobs.begin_cancel(run_id).result()
         except HttpResponseError as e:
             raise CloudDDPError(f"Azure ML did not cancel {run_id}: {e.message}") from None
-
-    def list(self) -> list[RunStatus]:
-        out = []
-        for record in self.registry.list(backend=self.name):
-            try:
-                out.append(self.status(record.run_id))
-            except RunNotFound:
-                continue
-        return out
 
     def preflight(self, plan: Plan) -> list[Check]:
         """Workspace and credentials reachable; the size offered in the region; family quota enough."""

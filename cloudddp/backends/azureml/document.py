@@ -15,10 +15,10 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...catalog import azure_rdma_by_name, disables_rdma, find, nccl_env_presets
+from ...catalog import azure_rdma_by_name, disables_rdma, nccl_env_presets
 from ...errors import UserError
 from ...secrets import rendered_env
-from ...sizing import choose
+from ...sizing import decide
 from ...spec import JobSpec
 
 JOB_SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
@@ -77,15 +77,12 @@ def build(spec: JobSpec, token: str) -> Documents:
         raise UserError("distribution.backend smddp runs only on SageMaker",
                         hint="use -o distribution.backend=nccl for Azure ML")
 
-    selection = choose(spec, "azure", az.vm_size)
-    size = az.vm_size or (selection.chosen.sku.size if selection.chosen else "")
-    sku = find(size)
-    if selection.chosen is not None:
-        docs.decisions.append(f"VM size {size}: " + "; ".join(selection.chosen.reasons))
-        docs.warnings += selection.chosen.warnings
-        if selection.chosen.estimate:
-            docs.estimate = selection.chosen.estimate.to_dict()
-    elif nodes > 1 and spec.resources.interconnect != "any":
+    sizing = decide(spec, "azure", az.vm_size, "VM size")
+    size, sku = sizing.size, sizing.sku
+    docs.decisions += sizing.decisions
+    docs.warnings += sizing.warnings
+    docs.estimate = sizing.estimate
+    if not sizing.decisions and nodes > 1 and spec.resources.interconnect != "any":
         rdma, why = azure_rdma_by_name(size)
         if not rdma:
             docs.warnings.append(f"{why}: multi-node DDP over Ethernet does not scale; pick an InfiniBand size")

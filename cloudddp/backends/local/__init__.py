@@ -319,15 +319,6 @@ class LocalBackend(Backend):
             run.write_status(state=RunState.CANCELLED.value, message="cancelled", ended_at=time.time())
         self.registry.update(run_id, state=run.read_status()["state"])
 
-    def list(self) -> list[RunStatus]:
-        out = []
-        for record in self.registry.list(backend=self.name):
-            try:
-                out.append(self.status(record.run_id))
-            except RunNotFound:
-                continue
-        return out
-
 
 def _fill(value: Any, table: dict[str, str]) -> Any:
     if isinstance(value, str):

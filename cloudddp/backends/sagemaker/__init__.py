@@ -279,15 +279,6 @@ class SageMakerBackend(Backend):
         except ClientError as e:
             raise CloudDDPError(f"SageMaker did not stop {run_id}: {e.response['Error'].get('Message', e)}") from None
 
-    def list(self) -> list[RunStatus]:
-        out = []
-        for record in self.registry.list(backend=self.name):
-            try:
-                out.append(self.status(record.run_id))
-            except RunNotFound:
-                continue
-        return out
-
     def preflight(self, plan: Plan) -> list[Check]:
         """Credentials, the role and the instance type's quota (Service Quotas), the bucket."""
         spec = plan.spec

@@ -16,12 +16,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...catalog import find, nccl_env_presets
+from ...catalog import nccl_env_presets
 from ...errors import UserError
 from ...metrics import STANDARD_METRICS, metric_regex
 from ...packaging import collect, folder_digest, pack
 from ...secrets import rendered_env
-from ...sizing import choose
+from ...sizing import decide
 from ...spec import JobSpec
 from .images import training_image
 
@@ -98,14 +98,11 @@ def build(spec: JobSpec, token: str) -> Rendered:
     prefix = f"s3://{bucket}/{sm.prefix.strip('/')}"
 
     gpus = spec.resources.gpus_per_node
-    selection = choose(spec, "aws", sm.instance_type)
-    instance_type = sm.instance_type or (selection.chosen.sku.size if selection.chosen else "")
-    sku = find(instance_type)
-    if selection.chosen is not None:
-        r.decisions.append(f"instance type {instance_type}: " + "; ".join(selection.chosen.reasons))
-        r.warnings += selection.chosen.warnings
-        if selection.chosen.estimate:
-            r.estimate = selection.chosen.estimate.to_dict()
+    sizing = decide(spec, "aws", sm.instance_type, "instance type")
+    instance_type, sku = sizing.size, sizing.sku
+    r.decisions += sizing.decisions
+    r.warnings += sizing.warnings
+    r.estimate = sizing.estimate
     if sku is not None and gpus and gpus != sku.gpus:
         r.warnings.append(
             f"{instance_type} has {sku.gpus} GPUs but resources.gpus_per_node is {gpus}: the container starts one "
