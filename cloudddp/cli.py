@@ -175,13 +175,10 @@ def submit(job: Path, backend: str, override: tuple[str, ...], dry_run: bool, de
 
 
 def _epochs_of(spec: Any) -> int | None:
-    args = list(spec.code.args)
-    for i, arg in enumerate(args):
-        if arg == "--epochs" and i + 1 < len(args) and args[i + 1].isdigit():
-            return int(args[i + 1])
-        if arg.startswith("--epochs=") and arg[9:].isdigit():
-            return int(arg[9:])
-    return None
+    from .sizing import script_arg
+
+    value = script_arg(list(spec.code.args), "--epochs")
+    return int(value) if value and value.isdigit() else None
 
 
 def _follow_run(run: Any, *, quiet: bool, epochs: int | None = None) -> None:

@@ -18,7 +18,8 @@ from .spec import JobSpec
 Cloud = Literal["azure", "aws"]
 
 
-def _arg(args: list[str], name: str) -> str | None:
+def script_arg(args: list[str], name: str) -> str | None:
+    """The value of ``--name value`` or ``--name=value`` in a script's argument list."""
     for i, a in enumerate(args):
         if a == name and i + 1 < len(args):
             return args[i + 1]
@@ -29,11 +30,11 @@ def _arg(args: list[str], name: str) -> str | None:
 
 def workload_for_spec(spec: JobSpec) -> Workload | None:
     args = spec.code.args
-    model = _arg(args, "--model") or ("cnn" if spec.code.entry == "train.py" else None)
-    dataset = _arg(args, "--dataset") or "digits"
+    model = script_arg(args, "--model") or ("cnn" if spec.code.entry == "train.py" else None)
+    dataset = script_arg(args, "--dataset") or "digits"
     try:
-        epochs = int(_arg(args, "--epochs") or 10)
-        batch = int(_arg(args, "--batch-size") or 64)
+        epochs = int(script_arg(args, "--epochs") or 10)
+        batch = int(script_arg(args, "--batch-size") or 64)
     except ValueError:
         return None
     if model is None or dataset not in DATASET_SAMPLES:
