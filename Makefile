@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 EXTRAS  := train,aws,azure,notebook,dev
 
-.PHONY: demo test bench bench-gpu venv azurite clean
+.PHONY: demo test bench bench-gpu venv azurite tmux clean
 
 venv: $(STAMP)
 
@@ -23,7 +23,11 @@ node_modules/.bin/azurite-blob: package.json
 demo: venv
 	$(BIN)/cloudddp submit jobs/digits-local.yaml --backend local
 
-test: venv azurite
+# tmux drives the live-metrics terminal test; installed from Debian's packages when missing.
+tmux:
+	@command -v tmux >/dev/null || (apt-get update -qq && apt-get install -y -qq tmux) || echo "tmux unavailable: its test will say so and skip"
+
+test: venv azurite tmux
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q
 
 # The SageMaker SDK (~1 GB) is only the render benchmark's baseline: it lives in its own venv.
