@@ -301,8 +301,15 @@ class JobSpec(Strict):
             return self.distribution.backend
         return "nccl" if on_gpu else "gloo"
 
-    def secret_names(self) -> set[str]:
-        return {k for k, v in self.env.items() if v.secret}
+    def input_folder(self, name: str, where: str) -> Path:
+        """A local input's folder, resolved against the spec file; a user error when it is not a folder."""
+        from .errors import UserError
+
+        folder = (self._base_dir / where).resolve()
+        if not folder.is_dir():
+            raise UserError(f"inputs.{name}: {folder} is not a folder", hint="input paths are relative to the spec file")
+        return folder
+
 
 
 def json_schema() -> dict[str, Any]:

@@ -127,10 +127,7 @@ def build(spec: JobSpec, token: str) -> Documents:
                                 hint=f"give inputs.{name}.azureml: azureml://... (or https://, or a local folder)")
             path = where
         else:
-            folder = (spec.base_dir / where).resolve()
-            if not folder.is_dir():
-                raise UserError(f"inputs.{name}: {folder} is not a folder")
-            path = str(folder)
+            path = str(spec.input_folder(name, where))
         inputs[name] = {"type": "uri_folder", "path": path, "mode": "ro_mount" if item.mode == "mount" else "download"}
         if item.arg:
             input_args += [item.arg, "${{inputs.%s}}" % name]

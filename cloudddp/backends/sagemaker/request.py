@@ -131,9 +131,7 @@ def build(spec: JobSpec, token: str) -> Rendered:
                                 hint=f"give inputs.{name}.sagemaker: s3://...")
             uri = where
         else:
-            folder = (spec.base_dir / where).resolve()
-            if not folder.is_dir():
-                raise UserError(f"inputs.{name}: {folder} is not a folder")
+            folder = spec.input_folder(name, where)
             files = collect(folder)
             digest = folder_digest(folder, files)
             uri = f"{prefix}/data/{name}/{digest}/"
