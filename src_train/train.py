@@ -200,6 +200,9 @@ def run(args: argparse.Namespace) -> int:
             })
             print(f"checkpoint {path.name}", flush=True)
 
+    if start_epoch >= args.epochs and ctx.is_main:
+        print(f"the checkpoint is already at epoch {start_epoch} of {args.epochs}: nothing left to train "
+              "(raise --epochs to continue, or --no-resume / checkpoint.resume: never to start over)", flush=True)
     stop = StopFlag()
     check_every = 1 if not cuda else 25  # on GPU, each check is a host sync
     test_acc = float("nan")
@@ -266,6 +269,10 @@ def run(args: argparse.Namespace) -> int:
             return _stopped(ctx, epoch + 1, 0)
         if args.max_steps and global_step >= args.max_steps:
             break
+    if math.isnan(test_acc):  # nothing trained in this run (already complete): still report the model
+        test_loss, test_acc = evaluate(ctx, model, ds, mean, std, amp, max(per_rank, 256))
+        if ctx.is_main:
+            metrics.emit(global_step, final_epoch, test_loss=test_loss, test_acc=test_acc)
     if ctx.is_main:
         out_dir = Path(args.model_dir)
         out_dir.mkdir(parents=True, exist_ok=True)

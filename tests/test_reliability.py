@@ -33,7 +33,7 @@ def epoch_ends(run: Run) -> list[int]:
 
 def test_cancelled_run_checkpoints_and_a_resubmit_continues_without_losing_or_repeating_an_epoch() -> None:
     args = "code.args=[--dataset, digits, --epochs, '8', --log-every, '1']"
-    first = Job.load(DIGITS, [args, "name=resume-demo"]).submit("local")
+    first = Job.load(DIGITS, [args, "name=resume-demo", "checkpoint.resume=auto"]).submit("local")
     for record in first.metrics(follow=True):
         if record.epoch == 3:
             break
@@ -43,7 +43,7 @@ def test_cancelled_run_checkpoints_and_a_resubmit_continues_without_losing_or_re
     stopped = [line.text for line in first.logs() if "stopping on SIGTERM" in line.text]
     assert stopped, "the script saw SIGTERM and wrote a checkpoint before exiting"
 
-    second = Job.load(DIGITS, [args, "name=resume-demo"]).submit("local")
+    second = Job.load(DIGITS, [args, "name=resume-demo", "checkpoint.resume=auto"]).submit("local")
     assert second.wait(timeout=240, poll=0.5).state is RunState.SUCCEEDED
     resumed = [line.text for line in second.logs() if "resumed from" in line.text]
     done_first, done_second = epoch_ends(first), epoch_ends(second)
@@ -60,10 +60,10 @@ def _final_params(run: Run) -> dict[str, torch.Tensor]:
 
 def test_killed_rank_restarts_from_checkpoint_and_ends_bitwise_equal_to_an_uninterrupted_run() -> None:
     args = "code.args=[--dataset, digits, --epochs, '5', --deterministic, --log-every, '1']"
-    clean = Job.load(DIGITS, [args, "name=det-clean"]).submit("local")
+    clean = Job.load(DIGITS, [args, "name=det-clean", "checkpoint.resume=auto"]).submit("local")
     assert clean.wait(timeout=240, poll=0.5).state is RunState.SUCCEEDED
 
-    faulty = Job.load(DIGITS, [args, "name=det-faulty", "limits.max_restarts=2"]).submit("local")
+    faulty = Job.load(DIGITS, [args, "name=det-faulty", "limits.max_restarts=2", "checkpoint.resume=auto"]).submit("local")
     run_dir = faulty.status().details["run_dir"]
     for record in faulty.metrics(follow=True):
         if record.epoch == 3 and "epoch_time" not in record.values:
