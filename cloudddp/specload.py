@@ -96,7 +96,7 @@ class _Builder:
             return self.loader.construct_object(node, deep=True)
         except yaml.YAMLError:
             raise
-        except (ValueError, TypeError, OverflowError, ArithmeticError) as e:
+        except Exception as e:  # noqa: BLE001 - PyYAML's tag constructors raise ValueError, IndexError, ... on bad text
             raise UserError(
                 f"{self.positions.source}:{node.start_mark.line + 1}: cannot read {node.tag} value {str(node.value)[:40]!r}: {e}"
             ) from None

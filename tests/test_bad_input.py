@@ -55,6 +55,8 @@ CORPUS: dict[str, bytes] = {
     "recursive alias": b"a: &a [*a]\nname: x\n",
     "deep nesting": b"name: " + b"[" * 5000 + b"]" * 5000 + b"\n",
     "python tag": b"name: !!python/object/apply:os.system ['echo hi']\n",
+    "empty tagged int": b"name: x\nlocal: {processes_per_node: !!int }\n",  # PyYAML raises IndexError here
+    "bad tagged float": b"name: x\nresources: {disk_gb: !!float abc}\n",
     "merge key abuse": b"base: &b {nodes: 1}\nresources: {<<: [*b, *b, *b], nodes: x}\nname: x\n",
     "tabs": b"name: x\nresources:\n\tnodes: 2\n",
     "a list at the top": b"- name: x\n",
