@@ -262,7 +262,7 @@ def _selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:
     for i, row in enumerate(rows):
         if not row["ok"] and not explain:
             continue
-        verdict = ("[green]chosen[/] " if i == 0 and row["ok"] else "[green]ok[/] " if row["ok"] else "[red]no[/] ")
+        verdict = ("[green]chosen[/] " if i == 0 and row["ok"] else "[green]ok[/] " if row["ok"] else "[red]rejected[/] ")
         price = _money(row["price_per_hour"]) + ("*" if row["price_kind"] == "ec2-proxy" else "")
         eff = f"{row['efficiency']:.0%}" if row["efficiency"] is not None else "?"
         why = "; ".join([row["why"], *row["warnings"]]) if row["why"] or row["warnings"] else ""
