@@ -1,26 +1,34 @@
 """Code and data snapshots: deterministic archives keyed by their content hash.
 
 The same folder always packs to the same bytes (sorted entries, fixed mtime, uid/gid 0, fixed modes,
-gzip header without a timestamp), so its sha256 names it and an unchanged snapshot is never uploaded
-twice. Ignore rules: ``.gitignore``, ``.amlignore`` and ``.cloudddpignore`` in the folder, the spec's
-``code.ignore``, and defaults (VCS folders, caches, checkpoints). Nothing outside the folder gets in:
-``..``, absolute paths and symlinks that point outside are refused.
+gzip header without a name or timestamp), so its sha256 names it and an unchanged snapshot is never
+uploaded twice. Ignore rules: ``.gitignore``, ``.amlignore`` and ``.cloudddpignore`` in the folder,
+the spec's ``code.ignore``, and defaults (VCS folders, caches, checkpoints). Nothing outside the
+folder gets in: ``..``, absolute paths and symlinks that point outside are refused.
+
+The archive is written in one streaming pass (files read in chunks, through tar and gzip, hashed on
+the way) to ``$CLOUDDDP_HOME/snapshots/<sha256>.tar.gz``, so memory stays small whatever the folder
+holds. A stat index (see :mod:`cloudddp.filestate`) then recognises the unchanged folder on the next
+render without reading or packing it again; data folders get the same treatment file by file.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import os
 import tarfile
+import tempfile
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any, BinaryIO
 
 import pathspec
 
 from .errors import UserError
+from .filestate import READ_CHUNK, DigestCache, Stamp, file_sha256, key_of, read_record, write_record
 
 DEFAULT_IGNORES = (
     ".git/", ".hg/", ".svn/", "__pycache__/", "*.pyc", ".ipynb_checkpoints/", ".venv/", "venv/",
@@ -28,37 +36,61 @@ DEFAULT_IGNORES = (
 )
 IGNORE_FILES = (".gitignore", ".amlignore", ".cloudddpignore")
 MAX_FILES = 20_000
+WARN_BYTES = 50_000_000
+"""Snapshots larger than this (compressed) come with a warning naming their largest files."""
+MAX_BYTES = 2_000_000_000
+"""Folders holding more than this (before compression) are refused before anything is packed."""
+LARGEST_SHOWN = 5
+CACHE_BYTES = int(os.environ.get("CLOUDDDP_SNAPSHOT_CACHE_BYTES") or 5_000_000_000)
+"""Old snapshots are deleted, least recently used first, once the cache holds more than this."""
+CACHE_GRACE_SECONDS = 600  # a snapshot used this recently is never deleted (another submit may be uploading it)
+_FORMAT = 1  # bump when the archive layout changes, so stale index records stop matching
 
 
 @dataclass(frozen=True)
 class Snapshot:
+    """A packed code folder: its .tar.gz on disk, named by its sha256."""
+
     root: Path
     files: tuple[str, ...]  # posix paths relative to root, sorted
-    data: bytes  # the .tar.gz
     sha256: str
+    size: int  # bytes of the .tar.gz
+    path: Path  # the .tar.gz, in the snapshot cache
+    file_bytes: int = 0  # bytes of the files before compression
+    largest: tuple[tuple[str, int], ...] = ()  # the biggest files and their sizes, biggest first
 
-    @property
-    def size(self) -> int:
-        return len(self.data)
+    def open(self) -> BinaryIO:
+        """The archive for reading (to upload it as a stream)."""
+        return open(self.path, "rb")
 
 
-def _ignore_spec(root: Path, extra: Sequence[str]) -> pathspec.GitIgnoreSpec:
+@dataclass(frozen=True)
+class _Entry:
+    rel: str
+    stamp: Stamp
+
+
+def cache_dir() -> Path:
+    from .registry import home
+
+    return home() / "snapshots"
+
+
+def _ignore_lines(root: Path, extra: Sequence[str]) -> list[str]:
     lines = list(DEFAULT_IGNORES)
     for name in IGNORE_FILES:
         path = root / name
         if path.is_file():
             lines += path.read_text(encoding="utf-8", errors="replace").splitlines()
-    lines += list(extra)
-    return pathspec.GitIgnoreSpec.from_lines(lines)
+    return lines + list(extra)
 
 
-def collect(root: Path, ignore: Sequence[str] = ()) -> list[str]:
-    """Files to pack, relative to ``root``; refuses anything that would escape it."""
-    root = root.resolve()
+def _scan(root: Path, lines: Sequence[str]) -> list[_Entry]:
+    """The files to pack with their stamps, sorted; refuses anything that would escape ``root``."""
     if not root.is_dir():
         raise UserError(f"{root} is not a folder")
-    spec = _ignore_spec(root, ignore)
-    found: list[str] = []
+    spec = pathspec.GitIgnoreSpec.from_lines(lines)
+    found: list[_Entry] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         here = Path(dirpath)
         rel_dir = here.relative_to(root).as_posix()
@@ -77,11 +109,23 @@ def collect(root: Path, ignore: Sequence[str] = ()) -> list[str]:
                 continue
             if (here / f).is_symlink():
                 _check_link(root, here / f, rel)
-            found.append(rel)
+            try:
+                stamp = Stamp.of(os.stat(here / f))
+            except FileNotFoundError:
+                raise UserError(f"{rel} in {root} is a broken symlink",
+                                hint="fix or delete the link, or add it to .cloudddpignore") from None
+            found.append(_Entry(rel, stamp))
             if len(found) > MAX_FILES:
                 raise UserError(f"{root} holds more than {MAX_FILES:,} files to package",
                                 hint="leave data out of code.dir (use inputs:), or add ignore patterns")
-    return sorted(found)
+    found.sort(key=lambda e: e.rel)
+    return found
+
+
+def collect(root: Path, ignore: Sequence[str] = ()) -> list[str]:
+    """Files to pack, relative to ``root``; refuses anything that would escape it."""
+    root = root.resolve()
+    return [e.rel for e in _scan(root, _ignore_lines(root, ignore))]
 
 
 def _check_link(root: Path, path: Path, rel: str) -> None:
@@ -99,33 +143,217 @@ def safe_member(name: str) -> str:
     return Path(*parts).as_posix()
 
 
-def pack(root: Path, ignore: Sequence[str] = ()) -> Snapshot:
-    """The folder as a deterministic .tar.gz and its sha256."""
+# -- what is being shipped -------------------------------------------------------------------------
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def ignore_line(rel: str) -> str:
+    """The .gitignore-style line that leaves out the file ``rel``: anchored, wildcards escaped.
+
+    Exactly that file, unless its name holds characters no ignore line can spell (a newline, other
+    control or separator characters): each of those becomes ``?``, which also matches one other character.
+    """
+    line = "".join("\\" + c if c in "\\*?[]" else c if c.isprintable() else "?" for c in rel)
+    spaces = len(line) - len(line.rstrip(" "))  # trailing spaces would be stripped unless escaped
+    return "/" + line[: len(line) - spaces] + "\\ " * spaces
+
+
+def _advice(root: Path, largest: Sequence[tuple[str, int]]) -> str:
+    width = max(len(rel) for rel, _ in largest)
+    rows = "\n".join(f"    {human_bytes(size):>10}  {rel:<{width}}  {ignore_line(rel)}" for rel, size in largest)
+    return (f"Its largest files, each with the line that leaves it out (add the line to {root / '.cloudddpignore'}, "
+            f"or to code.ignore in the spec):\n{rows}")
+
+
+def snapshot_warnings(snapshot: Snapshot, threshold: int = WARN_BYTES) -> list[str]:
+    """What a plan should say about a snapshot: nothing, or, above ``threshold`` bytes, how big it is,
+    its largest files and how to leave each out."""
+    if snapshot.size <= threshold or not snapshot.largest:
+        return []
+    return [f"the code snapshot of {snapshot.root} is {human_bytes(snapshot.size)} compressed "
+            f"({human_bytes(snapshot.file_bytes)} in {len(snapshot.files):,} files, warned above "
+            f"{human_bytes(threshold)}); all of it is uploaded again whenever the code changes. "
+            + _advice(snapshot.root, snapshot.largest)]
+
+
+def _largest(entries: Sequence[_Entry], total: int) -> tuple[tuple[str, int], ...]:
+    """The biggest files, those worth leaving out (1% of the total or more; always the biggest one)."""
+    biggest = sorted(entries, key=lambda e: (-e.stamp.size, e.rel))[:LARGEST_SHOWN]
+    return tuple((e.rel, e.stamp.size) for i, e in enumerate(biggest) if i == 0 or e.stamp.size * 100 >= total)
+
+
+# -- packing ---------------------------------------------------------------------------------------
+
+
+def pack(root: Path, ignore: Sequence[str] = (), *, max_bytes: int = MAX_BYTES) -> Snapshot:
+    """The folder as a deterministic .tar.gz in the snapshot cache, and its sha256.
+
+    An unchanged folder (same files, same stamps, same ignore rules) is recognised from the index
+    without being read. A folder holding more than ``max_bytes`` of files is refused up front.
+    """
     root = root.resolve()
-    files = collect(root, ignore)
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for rel in files:
-            path = root / rel
-            info = tarfile.TarInfo(safe_member(rel))
-            data = path.read_bytes()
-            info.size = len(data)
-            info.mtime = 0
-            info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            tar.addfile(info, io.BytesIO(data))
-    gz = io.BytesIO()
-    with gzip.GzipFile(fileobj=gz, mode="wb", mtime=0, compresslevel=6) as f:
-        f.write(raw.getvalue())
-    data = gz.getvalue()
-    return Snapshot(root, tuple(files), data, hashlib.sha256(data).hexdigest())
+    started_ns = time.time_ns()
+    lines = _ignore_lines(root, ignore)
+    entries = _scan(root, lines)
+    file_bytes = sum(e.stamp.size for e in entries)
+    largest = _largest(entries, file_bytes)
+    if file_bytes > max_bytes:
+        raise UserError(
+            f"code.dir {root} holds {human_bytes(file_bytes)} of files to package, over the "
+            f"{human_bytes(max_bytes)} limit for a code snapshot; data belongs in inputs:, not in the code folder",
+            hint=_advice(root, largest))
+    directory = cache_dir()
+    index = directory / "index" / f"{key_of(_FORMAT, str(root), lines)}.json"
+    stamps = [[e.rel, *e.stamp] for e in entries]
+    found = _lookup(root, read_record(index), stamps, directory)
+    if found is None:
+        sha256, size, checked = _write_archive(root, entries, directory, {e.rel for e in entries if e.stamp.racy(started_ns)})
+        _prune(directory, keep=sha256)
+    else:
+        sha256, size, checked = found
+    # Racy files (see filestate) are vouched for by their content until they are old enough.
+    by_rel = {e.rel: e.stamp for e in entries}
+    racy = {rel: digest for rel, digest in checked.items() if by_rel[rel].racy(started_ns)}
+    if found is None or racy != checked:
+        write_record(index, {"root": str(root), "sha256": sha256, "size": size, "stamps": stamps, "racy": racy})
+    return Snapshot(root, tuple(e.rel for e in entries), sha256, size, directory / f"{sha256}.tar.gz",
+                    file_bytes, largest)
+
+
+def _lookup(root: Path, record: dict[str, Any] | None, stamps: list[list[Any]],
+            directory: Path) -> tuple[str, int, dict[str, str]] | None:
+    """``(sha256, size, contents of re-checked racy files)`` when the index vouches for the folder."""
+    if record is None or record.get("stamps") != stamps:
+        return None
+    sha256, size = str(record.get("sha256")), record.get("size")
+    archive = directory / f"{sha256}.tar.gz"
+    try:
+        if archive.stat().st_size != size:
+            return None
+        os.utime(archive)  # most recently used: the last to be pruned
+    except OSError:
+        return None
+    contents = {}
+    for rel, digest in dict(record.get("racy") or {}).items():
+        try:
+            if file_sha256(root / rel) != digest:
+                return None
+        except OSError:
+            return None
+        contents[rel] = digest
+    return sha256, int(size), contents
+
+
+class _HashingWriter:
+    """A write-only file that hashes what passes through it (the gzip stream, on its way to disk)."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self.f = f
+        self.hash = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.hash.update(data)
+        self.size += len(data)
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+class _HashingReader:
+    """A file read by tarfile whose bytes are also hashed (racy files: what went into the archive)."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self.f = f
+        self.hash = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(n)
+        self.hash.update(data)
+        return data
+
+
+def _write_archive(root: Path, entries: Sequence[_Entry], directory: Path,
+                   racy: set[str]) -> tuple[str, int, dict[str, str]]:
+    """Stream the archive into the cache: ``(sha256, size, sha256 of each racy file's packed bytes)``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".packing-", suffix=".tar.gz")
+    contents: dict[str, str] = {}
+    try:
+        with os.fdopen(fd, "wb") as f:
+            out = _HashingWriter(f)
+            # Same bytes as the former in-memory pack: tar (PAX) into gzip level 6, no name, mtime 0.
+            with gzip.GzipFile(filename="", fileobj=out, mode="wb", mtime=0, compresslevel=6) as gz, \
+                    tarfile.TarFile(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, copybufsize=READ_CHUNK) as tar:
+                for entry in entries:
+                    _add(tar, root, entry, contents if entry.rel in racy else None)
+        os.replace(tmp, directory / f"{out.hash.hexdigest()}.tar.gz")
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out.hash.hexdigest(), out.size, contents
+
+
+def _add(tar: tarfile.TarFile, root: Path, entry: _Entry, contents: dict[str, str] | None) -> None:
+    path = root / entry.rel
+    info = tarfile.TarInfo(safe_member(entry.rel))
+    info.size = entry.stamp.size
+    info.mtime = 0
+    info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    with open(path, "rb") as f:
+        reader = _HashingReader(f) if contents is not None else f
+        try:
+            tar.addfile(info, reader)  # type: ignore[arg-type]
+        except OSError as e:
+            if "unexpected end of data" not in str(e):
+                raise
+            raise UserError(f"{entry.rel} in {root} shrank while it was being packaged", hint="package again") from None
+        if isinstance(reader, _HashingReader) and contents is not None:
+            contents[entry.rel] = reader.hash.hexdigest()
+
+
+def _prune(directory: Path, keep: str) -> None:
+    """Delete the least recently used snapshots beyond :data:`CACHE_BYTES` (never a recently used one)."""
+    snapshots = []
+    cutoff = time.time() - CACHE_GRACE_SECONDS
+    for path in directory.glob("*.tar.gz"):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        if not path.name.startswith("."):
+            snapshots.append((st.st_mtime, st.st_size, path))
+        elif st.st_mtime < cutoff:  # left behind by a packer that was killed
+            path.unlink(missing_ok=True)
+    total = 0
+    for mtime, size, path in sorted(snapshots, reverse=True):
+        total += size
+        if total > CACHE_BYTES and mtime < cutoff and path.name != f"{keep}.tar.gz":
+            path.unlink(missing_ok=True)
 
 
 def folder_digest(root: Path, files: Iterable[str]) -> str:
-    """A content hash over relative paths and bytes (for data folders uploaded file by file)."""
+    """A content hash over relative paths and bytes (for data folders uploaded file by file).
+
+    Files whose stamps match the last digest are not read again (see :class:`cloudddp.filestate.DigestCache`).
+    """
+    from .registry import home
+
+    now_ns = time.time_ns()
+    cache = DigestCache(root.resolve(), home() / "digests")
     h = hashlib.sha256()
     for rel in files:
         h.update(rel.encode() + b"\0")
-        h.update(hashlib.sha256((root / rel).read_bytes()).digest())
+        h.update(bytes.fromhex(cache.digest(rel, now_ns)))
+    cache.save()
     return h.hexdigest()

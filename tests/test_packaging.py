@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import os
 import tarfile
 import time
 import zlib
 from pathlib import Path
 
+import pathspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from cloudddp import filestate, packaging
 from cloudddp.errors import UserError
-from cloudddp.packaging import pack, safe_member
+from cloudddp.packaging import collect, folder_digest, ignore_line, pack, safe_member, snapshot_warnings
 
 from .support.trees import pinned_tree
 
@@ -47,9 +50,9 @@ def test_same_folder_same_bytes_and_ignore_rules(tmp_path: Path) -> None:
     time.sleep(1.1)
     os.utime(tmp_path / "a" / "train.py")  # a new mtime changes nothing
     second = pack(tmp_path / "a")
-    assert first.data == second.data and first.sha256 == second.sha256
+    assert first.path.read_bytes() == second.path.read_bytes() and first.sha256 == second.sha256
     assert first.files == (".cloudddpignore", ".gitignore", "pkg/model.py", "train.py")
-    with tarfile.open(fileobj=io.BytesIO(first.data)) as tar:
+    with tarfile.open(fileobj=first.open()) as tar:
         members = tar.getmembers()
     assert [m.name for m in members] == list(first.files)
     assert {m.mtime for m in members} == {0} and {m.uid for m in members} == {0}
@@ -77,7 +80,7 @@ def test_archive_member_names_never_climb_out(name: str) -> None:
 
 def test_archive_bytes_are_pinned_across_implementations(tmp_path: Path) -> None:
     snapshot = pack(pinned_tree(tmp_path / "code"))
-    data = snapshot.data
+    data = snapshot.path.read_bytes()
     assert hashlib.sha256(data).hexdigest() == snapshot.sha256 and len(data) == snapshot.size
     tar = gzip.decompress(data)
     assert (hashlib.sha256(tar).hexdigest(), len(tar)) == (PINNED_TAR_SHA256, PINNED_TAR_BYTES)
@@ -86,3 +89,169 @@ def test_archive_bytes_are_pinned_across_implementations(tmp_path: Path) -> None
         pytest.skip(f"the pinned .tar.gz digest was recorded with zlib {PINNED_ZLIB}; this Python has "
                     f"{zlib.ZLIB_RUNTIME_VERSION}, whose deflate may choose other (equally valid) bytes")
     assert (snapshot.sha256, snapshot.size) == (PINNED_TGZ_SHA256, PINNED_TGZ_BYTES)
+
+
+# -- the snapshot cache and the stat index ---------------------------------------------------------
+
+
+def _refuse(*_: object, **__: object) -> None:
+    raise AssertionError("the folder was read although its stamps vouch for it")
+
+
+def _age(root: Path, seconds: float = 3600) -> None:
+    """Make every file older than the racy window, as a folder edited a while ago is."""
+    past = time.time() - seconds
+    for path in root.rglob("*"):
+        os.utime(path, (past, past))
+
+
+def test_an_unchanged_folder_is_recognised_without_reading_or_packing_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                          cloudddp_home: Path) -> None:
+    root = pinned_tree(tmp_path / "code")
+    _age(root)
+    first = pack(root)
+    assert first.path.parent == cloudddp_home / "snapshots" and first.path.name == f"{first.sha256}.tar.gz"
+    with monkeypatch.context() as m:
+        m.setattr(packaging, "_write_archive", _refuse)
+        m.setattr(packaging, "file_sha256", _refuse)
+        m.setattr(tarfile.TarFile, "addfile", _refuse)
+        again = pack(root)
+    assert again == first
+    (root / "pkg" / "model.py").write_bytes(b"X = 2\n" * 200)  # same size, new mtime and ctime
+    changed = pack(root)
+    assert changed.sha256 != first.sha256
+    with tarfile.open(changed.path) as tar:
+        assert tar.extractfile("pkg/model.py").read().startswith(b"X = 2")  # type: ignore[union-attr]
+    (root / "run.sh").chmod(0o644)  # only the mode changes: the archive's mode for it must follow
+    assert pack(root).sha256 != changed.sha256
+    assert pack(root, ["run.sh"]).files != pack(root).files  # other ignore rules, another index record
+
+
+def test_a_file_rewritten_within_the_racy_window_is_checked_by_content(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # Same-tick rewrites (same size, same mtime, same ctime) cannot be staged on purpose; dropping ctime
+    # from the stamp and restoring the mtime by hand gives the index exactly the view it would have.
+    monkeypatch.setattr(filestate.Stamp, "of", classmethod(lambda cls, st: cls(st.st_size, st.st_mtime_ns, 0, st.st_ino, st.st_mode)))
+    root = tmp_path / "code"
+    root.mkdir()
+    (root / "train.py").write_text("lr = 0.1\n")
+    first = pack(root)  # train.py was written just now: racy, so its content is recorded
+    before = os.stat(root / "train.py")
+    (root / "train.py").write_text("lr = 0.2\n")
+    os.utime(root / "train.py", ns=(before.st_atime_ns, before.st_mtime_ns))
+    second = pack(root)
+    assert second.sha256 != first.sha256
+    with tarfile.open(second.path) as tar:
+        assert tar.extractfile("train.py").read() == b"lr = 0.2\n"  # type: ignore[union-attr]
+    # Once the file is older than the window, the index stops re-reading it.
+    monkeypatch.setattr(filestate, "RACY_NS", 0)
+    assert pack(root) == second  # checked by content one last time, then recorded as settled
+    monkeypatch.setattr(packaging, "file_sha256", _refuse)
+    monkeypatch.setattr(packaging, "_write_archive", _refuse)
+    assert pack(root) == second
+
+
+def test_packing_streams_so_memory_does_not_grow_with_the_folder(tmp_path: Path) -> None:
+    import tracemalloc
+
+    root = tmp_path / "code"
+    root.mkdir()
+    (root / "model.ckpt").write_bytes(os.urandom(24 * 2**20))
+    tracemalloc.start()
+    try:
+        snapshot = pack(root)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert snapshot.size > 24 * 2**20  # random bytes do not compress: the archive is as big as the file
+    assert peak < 8 * 2**20, f"peak {peak:,} bytes of Python allocations for a {24 * 2**20:,}-byte file"
+
+
+def test_old_snapshots_are_pruned_least_recently_used_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(packaging, "CACHE_GRACE_SECONDS", 0)
+    snapshots = []
+    for i in range(3):
+        root = tmp_path / f"code{i}"
+        root.mkdir()
+        (root / "blob.bin").write_bytes(os.urandom(100_000))
+        snapshots.append(pack(root))
+        past = time.time() - 100 + i
+        os.utime(snapshots[-1].path, (past, past))
+    os.utime(pack(tmp_path / "code0").path)  # code0 used again: now the most recent
+    monkeypatch.setattr(packaging, "CACHE_BYTES", 250_000)  # room for two
+    root = tmp_path / "code3"
+    root.mkdir()
+    (root / "small.py").write_text("x = 1\n")
+    newest = pack(root)
+    left = {p.name for p in newest.path.parent.glob("*.tar.gz")}
+    assert left == {newest.path.name, snapshots[0].path.name, snapshots[2].path.name}
+    assert pack(tmp_path / "code1").path.exists()  # a pruned snapshot is simply packed again
+
+
+def test_data_folder_digests_reuse_the_recorded_file_hashes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "data"
+    (root / "shards").mkdir(parents=True)
+    for i in range(3):
+        (root / "shards" / f"{i}.bin").write_bytes(os.urandom(1000))
+    _age(root)
+    files = collect(root)
+    expected = hashlib.sha256()
+    for rel in files:  # the definition: path, NUL, then the sha256 of the file's bytes
+        expected.update(rel.encode() + b"\0" + hashlib.sha256((root / rel).read_bytes()).digest())
+    assert folder_digest(root, files) == expected.hexdigest()
+    with monkeypatch.context() as m:
+        m.setattr(filestate, "file_sha256", _refuse)
+        assert folder_digest(root, files) == expected.hexdigest()
+    (root / "shards" / "1.bin").write_bytes(os.urandom(1000))
+    assert folder_digest(root, files) != expected.hexdigest()
+
+
+# -- saying what is shipped ------------------------------------------------------------------------
+
+
+def test_large_snapshots_warn_with_each_big_file_and_the_line_that_leaves_it_out(tmp_path: Path) -> None:
+    root = tmp_path / "code"
+    (root / "runs").mkdir(parents=True)
+    (root / "train.py").write_text("print('train')\n")
+    (root / "runs" / "last.ckpt").write_bytes(os.urandom(300_000))
+    (root / "vocab [v2].txt").write_bytes(os.urandom(200_000))
+    snapshot = pack(root)
+    assert snapshot_warnings(snapshot) == []  # far below the default threshold
+    [warning] = snapshot_warnings(snapshot, threshold=100_000)
+    assert f"{snapshot.size / 1000:.1f} kB compressed" in warning and str(root / ".cloudddpignore") in warning
+    rows = warning.splitlines()[1:]
+    assert [row.split() for row in rows[:2]] == [["300.0", "kB", "runs/last.ckpt", "/runs/last.ckpt"],
+                                                ["200.0", "kB", "vocab", "[v2].txt", "/vocab", "\\[v2\\].txt"]]
+    for rel in ("runs/last.ckpt", "vocab [v2].txt"):  # each line, given as code.ignore, leaves out that file only
+        assert pack(root, [ignore_line(rel)]).files == tuple(f for f in snapshot.files if f != rel)
+
+
+def test_an_absurd_snapshot_is_refused_before_anything_is_packed(tmp_path: Path, cloudddp_home: Path) -> None:
+    root = tmp_path / "code"
+    root.mkdir()
+    (root / "train.py").write_text("print('train')\n")
+    (root / "dataset.npy").write_bytes(b"\0" * 3_000_000)
+    with pytest.raises(UserError) as info:
+        pack(root, max_bytes=2_000_000)
+    message = str(info.value)
+    assert "3.0 MB of files" in message and "2.0 MB limit" in message and "inputs:" in message
+    assert "3.0 MB  dataset.npy" in message and "/dataset.npy" in message
+    assert not list((cloudddp_home / "snapshots").glob("*.tar.gz"))
+    assert pack(root, ["/dataset.npy"], max_bytes=2_000_000).files == ("train.py",)
+
+
+names = st.text(st.characters(blacklist_characters="/\0", blacklist_categories=("Cs",)), min_size=1, max_size=12).filter(
+    lambda s: s not in (".", ".."))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(names, min_size=1, max_size=3), st.lists(st.lists(names, min_size=1, max_size=3), max_size=6))
+def test_the_suggested_ignore_line_matches_exactly_its_file(parts: list[str], others: list[list[str]]) -> None:
+    rel = "/".join(parts)
+    spec = pathspec.GitIgnoreSpec.from_lines([ignore_line(rel)])
+    assert spec.match_file(rel)
+    if not rel.isprintable():
+        return  # see ignore_line: unprintable characters are spelled "?", which matches others too
+    for other in ["/".join(o) for o in others] + [rel + "x", "x" + rel, "sub/" + rel]:
+        if other != rel and not other.startswith(rel + "/"):  # rel is a file: nothing lies under it
+            assert not spec.match_file(other), (rel, other)

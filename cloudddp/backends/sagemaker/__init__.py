@@ -8,15 +8,16 @@ CloudWatch Logs (every ``algo-N`` host), metrics from the same lines.
 
 from __future__ import annotations
 
-import io
-import os
 import json
+import os
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, ClassVar
 
 from ...errors import BackendUnavailable, CloudDDPError, RunNotFound, UserError
-from ...packaging import collect, pack
+from ...packaging import collect, folder_digest, pack
 from ...plan import SECRET_PLACEHOLDER, Plan
 from ...registry import Registry
 from ...secrets import resolved_env
@@ -133,13 +134,13 @@ class SageMakerBackend(Backend):
                 snapshot = pack(spec.code_dir, spec.code.ignore)
                 if snapshot.sha256 != up["sha256"]:
                     raise UserError("code.dir changed between render and launch; render again")
-                self._put(s3, bucket, key, [("sourcedir.tar.gz", snapshot.data)], up, progress, whole=True)
+                self._put(s3, bucket, key, [("sourcedir.tar.gz", snapshot.path)], up, progress, whole=True)
             else:
-                from pathlib import Path
-
                 folder = Path(up["source"])
-                files = [(rel, (folder / rel).read_bytes()) for rel in collect(folder)]
-                self._put(s3, bucket, key, files, up, progress, whole=False)
+                files = collect(folder)
+                if folder_digest(folder, files) != up["sha256"]:
+                    raise UserError(f"inputs.{up['name']} ({folder}) changed between render and launch; render again")
+                self._put(s3, bucket, key, [(rel, folder / rel) for rel in files], up, progress, whole=False)
 
     def _ensure_bucket(self, s3: Any, bucket: str) -> None:
         from botocore.exceptions import ClientError
@@ -151,9 +152,9 @@ class SageMakerBackend(Backend):
                 raise
             s3.create_bucket(Bucket=bucket)
 
-    def _put(self, s3: Any, bucket: str, key: str, files: list[tuple[str, bytes]], up: dict[str, Any],
+    def _put(self, s3: Any, bucket: str, key: str, files: list[tuple[str, Path]], up: dict[str, Any],
              progress: Progress | None, *, whole: bool) -> None:
-        """Upload unless the content-addressed marker shows it is already there."""
+        """Upload unless the content-addressed marker shows it is already there; files stream from disk."""
         from botocore.exceptions import ClientError
 
         marker = key if whole else key.rstrip("/") + "/.cloudddp-complete"
@@ -166,13 +167,18 @@ class SageMakerBackend(Backend):
         except ClientError as e:
             if e.response["Error"].get("Code") not in ("404", "NoSuchKey", "NotFound"):
                 raise
-        total, done = sum(len(d) for _, d in files), 0
-        for rel, data in files:
+        total, done, lock = sum(path.stat().st_size for _, path in files), 0, threading.Lock()
+
+        def advance(sent: int) -> None:  # called from boto3's transfer threads
+            nonlocal done
+            with lock:
+                done += sent
+                if progress:
+                    progress.advance(f"uploading {up['kind']} to s3://{bucket}/{key}", done, total)
+
+        for rel, path in files:
             target = key if whole else key.rstrip("/") + "/" + rel
-            s3.upload_fileobj(io.BytesIO(data), bucket, target)
-            done += len(data)
-            if progress:
-                progress.advance(f"uploading {up['kind']} to s3://{bucket}/{key}", done, total)
+            s3.upload_file(str(path), bucket, target, Callback=advance)
         if not whole:
             s3.put_object(Bucket=bucket, Key=marker, Body=up["sha256"].encode())
         up["uploaded_bytes"] = total

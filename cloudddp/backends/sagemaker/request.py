@@ -19,7 +19,7 @@ from typing import Any
 from ...catalog import nccl_env_presets
 from ...errors import UserError
 from ...metrics import STANDARD_METRICS, metric_regex
-from ...packaging import collect, folder_digest, pack
+from ...packaging import collect, folder_digest, pack, snapshot_warnings
 from ...secrets import rendered_env
 from ...sizing import decide
 from ...spec import JobSpec
@@ -119,6 +119,7 @@ def build(spec: JobSpec, token: str) -> Rendered:
     code_uri = f"{prefix}/code/{snapshot.sha256}/sourcedir.tar.gz"
     r.uploads.append({"kind": "code", "source": str(spec.code_dir), "destination": code_uri,
                       "sha256": snapshot.sha256, "bytes": snapshot.size, "files": len(snapshot.files)})
+    r.warnings += snapshot_warnings(snapshot)
     if spec.code.command is not None:
         raise UserError("code.command: SageMaker's PyTorch containers start an entry script; use code.entry + code.args")
     hyper = script_hyperparameters(spec.code.args)
