@@ -444,12 +444,28 @@ def cancel(run: str, backend: str | None) -> None:
 
 @app.command("list")
 @click.option("--backend", "-b", default=None, help="Only runs of this backend.")
+@click.option("--state", "-s", default=None, help="Only runs in this state (as last seen: running, failed, succeeded...).")
+@click.option("--name", default=None, help="Only runs of this job name; wildcards allowed: --name 'cifar*'.")
+@click.option("--limit", "-n", default=50, show_default=True, type=click.IntRange(min=0), help="At most this many runs (0: all).")
+@click.option("--before", default=None, metavar="RUN", help="Only runs submitted before RUN: the next page after it.")
 @json_option
-def list_(backend: str | None, json_: bool) -> None:
-    """Runs submitted from this machine, newest first."""
+def list_(backend: str | None, state: str | None, name: str | None, limit: int, before: str | None, json_: bool) -> None:
+    """Runs submitted from this machine, newest first, a page at a time."""
+    from .errors import UserError
     from .registry import Registry
 
-    records = Registry().list(backend=backend)
+    registry = Registry()
+    after = None
+    if before is not None:
+        found = registry.find(before)
+        exact = [r for r in found if r.run_id == before]
+        if len(exact or found) != 1:
+            raise UserError(f"--before {before}: " + ("no such run in this machine's registry" if not found
+                                                      else f"matches {len(found)} runs; give more of the id"))
+        after = (exact or found)[0]
+    records = registry.list(backend=backend, limit=limit + 1 if limit else None, state=state, name=name, before=after)
+    more = bool(limit) and len(records) > limit
+    records = records[:limit] if limit else records
     if json_:
         _print_json([{"run_id": r.run_id, "backend": r.backend, "name": r.name, "state": r.state,
                       "created_at": r.created_at} for r in records])
@@ -460,6 +476,14 @@ def list_(backend: str | None, json_: bool) -> None:
     for r in records:
         table.add_row(r.run_id, r.backend, r.state, _when(r.created_at))
     out().print(table)
+    if more:
+        import shlex
+
+        total = registry.count(backend=backend, state=state, name=name)
+        again = " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in (
+            ("--backend", backend), ("--state", state), ("--name", name), ("--limit", limit)) if value)
+        err().print(f"[dim]{len(records)} shown of {total:,} matching runs; the next page: "
+                    f"cloudddp list {escape(again)} --before {records[-1].run_id}[/]")
 
 
 @app.command()

@@ -3,6 +3,10 @@
 SQLite (stdlib) in WAL mode with a busy timeout, so many processes (parallel submits, the local
 supervisor, a notebook) can read and write at once. It stores no secret: only ids, names, states and
 paths. The home folder is ``$CLOUDDDP_HOME`` or ``~/.cloudddp``.
+
+Every query a command makes is answered from an index (newest first, per state, backend or name;
+run ids by prefix), and ``list`` pages by position (``before`` a run) rather than by offset, so
+``list`` and ``status`` cost the same with ten runs or a hundred thousand.
 """
 
 from __future__ import annotations
@@ -27,8 +31,13 @@ CREATE TABLE IF NOT EXISTS runs (
     updated_at REAL NOT NULL,
     info       TEXT NOT NULL DEFAULT '{}'
 );
-CREATE INDEX IF NOT EXISTS runs_created ON runs (created_at);
+DROP INDEX IF EXISTS runs_created;
+CREATE INDEX IF NOT EXISTS runs_newest ON runs (created_at, run_id);
+CREATE INDEX IF NOT EXISTS runs_state ON runs (state, created_at, run_id);
+CREATE INDEX IF NOT EXISTS runs_backend ON runs (backend, created_at, run_id);
+CREATE INDEX IF NOT EXISTS runs_name ON runs (name, created_at, run_id);
 """
+_WILDCARDS = frozenset("*?[")
 
 
 def home() -> Path:
@@ -94,21 +103,47 @@ class Registry:
         return _record(row) if row else None
 
     def find(self, prefix: str) -> list[RunRecord]:
-        """Runs whose id starts with ``prefix`` (so a unique prefix is enough on the CLI)."""
+        """Runs whose id starts with ``prefix`` (so a unique prefix is enough on the CLI), newest first."""
+        query, args = "SELECT * FROM runs WHERE run_id >= ?", [prefix]
+        if prefix and ord(prefix[-1]) < 0x10FFFF:  # ids in [prefix, prefix with its last character bumped)
+            query, args = query + " AND run_id < ?", [prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)]
         with self._connect() as db:
-            rows = db.execute(
-                "SELECT * FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY created_at DESC",
-                (len(prefix), prefix),
-            ).fetchall()
+            rows = db.execute(query + " ORDER BY created_at DESC", args).fetchall()
+        return [_record(r) for r in rows if r[0].startswith(prefix)]
+
+    def list(self, backend: str | None = None, limit: int | None = 100, *, state: str | None = None,
+             name: str | None = None, before: RunRecord | None = None) -> list[RunRecord]:
+        """Runs newest first, filtered by backend, state and job name (``*?[`` make it a glob); at most
+        ``limit`` (None: all). ``before``: only runs older than this one (the next page after it)."""
+        where, args = _filters(backend, state, name)
+        if before is not None:
+            where.append("(created_at, run_id) < (?, ?)")
+            args += [before.created_at, before.run_id]
+        query = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
+        query += " ORDER BY created_at DESC, run_id DESC"
+        if limit is not None:
+            query, args = query + " LIMIT ?", [*args, limit]
+        with self._connect() as db:
+            rows = db.execute(query, args).fetchall()
         return [_record(r) for r in rows]
 
-    def list(self, backend: str | None = None, limit: int = 100) -> list[RunRecord]:
-        query, args = "SELECT * FROM runs", []
-        if backend:
-            query, args = query + " WHERE backend = ?", [backend]
+    def count(self, backend: str | None = None, *, state: str | None = None, name: str | None = None) -> int:
+        """How many runs ``list`` would show with these filters and no limit."""
+        where, args = _filters(backend, state, name)
         with self._connect() as db:
-            rows = db.execute(query + " ORDER BY created_at DESC LIMIT ?", (*args, limit)).fetchall()
-        return [_record(r) for r in rows]
+            row = db.execute("SELECT count(*) FROM runs" + (" WHERE " + " AND ".join(where) if where else ""), args).fetchone()
+        return int(row[0])
+
+
+def _filters(backend: str | None, state: str | None, name: str | None) -> tuple[list[str], list[Any]]:
+    where: list[str] = []
+    args: list[Any] = []
+    for column, value in (("backend", backend), ("state", state), ("name", name)):
+        if value:
+            glob = column == "name" and not _WILDCARDS.isdisjoint(value)
+            where.append(f"{column} {'GLOB' if glob else '='} ?")
+            args.append(value)
+    return where, args
 
 
 def _record(row: tuple[Any, ...]) -> RunRecord:
