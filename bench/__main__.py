@@ -18,6 +18,9 @@ CASES = {
     "launcher": "bench.launcher",
     "metrics": "bench.metrics_latency",
     "repeat": "bench.repeat_submit",
+    "packaging": "bench.packaging",
+    "rerender": "bench.rerender",
+    "history": "bench.run_history",
 }
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
 

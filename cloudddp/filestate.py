@@ -63,6 +63,7 @@ def read_record(path: Path) -> dict[str, Any] | None:
 
 def write_record(path: Path, data: dict[str, Any]) -> None:
     """Replace ``path`` atomically; a record that cannot be written is only a missed shortcut."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))  # dumps, not dump: one C-encoded string
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -70,7 +71,7 @@ def write_record(path: Path, data: dict[str, Any]) -> None:
         return
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, ensure_ascii=False, separators=(",", ":"))
+            f.write(text)
         os.replace(tmp, path)
     except OSError:
         Path(tmp).unlink(missing_ok=True)

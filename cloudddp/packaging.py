@@ -6,29 +6,28 @@ uploaded twice. Ignore rules: ``.gitignore``, ``.amlignore`` and ``.cloudddpigno
 the spec's ``code.ignore``, and defaults (VCS folders, caches, checkpoints). Nothing outside the
 folder gets in: ``..``, absolute paths and symlinks that point outside are refused.
 
-The archive is written in one streaming pass (files read in chunks, through tar and gzip, hashed on
-the way) to ``$CLOUDDDP_HOME/snapshots/<sha256>.tar.gz``, so memory stays small whatever the folder
+The archive is written in one streaming pass (see :mod:`cloudddp.tarstream`) to
+``$CLOUDDDP_HOME/snapshots/<sha256>.tar.gz``, so memory stays small whatever the folder
 holds. A stat index (see :mod:`cloudddp.filestate`) then recognises the unchanged folder on the next
 render without reading or packing it again; data folders get the same treatment file by file.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
-import tarfile
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import pathspec
 
 from .errors import UserError
-from .filestate import READ_CHUNK, DigestCache, Stamp, file_sha256, key_of, read_record, write_record
+from .filestate import DigestCache, Stamp, file_sha256, key_of, read_record, write_record
+from .tarstream import Member, write_targz
 
 DEFAULT_IGNORES = (
     ".git/", ".hg/", ".svn/", "__pycache__/", "*.pyc", ".ipynb_checkpoints/", ".venv/", "venv/",
@@ -86,31 +85,36 @@ def _ignore_lines(root: Path, extra: Sequence[str]) -> list[str]:
 
 
 def _scan(root: Path, lines: Sequence[str]) -> list[_Entry]:
-    """The files to pack with their stamps, sorted; refuses anything that would escape ``root``."""
+    """The files to pack with their stamps, sorted; refuses anything that would escape ``root``.
+
+    Symlinks inside the folder are followed for files; a symlinked folder is checked but not entered."""
     if not root.is_dir():
         raise UserError(f"{root} is not a folder")
     spec = pathspec.GitIgnoreSpec.from_lines(lines)
     found: list[_Entry] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        here = Path(dirpath)
-        rel_dir = here.relative_to(root).as_posix()
-        keep_dirs = []
-        for d in sorted(dirnames):
-            rel = f"{rel_dir}/{d}" if rel_dir != "." else d
-            if spec.match_file(rel + "/"):
+    pending = [("", str(root))]
+    while pending:
+        rel_dir, here = pending.pop()
+        try:
+            with os.scandir(here) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError as e:
+            raise UserError(f"cannot read {here}: {e.strerror}", hint="fix its permissions, or add it to .cloudddpignore") from None
+        for entry in entries:
+            rel = rel_dir + entry.name
+            if _is_dir(entry):
+                if not spec.match_file(rel + "/"):
+                    if entry.is_symlink():
+                        _check_link(root, Path(entry.path), rel)
+                    else:
+                        pending.append((rel + "/", entry.path))
                 continue
-            if (here / d).is_symlink():
-                _check_link(root, here / d, rel)
-            keep_dirs.append(d)
-        dirnames[:] = keep_dirs
-        for f in sorted(filenames):
-            rel = f"{rel_dir}/{f}" if rel_dir != "." else f
             if spec.match_file(rel):
                 continue
-            if (here / f).is_symlink():
-                _check_link(root, here / f, rel)
+            if entry.is_symlink():
+                _check_link(root, Path(entry.path), rel)
             try:
-                stamp = Stamp.of(os.stat(here / f))
+                stamp = Stamp.of(entry.stat())
             except FileNotFoundError:
                 raise UserError(f"{rel} in {root} is a broken symlink",
                                 hint="fix or delete the link, or add it to .cloudddpignore") from None
@@ -120,6 +124,13 @@ def _scan(root: Path, lines: Sequence[str]) -> list[_Entry]:
                                 hint="leave data out of code.dir (use inputs:), or add ignore patterns")
     found.sort(key=lambda e: e.rel)
     return found
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()  # follows symlinks, as os.walk does
+    except OSError:
+        return False
 
 
 def collect(root: Path, ignore: Sequence[str] = ()) -> list[str]:
@@ -137,10 +148,10 @@ def _check_link(root: Path, path: Path, rel: str) -> None:
 
 def safe_member(name: str) -> str:
     """A path for inside an archive: relative, normalised, never climbing out."""
-    parts = Path(name).parts
-    if Path(name).is_absolute() or ".." in parts or not parts:
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if name.startswith("/") or ".." in parts or not parts:
         raise UserError(f"refusing to package {name!r}: paths must stay inside the code folder")
-    return Path(*parts).as_posix()
+    return "/".join(parts)
 
 
 # -- what is being shipped -------------------------------------------------------------------------
@@ -251,75 +262,22 @@ def _lookup(root: Path, record: dict[str, Any] | None, stamps: list[list[Any]],
     return sha256, int(size), contents
 
 
-class _HashingWriter:
-    """A write-only file that hashes what passes through it (the gzip stream, on its way to disk)."""
-
-    def __init__(self, f: IO[bytes]) -> None:
-        self.f = f
-        self.hash = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data: bytes) -> int:
-        self.hash.update(data)
-        self.size += len(data)
-        return self.f.write(data)
-
-    def flush(self) -> None:
-        self.f.flush()
-
-
-class _HashingReader:
-    """A file read by tarfile whose bytes are also hashed (racy files: what went into the archive)."""
-
-    def __init__(self, f: IO[bytes]) -> None:
-        self.f = f
-        self.hash = hashlib.sha256()
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.f.read(n)
-        self.hash.update(data)
-        return data
-
-
 def _write_archive(root: Path, entries: Sequence[_Entry], directory: Path,
                    racy: set[str]) -> tuple[str, int, dict[str, str]]:
     """Stream the archive into the cache: ``(sha256, size, sha256 of each racy file's packed bytes)``."""
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".packing-", suffix=".tar.gz")
-    contents: dict[str, str] = {}
+    base = str(root)
+    members = (Member(safe_member(e.rel), path, e.stamp.size, os.access(path, os.X_OK), e.rel in racy)
+               for e in entries for path in [os.path.join(base, e.rel)])
     try:
         with os.fdopen(fd, "wb") as f:
-            out = _HashingWriter(f)
-            # Same bytes as the former in-memory pack: tar (PAX) into gzip level 6, no name, mtime 0.
-            with gzip.GzipFile(filename="", fileobj=out, mode="wb", mtime=0, compresslevel=6) as gz, \
-                    tarfile.TarFile(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, copybufsize=READ_CHUNK) as tar:
-                for entry in entries:
-                    _add(tar, root, entry, contents if entry.rel in racy else None)
-        os.replace(tmp, directory / f"{out.hash.hexdigest()}.tar.gz")
+            written = write_targz(f, members)
+        os.replace(tmp, directory / f"{written.sha256}.tar.gz")
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return out.hash.hexdigest(), out.size, contents
-
-
-def _add(tar: tarfile.TarFile, root: Path, entry: _Entry, contents: dict[str, str] | None) -> None:
-    path = root / entry.rel
-    info = tarfile.TarInfo(safe_member(entry.rel))
-    info.size = entry.stamp.size
-    info.mtime = 0
-    info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    with open(path, "rb") as f:
-        reader = _HashingReader(f) if contents is not None else f
-        try:
-            tar.addfile(info, reader)  # type: ignore[arg-type]
-        except OSError as e:
-            if "unexpected end of data" not in str(e):
-                raise
-            raise UserError(f"{entry.rel} in {root} shrank while it was being packaged", hint="package again") from None
-        if isinstance(reader, _HashingReader) and contents is not None:
-            contents[entry.rel] = reader.hash.hexdigest()
+    return written.sha256, written.size, written.digests
 
 
 def _prune(directory: Path, keep: str) -> None:

@@ -19,7 +19,7 @@ from cloudddp import filestate, packaging
 from cloudddp.errors import UserError
 from cloudddp.packaging import collect, folder_digest, ignore_line, pack, safe_member, snapshot_warnings
 
-from .support.trees import pinned_tree
+from .support.trees import age, pinned_tree
 
 # Recorded from the in-memory pack() (tar into BytesIO, then gzip) before packaging became a streaming
 # pass: the archive of pinned_tree() must stay exactly these bytes, or every cached snapshot in S3
@@ -98,23 +98,16 @@ def _refuse(*_: object, **__: object) -> None:
     raise AssertionError("the folder was read although its stamps vouch for it")
 
 
-def _age(root: Path, seconds: float = 3600) -> None:
-    """Make every file older than the racy window, as a folder edited a while ago is."""
-    past = time.time() - seconds
-    for path in root.rglob("*"):
-        os.utime(path, (past, past))
-
-
 def test_an_unchanged_folder_is_recognised_without_reading_or_packing_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                           cloudddp_home: Path) -> None:
     root = pinned_tree(tmp_path / "code")
-    _age(root)
+    age(root)
     first = pack(root)
     assert first.path.parent == cloudddp_home / "snapshots" and first.path.name == f"{first.sha256}.tar.gz"
     with monkeypatch.context() as m:
         m.setattr(packaging, "_write_archive", _refuse)
         m.setattr(packaging, "file_sha256", _refuse)
-        m.setattr(tarfile.TarFile, "addfile", _refuse)
+        m.setattr(packaging, "write_targz", _refuse)
         again = pack(root)
     assert again == first
     (root / "pkg" / "model.py").write_bytes(b"X = 2\n" * 200)  # same size, new mtime and ctime
@@ -193,7 +186,7 @@ def test_data_folder_digests_reuse_the_recorded_file_hashes(tmp_path: Path, monk
     (root / "shards").mkdir(parents=True)
     for i in range(3):
         (root / "shards" / f"{i}.bin").write_bytes(os.urandom(1000))
-    _age(root)
+    age(root)
     files = collect(root)
     expected = hashlib.sha256()
     for rel in files:  # the definition: path, NUL, then the sha256 of the file's bytes

@@ -14,19 +14,7 @@ import pytest
 from cloudddp.registry import Registry
 
 from .conftest import cli
-
-STATES = ("succeeded", "failed", "running", "cancelled")
-BACKENDS = ("local", "sagemaker", "azureml")
-
-
-def fill(registry: Registry, count: int) -> None:
-    """``count`` runs of 40 job names, one second apart, spread over states and backends."""
-    rows = [(f"job{i % 40:02d}-{i:06d}", BACKENDS[i % 3], f"job{i % 40:02d}", STATES[i % 4], 1e9 + i, 1e9 + i, "{}")
-            for i in range(count)]
-    with registry._connect() as db:
-        db.execute("BEGIN")
-        db.executemany("INSERT INTO runs VALUES (?,?,?,?,?,?,?)", rows)
-        db.execute("COMMIT")
+from .support.runs import STATES, fill
 
 
 @pytest.fixture

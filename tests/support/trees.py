@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
+import time
 from pathlib import Path
 
 
@@ -51,14 +53,13 @@ def one_big_file_tree(root: Path, size: int) -> Path:
     """A code folder whose bulk is one file (a checkpoint someone forgot): half random, half repetitive."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "train.py").write_text("print('train')\n")
-    chunk = 8 * 2**20
+    chunk, rng = 8 * 2**20, random.Random(size)
     with open(root / "model.ckpt", "wb") as f:
         written = 0
         while written < size:
             n = min(chunk, size - written)
             half = n // 2
-            f.write(pseudo_random_bytes(half, f"ckpt-{written}") + bytes(range(256)) * ((n - half) // 256)
-                    + b"\0" * ((n - half) % 256))
+            f.write(rng.randbytes(half) + bytes(range(256)) * ((n - half) // 256) + b"\0" * ((n - half) % 256))
             written += n
     return root
 
@@ -73,5 +74,9 @@ def many_small_files_tree(root: Path, count: int) -> Path:
     return root
 
 
-def file_count(root: Path) -> int:
-    return sum(len(names) for _, _, names in os.walk(root))
+def age(root: Path, seconds: float = 3600) -> None:
+    """Date every file back, as in a folder last edited a while ago (outside the stat index's racy window)."""
+    past = time.time() - seconds
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            os.utime(Path(dirpath) / name, (past, past))

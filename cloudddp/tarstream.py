@@ -1,0 +1,139 @@
+"""A deterministic .tar.gz of files on disk, written in one streaming pass and hashed on the way.
+
+The bytes are exactly what ``tarfile`` (PAX format) inside ``gzip.GzipFile(mtime=0, compresslevel=6)``
+writes for the same members, as cloudddp's code archives always were: regular files only, mtime 0,
+uid/gid 0, no owner names, mode 0644 or 0755, no name or timestamp in the gzip header. Going through
+``tarfile`` for every member costs more than compressing a small file, so the common member (an ASCII
+name of at most 100 characters) gets its header from a template that ``tarfile`` itself made; any other
+member goes through ``tarfile``. Small writes are gathered before they reach zlib, whose deflate stream
+does not depend on how its input is cut.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import tarfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import IO
+
+from .errors import UserError
+
+CHUNK = 1 << 20
+BLOCK = tarfile.BLOCKSIZE
+RECORD = tarfile.RECORDSIZE
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str  # inside the archive
+    path: str  # on disk
+    size: int  # bytes taken from the file: its size when it was listed
+    executable: bool
+    hashed: bool = False  # also report the sha256 of the bytes taken (see Written.digests)
+
+
+@dataclass
+class Written:
+    sha256: str  # of the .tar.gz
+    size: int  # bytes of the .tar.gz
+    digests: dict[str, str] = field(default_factory=dict)  # member name -> sha256 of its bytes, for hashed members
+
+
+def _tarinfo(name: str, executable: bool, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = 0
+    info.mode = 0o755 if executable else 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def _tarfile_header(name: str, executable: bool, size: int) -> bytes:
+    """The header block(s) ``TarFile.addfile`` writes (PAX extended headers included, when needed)."""
+    return _tarinfo(name, executable, size).tobuf(tarfile.PAX_FORMAT, tarfile.ENCODING, "strict")
+
+
+_TEMPLATE = _tarfile_header("", False, 0)
+_UID_GID, _MTIME, _REST = _TEMPLATE[108:124], _TEMPLATE[136:148], _TEMPLATE[156:]
+_MODES = {False: b"%07o\0" % 0o644, True: b"%07o\0" % 0o755}
+_FIXED_SUM = sum(_UID_GID) + sum(_MTIME) + sum(_REST) + 8 * ord(" ")  # the checksum counts its own field as spaces
+
+
+def header(name: str, executable: bool, size: int) -> bytes:
+    """The header block(s) of one member, byte for byte as ``tarfile`` writes them."""
+    if len(name) > 100 or not name.isascii() or size >= 8**11:  # tarfile adds a PAX header for these
+        return _tarfile_header(name, executable, size)
+    raw, mode, size_field = name.encode("ascii"), _MODES[executable], b"%011o\0" % size
+    checksum = _FIXED_SUM + sum(raw) + sum(mode) + sum(size_field)
+    return b"".join((raw.ljust(100, b"\0"), mode, _UID_GID, size_field, _MTIME, b"%06o\0 " % checksum, _REST))
+
+
+class _HashingWriter:
+    """The compressed stream on its way to disk, hashed and counted."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self.f = f
+        self.hash = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.hash.update(data)
+        self.size += len(data)
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+class _Batched:
+    """The tar stream on its way to gzip: headers, padding and small files gathered into large writes."""
+
+    def __init__(self, sink: gzip.GzipFile) -> None:
+        self.sink = sink
+        self.buffer = bytearray()
+        self.offset = 0
+
+    def write(self, data: bytes) -> None:
+        self.offset += len(data)
+        if not self.buffer and len(data) >= CHUNK:
+            self.sink.write(data)
+            return
+        self.buffer += data
+        if len(self.buffer) >= CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.buffer:
+            self.sink.write(self.buffer)
+            self.buffer.clear()
+
+
+def write_targz(out: IO[bytes], members: Iterable[Member]) -> Written:
+    """Write the archive of ``members`` (in the order given) to ``out``."""
+    hashed = _HashingWriter(out)
+    digests = {}
+    with gzip.GzipFile(filename="", fileobj=hashed, mode="wb", mtime=0, compresslevel=6) as gz:
+        tar = _Batched(gz)
+        for m in members:
+            tar.write(header(m.name, m.executable, m.size))
+            digest = hashlib.sha256() if m.hashed else None
+            with open(m.path, "rb", buffering=0) as f:  # unbuffered: one read per chunk, no copy
+                left = m.size
+                while left:
+                    chunk = f.read(min(CHUNK, left))
+                    if not chunk:
+                        raise UserError(f"{m.path} shrank while it was being packaged", hint="package it again")
+                    if digest is not None:
+                        digest.update(chunk)
+                    tar.write(chunk)
+                    left -= len(chunk)
+            tar.write(bytes(-m.size % BLOCK))
+            if digest is not None:
+                digests[m.name] = digest.hexdigest()
+        tar.write(bytes(2 * BLOCK))  # the end-of-archive marker, then zeros up to a whole record, as tarfile does
+        tar.write(bytes(-tar.offset % RECORD))
+        tar.flush()
+    return Written(hashed.hash.hexdigest(), hashed.size, digests)
