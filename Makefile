@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 EXTRAS  := train,aws,azure,notebook,dev
 
-.PHONY: demo test bench bench-gpu venv azurite tmux clean
+.PHONY: demo test bench bench-gpu venv azurite tmux gnu-time clean
 
 venv: $(STAMP)
 
@@ -36,7 +36,11 @@ test: venv azurite tmux
 	.venv-sdk/bin/python -m pip install -q sagemaker
 	touch .venv-sdk/.installed
 
-bench: venv azurite .venv-sdk/.installed
+# GNU time measures peak memory in the packaging benchmarks; installed from Debian's packages when missing.
+gnu-time:
+	@/usr/bin/time --version 2>&1 | grep -q GNU || (apt-get update -qq && apt-get install -y -qq time) || echo "GNU time unavailable: the benchmarks read peak memory with getrusage instead"
+
+bench: venv azurite .venv-sdk/.installed gnu-time
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m bench
 
 bench-gpu: venv
