@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,13 +86,40 @@ def _ignore_lines(root: Path, extra: Sequence[str]) -> list[str]:
     return lines + list(extra)
 
 
+class _Ignored:
+    """Whether a path is ignored: GitIgnoreSpec's answer. Without negated lines (the usual case) that is
+    "any line matches", asked of one combined regex instead of one regex per line."""
+
+    _GROUP = re.compile(r"\(\?P<\w+>")
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        try:
+            self.spec = pathspec.GitIgnoreSpec.from_lines(lines)
+        except ValueError as e:
+            raise UserError(f"an ignore rule is not a valid pattern: {e}",
+                            hint="check .gitignore, .amlignore and .cloudddpignore in the code folder, and code.ignore") from None
+        active = [p for p in self.spec.patterns if p.include is not None]
+        regexes = [getattr(p, "regex", None) for p in active]
+        self.combined = None
+        if all(p.include for p in active) and all(r is not None and r.flags == re.UNICODE for r in regexes):
+            with warnings.catch_warnings():  # pathspec has already warned about odd patterns ("[[")
+                warnings.simplefilter("ignore", FutureWarning)
+                self.combined = re.compile("|".join(f"(?:{self._GROUP.sub('(?:', r.pattern)})"
+                                                    for r in regexes if r is not None) or "(?!)")
+
+    def __call__(self, rel: str) -> bool:
+        if self.combined is not None:
+            return self.combined.search(rel) is not None
+        return self.spec.match_file(rel)
+
+
 def _scan(root: Path, lines: Sequence[str]) -> list[_Entry]:
     """The files to pack with their stamps, sorted; refuses anything that would escape ``root``.
 
     Symlinks inside the folder are followed for files; a symlinked folder is checked but not entered."""
     if not root.is_dir():
         raise UserError(f"{root} is not a folder")
-    spec = pathspec.GitIgnoreSpec.from_lines(lines)
+    ignored = _Ignored(lines)
     found: list[_Entry] = []
     pending = [("", str(root))]
     while pending:
@@ -103,13 +132,13 @@ def _scan(root: Path, lines: Sequence[str]) -> list[_Entry]:
         for entry in entries:
             rel = rel_dir + entry.name
             if _is_dir(entry):
-                if not spec.match_file(rel + "/"):
+                if not ignored(rel + "/"):
                     if entry.is_symlink():
                         _check_link(root, Path(entry.path), rel)
                     else:
                         pending.append((rel + "/", entry.path))
                 continue
-            if spec.match_file(rel):
+            if ignored(rel):
                 continue
             if entry.is_symlink():
                 _check_link(root, Path(entry.path), rel)
@@ -265,8 +294,12 @@ def _lookup(root: Path, record: dict[str, Any] | None, stamps: list[list[Any]],
 def _write_archive(root: Path, entries: Sequence[_Entry], directory: Path,
                    racy: set[str]) -> tuple[str, int, dict[str, str]]:
     """Stream the archive into the cache: ``(sha256, size, sha256 of each racy file's packed bytes)``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".packing-", suffix=".tar.gz")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".packing-", suffix=".tar.gz")
+    except OSError as e:
+        raise UserError(f"cannot write the code snapshot into {directory}: {e.strerror}",
+                        hint="set CLOUDDDP_HOME to a writable folder") from None
     base = str(root)
     members = (Member(safe_member(e.rel), path, e.stamp.size, os.access(path, os.X_OK), e.rel in racy)
                for e in entries for path in [os.path.join(base, e.rel)])
@@ -274,6 +307,11 @@ def _write_archive(root: Path, entries: Sequence[_Entry], directory: Path,
         with os.fdopen(fd, "wb") as f:
             written = write_targz(f, members)
         os.replace(tmp, directory / f"{written.sha256}.tar.gz")
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise UserError(f"packaging {root} failed: {e.strerror}: {e.filename or directory}",
+                        hint="a file that cannot be read can go in .cloudddpignore; a full disk needs room "
+                             "in CLOUDDDP_HOME (or another CLOUDDDP_HOME)") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

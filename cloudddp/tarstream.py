@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -118,22 +119,31 @@ def write_targz(out: IO[bytes], members: Iterable[Member]) -> Written:
     with gzip.GzipFile(filename="", fileobj=hashed, mode="wb", mtime=0, compresslevel=6) as gz:
         tar = _Batched(gz)
         for m in members:
-            tar.write(header(m.name, m.executable, m.size))
-            digest = hashlib.sha256() if m.hashed else None
-            with open(m.path, "rb", buffering=0) as f:  # unbuffered: one read per chunk, no copy
-                left = m.size
-                while left:
-                    chunk = f.read(min(CHUNK, left))
-                    if not chunk:
-                        raise UserError(f"{m.path} shrank while it was being packaged", hint="package it again")
-                    if digest is not None:
-                        digest.update(chunk)
-                    tar.write(chunk)
-                    left -= len(chunk)
-            tar.write(bytes(-m.size % BLOCK))
+            digest = _add(tar, m)
             if digest is not None:
-                digests[m.name] = digest.hexdigest()
+                digests[m.name] = digest
         tar.write(bytes(2 * BLOCK))  # the end-of-archive marker, then zeros up to a whole record, as tarfile does
         tar.write(bytes(-tar.offset % RECORD))
         tar.flush()
     return Written(hashed.hash.hexdigest(), hashed.size, digests)
+
+
+def _add(tar: _Batched, m: Member) -> str | None:
+    """One member: its header, its bytes, padding to a whole block; the sha256 of its bytes if asked."""
+    tar.write(header(m.name, m.executable, m.size))
+    digest = hashlib.sha256() if m.hashed else None
+    fd = os.open(m.path, os.O_RDONLY)  # no file object: most members are small, their overhead is the cost
+    try:
+        left = m.size
+        while left:
+            chunk = os.read(fd, min(CHUNK, left))
+            if not chunk:
+                raise UserError(f"{m.path} shrank while it was being packaged", hint="package it again")
+            if digest is not None:
+                digest.update(chunk)
+            tar.write(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    tar.write(bytes(-m.size % BLOCK))
+    return digest.hexdigest() if digest is not None else None

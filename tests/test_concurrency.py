@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+import tarfile
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -47,9 +49,30 @@ def test_registry_writes_from_many_processes_are_not_lost(tmp_path) -> None:
 
 
 def _add_and_update(db: str, i: int) -> None:
-    from pathlib import Path
-
     reg = Registry(Path(db))
     reg.add(f"run-{i}", "local", "p", "starting", {"n": i})
     reg.update(f"run-{i}", state="running")
     reg.update(f"run-{i}", state="succeeded", info={"done": True})
+
+
+def test_parallel_packs_of_one_folder_share_one_snapshot(tmp_path: Path, cloudddp_home: Path) -> None:
+    import multiprocessing as mp
+    import os
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('train')\n")
+    (code / "weights.bin").write_bytes(os.urandom(3_000_000))
+    with mp.get_context("spawn").Pool(6) as pool:
+        digests = pool.map(_pack, [str(code)] * 6)
+    assert len(set(digests)) == 1
+    left = sorted(p.name for p in (cloudddp_home / "snapshots").iterdir() if p.is_file())
+    assert left == [f"{digests[0]}.tar.gz"]  # one archive, no half-written temporary left behind
+    with tarfile.open(cloudddp_home / "snapshots" / left[0]) as tar:
+        assert sorted(tar.getnames()) == ["train.py", "weights.bin"]
+
+
+def _pack(code: str) -> str:
+    from cloudddp.packaging import pack
+
+    return pack(Path(code)).sha256

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pathspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from cloudddp import filestate, packaging
@@ -248,3 +248,28 @@ def test_the_suggested_ignore_line_matches_exactly_its_file(parts: list[str], ot
     for other in ["/".join(o) for o in others] + [rel + "x", "x" + rel, "sub/" + rel]:
         if other != rel and not other.startswith(rel + "/"):  # rel is a file: nothing lies under it
             assert not spec.match_file(other), (rel, other)
+
+
+line_chars = st.sampled_from(list("ab.*?[]!#\\/ (P<>)-"))
+path_parts = st.text(st.sampled_from(list("ab.*?[]!#\\ (P<>)-")), min_size=1, max_size=5).filter(lambda s: s not in (".", ".."))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.text(line_chars, max_size=10), max_size=6), st.lists(st.lists(path_parts, min_size=1, max_size=3),
+                                                                         min_size=1, max_size=8), st.booleans())
+def test_the_combined_ignore_regex_answers_as_gitignorespec(lines: list[str], paths: list[list[str]], defaults: bool) -> None:
+    lines = [*packaging.DEFAULT_IGNORES, *lines] if defaults else lines
+    try:
+        ignored = packaging._Ignored(lines)
+    except UserError:
+        assume(False)  # not a valid pattern (a lone "!"): refused as a user error, nothing to compare
+    for rel in ["/".join(p) for p in paths]:
+        for path in (rel, rel + "/"):
+            assert ignored(path) == ignored.spec.match_file(path), (lines, path, ignored.combined)
+
+
+def test_an_invalid_ignore_line_is_a_user_error(tmp_path: Path) -> None:
+    make_tree(tmp_path / "code")
+    (tmp_path / "code" / ".cloudddpignore").write_text("!\n")
+    with pytest.raises(UserError, match="not a valid pattern"):
+        pack(tmp_path / "code")
