@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 EXTRAS  := train,aws,azure,notebook,dev
 
-.PHONY: demo test bench bench-gpu venv azurite tmux clean
+.PHONY: demo test test-fast lint bench bench-gpu venv azurite tmux clean
 
 venv: $(STAMP)
 
@@ -27,8 +27,18 @@ demo: venv
 tmux:
 	@command -v tmux >/dev/null || (apt-get update -qq && apt-get install -y -qq tmux) || echo "tmux unavailable: its test will say so and skip"
 
-test: venv azurite tmux
+# Lint first (seconds): ruff's rules and format check on everything, mypy (strict) on the package.
+lint: venv
+	$(BIN)/ruff check cloudddp tests bench src_train
+	$(BIN)/ruff format --check cloudddp tests bench src_train
+	$(BIN)/mypy
+
+test: venv azurite tmux lint
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q
+
+# The quick loop: no torchrun, no emulators.
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not slow"
 
 # The SageMaker SDK (~1 GB) is only the render benchmark's baseline: it lives in its own venv.
 .venv-sdk/.installed:

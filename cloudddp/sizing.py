@@ -8,14 +8,14 @@ are shown as unknown rather than guessed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from .catalog import Requirements, Selection, Sku, Workload, find, select, workload_for_model
 from .catalog.model import DATASET_SAMPLES
 from .errors import UserError
 from .spec import JobSpec
 
-Cloud = Literal["azure", "aws"]
+Cloud = str  # a cloud of the catalog ("azure", "aws"), as a backend declares it
 
 
 def script_arg(args: list[str], name: str) -> str | None:
@@ -66,7 +66,8 @@ def choose(spec: JobSpec, cloud: Cloud, instance_type: str | None) -> Selection:
             return Selection(requirements_for(spec, cloud, instance_type), [], None)
         raise UserError(
             "resources.gpus_per_node is 0 (CPU training): name a CPU size for this cloud",
-            hint="set sagemaker.instance_type (e.g. ml.m5.xlarge) or azureml.vm_size (e.g. Standard_D4s_v3)",
+            hint="name a CPU size in the backend's section (e.g. sagemaker.instance_type: ml.m5.xlarge, "
+                 "azureml.vm_size: Standard_D4s_v3)",
         )
     selection = select(requirements_for(spec, cloud, instance_type))
     if selection.chosen is None:

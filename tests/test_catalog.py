@@ -13,7 +13,7 @@ from cloudddp.catalog import (
 )
 from cloudddp.catalog.model import estimate
 
-from .conftest import cli
+from .support.cli import cli
 
 CIFAR = workload_for_model("resnet18", 50_000, 30, 256)
 

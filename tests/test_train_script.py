@@ -13,13 +13,13 @@ import torch
 
 from cloudddp import metrics as cloud_metrics
 
-from .conftest import ROOT
-from .train_helpers import train
+from .support.cli import ROOT
+from .support.train_helpers import train
 
 sys.path.insert(0, str(ROOT / "src_train"))
-import checkpoint  # noqa: E402
-import data as datasets  # noqa: E402
-import metrics as script_metrics  # noqa: E402
+import checkpoint
+import data as datasets
+import metrics as script_metrics
 
 pytestmark = pytest.mark.slow
 

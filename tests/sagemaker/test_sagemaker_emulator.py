@@ -8,35 +8,26 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
 
 from cloudddp.backends.base import RunState
-from cloudddp.backends.sagemaker import LOG_GROUP, SageMakerBackend
+from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.packaging import pack
 from cloudddp.specload import spec_from_dict
 
-from ..aws_emulator import FaultProxy, moto_server
-from ..conftest import ROOT, cli
+from ..support.aws_emulator import FaultProxy, aws_environment, put_logs, set_status
+from ..support.cli import ROOT, cli
 
 pytestmark = pytest.mark.slow
 BUCKET = "cloudddp-test-artifacts"
-NOW_MS = int(time.time() * 1000)  # CloudWatch (and moto) drop events more than 14 days old
-
-
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    with moto_server() as url:
-        yield url
 
 
 @pytest.fixture(autouse=True)
 def aws_env(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    for key, value in {"AWS_ENDPOINT_URL": moto_url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}.items():
+    for key, value in aws_environment(moto_url).items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     return moto_url
@@ -56,30 +47,6 @@ def job(tmp_path: Path, **extra: object) -> dict:
                       "image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-gpu-py311"},
         **extra,
     }
-
-
-def put_logs(name: str, host: str, lines: list[str], start_ms: int) -> None:
-    logs = boto3.client("logs")
-    try:
-        logs.create_log_group(logGroupName=LOG_GROUP)
-    except logs.exceptions.ResourceAlreadyExistsException:
-        pass
-    stream = f"{name}/{host}-1700000000"
-    try:
-        logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
-    except logs.exceptions.ResourceAlreadyExistsException:
-        pass
-    logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream,
-                        logEvents=[{"timestamp": NOW_MS + start_ms + i, "message": m} for i, m in enumerate(lines)])
-
-
-def set_status(name: str, status: str, secondary: str | None = None) -> None:
-    from moto.sagemaker.models import sagemaker_backends
-
-    job = sagemaker_backends["123456789012"]["us-east-1"].training_jobs[name]
-    job.training_job_status = status
-    if secondary:
-        job.secondary_status = secondary
 
 
 def metric(epoch: int, **values: float) -> str:
@@ -131,11 +98,12 @@ def test_second_submit_of_unchanged_code_and_data_uploads_nothing(tmp_path: Path
     spec = spec_from_dict(job(tmp_path, name="repeat-sm"))
     backend = SageMakerBackend(token="a1")
     first = backend.render(spec)
-    backend.launch(first)
-    assert [u["kind"] for u in first.uploads] == ["code", "input"] and first.uploads[1]["uploaded_bytes"] == 2048
-    second = SageMakerBackend(token="a2").render(spec)
-    SageMakerBackend().launch(second)
-    assert [u["uploaded_bytes"] for u in second.uploads] == [0, 0]
+    first_id = backend.launch(first)
+    assert [u["kind"] for u in first.uploads] == ["code", "input"]
+    assert backend.registry.get(first_id).info["uploaded_bytes"][1] == 2048
+    second = SageMakerBackend(token="a2")
+    second_id = second.launch(second.render(spec))
+    assert second.registry.get(second_id).info["uploaded_bytes"] == [0, 0]
 
 
 def test_a_retried_submit_does_not_start_a_second_job(tmp_path: Path) -> None:

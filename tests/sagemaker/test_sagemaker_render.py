@@ -14,7 +14,7 @@ from cloudddp.backends.sagemaker.images import image_from_registry
 from cloudddp.errors import UserError
 from cloudddp.specload import load_spec, spec_from_dict
 
-from ..conftest import ROOT
+from ..support.cli import ROOT
 
 
 def sagemaker_jobs() -> list[Path]:

@@ -20,13 +20,16 @@ from ...catalog import nccl_env_presets
 from ...errors import UserError
 from ...metrics import STANDARD_METRICS, metric_regex
 from ...packaging import collect, folder_digest, pack
-from ...secrets import rendered_env
+from ...plan import EnvSource, late
+from ...runtime import Places, job_env
 from ...sizing import decide
 from ...spec import JobSpec
 from .images import training_image
+from .options import SageMakerOptions
 
-ACCOUNT = "{ACCOUNT}"  # filled in at launch from STS when the spec names no bucket
+ACCOUNT = late("ACCOUNT")  # filled in at launch from STS when the spec names no bucket
 CHECKPOINT_LOCAL = "/opt/ml/checkpoints"
+MODEL_DIR = "/opt/ml/model"
 _NAME_OK = re.compile(r"[^a-zA-Z0-9-]")
 
 
@@ -37,17 +40,19 @@ class Rendered:
     decisions: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     estimate: dict[str, Any] | None = None
+    env_sources: dict[str, EnvSource] = field(default_factory=dict)
+    region: str = ""
 
 
-def region_for(spec: JobSpec) -> str:
-    region = spec.sagemaker.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+def region_for(sm: SageMakerOptions) -> str:
+    region = sm.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if not region:
         raise UserError("no AWS region: set sagemaker.region in the spec, or AWS_REGION in the environment")
     return region
 
 
-def role_for(spec: JobSpec) -> str:
-    role = spec.sagemaker.role or os.environ.get("CLOUDDDP_SAGEMAKER_ROLE")
+def role_for(sm: SageMakerOptions) -> str:
+    role = sm.role or os.environ.get("CLOUDDDP_SAGEMAKER_ROLE")
     if not role:
         raise UserError(
             "no execution role: set sagemaker.role (an IAM role ARN SageMaker can assume), "
@@ -88,10 +93,9 @@ def job_name(spec: JobSpec, content: dict[str, Any], token: str) -> str:
     return f"{base}-{digest}-{token}"
 
 
-def build(spec: JobSpec, token: str) -> Rendered:
-    sm = spec.sagemaker
-    region, role = region_for(spec), role_for(spec)
-    r = Rendered(request={})
+def build(spec: JobSpec, sm: SageMakerOptions, token: str, sigterm_grace: int) -> Rendered:
+    region, role = region_for(sm), role_for(sm)
+    r = Rendered(request={}, region=region)
     bucket = sm.bucket or f"sagemaker-{region}-{ACCOUNT}"
     if not sm.bucket:
         r.decisions.append(f"bucket: the SageMaker default, s3://{bucket} (account filled in at submit)")
@@ -117,18 +121,19 @@ def build(spec: JobSpec, token: str) -> Rendered:
 
     snapshot = pack(spec.code_dir, spec.code.ignore)
     code_uri = f"{prefix}/code/{snapshot.sha256}/sourcedir.tar.gz"
-    r.uploads.append({"kind": "code", "source": str(spec.code_dir), "destination": code_uri,
-                      "sha256": snapshot.sha256, "bytes": snapshot.size, "files": len(snapshot.files)})
+    r.uploads.append({"kind": "code", "source": str(spec.code_dir), "ignore": list(spec.code.ignore),
+                      "destination": code_uri, "sha256": snapshot.sha256, "bytes": snapshot.size,
+                      "files": len(snapshot.files)})
     if spec.code.command is not None:
         raise UserError("code.command: SageMaker's PyTorch containers start an entry script; use code.entry + code.args")
     hyper = script_hyperparameters(spec.code.args)
     channels = []
     for name, item in spec.inputs.items():
-        where = item.location("sagemaker")
+        where = spec.input_location(name, "sagemaker")
         if "://" in where:
             if not where.startswith("s3://"):
                 raise UserError(f"inputs.{name}: SageMaker reads s3:// URIs or local folders, not {where}",
-                                hint=f"give inputs.{name}.sagemaker: s3://...")
+                                hint=f"give inputs.{name}.at.sagemaker: s3://...")
             uri = where
         else:
             folder = spec.input_folder(name, where)
@@ -145,20 +150,14 @@ def build(spec: JobSpec, token: str) -> Rendered:
         if item.arg:
             hyper[item.arg.lstrip("-")] = f"/opt/ml/input/data/{name}"
 
-    env = rendered_env(spec)
-    env.update({
-        "PYTHONUNBUFFERED": "1",
-        "CLOUDDDP_DIST_BACKEND": spec.process_group_backend(on_gpu=gpus > 0),
-        "CLOUDDDP_COLLECTIVE_TIMEOUT": str(spec.distribution.collective_timeout),
-        "CLOUDDDP_CHECKPOINT_DIR": CHECKPOINT_LOCAL,
-        "CLOUDDDP_RESUME": spec.checkpoint.resume,
-        "CLOUDDDP_CHECKPOINT_EVERY": str(spec.checkpoint.every_epochs if spec.checkpoint.enabled else 0),
-    })
-    if sku is not None and spec.resources.nodes > 1:
-        presets = {k: v for k, v in nccl_env_presets(sku).items() if k not in env}
-        if presets:
-            env.update(presets)
-            r.decisions.append(f"{sku.fabric} presets: " + ", ".join(f"{k}={v}" for k, v in presets.items()))
+    places = Places(model_dir=MODEL_DIR, checkpoint_dir=CHECKPOINT_LOCAL,
+                    inputs={name: f"/opt/ml/input/data/{name}" for name in spec.inputs})
+    presets = nccl_env_presets(sku) if sku is not None and spec.resources.nodes > 1 else {}
+    env, r.env_sources = job_env(spec, "sagemaker", places, on_gpu=gpus > 0, sigterm_grace=sigterm_grace,
+                                 presets=presets)
+    applied = {k: v for k, v in presets.items() if k not in spec.env}
+    if applied and sku is not None:
+        r.decisions.append(f"{sku.fabric} presets: " + ", ".join(f"{k}={v}" for k, v in applied.items()))
 
     output = spec.outputs.get("model")
     output_uri = output.path if output and output.path else f"{prefix}/output"

@@ -10,8 +10,8 @@ model. Blob traffic (code snapshots, log files) goes to Azurite over real HTTP.
 from __future__ import annotations
 
 import copy
-import io
 import datetime
+import io
 import json
 import re
 import shutil
@@ -31,7 +31,8 @@ import requests.structures
 import urllib3
 from requests.adapters import BaseAdapter
 
-ROOT = Path(__file__).resolve().parents[1]
+from .cli import ROOT
+
 ACCOUNT = "devstoreaccount1"
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 SUB, RG, WS = "00000000-0000-0000-0000-000000000000", "ml-rg", "ml-workspace"

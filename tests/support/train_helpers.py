@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import ROOT
+from .cli import ROOT
 
 TRAIN = ROOT / "src_train" / "train.py"
 

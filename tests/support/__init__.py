@@ -1,0 +1,1 @@
+"""Test rigs: emulators of the clouds, fault injection, helpers that run real training."""
