@@ -252,13 +252,27 @@ def _print_checks(checks: list[Any]) -> None:
 
 
 def _money(v: float | None) -> str:
-    return f"${v:,.2f}" if v is not None else "?"
+    if v is None:
+        return "?"
+    return f"${v:,.2f}" if abs(v) >= 1 or v == 0 else f"${v:.2g}"
 
 
 def _selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:
+    """Sizes with their verdicts; with ``explain`` also the rejected ones, then a second table with each size's
+    lifecycle and what each part of the job costs (billed time per node and its price for all nodes)."""
+    from rich.console import Group
     from rich.table import Table
 
+    def part(cell: dict[str, Any] | None) -> str:
+        if not cell:
+            return "?"
+        secs = cell["s"]
+        when = f"{secs:.0f}s" if secs < 120 else f"{secs / 60:.0f}m" if secs < 7200 else f"{secs / 3600:.1f}h"
+        return f"{_money(cell['cost'])} {when}"
+
     table = Table("size", "GPUs", "GPU mem", "fabric", "price/h", "est. cost", "efficiency", "verdict", show_lines=False)
+    parts = Table("size", "lifecycle", "startup", "training", "checkpoint", "shutdown", "idle", "total",
+                  title="cost of each part: price for all nodes, billed time per node", show_lines=False)
     for i, row in enumerate(rows):
         if not row["ok"] and not explain:
             continue
@@ -268,7 +282,11 @@ def _selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:
         why = "; ".join([row["why"], *row["warnings"]]) if row["why"] or row["warnings"] else ""
         table.add_row(row["size"], row["gpus"], f"{row['gpu_memory_gb']:g} GB", row["fabric"], price,
                       _money(row["est_cost"]), eff, verdict + escape(why))
-    return table
+        breakdown = row.get("breakdown") or {}
+        parts.add_row(row["size"], row.get("lifecycle", ""),
+                      *(part(breakdown.get(p)) for p in ("startup", "training", "checkpoint", "shutdown", "idle")),
+                      _money(row["est_cost"]))
+    return Group(table, parts) if explain else table
 
 
 @app.command()

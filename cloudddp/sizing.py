@@ -1,21 +1,32 @@
 """From a job spec to a size on a cloud: the catalog's selection, fed with what the spec says.
 
 The workload for the cost model comes from the shared training script's arguments when they are
-there (``--model``, ``--dataset``, ``--epochs``, ``--batch-size``); otherwise cost and efficiency
-are shown as unknown rather than guessed.
+there (``--model``, ``--dataset``, ``--epochs``, ``--batch-size``) and the spec's checkpoint settings;
+otherwise cost and efficiency are shown as unknown rather than guessed. ``cloud`` is the plain string a
+backend declares for its sizes ("azure", "aws"); the catalog checks it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from .catalog import Requirements, Selection, Sku, Workload, find, select, workload_for_model
-from .catalog.model import DATASET_SAMPLES
+from .catalog import (
+    Requirements,
+    Selection,
+    Sku,
+    Workload,
+    find,
+    replacement_for,
+    select,
+    workload_for_model,
+)
+from .catalog.model import DATASET_BYTES, DATASET_SAMPLES
 from .errors import UserError
 from .spec import JobSpec
 
-Cloud = Literal["azure", "aws"]
+SIZE_FIELDS = {"azure": "azureml.vm_size", "aws": "sagemaker.instance_type"}
+"""The spec field that names a size on each cloud, for error messages."""
 
 
 def script_arg(args: list[str], name: str) -> str | None:
@@ -39,10 +50,17 @@ def workload_for_spec(spec: JobSpec) -> Workload | None:
         return None
     if model is None or dataset not in DATASET_SAMPLES:
         return None
-    return workload_for_model(model, DATASET_SAMPLES[dataset], epochs, batch)
+    every = spec.checkpoint.every_epochs if spec.checkpoint.enabled else 0
+    return workload_for_model(model, DATASET_SAMPLES[dataset], epochs, batch, dataset_bytes=DATASET_BYTES[dataset],
+                              checkpoint_every=every)
 
 
-def requirements_for(spec: JobSpec, cloud: Cloud, instance_type: str | None) -> Requirements:
+def _idle_s(spec: JobSpec, cloud: str) -> float | None:
+    """The cluster idle time the cloud bills after the job: Azure ML keeps nodes for idle_time_before_scale_down."""
+    return float(spec.azureml.idle_time_before_scale_down) if cloud == "azure" else None
+
+
+def requirements_for(spec: JobSpec, cloud: str, instance_type: str | None) -> Requirements:
     r = spec.resources
     return Requirements(
         cloud=cloud,
@@ -56,11 +74,34 @@ def requirements_for(spec: JobSpec, cloud: Cloud, instance_type: str | None) -> 
         max_price_per_hour=r.max_price_per_hour,
         instance_type=instance_type,
         workload=workload_for_spec(spec),
+        idle_s=_idle_s(spec, cloud),
     )
 
 
-def choose(spec: JobSpec, cloud: Cloud, instance_type: str | None) -> Selection:
+def _describe(sku: Sku) -> str:
+    rate = f" {sku.fabric_gbps:g} Gb/s" if sku.fabric_gbps else ""
+    return f"{sku.size} ({sku.gpus}× {sku.gpu}, {sku.fabric}{rate}, {sku.lifecycle_text()})"
+
+
+def refuse_retired(size: str, field_name: str) -> None:
+    """A UserError when ``size`` is a catalog size that has been retired, naming the nearest current one."""
+    sku = find(size)
+    if sku is None or not sku.retired:
+        return
+    repl = replacement_for(sku)
+    instead = _describe(repl) if repl else "none in the catalog"
+    raise UserError(
+        f"{field_name}: {sku.size} was retired on {sku.lifecycle_date} (source: {sku.lifecycle_source}); "
+        f"nearest current replacement: {instead}",
+        hint=(f"set {field_name}: {repl.size}" + (f" and resources.gpus_per_node: {repl.gpus}" if repl.gpus != sku.gpus else "")
+              if repl else f"remove {field_name} and let cloudddp pick a size") + "; `cloudddp skus --explain` lists them all",
+    )
+
+
+def choose(spec: JobSpec, cloud: str, instance_type: str | None, *, field_name: str | None = None) -> Selection:
     """The size for ``spec`` on ``cloud``; a UserError naming the reasons when nothing fits."""
+    if instance_type:
+        refuse_retired(instance_type, field_name or SIZE_FIELDS.get(cloud, "instance type"))
     if spec.resources.gpus_per_node == 0:
         if instance_type:
             return Selection(requirements_for(spec, cloud, instance_type), [], None)
@@ -88,9 +129,9 @@ class SizeDecision:
     estimate: dict[str, Any] | None = None
 
 
-def decide(spec: JobSpec, cloud: Cloud, named: str | None, label: str) -> SizeDecision:
+def decide(spec: JobSpec, cloud: str, named: str | None, label: str, *, field_name: str | None = None) -> SizeDecision:
     """``choose`` plus the lines a plan shows: ``<label> <size>: why``, the warnings, the estimate."""
-    selection = choose(spec, cloud, named)
+    selection = choose(spec, cloud, named, field_name=field_name)
     size = named or (selection.chosen.sku.size if selection.chosen else "")
     decision = SizeDecision(size, find(size) if size else None)
     if selection.chosen is not None:
