@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ..errors import UserError
+from .model import peak_tflops
 
 CATALOG_DATE = "2026-11-09"
 """The newest dated price in the catalog (Azure retail API via datareceipts); lifecycles are judged on it."""
@@ -141,8 +142,6 @@ def newest_first(sku: Sku) -> tuple[float, float]:
 
     A generation proxy from cited data (gpu_peaks.csv) rather than a table of launch dates.
     """
-    from .model import peak_tflops
-
     return -(peak_tflops(sku.gpu) or 0.0), -sku.gpu_mem_gb
 
 

@@ -62,7 +62,7 @@ def test_seed_scenario_two_ib_nodes_one_process_per_gpu_cluster_zero_to_four() -
     assert not plan.warnings
 
 
-def test_a_size_without_ib_for_two_nodes_warns_and_names_the_ib_size_with_the_same_gpu() -> None:
+def test_render_on_a_size_without_ib_for_two_nodes_warns_and_names_the_ib_size_with_the_same_gpu() -> None:
     plan = render(AZURE_JOB, "azureml.vm_size=Standard_NC96ads_A100_v4", "resources.gpus_per_node=4")
     text = " ".join(plan.warnings)
     assert "does not scale" in text and "Standard_ND96asr_v4" in text
