@@ -273,13 +273,27 @@ def _print_checks(checks: list[Any]) -> None:
 
 
 def _money(v: float | None) -> str:
-    return f"${v:,.2f}" if v is not None else "?"
+    if v is None:
+        return "?"
+    return f"${v:,.2f}" if abs(v) >= 1 or v == 0 else f"${v:.2g}"
 
 
 def _selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:
+    """Sizes with their verdicts; with ``explain`` also the rejected ones, then a second table with each size's
+    lifecycle and what each part of the job costs (billed time per node and its price for all nodes)."""
+    from rich.console import Group
     from rich.table import Table
 
+    def part(cell: dict[str, Any] | None) -> str:
+        if not cell:
+            return "?"
+        secs = cell["s"]
+        when = f"{secs:.0f}s" if secs < 120 else f"{secs / 60:.0f}m" if secs < 7200 else f"{secs / 3600:.1f}h"
+        return f"{_money(cell['cost'])} {when}"
+
     table = Table("size", "GPUs", "GPU mem", "fabric", "price/h", "est. cost", "efficiency", "verdict", show_lines=False)
+    parts = Table("size", "lifecycle", "startup", "training", "checkpoint", "shutdown", "idle", "total",
+                  title="cost of each part: price for all nodes, billed time per node", show_lines=False)
     for i, row in enumerate(rows):
         if not row["ok"] and not explain:
             continue
@@ -289,7 +303,11 @@ def _selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:
         why = "; ".join([row["why"], *row["warnings"]]) if row["why"] or row["warnings"] else ""
         table.add_row(row["size"], row["gpus"], f"{row['gpu_memory_gb']:g} GB", row["fabric"], price,
                       _money(row["est_cost"]), eff, verdict + escape(why))
-    return table
+        breakdown = row.get("breakdown") or {}
+        parts.add_row(row["size"], row.get("lifecycle", ""),
+                      *(part(breakdown.get(p)) for p in ("startup", "training", "checkpoint", "shutdown", "idle")),
+                      _money(row["est_cost"]))
+    return Group(table, parts) if explain else table
 
 
 @app.command()
@@ -348,30 +366,32 @@ def skus(cloud: str | None, backend: str | None, gpus: int | None, gpu: str | No
 
 @app.command()
 @job_argument
-@backend_option()
+@backend_option(None, "The backend whose sizes to rank (required).")
 @override_option
 @click.option("--explain", is_flag=True, help="List every size with its verdict.")
 @json_option
-def plan(job: Path, backend: str, override: tuple[str, ...], explain: bool, json_: bool) -> None:
+def plan(job: Path, backend: str | None, override: tuple[str, ...], explain: bool, json_: bool) -> None:
     """The size a backend would use for the job, why, its cost estimate and the NCCL/EFA presets applied."""
     from .backends import get_backend
     from .sizing import choose
 
+    if backend is None:
+        from .backends import backend_classes
+        from .errors import UserError
+
+        sized = [cls.name for cls in backend_classes() if cls.cloud]
+        raise UserError("give --backend: the backend whose sizes to rank", hint=f"one of: {', '.join(sized)}")
     spec = _job(job, override).spec
     impl = get_backend(backend)
     rendered = impl.render(spec)
-    selection = None
-    if impl.cloud and spec.resources.gpus_per_node:
-        selection = choose(spec, impl.cloud, impl.named_size(spec))
+    target = impl.size_target(spec)
+    selection = choose(spec, target) if target is not None and spec.resources.gpus_per_node else None
     if json_:
         _print_json({"plan": rendered.to_dict(), "selection": selection.to_dict() if selection else None})
         return
     _plan_notes(rendered)
-    if impl.cloud is None:
-        from .backends import backend_classes
-
-        sized = [cls.name for cls in backend_classes() if cls.cloud]
-        note(f"the {impl.name} backend chooses no size; sizes and costs come with: {', '.join(sized)} (-b NAME)")
+    if target is None:
+        note(f"the {impl.name} backend chooses no size here: its plan is above")
     if rendered.estimate:
         out().print("[bold]estimate[/] " + ", ".join(f"{k}={v}" for k, v in rendered.estimate.items()))
     if selection is not None:

@@ -46,6 +46,7 @@ from ..errors import CloudDDPError, RunNotFound, UserError
 from ..metrics import MetricRecord, metrics_from_lines
 from ..plan import Plan
 from ..registry import Registry
+from ..sizing import SizeTarget
 from ..spec import JobSpec
 from .features import Capabilities, Feature, features_used
 
@@ -202,8 +203,8 @@ class Backend(abc.ABC, Generic[OptionsT]):
         """This backend's SDK error as cloudddp's (e.g. a missing credential as a BackendUnavailable), or None."""
         return None
 
-    def named_size(self, spec: JobSpec) -> str | None:
-        """The size the spec names for this backend (a VM size, an instance type), if any."""
+    def size_target(self, spec: JobSpec) -> SizeTarget | None:
+        """Where this backend's sizes come from for ``spec`` (None: the backend chooses no size)."""
         return None
 
     def options(self, spec: JobSpec) -> OptionsT:

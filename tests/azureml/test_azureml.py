@@ -52,23 +52,30 @@ def test_every_azure_job_renders_yaml_that_azure_ai_ml_loads(path: Path, tmp_pat
 def test_seed_scenario_two_ib_nodes_one_process_per_gpu_cluster_zero_to_four() -> None:
     plan = render()
     job, compute = plan.request["job"], plan.request["compute"]
-    assert job["distribution"] == {"type": "pytorch", "process_count_per_instance": 4}
+    assert job["distribution"] == {"type": "pytorch", "process_count_per_instance": 8}
     assert job["resources"]["instance_count"] == 2
-    assert compute["size"] == "Standard_NC24rs_v3" and (compute["min_instances"], compute["max_instances"]) == (0, 4)
+    assert compute["size"] == "Standard_ND96asr_v4" and (compute["min_instances"], compute["max_instances"]) == (0, 4)
     assert job["environment_variables"]["NCCL_IB_PCI_RELAXED_ORDERING"] == "1"
+    assert job["environment_variables"]["NCCL_TOPO_FILE"] == "/opt/microsoft/ndv4-topo.xml"
     assert "${{inputs.cifar}}" in job["command"] and job["inputs"]["cifar"]["type"] == "uri_folder"
     assert not plan.warnings
 
 
-def test_nc24s_v3_for_two_nodes_warns_and_names_nc24rs_v3() -> None:
-    plan = render(AZURE_JOB, "azureml.vm_size=Standard_NC24s_v3")
+def test_render_on_a_size_without_ib_for_two_nodes_warns_and_names_the_ib_size_with_the_same_gpu() -> None:
+    plan = render(AZURE_JOB, "azureml.vm_size=Standard_NC96ads_A100_v4", "resources.gpus_per_node=4")
     text = " ".join(plan.warnings)
-    assert "does not scale" in text and "Standard_NC24rs_v3" in text
+    assert "does not scale" in text and "Standard_ND96asr_v4" in text
+
+
+def test_the_retired_nc24rs_v3_of_the_seed_is_refused_naming_a_current_replacement() -> None:
+    with pytest.raises(UserError, match=r"azureml.vm_size: Standard_NC24rs_v3 was retired on 2025-09-30.*"
+                                        r"nearest current replacement: Standard_ND96isr_H200_v5"):
+        render(AZURE_JOB, "azureml.vm_size=Standard_NC24rs_v3", "resources.gpus_per_node=4")
 
 
 def test_checks_the_sdk_does_not_make() -> None:
     with pytest.raises(UserError, match="Duplicate GPU detected"):
-        render(AZURE_JOB, "resources.gpus_per_node=8")
+        render(AZURE_JOB, "resources.gpus_per_node=16")
     with pytest.raises(UserError, match="NCCL_IB_DISABLE=1"):
         render(AZURE_JOB, "env.NCCL_IB_DISABLE=1")
     with pytest.raises(UserError, match="not offered as spot/low priority"):
@@ -142,13 +149,13 @@ def test_provision_submit_status_logs_metrics_cancel_through_the_real_sdk(model:
     name = b.launch(plan, progress=steps)
 
     cluster = model.computes["gpu-cluster"]["properties"]["properties"]
-    assert cluster["vmSize"] == "Standard_NC24rs_v3"
+    assert cluster["vmSize"] == "Standard_ND96asr_v4"
     assert cluster["scaleSettings"]["minNodeCount"] == 0 and cluster["scaleSettings"]["maxNodeCount"] == 4
     assert cluster["vmPriority"] == "Dedicated"
     assert any("creating cluster gpu-cluster" in s for s in steps.lines)
 
     props = model.jobs[name]["properties"]
-    assert props["distribution"] == {"distributionType": "PyTorch", "processCountPerInstance": 4}
+    assert props["distribution"] == {"distributionType": "PyTorch", "processCountPerInstance": 8}
     assert props["resources"]["instanceCount"] == 2
     assert props["computeId"].endswith("/computes/gpu-cluster")
     assert "AzureML-acpt-pytorch-2.2-cuda12.1" in props["environmentId"]
@@ -222,10 +229,11 @@ def test_no_provision_leaves_the_cluster_alone_and_a_small_cluster_is_grown(mode
 def test_preflight_checks_workspace_size_and_quota(model: WorkspaceModel) -> None:
     b = backend(model)
     checks = {c.name: c for c in b.preflight(b.render(load_spec(AZURE_JOB)))}
-    assert checks["workspace reachable"].ok and checks["Standard_NC24rs_v3 offered in eastus"].ok
-    assert checks["quota for standardNCSv3Family"].ok and "needs 48" in checks["quota for standardNCSv3Family"].detail
+    family = "quota for standardNDASv4_A100Family"
+    assert checks["workspace reachable"].ok and checks["Standard_ND96asr_v4 offered in eastus"].ok
+    assert checks[family].ok and "needs 192" in checks[family].detail
     over = {c.name: c for c in b.preflight(b.render(load_spec(AZURE_JOB, ["resources.nodes=3"])))}
-    assert over["quota for standardNCSv3Family"].ok is False and over["quota for standardNCSv3Family"].fix
+    assert over[family].ok is False and over[family].fix
 
 
 @pytest.mark.slow

@@ -63,10 +63,18 @@ def test_smddp_on_an_unsupported_instance_is_refused_with_the_alternatives() -> 
 
 
 def test_multi_node_without_efa_warns_with_what_to_pick_instead() -> None:
-    spec = load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml", ["sagemaker.instance_type=ml.p3.16xlarge"])
+    spec = load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml",
+                     ["sagemaker.instance_type=ml.g5.2xlarge", "resources.gpus_per_node=1"])
     plan = SageMakerBackend().render(spec)
     text = " ".join(plan.warnings)
-    assert "does not scale" in text and "ml.p3dn.24xlarge" in text
+    assert "does not scale" in text and "ml.g5.12xlarge" in text
+
+
+def test_a_retired_instance_type_is_refused_naming_a_current_replacement() -> None:
+    spec = load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml", ["sagemaker.instance_type=ml.p3.16xlarge"])
+    with pytest.raises(UserError, match=r"sagemaker.instance_type: ml.p3.16xlarge was retired on 2025-12-20.*"
+                                        r"nearest current replacement: ml.p5en.48xlarge"):
+        SageMakerBackend().render(spec)
 
 
 def test_secrets_are_placeholders_in_the_rendered_request(monkeypatch: pytest.MonkeyPatch) -> None:

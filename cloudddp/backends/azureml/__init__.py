@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from ...errors import BackendUnavailable, CloudDDPError, UserError
 from ...plan import Plan
 from ...secrets import redacted_spec_data
+from ...sizing import SizeTarget
 from ...spec import JobSpec
 from ..base import Backend, Check, Launched, LogLine, Progress, RunState, RunStatus
 from ..features import Capabilities, Feature
@@ -78,8 +79,9 @@ class AzureMLBackend(Backend[AzureMLOptions]):
         self.poll_seconds = poll_seconds
         self._clients: dict[tuple[str, str, str], Any] = {}
 
-    def named_size(self, spec: JobSpec) -> str | None:
-        return self.options(spec).vm_size
+    def size_target(self, spec: JobSpec) -> SizeTarget:
+        az = self.options(spec)  # the cluster stays up (billed) for its scale-down delay after the job
+        return SizeTarget("azure", az.vm_size, "azureml.vm_size", idle_s=float(az.idle_time_before_scale_down))
 
     # -- render ------------------------------------------------------------------------------
     def _render(self, spec: JobSpec) -> Plan:
@@ -87,7 +89,7 @@ class AzureMLBackend(Backend[AzureMLOptions]):
         from .workspace import workspace_fields
 
         az = self.options(spec)
-        docs = build(spec, az, self.token or time.strftime("%y%m%d%H%M%S"), self.sigterm_grace)
+        docs = build(spec, az, self.size_target(spec), self.token or time.strftime("%y%m%d%H%M%S"), self.sigterm_grace)
         return Plan(
             backend=self.name, job_name=docs.job["name"], request={"job": docs.job, "compute": docs.compute},
             documents={"job.yml": _yaml(docs.job), "compute.yml": _yaml(docs.compute)},

@@ -19,7 +19,7 @@ from ...catalog import azure_rdma_by_name, disables_rdma, nccl_env_presets
 from ...errors import UserError
 from ...plan import EnvSource
 from ...runtime import Places, input_args, job_env
-from ...sizing import decide
+from ...sizing import SizeTarget, decide
 from ...spec import JobSpec
 from .options import AzureMLOptions
 
@@ -71,11 +71,11 @@ def _check_distribution(distribution: dict[str, Any]) -> None:
                         f"(allowed: {sorted(allowed)}); Azure ML would silently drop them")
 
 
-def build(spec: JobSpec, az: AzureMLOptions, token: str, sigterm_grace: int) -> Documents:
+def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sigterm_grace: int) -> Documents:
     docs = Documents(job={}, compute={})
     gpus, nodes = spec.resources.gpus_per_node, spec.resources.nodes
 
-    sizing = decide(spec, "azure", az.vm_size, "VM size")
+    sizing = decide(spec, target, "VM size")
     size, sku = sizing.size, sizing.sku
     docs.decisions += sizing.decisions
     docs.warnings += sizing.warnings

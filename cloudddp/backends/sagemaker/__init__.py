@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from ...errors import BackendUnavailable, CloudDDPError, UserError
 from ...plan import Plan
 from ...secrets import redacted_spec_data
+from ...sizing import SizeTarget
 from ...spec import JobSpec
 from ..base import Backend, Check, Launched, LogLine, Progress, RunState, RunStatus
 from ..features import Capabilities, Feature
@@ -62,15 +63,15 @@ class SageMakerBackend(Backend[SageMakerOptions]):
         self.poll_seconds = poll_seconds
         self.token = token
 
-    def named_size(self, spec: JobSpec) -> str | None:
-        return self.options(spec).instance_type
+    def size_target(self, spec: JobSpec) -> SizeTarget:
+        return SizeTarget("aws", self.options(spec).instance_type, "sagemaker.instance_type")
 
     # -- render ------------------------------------------------------------------------------
     def _render(self, spec: JobSpec) -> Plan:
         from .request import ACCOUNT, build
 
         token = self.token or time.strftime("%y%m%d%H%M%S")
-        r = build(spec, self.options(spec), token, self.sigterm_grace)
+        r = build(spec, self.options(spec), self.size_target(spec), token, self.sigterm_grace)
         return Plan(
             backend=self.name, job_name=r.request["TrainingJobName"], request=r.request,
             documents={"CreateTrainingJob.json": json.dumps(r.request, indent=2) + "\n"},

@@ -22,7 +22,7 @@ from ...metrics import STANDARD_METRICS, metric_regex
 from ...packaging import collect, folder_digest, pack
 from ...plan import EnvSource, late
 from ...runtime import Places, job_env
-from ...sizing import decide
+from ...sizing import SizeTarget, decide
 from ...spec import JobSpec
 from .images import training_image
 from .options import SageMakerOptions
@@ -93,7 +93,7 @@ def job_name(spec: JobSpec, content: dict[str, Any], token: str) -> str:
     return f"{base}-{digest}-{token}"
 
 
-def build(spec: JobSpec, sm: SageMakerOptions, token: str, sigterm_grace: int) -> Rendered:
+def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, sigterm_grace: int) -> Rendered:
     region, role = region_for(sm), role_for(sm)
     r = Rendered(request={}, region=region)
     bucket = sm.bucket or f"sagemaker-{region}-{ACCOUNT}"
@@ -102,7 +102,7 @@ def build(spec: JobSpec, sm: SageMakerOptions, token: str, sigterm_grace: int) -
     prefix = f"s3://{bucket}/{sm.prefix.strip('/')}"
 
     gpus = spec.resources.gpus_per_node
-    sizing = decide(spec, "aws", sm.instance_type, "instance type")
+    sizing = decide(spec, target, "instance type")
     instance_type, sku = sizing.size, sizing.sku
     r.decisions += sizing.decisions
     r.warnings += sizing.warnings
