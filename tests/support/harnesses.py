@@ -100,7 +100,7 @@ class AzureMLHarness(Harness):
                  "azureml.workspace=ml-workspace", "azureml.compute=cpu-cluster", "azureml.vm_size=Standard_D4s_v3"]
 
     def __init__(self, blob_endpoint: str) -> None:
-        from .support.azure_rig import FakeCredential, WorkspaceModel, create_container, ml_transport
+        from .azure_rig import FakeCredential, WorkspaceModel, create_container, ml_transport
 
         self.model = WorkspaceModel(blob_endpoint)
         create_container(self.model)
@@ -117,7 +117,7 @@ class AzureMLHarness(Harness):
         self.model.set_job_status(run_id, "Completed")
 
     def without_credentials(self) -> dict[str, str]:
-        from .support.azure_rig import env_for_rig
+        from .azure_rig import env_for_rig
 
         # DefaultAzureCredential finds nothing: no service principal, no managed identity, no az CLI login.
         return {**env_for_rig(), "AZURE_CLIENT_ID": "", "AZURE_CLIENT_SECRET": "", "AZURE_TENANT_ID": "",
