@@ -1,0 +1,1 @@
+"""Test rigs shared by several test modules."""
