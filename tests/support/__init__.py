@@ -1,1 +1,1 @@
-"""Test rigs: emulators of the clouds, fault injection, helpers that run real training."""
+"""Test rigs: emulators of the clouds, fault injection, container rehearsals, helpers that run real training."""
