@@ -23,8 +23,8 @@ import pytest
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.specload import spec_from_dict
 
-from ..aws_emulator import moto_server
-from ..conftest import ROOT
+from ..support.aws_emulator import aws_environment
+from ..support.cli import ROOT
 from ..support.sagemaker_container import Aws, Rehearsal, RehearsalUnavailable, record_create_training_job, rehearse
 
 pytestmark = pytest.mark.slow
@@ -37,15 +37,13 @@ DIGITS = 800  # samples in the channel's digits.npz: 640 train, so 10 steps of 6
 
 
 @pytest.fixture(scope="module")
-def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Aws]:
-    """moto on 127.0.0.1 and the environment cloudddp submits with (module-wide: rehearsals are shared)."""
-    with moto_server() as url, pytest.MonkeyPatch.context() as patch:
-        for key, value in {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                           "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION,
-                           "CLOUDDDP_HOME": str(tmp_path_factory.mktemp("cloudddp-home"))}.items():
+def aws(moto_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Aws]:
+    """The session's moto and the environment cloudddp submits with (module-wide: rehearsals are shared)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in {**aws_environment(moto_url), "CLOUDDDP_HOME": str(tmp_path_factory.mktemp("cloudddp-home"))}.items():
             patch.setenv(key, value)
         patch.delenv("AWS_PROFILE", raising=False)
-        yield Aws(url, REGION)
+        yield Aws(moto_url, REGION)
 
 
 def digits_channel(folder: Path) -> Path:
