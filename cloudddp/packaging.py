@@ -14,7 +14,7 @@ import hashlib
 import io
 import os
 import tarfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,19 +99,25 @@ def safe_member(name: str) -> str:
     return Path(*parts).as_posix()
 
 
-def pack(root: Path, ignore: Sequence[str] = ()) -> Snapshot:
-    """The folder as a deterministic .tar.gz and its sha256."""
+def pack(root: Path, ignore: Sequence[str] = (), extra: Mapping[str, bytes] | None = None) -> Snapshot:
+    """The folder as a deterministic .tar.gz and its sha256; ``extra`` adds files cloudddp ships with the
+    code (name in the archive -> bytes), which must not collide with the folder's own."""
     root = root.resolve()
-    files = collect(root, ignore)
+    extra = dict(extra or {})
+    taken = sorted(set(extra) & set(collect(root, ignore)))
+    if taken:
+        raise UserError(f"{root / taken[0]}: cloudddp ships a file of that name with the code",
+                        hint=f"rename it, or leave it out with code.ignore: [{taken[0]}]")
+    files = sorted([*collect(root, ignore), *extra])
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel in files:
             path = root / rel
             info = tarfile.TarInfo(safe_member(rel))
-            data = path.read_bytes()
+            data = extra[rel] if rel in extra else path.read_bytes()
             info.size = len(data)
             info.mtime = 0
-            info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
+            info.mode = 0o644 if rel in extra else 0o755 if os.access(path, os.X_OK) else 0o644
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             tar.addfile(info, io.BytesIO(data))

@@ -4,7 +4,8 @@ Each backend says where things are inside its jobs (:class:`Places`); this modul
 environment every process gets, so a script written against these names runs unchanged everywhere:
 
 ================================  =================================================================
-``CLOUDDDP_JOB_NAME``             the job's name
+``CLOUDDDP_JOB_NAME``             the job's name (``name:`` in the spec)
+``CLOUDDDP_RUN_ID``               this run's id on its backend (what ``cloudddp status`` takes)
 ``CLOUDDDP_BACKEND``              the backend running it (local, sagemaker, azureml, ...)
 ``CLOUDDDP_INPUT_<NAME>``         where input ``<name>`` is inside the job (upper-cased name)
 ``CLOUDDDP_MODEL_DIR``            where rank 0 writes the final model (kept after the run)
@@ -27,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .errors import UserError
-from .plan import EnvSource
+from .plan import EnvSource, late
 from .secrets import rendered_env
 from .spec import JobSpec
 
@@ -35,8 +36,10 @@ PREFIX = "CLOUDDDP_"
 INPUT_PREFIX = "CLOUDDDP_INPUT_"
 MODEL_DIR = "CLOUDDDP_MODEL_DIR"
 CHECKPOINT_DIR = "CLOUDDDP_CHECKPOINT_DIR"
+RUN_ID = late("RUN_ID")
+"""The run id in the contract until it is known: backends that name the run at render fill it there."""
 NAMES = (
-    "CLOUDDDP_JOB_NAME", "CLOUDDDP_BACKEND", MODEL_DIR, CHECKPOINT_DIR, "CLOUDDDP_RESUME",
+    "CLOUDDDP_JOB_NAME", "CLOUDDDP_RUN_ID", "CLOUDDDP_BACKEND", MODEL_DIR, CHECKPOINT_DIR, "CLOUDDDP_RESUME",
     "CLOUDDDP_CHECKPOINT_EVERY", "CLOUDDDP_DIST_BACKEND", "CLOUDDDP_COLLECTIVE_TIMEOUT", "CLOUDDDP_SIGTERM_GRACE",
 )
 
@@ -58,6 +61,7 @@ def contract_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, s
     env = {
         "PYTHONUNBUFFERED": "1",
         "CLOUDDDP_JOB_NAME": spec.name,
+        "CLOUDDDP_RUN_ID": RUN_ID,
         "CLOUDDDP_BACKEND": backend,
         "CLOUDDDP_DIST_BACKEND": spec.process_group_backend(on_gpu=on_gpu),
         "CLOUDDDP_COLLECTIVE_TIMEOUT": str(spec.distribution.collective_timeout),

@@ -136,9 +136,26 @@ class Resources(Strict):
         "auto",
         description="auto: InfiniBand/EFA (RDMA) required when nodes > 1; rdma: always; any: do not check.",
     )
+    processes_per_node: int | None = Field(
+        None, ge=1, le=128,
+        description="Training processes per node; default one per GPU, or 1 without GPUs (CPU training).",
+    )
     spot: bool = Field(False, description="Spot (AWS) / low-priority (Azure) capacity.")
     max_price_per_hour: float | None = Field(None, gt=0, description="Ceiling for the whole job, USD/h.")
     disk_gb: int = Field(100, ge=1, le=16384)
+
+    @model_validator(mode="after")
+    def _one_process_per_gpu(self) -> Resources:
+        n = self.processes_per_node
+        if n is not None and self.gpus_per_node and n != self.gpus_per_node:
+            raise ValueError(f"processes_per_node {n} with {self.gpus_per_node} GPUs per node: DDP runs one process "
+                             "per GPU; leave processes_per_node out when the job has GPUs")
+        return self
+
+    @property
+    def processes(self) -> int:
+        """Training processes per node on a machine with the GPUs the spec asks for."""
+        return self.processes_per_node or self.gpus_per_node or 1
 
 
 class Distribution(Strict):

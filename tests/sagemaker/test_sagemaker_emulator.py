@@ -15,6 +15,7 @@ import pytest
 
 from cloudddp.backends.base import RunState
 from cloudddp.backends.sagemaker import SageMakerBackend
+from cloudddp.backends.sagemaker.request import shipped_launcher
 from cloudddp.packaging import pack
 from cloudddp.specload import spec_from_dict
 
@@ -60,8 +61,9 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
     assert result.returncode == 0, result.stderr
     name = result.stdout.strip()
 
-    # The code archive is in S3 under its own sha256, byte-identical to a local deterministic pack.
-    snapshot = pack(ROOT / "src_train")
+    # The code archive (the folder and the shipped launcher) is in S3 under its own sha256, byte-identical
+    # to a local deterministic pack.
+    snapshot = pack(ROOT / "src_train", extra=shipped_launcher())
     body = boto3.client("s3").get_object(Bucket=BUCKET, Key=f"cloudddp/code/{snapshot.sha256}/sourcedir.tar.gz")["Body"].read()
     assert hashlib.sha256(body).hexdigest() == snapshot.sha256
     keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="cloudddp/data/train/")["Contents"]]
@@ -71,7 +73,8 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
     assert d["AlgorithmSpecification"]["TrainingImage"].endswith("pytorch-training:2.4-gpu-py311")
     assert d["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge" and d["ResourceConfig"]["InstanceCount"] == 2
     assert d["HyperParameters"]["sagemaker_torch_distributed_enabled"] == "true"
-    assert d["HyperParameters"]["epochs"] == "2" and d["HyperParameters"]["data-dir"] == "/opt/ml/input/data/train"
+    payload = json.loads(json.loads(d["HyperParameters"]["cloudddp-00"]))  # what the shipped launcher gets
+    assert payload["argv"] == ["train.py", "--dataset", "synthetic", "--epochs", "2", "--data-dir", "/opt/ml/input/data/train"]
     assert d["CheckpointConfig"]["S3Uri"] == f"s3://{BUCKET}/cloudddp/checkpoints/tiny-sm"
 
     set_status(name, "InProgress", "Training")

@@ -17,8 +17,8 @@ from typing import Any
 
 from ...catalog import azure_rdma_by_name, disables_rdma, nccl_env_presets
 from ...errors import UserError
-from ...plan import EnvSource
-from ...runtime import Places, input_args, job_env
+from ...plan import EnvSource, substitute
+from ...runtime import RUN_ID, Places, input_args, job_env
 from ...sizing import SizeTarget, decide
 from ...spec import JobSpec
 from .options import AzureMLOptions
@@ -84,7 +84,6 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         rdma, why = azure_rdma_by_name(size)
         if not rdma:
             docs.warnings.append(f"{why}: multi-node DDP over Ethernet does not scale; pick an InfiniBand size")
-    processes = gpus or 1
     if sku is not None and gpus:
         if gpus > sku.gpus:
             raise UserError(
@@ -136,7 +135,7 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         docs.decisions.append(f"checkpoints in {ckpt} (per job name, so a resubmitted job resumes)")
 
     distribution = {"type": "mpi" if spec.distribution.launcher == "mpi" else "pytorch",
-                    "process_count_per_instance": processes}
+                    "process_count_per_instance": spec.resources.processes}
     _check_distribution(distribution)
     if spec.limits.max_restarts:
         docs.warnings.append("Azure ML command jobs do not restart failed processes (limits.max_restarts); "
@@ -178,6 +177,7 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         docs.decisions.append("low priority cluster (tier low_priority): cheaper, preemptible; checkpoints resume the job")
     docs.decisions.append(f"cluster {compute['name']}: {size}, {compute['min_instances']}–{compute['max_instances']} nodes, "
                           f"scales down after {az.idle_time_before_scale_down} s idle")
-    job = {"$schema": job.pop("$schema"), "name": job_name(spec, {"job": job, "compute": compute}, token), **job}
+    name = job_name(spec, {"job": job, "compute": compute}, token)
+    job = substitute({"$schema": job.pop("$schema"), "name": name, **job}, {RUN_ID: name})
     docs.job, docs.compute = job, compute
     return docs

@@ -108,7 +108,9 @@ class LocalBackend(Backend[LocalOptions]):
             opts.device == "auto" and spec.resources.gpus_per_node > 0 and _has_cuda_device()
         )
         device = "cuda" if use_cuda else "cpu"
-        nproc = opts.processes_per_node or (spec.resources.gpus_per_node if use_cuda else 2)
+        # Without the GPUs here, two processes still exercise every collective the job will run.
+        nproc = opts.processes_per_node or spec.resources.processes_per_node or (
+            spec.resources.gpus_per_node if use_cuda else 2)
         nnodes = opts.nodes
         pg_backend = spec.process_group_backend(on_gpu=use_cuda)
         if pg_backend == "nccl" and not use_cuda:
@@ -131,7 +133,8 @@ class LocalBackend(Backend[LocalOptions]):
         places = Places(
             model_dir=f"{RUN_DIR}/outputs",
             checkpoint_dir=str(ckpt),
-            inputs={name: str(spec.input_folder(name, spec.input_location(name, self.name))) for name in spec.inputs},
+            # resolved, not required to exist yet: the preflight check says when one is missing
+            inputs={name: str((spec.base_dir / spec.input_location(name, self.name)).resolve()) for name in spec.inputs},
         )
         env, sources = job_env(spec, self.name, places, on_gpu=use_cuda, sigterm_grace=self.sigterm_grace)
         env["CLOUDDDP_DIST_BACKEND"] = pg_backend
@@ -176,7 +179,7 @@ class LocalBackend(Backend[LocalOptions]):
             decisions=decisions,
             warnings=warnings,
             job=redacted_spec_data(spec),
-            late=("RUN_DIR", "PORT"),
+            late=("RUN_DIR", "PORT", "RUN_ID"),
             env_sources=sources,
         )
 
@@ -211,7 +214,7 @@ class LocalBackend(Backend[LocalOptions]):
     def _launch(self, plan: Plan, *, provision: bool, progress: Progress | None) -> Launched:
         run_id = new_run_id(plan.job_name)
         run = RunDir.for_run(run_id)
-        bound = plan.bind({"RUN_DIR": str(run.path), "PORT": str(free_port())})
+        bound = plan.bind({"RUN_DIR": str(run.path), "PORT": str(free_port()), "RUN_ID": run_id})
         env = bound.reveal(bound.request["env"])  # real secret values: to the supervisor's stdin, never to disk
         secrets = bound.secret_values()
         (run.path / "logs").mkdir(parents=True)

@@ -150,7 +150,9 @@ class SageMakerBackend(Backend[SageMakerOptions]):
         bucket, _, key = up["destination"].removeprefix("s3://").partition("/")
         self._ensure_bucket(s3, bucket)
         if up["kind"] == "code":
-            snapshot = pack(Path(up["source"]), up.get("ignore", []))
+            from .request import shipped_launcher
+
+            snapshot = pack(Path(up["source"]), up.get("ignore", []), extra=shipped_launcher())
             if snapshot.sha256 != up["sha256"]:
                 raise UserError("code.dir changed between render and launch; render again")
             return self._put(s3, bucket, key, [("sourcedir.tar.gz", snapshot.data)], up, progress, whole=True)
