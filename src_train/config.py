@@ -83,7 +83,7 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] = os.enviro
     p.add_argument("--deterministic", action="store_true", help="bitwise reproducible on CPU/gloo")
     p.add_argument("--max-steps", type=int, default=0,
                    help="for benchmarks: stop after this many optimizer steps in total; 0 = no limit")
-    contract = p.add_argument_group("runtime contract (default: the environment variable, else the value shown)")
+    contract = p.add_argument_group("runtime contract (cloudddp sets these variables in every job)")
     for option in CONTRACT:
         contract.add_argument(option.flag, type=option.convert, choices=option.choices, default=argparse.SUPPRESS,
                               help=f"{HELP[option.flag]} (default: ${option.variable}, else {option.fallback})")
