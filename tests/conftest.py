@@ -6,10 +6,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from .support.cli import ROOT
+
+if TYPE_CHECKING:
+    from .support.mlflow_server import MlflowServer
 
 
 @pytest.fixture(autouse=True)
@@ -27,6 +31,19 @@ def moto_url() -> Iterator[str]:
 
     with moto_server() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """A real `mlflow server` (sqlite store), for the whole session."""
+    import importlib.util
+
+    from .support.mlflow_server import running_mlflow_server
+
+    if importlib.util.find_spec("mlflow") is None:
+        pytest.skip("mlflow is not installed (it is in the dev extra: pip install -e '.[dev]')")
+    with running_mlflow_server(tmp_path_factory.mktemp("mlflow")) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")
