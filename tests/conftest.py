@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from .support.slurm_cluster import SlurmCluster, cluster_fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -28,3 +31,9 @@ def cli(*args: str, timeout: float = 120, env: dict[str, str] | None = None, cwd
         capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT,
         env={**os.environ, "COLUMNS": "200", **(env or {})},
     )
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A real two-node Slurm cluster (own munged, slurmctld, 2 slurmd) for the session; skips when it cannot run."""
+    yield from cluster_fixture(tmp_path_factory.mktemp("slurm"))
