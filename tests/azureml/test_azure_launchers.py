@@ -111,3 +111,38 @@ def test_substitution_refuses_a_reference_the_job_does_not_define(tmp_path: Path
         f"run {tmp_path / 'in'} {tmp_path / 'out'}"
     with pytest.raises(KeyError, match="outputs.model"):
         substitute("python train.py --out ${{outputs.model}}", {}, {})
+
+
+def bash_job(tmp_path: Path, distribution: str, command: str) -> dict[str, Any]:
+    """A hand-written two-node command job that runs only bash (seconds less than the training script)."""
+    code = tmp_path / "code"
+    code.mkdir()
+    return {"name": "probe-job", "code": str(code), "command": command, "environment_variables": {"FROM_JOB": "yes"},
+            "distribution": {"type": distribution, "process_count_per_instance": 1}, "resources": {"instance_count": 2},
+            "outputs": {"model": {"type": "uri_folder", "mode": "rw_mount"}}}
+
+
+def test_pytorch_launcher_sets_the_documented_variables_and_a_failed_process_fails_the_job(tmp_path: Path) -> None:
+    names = "MASTER_ADDR MASTER_PORT WORLD_SIZE NODE_RANK RANK LOCAL_RANK FROM_JOB"
+    command = ("for v in " + names + "; do echo \"$v=${!v}\"; done; echo \"out=${{outputs.model}}\"; "
+               "[ \"$RANK\" = 1 ] && exit 3; sleep 60")
+    run = launch_pytorch(bash_job(tmp_path, "pytorch", command), tmp_path / "run", Datastores(tmp_path / "blob"))
+    assert run.returncodes == {0: -9, 1: 3}, run.describe()  # rank 1 failed, so rank 0 was stopped
+    seen = [dict(line.split("=", 1) for line in run.logs[rank].splitlines() if "=" in line) for rank in (0, 1)]
+    assert [(s["NODE_RANK"], s["RANK"], s["LOCAL_RANK"], s["WORLD_SIZE"]) for s in seen] == \
+        [("0", "0", "0", "2"), ("1", "1", "0", "2")]
+    assert seen[0]["MASTER_ADDR"] == seen[1]["MASTER_ADDR"] and seen[0]["MASTER_PORT"] == seen[1]["MASTER_PORT"]
+    assert seen[0]["FROM_JOB"] == "yes"
+    assert seen[0]["out"] == str(tmp_path / "blob" / "workspaceblobstore" / "azureml" / "probe-job" / "model")
+
+
+def test_mpirun_gives_every_rank_the_open_mpi_variables(tmp_path: Path) -> None:
+    reason = mpirun_unavailable()
+    if reason:
+        pytest.skip(reason)
+    command = "echo rank=$OMPI_COMM_WORLD_RANK size=$OMPI_COMM_WORLD_SIZE local=$OMPI_COMM_WORLD_LOCAL_RANK " \
+              "master=$AZ_BATCHAI_MPI_MASTER_NODE from_job=$FROM_JOB"
+    run = launch_mpi(bash_job(tmp_path, "mpi", command), tmp_path / "run", Datastores(tmp_path / "blob"))
+    assert run.ok, run.describe()
+    assert [run.logs[rank].strip() for rank in (0, 1)] == [
+        "rank=0 size=2 local=0 master=127.0.0.1 from_job=yes", "rank=1 size=2 local=1 master=127.0.0.1 from_job=yes"]

@@ -28,10 +28,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,16 +177,19 @@ def launch_pytorch(job: dict[str, Any], work: Path, stores: Datastores, timeout:
                               "LOCAL_RANK": str(local)}
                 with open(logs_dir / f"std_log_process_{rank}.txt", "wb") as log:
                     procs[rank] = subprocess.Popen(["bash", "-c", commands[node]], cwd=code_dirs[node], env=envs[rank],
-                                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                   start_new_session=True)
         deadline = time.monotonic() + timeout
-        while any(p.poll() is None for p in procs.values()):
-            if any(p.returncode for p in procs.values()) or time.monotonic() > deadline:
+        while time.monotonic() < deadline:
+            polled = [p.poll() for p in procs.values()]  # every process polled, each round
+            if None not in polled or any(polled):
                 break
             time.sleep(0.1)
     finally:
         for proc in procs.values():
             if proc.poll() is None:
-                proc.kill()
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # the whole process group, as a stopped node would
             proc.wait()
     logs = {rank: (logs_dir / f"std_log_process_{rank}.txt").read_text(errors="replace") for rank in procs}
     codes = {rank: proc.returncode for rank, proc in procs.items()}
