@@ -14,6 +14,7 @@ from .support.cli import ROOT
 
 if TYPE_CHECKING:
     from .support.mlflow_server import MlflowServer
+    from .support.slurm_cluster import SlurmCluster
 
 
 @pytest.fixture(autouse=True)
@@ -55,3 +56,11 @@ def blob_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.skip("Azurite is not installed: `make test` installs it with `npm install`")
     with azurite(tmp_path_factory.mktemp("azurite")) as endpoint:
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A real two-node Slurm cluster (own munged, slurmctld, 2 slurmd) for the session; skips when it cannot run."""
+    from .support.slurm_cluster import cluster_fixture
+
+    yield from cluster_fixture(tmp_path_factory.mktemp("slurm"))
