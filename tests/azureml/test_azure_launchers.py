@@ -19,7 +19,7 @@ import pytest
 from cloudddp.backends.azureml import AzureMLBackend
 from cloudddp.specload import spec_from_dict
 
-from ..conftest import ROOT
+from ..support.cli import ROOT
 from ..support.azure_launchers import AzureRun, Datastores, launch_mpi, launch_pytorch, mpirun_unavailable, substitute
 
 pytestmark = pytest.mark.slow

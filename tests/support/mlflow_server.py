@@ -8,7 +8,6 @@ tracking metrics does not use it, and it would compete for the CI's two cores.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import socket
@@ -22,7 +21,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 
 
 @dataclass(frozen=True)
