@@ -3,8 +3,8 @@
 cloudddp launches the job against moto as usual; the CreateTrainingJob it sent is then run by the
 SageMaker training toolkit (``sagemaker-training`` + ``sagemaker-pytorch-training``, the code inside
 the PyTorch DLCs) on this machine, one namespace-isolated host per instance (tests/support/
-sagemaker_container.py). Assertions marked xfail(strict) name defects of today's request: they flip to
-failures (XPASS) when the request is fixed, so the mark must then be removed.
+sagemaker_container.py). Each test says what SageMaker's own code does with the request and what the
+script must see there.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from cloudddp.backends.sagemaker import SageMakerBackend
+from cloudddp.shim import read_payload
 from cloudddp.specload import spec_from_dict
 
 from ..support.aws_emulator import aws_environment
@@ -56,13 +57,13 @@ def digits_channel(folder: Path) -> Path:
     return folder
 
 
-def cpu_job(tmp_path: Path, name: str, epochs: int = 2, nodes: int = 1) -> dict[str, Any]:
+def cpu_job(tmp_path: Path, name: str, epochs: int = 2, nodes: int = 1, processes: int = 1) -> dict[str, Any]:
     return {
         "name": name,
         "code": {"dir": str(ROOT / "src_train"), "entry": "train.py",
                  "args": ["--dataset", "digits", "--model", "cnn", "--epochs", str(epochs)]},
         "inputs": {"train": {"path": str(digits_channel(tmp_path / "data")), "arg": "--data-dir"}},
-        "resources": {"nodes": nodes, "gpus_per_node": 0, "interconnect": "any"},
+        "resources": {"nodes": nodes, "gpus_per_node": 0, "processes_per_node": processes, "interconnect": "any"},
         "sagemaker": {"region": REGION, "role": ROLE, "bucket": BUCKET, "instance_type": "ml.m5.xlarge",
                       "image": CPU_IMAGE},
     }
@@ -105,7 +106,7 @@ def metric_records(rehearsal: Rehearsal, host: str = "algo-1") -> list[dict[str,
 def cpu_first(aws: Aws, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], Rehearsal]:
     """A CPU job (the shared script, 2 epochs of digits on ml.m5.xlarge) rehearsed on one host."""
     root = tmp_path_factory.mktemp("cpu")
-    request = launch(cpu_job(root, "rehearse-cpu", epochs=2), "r1")
+    request = launch(cpu_job(root, "rehearse-cpu", epochs=2, processes=2), "r1")
     rehearsal = run(request, root / "first", aws)
     print(f"\ncpu rehearsal: {rehearsal.seconds:.1f} s")
     return root, request, rehearsal
@@ -146,7 +147,7 @@ def test_a_cpu_job_trains_in_the_container_and_a_second_job_resumes_from_its_che
     assert set(local) <= {o["Key"].rsplit("/", 1)[1] for o in listed}
 
     # A second job (one more epoch) finds them restored into /opt/ml/checkpoints and trains epoch 3 only.
-    second_request = launch(cpu_job(root, "rehearse-cpu", epochs=3), "r2")
+    second_request = launch(cpu_job(root, "rehearse-cpu", epochs=3, processes=2), "r2")
     assert second_request["CheckpointConfig"] == request["CheckpointConfig"]
     second = run(second_request, root / "second", aws)
     print(f"resumed rehearsal: {second.seconds:.1f} s")
@@ -156,10 +157,6 @@ def test_a_cpu_job_trains_in_the_container_and_a_second_job_resumes_from_its_che
     assert (second.host("algo-1").opt_ml / "checkpoints" / "ckpt-e0003-s0000000.pt").is_file()
 
 
-@pytest.mark.xfail(strict=True, reason="defect: on a CPU instance the request names no process count, so the "
-                   "toolkit starts torchrun --nproc_per_node 1 (its GPU count, 0, floored at 1) where the local "
-                   "backend runs 2; fix: sagemaker_mpi_num_of_processes_per_host (which the torchrun runner reads "
-                   "too) or a launcher shim")
 def test_a_cpu_job_runs_two_processes_per_host(cpu_first: tuple[Path, dict[str, Any], Rehearsal]) -> None:
     _, _, rehearsal = cpu_first
     succeeded(rehearsal)
@@ -185,10 +182,6 @@ def test_two_hosts_algo_1_and_algo_2_train_one_model_together(tmp_path: Path, aw
     assert (rehearsal.host("algo-2").opt_ml / "input" / "data" / "train" / "digits.npz").is_file()
 
 
-@pytest.mark.xfail(strict=True, reason="defect: under sagemaker.network_isolation the container has no network "
-                   "and no credentials, but the code is only at sagemaker_submit_directory on S3; fix: a `code` "
-                   "input channel holding sourcedir.tar.gz and sagemaker_submit_directory="
-                   "/opt/ml/input/data/code/sourcedir.tar.gz, as the SageMaker SDK does")
 def test_a_network_isolated_job_gets_its_code_and_trains(tmp_path: Path, aws: Aws) -> None:
     job = cpu_job(tmp_path, "rehearse-isolated", epochs=1)
     job["sagemaker"]["network_isolation"] = True
@@ -221,8 +214,13 @@ def test_smddp_is_rehearsed_up_to_the_toolkits_mpirun_smddprun_command(tmp_path:
     # mpirun → smddprun → python -m mpi4py <sagemaker_program> + the arguments the toolkit made of the hyperparameters.
     tail = argv[argv.index("smddprun"):]
     assert Path(tail[1]).name == "python"
-    assert tail[2:5] == ["-m", "mpi4py", request["HyperParameters"]["sagemaker_program"]]
-    assert tail[5:] == json.loads(call["env"]["SM_USER_ARGS"]) and "--epochs" in tail[5:]
+    assert tail[2:5] == ["-m", "mpi4py", json.loads(request["HyperParameters"]["sagemaker_program"])]
+    assert tail[5:] == json.loads(call["env"]["SM_USER_ARGS"])
+    # ...which are the shipped launcher's: the script's own argv and the contract travel in them, so ranks
+    # on other hosts get them too (mpirun forwards only the -x list above).
+    payload = read_payload(tail[5:])
+    assert payload["argv"][:3] == ["train.py", "--dataset", "digits"] and payload["python"] is True
+    assert payload["env"]["CLOUDDDP_DIST_BACKEND"] == "smddp"
     # mpirun runs with the request's Environment (smddp chosen for the script) and the toolkit's SM_ variables.
     assert call["env"]["CLOUDDDP_DIST_BACKEND"] == "smddp" and call["env"]["SM_NUM_GPUS"] == "8"
     assert host.stub_calls("smddprun") == []  # the stub mpirun stopped before launching anything
@@ -312,33 +310,23 @@ def test_the_script_gets_requirements_plain_values_and_the_containers_environmen
     assert env["MASTER_ADDR"] == "algo-1" and env["MASTER_PORT"].isdigit()
     assert env["SM_CURRENT_HOST"] == "algo-1" and json.loads(env["SM_HOSTS"]) == ["algo-1"]
     assert env["SM_CHANNEL_TRAIN"] == "/opt/ml/input/data/train" and env["SM_MODEL_DIR"] == "/opt/ml/model"
-    assert env["SM_HP_PLAIN"] == "x" and env["SM_HP_DATA-DIR"] == "/opt/ml/input/data/train"
     assert env["TRAINING_JOB_NAME"] == env["SAGEMAKER_JOB_NAME"] == request["TrainingJobName"]
     for key, value in request["Environment"].items():  # the request's Environment reaches the script...
         if key not in SPEC_NCCL:  # ...except what the toolkit overwrites (next test)
             assert env[key] == value, key
 
 
-@pytest.mark.xfail(strict=True, reason="defect: the toolkit overwrites NCCL_DEBUG (WARN), NCCL_SOCKET_IFNAME "
-                   "(the resource config's interface), NCCL_IB_DISABLE (1) and NCCL_PROTO (simple) before the "
-                   "script starts, so the spec's values are lost; fix: a launcher shim that re-applies the spec's env")
 def test_the_specs_nccl_variables_reach_the_script(probe: tuple[dict[str, Any], Rehearsal, dict[str, Any]]) -> None:
     request, _, record = probe
     assert {k: request["Environment"][k] for k in SPEC_NCCL} == SPEC_NCCL  # sent as the spec says
     assert {k: record["env"][k] for k in SPEC_NCCL} == SPEC_NCCL
 
 
-@pytest.mark.xfail(strict=True, reason="defect: hyperparameters are sent raw and the toolkit JSON-decodes each "
-                   "value: true→True, 1e-3→0.001, 0.10→0.1, null→'', {\"a\":1}→a=1, \"q\"→q; fix: JSON-encode "
-                   "every value (json.dumps), as the SageMaker SDK does")
 def test_awkward_argument_values_reach_the_script_unchanged(probe: tuple[dict[str, Any], Rehearsal, dict[str, Any]]) -> None:
     _, _, record = probe
     assert options(record["argv"][1:]) == {**options(AWKWARD), "--data-dir": "/opt/ml/input/data/train"}
 
 
-@pytest.mark.xfail(strict=True, reason="defect: argv is rebuilt from a hyperparameter dict: keys sorted, "
-                   "--key=value split, a flag without a value and a repeated option cannot be sent (render "
-                   "refuses them); fix: a launcher shim that gets the exact argv")
 def test_the_script_gets_the_exact_argv_of_the_spec(tmp_path: Path, aws: Aws) -> None:
     args = ["--zeta", "1", "--alpha=2", "--verbose", "--tag", "a", "--tag", "b"]
     rehearsal = run(launch(probe_job(tmp_path, "rehearse-argv", args), "a1"), tmp_path / "box", aws)
@@ -347,14 +335,13 @@ def test_the_script_gets_the_exact_argv_of_the_spec(tmp_path: Path, aws: Aws) ->
     assert record["argv"][1:] == [*args, "--data-dir", "/opt/ml/input/data/train"]
 
 
-@pytest.mark.xfail(strict=True, reason="defect: the request's Environment lacks the runtime contract's "
-                   "CLOUDDDP_JOB_NAME, CLOUDDDP_BACKEND, CLOUDDDP_INPUT_<NAME> and CLOUDDDP_MODEL_DIR")
 def test_the_script_sees_the_runtime_contract(probe: tuple[dict[str, Any], Rehearsal, dict[str, Any]]) -> None:
     request, _, record = probe
     env = record["env"]
     assert env["CLOUDDDP_CHECKPOINT_DIR"] == "/opt/ml/checkpoints" and env["PYTHONUNBUFFERED"] == "1"
     assert env["CLOUDDDP_DIST_BACKEND"] == "gloo" and env["CLOUDDDP_COLLECTIVE_TIMEOUT"].isdigit()
-    assert env.get("CLOUDDDP_JOB_NAME") == request["TrainingJobName"]
+    assert env.get("CLOUDDDP_JOB_NAME") == "rehearse-probe"
+    assert env.get("CLOUDDDP_RUN_ID") == request["TrainingJobName"]
     assert env.get("CLOUDDDP_BACKEND") == "sagemaker"
     assert env.get("CLOUDDDP_INPUT_TRAIN") == "/opt/ml/input/data/train"
     assert env.get("CLOUDDDP_MODEL_DIR") == "/opt/ml/model"
