@@ -19,8 +19,10 @@ from pathlib import Path
 from .common import ROOT
 
 GNU_TIME = Path("/usr/bin/time")
-_WRAPPER = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
-            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(rc)")
+_WRAPPER = (
+    "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(rc)"
+)
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,9 @@ def how_memory_is_measured() -> str:
     return "getrusage (GNU time not installed)"
 
 
-def measured(argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
-            timeout: float = 1800) -> Measured:
+def measured(
+    argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 1800
+) -> Measured:
     """Run ``argv`` once (its output discarded); its wall time, the whole process as a person waits for
     it, and its peak resident memory."""
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
@@ -53,8 +56,16 @@ def measured(argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: Pat
         else:
             wrapped = [sys.executable, "-c", _WRAPPER, *argv]
         started = time.perf_counter()
-        result = subprocess.run(wrapped, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=cwd or ROOT, check=False,
-                                env=full_env, timeout=timeout)
+        result = subprocess.run(
+            wrapped,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd or ROOT,
+            check=False,
+            env=full_env,
+            timeout=timeout,
+        )
         wall = time.perf_counter() - started
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}):\n{result.stderr[-3000:]}")

@@ -6,6 +6,7 @@ waits for. The SDK scripts are in bench/baselines/.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 from .common import ROOT, Result, cloudddp, median, run, timed
@@ -33,8 +34,8 @@ def measure(tiny: bool) -> list[Result]:
         run(ours_cmd)  # warm the file cache for both before timing
         ours, theirs = [], []
         for _ in range(reps):
-            ours.append(timed(lambda: run(ours_cmd)))
-            theirs.append(timed(lambda: run(theirs_cmd)))
+            ours.append(timed(functools.partial(run, ours_cmd)))
+            theirs.append(timed(functools.partial(run, theirs_cmd)))
         o, t = median(ours), median(theirs)
         results.append(Result(
             case="render latency", metric=f"{backend}: whole process", ours=o, theirs=t, unit="s",

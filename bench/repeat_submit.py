@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 def _sagemaker(tiny: bool) -> Result:
     from cloudddp.backends.sagemaker import SageMakerBackend
     from cloudddp.specload import spec_from_dict
-    from tests.aws_emulator import moto_server
+    from tests.support.aws_emulator import moto_server
 
     with moto_server() as url, tempfile.TemporaryDirectory() as tmp:
         saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "CLOUDDDP_HOME")}
@@ -40,10 +40,9 @@ def _sagemaker(tiny: bool) -> Result:
             for token in ("first", "second"):
                 backend = SageMakerBackend(token=token)
                 started = time.perf_counter()
-                plan = backend.render(spec)
-                backend.launch(plan)
+                run_id = backend.launch(backend.render(spec), checks=False)
                 times.append(time.perf_counter() - started)
-                sent.append(sum(u["uploaded_bytes"] for u in plan.uploads))
+                sent.append(sum(backend.registry.get(run_id).info["uploaded_bytes"]))
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -59,7 +58,7 @@ def _sagemaker(tiny: bool) -> Result:
 def _azureml(tiny: bool) -> Result:
     from cloudddp.backends.azureml import AzureMLBackend
     from cloudddp.specload import load_spec
-    from tests.azure_rig import FakeCredential, WorkspaceModel, azurite, create_container, ml_transport
+    from tests.support.azure_rig import FakeCredential, WorkspaceModel, azurite, create_container, ml_transport
 
     with tempfile.TemporaryDirectory() as tmp:
         saved = os.environ.get("CLOUDDDP_HOME")

@@ -42,8 +42,10 @@ def _metrics_home(parent: Path, lines: int) -> tuple[dict[str, str], str]:
     run.path.mkdir(parents=True)
     run.write_status(state="succeeded", nodes=1)
     with open(run.metrics, "w") as f:
-        f.writelines(json.dumps({"step": s, "epoch": s // 1000, "time": 1.7e9 + s, "train_loss": 1 / (s + 1)}) + "\n"
-                     for s in range(lines))
+        f.writelines(
+            json.dumps({"step": s, "epoch": s // 1000, "time": 1.7e9 + s, "train_loss": 1 / (s + 1)}) + "\n"
+            for s in range(lines)
+        )
     return {"CLOUDDDP_HOME": str(home)}, run_id
 
 
@@ -54,8 +56,10 @@ def measure(tiny: bool) -> list[Result]:
     with tempfile.TemporaryDirectory(dir=WORK) as tmp:
         homes = {n: _registry_home(Path(tmp), n) for n in (few, many)}
         for command in ("list", "status"):
-            argvs = {n: cloudddp("list", "-n", str(few)) if command == "list" else cloudddp("status", newest[:12])
-                     for n, (_, newest) in homes.items()}
+            argvs = {
+                n: cloudddp("list", "-n", str(few)) if command == "list" else cloudddp("status", newest[:12])
+                for n, (_, newest) in homes.items()
+            }
             times: dict[int, list[float]] = {few: [], many: []}
             for n, (env, _) in homes.items():
                 measured(argvs[n], env=env)  # warm the file cache
@@ -64,14 +68,34 @@ def measure(tiny: bool) -> list[Result]:
                     times[n].append(measured(argvs[n], env=env).wall_s)
             ours, theirs = median(times[many]), median(times[few])
             what = f"cloudddp list -n {few}" if command == "list" else "cloudddp status <id prefix>"
-            results.append(Result(
-                case="run history", metric=f"{what} with {many:,} runs", ours=ours, theirs=theirs, unit="s",
-                ratio=theirs / ours, better="higher ratio", baseline=f"the same with {few} runs",
-                target=f"≤ 1.25× the {few}-run time", passed=ours <= 1.25 * theirs, details={"reps": reps}))
+            results.append(
+                Result(
+                    case="run history",
+                    metric=f"{what} with {many:,} runs",
+                    ours=ours,
+                    theirs=theirs,
+                    unit="s",
+                    ratio=theirs / ours,
+                    better="higher ratio",
+                    baseline=f"the same with {few} runs",
+                    target=f"≤ 1.25× the {few}-run time",
+                    passed=ours <= 1.25 * theirs,
+                    details={"reps": reps},
+                )
+            )
         env, run_id = _metrics_home(Path(tmp), lines)
         m = measured(cloudddp("metrics", run_id, "--json"), env=env)
-    results.append(Result(
-        case="run history", metric=f"cloudddp metrics --json of a {lines:,}-line run: peak memory", ours=m.peak_mb,
-        theirs=None, unit="MB", better="lower", target="< 100 MB", passed=m.peak_mb < 100,
-        details={"wall_s": round(m.wall_s, 2), "memory_from": how_memory_is_measured()}))
+    results.append(
+        Result(
+            case="run history",
+            metric=f"cloudddp metrics --json of a {lines:,}-line run: peak memory",
+            ours=m.peak_mb,
+            theirs=None,
+            unit="MB",
+            better="lower",
+            target="< 100 MB",
+            passed=m.peak_mb < 100,
+            details={"wall_s": round(m.wall_s, 2), "memory_from": how_memory_is_measured()},
+        )
+    )
     return results

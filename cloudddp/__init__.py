@@ -33,4 +33,4 @@ def load(path: str, overrides: list[str] | None = None) -> Job:
     return Job.load(path, overrides or [])
 
 
-__all__ = ["Job", "Plan", "Run", "RunState", "RunStatus", "load", "__version__"]
+__all__ = ["Job", "Plan", "Run", "RunState", "RunStatus", "__version__", "load"]

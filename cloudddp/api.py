@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .backends import get_backend
-from .backends.base import Backend, LogLine, Progress, RunState, RunStatus
+from .backends.base import Backend, LogLine, Progress, RunState, RunStatus, Submission
 from .errors import RunNotFound, UserError
 from .metrics import MetricRecord
 from .plan import Plan
@@ -54,13 +54,19 @@ class Job:
         return Job(spec_from_dict(data, base_dir=self.spec.base_dir, overrides=assignments))
 
     def render(self, backend: str = "local", **options: Any) -> Plan:
+        """What ``backend`` would send for this job (``options`` construct the backend, e.g. a credential)."""
         return get_backend(backend, **options).render(self.spec)
 
-    def submit(self, backend: str = "local", *, progress: Progress | None = None, **options: Any) -> Run:
-        """Render and launch; returns at once with a :class:`Run` (nothing blocks until you ask)."""
+    def submit(self, backend: str = "local", *, checks: bool = True, provision: bool = True,
+               progress: Progress | None = None, **options: Any) -> Run:
+        """Render, run the preflight checks, launch; returns at once with a :class:`Run`.
+
+        ``checks=False`` launches even when a preflight check fails; ``provision=False`` leaves clusters
+        alone on backends that create them. ``options`` construct the backend (e.g. a credential).
+        """
         impl = get_backend(backend, **options)
-        _, run_id = impl.submit(self.spec, progress=progress)
-        return Run(run_id, impl)
+        submission: Submission = impl.submit(self.spec, checks=checks, provision=provision, progress=progress)
+        return Run(submission.run_id, impl, plan=submission.plan)
 
     def to_dict(self) -> dict[str, Any]:
         return spec_to_data(self.spec)
@@ -72,9 +78,11 @@ class Job:
 class Run:
     """A submitted run on any backend."""
 
-    def __init__(self, run_id: str, backend: Backend) -> None:
+    def __init__(self, run_id: str, backend: Backend[Any], *, plan: Plan | None = None) -> None:
         self.run_id = run_id
         self.backend = backend
+        self.plan = plan
+        """The plan this run was launched from, when it was submitted in this process."""
 
     @classmethod
     def attach(cls, run_id: str, backend: str | None = None, **options: Any) -> Run:
@@ -98,7 +106,13 @@ class Run:
         return cls(run_id, get_backend(backend, **options))
 
     def status(self) -> RunStatus:
-        return self.backend.status(self.run_id)
+        """The run's status now; the registry of this machine is brought up to date with it."""
+        status = self.backend.status(self.run_id)
+        registry = self.backend.registry
+        record = registry.get(self.run_id)
+        if record is not None and record.state != status.state.value:
+            registry.update(self.run_id, state=status.state.value)
+        return status
 
     def wait(self, timeout: float | None = None, poll: float = 1.0) -> RunStatus:
         """Block until the run ends (or ``timeout`` seconds pass) and return its status."""
@@ -123,8 +137,9 @@ class Run:
             raise UserError("metrics_frame() needs pandas: pip install 'cloudddp[notebook]'") from None
         return pd.DataFrame([r.to_dict() for r in self.metrics()])
 
-    def cancel(self) -> None:
-        self.backend.cancel(self.run_id)
+    def cancel(self) -> bool:
+        """Ask the run to stop (it checkpoints first); False when it had already ended."""
+        return self.backend.cancel(self.run_id)
 
     async def wait_async(self, timeout: float | None = None, poll: float = 1.0) -> RunStatus:
         """``await run.wait_async()`` in a notebook: the event loop (and the notebook) stay responsive."""
@@ -164,4 +179,4 @@ class Run:
         return f"Run({self.run_id!r}, backend={self.backend.name!r})"
 
 
-__all__ = ["Job", "Run", "RunState", "RunStatus", "Plan", "MetricRecord", "LogLine"]
+__all__ = ["Job", "LogLine", "MetricRecord", "Plan", "Run", "RunState", "RunStatus"]

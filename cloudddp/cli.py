@@ -10,47 +10,68 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from .console import Progress, err, escape, note, out
 from .errors import CloudDDPError, RunFailed
 
+F = TypeVar("F", bound=Callable[..., Any])
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
 
 @click.group(context_settings=CONTEXT)
 @click.version_option(package_name="cloudddp", message="cloudddp %(version)s")
 def app() -> None:
-    """Run PyTorch DDP training anywhere from one job spec: locally with torchrun, on Azure ML, or on SageMaker."""
+    """Run PyTorch DDP training anywhere from one job spec: locally with torchrun or on any registered backend
+    (`cloudddp backends` lists them)."""
 
 
-def job_argument(f: Any) -> Any:
+def job_argument(f: F) -> F:
     return click.argument("job", type=click.Path(path_type=Path, dir_okay=False))(f)
 
 
-def backend_option(default: str = "local") -> Any:
-    return click.option("--backend", "-b", default=default, show_default=True, envvar="CLOUDDDP_BACKEND",
-                        help="local, azureml or sagemaker.")
+def _registered(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    from .backends import names
+
+    return [CompletionItem(name) for name in names() if name.startswith(incomplete)]
 
 
-def override_option(f: Any) -> Any:
+class BackendOption(click.Option):
+    """``--backend``: its help lists the registered backends, read only when help is shown."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from .backends import names
+
+        self.help = f"{self.help} One of: {', '.join(names())}."
+        return super().get_help_record(ctx)
+
+
+def backend_option(default: str | None = "local", help: str = "The backend to use.") -> Callable[[F], F]:
+    return click.option("--backend", "-b", cls=BackendOption, default=default, show_default=default is not None,
+                        envvar="CLOUDDDP_BACKEND" if default else None, help=help, shell_complete=_registered)
+
+
+def override_option(f: F) -> F:
     return click.option("--override", "-o", "override", multiple=True, metavar="KEY=VALUE",
                         help="Override a spec field: -o resources.nodes=2 (repeatable).")(f)
 
 
-def json_option(f: Any) -> Any:
+def json_option(f: F) -> F:
     return click.option("--json", "json_", is_flag=True, help="Print machine-readable JSON.")(f)
 
 
-def run_arguments(f: Any) -> Any:
-    f = click.option("--backend", "-b", default=None, help="Look the run up at this backend (runs started elsewhere).")(f)
+def run_arguments(f: F) -> F:
+    f = backend_option(None, "Look the run up at this backend (runs started elsewhere).")(f)
     return click.argument("run")(f)
 
 
-def follow_option(f: Any) -> Any:
+def follow_option(f: F) -> F:
     return click.option("--follow", "-f", is_flag=True, help="Keep printing until the run ends.")(f)
 
 
@@ -60,7 +81,7 @@ def _fail(e: CloudDDPError) -> NoReturn:
     sys.exit(e.exit_code)
 
 
-def _job(path: Path, overrides: list[str] | None) -> Any:
+def _job(path: Path, overrides: Sequence[str] | None) -> Any:
     from .api import Job
 
     return Job.load(path, overrides or [])
@@ -135,34 +156,33 @@ def render(job: Path, backend: str, override: tuple[str, ...], json_: bool, outp
 @click.option("--detach", "-d", is_flag=True, help="Return after launching.")
 @json_option
 @click.option("--quiet", "-q", is_flag=True, help="Print only the run id.")
-@click.option("--no-provision", is_flag=True, help="Azure ML: do not create or resize the cluster.")
+@click.option("--no-provision", is_flag=True, help="Leave clusters alone (backends that create or resize them).")
 @click.option("--skip-checks", is_flag=True, help="Launch even when preflight checks fail.")
 def submit(job: Path, backend: str, override: tuple[str, ...], dry_run: bool, detach: bool, json_: bool, quiet: bool,
            no_provision: bool, skip_checks: bool) -> None:
     """Render the job and launch it; follow its metrics until it ends unless --detach."""
     from .api import Run
     from .backends import get_backend
+    from .backends.base import PreflightFailed
 
     spec = _job(job, override).spec
-    options: dict[str, Any] = {"provision": False} if no_provision else {}
-    impl = get_backend(backend, **options)
-    plan = impl.render(spec)
+    impl = get_backend(backend)
     if dry_run:
+        plan = impl.render(spec)
         if json_:
             _print_json(plan.to_dict())
         else:
             sys.stdout.write(plan.text())
             _plan_notes(plan)
         return
-    if not quiet and not json_:
-        _plan_notes(plan)
-    failed = [c for c in impl.preflight(plan) if c.ok is False]
-    if failed and not skip_checks:
-        _print_checks(failed)
+    try:
+        submission = impl.submit(spec, checks=not skip_checks, provision=not no_provision,
+                                 progress=None if (quiet or json_) else Progress(_plan_notes))
+    except PreflightFailed as e:
+        _print_checks(e.checks)
         err().print("[bold red]error:[/] preflight checks failed; fix them or pass --skip-checks")
-        sys.exit(2)
-    progress = None if (quiet or json_) else Progress()
-    run_id = impl.launch(plan, progress=progress)
+        sys.exit(e.exit_code)
+    run_id = submission.run_id
     if json_:
         _print_json({"run_id": run_id, "backend": backend})
     elif quiet:
@@ -171,7 +191,7 @@ def submit(job: Path, backend: str, override: tuple[str, ...], dry_run: bool, de
         err().print(f"[bold]submitted[/] {run_id} ({backend})")
     if detach:
         return
-    _follow_run(Run(run_id, impl), quiet=quiet or json_, epochs=_epochs_of(spec))
+    _follow_run(Run(run_id, impl, plan=submission.plan), quiet=quiet or json_, epochs=_epochs_of(spec))
 
 
 def _epochs_of(spec: Any) -> int | None:
@@ -188,7 +208,8 @@ def _follow_run(run: Any, *, quiet: bool, epochs: int | None = None) -> None:
             for _ in run.metrics(follow=True):
                 pass
         elif sys.stderr.isatty() and epochs:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bar
 
             with Bar(TextColumn("epoch"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err()) as bar:
                 task = bar.add_task("epochs", total=epochs)
@@ -252,13 +273,27 @@ def _print_checks(checks: list[Any]) -> None:
 
 
 def _money(v: float | None) -> str:
-    return f"${v:,.2f}" if v is not None else "?"
+    if v is None:
+        return "?"
+    return f"${v:,.2f}" if abs(v) >= 1 or v == 0 else f"${v:.2g}"
 
 
 def _selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:
+    """Sizes with their verdicts; with ``explain`` also the rejected ones, then a second table with each size's
+    lifecycle and what each part of the job costs (billed time per node and its price for all nodes)."""
+    from rich.console import Group
     from rich.table import Table
 
+    def part(cell: dict[str, Any] | None) -> str:
+        if not cell:
+            return "?"
+        secs = cell["s"]
+        when = f"{secs:.0f}s" if secs < 120 else f"{secs / 60:.0f}m" if secs < 7200 else f"{secs / 3600:.1f}h"
+        return f"{_money(cell['cost'])} {when}"
+
     table = Table("size", "GPUs", "GPU mem", "fabric", "price/h", "est. cost", "efficiency", "verdict", show_lines=False)
+    parts = Table("size", "lifecycle", "startup", "training", "checkpoint", "shutdown", "idle", "total",
+                  title="cost of each part: price for all nodes, billed time per node", show_lines=False)
     for i, row in enumerate(rows):
         if not row["ok"] and not explain:
             continue
@@ -268,11 +303,16 @@ def _selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:
         why = "; ".join([row["why"], *row["warnings"]]) if row["why"] or row["warnings"] else ""
         table.add_row(row["size"], row["gpus"], f"{row['gpu_memory_gb']:g} GB", row["fabric"], price,
                       _money(row["est_cost"]), eff, verdict + escape(why))
-    return table
+        breakdown = row.get("breakdown") or {}
+        parts.add_row(row["size"], row.get("lifecycle", ""),
+                      *(part(breakdown.get(p)) for p in ("startup", "training", "checkpoint", "shutdown", "idle")),
+                      _money(row["est_cost"]))
+    return Group(table, parts) if explain else table
 
 
 @app.command()
-@click.option("--cloud", type=click.Choice(["azure", "aws"]), default="azure", show_default=True)
+@click.option("--cloud", default=None, help="A cloud of the catalog (e.g. azure, aws); default: the backend's.")
+@backend_option(None, "Rank the sizes of this backend's cloud.")
 @click.option("--gpus", type=int, default=None, help="Total GPUs (default 8).")
 @click.option("--gpu", default=None, help="GPU model, e.g. A100.")
 @click.option("--min-mem", type=float, default=None, help="Minimum GB per GPU.")
@@ -286,20 +326,32 @@ def _selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:
 @click.option("--batch", type=int, default=256, show_default=True, help="Per-GPU batch.")
 @click.option("--explain", is_flag=True, help="Also list rejected sizes with the reason.")
 @json_option
-def skus(cloud: str, gpus: int | None, gpu: str | None, min_mem: float | None, nodes: int | None,
+def skus(cloud: str | None, backend: str | None, gpus: int | None, gpu: str | None, min_mem: float | None, nodes: int | None,
          gpus_per_node: int | None, spot: bool, smddp: bool, model: str, dataset: str, epochs: int, batch: int,
          explain: bool, json_: bool) -> None:
     """GPU sizes for a job, ranked by the estimated cost of the whole job, each with its reasons."""
-    from .catalog import CATALOG_DATE, Requirements, select, workload_for_model
+    from .catalog import CATALOG_DATE, Requirements, all_skus, select, workload_for_model
     from .catalog.model import DATASET_SAMPLES
     from .errors import UserError
+
+    if cloud is None:
+        from .backends import backend_class, backend_classes
+
+        sized = [cls for cls in backend_classes() if cls.cloud]
+        chosen = backend_class(backend) if backend else (sized[0] if sized else None)
+        if chosen is None or chosen.cloud is None:
+            raise UserError(f"the {backend} backend chooses no size", hint="give --cloud or a backend with a cloud")
+        cloud = chosen.cloud
+    known = sorted({sku.cloud for sku in all_skus()})
+    if cloud not in known:
+        raise UserError(f"--cloud {cloud!r}: the catalog has sizes for {', '.join(known)}")
 
     if dataset not in DATASET_SAMPLES:
         raise UserError(f"--dataset {dataset!r}: use one of {', '.join(DATASET_SAMPLES)}")
     workload = workload_for_model(model, DATASET_SAMPLES[dataset], epochs, batch)
     if workload is None:
         raise UserError(f"--model {model!r}: use resnet18, resnet18-imagenet, resnet50 or cnn")
-    req = Requirements(cloud=cloud, nodes=nodes, gpus_per_node=gpus_per_node, total_gpus=gpus or (None if nodes else 8),  # type: ignore[arg-type]
+    req = Requirements(cloud=cloud, nodes=nodes, gpus_per_node=gpus_per_node, total_gpus=gpus or (None if nodes else 8),
                        accelerator=gpu, min_gpu_memory_gb=min_mem, spot=spot, smddp=smddp, workload=workload)
     selection = select(req)
     if json_:
@@ -314,25 +366,32 @@ def skus(cloud: str, gpus: int | None, gpu: str | None, min_mem: float | None, n
 
 @app.command()
 @job_argument
-@backend_option("azureml")
+@backend_option(None, "The backend whose sizes to rank (required).")
 @override_option
 @click.option("--explain", is_flag=True, help="List every size with its verdict.")
 @json_option
-def plan(job: Path, backend: str, override: tuple[str, ...], explain: bool, json_: bool) -> None:
+def plan(job: Path, backend: str | None, override: tuple[str, ...], explain: bool, json_: bool) -> None:
     """The size a backend would use for the job, why, its cost estimate and the NCCL/EFA presets applied."""
+    from .backends import get_backend
     from .sizing import choose
 
+    if backend is None:
+        from .backends import backend_classes
+        from .errors import UserError
+
+        sized = [cls.name for cls in backend_classes() if cls.cloud]
+        raise UserError("give --backend: the backend whose sizes to rank", hint=f"one of: {', '.join(sized)}")
     spec = _job(job, override).spec
-    rendered = _job(job, override).render(backend)
-    cloud = {"azureml": "azure", "sagemaker": "aws"}.get(backend)
-    selection = None
-    if cloud and spec.resources.gpus_per_node:
-        named = spec.azureml.vm_size if cloud == "azure" else spec.sagemaker.instance_type
-        selection = choose(spec, cloud, named)  # type: ignore[arg-type]
+    impl = get_backend(backend)
+    rendered = impl.render(spec)
+    target = impl.size_target(spec)
+    selection = choose(spec, target) if target is not None and spec.resources.gpus_per_node else None
     if json_:
         _print_json({"plan": rendered.to_dict(), "selection": selection.to_dict() if selection else None})
         return
     _plan_notes(rendered)
+    if target is None:
+        note(f"the {impl.name} backend chooses no size here: its plan is above")
     if rendered.estimate:
         out().print("[bold]estimate[/] " + ", ".join(f"{k}={v}" for k, v in rendered.estimate.items()))
     if selection is not None:
@@ -437,19 +496,24 @@ def cancel(run: str, backend: str | None) -> None:
     from .api import Run
 
     handle = Run.attach(run, backend)
-    handle.cancel()
+    requested = handle.cancel()
     st = handle.status()
-    err().print(f"{st.run_id}: {st.state.value}")
+    if requested:
+        err().print(f"{st.run_id}: {st.state.value}")
+    else:
+        err().print(f"{st.run_id} had already ended ({st.state.value}): nothing to cancel")
 
 
 @app.command("list")
 @click.option("--backend", "-b", default=None, help="Only runs of this backend.")
-@click.option("--state", "-s", default=None, help="Only runs in this state (as last seen: running, failed, succeeded...).")
+@click.option("--state", "-s", default=None, help="Only runs in this state (as last seen: running, failed...).")
 @click.option("--name", default=None, help="Only runs of this job name; wildcards allowed: --name 'cifar*'.")
-@click.option("--limit", "-n", default=50, show_default=True, type=click.IntRange(min=0), help="At most this many runs (0: all).")
+@click.option("--limit", "-n", default=50, show_default=True, type=click.IntRange(min=0),
+              help="At most this many runs (0: all).")
 @click.option("--before", default=None, metavar="RUN", help="Only runs submitted before RUN: the next page after it.")
 @json_option
-def list_(backend: str | None, state: str | None, name: str | None, limit: int, before: str | None, json_: bool) -> None:
+def list_(backend: str | None, state: str | None, name: str | None, limit: int, before: str | None,
+          json_: bool) -> None:
     """Runs submitted from this machine, newest first, a page at a time."""
     from .errors import UserError
     from .registry import Registry
@@ -489,24 +553,21 @@ def list_(backend: str | None, state: str | None, name: str | None, limit: int, 
 @app.command()
 @json_option
 def backends(json_: bool) -> None:
-    """The backends, what each can do, and what it cannot (with the reason)."""
-    from .backends import BACKENDS, backend_class
+    """The registered backends, what each can do, and what it cannot (with the reason)."""
+    from .backends import backend_classes
 
-    rows = []
-    for name in BACKENDS:
-        impl = backend_class(name)
-        caps = impl.capabilities
-        rows.append({"name": name, "description": impl.description, "capabilities": {
-            k: v for k, v in vars(caps).items() if k != "unsupported"}, "unsupported": caps.unsupported})
+    rows = [{"name": cls.name, "description": cls.description, "cloud": cls.cloud,
+             "sigterm_grace_s": cls.sigterm_grace, **cls.capabilities.to_dict()} for cls in backend_classes()]
     if json_:
         _print_json(rows)
         return
     from rich.table import Table
 
-    table = Table("backend", "what it runs on", "cannot", show_lines=True)
+    table = Table("backend", "what it runs on", "cannot", "caveats", show_lines=True)
     for row in rows:
         table.add_row(row["name"], row["description"],
-                      "\n".join(f"{k}: {v}" for k, v in row["unsupported"].items()))
+                      "\n".join(f"{k}: {v}" for k, v in row["unsupported"].items()),
+                      "\n".join(f"{k}: {v}" for k, v in row["caveats"].items()))
     out().print(table)
 
 
@@ -538,6 +599,10 @@ def init(path: Path, name: str | None, with_script: bool, force: bool) -> None:
 
 
 def main() -> None:
+    import logging
+
+    # The clouds' SDKs log every failed sign-in attempt at length; the error cloudddp prints says what to do.
+    logging.getLogger("azure.identity").setLevel(logging.ERROR)
     try:
         app.main(prog_name="cloudddp", standalone_mode=True)
     except CloudDDPError as e:

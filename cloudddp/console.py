@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
-
 
 PIPE_WIDTH = 160  # tables written to a pipe or file are not squeezed to 80 columns
 
@@ -43,10 +43,17 @@ def note(text: str, *, warning: bool = False) -> None:
 
 
 class Progress:
-    """Progress for long work (uploads, provisioning) on stderr; steps always, bars only on a terminal."""
+    """Progress for long work (uploads, provisioning) on stderr; steps always, bars only on a terminal.
 
-    def __init__(self) -> None:
+    ``on_plan`` is called with the rendered plan before anything is sent (the CLI prints its decisions)."""
+
+    def __init__(self, on_plan: Callable[[Any], None] | None = None) -> None:
         self.live = sys.stderr.isatty()
+        self.on_plan = on_plan
+
+    def planned(self, plan: Any) -> None:
+        if self.on_plan is not None:
+            self.on_plan(plan)
 
     def step(self, description: str) -> None:
         click.echo(click.style("… ", dim=True) + description, err=True)

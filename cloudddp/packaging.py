@@ -20,7 +20,7 @@ import re
 import tempfile
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -32,8 +32,19 @@ from .filestate import DigestCache, Stamp, file_sha256, key_of, read_record, wri
 from .tarstream import Member, write_targz
 
 DEFAULT_IGNORES = (
-    ".git/", ".hg/", ".svn/", "__pycache__/", "*.pyc", ".ipynb_checkpoints/", ".venv/", "venv/",
-    "node_modules/", "checkpoints/", "outputs/", ".cloudddp/", ".DS_Store",
+    ".git/",
+    ".hg/",
+    ".svn/",
+    "__pycache__/",
+    "*.pyc",
+    ".ipynb_checkpoints/",
+    ".venv/",
+    "venv/",
+    "node_modules/",
+    "checkpoints/",
+    "outputs/",
+    ".cloudddp/",
+    ".DS_Store",
 )
 IGNORE_FILES = (".gitignore", ".amlignore", ".cloudddpignore")
 MAX_FILES = 20_000
@@ -96,16 +107,19 @@ class _Ignored:
         try:
             self.spec = pathspec.GitIgnoreSpec.from_lines(lines)
         except ValueError as e:
-            raise UserError(f"an ignore rule is not a valid pattern: {e}",
-                            hint="check .gitignore, .amlignore and .cloudddpignore in the code folder, and code.ignore") from None
+            raise UserError(
+                f"an ignore rule is not a valid pattern: {e}",
+                hint="check .gitignore, .amlignore and .cloudddpignore in the code folder, and code.ignore",
+            ) from None
         active = [p for p in self.spec.patterns if p.include is not None]
         regexes = [getattr(p, "regex", None) for p in active]
         self.combined = None
         if all(p.include for p in active) and all(r is not None and r.flags == re.UNICODE for r in regexes):
             with warnings.catch_warnings():  # pathspec has already warned about odd patterns ("[[")
                 warnings.simplefilter("ignore", FutureWarning)
-                self.combined = re.compile("|".join(f"(?:{self._GROUP.sub('(?:', r.pattern)})"
-                                                    for r in regexes if r is not None) or "(?!)")
+                self.combined = re.compile(
+                    "|".join(f"(?:{self._GROUP.sub('(?:', r.pattern)})" for r in regexes if r is not None) or "(?!)"
+                )
 
     def __call__(self, rel: str) -> bool:
         if self.combined is not None:
@@ -128,7 +142,9 @@ def _scan(root: Path, lines: Sequence[str]) -> list[_Entry]:
             with os.scandir(here) as listing:
                 entries = sorted(listing, key=lambda e: e.name)
         except OSError as e:
-            raise UserError(f"cannot read {here}: {e.strerror}", hint="fix its permissions, or add it to .cloudddpignore") from None
+            raise UserError(
+                f"cannot read {here}: {e.strerror}", hint="fix its permissions, or add it to .cloudddpignore"
+            ) from None
         for entry in entries:
             rel = rel_dir + entry.name
             if _is_dir(entry):
@@ -145,12 +161,15 @@ def _scan(root: Path, lines: Sequence[str]) -> list[_Entry]:
             try:
                 stamp = Stamp.of(entry.stat())
             except FileNotFoundError:
-                raise UserError(f"{rel} in {root} is a broken symlink",
-                                hint="fix or delete the link, or add it to .cloudddpignore") from None
+                raise UserError(
+                    f"{rel} in {root} is a broken symlink", hint="fix or delete the link, or add it to .cloudddpignore"
+                ) from None
             found.append(_Entry(rel, stamp))
             if len(found) > MAX_FILES:
-                raise UserError(f"{root} holds more than {MAX_FILES:,} files to package",
-                                hint="leave data out of code.dir (use inputs:), or add ignore patterns")
+                raise UserError(
+                    f"{root} holds more than {MAX_FILES:,} files to package",
+                    hint="leave data out of code.dir (use inputs:), or add ignore patterns",
+                )
     found.sort(key=lambda e: e.rel)
     return found
 
@@ -171,8 +190,10 @@ def collect(root: Path, ignore: Sequence[str] = ()) -> list[str]:
 def _check_link(root: Path, path: Path, rel: str) -> None:
     target = path.resolve()
     if target != root and root not in target.parents:
-        raise UserError(f"{rel} is a symlink to {target}, outside the code folder {root}",
-                        hint="copy the file into the folder, or add it to .cloudddpignore")
+        raise UserError(
+            f"{rel} is a symlink to {target}, outside the code folder {root}",
+            hint="copy the file into the folder, or add it to .cloudddpignore",
+        )
 
 
 def safe_member(name: str) -> str:
@@ -208,8 +229,10 @@ def ignore_line(rel: str) -> str:
 def _advice(root: Path, largest: Sequence[tuple[str, int]]) -> str:
     width = max(len(rel) for rel, _ in largest)
     rows = "\n".join(f"    {human_bytes(size):>10}  {rel:<{width}}  {ignore_line(rel)}" for rel, size in largest)
-    return (f"Its largest files, each with the line that leaves it out (add the line to {root / '.cloudddpignore'}, "
-            f"or to code.ignore in the spec):\n{rows}")
+    return (
+        f"Its largest files, each with the line that leaves it out (add the line to {root / '.cloudddpignore'}, "
+        f"or to code.ignore in the spec):\n{rows}"
+    )
 
 
 def snapshot_warnings(snapshot: Snapshot, threshold: int = WARN_BYTES) -> list[str]:
@@ -217,10 +240,12 @@ def snapshot_warnings(snapshot: Snapshot, threshold: int = WARN_BYTES) -> list[s
     its largest files and how to leave each out."""
     if snapshot.size <= threshold or not snapshot.largest:
         return []
-    return [f"the code snapshot of {snapshot.root} is {human_bytes(snapshot.size)} compressed "
-            f"({human_bytes(snapshot.file_bytes)} in {len(snapshot.files):,} files, warned above "
-            f"{human_bytes(threshold)}); all of it is uploaded again whenever the code changes. "
-            + _advice(snapshot.root, snapshot.largest)]
+    return [
+        f"the code snapshot of {snapshot.root} is {human_bytes(snapshot.size)} compressed "
+        f"({human_bytes(snapshot.file_bytes)} in {len(snapshot.files):,} files, warned above "
+        f"{human_bytes(threshold)}); all of it is uploaded again whenever the code changes. "
+        + _advice(snapshot.root, snapshot.largest)
+    ]
 
 
 def _largest(entries: Sequence[_Entry], total: int) -> tuple[tuple[str, int], ...]:
@@ -232,29 +257,42 @@ def _largest(entries: Sequence[_Entry], total: int) -> tuple[tuple[str, int], ..
 # -- packing ---------------------------------------------------------------------------------------
 
 
-def pack(root: Path, ignore: Sequence[str] = (), *, max_bytes: int = MAX_BYTES) -> Snapshot:
-    """The folder as a deterministic .tar.gz in the snapshot cache, and its sha256.
+def pack(
+    root: Path, ignore: Sequence[str] = (), extra: Mapping[str, bytes] | None = None, *, max_bytes: int = MAX_BYTES
+) -> Snapshot:
+    """The folder as a deterministic .tar.gz in the snapshot cache, and its sha256; ``extra`` adds files
+    cloudddp ships with the code (name in the archive -> bytes), which must not collide with the folder's own.
 
-    An unchanged folder (same files, same stamps, same ignore rules) is recognised from the index
-    without being read. A folder holding more than ``max_bytes`` of files is refused up front.
+    An unchanged folder (same files, same stamps, same ignore rules, same extras) is recognised from the
+    index without being read. A folder holding more than ``max_bytes`` of files is refused up front.
     """
     root = root.resolve()
     started_ns = time.time_ns()
     lines = _ignore_lines(root, ignore)
     entries = _scan(root, lines)
-    file_bytes = sum(e.stamp.size for e in entries)
+    extra = dict(extra or {})
+    taken = sorted(set(extra) & {e.rel for e in entries})
+    if taken:
+        raise UserError(
+            f"{root / taken[0]}: cloudddp ships a file of that name with the code",
+            hint=f"rename it, or leave it out with code.ignore: [{taken[0]}]",
+        )
+    file_bytes = sum(e.stamp.size for e in entries) + sum(len(data) for data in extra.values())
     largest = _largest(entries, file_bytes)
     if file_bytes > max_bytes:
         raise UserError(
             f"code.dir {root} holds {human_bytes(file_bytes)} of files to package, over the "
             f"{human_bytes(max_bytes)} limit for a code snapshot; data belongs in inputs:, not in the code folder",
-            hint=_advice(root, largest))
+            hint=_advice(root, largest),
+        )
     directory = cache_dir()
-    index = directory / "index" / f"{key_of(_FORMAT, str(root), lines)}.json"
+    extras = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(extra.items())}
+    index = directory / "index" / f"{key_of(_FORMAT, str(root), lines, extras)}.json"
     stamps = [[e.rel, *e.stamp] for e in entries]
     found = _lookup(root, read_record(index), stamps, directory)
     if found is None:
-        sha256, size, checked = _write_archive(root, entries, directory, {e.rel for e in entries if e.stamp.racy(started_ns)})
+        young = {e.rel for e in entries if e.stamp.racy(started_ns)}
+        sha256, size, checked = _write_archive(root, entries, extra, directory, young)
         _prune(directory, keep=sha256)
     else:
         sha256, size, checked = found
@@ -263,12 +301,13 @@ def pack(root: Path, ignore: Sequence[str] = (), *, max_bytes: int = MAX_BYTES) 
     racy = {rel: digest for rel, digest in checked.items() if by_rel[rel].racy(started_ns)}
     if found is None or racy != checked:
         write_record(index, {"root": str(root), "sha256": sha256, "size": size, "stamps": stamps, "racy": racy})
-    return Snapshot(root, tuple(e.rel for e in entries), sha256, size, directory / f"{sha256}.tar.gz",
-                    file_bytes, largest)
+    files = tuple(sorted([*(e.rel for e in entries), *extra]))
+    return Snapshot(root, files, sha256, size, directory / f"{sha256}.tar.gz", file_bytes, largest)
 
 
-def _lookup(root: Path, record: dict[str, Any] | None, stamps: list[list[Any]],
-            directory: Path) -> tuple[str, int, dict[str, str]] | None:
+def _lookup(
+    root: Path, record: dict[str, Any] | None, stamps: list[list[Any]], directory: Path
+) -> tuple[str, int, dict[str, str]] | None:
     """``(sha256, size, contents of re-checked racy files)`` when the index vouches for the folder."""
     if record is None or record.get("stamps") != stamps:
         return None
@@ -291,27 +330,39 @@ def _lookup(root: Path, record: dict[str, Any] | None, stamps: list[list[Any]],
     return sha256, int(size), contents
 
 
-def _write_archive(root: Path, entries: Sequence[_Entry], directory: Path,
-                   racy: set[str]) -> tuple[str, int, dict[str, str]]:
-    """Stream the archive into the cache: ``(sha256, size, sha256 of each racy file's packed bytes)``."""
+def _write_archive(
+    root: Path, entries: Sequence[_Entry], extra: Mapping[str, bytes], directory: Path, racy: set[str]
+) -> tuple[str, int, dict[str, str]]:
+    """Stream the archive into the cache: ``(sha256, size, sha256 of each racy file's packed bytes)``.
+    Members in name order, the folder's files and the extras together."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".packing-", suffix=".tar.gz")
     except OSError as e:
-        raise UserError(f"cannot write the code snapshot into {directory}: {e.strerror}",
-                        hint="set CLOUDDDP_HOME to a writable folder") from None
+        raise UserError(
+            f"cannot write the code snapshot into {directory}: {e.strerror}",
+            hint="set CLOUDDDP_HOME to a writable folder",
+        ) from None
     base = str(root)
-    members = (Member(safe_member(e.rel), path, e.stamp.size, os.access(path, os.X_OK), e.rel in racy)
-               for e in entries for path in [os.path.join(base, e.rel)])
+    order = sorted([*((e.rel, e) for e in entries), *((name, None) for name in extra)], key=lambda item: item[0])
+    members = (
+        Member.of_bytes(safe_member(rel), extra[rel])
+        if e is None
+        else Member(safe_member(rel), path, e.stamp.size, os.access(path, os.X_OK), rel in racy)
+        for rel, e in order
+        for path in [os.path.join(base, rel)]
+    )
     try:
         with os.fdopen(fd, "wb") as f:
             written = write_targz(f, members)
         os.replace(tmp, directory / f"{written.sha256}.tar.gz")
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
-        raise UserError(f"packaging {root} failed: {e.strerror}: {e.filename or directory}",
-                        hint="a file that cannot be read can go in .cloudddpignore; a full disk needs room "
-                             "in CLOUDDDP_HOME (or another CLOUDDDP_HOME)") from None
+        raise UserError(
+            f"packaging {root} failed: {e.strerror}: {e.filename or directory}",
+            hint="a file that cannot be read can go in .cloudddpignore; a full disk needs room "
+            "in CLOUDDDP_HOME (or another CLOUDDDP_HOME)",
+        ) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -1,19 +1,64 @@
 """A Plan: everything a backend would send, decided before anything is sent.
 
-``render`` builds it without network or credentials; ``launch`` sends exactly it. What ``cloudddp render``
-and ``--dry-run`` print is the plan, so the dry run never differs from the real request.
+``render`` builds it without network or credentials; ``launch`` sends exactly it and never reads the spec
+again. Values only known at launch are placeholders in the plan, filled by the one binding step:
+
+- late values (``{ACCOUNT}``, ``{RUN_DIR}``, ``{PORT}``): :meth:`Plan.bind` fills them and returns a plan
+  that is still safe to print and store;
+- environment values that are secret or read from the submitting shell (``<secret:NAME>``,
+  ``<from_env:VAR>``): :meth:`Plan.reveal` fills them in a copy that is sent and never stored.
+
+So what ``cloudddp render`` and ``--dry-run`` print is the plan, and the dry run never differs from the
+real request.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .spec import JobSpec
+from .errors import UserError
 
 SECRET_PLACEHOLDER = "<secret:{name}>"
+FROM_ENV_PLACEHOLDER = "<from_env:{var}>"
+
+
+def late(name: str) -> str:
+    """The placeholder of a value bound at launch, e.g. ``late("ACCOUNT") == "{ACCOUNT}"``."""
+    return "{" + name + "}"
+
+
+def substitute(value: Any, table: Mapping[str, str]) -> Any:
+    """``value`` (JSON-like data) with every occurrence of each key of ``table`` replaced, structurally."""
+    if isinstance(value, str):
+        for key, sub in table.items():
+            if key in value:
+                value = value.replace(key, sub)
+        return value
+    if isinstance(value, list):
+        return [substitute(v, table) for v in value]
+    if isinstance(value, dict):
+        return {k: substitute(v, table) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class EnvSource:
+    """Where environment variable ``name`` comes from at launch: the submitting shell's ``var``, or a
+    literal ``value`` kept out of every artefact because it is secret."""
+
+    name: str
+    var: str | None = None
+    value: str | None = field(default=None, repr=False)
+    secret: bool = False
+
+    @property
+    def placeholder(self) -> str:
+        return SECRET_PLACEHOLDER.format(name=self.name) if self.secret else FROM_ENV_PLACEHOLDER.format(var=self.var)
 
 
 @dataclass
@@ -21,16 +66,71 @@ class Plan:
     backend: str
     job_name: str
     request: dict[str, Any]
-    """The native request, with secret values replaced by placeholders."""
+    """The native request, with late values and secrets as placeholders."""
     documents: dict[str, str] = field(default_factory=dict)
-    """File name -> text, as the backend's own tools read them (job YAML, request JSON, argv)."""
+    """File name -> text, as the backend's own tools read them (job YAML, request JSON, a shell script)."""
     decisions: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     estimate: dict[str, Any] | None = None
     uploads: list[dict[str, Any]] = field(default_factory=list)
     """What is uploaded before the request (content-addressed: unchanged snapshots are skipped)."""
-    spec: JobSpec | None = field(default=None, repr=False, compare=False)
+    target: dict[str, Any] = field(default_factory=dict)
+    """Where the request goes (region, workspace, ...): what launch needs besides the request."""
+    job: dict[str, Any] = field(default_factory=dict)
+    """The job spec as data, secrets redacted (stored next to a run)."""
+    late: tuple[str, ...] = ()
+    """Names of the values :meth:`bind` must fill, e.g. ``("ACCOUNT",)``."""
+    env_sources: dict[str, EnvSource] = field(default_factory=dict, repr=False, compare=False)
+    """Environment values resolved at launch (never serialised)."""
 
+    # -- the binding step ----------------------------------------------------------------------
+    def bind(self, values: Mapping[str, str]) -> Plan:
+        """This plan with its late values filled (names as in :attr:`late`); still free of secrets."""
+        missing = [name for name in self.late if name not in values]
+        unknown = [name for name in values if name not in self.late]
+        if missing or unknown:
+            raise ValueError(f"bind: missing {missing}, not late-bound here {unknown}")
+        table = {late(name): str(value) for name, value in values.items()}
+        return dataclasses.replace(
+            self,
+            request=substitute(self.request, table),
+            documents=substitute(self.documents, table),
+            uploads=substitute(self.uploads, table),
+            target=substitute(self.target, table),
+            late=(),
+        )
+
+    def reveal(self, value: Any, environ: Mapping[str, str] | None = None) -> Any:
+        """``value`` (a part of the bound request) with secret and ``from_env`` values filled in, to send only."""
+        if self.late:
+            raise ValueError(f"reveal before bind: {', '.join(self.late)} not bound")
+        return substitute(value, self._env_table(environ))
+
+    def secret_values(self, environ: Mapping[str, str] | None = None) -> list[str]:
+        """The secret values this plan sends (for redacting output), longest first."""
+        table = self._env_table(environ)
+        values = [table[s.placeholder] for s in self.env_sources.values() if s.secret and table.get(s.placeholder)]
+        return sorted(values, key=len, reverse=True)
+
+    def _env_table(self, environ: Mapping[str, str] | None) -> dict[str, str]:
+        import os
+
+        environ = os.environ if environ is None else environ
+        table: dict[str, str] = {}
+        missing = []
+        for name, source in self.env_sources.items():
+            if source.var is not None:
+                if source.var not in environ:
+                    missing.append(f"env.{name} reads ${source.var}, which is not set in this shell")
+                    continue
+                table[source.placeholder] = environ[source.var]
+            else:
+                table[source.placeholder] = source.value or ""
+        if missing:
+            raise UserError("; ".join(missing), hint="export the variable before submitting, or give env.<NAME>.value")
+        return table
+
+    # -- showing it ----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {
             "backend": self.backend,
@@ -41,6 +141,8 @@ class Plan:
             "warnings": self.warnings,
             "estimate": self.estimate,
             "uploads": self.uploads,
+            "target": self.target,
+            "late_bound": list(self.late),
         }
 
     def to_json(self) -> str:

@@ -111,8 +111,15 @@ class Registry:
             rows = db.execute(query + " ORDER BY created_at DESC", args).fetchall()
         return [_record(r) for r in rows if r[0].startswith(prefix)]
 
-    def list(self, backend: str | None = None, limit: int | None = 100, *, state: str | None = None,
-             name: str | None = None, before: RunRecord | None = None) -> list[RunRecord]:
+    def list(
+        self,
+        backend: str | None = None,
+        limit: int | None = 100,
+        *,
+        state: str | None = None,
+        name: str | None = None,
+        before: RunRecord | None = None,
+    ) -> list[RunRecord]:
         """Runs newest first, filtered by backend, state and job name (``*?[`` make it a glob); at most
         ``limit`` (None: all). ``before``: only runs older than this one (the next page after it)."""
         where, args = _filters(backend, state, name)
@@ -131,7 +138,9 @@ class Registry:
         """How many runs ``list`` would show with these filters and no limit."""
         where, args = _filters(backend, state, name)
         with self._connect() as db:
-            row = db.execute("SELECT count(*) FROM runs" + (" WHERE " + " AND ".join(where) if where else ""), args).fetchone()
+            row = db.execute(
+                "SELECT count(*) FROM runs" + (" WHERE " + " AND ".join(where) if where else ""), args
+            ).fetchone()
         return int(row[0])
 
 

@@ -89,9 +89,9 @@ def init(path: Path, *, name: str | None, with_script: bool, force: bool) -> lis
     job_name = "".join(c if c.isalnum() or c == "-" else "-" for c in job_name).strip("-")[:63] or "my-job"
     written = [path]
     schema = folder / "job.schema.json"
-    from .spec import json_schema
-
     import json
+
+    from .spec import json_schema
 
     schema.write_text(json.dumps(json_schema(), indent=2) + "\n")
     written.append(schema)

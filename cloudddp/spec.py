@@ -6,11 +6,12 @@ the spec are relative to the spec file; :func:`cloudddp.specload.load_spec` reso
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
 
 _DURATION = re.compile(r"^\s*(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?\s*(?:(\d+)\s*s?)?\s*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
@@ -77,23 +78,43 @@ class Code(Strict):
 
 
 class Input(Strict):
-    """A data input: a local folder (uploaded with the job) or a cloud URI (mounted or downloaded)."""
+    """A data input: a local folder (uploaded with the job) or a cloud URI (mounted or downloaded).
 
-    path: str = Field(description="Local path (relative to the spec file) or s3://, azureml://, https:// URI.")
+    ``at`` gives the input's location per backend when it lives somewhere else there, e.g.
+    ``at: {sagemaker: s3://bucket/cifar10/, azureml: azureml://datastores/x/paths/cifar10/}``.
+    """
+
+    path: str | None = Field(
+        None, description="Local path (relative to the spec file) or s3://, azureml://, https:// URI."
+    )
+    at: dict[str, str] = Field(
+        default_factory=dict, description="Where this input is on a given backend, by backend name (instead of `path`)."
+    )
     mode: Literal["download", "mount"] = "download"
     arg: str | None = Field(
         None, description="Script argument that receives the input's path in the job, e.g. `--data-dir`."
     )
-    sagemaker: str | None = Field(None, description="Where this input is for SageMaker (s3://...), instead of `path`.")
-    azureml: str | None = Field(None, description="Where this input is for Azure ML (azureml://...), instead of `path`.")
 
-    def location(self, backend: str) -> str:
-        """The path or URI this input has on ``backend`` (its own entry, else ``path``)."""
-        return {"sagemaker": self.sagemaker, "azureml": self.azureml}.get(backend) or self.path
+    @model_validator(mode="before")
+    @classmethod
+    def _backend_keys_into_at(cls, data: Any) -> Any:
+        """The earlier form ``inputs.X.<backend>: URI`` is read as ``inputs.X.at.<backend>: URI``."""
+        if not isinstance(data, dict):
+            return data
+        from .backends import names
 
-    @property
-    def is_remote(self) -> bool:
-        return "://" in self.path
+        moved = {k: v for k, v in data.items() if k in names() and k not in cls.model_fields}
+        if not moved:
+            return data
+        rest = {k: v for k, v in data.items() if k not in moved}
+        at = rest.get("at")
+        return {**rest, "at": {**moved, **(at if isinstance(at, dict) else {})}}
+
+    @model_validator(mode="after")
+    def _somewhere(self) -> Input:
+        if self.path is None and not self.at:
+            raise ValueError("give `path` (a local folder or a URI) and/or `at: {<backend>: <URI>}`")
+        return self
 
 
 class Output(Strict):
@@ -115,9 +136,26 @@ class Resources(Strict):
         "auto",
         description="auto: InfiniBand/EFA (RDMA) required when nodes > 1; rdma: always; any: do not check.",
     )
+    processes_per_node: int | None = Field(
+        None, ge=1, le=128,
+        description="Training processes per node; default one per GPU, or 1 without GPUs (CPU training).",
+    )
     spot: bool = Field(False, description="Spot (AWS) / low-priority (Azure) capacity.")
     max_price_per_hour: float | None = Field(None, gt=0, description="Ceiling for the whole job, USD/h.")
     disk_gb: int = Field(100, ge=1, le=16384)
+
+    @model_validator(mode="after")
+    def _one_process_per_gpu(self) -> Resources:
+        n = self.processes_per_node
+        if n is not None and self.gpus_per_node and n != self.gpus_per_node:
+            raise ValueError(f"processes_per_node {n} with {self.gpus_per_node} GPUs per node: DDP runs one process "
+                             "per GPU; leave processes_per_node out when the job has GPUs")
+        return self
+
+    @property
+    def processes(self) -> int:
+        """Training processes per node on a machine with the GPUs the spec asks for."""
+        return self.processes_per_node or self.gpus_per_node or 1
 
 
 class Distribution(Strict):
@@ -174,59 +212,6 @@ class Limits(Strict):
     max_restarts: int = Field(0, ge=0, le=100, description="Group restarts after a worker fails.")
 
 
-class LocalOptions(Strict):
-    """Only the local backend reads this."""
-
-    processes_per_node: int | None = Field(
-        None, ge=1, le=64, description="Processes per node here; default: GPUs per node, or 2 on CPU."
-    )
-    nodes: int = Field(1, ge=1, le=8, description="torchrun 'nodes' started on this machine (multi-node path).")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-
-
-class AzureMLOptions(Strict):
-    """Only the Azure ML backend reads this."""
-
-    subscription_id: str | None = None
-    resource_group: str | None = None
-    workspace: str | None = None
-    compute: str | None = Field(None, description="AmlCompute cluster name; created when missing.")
-    vm_size: str | None = Field(None, description="e.g. Standard_ND96asr_v4; default: chosen from resources.")
-    min_nodes: int = Field(0, ge=0)
-    max_nodes: int | None = Field(None, ge=1, description="Cluster maximum; default: the job's node count.")
-    idle_time_before_scale_down: int = Field(300, ge=0)
-    environment: str = Field(
-        "azureml:AzureML-acpt-pytorch-2.2-cuda12.1@latest",
-        description="Curated environment reference or a docker image URI.",
-    )
-    shm_size: str = "16g"
-    experiment_name: str | None = None
-    job_tier: Literal["spot", "basic", "standard", "premium"] | None = None
-
-
-class SageMakerOptions(Strict):
-    """Only the SageMaker backend reads this."""
-
-    region: str | None = None
-    role: str | None = Field(None, description="IAM role ARN the training job runs as.")
-    bucket: str | None = Field(None, description="S3 bucket for code, data, checkpoints and outputs.")
-    prefix: str = "cloudddp"
-    instance_type: str | None = Field(None, description="e.g. ml.p4d.24xlarge; default: chosen from resources.")
-    image: str | None = Field(None, description="Training image URI; default: the official PyTorch DLC.")
-    framework_version: str = "2.4"
-    py_version: str = "py311"
-    volume_gb: int | None = Field(None, ge=1, le=16384)
-    keep_alive: int = Field(0, ge=0, le=3600, description="Warm-pool keep-alive seconds.")
-    max_wait: Duration | None = Field(None, description="Spot: longest wait for capacity plus runtime.")
-    subnets: list[str] = Field(default_factory=list)
-    security_group_ids: list[str] = Field(default_factory=list)
-    network_isolation: bool = False
-    encrypt_inter_container_traffic: bool = False
-    volume_kms_key: str | None = None
-    output_kms_key: str | None = None
-    tags: dict[str, str] = Field(default_factory=dict)
-
-
 class JobSpec(Strict):
     """A DDP training job. The same spec runs on every backend."""
 
@@ -243,9 +228,6 @@ class JobSpec(Strict):
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     limits: Limits = Field(default_factory=Limits)
     tags: dict[str, str] = Field(default_factory=dict)
-    local: LocalOptions = Field(default_factory=LocalOptions)
-    azureml: AzureMLOptions = Field(default_factory=AzureMLOptions)
-    sagemaker: SageMakerOptions = Field(default_factory=SageMakerOptions)
 
     # Set by the loader: the folder relative paths are resolved against. Not part of the schema.
     _base_dir: Path = Path(".")
@@ -301,6 +283,23 @@ class JobSpec(Strict):
             return self.distribution.backend
         return "nccl" if on_gpu else "gloo"
 
+    def section(self, backend: str) -> Any:
+        """The options section of ``backend`` (``<backend>:`` in the spec)."""
+        if backend not in type(self).model_fields:
+            raise KeyError(f"no spec section {backend!r}: is the backend registered?")
+        return getattr(self, backend)
+
+    def input_location(self, name: str, backend: str) -> str:
+        """Where input ``name`` is for ``backend``: its ``at.<backend>`` entry, else its ``path``."""
+        item = self.inputs[name]
+        where = item.at.get(backend) or item.path
+        if where is None:
+            from .errors import UserError
+
+            raise UserError(f"inputs.{name} has no location for the {backend} backend",
+                            hint=f"give inputs.{name}.path or inputs.{name}.at.{backend}")
+        return where
+
     def input_folder(self, name: str, where: str) -> Path:
         """A local input's folder, resolved against the spec file; a user error when it is not a folder."""
         from .errors import UserError
@@ -312,9 +311,42 @@ class JobSpec(Strict):
 
 
 
+@functools.cache
+def spec_model() -> type[JobSpec]:
+    """The job spec with a section for each registered backend (``<name>:`` validated by its options model).
+
+    Built once per process from the registry, so a plugin's section is validated, completed and reported
+    on exactly like a built-in one.
+    """
+    from .backends import backend_classes
+
+    sections: dict[str, Any] = {}
+    for cls in backend_classes():
+        if cls.name in JobSpec.model_fields:
+            raise ValueError(f"backend {cls.name!r} clashes with the spec field of the same name")
+        sections[cls.name] = (cls.options_model, Field(default_factory=cls.options_model,
+                                                       description=f"Only the {cls.name} backend reads this."))
+
+    def check_at(value: dict[str, Input]) -> dict[str, Input]:
+        for input_name, item in value.items():
+            for backend in item.at:
+                if backend not in sections:
+                    import difflib
+
+                    guess = difflib.get_close_matches(backend, sections, n=1)
+                    tip = f"; did you mean '{guess[0]}'?" if guess else ""
+                    raise ValueError(f"{input_name}.at.{backend}: no such backend{tip} (registered: {', '.join(sections)})")
+        return value
+
+    return create_model(
+        "JobSpec", __base__=JobSpec, __module__=__name__,
+        __validators__={"_inputs_at_known_backends": field_validator("inputs")(check_at)}, **sections,
+    )
+
+
 def json_schema() -> dict[str, Any]:
     """The JSON Schema editors use to complete and check job files."""
-    schema = JobSpec.model_json_schema()
+    schema = spec_model().model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://cloudddp.dev/schema/job.json"
     return schema

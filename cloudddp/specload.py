@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .errors import SpecError, UserError
-from .spec import JobSpec
+from .spec import JobSpec, spec_model
 
 MAX_BYTES = 1 << 20
 MAX_NODES = 20_000  # nodes after alias expansion; a real spec has a few hundred
@@ -218,7 +218,7 @@ def _model_in(annotation: Any) -> Any:
 
 def _allowed_keys(loc: Loc) -> list[str]:
     """Valid keys of the section at ``loc`` (a data path), or [] when it is not a model."""
-    current: Any = JobSpec
+    current: Any = spec_model()
     expect_key = False
     for part in loc:
         if expect_key:
@@ -284,7 +284,7 @@ def spec_from_data(
     issues = list(problems)
     spec = None
     try:
-        spec = JobSpec.model_validate(data)
+        spec = spec_model().model_validate(data)
     except ValidationError as e:
         seen: set[str] = set()
         for err in e.errors():

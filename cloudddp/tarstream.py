@@ -29,10 +29,15 @@ RECORD = tarfile.RECORDSIZE
 @dataclass(frozen=True)
 class Member:
     name: str  # inside the archive
-    path: str  # on disk
+    path: str  # on disk ("" for a member given as data)
     size: int  # bytes taken from the file: its size when it was listed
     executable: bool
     hashed: bool = False  # also report the sha256 of the bytes taken (see Written.digests)
+    data: bytes | None = None  # the member's bytes, when it is not a file
+
+    @classmethod
+    def of_bytes(cls, name: str, data: bytes) -> Member:
+        return cls(name, "", len(data), executable=False, data=data)
 
 
 @dataclass
@@ -132,6 +137,10 @@ def _add(tar: _Batched, m: Member) -> str | None:
     """One member: its header, its bytes, padding to a whole block; the sha256 of its bytes if asked."""
     tar.write(header(m.name, m.executable, m.size))
     digest = hashlib.sha256() if m.hashed else None
+    if m.data is not None:
+        tar.write(m.data)
+        tar.write(bytes(-m.size % BLOCK))
+        return None
     fd = os.open(m.path, os.O_RDONLY)  # no file object: most members are small, their overhead is the cost
     try:
         left = m.size

@@ -1,4 +1,5 @@
-"""Datasets as whole uint8 tensors (N, C, H, W) plus int64 labels: small enough to live on the device.
+"""Datasets held whole in memory, then on the device: :class:`Dataset` (what the training loop needs),
+:class:`ImageDataset` (uint8 images with augmentation on the device), and the three image sets:
 
 - ``cifar10``: the standard python pickle batches (``cifar-10-batches-py/data_batch_1..5``,
   ``test_batch``; the format inside cifar-10-python.tar.gz), read without torchvision. ``--data-dir``
@@ -12,29 +13,68 @@ from __future__ import annotations
 
 import pickle
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
 
+import augment
 from distributed import UsageError
+
+_D = TypeVar("_D", bound="Dataset")
 
 
 @dataclass
 class Dataset:
-    train_x: torch.Tensor  # uint8 (N, C, H, W)
-    train_y: torch.Tensor  # int64 (N,)
+    """A classification dataset held whole in memory, then on the device: what the training loop needs.
+
+    ``train_x``/``test_x`` hold one sample per index of dim 0; ``train_y``/``test_y`` are int64 class
+    labels in ``[0, num_classes)``. The loop indexes batches itself and calls :meth:`train_inputs` /
+    :meth:`test_inputs` to turn raw samples into the model's float input; override them for your own
+    augmentation and normalization (:class:`ImageDataset` does it for uint8 images).
+    """
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
     test_x: torch.Tensor
     test_y: torch.Tensor
     num_classes: int
-    flip: bool  # horizontal flips are a valid augmentation (not for digits)
-    pad: int  # translate augmentation range, pixels
 
-    def to(self, device: torch.device) -> Dataset:
+    def to(self: _D, device: torch.device) -> _D:
         move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
-        return Dataset(move(self.train_x), move(self.train_y), move(self.test_x), move(self.test_y),
-                       self.num_classes, self.flip, self.pad)
+        return replace(self, train_x=move(self.train_x), train_y=move(self.train_y), test_x=move(self.test_x),
+                       test_y=move(self.test_y))
+
+    def train_inputs(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        """A training batch as model input; ``g`` is the step's seeded generator for random augmentation."""
+        return x.float()
+
+    def test_inputs(self, x: torch.Tensor) -> torch.Tensor:
+        return x.float()
+
+
+@dataclass
+class ImageDataset(Dataset):
+    """uint8 images (N, C, H, W): random translation (and flips) for training, per-channel normalization."""
+
+    flip: bool = False  # horizontal flips are a valid augmentation (not for digits)
+    pad: int = 0  # translate augmentation range, pixels
+    mean: torch.Tensor = field(init=False, repr=False)
+    std: torch.Tensor = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        scaled = self.train_x[:4096].float() / 255
+        self.mean = scaled.mean(dim=(0, 2, 3)).view(1, -1, 1, 1)
+        self.std = scaled.std(dim=(0, 2, 3)).clamp_min(1e-3).view(1, -1, 1, 1)
+
+    def train_inputs(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        x = augment.translate_flip(x, self.pad, self.flip, g)
+        return augment.normalize(x, self.mean, self.std, torch.float32)
+
+    def test_inputs(self, x: torch.Tensor) -> torch.Tensor:
+        return augment.normalize(x, self.mean, self.std, torch.float32)
 
 
 def _unpickle(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -65,17 +105,17 @@ def _cifar_files(root: Path) -> dict[str, bytes]:
     )
 
 
-def load_cifar10(root: Path) -> Dataset:
+def load_cifar10(root: Path) -> ImageDataset:
     files = _cifar_files(root)
     parts = [_unpickle(files[f"data_batch_{i}"]) for i in range(1, 6)]
     test_x, test_y = _unpickle(files["test_batch"])
     train_x = np.concatenate([p[0] for p in parts])
     train_y = np.concatenate([p[1] for p in parts])
-    return Dataset(torch.from_numpy(train_x), torch.from_numpy(train_y), torch.from_numpy(test_x),
-                   torch.from_numpy(test_y), 10, flip=True, pad=4)
+    return ImageDataset(torch.from_numpy(train_x), torch.from_numpy(train_y), torch.from_numpy(test_x),
+                        torch.from_numpy(test_y), 10, flip=True, pad=4)
 
 
-def load_digits(root: Path | None) -> Dataset:
+def load_digits(root: Path | None) -> ImageDataset:
     if root is not None and (root / "digits.npz").is_file():
         with np.load(root / "digits.npz") as npz:
             images, labels = npz["images"], npz["labels"]
@@ -91,11 +131,11 @@ def load_digits(root: Path | None) -> Dataset:
     order = np.random.default_rng(1234).permutation(len(labels))
     cut = int(0.8 * len(labels))
     tr, te = order[:cut], order[cut:]
-    return Dataset(torch.from_numpy(images[tr]), torch.from_numpy(labels[tr]), torch.from_numpy(images[te]),
-                   torch.from_numpy(labels[te]), 10, flip=False, pad=1)
+    return ImageDataset(torch.from_numpy(images[tr]), torch.from_numpy(labels[tr]), torch.from_numpy(images[te]),
+                        torch.from_numpy(labels[te]), 10, flip=False, pad=1)
 
 
-def load_synthetic(size: int, seed: int = 0) -> Dataset:
+def load_synthetic(size: int, seed: int = 0) -> ImageDataset:
     """Class-dependent colour blobs plus noise: learnable, deterministic, CIFAR-shaped."""
     g = torch.Generator().manual_seed(seed)
     n_test = max(10, size // 5)
@@ -103,29 +143,14 @@ def load_synthetic(size: int, seed: int = 0) -> Dataset:
     base = torch.rand(10, 3, 32, 32, generator=g)
     noise = torch.rand(size + n_test, 3, 32, 32, generator=g)
     images = (0.6 * base[labels] + 0.4 * noise).mul(255).to(torch.uint8)
-    return Dataset(images[:size], labels[:size], images[size:], labels[size:], 10, flip=True, pad=4)
+    return ImageDataset(images[:size], labels[:size], images[size:], labels[size:], 10, flip=True, pad=4)
 
 
-def load(name: str, data_dir: str | None, synthetic_size: int, seed: int) -> Dataset:
+def load(name: str, data_dir: str | None, synthetic_size: int, seed: int) -> ImageDataset:
     if name == "cifar10":
         if not data_dir:
-            raise UsageError("--dataset cifar10 needs --data-dir (or SM_CHANNEL_TRAIN / CLOUDDDP_DATA_DIR)")
+            raise UsageError("--dataset cifar10 needs --data-dir (in a job spec: an input with `arg: --data-dir`)")
         return load_cifar10(Path(data_dir))
     if name == "digits":
         return load_digits(Path(data_dir) if data_dir else None)
     return load_synthetic(synthetic_size, seed)
-
-
-def write_cifar10_batches(folder: Path, train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray]) -> None:
-    """Write arrays in the real CIFAR-10 python format (used by tests and benchmarks)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    chunks = np.array_split(np.arange(len(train[1])), 5)
-    for i, idx in enumerate(chunks, 1):
-        blob = {b"batch_label": f"training batch {i} of 5".encode(), b"labels": train[1][idx].tolist(),
-                b"data": train[0][idx].reshape(len(idx), -1), b"filenames": [b"x.png"] * len(idx)}
-        (folder / f"data_batch_{i}").write_bytes(pickle.dumps(blob, protocol=2))
-    blob = {b"batch_label": b"testing batch 1 of 1", b"labels": test[1].tolist(),
-            b"data": test[0].reshape(len(test[1]), -1), b"filenames": [b"x.png"] * len(test[1])}
-    (folder / "test_batch").write_bytes(pickle.dumps(blob, protocol=2))
-
-

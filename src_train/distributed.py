@@ -46,8 +46,11 @@ def _map_mpi_env() -> None:
     env["WORLD_SIZE"] = env["OMPI_COMM_WORLD_SIZE"]
     env["LOCAL_RANK"] = env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")
     env.setdefault("LOCAL_WORLD_SIZE", env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1"))
-    env.setdefault("MASTER_ADDR", env.get("AZ_BATCHAI_MPI_MASTER_NODE", "127.0.0.1"))
-    env.setdefault("MASTER_PORT", "29500")
+    # Azure ML's MPI distribution: AZ_BATCH_MASTER_NODE=addr:port on several nodes,
+    # AZ_BATCHAI_MPI_MASTER_NODE=addr on one (its distributed-training guide).
+    addr, _, port = env.get("AZ_BATCH_MASTER_NODE", "").partition(":")
+    env.setdefault("MASTER_ADDR", addr or env.get("AZ_BATCHAI_MPI_MASTER_NODE", "127.0.0.1"))
+    env.setdefault("MASTER_PORT", port or "29500")
 
 
 def setup(backend: str, device: str, timeout_s: float) -> Context:

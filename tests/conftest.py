@@ -1,16 +1,20 @@
-"""Shared test set-up: every test gets its own cloudddp home, and subprocesses import this checkout."""
+"""Shared test set-up: every test gets its own cloudddp home, subprocesses import this checkout, and the
+cloud emulators (moto, Azurite) start once per session on free ports."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+from .support.cli import ROOT
+
+if TYPE_CHECKING:
+    from .support.mlflow_server import MlflowServer
+    from .support.slurm_cluster import SlurmCluster
 
 
 @pytest.fixture(autouse=True)
@@ -21,10 +25,42 @@ def cloudddp_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     return home
 
 
-def cli(*args: str, timeout: float = 120, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m cloudddp ARGS`` as a user would, capturing its output."""
-    return subprocess.run(
-        [sys.executable, "-m", "cloudddp", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-    )
+@pytest.fixture(scope="session")
+def moto_url() -> Iterator[str]:
+    """moto as a real HTTP server on 127.0.0.1, for the whole session."""
+    from .support.aws_emulator import moto_server
+
+    with moto_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """A real `mlflow server` (sqlite store), for the whole session."""
+    import importlib.util
+
+    from .support.mlflow_server import running_mlflow_server
+
+    if importlib.util.find_spec("mlflow") is None:
+        pytest.skip("mlflow is not installed (it is in the dev extra: pip install -e '.[dev]')")
+    with running_mlflow_server(tmp_path_factory.mktemp("mlflow")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def blob_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Azurite blob server, for the whole session."""
+    from .support.azure_rig import azurite, azurite_binary
+
+    if azurite_binary() is None:
+        pytest.skip("Azurite is not installed: `make test` installs it with `npm install`")
+    with azurite(tmp_path_factory.mktemp("azurite")) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A real two-node Slurm cluster (own munged, slurmctld, 2 slurmd) for the session; skips when it cannot run."""
+    from .support.slurm_cluster import cluster_fixture
+
+    yield from cluster_fixture(tmp_path_factory.mktemp("slurm"))

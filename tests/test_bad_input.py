@@ -16,7 +16,7 @@ from cloudddp.errors import UserError
 from cloudddp.spec import JobSpec
 from cloudddp.specload import spec_from_bytes
 
-from .conftest import cli
+from .support.cli import cli
 
 VALID = b"""\
 name: fuzz

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT
+from .support.cli import ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -1,47 +1,47 @@
-"""The GPU catalog, InfiniBand/EFA-aware selection, and the cost and scaling model."""
+"""The GPU catalog: InfiniBand/EFA-aware selection, sizes that exist (lifecycle), and the CLI views of it.
+
+The catalog's self-check is in test_catalog_lint.py; the scaling and cost model in test_catalog_model.py.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cloudddp.catalog import (
-    Requirements, all_skus, azure_ib_alternative, azure_rdma_by_name, disables_rdma, find, nccl_env_presets,
-    select, workload_for_model,
+    CATALOG_DATE,
+    Requirements,
+    azure_ib_alternative,
+    azure_rdma_by_name,
+    disables_rdma,
+    find,
+    nccl_env_presets,
+    replacement_for,
+    select,
+    skus,
+    workload_for_model,
 )
-from cloudddp.catalog.model import estimate
+from cloudddp.errors import UserError
+from cloudddp.backends import get_backend
+from cloudddp.specload import load_spec
 
-from .conftest import cli
+from .support.cli import ROOT, cli
 
 CIFAR = workload_for_model("resnet18", 50_000, 30, 256)
+select_module = importlib.import_module("cloudddp.catalog.select")  # the module, not the function it exports
 
 
-def test_every_row_has_its_facts_and_a_dated_source() -> None:
-    rows = all_skus()
-    assert len(rows) >= 30
-    for s in rows:
-        assert s.gpus > 0 and s.gpu_mem_gb > 0 and s.vcpus > 0 and s.ram_gb > 0, s
-        assert s.fabric in ("infiniband", "efa", "ethernet"), s
-        if s.scales_multi_node:
-            assert s.fabric_gbps and s.fabric_gbps > 0, s.size
-        if s.price_per_hour is not None:
-            assert s.price_per_hour > 0 and s.price_source and s.price_region, s
-
-
-def test_seed_azure_two_single_gpu_v100_nodes_without_ib_warn_and_name_the_ib_alternative() -> None:
-    sel = select(Requirements("azure", nodes=2, gpus_per_node=1, instance_type="Standard_NC6s_v3", workload=CIFAR))
+def test_two_single_gpu_a100_nodes_without_ib_warn_and_name_the_ib_alternative() -> None:
+    sel = select(Requirements("azure", nodes=2, gpus_per_node=1, instance_type="Standard_NC24ads_A100_v4", workload=CIFAR))
     named = sel.candidates[0]
-    assert named.sku.size == "Standard_NC6s_v3"
+    assert named.sku.size == "Standard_NC24ads_A100_v4"
     text = " ".join(named.warnings)
-    assert "does not scale" in text and "Standard_NC24rs_v3" in text
-
-
-def test_named_nc24s_v3_for_two_nodes_warns_and_names_nc24rs_v3() -> None:
-    sel = select(Requirements("azure", nodes=2, gpus_per_node=4, instance_type="Standard_NC24s_v3"))
-    assert "Standard_NC24rs_v3" in " ".join(sel.candidates[0].warnings)
-    assert azure_ib_alternative("Standard_NC24s_v3") == "Standard_NC24rs_v3"
+    assert "does not scale" in text and "Standard_ND96asr_v4" in text
 
 
 def test_sixteen_a100_on_azure_pick_an_nd_a100_v4_size() -> None:
@@ -56,8 +56,9 @@ def test_smddp_on_aws_picks_a_supported_size_and_rejects_g5_naming_the_alternati
     assert sel.chosen is not None and sel.chosen.sku.size in ("ml.p4d.24xlarge", "ml.p4de.24xlarge")
     g5 = select(Requirements("aws", nodes=2, gpus_per_node=8, smddp=True, instance_type="ml.g5.48xlarge"))
     assert g5.chosen is None
-    assert "smddp does not run on ml.g5.48xlarge" in g5.candidates[0].reasons[0]
-    assert "ml.p4d.24xlarge" in g5.candidates[0].reasons[0]
+    reason = g5.candidates[0].reasons[0]
+    assert "smddp does not run on ml.g5.48xlarge" in reason and "ml.p4d.24xlarge" in reason
+    assert "ml.p3.16xlarge" not in reason  # in the SDK's list, but retired
 
 
 def test_a_single_node_job_is_not_forced_onto_infiniband() -> None:
@@ -73,41 +74,16 @@ def test_every_rejected_candidate_keeps_a_reason() -> None:
     assert all(not c.ok for c in sel.candidates if "H100" not in c.sku.gpu_model)
 
 
-def test_ranking_is_by_cost_of_the_whole_job_not_price_per_hour() -> None:
+def test_ranking_is_by_cost_of_the_whole_job_and_unpriced_sizes_come_last() -> None:
     sel = select(Requirements("azure", total_gpus=8, workload=CIFAR))
-    ok = [c for c in sel.candidates if c.ok and c.estimate and c.estimate.total_cost is not None]
-    costs = [c.estimate.total_cost for c in ok]  # type: ignore[union-attr]
-    assert costs == sorted(costs)
-    assert sel.chosen is ok[0]
-
-
-def test_published_ddp_benchmark_resnet50_16_v100_over_100gb_ib_is_about_93_percent() -> None:
-    """pytorch/benchmarks distributed/ddp README: ResNet-50, fp32, 16 V100 (4 nodes × 4 NVLink GPUs),
-    100 Gb/s InfiniBand, ~93 % scaling efficiency. fp32 V100 peak: 15.7 TFLOPS (NVIDIA datasheet)."""
-    w = workload_for_model("resnet50", 1_281_167, 1, 32)
-    e = estimate(w, gpus_per_node=4, nodes=4, peak=15.7, intranode_gb_s=130, fabric="infiniband",  # type: ignore[arg-type]
-                 fabric_gbps=100, price_per_node_hour=None)
-    assert abs(e.efficiency - 0.93) / 0.93 < 0.10, e.efficiency
-
-
-def test_published_goyal_2017_resnet50_256_p100_over_50gb_ethernet_is_about_90_percent() -> None:
-    """Goyal et al. 2017, "Accurate, Large Minibatch SGD" (arXiv:1706.02677): ResNet-50, 256 P100 in 32
-    Big Basin servers (8 NVLink GPUs each), 50 Gb Ethernet, ~90 % scaling efficiency from 8 to 256 GPUs.
-    P100 fp32 peak 10.6 TFLOPS; NVLink bus bandwidth ~80 GB/s."""
-    w = workload_for_model("resnet50", 1_281_167, 1, 32)
-    e = estimate(w, gpus_per_node=8, nodes=32, peak=10.6, intranode_gb_s=80, fabric="ethernet",  # type: ignore[arg-type]
-                 fabric_gbps=50, price_per_node_hour=None)
-    assert abs(e.efficiency - 0.90) / 0.90 < 0.10, e.efficiency
-
-
-def test_multi_node_over_ethernet_predicts_poor_scaling_and_one_node_needs_no_fabric() -> None:
-    w = workload_for_model("resnet18", 50_000, 1, 256)
-    slow = estimate(w, gpus_per_node=1, nodes=8, peak=312, intranode_gb_s=0, fabric="ethernet", fabric_gbps=20,  # type: ignore[arg-type]
-                    price_per_node_hour=1.0)
-    fast = estimate(w, gpus_per_node=8, nodes=1, peak=312, intranode_gb_s=230, fabric="ethernet", fabric_gbps=None,  # type: ignore[arg-type]
-                    price_per_node_hour=1.0)
-    assert slow.efficiency < 0.5 < fast.efficiency
-    assert fast.exposed_comm_s < slow.exposed_comm_s
+    ok = [c for c in sel.candidates if c.ok]
+    priced = [c for c in ok if c.estimate and c.estimate.total_cost is not None]
+    costs = [c.estimate.total_cost or 0.0 for c in priced if c.estimate]
+    assert costs == sorted(costs) and sel.chosen is priced[0]
+    unpriced = [c for c in ok if c.sku.price_per_hour is None]
+    assert unpriced, "the catalog has sizes without a price (e.g. Standard_ND96isr_H200_v5)"
+    assert ok.index(unpriced[0]) > ok.index(priced[-1])
+    assert all("no price in the catalog" in " ".join(c.reasons) for c in unpriced)
 
 
 def test_azure_rdma_rule_uses_the_catalog_first_then_the_r_in_the_name() -> None:
@@ -120,8 +96,24 @@ def test_azure_rdma_rule_uses_the_catalog_first_then_the_r_in_the_name() -> None
 def test_presets_and_rdma_killers() -> None:
     assert nccl_env_presets(find("Standard_ND96asr_v4"))["NCCL_TOPO_FILE"].endswith("ndv4-topo.xml")  # type: ignore[arg-type]
     assert nccl_env_presets(find("ml.p4d.24xlarge"))["FI_PROVIDER"] == "efa"  # type: ignore[arg-type]
-    assert nccl_env_presets(find("Standard_NC6s_v3")) == {}  # type: ignore[arg-type]
+    assert nccl_env_presets(find("Standard_NC24ads_A100_v4")) == {}  # type: ignore[arg-type]
     assert disables_rdma({"NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket"}) and not disables_rdma({"NCCL_DEBUG": "INFO"})
+
+
+# --- sizes that exist ---------------------------------------------------------------------------------
+
+def test_ncv3_is_retired_on_2025_09_30_and_p3_on_2025_12_20() -> None:
+    """Azure retired-sizes-list.md (azure-compute-docs @0bdc5d3): 'NCv3-Series Retired 30/9/25', 'NCv3-NC24rs Series
+    Retired 30/9/25'. AWS notice quoted in zalando-incubator/kubernetes-on-aws#8685 (2024-12-23): migrate off P3 'by
+    December 20, 2025'."""
+    for size in ("Standard_NC6s_v3", "Standard_NC12s_v3", "Standard_NC24s_v3", "Standard_NC24rs_v3"):
+        sku = find(size)
+        assert sku is not None and sku.retired and sku.lifecycle_date == "2025-09-30", size
+    for size in ("ml.p3.2xlarge", "ml.p3.8xlarge", "ml.p3.16xlarge"):
+        sku = find(size)
+        assert sku is not None and sku.retired and sku.lifecycle_date == "2025-12-20", size
+    on_sale = [s for s in skus("azure") + skus("aws") if not s.retired]
+    assert on_sale and all(s.lifecycle_source.startswith("on sale as of 2026-11-09") for s in on_sale)
 
 
 @settings(max_examples=200, deadline=None)
@@ -132,9 +124,11 @@ def test_presets_and_rdma_killers() -> None:
     mem=st.sampled_from([None, 16, 40, 80]),
     spot=st.booleans(),
 )
-def test_the_chosen_size_always_meets_the_requirements(cloud: str, total: int, gpu: str | None, mem: int | None, spot: bool) -> None:
-    sel = select(Requirements(cloud, total_gpus=total, accelerator=gpu, min_gpu_memory_gb=mem, spot=spot, workload=CIFAR))  # type: ignore[arg-type]
+def test_the_chosen_size_always_meets_the_requirements_and_is_on_sale(cloud: str, total: int, gpu: str | None,
+                                                                      mem: int | None, spot: bool) -> None:
+    sel = select(Requirements(cloud, total_gpus=total, accelerator=gpu, min_gpu_memory_gb=mem, spot=spot, workload=CIFAR))
     c = sel.chosen
+    assert all(not x.ok for x in sel.candidates if x.sku.retired)
     if c is None:
         assert all(not x.ok for x in sel.candidates)
         return
@@ -143,11 +137,109 @@ def test_the_chosen_size_always_meets_the_requirements(cloud: str, total: int, g
     assert mem is None or c.sku.gpu_mem_gb >= mem
     assert c.nodes == 1 or c.sku.scales_multi_node
     assert not spot or c.sku.spot
+    assert not c.sku.retired
 
+
+def test_a_retired_size_is_rejected_with_its_date_and_source_even_when_named() -> None:
+    sel = select(Requirements("azure", nodes=2, gpus_per_node=4, instance_type="Standard_NC24rs_v3", workload=CIFAR))
+    named = sel.candidates[0]
+    assert sel.chosen is None and not named.ok
+    assert "retired on 2025-09-30" in named.reasons[0] and "retired-sizes-list.md" in named.reasons[0]
+    assert azure_ib_alternative("Standard_NC24s_v3") is None  # its RDMA sibling is retired too
+
+
+def test_a_size_retiring_within_90_days_is_picked_only_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No catalog row retires within 90 days of the catalog date, so the rule is exercised on a copy of the rows."""
+    rows = skus("azure")
+    soon = {"Standard_ND96asr_v4": ("retiring", "2026-12-01"), "Standard_ND96isr_H100_v5": ("retiring", "2027-06-30")}
+    patched = [dataclasses.replace(s, lifecycle=soon[s.size][0], lifecycle_date=soon[s.size][1])
+               if s.size in soon else s for s in rows]
+    monkeypatch.setattr(select_module, "skus", lambda cloud: patched)
+    sel = select(Requirements("azure", total_gpus=16, accelerator="A100", workload=CIFAR))
+    assert sel.chosen is not None
+    by_size = {c.sku.size: c for c in sel.candidates}
+    asr = by_size["Standard_ND96asr_v4"]
+    assert asr.ok and any("retires on 2026-12-01, 22 days after the catalog date 2026-11-09" in w for w in asr.warnings)
+    far = select(Requirements("azure", total_gpus=16, accelerator="H100", workload=CIFAR)).candidates
+    h100 = next(c for c in far if c.sku.size == "Standard_ND96isr_H100_v5")
+    assert h100.ok and not any("retires" in w for w in h100.warnings)
+
+
+def test_the_nearest_current_replacement_keeps_the_gpu_count_and_fabric_class_with_the_newest_gpu() -> None:
+    repl = replacement_for(find("ml.p3.16xlarge"))  # type: ignore[arg-type]
+    assert repl is not None and repl.gpus == 8 and not repl.retired and repl.gpu == "H200"
+    nc24rs = replacement_for(find("Standard_NC24rs_v3"))  # type: ignore[arg-type]
+    # no current 4-GPU InfiniBand size on Azure: the nearest count that keeps InfiniBand
+    assert nc24rs is not None and nc24rs.scales_multi_node and nc24rs.gpus == 8 and not nc24rs.retired
+    nc6s = replacement_for(find("Standard_NC6s_v3"))  # type: ignore[arg-type]
+    assert nc6s is not None and nc6s.gpus == 1 and nc6s.gpu == "H100"
+
+
+@pytest.mark.parametrize(("override", "backend", "field", "replacement"), [
+    ("azureml.vm_size=Standard_NC24rs_v3", "azureml", "azureml.vm_size", "Standard_ND96isr_H200_v5"),
+    ("sagemaker.instance_type=ml.p3.16xlarge", "sagemaker", "sagemaker.instance_type", "ml.p5en.48xlarge"),
+])
+def test_naming_a_retired_size_is_a_user_error_naming_the_replacement(override: str, backend: str, field: str,
+                                                                       replacement: str) -> None:
+    spec = load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml", [override])
+    named = override.split("=", 1)[1]
+    with pytest.raises(UserError) as info:
+        get_backend(backend).render(spec)
+    text = str(info.value)
+    assert text.startswith(f"{field}: {named} was retired on") and f"nearest current replacement: {replacement}" in text
+
+
+def test_the_cloud_is_a_plain_string_checked_against_the_catalog() -> None:
+    with pytest.raises(UserError, match=r"cloud 'gcp' has no sizes in the GPU catalog \(clouds: aws, azure\)"):
+        select(Requirements("gcp", total_gpus=8))
+
+
+# --- the CLI views ------------------------------------------------------------------------------------
 
 def test_skus_command_prints_a_table_and_json() -> None:
     table = cli("skus", "--cloud", "azure", "--gpus", "16", "--gpu", "A100")
     assert table.returncode == 0 and "Standard_ND96asr_v4" in table.stdout and "chosen" in table.stdout
+    assert "Standard_NC24rs_v3" not in table.stdout  # retired: only listed under --explain
     data = json.loads(cli("skus", "--cloud", "aws", "--gpus", "16", "--smddp", "--json").stdout)
-    assert data["chosen"]["size"] in ("ml.p4d.24xlarge", "ml.p4de.24xlarge") and data["catalog_date"]
+    assert data["chosen"]["size"] in ("ml.p4d.24xlarge", "ml.p4de.24xlarge") and data["catalog_date"] == CATALOG_DATE
+    assert set(data["chosen"]["breakdown"]) == {"startup", "training", "checkpoint", "shutdown", "idle"}
+    p3 = next(c for c in data["candidates"] if c["size"] == "ml.p3.16xlarge")
+    assert not p3["ok"] and "retired on 2025-12-20" in p3["why"] and p3["lifecycle"] == "retired on 2025-12-20"
     assert cli("skus", "--cloud", "gcp").returncode == 2
+
+
+def _parts_table(stdout: str) -> dict[str, list[str]]:
+    """The cells of the per-part cost table that --explain prints after the verdicts, by size."""
+    table = stdout.split("cost of each part")[1]
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in table.splitlines() if line.startswith("│ ")]
+    return {cells[0]: cells[1:] for cells in rows if cells and cells[0]}
+
+
+def test_skus_explain_lists_retired_sizes_as_rejected_with_the_cost_breakdown_of_the_others() -> None:
+    shown = cli("skus", "--cloud", "aws", "--gpus", "8", "--explain")
+    assert shown.returncode == 0
+    verdicts = [line for line in shown.stdout.split("cost of each part")[0].splitlines() if "ml.p3.16xlarge" in line]
+    assert verdicts and "rejected retired on 2025-12-20" in verdicts[0]
+    parts = _parts_table(shown.stdout)
+    assert parts["ml.p3.16xlarge"][0] == "retired on 2025-12-20"
+    chosen = parts[next(line.split("│")[1].strip() for line in shown.stdout.splitlines() if "chosen" in line)]
+    assert chosen[0] == "on sale as of 2026-11-09" and all(cell.startswith("$") for cell in chosen[1:])
+    plain = cli("skus", "--cloud", "aws", "--gpus", "8").stdout
+    assert "ml.p3.16xlarge" not in plain and "cost of each part" not in plain
+
+
+def test_plan_explain_shows_the_breakdown_per_size_and_the_retired_ones() -> None:
+    job = str(ROOT / "jobs" / "cifar10-azureml.yaml")
+    shown = cli("plan", job, "-b", "azureml", "--explain")
+    assert shown.returncode == 0, shown.stderr
+    parts = _parts_table(shown.stdout)
+    startup, *_, idle, total = parts["Standard_ND96asr_v4"][1:]
+    assert idle.endswith(" 5m") and startup.startswith("$") and total.startswith("$")  # 300 s idle: the spec default
+    assert parts["Standard_NC24rs_v3"][0] == "retired on 2025-09-30"
+    data = json.loads(cli("plan", job, "-b", "azureml", "--json").stdout)["selection"]
+    best = data["chosen"]
+    assert best["size"] == "Standard_ND96asr_v4" and best["breakdown"]["idle"]["s"] == 300
+    summed = sum(p["cost"] for p in best["breakdown"].values())
+    assert abs(summed - best["est_cost"]) / best["est_cost"] < 0.01
+    nc24rs = next(c for c in data["candidates"] if c["size"] == "Standard_NC24rs_v3")
+    assert not nc24rs["ok"] and "retired on 2025-09-30" in nc24rs["why"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from .conftest import ROOT
+from .support.cli import ROOT
 
 HEAVY = ("torch", "numpy", "azure", "boto3", "botocore", "sagemaker", "moto")
 

@@ -11,7 +11,7 @@ import pytest
 from cloudddp.api import Job, Run
 from cloudddp.backends.base import RunState
 
-from .conftest import FIXTURES, cli
+from .support.cli import FIXTURES, cli
 
 pytestmark = pytest.mark.slow
 TINY = FIXTURES / "tinyjob" / "job.yaml"
@@ -64,7 +64,7 @@ def test_two_nodes_times_one_process_through_real_rendezvous() -> None:
 def test_cancel_stops_every_process_of_the_run() -> None:
     job = Job.load(TINY, ["code.args=[--epochs, 1000, --sleep, 0.5]"])
     run = job.submit("local")
-    for record in run.metrics(follow=True):
+    for _ in run.metrics(follow=True):
         break  # it is training
     assert run_pids(run), "the run's processes are up"
     started = time.monotonic()

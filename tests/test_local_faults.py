@@ -11,8 +11,8 @@ import pytest
 from cloudddp.api import Job
 from cloudddp.backends.base import RunState
 
-from .conftest import FIXTURES
-from .faults import rank_processes, wait_for_rank
+from .support.cli import FIXTURES
+from .support.faults import rank_processes, wait_for_rank
 
 pytestmark = pytest.mark.slow
 TINY = FIXTURES / "tinyjob" / "job.yaml"

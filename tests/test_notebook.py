@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import ROOT
+from .support.cli import ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -22,13 +22,26 @@ from cloudddp.packaging import collect, folder_digest, ignore_line, pack, safe_m
 from .support.trees import age, pinned_tree
 
 # Recorded from the in-memory pack() (tar into BytesIO, then gzip) before packaging became a streaming
-# pass: the archive of pinned_tree() must stay exactly these bytes, or every cached snapshot in S3
-# would be uploaded again under a new name.
-PINNED_TAR_SHA256 = "0a3ce5f1df45c9d4639869fb67ba1f75454938e76a027dc61508b87fa40eeb73"
-PINNED_TAR_BYTES = 419_840
+# pass, without and with a file shipped alongside (``extra``): the archive of pinned_tree() must stay
+# exactly these bytes, or every cached snapshot in S3 would be uploaded again under a new name.
+# (extra, sha256 of the tar, its bytes, sha256 of the .tar.gz with zlib 1.2.13, its bytes)
 PINNED_ZLIB = "1.2.13"
-PINNED_TGZ_SHA256 = "2ddd52480864e30e9a3a7c236c484720696682442b4ed68123724f306c547a5d"
-PINNED_TGZ_BYTES = 301_193
+PINS = [
+    (
+        {},
+        "0a3ce5f1df45c9d4639869fb67ba1f75454938e76a027dc61508b87fa40eeb73",
+        419_840,
+        "2ddd52480864e30e9a3a7c236c484720696682442b4ed68123724f306c547a5d",
+        301_193,
+    ),
+    (
+        {"_cloudddp_launch.py": b"print('launch')\n"},
+        "07daa25d5d4babd9d84a78de0dce4f084fa8a52d87a979543472305072279eef",
+        419_840,
+        "05deed3cad24e35df4f2721e36b3acb563ca84ca4f71fc7d9e05dcdac319b675",
+        301_241,
+    ),
+]
 
 
 def make_tree(root: Path) -> None:
@@ -78,17 +91,24 @@ def test_archive_member_names_never_climb_out(name: str) -> None:
     assert safe_member("pkg/./model.py") == "pkg/model.py"
 
 
-def test_archive_bytes_are_pinned_across_implementations(tmp_path: Path) -> None:
-    snapshot = pack(pinned_tree(tmp_path / "code"))
+@pytest.mark.parametrize(
+    ("extra", "tar_sha256", "tar_bytes", "tgz_sha256", "tgz_bytes"), PINS, ids=["code", "code+extra"]
+)
+def test_archive_bytes_are_pinned_across_implementations(
+    tmp_path: Path, extra: dict[str, bytes], tar_sha256: str, tar_bytes: int, tgz_sha256: str, tgz_bytes: int
+) -> None:
+    snapshot = pack(pinned_tree(tmp_path / "code"), extra=extra)
     data = snapshot.path.read_bytes()
     assert hashlib.sha256(data).hexdigest() == snapshot.sha256 and len(data) == snapshot.size
     tar = gzip.decompress(data)
-    assert (hashlib.sha256(tar).hexdigest(), len(tar)) == (PINNED_TAR_SHA256, PINNED_TAR_BYTES)
+    assert (hashlib.sha256(tar).hexdigest(), len(tar)) == (tar_sha256, tar_bytes)
     assert data[:10] == b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # no name, mtime 0, "unknown OS"
     if zlib.ZLIB_RUNTIME_VERSION != PINNED_ZLIB:
-        pytest.skip(f"the pinned .tar.gz digest was recorded with zlib {PINNED_ZLIB}; this Python has "
-                    f"{zlib.ZLIB_RUNTIME_VERSION}, whose deflate may choose other (equally valid) bytes")
-    assert (snapshot.sha256, snapshot.size) == (PINNED_TGZ_SHA256, PINNED_TGZ_BYTES)
+        pytest.skip(
+            f"the pinned .tar.gz digest was recorded with zlib {PINNED_ZLIB}; this Python has "
+            f"{zlib.ZLIB_RUNTIME_VERSION}, whose deflate may choose other (equally valid) bytes"
+        )
+    assert (snapshot.sha256, snapshot.size) == (tgz_sha256, tgz_bytes)
 
 
 # -- the snapshot cache and the stat index ---------------------------------------------------------
@@ -98,8 +118,9 @@ def _refuse(*_: object, **__: object) -> None:
     raise AssertionError("the folder was read although its stamps vouch for it")
 
 
-def test_an_unchanged_folder_is_recognised_without_reading_or_packing_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                          cloudddp_home: Path) -> None:
+def test_an_unchanged_folder_is_recognised_without_reading_or_packing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cloudddp_home: Path
+) -> None:
     root = pinned_tree(tmp_path / "code")
     age(root)
     first = pack(root)
@@ -120,11 +141,14 @@ def test_an_unchanged_folder_is_recognised_without_reading_or_packing_it(tmp_pat
     assert pack(root, ["run.sh"]).files != pack(root).files  # other ignore rules, another index record
 
 
-def test_a_file_rewritten_within_the_racy_window_is_checked_by_content(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_rewritten_within_the_racy_window_is_checked_by_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Same-tick rewrites (same size, same mtime, same ctime) cannot be staged on purpose; dropping ctime
     # from the stamp and restoring the mtime by hand gives the index exactly the view it would have.
-    monkeypatch.setattr(filestate.Stamp, "of", classmethod(lambda cls, st: cls(st.st_size, st.st_mtime_ns, 0, st.st_ino, st.st_mode)))
+    monkeypatch.setattr(
+        filestate.Stamp, "of", classmethod(lambda cls, st: cls(st.st_size, st.st_mtime_ns, 0, st.st_ino, st.st_mode))
+    )
     root = tmp_path / "code"
     root.mkdir()
     (root / "train.py").write_text("lr = 0.1\n")
@@ -213,8 +237,10 @@ def test_large_snapshots_warn_with_each_big_file_and_the_line_that_leaves_it_out
     [warning] = snapshot_warnings(snapshot, threshold=100_000)
     assert f"{snapshot.size / 1000:.1f} kB compressed" in warning and str(root / ".cloudddpignore") in warning
     rows = warning.splitlines()[1:]
-    assert [row.split() for row in rows[:2]] == [["300.0", "kB", "runs/last.ckpt", "/runs/last.ckpt"],
-                                                ["200.0", "kB", "vocab", "[v2].txt", "/vocab", "\\[v2\\].txt"]]
+    assert [row.split() for row in rows[:2]] == [
+        ["300.0", "kB", "runs/last.ckpt", "/runs/last.ckpt"],
+        ["200.0", "kB", "vocab", "[v2].txt", "/vocab", "\\[v2\\].txt"],
+    ]
     for rel in ("runs/last.ckpt", "vocab [v2].txt"):  # each line, given as code.ignore, leaves out that file only
         assert pack(root, [ignore_line(rel)]).files == tuple(f for f in snapshot.files if f != rel)
 
@@ -233,8 +259,9 @@ def test_an_absurd_snapshot_is_refused_before_anything_is_packed(tmp_path: Path,
     assert pack(root, ["/dataset.npy"], max_bytes=2_000_000).files == ("train.py",)
 
 
-names = st.text(st.characters(blacklist_characters="/\0", blacklist_categories=("Cs",)), min_size=1, max_size=12).filter(
-    lambda s: s not in (".", ".."))
+names = st.text(
+    st.characters(blacklist_characters="/\0", blacklist_categories=("Cs",)), min_size=1, max_size=12
+).filter(lambda s: s not in (".", ".."))
 
 
 @settings(max_examples=300, deadline=None)
@@ -251,13 +278,20 @@ def test_the_suggested_ignore_line_matches_exactly_its_file(parts: list[str], ot
 
 
 line_chars = st.sampled_from(list("ab.*?[]!#\\/ (P<>)-"))
-path_parts = st.text(st.sampled_from(list("ab.*?[]!#\\ (P<>)-")), min_size=1, max_size=5).filter(lambda s: s not in (".", ".."))
+path_parts = st.text(st.sampled_from(list("ab.*?[]!#\\ (P<>)-")), min_size=1, max_size=5).filter(
+    lambda s: s not in (".", "..")
+)
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.text(line_chars, max_size=10), max_size=6), st.lists(st.lists(path_parts, min_size=1, max_size=3),
-                                                                         min_size=1, max_size=8), st.booleans())
-def test_the_combined_ignore_regex_answers_as_gitignorespec(lines: list[str], paths: list[list[str]], defaults: bool) -> None:
+@given(
+    st.lists(st.text(line_chars, max_size=10), max_size=6),
+    st.lists(st.lists(path_parts, min_size=1, max_size=3), min_size=1, max_size=8),
+    st.booleans(),
+)
+def test_the_combined_ignore_regex_answers_as_gitignorespec(
+    lines: list[str], paths: list[list[str]], defaults: bool
+) -> None:
     lines = [*packaging.DEFAULT_IGNORES, *lines] if defaults else lines
     try:
         ignored = packaging._Ignored(lines)
@@ -273,3 +307,16 @@ def test_an_invalid_ignore_line_is_a_user_error(tmp_path: Path) -> None:
     (tmp_path / "code" / ".cloudddpignore").write_text("!\n")
     with pytest.raises(UserError, match="not a valid pattern"):
         pack(tmp_path / "code")
+
+
+def test_files_cloudddp_ships_with_the_code_are_packed_in_order_and_may_not_collide(tmp_path: Path) -> None:
+    root = pinned_tree(tmp_path / "code")
+    snapshot = pack(root, extra={"_launch.py": b"print('launch')\n"})
+    assert "_launch.py" in snapshot.files and list(snapshot.files) == sorted(snapshot.files)
+    with tarfile.open(snapshot.path) as tar:
+        assert tar.getnames() == list(snapshot.files)
+        info = tar.getmember("_launch.py")
+        assert info.mode == 0o644 and tar.extractfile(info).read() == b"print('launch')\n"  # type: ignore[union-attr]
+    assert pack(root, extra={"_launch.py": b"print('other')\n"}).sha256 != snapshot.sha256  # not the cached one
+    with pytest.raises(UserError, match="ships a file of that name"):
+        pack(root, extra={"train.py": b""})

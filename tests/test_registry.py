@@ -13,7 +13,7 @@ import pytest
 
 from cloudddp.registry import Registry
 
-from .conftest import cli
+from .support.cli import cli
 from .support.runs import STATES, fill
 
 
@@ -40,8 +40,9 @@ def statements(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     monkeypatch.undo()
 
 
-def test_every_query_of_list_find_and_count_is_answered_from_an_index(registry: Registry,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_query_of_list_find_and_count_is_answered_from_an_index(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
     newest = registry.list(limit=1)[0]
     with statements(registry, monkeypatch) as seen:
         registry.list()
@@ -77,7 +78,9 @@ def test_pages_filters_and_prefixes_agree_with_the_whole_table(registry: Registr
     assert len(failed_sm) == registry.count(backend="sagemaker", state="failed") > 0
     assert registry.list(name="job1*", limit=None) == [r for r in everything if r.name.startswith("job1")]
     assert registry.list(name="job1", limit=None) == []  # no wildcard: the exact name
-    assert [r.run_id for r in registry.find("job03-00")] == [r.run_id for r in everything if r.run_id.startswith("job03-00")]
+    assert [r.run_id for r in registry.find("job03-00")] == [
+        r.run_id for r in everything if r.run_id.startswith("job03-00")
+    ]
     assert registry.find("") == everything and registry.find("nope") == []
 
 
@@ -94,5 +97,9 @@ def test_cli_list_pages_with_filters_and_says_how_to_get_the_next_page(cloudddp_
     second = cli(*hint[1:], "--json")
     assert second.returncode == 0, second.stderr
     runs = json.loads(second.stdout)
-    assert len(runs) == 5 and {r["state"] for r in runs} == {"failed"} and runs[0]["created_at"] < 1e9 + int(shown[-1][-6:])
+    assert (
+        len(runs) == 5
+        and {r["state"] for r in runs} == {"failed"}
+        and runs[0]["created_at"] < 1e9 + int(shown[-1][-6:])
+    )
     assert cli("list", "--before", "no-such-run").returncode == 2

@@ -20,8 +20,8 @@ import torch
 from cloudddp.api import Job, Run
 from cloudddp.backends.base import RunState
 
-from .conftest import ROOT, cli
-from .faults import rank_processes, wait_for_rank
+from .support.cli import ROOT, cli
+from .support.faults import rank_processes, wait_for_rank
 
 pytestmark = pytest.mark.slow
 DIGITS = ROOT / "jobs" / "digits-local.yaml"

@@ -11,7 +11,7 @@ from cloudddp.errors import SpecError, UserError
 from cloudddp.spec import JobSpec, parse_duration
 from cloudddp.specload import load_spec, spec_from_dict
 
-from .conftest import ROOT, cli
+from .support.cli import ROOT, cli
 
 
 def write(tmp_path: Path, text: str | bytes, name: str = "job.yaml") -> Path:
@@ -88,7 +88,7 @@ def test_overrides_apply_with_yaml_types_and_report_their_origin(tmp_path: Path)
     assert spec.env["A"].value == "1"
     with pytest.raises(SpecError, match=r"override -o resources.nodes=zero: resources.nodes"):
         load_spec(path, ["resources.nodes=zero"])
-    with pytest.raises(UserError, match="expected key.path=value"):
+    with pytest.raises(UserError, match=r"expected key\.path=value"):
         load_spec(path, ["resources.nodes"])
 
 

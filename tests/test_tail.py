@@ -25,8 +25,12 @@ def reference_lines(data: bytes) -> list[str]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from([b"a", b"\xc3\xa9", b"\xe2\x82\xac", b"\xc3", b"\xff", b"\r", b"\n", b"\r\n"]),
-                max_size=40).map(b"".join), st.integers(1, 7))
+@given(
+    st.lists(
+        st.sampled_from([b"a", b"\xc3\xa9", b"\xe2\x82\xac", b"\xc3", b"\xff", b"\r", b"\n", b"\r\n"]), max_size=40
+    ).map(b"".join),
+    st.integers(1, 7),
+)
 def test_lines_match_universal_newlines_whatever_the_chunk_boundaries(data: bytes, chunk: int) -> None:
     import tempfile
 
@@ -48,8 +52,10 @@ def test_metrics_of_a_run_with_many_lines_stream_in_bounded_memory(cloudddp_home
     run.write_status(state="succeeded", nodes=1)
     count = 40_000
     with open(run.metrics, "w") as f:
-        f.writelines(json.dumps({"step": step, "epoch": step // 1000, "time": 1.7e9 + step, "train_loss": 1 / (step + 1)})
-                     + "\n" for step in range(count))
+        f.writelines(
+            json.dumps({"step": step, "epoch": step // 1000, "time": 1.7e9 + step, "train_loss": 1 / (step + 1)}) + "\n"
+            for step in range(count)
+        )
     size = run.metrics.stat().st_size
     tracemalloc.start()
     try:

@@ -13,13 +13,13 @@ import torch
 
 from cloudddp import metrics as cloud_metrics
 
-from .conftest import ROOT
-from .train_helpers import train
+from .support.cli import ROOT
+from .support.train_helpers import train, write_cifar10_batches
 
 sys.path.insert(0, str(ROOT / "src_train"))
-import checkpoint  # noqa: E402
-import data as datasets  # noqa: E402
-import metrics as script_metrics  # noqa: E402
+import checkpoint
+import data as datasets
+import metrics as script_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def test_cifar10_loader_reads_the_real_pickle_format_from_folder_parent_and_targ
 
     train_set, test_set = fake_cifar()
     folder = tmp_path / "cifar-10-batches-py"
-    datasets.write_cifar10_batches(folder, train_set, test_set)
+    write_cifar10_batches(folder, train_set, test_set)
     for root in (folder, tmp_path):
         ds = datasets.load_cifar10(root)
         assert ds.train_x.shape == (60, 3, 32, 32) and ds.train_x.dtype == torch.uint8

@@ -16,7 +16,7 @@ import pytest
 from cloudddp.api import Job
 from cloudddp.live import sparkline
 
-from .conftest import FIXTURES, ROOT, cli
+from .support.cli import FIXTURES, ROOT, cli
 
 TINY = FIXTURES / "tinyjob" / "job.yaml"
 

@@ -1,22 +1,54 @@
-"""The backend protocol: render → launch → status / logs / metrics / cancel / list.
+"""The backend contract: what every backend does, with the same meaning everywhere.
 
-A backend is a small class. ``render`` is pure (no network, no credentials, no cloud SDK import);
-``launch`` sends exactly the plan ``render`` produced. What a backend cannot do it declares in
-``capabilities.unsupported`` with a reason that reaches the user.
+A backend subclasses :class:`Backend`, declares what it is (``name``, ``description``, ``cloud``,
+``options_model``, ``capabilities``, ``sigterm_grace``) and implements the private hooks. The public verbs
+live here, once, with their written semantics:
+
+``render(spec) -> Plan``
+    Pure: no network, no credentials, no cloud SDK import. Refuses, in one message, every feature the spec
+    uses that the backend declares unsupported (with the backend's reason); caveats become plan warnings.
+``submit(spec, checks=True, provision=True, progress=None) -> Submission``
+    ``render`` + preflight checks (a failed check raises :class:`PreflightFailed` unless ``checks=False``)
+    + ``launch``. The CLI and the Python API both submit through it.
+``launch(plan, ...) -> run id``
+    Sends exactly the plan; never reads the spec again. Records the run in the registry. Idempotent where
+    the target allows it: a retried launch of the same plan finds its run instead of starting another.
+``status(run_id) -> RunStatus``
+    Free of side effects. An unknown id raises :class:`~cloudddp.errors.RunNotFound` (the same on every
+    backend).
+``logs(run_id, follow=False) -> Iterator[LogLine]``
+    Every line the run's processes printed so far, each tagged with where it came from; with ``follow``,
+    the iterator goes on yielding new lines and ends when the run has ended and its last lines are out.
+``metrics(run_id, follow=False) -> Iterator[MetricRecord]``
+    The metric records in those lines, with the same ending rule.
+``cancel(run_id) -> bool``
+    Idempotent: True when a stop was requested, False when the run had already ended (not an error).
+``preflight(plan) -> list[Check]``
+    Checks that need the target (credentials, quota, data reachable); ``doctor`` prints them.
+
+Each backend maps its SDK's exceptions to cloudddp's in one place (:meth:`Backend._translate`); every
+verb runs its hook under that mapping, so a missing credential is a message with exit code 2, never a
+traceback.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+from pydantic import BaseModel
+
+from ..errors import CloudDDPError, RunNotFound, UserError
 from ..metrics import MetricRecord, metrics_from_lines
 from ..plan import Plan
 from ..registry import Registry
+from ..sizing import SizeTarget
 from ..spec import JobSpec
+from .features import Capabilities, Feature, features_used
 
 
 class RunState(str, Enum):
@@ -76,18 +108,6 @@ class LogLine:
 
 
 @dataclass(frozen=True)
-class Capabilities:
-    cancel: bool = True
-    follow_logs: bool = True
-    metrics: bool = True
-    multi_node: bool = True
-    spot: bool = False
-    provision: bool = False
-    unsupported: dict[str, str] = field(default_factory=dict)
-    """Feature → why this backend does not support it."""
-
-
-@dataclass(frozen=True)
 class Check:
     """One preflight check: ``ok`` is True (passed), False (failed) or None (could not be checked)."""
 
@@ -101,58 +121,196 @@ class Check:
         return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix}
 
 
+class PreflightFailed(UserError):
+    """Preflight checks failed: the job was not launched."""
+
+    def __init__(self, checks: list[Check]) -> None:
+        self.checks = checks
+        lines = [f"{c.name}: {c.detail}" + (f"\n    fix: {c.fix}" if c.fix else "") for c in checks]
+        super().__init__("preflight checks failed; fix them or pass --skip-checks:\n  " + "\n  ".join(lines))
+
+
+@dataclass(frozen=True)
+class Launched:
+    """What a backend's launch hook reports: the run id and what the registry keeps to find it again."""
+
+    run_id: str
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Submission:
+    plan: Plan
+    run_id: str
+
+
 class Progress(Protocol):
-    """What long work reports to; the CLI draws it with rich, the API may ignore it."""
+    """What long work reports to; the CLI draws it, the API may pass nothing."""
+
+    def planned(self, plan: Plan) -> None:
+        """The plan is rendered (its decisions and warnings are worth showing before anything is sent)."""
 
     def step(self, description: str) -> None: ...
 
     def advance(self, description: str, done: int, total: int | None) -> None: ...
 
 
-class Backend(abc.ABC):
+OptionsT = TypeVar("OptionsT", bound=BaseModel)
+
+
+class Backend(abc.ABC, Generic[OptionsT]):
     name: ClassVar[str]
     description: ClassVar[str]
+    options_model: ClassVar[type[BaseModel]]
+    """The pydantic model of this backend's section of the job spec (``<name>:``)."""
+    cloud: ClassVar[str | None] = None
+    """The cloud whose sizes the catalog offers for this backend, or None (no size choice)."""
     capabilities: ClassVar[Capabilities] = Capabilities()
+    sigterm_grace: ClassVar[int] = 30
+    """Seconds between SIGTERM (cancel, preemption) and SIGKILL on this backend (the runtime contract)."""
+    needs_credentials: ClassVar[bool] = False
     registry: Registry
 
+    def __init__(self, *, registry: Registry | None = None) -> None:
+        self.registry = registry or Registry()
+
+    # -- what a backend implements -------------------------------------------------------------
     @abc.abstractmethod
-    def render(self, spec: JobSpec) -> Plan:
-        """The exact request this backend would send for ``spec``; pure and offline."""
+    def _render(self, spec: JobSpec) -> Plan: ...
 
     @abc.abstractmethod
-    def launch(self, plan: Plan, *, progress: Progress | None = None) -> str:
-        """Send ``plan``; return the run id."""
+    def _launch(self, plan: Plan, *, provision: bool, progress: Progress | None) -> Launched: ...
 
     @abc.abstractmethod
-    def status(self, run_id: str) -> RunStatus: ...
+    def _describe(self, run_id: str) -> RunStatus | None:
+        """The run's status, or None when the backend has no such run."""
 
     @abc.abstractmethod
-    def logs(self, run_id: str, *, follow: bool = False) -> Iterator[LogLine]: ...
+    def _log_iter(self, run_id: str, *, follow: bool) -> Iterator[LogLine]: ...
 
-    def metrics(self, run_id: str, *, follow: bool = False) -> Iterator[MetricRecord]:
+    @abc.abstractmethod
+    def _cancel(self, run_id: str) -> None:
+        """Ask the run to stop (SIGTERM first, so the script can checkpoint); called only for a live run."""
+
+    def _metric_iter(self, run_id: str, *, follow: bool) -> Iterator[MetricRecord]:
         """Metric records parsed from the run's log lines (the same on every backend)."""
-        return metrics_from_lines(self.logs(run_id, follow=follow))
+        return metrics_from_lines(self._log_iter(run_id, follow=follow))
 
-    def preflight(self, plan: Plan) -> list[Check]:
-        """Checks that need the target (credentials, quota, data reachable); run by ``doctor`` and before submit."""
+    def _preflight(self, plan: Plan) -> list[Check]:
         return []
 
-    @abc.abstractmethod
-    def cancel(self, run_id: str) -> None: ...
+    def _translate(self, error: Exception) -> CloudDDPError | None:
+        """This backend's SDK error as cloudddp's (e.g. a missing credential as a BackendUnavailable), or None."""
+        return None
 
-    def list(self) -> list[RunStatus]:
+    def size_target(self, spec: JobSpec) -> SizeTarget | None:
+        """Where this backend's sizes come from for ``spec`` (None: the backend chooses no size)."""
+        return None
+
+    def options(self, spec: JobSpec) -> OptionsT:
+        """This backend's section of ``spec``."""
+        section: OptionsT = spec.section(self.name)
+        return section
+
+    # -- the verbs -------------------------------------------------------------------------------
+    def render(self, spec: JobSpec) -> Plan:
+        used = features_used(spec, self.name)
+        refused = [f"{f.value}: {why}" for f, why in self.capabilities.unsupported.items() if f in used]
+        if refused:
+            raise UserError(f"the {self.name} backend cannot run this job:\n  " + "\n  ".join(refused),
+                            hint="change the spec (or override it with -o), or choose another backend")
+        with self._errors():
+            plan = self._render(spec)
+        plan.warnings += [f"{f.value}: {why}" for f, why in self.capabilities.caveats.items() if f in used]
+        return plan
+
+    def submit(self, spec: JobSpec, *, checks: bool = True, provision: bool = True,
+               progress: Progress | None = None) -> Submission:
+        self._check_launch_options(provision)
+        plan = self.render(spec)
+        if progress is not None:
+            progress.planned(plan)
+        return Submission(plan, self.launch(plan, checks=checks, provision=provision, progress=progress))
+
+    def launch(self, plan: Plan, *, checks: bool = True, provision: bool = True,
+               progress: Progress | None = None) -> str:
+        if plan.backend != self.name:
+            raise UserError(f"this plan was rendered for the {plan.backend} backend, not {self.name}")
+        self._check_launch_options(provision)
+        if checks:
+            failed = [c for c in self.preflight(plan) if c.ok is False]
+            if failed:
+                raise PreflightFailed(failed)
+        with self._errors():
+            launched = self._launch(plan, provision=provision, progress=progress)
+        if self.registry.get(launched.run_id) is None:
+            self.registry.add(launched.run_id, self.name, plan.job_name, RunState.PENDING.value, launched.info)
+        return launched.run_id
+
+    def preflight(self, plan: Plan) -> list[Check]:
+        with self._errors():
+            return self._preflight(plan)
+
+    def status(self, run_id: str) -> RunStatus:
+        with self._errors():
+            found = self._describe(run_id)
+        if found is None:
+            raise RunNotFound(f"no {self.name} run {run_id!r}",
+                              hint="`cloudddp list` shows the runs started from this machine")
+        return found
+
+    def logs(self, run_id: str, *, follow: bool = False) -> Iterator[LogLine]:
+        self._require(Feature.FOLLOW_LOGS if follow else None)
+        self.status(run_id)  # an unknown id fails here, before the first line
+        return self._mapped(lambda: self._log_iter(run_id, follow=follow))
+
+    def metrics(self, run_id: str, *, follow: bool = False) -> Iterator[MetricRecord]:
+        self._require(Feature.FOLLOW_LOGS if follow else None)
+        self.status(run_id)
+        return self._mapped(lambda: self._metric_iter(run_id, follow=follow))
+
+    def cancel(self, run_id: str) -> bool:
+        self._require(Feature.CANCEL)
+        if self.status(run_id).state.terminal:
+            return False
+        with self._errors():
+            self._cancel(run_id)
+        return True
+
+    def list(self, limit: int = 100) -> list[RunStatus]:
         """This backend's runs from this machine's registry, each with its current status."""
-        from ..errors import RunNotFound
-
         out = []
-        for record in self.registry.list(backend=self.name):
+        for record in self.registry.list(backend=self.name, limit=limit):
             try:
                 out.append(self.status(record.run_id))
             except RunNotFound:
                 continue
         return out
 
-    def submit(self, spec: JobSpec, *, progress: Progress | None = None) -> tuple[Plan, str]:
-        """render + launch: what is sent is what a dry run shows."""
-        plan = self.render(spec)
-        return plan, self.launch(plan, progress=progress)
+    # -- shared machinery -----------------------------------------------------------------------
+    def _check_launch_options(self, provision: bool) -> None:
+        if not provision and not self.capabilities.supports(Feature.PROVISION):
+            raise UserError(f"--no-provision: {self.capabilities.unsupported[Feature.PROVISION]}",
+                            hint="drop --no-provision for this backend")
+
+    def _require(self, feature: Feature | None) -> None:
+        if feature is not None and not self.capabilities.supports(feature):
+            raise UserError(f"{self.name} cannot {feature.value}: {self.capabilities.unsupported[feature]}")
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Run a hook with this backend's SDK errors mapped to cloudddp's."""
+        try:
+            yield
+        except CloudDDPError:
+            raise
+        except Exception as e:
+            mapped = self._translate(e)
+            if mapped is None:
+                raise
+            raise mapped from None
+
+    def _mapped(self, make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+        """A generator hook with errors mapped, including those raised while it is iterated."""
+        with self._errors():
+            yield from make()

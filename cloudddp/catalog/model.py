@@ -1,7 +1,7 @@
-"""A simple, documented model of DDP step time, scaling efficiency and cost.
+"""A documented model of DDP step time, scaling efficiency and the cost of the whole job.
 
     step = compute + exposed communication
-    compute = per-GPU batch × FLOPs per sample / (GPU dense peak × MFU)
+    compute = per-GPU batch / (the GPU's measured images/s on the network; see speed.py)
     all-reduce of S gradient bytes, hierarchical (ring inside the node, ring across nodes):
         intra = 2(G−1)/G · S / B_node           (NVLink or PCIe bus bandwidth inside the node)
         inter = 2(N−1)/N · S / (B_fabric · η) + 2(N−1)·α
@@ -10,27 +10,55 @@
         exposed = last-bucket share of (intra + inter) + max(0, intra + inter − OVERLAP · backward)
     efficiency = compute / step (throughput at N GPUs over N × one GPU's).
 
-Constants (stated, not fitted per case): MFU 0.40 for large conv nets (per-model values in
-KNOWN_MODELS, e.g. 0.13 for ResNet-18 at 32×32, from a measured A100 anchor), fabric
-efficiency η 0.80 of the line rate, latency α 5 µs on InfiniBand/EFA and 30 µs on Ethernet (TCP),
-OVERLAP 0.9. Checked in tests against published figures (PyTorch's DDP benchmark, ResNet-50 on 16
-V100s over 4 × 100 Gb InfiniBand ≈ 93 %; Goyal et al. 2017, ResNet-50 on 256 P100s over 50 Gb
-Ethernet ≈ 90 %).
+Constants (stated, not fitted per case): fabric efficiency η 0.80 of the line rate, latency α 5 µs on
+InfiniBand/EFA and 30 µs on Ethernet (TCP), OVERLAP 0.9. ``tests/test_catalog_model.py`` holds the model
+to four published figures (PyTorch's DDP benchmark, Goyal et al. 2017, Horovod over 40 Gb Ethernet,
+MLPerf Training v1.0 on two A100 nodes over HDR InfiniBand). Not modelled: the loss of per-GPU
+efficiency when strong scaling shrinks the per-GPU batch, and input pipelines that cannot keep up.
+
+The whole job (``estimate`` with ``overheads``): start-up (provisioning when billed, image pull, data
+download), training, checkpoint writes, shutdown (model upload, teardown) and idle nodes before
+scale-down, each priced at the size's hourly price × nodes; see overheads.py for what each cloud bills.
 """
 
 from __future__ import annotations
 
 import csv
 import functools
+import math
 from dataclasses import dataclass
 from importlib import resources
 
-MFU = 0.40
+from .overheads import Overheads
+from .speed import anchor
+
 FABRIC_EFFICIENCY = 0.80
 OVERLAP = 0.9
 BUCKET_BYTES = 25 * 2**20
 LATENCY_S = {"infiniband": 5e-6, "efa": 5e-6, "ethernet": 30e-6}
 ETHERNET_DEFAULT_GBPS = 10.0  # when the catalog has no figure for a non-RDMA size
+CHECKPOINT_BYTES_PER_PARAM = 8  # fp32 weights + SGD momentum (src_train/train.py uses SGD with momentum)
+MODEL_BYTES_PER_PARAM = 4  # the final fp32 weights rank 0 writes
+
+KNOWN_MODELS = {
+    # params, forward multiply-accumulates per sample (FLOPs = 2 × MACs; training ≈ 3 × forward)
+    "resnet18": (11_173_962, 0.557e9),  # CIFAR stem at 32×32
+    "resnet18-imagenet": (11_689_512, 0.0373e9),  # 1.82 GMACs at 224² × (32/224)²: the ImageNet stem on CIFAR
+    "resnet50": (25_557_032, 4.1e9),  # at 224²
+    "cnn": (100_000, 0.005e9),
+}
+DATASET_SAMPLES = {"cifar10": 50_000, "digits": 1_437, "synthetic": 5_000, "imagenet": 1_281_167}
+DATASET_BYTES = {
+    "cifar10": 60_000 * 32 * 32 * 3,  # 60,000 uint8 32×32×3 images: ≈ 184 MB
+    "digits": 0.0,  # ships inside the scikit-learn wheel
+    "synthetic": 0.0,  # generated in the job
+    "imagenet": 138e9,  # the ILSVRC2012 training archive as image-net.org lists it (not re-checked here)
+}
+
+
+def flops_per_sample(model: str) -> float | None:
+    known = KNOWN_MODELS.get(model)
+    return 3 * 2 * known[1] if known else None
 
 
 @dataclass(frozen=True)
@@ -41,27 +69,23 @@ class Workload:
     epochs: int
     per_gpu_batch: int
     grad_bytes_per_param: int = 4
-    mfu: float = 0.40
+    network: str = ""
+    a100_images_per_s: float | None = None  # one A100 SXM on this network (speed.anchor)
+    a100_basis: str = ""
+    dataset_bytes: float = 0.0
+    checkpoint_every: int = 0  # epochs between checkpoints; 0: none
 
 
-KNOWN_MODELS = {
-    # params, forward FLOPs per sample (×3 for forward + backward), achievable MFU
-    # CIFAR-stem ResNet-18 on 32×32: small convolutions reach ~13 % of an A100's bf16 peak
-    # (23,800 images/s × 1.67 GFLOPs ≈ 40 TFLOP/s; see shared anchors); ResNet-50 at 224² ~40 %.
-    "resnet18": (11_173_962, 0.557e9, 0.13),
-    "resnet18-imagenet": (11_689_512, 0.0373e9, 0.05),  # 1.82 GFLOPs at 224² × (32/224)²
-    "resnet50": (25_557_032, 4.1e9, MFU),
-    "cnn": (100_000, 0.005e9, 0.02),
-}
-DATASET_SAMPLES = {"cifar10": 50_000, "digits": 1_437, "synthetic": 5_000, "imagenet": 1_281_167}
-
-
-def workload_for_model(model: str, samples_per_epoch: int, epochs: int, per_gpu_batch: int) -> Workload | None:
+def workload_for_model(model: str, samples_per_epoch: int, epochs: int, per_gpu_batch: int, *,
+                       dataset_bytes: float = 0.0, checkpoint_every: int = 0) -> Workload | None:
     known = KNOWN_MODELS.get(model)
     if known is None:
         return None
-    params, fwd, mfu = known
-    return Workload(params, 3 * fwd, samples_per_epoch, epochs, per_gpu_batch, mfu=mfu)
+    params, _ = known
+    flops = flops_per_sample(model) or 0.0
+    a100, basis = anchor(model, flops, flops_per_sample("resnet18") or flops)
+    return Workload(params, flops, samples_per_epoch, epochs, per_gpu_batch, network=model, a100_images_per_s=a100,
+                    a100_basis=basis, dataset_bytes=dataset_bytes, checkpoint_every=checkpoint_every)
 
 
 @functools.cache
@@ -78,21 +102,41 @@ def peak_tflops(gpu: str) -> float | None:
     return None
 
 
+PARTS = ("startup", "training", "checkpoint", "shutdown", "idle")
+
+
 @dataclass(frozen=True)
 class Estimate:
+    images_per_s_per_gpu: float
     step_s: float
     compute_s: float
     comm_s: float
     exposed_comm_s: float
     efficiency: float
-    epoch_s: float | None
-    job_s: float | None
+    epoch_s: float
+    provision_unbilled_s: float  # waiting for nodes that is not billed (SageMaker before TrainingStartTime)
+    startup_s: float  # billed, per node
+    training_s: float
+    checkpoint_s: float
+    shutdown_s: float
+    idle_s: float
+    billed_s: float  # per node, rounded up to the billing increment
+    job_s: float  # wall clock from request to the end of the job
     price_per_hour: float | None  # all nodes
-    cost_per_epoch: float | None
+    startup_cost: float | None
+    training_cost: float | None
+    checkpoint_cost: float | None
+    shutdown_cost: float | None
+    idle_cost: float | None
     total_cost: float | None
+    cost_per_epoch: float | None
 
     def to_dict(self) -> dict[str, float | None]:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+    def breakdown(self) -> dict[str, tuple[float, float | None]]:
+        """Seconds and cost of each billed part, in the order they happen."""
+        return {p: (getattr(self, f"{p}_s"), getattr(self, f"{p}_cost")) for p in PARTS}
 
 
 def allreduce_seconds(grad_bytes: float, gpus_per_node: int, nodes: int, intranode_gb_s: float,
@@ -108,23 +152,46 @@ def allreduce_seconds(grad_bytes: float, gpus_per_node: int, nodes: int, intrano
     return intra + inter
 
 
-def estimate(workload: Workload, *, gpus_per_node: int, nodes: int, peak: float, intranode_gb_s: float,
-             fabric: str, fabric_gbps: float | None, price_per_node_hour: float | None) -> Estimate:
-    compute = workload.per_gpu_batch * workload.flops_per_sample / (peak * 1e12 * workload.mfu)
+def _transfer_s(nbytes: float, gbps: float) -> float:
+    return nbytes * 8 / (gbps * 1e9) if nbytes and gbps else 0.0
+
+
+def estimate(workload: Workload, *, gpus_per_node: int, nodes: int, images_per_s_per_gpu: float, intranode_gb_s: float,
+             fabric: str, fabric_gbps: float | None, price_per_node_hour: float | None,
+             overheads: Overheads | None = None) -> Estimate:
+    """Step time, efficiency and — with ``overheads`` — every billed part of the job and its cost."""
+    compute = workload.per_gpu_batch / images_per_s_per_gpu
     grad_bytes = workload.params * workload.grad_bytes_per_param
     comm = allreduce_seconds(grad_bytes, gpus_per_node, nodes, intranode_gb_s, fabric, fabric_gbps)
     last_bucket = min(1.0, BUCKET_BYTES / max(grad_bytes, 1))
-    backward = compute * 2 / 3
-    exposed = last_bucket * comm + max(0.0, comm - OVERLAP * backward) if comm else 0.0
+    exposed = last_bucket * comm + max(0.0, comm - OVERLAP * compute * 2 / 3) if comm else 0.0
     step = compute + exposed
     world = gpus_per_node * nodes
-    steps_per_epoch = workload.samples_per_epoch / (workload.per_gpu_batch * world)
-    epoch_s = steps_per_epoch * step
-    job_s = epoch_s * workload.epochs
+    epoch_s = workload.samples_per_epoch / (workload.per_gpu_batch * world) * step
+    training = epoch_s * workload.epochs
+    o = overheads
+    provision_unbilled = startup = checkpoint = shutdown = idle = 0.0
+    increment = 1.0
+    if o is not None:
+        provision_unbilled = 0.0 if o.provision_billed else o.provision_s
+        startup = ((o.provision_s if o.provision_billed else 0.0) + _transfer_s(o.image_gb * 1e9, o.pull_gbps)
+                   + _transfer_s(workload.dataset_bytes, o.download_gbps))
+        writes = workload.epochs // workload.checkpoint_every if workload.checkpoint_every > 0 else 0
+        checkpoint = writes * _transfer_s(workload.params * CHECKPOINT_BYTES_PER_PARAM, o.checkpoint_gbps)
+        shutdown = _transfer_s(workload.params * MODEL_BYTES_PER_PARAM, o.upload_gbps) + o.teardown_s
+        idle = o.idle_s
+        increment = max(o.billing_increment_s, 1e-9)
+    billed = math.ceil((startup + training + checkpoint + shutdown + idle) / increment) * increment
     price = price_per_node_hour * nodes if price_per_node_hour is not None else None
+
+    def cost(seconds: float) -> float | None:
+        return price * seconds / 3600 if price is not None else None
+
     return Estimate(
-        step_s=step, compute_s=compute, comm_s=comm, exposed_comm_s=exposed, efficiency=compute / step,
-        epoch_s=epoch_s, job_s=job_s, price_per_hour=price,
-        cost_per_epoch=price * epoch_s / 3600 if price is not None else None,
-        total_cost=price * job_s / 3600 if price is not None else None,
+        images_per_s_per_gpu=images_per_s_per_gpu, step_s=step, compute_s=compute, comm_s=comm, exposed_comm_s=exposed,
+        efficiency=compute / step, epoch_s=epoch_s, provision_unbilled_s=provision_unbilled, startup_s=startup,
+        training_s=training, checkpoint_s=checkpoint, shutdown_s=shutdown, idle_s=idle, billed_s=float(billed),
+        job_s=provision_unbilled + startup + training + checkpoint + shutdown, price_per_hour=price,
+        startup_cost=cost(startup), training_cost=cost(training), checkpoint_cost=cost(checkpoint),
+        shutdown_cost=cost(shutdown), idle_cost=cost(idle), total_cost=cost(billed), cost_per_epoch=cost(epoch_s),
     )

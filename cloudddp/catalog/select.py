@@ -2,8 +2,11 @@
 
 Candidates are every catalog size of the target cloud whose GPU count fits the job (nodes × GPUs per
 node, or a total the size's GPU count divides). Each is rejected with a reason, or accepted and
-ranked by the estimated cost of the whole job (price × nodes × estimated runtime), not price per hour.
-More than one node requires an RDMA fabric (InfiniBand/EFA) unless the spec says ``interconnect: any``.
+ranked by the estimated cost of the whole job — start-up, training, checkpoints, shutdown and idle
+nodes, each at the size's price (model.py, overheads.py) — not by price per hour; sizes without a
+price rank after priced ones. More than one node requires an RDMA fabric (InfiniBand/EFA) unless the
+spec says ``interconnect: any``. A retired size is never picked; one retiring within
+``RETIRING_WARN_DAYS`` of the catalog date is picked only with a warning.
 """
 
 from __future__ import annotations
@@ -11,15 +14,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .model import Estimate, Workload, estimate, peak_tflops
-from .skus import CATALOG_DATE, Sku, azure_ib_alternative, find, skus
+from .model import Estimate, Workload, estimate
+from .overheads import overheads
+from .skus import (
+    CATALOG_DATE,
+    RETIRING_WARN_DAYS,
+    Sku,
+    azure_ib_alternative,
+    check_cloud,
+    find,
+    skus,
+)
+from .speed import gpu_key, speed, speed_basis
 
 SMDDP_SOURCE = "SM_DATAPARALLEL_SUPPORTED_INSTANCE_TYPES in the SageMaker Python SDK (sagemaker/core/fw_utils.py)"
 
 
 @dataclass(frozen=True)
 class Requirements:
-    cloud: Literal["azure", "aws"]
+    cloud: str  # one of skus.clouds()
     nodes: int | None = None
     gpus_per_node: int | None = None
     total_gpus: int | None = None
@@ -31,6 +44,7 @@ class Requirements:
     max_price_per_hour: float | None = None
     instance_type: str | None = None
     workload: Workload | None = None
+    idle_s: float | None = None  # the cluster's idle time before scale-down, where the cloud bills it (Azure ML)
 
 
 @dataclass
@@ -50,12 +64,15 @@ class Candidate:
     def row(self) -> dict[str, Any]:
         e = self.estimate
         price = e.price_per_hour if e else (self.sku.price_per_hour * self.nodes if self.sku.price_per_hour else None)
+        key = gpu_key(self.sku.gpu, self.sku.gpu_model)
         return {
             "size": self.sku.size, "nodes": self.nodes, "gpus": f"{self.nodes}×{self.sku.gpus} {self.sku.gpu}",
             "gpu_memory_gb": self.sku.gpu_mem_gb, "fabric": _fabric(self.sku), "price_per_hour": price,
-            "price_kind": self.sku.price_kind, "est_cost": e.total_cost if e else None,
-            "efficiency": e.efficiency if e else None, "ok": self.ok, "why": "; ".join(self.reasons),
-            "warnings": self.warnings,
+            "price_kind": self.sku.price_kind, "price_date": self.sku.price_date, "lifecycle": self.sku.lifecycle_text(),
+            "est_cost": e.total_cost if e else None, "efficiency": e.efficiency if e else None,
+            "breakdown": {part: {"s": round(s, 3), "cost": c} for part, (s, c) in e.breakdown().items()} if e else None,
+            "job_s": e.job_s if e else None, "speed_vs_a100": speed(key), "speed_basis": speed_basis(key),
+            "ok": self.ok, "why": "; ".join(self.reasons), "warnings": self.warnings,
         }
 
 
@@ -88,7 +105,7 @@ class Selection:
 
 
 def smddp_types() -> list[str]:
-    return sorted(s.size for s in skus("aws") if s.smddp)
+    return sorted(s.size for s in skus("aws") if s.smddp and not s.retired)
 
 
 def _shapes(req: Requirements, sku: Sku) -> tuple[int, int] | str:
@@ -108,10 +125,12 @@ def _judge(req: Requirements, sku: Sku, named: bool) -> Candidate:
     shape = _shapes(req, sku)
     if isinstance(shape, str):
         cand = Candidate(sku, 0, 0)
+        _judge_lifecycle(cand)
         cand.reject(shape)
         return cand
     nodes, per_node = shape
     cand = Candidate(sku, nodes, per_node)
+    _judge_lifecycle(cand)
     if not sku.cuda:
         cand.reject(f"{sku.gpu_model}: not a CUDA GPU (the shared script uses NCCL/CUDA)")
     if req.accelerator and req.accelerator.lower() not in sku.gpu_model.lower():
@@ -137,11 +156,13 @@ def _judge(req: Requirements, sku: Sku, named: bool) -> Candidate:
         cand.reject(f"smddp needs one process per GPU on all {sku.gpus} GPUs of {sku.size}")
     if req.spot and not sku.spot:
         cand.reject(f"{sku.size} is not offered as spot/low priority (per the catalog)")
-    peak = peak_tflops(sku.gpu)
-    if req.workload and peak:
+    relative = speed(gpu_key(sku.gpu, sku.gpu_model)) if sku.cuda else None
+    if req.workload and req.workload.a100_images_per_s and relative:
+        costs = overheads(sku.cloud)
         cand.estimate = estimate(
-            req.workload, gpus_per_node=per_node, nodes=nodes, peak=peak, intranode_gb_s=sku.intranode_gb_s,
-            fabric=sku.fabric, fabric_gbps=sku.fabric_gbps, price_per_node_hour=sku.price_per_hour,
+            req.workload, gpus_per_node=per_node, nodes=nodes, images_per_s_per_gpu=req.workload.a100_images_per_s * relative,
+            intranode_gb_s=sku.intranode_gb_s, fabric=sku.fabric, fabric_gbps=sku.fabric_gbps,
+            price_per_node_hour=sku.price_per_hour, overheads=costs.with_idle(req.idle_s) if costs else None,
         )
     price = sku.price_per_hour * nodes if sku.price_per_hour is not None else None
     if req.max_price_per_hour and price is not None and price > req.max_price_per_hour:
@@ -153,24 +174,39 @@ def _judge(req: Requirements, sku: Sku, named: bool) -> Candidate:
     return cand
 
 
-def _rank_key(c: Candidate) -> tuple[int, float, float]:
-    cost = c.estimate.total_cost if c.estimate and c.estimate.total_cost is not None else None
+def _judge_lifecycle(cand: Candidate) -> None:
+    """Retired sizes are rejected; one retiring soon is kept with a warning."""
+    sku = cand.sku
+    state = sku.status()
+    if state == "retired":
+        cand.reject(f"retired on {sku.lifecycle_date} ({sku.lifecycle_source})")
+    elif state == "retiring":
+        left = sku.days_left()
+        if left is not None and left <= RETIRING_WARN_DAYS:
+            cand.warnings.append(f"{sku.size} retires on {sku.lifecycle_date}, {left} days after the catalog date "
+                                 f"{CATALOG_DATE} ({sku.lifecycle_source})")
+
+
+def _rank_key(c: Candidate) -> tuple[int, int, int, float]:
+    """Fitting sizes first; among them the whole-job cost, then sizes priced but not estimated, then unpriced ones."""
+    cost = c.estimate.total_cost if c.estimate else None
     price = c.sku.price_per_hour * c.nodes if c.sku.price_per_hour is not None else None
-    return (0 if c.ok else 1, cost if cost is not None else (price if price is not None else float("inf")),
-            price if price is not None else float("inf"))
+    return (0 if c.ok else 1, price is None, cost is None,
+            cost if cost is not None else (price if price is not None else 0.0))
 
 
 def _alternatives(req: Requirements, named: Candidate, others: list[Candidate]) -> list[str]:
     """What to pick instead of a named size that does not suit the job: same GPU with RDMA, or one node."""
     sku, total = named.sku, named.nodes * named.gpus_per_node
     tips = []
-    rdma = sorted((s for s in skus(sku.cloud) if s.gpu == sku.gpu and s.scales_multi_node),
+    rdma = sorted((s for s in skus(sku.cloud) if s.gpu == sku.gpu and s.scales_multi_node and not s.retired),
                   key=lambda s: s.price_per_hour if s.price_per_hour is not None else float("inf"))
     sibling = azure_ib_alternative(sku.size) if sku.cloud == "azure" else None
     names = list(dict.fromkeys(([sibling] if sibling else []) + [s.size for s in rdma]))[:3]
     if names and named.nodes > 1:
         tips.append(f"with InfiniBand/EFA and the same {sku.gpu} GPUs: {', '.join(names)}")
-    one_node = [s for s in skus(sku.cloud) if s.gpu == sku.gpu and s.gpus >= total and s.size != sku.size]
+    one_node = [s for s in skus(sku.cloud)
+                if s.gpu == sku.gpu and s.gpus >= total and s.size != sku.size and not s.retired]
     if named.nodes > 1 and one_node:
         best = min(one_node, key=lambda s: (s.gpus, s.price_per_hour or float("inf")))
         tips.append(f"or all {total} GPUs on one node, no fabric needed: {best.size} ({best.gpus}× {best.gpu})")
@@ -183,6 +219,7 @@ def _alternatives(req: Requirements, named: Candidate, others: list[Candidate]) 
 
 def select(req: Requirements) -> Selection:
     """Choose a size (or check ``req.instance_type``); every candidate keeps its verdict and reasons."""
+    check_cloud(req.cloud)
     if req.instance_type:
         sku = find(req.instance_type)
         others = [_judge(req, s, named=False) for s in skus(req.cloud) if sku is None or s.size != sku.size]
@@ -198,6 +235,8 @@ def select(req: Requirements) -> Selection:
     cands = sorted((_judge(req, s, named=False) for s in skus(req.cloud)), key=_rank_key)
     chosen = cands[0] if cands and cands[0].ok else None
     if chosen is not None:
-        chosen.reasons = ["lowest estimated cost of the whole job" if chosen.estimate and chosen.estimate.total_cost
-                          else "lowest price per hour among the sizes that fit"] + [r for r in chosen.reasons if r != "fits"]
+        why = ("lowest estimated cost of the whole job" if chosen.estimate and chosen.estimate.total_cost is not None
+               else "lowest price per hour among the sizes that fit" if chosen.sku.price_per_hour is not None
+               else "fits; no size that fits has a price in the catalog")
+        chosen.reasons = [why] + [r for r in chosen.reasons if r not in ("fits", "no price in the catalog: cost unknown")]
     return Selection(req, cands, chosen)

@@ -8,35 +8,27 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
 
 from cloudddp.backends.base import RunState
-from cloudddp.backends.sagemaker import LOG_GROUP, SageMakerBackend
+from cloudddp.backends.sagemaker import SageMakerBackend
+from cloudddp.backends.sagemaker.request import shipped_launcher
 from cloudddp.packaging import pack
 from cloudddp.specload import spec_from_dict
 
-from ..aws_emulator import FaultProxy, moto_server
-from ..conftest import ROOT, cli
+from ..support.aws_emulator import FaultProxy, aws_environment, put_logs, set_status
+from ..support.cli import ROOT, cli
 
 pytestmark = pytest.mark.slow
 BUCKET = "cloudddp-test-artifacts"
-NOW_MS = int(time.time() * 1000)  # CloudWatch (and moto) drop events more than 14 days old
-
-
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    with moto_server() as url:
-        yield url
 
 
 @pytest.fixture(autouse=True)
 def aws_env(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    for key, value in {"AWS_ENDPOINT_URL": moto_url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}.items():
+    for key, value in aws_environment(moto_url).items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     return moto_url
@@ -58,30 +50,6 @@ def job(tmp_path: Path, **extra: object) -> dict:
     }
 
 
-def put_logs(name: str, host: str, lines: list[str], start_ms: int) -> None:
-    logs = boto3.client("logs")
-    try:
-        logs.create_log_group(logGroupName=LOG_GROUP)
-    except logs.exceptions.ResourceAlreadyExistsException:
-        pass
-    stream = f"{name}/{host}-1700000000"
-    try:
-        logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
-    except logs.exceptions.ResourceAlreadyExistsException:
-        pass
-    logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream,
-                        logEvents=[{"timestamp": NOW_MS + start_ms + i, "message": m} for i, m in enumerate(lines)])
-
-
-def set_status(name: str, status: str, secondary: str | None = None) -> None:
-    from moto.sagemaker.models import sagemaker_backends
-
-    job = sagemaker_backends["123456789012"]["us-east-1"].training_jobs[name]
-    job.training_job_status = status
-    if secondary:
-        job.secondary_status = secondary
-
-
 def metric(epoch: int, **values: float) -> str:
     return "CLOUDDDP_METRIC " + json.dumps({"epoch": epoch, "step": epoch * 10, "time": 1.0, **values}, separators=(",", ":"))
 
@@ -93,8 +61,9 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
     assert result.returncode == 0, result.stderr
     name = result.stdout.strip()
 
-    # The code archive is in S3 under its own sha256, byte-identical to a local deterministic pack.
-    snapshot = pack(ROOT / "src_train")
+    # The code archive (the folder and the shipped launcher) is in S3 under its own sha256, byte-identical
+    # to a local deterministic pack.
+    snapshot = pack(ROOT / "src_train", extra=shipped_launcher())
     body = boto3.client("s3").get_object(Bucket=BUCKET, Key=f"cloudddp/code/{snapshot.sha256}/sourcedir.tar.gz")["Body"].read()
     assert hashlib.sha256(body).hexdigest() == snapshot.sha256
     keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="cloudddp/data/train/")["Contents"]]
@@ -104,7 +73,8 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
     assert d["AlgorithmSpecification"]["TrainingImage"].endswith("pytorch-training:2.4-gpu-py311")
     assert d["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge" and d["ResourceConfig"]["InstanceCount"] == 2
     assert d["HyperParameters"]["sagemaker_torch_distributed_enabled"] == "true"
-    assert d["HyperParameters"]["epochs"] == "2" and d["HyperParameters"]["data-dir"] == "/opt/ml/input/data/train"
+    payload = json.loads(json.loads(d["HyperParameters"]["cloudddp-00"]))  # what the shipped launcher gets
+    assert payload["argv"] == ["train.py", "--dataset", "synthetic", "--epochs", "2", "--data-dir", "/opt/ml/input/data/train"]
     assert d["CheckpointConfig"]["S3Uri"] == f"s3://{BUCKET}/cloudddp/checkpoints/tiny-sm"
 
     set_status(name, "InProgress", "Training")
@@ -131,11 +101,12 @@ def test_second_submit_of_unchanged_code_and_data_uploads_nothing(tmp_path: Path
     spec = spec_from_dict(job(tmp_path, name="repeat-sm"))
     backend = SageMakerBackend(token="a1")
     first = backend.render(spec)
-    backend.launch(first)
-    assert [u["kind"] for u in first.uploads] == ["code", "input"] and first.uploads[1]["uploaded_bytes"] == 2048
-    second = SageMakerBackend(token="a2").render(spec)
-    SageMakerBackend().launch(second)
-    assert [u["uploaded_bytes"] for u in second.uploads] == [0, 0]
+    first_id = backend.launch(first)
+    assert [u["kind"] for u in first.uploads] == ["code", "input"]
+    assert backend.registry.get(first_id).info["uploaded_bytes"][1] == 2048
+    second = SageMakerBackend(token="a2")
+    second_id = second.launch(second.render(spec))
+    assert second.registry.get(second_id).info["uploaded_bytes"] == [0, 0]
 
 
 def test_a_retried_submit_does_not_start_a_second_job(tmp_path: Path) -> None:

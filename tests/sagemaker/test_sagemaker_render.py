@@ -12,10 +12,18 @@ import pytest
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.sagemaker.images import image_from_registry
 from cloudddp.errors import UserError
+from cloudddp.shim import read_payload
 from cloudddp.specload import load_spec, spec_from_dict
 
-from ..conftest import ROOT
+from ..support.cli import ROOT
 
+
+
+def launcher_payload(request: dict) -> dict:
+    """What the shipped launcher gets: the toolkit decodes each hyperparameter and passes --key value."""
+    args = [a for key in sorted(request["HyperParameters"]) if key.startswith("cloudddp-")
+            for a in (f"--{key}", json.loads(request["HyperParameters"][key]))]
+    return read_payload(args)
 
 def sagemaker_jobs() -> list[Path]:
     return [p for p in sorted((ROOT / "jobs").glob("*.yaml")) if load_spec(p).sagemaker.role]
@@ -37,7 +45,11 @@ def test_every_sagemaker_job_renders_a_valid_request(path: Path) -> None:
     validate(plan.request)
     hp = plan.request["HyperParameters"]
     assert all(isinstance(v, str) for v in hp.values())
-    assert hp["sagemaker_program"] == "train.py" and hp["sagemaker_submit_directory"].endswith("/sourcedir.tar.gz")
+    decoded = {k: json.loads(v) for k, v in hp.items()}  # every value JSON-encoded, as the SDK sends them
+    assert decoded["sagemaker_program"] == "_cloudddp_launch.py"
+    assert decoded["sagemaker_submit_directory"].endswith("/sourcedir.tar.gz")
+    spec = load_spec(path)
+    assert launcher_payload(plan.request)["argv"][: 1 + len(spec.code.args)] == [spec.code.entry, *spec.code.args]
     assert ("sagemaker_distributed_dataparallel_enabled" in hp) != ("sagemaker_torch_distributed_enabled" in hp)
     assert plan.request["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
     assert json.loads(plan.documents["CreateTrainingJob.json"]) == plan.request
@@ -50,7 +62,9 @@ def test_smddp_job_renders_the_smddp_launcher_and_backend() -> None:
     assert req["Environment"]["CLOUDDDP_DIST_BACKEND"] == "smddp"
     assert req["EnableManagedSpotTraining"] is True
     assert req["StoppingCondition"]["MaxWaitTimeInSeconds"] >= req["StoppingCondition"]["MaxRuntimeInSeconds"]
-    assert req["HyperParameters"]["data-dir"] == "/opt/ml/input/data/train"
+    argv = launcher_payload(req)["argv"]
+    assert argv[argv.index("--data-dir") + 1] == "/opt/ml/input/data/train"
+    assert launcher_payload(req)["env"]["CLOUDDDP_DIST_BACKEND"] == "smddp"  # in every rank's argv, not only the env
     assert req["Environment"]["FI_PROVIDER"] == "efa"
 
 
@@ -63,10 +77,18 @@ def test_smddp_on_an_unsupported_instance_is_refused_with_the_alternatives() -> 
 
 
 def test_multi_node_without_efa_warns_with_what_to_pick_instead() -> None:
-    spec = load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml", ["sagemaker.instance_type=ml.p3.16xlarge"])
+    spec = load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml",
+                     ["sagemaker.instance_type=ml.g5.2xlarge", "resources.gpus_per_node=1"])
     plan = SageMakerBackend().render(spec)
     text = " ".join(plan.warnings)
-    assert "does not scale" in text and "ml.p3dn.24xlarge" in text
+    assert "does not scale" in text and "ml.g5.12xlarge" in text
+
+
+def test_a_retired_instance_type_is_refused_naming_a_current_replacement() -> None:
+    spec = load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml", ["sagemaker.instance_type=ml.p3.16xlarge"])
+    with pytest.raises(UserError, match=r"sagemaker.instance_type: ml.p3.16xlarge was retired on 2025-12-20.*"
+                                        r"nearest current replacement: ml.p5en.48xlarge"):
+        SageMakerBackend().render(spec)
 
 
 def test_secrets_are_placeholders_in_the_rendered_request(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,9 +108,10 @@ def test_missing_region_role_or_image_say_which_and_how() -> None:
         data["sagemaker"].pop(drop, None)
         with pytest.raises(UserError, match=expected):
             SageMakerBackend().render(spec_from_dict(data))
-    with pytest.raises(UserError, match="--deterministic has no value"):
-        SageMakerBackend().render(spec_from_dict({**base, "code": {"dir": str(ROOT / "src_train"), "args": ["--deterministic"]},
-                                                  "sagemaker": {**base["sagemaker"], "image": "img:1"}}))
+    flag = SageMakerBackend().render(spec_from_dict({**base, "code": {"dir": str(ROOT / "src_train"),
+                                                                      "args": ["--deterministic", "7"]},
+                                                     "sagemaker": {**base["sagemaker"], "image": "img:1"}}))
+    assert launcher_payload(flag.request)["argv"] == ["train.py", "--deterministic", "7"]  # a flag, a positional
 
 
 def test_image_registry_file_in_the_sdk_format(tmp_path: Path) -> None:

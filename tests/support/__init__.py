@@ -1,0 +1,1 @@
+"""Test rigs: emulators of the clouds, fault injection, container rehearsals, helpers that run real training."""

@@ -8,6 +8,7 @@ metrics from the same lines.
 
 from __future__ import annotations
 
+import datetime
 import os
 import tempfile
 import time
@@ -15,18 +16,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-import yaml
-
-from ...errors import BackendUnavailable, CloudDDPError, RunNotFound, UserError
-from ...plan import SECRET_PLACEHOLDER, Plan
-from ...registry import Registry
-from ...secrets import resolved_env
+from ...errors import BackendUnavailable, CloudDDPError, UserError
+from ...plan import Plan
+from ...secrets import redacted_spec_data
+from ...sizing import SizeTarget
 from ...spec import JobSpec
-from ..base import Backend, Capabilities, Check, LogLine, Progress, RunState, RunStatus
-from .document import build
-from .workspace import Workspace, find_workspace
+from ..base import Backend, Check, Launched, LogLine, Progress, RunState, RunStatus
+from ..features import Capabilities, Feature
+from .options import AzureMLOptions
 
 POLL_SECONDS = float(os.environ.get("CLOUDDDP_AZUREML_POLL", "5"))
+SIGN_IN_FIX = "run `az login`, or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET (or use a managed identity)"
 _STATES = {
     "NotStarted": RunState.PENDING, "Queued": RunState.PENDING, "Preparing": RunState.STARTING,
     "Provisioning": RunState.STARTING, "Starting": RunState.STARTING, "Running": RunState.RUNNING,
@@ -46,44 +46,62 @@ def _field(obj: Any, snake: str, camel: str, default: Any = None) -> Any:
 
 
 def _yaml(data: dict[str, Any]) -> str:
+    import yaml
+
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
 
 
-class AzureMLBackend(Backend):
+class AzureMLBackend(Backend[AzureMLOptions]):
     name: ClassVar[str] = "azureml"
     description: ClassVar[str] = "Azure ML command job with PyTorch/MPI distribution on an autoscaling AmlCompute cluster"
+    options_model = AzureMLOptions
+    cloud: ClassVar[str | None] = "azure"
+    needs_credentials: ClassVar[bool] = True
+    sigterm_grace: ClassVar[int] = 30  # low-priority eviction notice (Azure Scheduled Events: at least 30 s)
     capabilities: ClassVar[Capabilities] = Capabilities(
-        spot=True,
-        provision=True,
         unsupported={
-            "smddp": "the SageMaker data-parallel library runs only on SageMaker",
-            "max_restarts": "command jobs do not restart failed processes; resubmit and the job resumes from checkpoints",
-            "secret env": "command jobs have no secret-safe environment field: secrets are set at submit and are "
-                          "visible in the job definition; prefer Key Vault and a managed identity for real secrets",
+            Feature.SMDDP: "the SageMaker data-parallel library runs only on SageMaker; use -o distribution.backend=nccl",
+        },
+        caveats={
+            Feature.MAX_RESTARTS: "Azure ML command jobs do not restart failed processes (limits.max_restarts); "
+                                  "resubmit the job and it resumes from its checkpoints",
+            Feature.SECRET_ENV: "command jobs have no secret-safe environment field: secrets are set at submit and "
+                                "are visible in the job definition; prefer Key Vault and a managed identity",
         },
     )
 
-    def __init__(self, credential: Any = None, provision: bool = True, transport: Any = None,
-                 registry: Registry | None = None, token: str | None = None, poll_seconds: float = POLL_SECONDS) -> None:
+    def __init__(self, credential: Any = None, *, transport: Any = None, token: str | None = None,
+                 poll_seconds: float = POLL_SECONDS, **base: Any) -> None:
+        super().__init__(**base)
         self.credential = credential
-        self.provision = provision
         self.transport = transport
-        self.registry = registry or Registry()
         self.token = token
         self.poll_seconds = poll_seconds
         self._clients: dict[tuple[str, str, str], Any] = {}
 
+    def size_target(self, spec: JobSpec) -> SizeTarget:
+        az = self.options(spec)  # the cluster stays up (billed) for its scale-down delay after the job
+        return SizeTarget("azure", az.vm_size, "azureml.vm_size", idle_s=float(az.idle_time_before_scale_down))
+
     # -- render ------------------------------------------------------------------------------
-    def render(self, spec: JobSpec) -> Plan:
-        docs = build(spec, self.token or time.strftime("%y%m%d%H%M%S"))
+    def _render(self, spec: JobSpec) -> Plan:
+        from .document import build
+        from .workspace import workspace_fields
+
+        az = self.options(spec)
+        docs = build(spec, az, self.size_target(spec), self.token or time.strftime("%y%m%d%H%M%S"), self.sigterm_grace)
         return Plan(
             backend=self.name, job_name=docs.job["name"], request={"job": docs.job, "compute": docs.compute},
             documents={"job.yml": _yaml(docs.job), "compute.yml": _yaml(docs.compute)},
-            decisions=docs.decisions, warnings=docs.warnings, estimate=docs.estimate, spec=spec,
+            decisions=docs.decisions, warnings=docs.warnings, estimate=docs.estimate,
+            target={"workspace": workspace_fields(az)}, job=redacted_spec_data(spec), env_sources=docs.env_sources,
         )
 
     # -- the SDK (imported here only) ------------------------------------------------------------
-    def _client(self, ws: Workspace) -> Any:
+    def _client(self, workspace: dict[str, str]) -> Any:
+        from .workspace import require_workspace
+
+        ws = require_workspace(workspace)
         key = (ws.subscription_id, ws.resource_group, ws.name)
         if key not in self._clients:
             try:
@@ -99,62 +117,66 @@ class AzureMLBackend(Backend):
             self._clients[key] = MLClient(credential, ws.subscription_id, ws.resource_group, ws.name, **kwargs)
         return self._clients[key]
 
-    def _workspace_of(self, run_id: str) -> Workspace:
+    def _workspace_of(self, run_id: str) -> dict[str, str]:
+        from .workspace import workspace_fields
+
         record = self.registry.get(run_id)
         if record and record.info.get("workspace"):
-            return Workspace(**record.info["workspace"])
-        return find_workspace(None)
+            return dict(record.info["workspace"])
+        return workspace_fields(None)
+
+    def _translate(self, error: Exception) -> CloudDDPError | None:
+        """azure-core's errors, in one place: sign-in and permission failures exit 2 with the fix."""
+        from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ServiceRequestError
+
+        if isinstance(error, ClientAuthenticationError):
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            return BackendUnavailable(f"Azure sign-in failed: {first}", hint=SIGN_IN_FIX)
+        if isinstance(error, HttpResponseError):
+            if error.status_code in (401, 403):
+                return BackendUnavailable(f"Azure refused these credentials ({error.status_code}): {error.message}",
+                                          hint=SIGN_IN_FIX + "; the identity needs a role on the workspace")
+            return CloudDDPError(f"Azure ML refused the request: {error.message}")
+        if isinstance(error, ServiceRequestError):
+            return CloudDDPError(f"cannot reach Azure: {error}")
+        return None
 
     # -- launch ------------------------------------------------------------------------------
-    def launch(self, plan: Plan, *, progress: Progress | None = None) -> str:
-        from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ResourceNotFoundError
+    def _launch(self, plan: Plan, *, provision: bool, progress: Progress | None) -> Launched:
+        from azure.core.exceptions import ResourceNotFoundError
 
-        spec = plan.spec
-        if spec is None:
-            raise UserError("this plan carries no spec; render it with AzureMLBackend.render(spec)")
-        ws = find_workspace(spec)
-        client = self._client(ws)
+        from .workspace import require_workspace
+
+        workspace = plan.target["workspace"]
+        info = {"workspace": require_workspace(workspace).to_dict()}
+        client = self._client(workspace)
         name = plan.request["job"]["name"]
         try:
-            try:
-                client.jobs.get(name)
-                if progress:
-                    progress.step(f"job {name} already exists: not submitting it again")
-                return self._register(name, spec, ws)
-            except ResourceNotFoundError:
-                pass
-            if self.provision:
-                self._provision(client, plan, progress)
-            job = self._load_job(plan, spec)
+            client.jobs.get(name)
             if progress:
-                progress.step(f"uploading code snapshot of {spec.code_dir} (skipped when unchanged)")
-            client.jobs.create_or_update(job)
-        except ClientAuthenticationError as e:
-            raise BackendUnavailable(f"Azure sign-in failed: {str(e).splitlines()[0]}",
-                                     hint="run `az login`, or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET") from None
-        except HttpResponseError as e:
-            raise CloudDDPError(f"Azure ML refused the request: {e.message}") from None
+                progress.step(f"job {name} already exists: not submitting it again")
+            return Launched(name, info)
+        except ResourceNotFoundError:
+            pass
+        if provision:
+            self._provision(client, plan, progress)
+        job = self._load_job(plan)
+        if progress:
+            progress.step(f"uploading code snapshot of {job.code} (skipped when unchanged)")
+        client.jobs.create_or_update(job)
         if progress:
             progress.step(f"submitted {name}")
-        return self._register(name, spec, ws)
+        return Launched(name, info)
 
-    def _register(self, name: str, spec: JobSpec, ws: Workspace) -> str:
-        if self.registry.get(name) is None:
-            self.registry.add(name, self.name, spec.name, RunState.PENDING.value, {"workspace": ws.to_dict()})
-        return name
-
-    def _load_job(self, plan: Plan, spec: JobSpec) -> Any:
+    def _load_job(self, plan: Plan) -> Any:
         """The rendered YAML through the SDK's own loader; secrets are set on the entity, never on disk."""
         from azure.ai.ml import load_job
 
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "job.yml"
             path.write_text(plan.documents["job.yml"])
-            job = load_job(source=path)
-        secrets = resolved_env(spec)
-        for key, value in list(job.environment_variables.items()):
-            if value == SECRET_PLACEHOLDER.format(name=key) or str(value).startswith("<from_env:"):
-                job.environment_variables[key] = secrets[key]
+            job: Any = load_job(source=path)
+        job.environment_variables = plan.reveal(dict(job.environment_variables))
         return job
 
     def _provision(self, client: Any, plan: Plan, progress: Progress | None) -> None:
@@ -193,30 +215,25 @@ class AzureMLBackend(Backend):
         poller.result()
 
     # -- run verbs ---------------------------------------------------------------------------
-    def _job(self, run_id: str) -> Any:
+    def _describe(self, run_id: str) -> RunStatus | None:
         from azure.core.exceptions import ResourceNotFoundError
 
         try:
-            return self._client(self._workspace_of(run_id)).jobs.get(run_id)
+            job = self._client(self._workspace_of(run_id)).jobs.get(run_id)
         except ResourceNotFoundError:
-            raise RunNotFound(f"no Azure ML job {run_id!r} in this workspace") from None
-
-    def status(self, run_id: str) -> RunStatus:
-        job = self._job(run_id)
+            return None
         native = str(getattr(job.status, "value", job.status) or "")
         state = _STATES.get(native, RunState.UNKNOWN)
-        if self.registry.get(run_id):
-            self.registry.update(run_id, state=state.value)
         ctx = getattr(job, "creation_context", None)
         created = getattr(ctx, "created_at", None)
         return RunStatus(
             run_id=run_id, backend=self.name, state=state, name=str(job.display_name or run_id), native_state=native,
-            message=native, created_at=created.timestamp() if hasattr(created, "timestamp") else None,
+            message=native, created_at=created.timestamp() if isinstance(created, datetime.datetime) else None,
             details={"studio_url": job.studio_url, "compute": job.compute,
                      "instance_count": getattr(job.resources, "instance_count", None)},
         )
 
-    def logs(self, run_id: str, *, follow: bool = False) -> Iterator[LogLine]:
+    def _log_iter(self, run_id: str, *, follow: bool) -> Iterator[LogLine]:
         """The run history's per-process log files, reading only new bytes on each poll."""
         import requests
 
@@ -239,39 +256,32 @@ class AzureMLBackend(Backend):
                 return
             time.sleep(self.poll_seconds)
 
-    def cancel(self, run_id: str) -> None:
-        from azure.core.exceptions import HttpResponseError
+    def _cancel(self, run_id: str) -> None:
+        self._client(self._workspace_of(run_id)).jobs.begin_cancel(run_id).result()
 
-        try:
-            self._client(self._workspace_of(run_id)).jobs.begin_cancel(run_id).result()
-        except HttpResponseError as e:
-            raise CloudDDPError(f"Azure ML did not cancel {run_id}: {e.message}") from None
-
-    def preflight(self, plan: Plan) -> list[Check]:
+    def _preflight(self, plan: Plan) -> list[Check]:
         """Workspace and credentials reachable; the size offered in the region; family quota enough."""
-        spec = plan.spec
-        if spec is None:
-            return []
+        from .workspace import require_workspace
+
+        workspace = plan.target["workspace"]
+        ws = require_workspace(workspace)
         try:
-            ws = find_workspace(spec)
-            client = self._client(ws)
-            workspace = client.workspaces.get(ws.name)
-        except (UserError, BackendUnavailable):
-            raise
+            client = self._client(workspace)
+            found = client.workspaces.get(ws.name)
         except Exception as e:  # noqa: BLE001 - any failure here is "cannot reach the workspace"
-            return [Check("workspace reachable", False, str(e).splitlines()[0],
-                          fix="check `az login` and the workspace in azureml.* / config.json")]
-        checks = [Check("workspace reachable", True, f"{ws.name} in {workspace.location}")]
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return [Check("workspace reachable", False, first, fix=SIGN_IN_FIX + "; check the workspace in azureml.*")]
+        checks = [Check("workspace reachable", True, f"{ws.name} in {found.location}")]
         size = plan.request["compute"]["size"]
         nodes = plan.request["job"]["resources"]["instance_count"]
         try:
-            sizes = {s.name.lower(): s for s in client.compute.list_sizes(location=workspace.location)}
+            sizes = {s.name.lower(): s for s in client.compute.list_sizes(location=found.location)}
             offered = size.lower() in sizes
-            checks.append(Check(f"{size} offered in {workspace.location}", offered, "",
+            checks.append(Check(f"{size} offered in {found.location}", offered, "",
                                 fix="pick a size the region offers: `az ml compute list-sizes`"))
             vcpus = _field(sizes[size.lower()], "v_cp_us", "vCPUs") if offered else None
             family = _field(sizes[size.lower()], "family", "family") if offered else None
-            usage = next((u for u in client.compute.list_usage(location=workspace.location)
+            usage = next((u for u in client.compute.list_usage(location=found.location)
                           if family and _field(u, "name", "name", {}).get("value") == family), None)
             if usage is not None and vcpus:
                 free = (_field(usage, "limit", "limit") or 0) - (_field(usage, "current_value", "currentValue") or 0)
@@ -283,4 +293,4 @@ class AzureMLBackend(Backend):
         return checks
 
 
-__all__ = ["AzureMLBackend"]
+__all__ = ["AzureMLBackend", "AzureMLOptions"]

@@ -17,9 +17,11 @@ from typing import Any
 
 from ...catalog import azure_rdma_by_name, disables_rdma, nccl_env_presets
 from ...errors import UserError
-from ...secrets import rendered_env
-from ...sizing import decide
+from ...plan import EnvSource, substitute
+from ...runtime import RUN_ID, Places, input_args, job_env
+from ...sizing import SizeTarget, decide
 from ...spec import JobSpec
+from .options import AzureMLOptions
 
 JOB_SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
 COMPUTE_SCHEMA = "https://azuremlschemas.azureedge.net/latest/amlCompute.schema.json"
@@ -35,10 +37,11 @@ class Documents:
     decisions: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     estimate: dict[str, Any] | None = None
+    env_sources: dict[str, EnvSource] = field(default_factory=dict)
 
 
-def cluster_name(spec: JobSpec) -> str:
-    return spec.azureml.compute or "cloudddp-gpu"
+def cluster_name(az: AzureMLOptions) -> str:
+    return az.compute or "cloudddp-gpu"
 
 
 def job_name(spec: JobSpec, content: dict[str, Any], token: str) -> str:
@@ -47,17 +50,16 @@ def job_name(spec: JobSpec, content: dict[str, Any], token: str) -> str:
     return f"{base}-{digest}-{token}"
 
 
-def _command(spec: JobSpec, input_args: list[str]) -> str:
-    """The shell command Azure ML runs on each process; ${{...}} references are left unquoted."""
+def _command(spec: JobSpec, args: list[str], bindings: dict[str, str]) -> str:
+    """The shell command Azure ML runs on each process. Variables whose value is an Azure ML binding
+    (``${{outputs.model}}``) are set in front of it, because only the command is resolved by Azure ML;
+    ${{...}} references are left unquoted, everything else is shlex-quoted."""
     if spec.code.command is not None:
         program = list(spec.code.command)
     else:
         program = ["python", spec.code.entry or "train.py", *spec.code.args]
-    quoted = [a if a.startswith("${{") else shlex.quote(a) for a in [*program, *input_args]]
-    prefix = ["CLOUDDDP_OUTPUT_DIR=${{outputs.model}}"]
-    if spec.checkpoint.enabled:
-        prefix.append("CLOUDDDP_CHECKPOINT_DIR=${{outputs.checkpoints}}")
-    return " ".join(prefix + quoted)
+    quoted = [a if a.startswith("${{") else shlex.quote(a) for a in [*program, *args]]
+    return " ".join([f"{k}={v}" for k, v in bindings.items()] + quoted)
 
 
 def _check_distribution(distribution: dict[str, Any]) -> None:
@@ -69,15 +71,11 @@ def _check_distribution(distribution: dict[str, Any]) -> None:
                         f"(allowed: {sorted(allowed)}); Azure ML would silently drop them")
 
 
-def build(spec: JobSpec, token: str) -> Documents:
-    az = spec.azureml
+def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sigterm_grace: int) -> Documents:
     docs = Documents(job={}, compute={})
     gpus, nodes = spec.resources.gpus_per_node, spec.resources.nodes
-    if spec.distribution.backend == "smddp":
-        raise UserError("distribution.backend smddp runs only on SageMaker",
-                        hint="use -o distribution.backend=nccl for Azure ML")
 
-    sizing = decide(spec, "azure", az.vm_size, "VM size")
+    sizing = decide(spec, target, "VM size")
     size, sku = sizing.size, sizing.sku
     docs.decisions += sizing.decisions
     docs.warnings += sizing.warnings
@@ -86,7 +84,6 @@ def build(spec: JobSpec, token: str) -> Documents:
         rdma, why = azure_rdma_by_name(size)
         if not rdma:
             docs.warnings.append(f"{why}: multi-node DDP over Ethernet does not scale; pick an InfiniBand size")
-    processes = gpus or 1
     if sku is not None and gpus:
         if gpus > sku.gpus:
             raise UserError(
@@ -98,39 +95,35 @@ def build(spec: JobSpec, token: str) -> Documents:
             docs.warnings.append(f"{size} has {sku.gpus} GPUs; {gpus} processes per node leave {sku.gpus - gpus} idle "
                                  f"(set resources.gpus_per_node: {sku.gpus})")
 
-    env = rendered_env(spec)
-    multi_node_ib = nodes > 1 and sku is not None and sku.scales_multi_node
-    if multi_node_ib:
-        killers = disables_rdma({k: v for k, v in env.items()})
+    presets: dict[str, str] = {}
+    if nodes > 1 and sku is not None and sku.scales_multi_node:
+        killers = disables_rdma({k: e.value or "" for k, e in spec.env.items()})
         if killers:
             raise UserError(f"env: {'; '.join(killers)} on an InfiniBand job of {nodes} nodes",
                             hint="remove it: NCCL would fall back to TCP and the job would not scale")
-        presets = {k: v for k, v in nccl_env_presets(sku).items() if k not in env}
-        if presets:
-            env.update(presets)
-            docs.decisions.append("InfiniBand presets: " + ", ".join(f"{k}={v}" for k, v in presets.items()))
-    env.update({
-        "PYTHONUNBUFFERED": "1",
-        "CLOUDDDP_DIST_BACKEND": spec.process_group_backend(on_gpu=gpus > 0),
-        "CLOUDDDP_COLLECTIVE_TIMEOUT": str(spec.distribution.collective_timeout),
-        "CLOUDDDP_RESUME": spec.checkpoint.resume,
-        "CLOUDDDP_CHECKPOINT_EVERY": str(spec.checkpoint.every_epochs if spec.checkpoint.enabled else 0),
-    })
+        presets = nccl_env_presets(sku)
+        applied = {k: v for k, v in presets.items() if k not in spec.env}
+        if applied:
+            docs.decisions.append("InfiniBand presets: " + ", ".join(f"{k}={v}" for k, v in applied.items()))
 
     inputs: dict[str, Any] = {}
-    input_args: list[str] = []
     for name, item in spec.inputs.items():
-        where = item.location("azureml")
+        where = spec.input_location(name, "azureml")
         if "://" in where:
             if where.startswith("s3://"):
                 raise UserError(f"inputs.{name}: Azure ML cannot read {where}",
-                                hint=f"give inputs.{name}.azureml: azureml://... (or https://, or a local folder)")
+                                hint=f"give inputs.{name}.at.azureml: azureml://... (or https://, or a local folder)")
             path = where
         else:
             path = str(spec.input_folder(name, where))
         inputs[name] = {"type": "uri_folder", "path": path, "mode": "ro_mount" if item.mode == "mount" else "download"}
-        if item.arg:
-            input_args += [item.arg, "${{inputs.%s}}" % name]
+    places = Places(model_dir="${{outputs.model}}",
+                    checkpoint_dir="${{outputs.checkpoints}}" if spec.checkpoint.enabled else None,
+                    inputs={name: f"${{{{inputs.{name}}}}}" for name in spec.inputs})
+    all_env, docs.env_sources = job_env(spec, "azureml", places, on_gpu=gpus > 0, sigterm_grace=sigterm_grace,
+                                        presets=presets)
+    bindings = {k: v for k, v in all_env.items() if "${{" in v}
+    env = {k: v for k, v in all_env.items() if k not in bindings}
 
     output = spec.outputs.get("model")
     outputs: dict[str, Any] = {"model": {"type": "uri_folder", "mode": "rw_mount"}}
@@ -142,7 +135,7 @@ def build(spec: JobSpec, token: str) -> Documents:
         docs.decisions.append(f"checkpoints in {ckpt} (per job name, so a resubmitted job resumes)")
 
     distribution = {"type": "mpi" if spec.distribution.launcher == "mpi" else "pytorch",
-                    "process_count_per_instance": processes}
+                    "process_count_per_instance": spec.resources.processes}
     _check_distribution(distribution)
     if spec.limits.max_restarts:
         docs.warnings.append("Azure ML command jobs do not restart failed processes (limits.max_restarts); "
@@ -154,9 +147,9 @@ def build(spec: JobSpec, token: str) -> Documents:
         "display_name": spec.name,
         "experiment_name": az.experiment_name or spec.name,
         "code": str(spec.code_dir),
-        "command": _command(spec, input_args),
+        "command": _command(spec, input_args(spec, places), bindings),
         "environment": az.environment,
-        "compute": f"azureml:{cluster_name(spec)}",
+        "compute": f"azureml:{cluster_name(az)}",
         "distribution": distribution,
         "resources": {"instance_count": nodes, "shm_size": az.shm_size},
         "environment_variables": env,
@@ -172,7 +165,7 @@ def build(spec: JobSpec, token: str) -> Documents:
         job["queue_settings"] = {"job_tier": az.job_tier}
     compute = {
         "$schema": COMPUTE_SCHEMA,
-        "name": cluster_name(spec),
+        "name": cluster_name(az),
         "type": "amlcompute",
         "size": size,
         "min_instances": az.min_nodes,
@@ -184,6 +177,7 @@ def build(spec: JobSpec, token: str) -> Documents:
         docs.decisions.append("low priority cluster (tier low_priority): cheaper, preemptible; checkpoints resume the job")
     docs.decisions.append(f"cluster {compute['name']}: {size}, {compute['min_instances']}–{compute['max_instances']} nodes, "
                           f"scales down after {az.idle_time_before_scale_down} s idle")
-    job = {"$schema": job.pop("$schema"), "name": job_name(spec, {"job": job, "compute": compute}, token), **job}
+    name = job_name(spec, {"job": job, "compute": compute}, token)
+    job = substitute({"$schema": job.pop("$schema"), "name": name, **job}, {RUN_ID: name})
     docs.job, docs.compute = job, compute
     return docs

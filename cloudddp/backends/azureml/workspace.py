@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ...errors import UserError
-from ...spec import JobSpec
+from .options import AzureMLOptions
 
 ENV = {"subscription_id": "AZURE_SUBSCRIPTION_ID", "resource_group": "AZURE_RESOURCE_GROUP", "name": "AZUREML_WORKSPACE_NAME"}
 
@@ -38,16 +38,21 @@ def _config_json(start: Path) -> dict[str, str] | None:
     return None
 
 
-def find_workspace(spec: JobSpec | None, cwd: Path | None = None) -> Workspace:
+def workspace_fields(az: AzureMLOptions | None, cwd: Path | None = None) -> dict[str, str]:
+    """What names the workspace, from the spec, else config.json, else the environment (may be partial)."""
     found: dict[str, str] = {}
-    if spec is not None:
-        az = spec.azureml
+    if az is not None:
         found = {k: v for k, v in {"subscription_id": az.subscription_id, "resource_group": az.resource_group,
                                    "name": az.workspace}.items() if v}
     for source in (_config_json(cwd or Path.cwd()), {k: os.environ.get(v, "") for k, v in ENV.items()}):
         for key, value in (source or {}).items():
             if value and key not in found:
                 found[key] = value
+    return found
+
+
+def require_workspace(found: dict[str, str]) -> Workspace:
+    """The workspace ``found`` names; a UserError saying what is missing and where to set it."""
     missing = [key for key in ENV if not found.get(key)]
     if missing:
         names = {"subscription_id": "azureml.subscription_id / AZURE_SUBSCRIPTION_ID",
@@ -56,3 +61,7 @@ def find_workspace(spec: JobSpec | None, cwd: Path | None = None) -> Workspace:
         raise UserError("the Azure ML workspace is not fully named; missing: " + ", ".join(names[m] for m in missing),
                         hint="set them in the spec, in the environment, or in a config.json from the Azure portal")
     return Workspace(found["subscription_id"], found["resource_group"], found["name"])
+
+
+def find_workspace(az: AzureMLOptions | None, cwd: Path | None = None) -> Workspace:
+    return require_workspace(workspace_fields(az, cwd))

@@ -22,20 +22,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-import yaml
-
-from ...errors import RunNotFound, UserError
+from ...errors import UserError
 from ...metrics import MetricRecord, record_from_dict
-from ...plan import Plan
-from ...registry import Registry, home
-from ...secrets import redacted_spec_data, rendered_env, resolved_env
+from ...plan import Plan, late
+from ...registry import home
+from ...runtime import Places, input_args, job_env
+from ...secrets import redacted_spec_data
 from ...spec import JobSpec
 from ...tail import follow_lines
-from ..base import Backend, Capabilities, Check, LogLine, Progress, RunState, RunStatus
+from ..base import Backend, Check, Launched, LogLine, Progress, RunState, RunStatus
+from ..features import Capabilities, Feature
+from .options import LocalOptions
 from .rundir import RunDir, write_json_atomic
 
-RUN_DIR = "{RUN_DIR}"
-PORT = "{PORT}"
+RUN_DIR, PORT = late("RUN_DIR"), late("PORT")
 CANCEL_GRACE_SECONDS = float(os.environ.get("CLOUDDDP_CANCEL_GRACE", "30"))
 _RANK_PREFIX = "[default"
 
@@ -59,7 +59,8 @@ def new_run_id(name: str) -> str:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def parse_rank_line(line: str, node: int, nodes: int) -> LogLine:
@@ -73,24 +74,29 @@ def parse_rank_line(line: str, node: int, nodes: int) -> LogLine:
     return LogLine(f"node{node}" if nodes > 1 else "torchrun", line)
 
 
-class LocalBackend(Backend):
+class LocalBackend(Backend[LocalOptions]):
     name: ClassVar[str] = "local"
     description: ClassVar[str] = "torchrun on this machine (CPU or GPUs), multi-node simulated with N torchrun agents"
+    options_model = LocalOptions
+    sigterm_grace: ClassVar[int] = int(CANCEL_GRACE_SECONDS)
     capabilities: ClassVar[Capabilities] = Capabilities(
-        spot=False,
-        provision=False,
         unsupported={
-            "remote inputs": "the local backend reads local folders only; copy s3:// or azureml:// data here first",
-            "smddp": "the SageMaker data-parallel library runs only in SageMaker's containers",
-            "spot": "there is no spot capacity on this machine; resources.spot is ignored",
+            Feature.REMOTE_INPUTS: "the local backend reads local folders only; copy s3:// or azureml:// data "
+                                   "here first (or give inputs.<name>.at.local)",
+            Feature.SMDDP: "the SageMaker data-parallel library runs only in SageMaker's containers; "
+                           "use -o distribution.backend=auto here",
+            Feature.PROVISION: "the local backend runs on this machine; there is no cluster to create or leave alone",
+        },
+        caveats={
+            Feature.SPOT: "there is no spot capacity on this machine; resources.spot is ignored here",
+            Feature.MPI: "the local backend starts processes with torchrun; distribution.launcher: mpi applies "
+                         "on the clouds",
         },
     )
 
-    def __init__(self, registry: Registry | None = None) -> None:
-        self.registry = registry or Registry()
-
     # -- render ------------------------------------------------------------------------------
-    def render(self, spec: JobSpec) -> Plan:
+    def _render(self, spec: JobSpec) -> Plan:
+        opts = self.options(spec)
         decisions: list[str] = []
         warnings: list[str] = []
         code_dir = spec.code_dir
@@ -98,17 +104,14 @@ class LocalBackend(Backend):
             raise UserError(f"code.dir: {code_dir} is not a folder", hint="code.dir is relative to the spec file")
         if spec.code.entry and not (code_dir / spec.code.entry).is_file():
             raise UserError(f"code.entry: {spec.code.entry} is not a file in {code_dir}")
-        if spec.distribution.backend == "smddp":
-            raise UserError(
-                "distribution.backend smddp runs only on SageMaker",
-                hint="submit with --backend sagemaker, or use -o distribution.backend=auto here",
-            )
-        use_cuda = spec.local.device == "cuda" or (
-            spec.local.device == "auto" and spec.resources.gpus_per_node > 0 and _has_cuda_device()
+        use_cuda = opts.device == "cuda" or (
+            opts.device == "auto" and spec.resources.gpus_per_node > 0 and _has_cuda_device()
         )
         device = "cuda" if use_cuda else "cpu"
-        nproc = spec.local.processes_per_node or (spec.resources.gpus_per_node if use_cuda else 2)
-        nnodes = spec.local.nodes
+        # Without the GPUs here, two processes still exercise every collective the job will run.
+        nproc = opts.processes_per_node or spec.resources.processes_per_node or (
+            spec.resources.gpus_per_node if use_cuda else 2)
+        nnodes = opts.nodes
         pg_backend = spec.process_group_backend(on_gpu=use_cuda)
         if pg_backend == "nccl" and not use_cuda:
             pg_backend = "gloo"
@@ -119,8 +122,6 @@ class LocalBackend(Backend):
                 f"resources.nodes={spec.resources.nodes} is for the cloud; here 1 node "
                 "(set local.nodes to run several torchrun nodes on this machine)"
             )
-        if spec.resources.spot:
-            warnings.append(self.capabilities.unsupported["spot"])
         cores = os.cpu_count() or 1
         if device == "cpu" and nproc * nnodes > cores:
             warnings.append(
@@ -128,34 +129,23 @@ class LocalBackend(Backend):
                 "lower local.processes_per_node or local.nodes"
             )
 
-        script_args = list(spec.code.args)
-        env = rendered_env(spec)
-        for name, item in spec.inputs.items():
-            if item.is_remote:
-                raise UserError(
-                    f"inputs.{name}: {item.path} is remote; {self.capabilities.unsupported['remote inputs']}"
-                )
-            path = str((spec.base_dir / item.path).resolve())
-            env[f"CLOUDDDP_INPUT_{name.upper()}"] = path
-            if item.arg:
-                script_args += [item.arg, path]
         ckpt = checkpoint_dir(spec)
-        env.update(
-            {
-                "PYTHONUNBUFFERED": "1",
-                "CLOUDDDP_DIST_BACKEND": pg_backend,
-                "CLOUDDDP_COLLECTIVE_TIMEOUT": str(spec.distribution.collective_timeout),
-                "CLOUDDDP_OUTPUT_DIR": f"{RUN_DIR}/outputs",
-                "CLOUDDDP_RESUME": spec.checkpoint.resume,
-                "CLOUDDDP_CHECKPOINT_EVERY": str(spec.checkpoint.every_epochs if spec.checkpoint.enabled else 0),
-            }
+        places = Places(
+            model_dir=f"{RUN_DIR}/outputs",
+            checkpoint_dir=str(ckpt),
+            # resolved, not required to exist yet: the preflight check says when one is missing
+            inputs={name: str((spec.base_dir / spec.input_location(name, self.name)).resolve()) for name in spec.inputs},
         )
+        env, sources = job_env(spec, self.name, places, on_gpu=use_cuda, sigterm_grace=self.sigterm_grace)
+        env["CLOUDDDP_DIST_BACKEND"] = pg_backend
         if spec.checkpoint.enabled:
-            env["CLOUDDDP_CHECKPOINT_DIR"] = str(ckpt)
             decisions.append(f"checkpoints in {ckpt} (resume: {spec.checkpoint.resume})")
         if device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
-        program = [spec.code.entry, *script_args] if spec.code.command is None else ["--no-python", *spec.code.command]
+        if spec.code.command is None:
+            program = [spec.code.entry or "train.py", *spec.code.args, *input_args(spec, places)]
+        else:
+            program = ["--no-python", *spec.code.command, *input_args(spec, places)]
         nodes = []
         for node in range(nnodes):
             argv = [
@@ -188,10 +178,12 @@ class LocalBackend(Backend):
             documents={"torchrun.sh": _shell_script(request)},
             decisions=decisions,
             warnings=warnings,
-            spec=spec,
+            job=redacted_spec_data(spec),
+            late=("RUN_DIR", "PORT", "RUN_ID"),
+            env_sources=sources,
         )
 
-    def preflight(self, plan: Plan) -> list[Check]:
+    def _preflight(self, plan: Plan) -> list[Check]:
         req = plan.request
         checks = []
         torch_spec = importlib.util.find_spec("torch")
@@ -219,79 +211,74 @@ class LocalBackend(Backend):
         return checks
 
     # -- launch ------------------------------------------------------------------------------
-    def launch(self, plan: Plan, *, progress: Progress | None = None) -> str:
-        spec = plan.spec
-        if spec is None:
-            raise UserError("this plan carries no spec; render it with LocalBackend.render(spec)")
-        env = {**plan.request["env"], **resolved_env(spec)}  # real secret values: never written to disk
+    def _launch(self, plan: Plan, *, provision: bool, progress: Progress | None) -> Launched:
         run_id = new_run_id(plan.job_name)
         run = RunDir.for_run(run_id)
+        bound = plan.bind({"RUN_DIR": str(run.path), "PORT": str(free_port()), "RUN_ID": run_id})
+        env = bound.reveal(bound.request["env"])  # real secret values: to the supervisor's stdin, never to disk
+        secrets = bound.secret_values()
         (run.path / "logs").mkdir(parents=True)
-        run.outputs.mkdir()
+        (run.path / "outputs").mkdir()
         if "CLOUDDDP_CHECKPOINT_DIR" in env:
             Path(env["CLOUDDDP_CHECKPOINT_DIR"]).mkdir(parents=True, exist_ok=True)
-        concrete = _fill(plan.request, {RUN_DIR: str(run.path), PORT: str(free_port())})
-        write_json_atomic(run.plan, {**plan.to_dict(), "request": concrete})
-        (run.path / "spec.yaml").write_text(yaml.safe_dump(redacted_spec_data(spec), sort_keys=False))
-        run.write_status(state=RunState.STARTING.value, nodes=concrete["nnodes"], created_at=time.time())
-        self.registry.add(run_id, self.name, plan.job_name, RunState.STARTING.value, {"run_dir": str(run.path)})
+        write_json_atomic(run.plan, bound.to_dict())
+        (run.path / "spec.yaml").write_text(_yaml(plan.job))
+        run.write_status(state=RunState.STARTING.value, name=plan.job_name, nodes=bound.request["nnodes"],
+                         created_at=time.time())
         with open(run.path / "supervisor.log", "wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "cloudddp.backends.local.supervisor", str(run.path)],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                cwd=concrete["cwd"], start_new_session=True,
+                cwd=bound.request["cwd"], start_new_session=True,
             )
         # The supervisor waits for its stdin to close before it touches status.json, so this write
         # cannot race with its own.
         run.write_status(supervisor_pid=proc.pid)
         assert proc.stdin is not None
-        proc.stdin.write(json.dumps({k: _fill(v, {RUN_DIR: str(run.path)}) for k, v in env.items()}).encode())
+        proc.stdin.write(json.dumps({"env": env, "secrets": secrets}).encode())
         proc.stdin.close()
         if progress:
             progress.step(f"started {run_id} (supervisor pid {proc.pid})")
-        return run_id
+        return Launched(run_id, {"run_dir": str(run.path)})
 
     # -- run verbs ---------------------------------------------------------------------------
     def _run(self, run_id: str) -> RunDir:
-        run = RunDir.for_run(run_id)
-        if not run.status_file.exists():
-            raise RunNotFound(f"no local run {run_id!r}", hint="`cloudddp list` shows the runs on this machine")
-        return run
+        return RunDir.for_run(run_id)
 
-    def status(self, run_id: str) -> RunStatus:
+    def _describe(self, run_id: str) -> RunStatus | None:
         run = self._run(run_id)
+        if not run.status_file.exists():
+            return None
         st = run.read_status()
         state = RunState(st.get("state", "unknown"))
+        message = st.get("message", "")
         if not state.terminal and not _alive(st.get("supervisor_pid")):
             # The supervisor is gone without writing an end state (killed -9, machine rebooted).
-            state = RunState.FAILED
-            st = run.write_status(state=state.value, message="the run's supervisor exited unexpectedly", ended_at=time.time())
-            self.registry.update(run_id, state=state.value)
+            state, message = RunState.FAILED, "the run's supervisor exited unexpectedly"
         return RunStatus(
             run_id=run_id,
             backend=self.name,
             state=state,
-            name=run_id.rsplit("-", 3)[0],
+            name=st.get("name", run_id.rsplit("-", 3)[0]),
             native_state=st.get("state", ""),
-            message=st.get("message", ""),
+            message=message,
             created_at=st.get("created_at"),
             ended_at=st.get("ended_at"),
-            details={k: st[k] for k in ("exit_codes", "failure", "run_dir", "restarts") if k in st}
-            | {"run_dir": str(run.path)},
+            details={k: st[k] for k in ("exit_codes", "failure", "restarts") if k in st} | {"run_dir": str(run.path)},
         )
 
     def _finished(self, run_id: str) -> bool:
         return self.status(run_id).state.terminal
 
-    def logs(self, run_id: str, *, follow: bool = False) -> Iterator[LogLine]:
-        run = self._run(run_id)
-        paths = run.node_logs()
+    def _log_iter(self, run_id: str, *, follow: bool) -> Iterator[LogLine]:
+        paths = self._run(run_id).node_logs()
         for node, line in follow_lines(paths, follow=follow, finished=lambda: self._finished(run_id)):
             yield parse_rank_line(line, node, len(paths))
 
-    def metrics(self, run_id: str, *, follow: bool = False) -> Iterator[MetricRecord]:
-        run = self._run(run_id)
-        for _, line in follow_lines([run.metrics], follow=follow, finished=lambda: self._finished(run_id)):
+    def _metric_iter(self, run_id: str, *, follow: bool) -> Iterator[MetricRecord]:
+        """Rank 0's metric records, as the supervisor captured them."""
+        metrics = self._run(run_id).metrics
+        for _, line in follow_lines([metrics], follow=follow, finished=lambda: self._finished(run_id)):
             try:
                 record = record_from_dict(json.loads(line), "rank0")
             except ValueError:
@@ -299,14 +286,12 @@ class LocalBackend(Backend):
             if record is not None:
                 yield record
 
-    def cancel(self, run_id: str) -> None:
+    def _cancel(self, run_id: str) -> None:
         run = self._run(run_id)
         st = run.read_status()
-        if RunState(st.get("state", "unknown")).terminal:
-            return
         run.write_status(cancel_requested=True)
         pid = st.get("supervisor_pid")
-        if _alive(pid):
+        if pid and _alive(pid):
             os.kill(pid, signal.SIGTERM)  # the supervisor stops the nodes, waits for checkpoints, records the end
             deadline = time.time() + CANCEL_GRACE_SECONDS + 10
             while time.time() < deadline and _alive(pid):
@@ -314,22 +299,14 @@ class LocalBackend(Backend):
         # Whatever is left (a supervisor killed -9, a hung worker) goes now, process group by process group.
         for pgid in [*run.read_status().get("node_pgids", []), pid]:
             _killpg(pgid, signal.SIGKILL)
-        st = run.read_status()
-        if not RunState(st.get("state", "unknown")).terminal:
+        if not RunState(run.read_status().get("state", "unknown")).terminal:
             run.write_status(state=RunState.CANCELLED.value, message="cancelled", ended_at=time.time())
-        self.registry.update(run_id, state=run.read_status()["state"])
 
 
-def _fill(value: Any, table: dict[str, str]) -> Any:
-    if isinstance(value, str):
-        for key, sub in table.items():
-            value = value.replace(key, sub)
-        return value
-    if isinstance(value, list):
-        return [_fill(v, table) for v in value]
-    if isinstance(value, dict):
-        return {k: _fill(v, table) for k, v in value.items()}
-    return value
+def _yaml(data: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def _shell_script(request: dict[str, Any]) -> str:
@@ -378,3 +355,6 @@ def _killpg(pgid: int | None, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+__all__ = ["LocalBackend", "LocalOptions"]

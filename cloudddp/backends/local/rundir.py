@@ -64,9 +64,10 @@ class RunDir:
 
     def read_status(self) -> dict[str, Any]:
         try:
-            return json.loads(self.status_file.read_text())
+            data = json.loads(self.status_file.read_text())
         except (FileNotFoundError, ValueError):
             return {}
+        return data if isinstance(data, dict) else {}
 
     def write_status(self, **changes: Any) -> dict[str, Any]:
         """Merge ``changes`` into status.json atomically (temp file + rename)."""

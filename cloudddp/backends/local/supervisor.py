@@ -1,10 +1,11 @@
 """The detached process that runs one local job: ``python -m cloudddp.backends.local.supervisor RUN_DIR``.
 
-It reads the job's environment (secrets included) from stdin, so nothing secret touches the disk;
+It reads the job's environment (secrets included) and the secret values to redact from stdin, so
+nothing secret touches the disk;
 starts one torchrun agent per node, each in its own process group; copies their output into
 ``logs/node<i>.log`` and rank 0's metric lines into ``metrics.jsonl``; stops the nodes on SIGTERM
 (cancel) or when the runtime limit passes, giving the training script a grace period to checkpoint;
-and records how the run ended in ``status.json`` and the registry.
+and records how the run ended in ``status.json`` (the registry follows it when the run's status is read).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...metrics import PREFIX, parse_metric_line
-from ...registry import Registry
 from ...secrets import redact
 from ..base import RunState
 from .rundir import RunDir
@@ -32,16 +32,15 @@ _EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
 
 
 class Supervisor:
-    def __init__(self, run: RunDir, env: dict[str, str]) -> None:
+    def __init__(self, run: RunDir, env: dict[str, str], secrets: list[str]) -> None:
         self.run = run
         self.plan = json.loads(run.plan.read_text())
         self.request = self.plan["request"]
         self.env = env
-        self.secrets = [v for k, v in env.items() if f"<secret:{k}>" == self.plan["request"]["env"].get(k)]
+        self.secrets = secrets
         self.stop_reason: str | None = None
         self.stopping = threading.Event()
         self.procs: list[subprocess.Popen[str]] = []
-        self.registry = Registry()
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:
@@ -82,7 +81,6 @@ class Supervisor:
             started_at=time.time(),
             node_pgids=[p.pid for p in self.procs],
         )
-        self.registry.update(self.run.run_id, state=RunState.RUNNING.value)
 
     def _signal_nodes(self, sig: int) -> None:
         for proc in self.procs:
@@ -166,8 +164,8 @@ def describe_failure(info: dict[str, Any]) -> str:
 
 def main(argv: list[str]) -> int:
     run = RunDir(Path(argv[0]))
-    env = json.loads(sys.stdin.read() or "{}")
-    sup = Supervisor(run, env)
+    given = json.loads(sys.stdin.read() or "{}")
+    sup = Supervisor(run, given.get("env", {}), given.get("secrets", []))
     signal.signal(signal.SIGTERM, lambda *_: sup.request_stop("cancelled"))
     signal.signal(signal.SIGINT, lambda *_: sup.request_stop("cancelled"))
     try:
@@ -175,8 +173,8 @@ def main(argv: list[str]) -> int:
         codes = sup.wait()
     except Exception as e:  # the run must always get an end state, whatever broke
         run.write_status(state=RunState.FAILED.value, message=f"supervisor error: {e}", ended_at=time.time())
-        sup.registry.update(run.run_id, state=RunState.FAILED.value)
         raise
+    extra: dict[str, Any]
     if sup.stop_reason == "cancelled":
         state, message, extra = RunState.CANCELLED, "cancelled", {"exit_codes": codes}
     elif sup.stop_reason == "max_runtime":
@@ -185,12 +183,11 @@ def main(argv: list[str]) -> int:
     elif all(c == 0 for c in codes):
         state, message, extra = RunState.SUCCEEDED, "finished", {"exit_codes": codes}
     else:
-        extra = sup.failure(codes)
-        state, message = RunState.FAILED, describe_failure(extra)
-        extra = {"exit_codes": codes, "failure": extra}
+        failure = sup.failure(codes)
+        state, message = RunState.FAILED, describe_failure(failure)
+        extra = {"exit_codes": codes, "failure": failure}
     redact_files(run.ranks, sup.secrets)
     run.write_status(state=state.value, message=message, ended_at=time.time(), **extra)
-    sup.registry.update(run.run_id, state=state.value, info={"message": message})
     return 0
 
 

@@ -16,51 +16,68 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...errors import BackendUnavailable, CloudDDPError, RunNotFound, UserError
-from ...packaging import collect, folder_digest, pack
-from ...plan import SECRET_PLACEHOLDER, Plan
-from ...registry import Registry
-from ...secrets import resolved_env
+from ...errors import BackendUnavailable, CloudDDPError, UserError
+from ...plan import Plan
+from ...secrets import redacted_spec_data
+from ...sizing import SizeTarget
 from ...spec import JobSpec
-from ..base import Backend, Capabilities, Check, LogLine, Progress, RunState, RunStatus
-from .request import ACCOUNT, build, region_for
+from ..base import Backend, Check, Launched, LogLine, Progress, RunState, RunStatus
+from ..features import Capabilities, Feature
+from .options import SageMakerOptions
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 POLL_SECONDS = float(os.environ.get("CLOUDDDP_SAGEMAKER_POLL", "5"))
+CREDENTIALS_FIX = "run `aws configure` (or `aws sso login`), or export AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+_AUTH_CODES = {"ExpiredToken", "ExpiredTokenException", "InvalidClientTokenId", "UnrecognizedClientException",
+               "SignatureDoesNotMatch", "AccessDenied", "AccessDeniedException", "InvalidAccessKeyId"}
+_NOT_FOUND = ("Requested resource not found", "Could not find", "does not exist")
 _STATES = {"InProgress": RunState.RUNNING, "Completed": RunState.SUCCEEDED, "Failed": RunState.FAILED,
            "Stopping": RunState.STOPPING, "Stopped": RunState.CANCELLED}
 _STARTING = {"Starting", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading", "DownloadingTrainingImage",
              "Pending", "Restarting"}
 
 
-class SageMakerBackend(Backend):
+class SageMakerBackend(Backend[SageMakerOptions]):
     name: ClassVar[str] = "sagemaker"
     description: ClassVar[str] = "SageMaker training job on an official PyTorch container (torchrun or smddp)"
+    options_model = SageMakerOptions
+    cloud: ClassVar[str | None] = "aws"
+    needs_credentials: ClassVar[bool] = True
+    sigterm_grace: ClassVar[int] = 120  # StopTrainingJob: SIGTERM, then 120 s (SageMaker API reference)
     capabilities: ClassVar[Capabilities] = Capabilities(
-        spot=True,
-        provision=False,
         unsupported={
-            "code.command": "SageMaker's PyTorch containers start an entry script (code.entry + code.args)",
-            "secret env": "CreateTrainingJob has no secret-safe field: secrets go in Environment at submit and "
-                          "are visible to DescribeTrainingJob callers; prefer AWS Secrets Manager for real secrets",
+            Feature.CODE_COMMAND: "SageMaker's PyTorch containers start an entry script; use code.entry + code.args",
+            Feature.PROVISION: "SageMaker starts the instances of each job itself; there is no cluster to create "
+                               "or leave alone",
+        },
+        caveats={
+            Feature.SECRET_ENV: "CreateTrainingJob has no secret-safe field: secrets go in Environment at submit and "
+                                "are visible to DescribeTrainingJob callers; prefer AWS Secrets Manager for real secrets",
         },
     )
 
-    def __init__(self, session: Any = None, registry: Registry | None = None, poll_seconds: float = POLL_SECONDS,
-                 token: str | None = None) -> None:
+    def __init__(self, session: Any = None, *, poll_seconds: float = POLL_SECONDS, token: str | None = None,
+                 **base: Any) -> None:
+        super().__init__(**base)
         self._session = session
-        self.registry = registry or Registry()
         self.poll_seconds = poll_seconds
         self.token = token
 
+    def size_target(self, spec: JobSpec) -> SizeTarget:
+        return SizeTarget("aws", self.options(spec).instance_type, "sagemaker.instance_type")
+
     # -- render ------------------------------------------------------------------------------
-    def render(self, spec: JobSpec) -> Plan:
+    def _render(self, spec: JobSpec) -> Plan:
+        from .request import ACCOUNT, build
+
         token = self.token or time.strftime("%y%m%d%H%M%S")
-        r = build(spec, token)
+        r = build(spec, self.options(spec), self.size_target(spec), token, self.sigterm_grace)
         return Plan(
             backend=self.name, job_name=r.request["TrainingJobName"], request=r.request,
             documents={"CreateTrainingJob.json": json.dumps(r.request, indent=2) + "\n"},
-            decisions=r.decisions, warnings=r.warnings, estimate=r.estimate, uploads=r.uploads, spec=spec,
+            decisions=r.decisions, warnings=r.warnings, estimate=r.estimate, uploads=r.uploads,
+            target={"region": r.region}, job=redacted_spec_data(spec),
+            late=("ACCOUNT",) if ACCOUNT in json.dumps(r.request) else (), env_sources=r.env_sources,
         )
 
     # -- AWS clients (boto3 imported here, never at render) ----------------------------------------
@@ -83,64 +100,67 @@ class SageMakerBackend(Backend):
         record = self.registry.get(run_id)
         if record and record.info.get("region"):
             return str(record.info["region"])
-        import os
-
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if not region:
             raise UserError(f"cannot tell the region of {run_id}: set AWS_REGION")
         return region
 
+    def _translate(self, error: Exception) -> CloudDDPError | None:
+        """botocore's errors, in one place: credentials and permissions exit 2 with the fix."""
+        from botocore.exceptions import (
+            ClientError,
+            EndpointConnectionError,
+            NoCredentialsError,
+            NoRegionError,
+            PartialCredentialsError,
+            TokenRetrievalError,
+        )
+
+        if isinstance(error, (NoCredentialsError, PartialCredentialsError, TokenRetrievalError)):
+            return BackendUnavailable(f"no usable AWS credentials: {error}", hint=CREDENTIALS_FIX)
+        if isinstance(error, NoRegionError):
+            return UserError("no AWS region: set sagemaker.region in the spec, or AWS_REGION")
+        if isinstance(error, EndpointConnectionError):
+            return CloudDDPError(f"cannot reach AWS: {error}")
+        if isinstance(error, ClientError):
+            code = error.response.get("Error", {}).get("Code", "")
+            message = error.response.get("Error", {}).get("Message", str(error))
+            if code in _AUTH_CODES:
+                return BackendUnavailable(f"AWS refused these credentials ({code}): {message}", hint=CREDENTIALS_FIX)
+            return CloudDDPError(f"SageMaker refused the request ({code}): {message}")
+        return None
+
     # -- launch ------------------------------------------------------------------------------
-    def launch(self, plan: Plan, *, progress: Progress | None = None) -> str:
-        from botocore.exceptions import ClientError, NoCredentialsError
+    def _launch(self, plan: Plan, *, provision: bool, progress: Progress | None) -> Launched:
+        region = plan.target["region"]
+        values = {}
+        if "ACCOUNT" in plan.late:
+            values["ACCOUNT"] = self._client("sts", region).get_caller_identity()["Account"]
+        bound = plan.bind(values)
+        s3 = self._client("s3", region)
+        uploaded = [self._upload(s3, up, progress) for up in bound.uploads]
+        request = dict(bound.request, Environment=bound.reveal(bound.request["Environment"]))
+        name = self._create(self._client("sagemaker", region), request, progress)
+        return Launched(name, {"region": region, "uploaded_bytes": uploaded})
 
-        spec = plan.spec
-        if spec is None:
-            raise UserError("this plan carries no spec; render it with SageMakerBackend.render(spec)")
-        region = region_for(spec)
-        request = json.loads(json.dumps(plan.request))
-        try:
-            if ACCOUNT in json.dumps(request):
-                account = self._client("sts", region).get_caller_identity()["Account"]
-                request = json.loads(json.dumps(request).replace(ACCOUNT, account))
-            s3 = self._client("s3", region)
-            self._upload(s3, spec, plan.uploads, request, progress)
-            secrets = resolved_env(spec)
-            for key, value in request["Environment"].items():
-                if value == SECRET_PLACEHOLDER.format(name=key) or value.startswith("<from_env:"):
-                    request["Environment"][key] = secrets[key]
-            name = self._create(self._client("sagemaker", region), request, progress)
-        except NoCredentialsError:
-            raise BackendUnavailable("no AWS credentials found (boto3's standard chain: env, ~/.aws, instance role)",
-                                     hint="run `aws configure`, or export AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY") from None
-        except ClientError as e:
-            raise CloudDDPError(f"SageMaker refused the request: {e.response['Error'].get('Message', e)}") from None
-        if self.registry.get(name) is None:
-            self.registry.add(name, self.name, spec.name, RunState.PENDING.value, {"region": region})
-        return name
+    def _upload(self, s3: Any, up: dict[str, Any], progress: Progress | None) -> int:
+        """Upload one snapshot unless it is already there; the bytes sent."""
+        from ...packaging import collect, folder_digest, pack
 
-    def _upload(self, s3: Any, spec: JobSpec, uploads: list[dict[str, Any]], request: dict[str, Any],
-                progress: Progress | None) -> None:
-        text = json.dumps(request)
-        for up in uploads:
-            destination = up["destination"] if ACCOUNT not in up["destination"] else None
-            if destination is None:  # the account was filled into the request: find the same URI there
-                tail = up["destination"].split(ACCOUNT, 1)[1]
-                start = text.find(tail)
-                destination = text[text.rfind("s3://", 0, start): start + len(tail)]
-            bucket, _, key = destination.removeprefix("s3://").partition("/")
-            self._ensure_bucket(s3, bucket)
-            if up["kind"] == "code":
-                snapshot = pack(spec.code_dir, spec.code.ignore)
-                if snapshot.sha256 != up["sha256"]:
-                    raise UserError("code.dir changed between render and launch; render again")
-                self._put(s3, bucket, key, [("sourcedir.tar.gz", snapshot.path)], up, progress, whole=True)
-            else:
-                folder = Path(up["source"])
-                files = collect(folder)
-                if folder_digest(folder, files) != up["sha256"]:
-                    raise UserError(f"inputs.{up['name']} ({folder}) changed between render and launch; render again")
-                self._put(s3, bucket, key, [(rel, folder / rel) for rel in files], up, progress, whole=False)
+        bucket, _, key = up["destination"].removeprefix("s3://").partition("/")
+        self._ensure_bucket(s3, bucket)
+        if up["kind"] == "code":
+            from .request import shipped_launcher
+
+            snapshot = pack(Path(up["source"]), up.get("ignore", []), extra=shipped_launcher())
+            if snapshot.sha256 != up["sha256"]:
+                raise UserError("code.dir changed between render and launch; render again")
+            return self._put(s3, bucket, key, [("sourcedir.tar.gz", snapshot.path)], up, progress, whole=True)
+        folder = Path(up["source"])
+        files = collect(folder)
+        if folder_digest(folder, files) != up["sha256"]:
+            raise UserError(f"inputs.{up['name']} ({folder}) changed between render and launch; render again")
+        return self._put(s3, bucket, key, [(rel, folder / rel) for rel in files], up, progress, whole=False)
 
     def _ensure_bucket(self, s3: Any, bucket: str) -> None:
         from botocore.exceptions import ClientError
@@ -153,17 +173,17 @@ class SageMakerBackend(Backend):
             s3.create_bucket(Bucket=bucket)
 
     def _put(self, s3: Any, bucket: str, key: str, files: list[tuple[str, Path]], up: dict[str, Any],
-             progress: Progress | None, *, whole: bool) -> None:
-        """Upload unless the content-addressed marker shows it is already there; files stream from disk."""
+             progress: Progress | None, *, whole: bool) -> int:
+        """Upload unless the content-addressed marker shows it is already there; the bytes sent.
+        Files stream from disk (boto3 reads them in parts), with progress as the parts go."""
         from botocore.exceptions import ClientError
 
         marker = key if whole else key.rstrip("/") + "/.cloudddp-complete"
         try:
             s3.head_object(Bucket=bucket, Key=marker)
-            up["uploaded_bytes"] = 0
             if progress:
                 progress.step(f"{up['kind']} snapshot {up['sha256'][:12]} already in s3://{bucket}: nothing to upload")
-            return
+            return 0
         except ClientError as e:
             if e.response["Error"].get("Code") not in ("404", "NoSuchKey", "NotFound"):
                 raise
@@ -181,12 +201,12 @@ class SageMakerBackend(Backend):
             s3.upload_file(str(path), bucket, target, Callback=advance)
         if not whole:
             s3.put_object(Bucket=bucket, Key=marker, Body=up["sha256"].encode())
-        up["uploaded_bytes"] = total
+        return total
 
     def _create(self, sm: Any, request: dict[str, Any], progress: Progress | None) -> str:
         from botocore.exceptions import ClientError
 
-        name = request["TrainingJobName"]
+        name: str = request["TrainingJobName"]
         if self._exists(sm, name):  # launched before (a retried submit): never a second job
             if progress:
                 progress.step(f"training job {name} already exists: not creating it again")
@@ -212,24 +232,21 @@ class SageMakerBackend(Backend):
             return False
 
     # -- run verbs ---------------------------------------------------------------------------
-    def _describe(self, run_id: str) -> dict[str, Any]:
+    def _describe(self, run_id: str) -> RunStatus | None:
         from botocore.exceptions import ClientError
 
         try:
-            return self._client("sagemaker", self._region_of(run_id)).describe_training_job(TrainingJobName=run_id)
+            d = self._client("sagemaker", self._region_of(run_id)).describe_training_job(TrainingJobName=run_id)
         except ClientError as e:
-            if "not found" in str(e).lower() or e.response["Error"].get("Code") in ("ValidationException", "ResourceNotFound"):
-                raise RunNotFound(f"no SageMaker training job {run_id!r}") from None
+            message = e.response.get("Error", {}).get("Message", "")
+            if e.response.get("Error", {}).get("Code") in ("ValidationException", "ResourceNotFound") and \
+                    any(s in message for s in _NOT_FOUND):
+                return None
             raise
-
-    def status(self, run_id: str) -> RunStatus:
-        d = self._describe(run_id)
         native, secondary = d.get("TrainingJobStatus", ""), d.get("SecondaryStatus", "")
         state = _STATES.get(native, RunState.UNKNOWN)
         if state is RunState.RUNNING and secondary in _STARTING:
             state = RunState.STARTING
-        if self.registry.get(run_id):
-            self.registry.update(run_id, state=state.value)
         created, ended = d.get("CreationTime"), d.get("TrainingEndTime")
         return RunStatus(
             run_id=run_id, backend=self.name, state=state, name=run_id.rsplit("-", 2)[0],
@@ -242,7 +259,7 @@ class SageMakerBackend(Backend):
                      "billable_seconds": d.get("BillableTimeInSeconds")},
         )
 
-    def logs(self, run_id: str, *, follow: bool = False) -> Iterator[LogLine]:
+    def _log_iter(self, run_id: str, *, follow: bool) -> Iterator[LogLine]:
         """Every ``<job>/algo-N-*`` stream, interleaved by time, each line tagged with its host."""
         from botocore.exceptions import ClientError
 
@@ -277,27 +294,18 @@ class SageMakerBackend(Backend):
                 return
             time.sleep(self.poll_seconds)
 
-    def cancel(self, run_id: str) -> None:
-        from botocore.exceptions import ClientError
+    def _cancel(self, run_id: str) -> None:
+        self._client("sagemaker", self._region_of(run_id)).stop_training_job(TrainingJobName=run_id)
 
-        try:
-            self._client("sagemaker", self._region_of(run_id)).stop_training_job(TrainingJobName=run_id)
-        except ClientError as e:
-            raise CloudDDPError(f"SageMaker did not stop {run_id}: {e.response['Error'].get('Message', e)}") from None
-
-    def preflight(self, plan: Plan) -> list[Check]:
-        """Credentials, the role and the instance type's quota (Service Quotas), the bucket."""
-        spec = plan.spec
-        if spec is None:
-            return []
-        region = region_for(spec)
+    def _preflight(self, plan: Plan) -> list[Check]:
+        """Credentials, the inputs in S3 and the instance type's quota (Service Quotas)."""
+        region = plan.target["region"]
         checks = []
         try:
             identity = self._client("sts", region).get_caller_identity()
             checks.append(Check("AWS credentials", True, f"account {identity['Account']}"))
         except Exception as e:  # noqa: BLE001 - any failure here means "no usable credentials"
-            return [Check("AWS credentials", False, str(e).splitlines()[0],
-                          fix="run `aws configure`, or export AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")]
+            return [Check("AWS credentials", False, str(e).splitlines()[0], fix=CREDENTIALS_FIX)]
         s3 = self._client("s3", region, attempts=2)
         for channel in plan.request.get("InputDataConfig", []):
             uri = channel["DataSource"]["S3DataSource"]["S3Uri"]
@@ -326,3 +334,6 @@ class SageMakerBackend(Backend):
         except Exception as e:  # noqa: BLE001
             checks.append(Check(f"quota for {itype}", None, f"could not read Service Quotas: {str(e).splitlines()[0]}"))
         return checks
+
+
+__all__ = ["LOG_GROUP", "SageMakerBackend", "SageMakerOptions"]

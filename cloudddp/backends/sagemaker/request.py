@@ -20,13 +20,19 @@ from ...catalog import nccl_env_presets
 from ...errors import UserError
 from ...metrics import STANDARD_METRICS, metric_regex
 from ...packaging import collect, folder_digest, pack, snapshot_warnings
-from ...secrets import rendered_env
-from ...sizing import decide
+from ...plan import EnvSource, late, substitute
+from ...runtime import RUN_ID, Places, input_args, job_env
+from ...shim import SHIPPED_AS
+from ...sizing import SizeTarget, decide
 from ...spec import JobSpec
 from .images import training_image
+from .options import SageMakerOptions
 
-ACCOUNT = "{ACCOUNT}"  # filled in at launch from STS when the spec names no bucket
+ACCOUNT = late("ACCOUNT")  # filled in at launch from STS when the spec names no bucket
 CHECKPOINT_LOCAL = "/opt/ml/checkpoints"
+MODEL_DIR = "/opt/ml/model"
+CODE_CHANNEL = "code"
+HYPERPARAMETER_VALUE_MAX = 2500  # CreateTrainingJob: HyperParameterValue max length
 _NAME_OK = re.compile(r"[^a-zA-Z0-9-]")
 
 
@@ -37,17 +43,19 @@ class Rendered:
     decisions: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     estimate: dict[str, Any] | None = None
+    env_sources: dict[str, EnvSource] = field(default_factory=dict)
+    region: str = ""
 
 
-def region_for(spec: JobSpec) -> str:
-    region = spec.sagemaker.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+def region_for(sm: SageMakerOptions) -> str:
+    region = sm.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if not region:
         raise UserError("no AWS region: set sagemaker.region in the spec, or AWS_REGION in the environment")
     return region
 
 
-def role_for(spec: JobSpec) -> str:
-    role = spec.sagemaker.role or os.environ.get("CLOUDDDP_SAGEMAKER_ROLE")
+def role_for(sm: SageMakerOptions) -> str:
+    role = sm.role or os.environ.get("CLOUDDDP_SAGEMAKER_ROLE")
     if not role:
         raise UserError(
             "no execution role: set sagemaker.role (an IAM role ARN SageMaker can assume), "
@@ -57,29 +65,40 @@ def role_for(spec: JobSpec) -> str:
     return role
 
 
-def script_hyperparameters(args: list[str]) -> dict[str, str]:
-    """``[--epochs, 30, --lr=0.1]`` → ``{"epochs": "30", "lr": "0.1"}``: the toolkit passes them back as ``--key value``."""
-    out: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if not arg.startswith("--") or len(arg) < 3:
-            raise UserError(f"code.args: {arg!r}: SageMaker passes script arguments as --key value pairs only")
-        if "=" in arg:
-            key, value = arg[2:].split("=", 1)
-            i += 1
-        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-            key, value = arg[2:], args[i + 1]
-            i += 2
-        else:
-            raise UserError(
-                f"code.args: {arg} has no value; SageMaker passes script arguments as --key value",
-                hint=f"write it as {arg}=true if the script accepts a value, or drop it for SageMaker with -o",
-            )
-        if key.startswith("sagemaker_"):
-            raise UserError(f"code.args: --{key} is reserved for the SageMaker training toolkit")
-        out[key] = value
-    return out
+def _channel(name: str, uri: str, mode: str) -> dict[str, Any]:
+    return {"ChannelName": name, "InputMode": mode, "DataSource": {"S3DataSource": {
+        "S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}}}
+
+
+def shipped_launcher() -> dict[str, bytes]:
+    """The launcher shipped inside the code snapshot, by its name there."""
+    from importlib import resources
+
+    return {SHIPPED_AS: resources.files("cloudddp").joinpath("shim.py").read_bytes()}
+
+
+def encode(hyperparameters: dict[str, Any]) -> dict[str, str]:
+    """Every value JSON-encoded, as the SageMaker SDK sends them: the toolkit JSON-decodes each value, so a
+    raw ``0.10`` would reach the script as ``0.1`` and ``true`` as ``True``."""
+    return {key: json.dumps(value) for key, value in hyperparameters.items()}
+
+
+def shim_hyperparameters(payload: dict[str, Any]) -> dict[str, Any]:
+    """The launcher's payload as ``cloudddp-NN`` hyperparameters, each short enough once JSON-encoded.
+
+    The toolkit passes them to the shipped launcher as ``--cloudddp-NN <part>`` (keys sorted, hence the
+    zero-padded numbers); the launcher joins the parts and runs the job's program with its exact argv.
+    """
+    text = json.dumps(payload, separators=(",", ":"))
+    parts: list[str] = []
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + HYPERPARAMETER_VALUE_MAX - 2)
+        while len(json.dumps(text[start:end])) > HYPERPARAMETER_VALUE_MAX:  # escaping lengthens quotes
+            end -= max(1, (len(json.dumps(text[start:end])) - HYPERPARAMETER_VALUE_MAX) // 2)
+        parts.append(text[start:end])
+        start = end
+    return {f"cloudddp-{i:02d}": part for i, part in enumerate(parts)}
 
 
 def job_name(spec: JobSpec, content: dict[str, Any], token: str) -> str:
@@ -88,17 +107,16 @@ def job_name(spec: JobSpec, content: dict[str, Any], token: str) -> str:
     return f"{base}-{digest}-{token}"
 
 
-def build(spec: JobSpec, token: str) -> Rendered:
-    sm = spec.sagemaker
-    region, role = region_for(spec), role_for(spec)
-    r = Rendered(request={})
+def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, sigterm_grace: int) -> Rendered:
+    region, role = region_for(sm), role_for(sm)
+    r = Rendered(request={}, region=region)
     bucket = sm.bucket or f"sagemaker-{region}-{ACCOUNT}"
     if not sm.bucket:
         r.decisions.append(f"bucket: the SageMaker default, s3://{bucket} (account filled in at submit)")
     prefix = f"s3://{bucket}/{sm.prefix.strip('/')}"
 
     gpus = spec.resources.gpus_per_node
-    sizing = decide(spec, "aws", sm.instance_type, "instance type")
+    sizing = decide(spec, target, "instance type")
     instance_type, sku = sizing.size, sizing.sku
     r.decisions += sizing.decisions
     r.warnings += sizing.warnings
@@ -115,21 +133,23 @@ def build(spec: JobSpec, token: str) -> Rendered:
     image, how = training_image(sm.image, region, sm.framework_version, sm.py_version, gpu=gpus > 0)
     r.decisions.append(f"image {image} ({how})")
 
-    snapshot = pack(spec.code_dir, spec.code.ignore)
+    snapshot = pack(spec.code_dir, spec.code.ignore, extra=shipped_launcher())
     code_uri = f"{prefix}/code/{snapshot.sha256}/sourcedir.tar.gz"
-    r.uploads.append({"kind": "code", "source": str(spec.code_dir), "destination": code_uri,
-                      "sha256": snapshot.sha256, "bytes": snapshot.size, "files": len(snapshot.files)})
+    r.uploads.append({"kind": "code", "source": str(spec.code_dir), "ignore": list(spec.code.ignore),
+                      "extra": sorted(shipped_launcher()),
+                      "destination": code_uri, "sha256": snapshot.sha256, "bytes": snapshot.size,
+                      "files": len(snapshot.files)})
     r.warnings += snapshot_warnings(snapshot)
-    if spec.code.command is not None:
-        raise UserError("code.command: SageMaker's PyTorch containers start an entry script; use code.entry + code.args")
-    hyper = script_hyperparameters(spec.code.args)
     channels = []
+    if CODE_CHANNEL in spec.inputs:
+        raise UserError(f"inputs.{CODE_CHANNEL}: the name is taken by the channel that carries the code on SageMaker",
+                        hint="rename the input")
     for name, item in spec.inputs.items():
-        where = item.location("sagemaker")
+        where = spec.input_location(name, "sagemaker")
         if "://" in where:
             if not where.startswith("s3://"):
                 raise UserError(f"inputs.{name}: SageMaker reads s3:// URIs or local folders, not {where}",
-                                hint=f"give inputs.{name}.sagemaker: s3://...")
+                                hint=f"give inputs.{name}.at.sagemaker: s3://...")
             uri = where
         else:
             folder = spec.input_folder(name, where)
@@ -138,47 +158,50 @@ def build(spec: JobSpec, token: str) -> Rendered:
             uri = f"{prefix}/data/{name}/{digest}/"
             r.uploads.append({"kind": "input", "name": name, "source": str(folder), "destination": uri,
                               "sha256": digest, "bytes": sum((folder / f).stat().st_size for f in files), "files": len(files)})
-        channels.append({
-            "ChannelName": name,
-            "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}},
-            "InputMode": "FastFile" if item.mode == "mount" else "File",
-        })
-        if item.arg:
-            hyper[item.arg.lstrip("-")] = f"/opt/ml/input/data/{name}"
+        channels.append(_channel(name, uri, "FastFile" if item.mode == "mount" else "File"))
 
-    env = rendered_env(spec)
-    env.update({
-        "PYTHONUNBUFFERED": "1",
-        "CLOUDDDP_DIST_BACKEND": spec.process_group_backend(on_gpu=gpus > 0),
-        "CLOUDDDP_COLLECTIVE_TIMEOUT": str(spec.distribution.collective_timeout),
-        "CLOUDDDP_CHECKPOINT_DIR": CHECKPOINT_LOCAL,
-        "CLOUDDDP_RESUME": spec.checkpoint.resume,
-        "CLOUDDDP_CHECKPOINT_EVERY": str(spec.checkpoint.every_epochs if spec.checkpoint.enabled else 0),
-    })
-    if sku is not None and spec.resources.nodes > 1:
-        presets = {k: v for k, v in nccl_env_presets(sku).items() if k not in env}
-        if presets:
-            env.update(presets)
-            r.decisions.append(f"{sku.fabric} presets: " + ", ".join(f"{k}={v}" for k, v in presets.items()))
+    places = Places(model_dir=MODEL_DIR, checkpoint_dir=CHECKPOINT_LOCAL,
+                    inputs={name: f"/opt/ml/input/data/{name}" for name in spec.inputs})
+    presets = nccl_env_presets(sku) if sku is not None and spec.resources.nodes > 1 else {}
+    env, r.env_sources = job_env(spec, "sagemaker", places, on_gpu=gpus > 0, sigterm_grace=sigterm_grace,
+                                 presets=presets)
+    applied = {k: v for k, v in presets.items() if k not in spec.env}
+    if applied and sku is not None:
+        r.decisions.append(f"{sku.fabric} presets: " + ", ".join(f"{k}={v}" for k, v in applied.items()))
 
     output = spec.outputs.get("model")
     output_uri = output.path if output and output.path else f"{prefix}/output"
     checkpoint_uri = spec.checkpoint.path or f"{prefix}/checkpoints/{spec.name}"
 
-    hyper.update({
-        "sagemaker_program": spec.code.entry or "train.py",
-        "sagemaker_submit_directory": code_uri,
-        "sagemaker_region": region,
-        "sagemaker_container_log_level": "20",
-    })
-    if smddp:
-        hyper["sagemaker_distributed_dataparallel_enabled"] = "true"
-        hyper["sagemaker_instance_type"] = instance_type
-        hyper["sagemaker_distributed_dataparallel_custom_mpi_options"] = ""
-    elif spec.distribution.launcher == "mpi":
-        hyper.update({"sagemaker_mpi_enabled": "true", "sagemaker_mpi_num_of_processes_per_host": str(max(gpus, 1))})
+    if sm.network_isolation:  # the container cannot reach S3: the code comes in as a channel, as the SDK does
+        channels.append(_channel(CODE_CHANNEL, code_uri, "File"))
+        submit_directory = f"/opt/ml/input/data/{CODE_CHANNEL}/sourcedir.tar.gz"
+        r.decisions.append(f"network isolation: the code arrives as the '{CODE_CHANNEL}' channel")
     else:
-        hyper["sagemaker_torch_distributed_enabled"] = "true"
+        submit_directory = code_uri
+    if spec.code.command is None:
+        program = {"argv": [spec.code.entry or "train.py", *spec.code.args, *input_args(spec, places)], "python": True}
+    else:
+        program = {"argv": [*spec.code.command, *input_args(spec, places)], "python": False}
+    secret = {name for name, source in r.env_sources.items() if source.secret}
+    hyper: dict[str, Any] = {
+        **shim_hyperparameters({**program, "env": {k: v for k, v in env.items() if k not in secret}}),
+        "sagemaker_program": SHIPPED_AS,
+        "sagemaker_submit_directory": submit_directory,
+        "sagemaker_region": region,
+        "sagemaker_container_log_level": 20,
+        # Read by every runner, torchrun included: without it a CPU instance gets one process.
+        "sagemaker_mpi_num_of_processes_per_host": spec.resources.processes,
+    }
+    r.decisions.append(f"the container's launcher starts {SHIPPED_AS}, which runs the job's program with the "
+                       "spec's exact arguments and environment")
+    if smddp:
+        hyper.update({"sagemaker_distributed_dataparallel_enabled": True, "sagemaker_instance_type": instance_type,
+                      "sagemaker_distributed_dataparallel_custom_mpi_options": ""})
+    elif spec.distribution.launcher == "mpi":
+        hyper["sagemaker_mpi_enabled"] = True
+    else:
+        hyper["sagemaker_torch_distributed_enabled"] = True
 
     resource: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": spec.resources.nodes,
                                 "VolumeSizeInGB": sm.volume_gb or spec.resources.disk_gb}
@@ -196,7 +219,7 @@ def build(spec: JobSpec, token: str) -> Rendered:
     tags = {**spec.tags, **sm.tags, "cloudddp:job": spec.name}
     content = {"resource": resource, "hyper": hyper, "image": image, "env": env, "channels": channels, "role": role}
     name = job_name(spec, content, token)
-    hyper["sagemaker_job_name"] = json.dumps(name)
+    hyper["sagemaker_job_name"] = name
     request: dict[str, Any] = {
         "TrainingJobName": name,
         "RoleArn": role,
@@ -205,7 +228,7 @@ def build(spec: JobSpec, token: str) -> Rendered:
             "TrainingInputMode": "File",
             "MetricDefinitions": [{"Name": m, "Regex": metric_regex(m)} for m in STANDARD_METRICS],
         },
-        "HyperParameters": hyper,
+        "HyperParameters": encode(hyper),
         "ResourceConfig": resource,
         "OutputDataConfig": {"S3OutputPath": output_uri, **({"KmsKeyId": sm.output_kms_key} if sm.output_kms_key else {})},
         "CheckpointConfig": {"S3Uri": checkpoint_uri, "LocalPath": CHECKPOINT_LOCAL},
@@ -225,5 +248,5 @@ def build(spec: JobSpec, token: str) -> Rendered:
     if spec.limits.max_restarts:
         request["RetryStrategy"] = {"MaximumRetryAttempts": min(30, spec.limits.max_restarts)}
         r.decisions.append(f"SageMaker retries the job up to {min(30, spec.limits.max_restarts)} times; it resumes from {checkpoint_uri}")
-    r.request = request
+    r.request = substitute(request, {RUN_ID: name})
     return r

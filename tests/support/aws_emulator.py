@@ -6,9 +6,11 @@ import http.client
 import http.server
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 
 def free_port() -> int:
@@ -17,10 +19,71 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+ACCOUNT_ID = "123456789012"  # moto's default account
+
+
+def aws_environment(url: str) -> dict[str, str]:
+    """What a shell needs to talk to the emulator: its endpoint, dummy credentials, a region."""
+    return {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
+
+
+def set_status(name: str, status: str, secondary: str | None = None, region: str = "us-east-1") -> None:
+    """Move a training job to ``status`` (moto creates jobs already Completed and has no transitions)."""
+    from moto.sagemaker.models import sagemaker_backends
+
+    job = sagemaker_backends[ACCOUNT_ID][region].training_jobs[name]
+    job.training_job_status = status
+    if secondary:
+        job.secondary_status = secondary
+
+
+NOW_MS = int(time.time() * 1000)  # CloudWatch (and moto) drop events more than 14 days old
+
+
+def put_logs(name: str, host: str, lines: list[str], start_ms: int) -> None:
+    """Write ``lines`` to the CloudWatch stream of host ``host`` of training job ``name``, as SageMaker does."""
+    import boto3
+
+    from cloudddp.backends.sagemaker import LOG_GROUP
+
+    logs = boto3.client("logs")
+    try:
+        logs.create_log_group(logGroupName=LOG_GROUP)
+    except logs.exceptions.ResourceAlreadyExistsException:
+        pass
+    stream = f"{name}/{host}-1700000000"
+    try:
+        logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
+    except logs.exceptions.ResourceAlreadyExistsException:
+        pass
+    logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream,
+                        logEvents=[{"timestamp": NOW_MS + start_ms + i, "message": m} for i, m in enumerate(lines)])
+
+
+def _stop_training_job(self: Any) -> Any:
+    """StopTrainingJob, which moto lacks, as SageMaker answers it: a job that is not in progress is refused;
+    one that is goes to Stopping, and (here at once) to Stopped."""
+    from moto.sagemaker.exceptions import ValidationError
+    from moto.sagemaker.responses import ActionResult
+
+    name = self._get_param("TrainingJobName")
+    job = self.sagemaker_backend.training_jobs.get(name)
+    if job is None:
+        raise ValidationError(message=f"Requested resource not found: training job {name}")
+    if job.training_job_status != "InProgress":
+        raise ValidationError(message=f"The request was rejected because the training job is in status "
+                                      f"{job.training_job_status}.")
+    job.training_job_status, job.secondary_status = "Stopped", "Stopped"
+    return ActionResult({})
+
+
 @contextmanager
 def moto_server() -> Iterator[str]:
+    from moto.sagemaker.responses import SageMakerResponse
     from moto.server import ThreadedMotoServer
 
+    SageMakerResponse.stop_training_job = _stop_training_job  # type: ignore[attr-defined]
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

@@ -20,7 +20,7 @@ def rank_processes(run_dir: str) -> dict[int, tuple[int, int]]:
         if stat.rsplit(")", 1)[1].split()[0] == "Z":
             continue
         env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
-        if run_dir in env.get("CLOUDDDP_OUTPUT_DIR", "") and "RANK" in env and "TORCHELASTIC_RUN_ID" in env:
+        if run_dir in env.get("CLOUDDDP_MODEL_DIR", "") and "RANK" in env and "TORCHELASTIC_RUN_ID" in env:
             found[int(env["RANK"])] = (int(entry.name), int(env.get("TORCHELASTIC_RESTART_COUNT", "0")))
     return found
 

@@ -10,8 +10,8 @@ model. Blob traffic (code snapshots, log files) goes to Azurite over real HTTP.
 from __future__ import annotations
 
 import copy
-import io
 import datetime
+import io
 import json
 import re
 import shutil
@@ -31,7 +31,8 @@ import requests.structures
 import urllib3
 from requests.adapters import BaseAdapter
 
-ROOT = Path(__file__).resolve().parents[1]
+from .cli import ROOT
+
 ACCOUNT = "devstoreaccount1"
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 SUB, RG, WS = "00000000-0000-0000-0000-000000000000", "ml-rg", "ml-workspace"
@@ -176,13 +177,13 @@ class WorkspaceAdapter(BaseAdapter):
                              "logFiles": m.log_files.get(job, {})}, {}
             return self._not_found(path)
         if path.endswith("/vmSizes"):
-            return 200, {"value": [{"name": "Standard_NC24rs_v3", "family": "standardNCSv3Family", "vCPUs": 24, "gpus": 4,
-                                    "memoryGB": 448, "lowPriorityCapable": True},
-                                   {"name": "Standard_NC24s_v3", "family": "standardNCSv3Family", "vCPUs": 24, "gpus": 4,
-                                    "memoryGB": 448, "lowPriorityCapable": True}]}, {}
+            return 200, {"value": [{"name": "Standard_ND96asr_v4", "family": "standardNDASv4_A100Family", "vCPUs": 96,
+                                    "gpus": 8, "memoryGB": 900, "lowPriorityCapable": True},
+                                   {"name": "Standard_NC96ads_A100_v4", "family": "standardNCADSA100v4Family",
+                                    "vCPUs": 96, "gpus": 4, "memoryGB": 880, "lowPriorityCapable": True}]}, {}
         if path.endswith("/usages"):
-            return 200, {"value": [{"name": {"value": "standardNCSv3Family", "localizedValue": "NCSv3"},
-                                    "currentValue": 0, "limit": 48, "unit": "Count"}]}, {}
+            return 200, {"value": [{"name": {"value": "standardNDASv4_A100Family", "localizedValue": "NDASv4_A100"},
+                                    "currentValue": 0, "limit": 192, "unit": "Count"}]}, {}
         if path.rstrip("/") == WS_PATH and method == "GET":
             return 200, {"id": WS_PATH, "name": WS, "location": "eastus", "type": "Microsoft.MachineLearningServices/workspaces",
                          "properties": {"discoveryUrl": DISCOVERY, "workspaceId": "11111111-1111-1111-1111-111111111111",

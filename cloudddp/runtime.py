@@ -1,0 +1,101 @@
+"""The runtime contract: what every training process is told, with the same names on every backend.
+
+Each backend says where things are inside its jobs (:class:`Places`); this module turns that into the
+environment every process gets, so a script written against these names runs unchanged everywhere:
+
+================================  =================================================================
+``CLOUDDDP_JOB_NAME``             the job's name (``name:`` in the spec)
+``CLOUDDDP_RUN_ID``               this run's id on its backend (what ``cloudddp status`` takes)
+``CLOUDDDP_BACKEND``              the backend running it (local, sagemaker, azureml, ...)
+``CLOUDDDP_INPUT_<NAME>``         where input ``<name>`` is inside the job (upper-cased name)
+``CLOUDDDP_MODEL_DIR``            where rank 0 writes the final model (kept after the run)
+``CLOUDDDP_CHECKPOINT_DIR``       where checkpoints go; a restarted or resubmitted job finds them there
+``CLOUDDDP_RESUME``               ``auto`` (resume from the newest checkpoint) or ``never``
+``CLOUDDDP_CHECKPOINT_EVERY``     epochs between checkpoints (0: checkpointing is off)
+``CLOUDDDP_DIST_BACKEND``         the process-group backend: nccl, gloo or smddp
+``CLOUDDDP_COLLECTIVE_TIMEOUT``   seconds a collective waits for a missing rank before failing
+``CLOUDDDP_SIGTERM_GRACE``        seconds between SIGTERM (cancel, preemption) and SIGKILL here
+``PYTHONUNBUFFERED``              ``1``: output reaches the logs as it is printed
+================================  =================================================================
+
+plus the launcher's standard variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
+``MASTER_ADDR``, ``MASTER_PORT``; ``OMPI_COMM_WORLD_*`` under MPI).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .errors import UserError
+from .plan import EnvSource, late
+from .secrets import rendered_env
+from .spec import JobSpec
+
+PREFIX = "CLOUDDDP_"
+INPUT_PREFIX = "CLOUDDDP_INPUT_"
+MODEL_DIR = "CLOUDDDP_MODEL_DIR"
+CHECKPOINT_DIR = "CLOUDDDP_CHECKPOINT_DIR"
+RUN_ID = late("RUN_ID")
+"""The run id in the contract until it is known: backends that name the run at render fill it there."""
+NAMES = (
+    "CLOUDDDP_JOB_NAME", "CLOUDDDP_RUN_ID", "CLOUDDDP_BACKEND", MODEL_DIR, CHECKPOINT_DIR, "CLOUDDDP_RESUME",
+    "CLOUDDDP_CHECKPOINT_EVERY", "CLOUDDDP_DIST_BACKEND", "CLOUDDDP_COLLECTIVE_TIMEOUT", "CLOUDDDP_SIGTERM_GRACE",
+)
+
+
+@dataclass(frozen=True)
+class Places:
+    """Where things are inside a job on one backend (paths, or the backend's own expressions)."""
+
+    model_dir: str
+    checkpoint_dir: str | None
+    """None when checkpointing is off."""
+    inputs: Mapping[str, str] = field(default_factory=dict)
+    """Input name -> where it is inside the job."""
+
+
+def contract_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, sigterm_grace: int) -> dict[str, str]:
+    """The ``CLOUDDDP_*`` variables of the contract for ``spec`` on ``backend``."""
+    ckpt = spec.checkpoint
+    env = {
+        "PYTHONUNBUFFERED": "1",
+        "CLOUDDDP_JOB_NAME": spec.name,
+        "CLOUDDDP_RUN_ID": RUN_ID,
+        "CLOUDDDP_BACKEND": backend,
+        "CLOUDDDP_DIST_BACKEND": spec.process_group_backend(on_gpu=on_gpu),
+        "CLOUDDDP_COLLECTIVE_TIMEOUT": str(spec.distribution.collective_timeout),
+        MODEL_DIR: places.model_dir,
+        "CLOUDDDP_RESUME": ckpt.resume,
+        "CLOUDDDP_CHECKPOINT_EVERY": str(ckpt.every_epochs if ckpt.enabled else 0),
+        "CLOUDDDP_SIGTERM_GRACE": str(sigterm_grace),
+    }
+    if ckpt.enabled and places.checkpoint_dir is not None:
+        env[CHECKPOINT_DIR] = places.checkpoint_dir
+    for name, where in places.inputs.items():
+        env[INPUT_PREFIX + name.upper()] = where
+    return env
+
+
+def job_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, sigterm_grace: int,
+            presets: Mapping[str, str] | None = None) -> tuple[dict[str, str], dict[str, EnvSource]]:
+    """Every variable a process gets: the spec's ``env`` (secrets as placeholders), backend presets the
+    spec does not set (e.g. NCCL settings for a fabric), then the contract. Returns the environment and
+    where its late-bound values come from."""
+    user, sources = rendered_env(spec)
+    taken = sorted(name for name in user if name.startswith(PREFIX))
+    if taken:
+        raise UserError(f"env.{taken[0]}: names starting with {PREFIX} are set by cloudddp on every backend",
+                        hint="rename the variable; the README's 'Your own training script' lists what is set")
+    extra = {k: v for k, v in (presets or {}).items() if k not in user}
+    contract = contract_env(spec, backend, places, on_gpu=on_gpu, sigterm_grace=sigterm_grace)
+    return {**user, **extra, **contract}, sources
+
+
+def input_args(spec: JobSpec, places: Places) -> list[str]:
+    """``[arg, where]`` for every input that names a script argument (``inputs.X.arg``)."""
+    args: list[str] = []
+    for name, item in spec.inputs.items():
+        if item.arg:
+            args += [item.arg, places.inputs[name]]
+    return args

@@ -1,0 +1,88 @@
+"""Rank 0's metrics also go to MLflow when the environment names a tracking server (optional, lazy).
+
+Azure ML sets ``MLFLOW_TRACKING_URI`` and ``MLFLOW_RUN_ID`` (the run it created for the job, which its
+Studio charts): the values are logged into that run. Any other tracking server gets a new run, named
+after ``CLOUDDDP_JOB_NAME`` (experiment from ``MLFLOW_EXPERIMENT_NAME``/``_ID`` as MLflow reads them),
+which is ended when training ends. Without ``MLFLOW_TRACKING_URI``, or without the ``mlflow`` package,
+nothing happens. Metric lines are printed either way: MLflow is a second copy, never the only one.
+
+The calls run on a background thread: a slow or unreachable server never holds up training. The first
+failure prints one warning and turns MLflow off for the rest of the run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import queue
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+_DONE = None  # queued by close(): log what is queued, end the run, stop
+
+
+class MlflowLogger:
+    def __init__(self) -> None:
+        self._owns_run = not os.environ.get("MLFLOW_RUN_ID")  # read now: mlflow.start_run() deletes it
+        self._queue: queue.Queue[tuple[int, dict[str, float]] | None] = queue.Queue()
+        self._failed = False
+        self._thread = threading.Thread(target=self._work, name="mlflow-metrics", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_environment(cls) -> MlflowLogger | None:
+        if not os.environ.get("MLFLOW_TRACKING_URI") or importlib.util.find_spec("mlflow") is None:
+            return None
+        return cls()
+
+    def log(self, step: int, values: Mapping[str, float]) -> None:
+        finite = {name: float(v) for name, v in values.items() if math.isfinite(float(v))}
+        if finite and not self._failed:
+            self._queue.put((step, finite))
+
+    def close(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the queued values to reach the server."""
+        self._queue.put(_DONE)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._warn(f"the tracking server did not take the last metrics within {timeout:.0f} s; left behind")
+
+    def _work(self) -> None:
+        mlflow = self._start()
+        while (item := self._queue.get()) is not _DONE:
+            if mlflow is None or self._failed:
+                continue
+            step, values = item
+            try:
+                mlflow.log_metrics(values, step=step)
+            except Exception as e:
+                self._fail(e)
+        if mlflow is not None and self._owns_run and not self._failed:
+            try:
+                mlflow.end_run()
+            except Exception as e:
+                self._fail(e)
+
+    def _start(self) -> Any:
+        """The mlflow module with a run active on this thread, or None after a warning."""
+        try:
+            import mlflow
+
+            if mlflow.active_run() is None:
+                mlflow.start_run(run_name=os.environ.get("CLOUDDDP_JOB_NAME") if self._owns_run else None)
+            return mlflow
+        except Exception as e:  # any failure of an optional logger: warn once, train on
+            self._fail(e)
+            return None
+
+    def _fail(self, error: Exception) -> None:
+        self._failed = True
+        self._warn(f"logging failed ({type(error).__name__}: {str(error)[:300]}); metrics are still printed, "
+                   "MLflow is off for the rest of this run")
+
+    @staticmethod
+    def _warn(message: str) -> None:
+        print(f"warning: MLflow: {message}", file=sys.stderr, flush=True)

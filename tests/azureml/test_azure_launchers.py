@@ -1,0 +1,148 @@
+"""The rendered Azure ML command job, run the way Azure ML runs it: the shared script on CPU (gloo) under
+Azure's PyTorch distribution (processes started directly with the torch.distributed variables) and under
+its MPI distribution (a real Open MPI ``mpirun``), with inputs and outputs mounted as Azure ML would.
+
+Everything the tests look at comes from the rendered document: the command, its variables, the
+distribution, and the folders that ``inputs.*``/``outputs.*`` stand for; not the names of the variables
+the backend uses to pass them (see tests/support/azure_launchers.py for what is emulated and how).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cloudddp.backends.azureml import AzureMLBackend
+from cloudddp.specload import spec_from_dict
+
+from ..support.cli import ROOT
+from ..support.azure_launchers import AzureRun, Datastores, launch_mpi, launch_pytorch, mpirun_unavailable, substitute
+
+pytestmark = pytest.mark.slow
+
+DIGITS_SAMPLES = 1000  # a subset, so the step count proves the script read the mounted input, not sklearn's copy
+BATCH = 64  # the script's default per-process batch
+
+
+def cpu_job(distribution: str, epochs: int, token: str) -> dict[str, Any]:
+    """A CPU take on jobs/cifar10-azureml.yaml: 2 nodes of Standard_D4s_v3, digits from a datastore.
+    ``distribution`` is Azure's (pytorch, mpi); the spec's launcher torchrun renders as pytorch."""
+    spec = spec_from_dict({
+        "name": "digits-azureml-cpu",
+        "code": {"dir": "../src_train", "entry": "train.py",
+                 "args": ["--dataset", "digits", "--model", "cnn", "--epochs", str(epochs)]},
+        "inputs": {"digits": {"path": "azureml://datastores/workspaceblobstore/paths/digits/", "arg": "--data-dir"}},
+        "resources": {"nodes": 2, "gpus_per_node": 0},
+        "distribution": {"launcher": "mpi" if distribution == "mpi" else "torchrun"},
+        "azureml": {"compute": "cpu-cluster", "vm_size": "Standard_D4s_v3"},
+    }, base_dir=ROOT / "jobs")
+    job: dict[str, Any] = AzureMLBackend(token=token).render(spec).request["job"]
+    return job
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Datastores:
+    """The workspace's blob datastore, holding the digits input the job names."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    stores = Datastores(tmp_path / "blob")
+    folder = stores.folder("azureml://datastores/workspaceblobstore/paths/digits/")
+    folder.mkdir(parents=True)
+    np.savez(folder / "digits.npz", images=digits.images[:DIGITS_SAMPLES], labels=digits.target[:DIGITS_SAMPLES])
+    return stores
+
+
+def steps_per_epoch(world: int) -> int:
+    return int(0.8 * DIGITS_SAMPLES) // (BATCH * world)
+
+
+def check_trains_checkpoints_and_resumes(launch: Callable[..., AzureRun], distribution: str, stores: Datastores,
+                                         tmp_path: Path) -> None:
+    first_job = cpu_job(distribution, epochs=2, token="first")
+    assert first_job["distribution"] == {"type": distribution, "process_count_per_instance": 1}
+    assert first_job["resources"]["instance_count"] == 2
+    first = launch(first_job, tmp_path / "first", stores)
+    assert first.ok, first.describe()
+    world = len(first.returncodes)
+    assert world == 2
+    metrics = first.metrics(rank=0)
+    assert [m.epoch for m in metrics if "test_acc" in m.values] == [1, 2], first.describe()
+    assert next(m.step for m in metrics if m.epoch == 1) == steps_per_epoch(world)  # read the mounted digits.npz
+    assert "test_acc" in metrics[-1].values
+    assert not first.metrics(rank=1), "only rank 0 reports metrics"
+    checkpoints = first.outputs["checkpoints"]
+    assert (checkpoints / "ckpt-e0002-s0000000.pt").is_file(), sorted(p.name for p in checkpoints.iterdir())
+    assert (checkpoints / "ckpt-e0002-s0000000.pt.sha256").is_file()
+    assert (first.outputs["model"] / "model.pt").is_file(), first.describe()
+
+    # Resubmitted with more epochs: a new job name (so a new model folder), the same checkpoint folder.
+    second_job = cpu_job(distribution, epochs=3, token="second")
+    assert second_job["name"] != first_job["name"]
+    second = launch(second_job, tmp_path / "second", stores)
+    assert second.ok, second.describe()
+    assert second.outputs["checkpoints"] == checkpoints
+    assert second.outputs["model"] != first.outputs["model"]
+    assert "resumed from" in second.logs[0] and "ckpt-e0002-s0000000.pt" in second.logs[0], second.describe()
+    assert {m.epoch for m in second.metrics(rank=0)} == {3}, "trains only the epoch left"
+    assert (checkpoints / "ckpt-e0003-s0000000.pt").is_file()
+    assert (second.outputs["model"] / "model.pt").is_file()
+
+
+def test_pytorch_distribution_trains_checkpoints_and_resumes(stores: Datastores, tmp_path: Path) -> None:
+    check_trains_checkpoints_and_resumes(launch_pytorch, "pytorch", stores, tmp_path)
+
+
+def test_mpi_distribution_under_real_mpirun_trains_checkpoints_and_resumes(stores: Datastores, tmp_path: Path) -> None:
+    reason = mpirun_unavailable()
+    if reason:
+        pytest.skip(reason)
+    job = cpu_job("mpi", epochs=2, token="probe")
+    assert "torchrun" not in job["command"], "under MPI every rank runs the command itself"
+    check_trains_checkpoints_and_resumes(launch_mpi, "mpi", stores, tmp_path)
+
+
+def test_substitution_refuses_a_reference_the_job_does_not_define(tmp_path: Path) -> None:
+    assert substitute("run ${{inputs.a}} ${{outputs.b}}", {"a": tmp_path / "in"}, {"b": tmp_path / "out"}) == \
+        f"run {tmp_path / 'in'} {tmp_path / 'out'}"
+    with pytest.raises(KeyError, match="outputs.model"):
+        substitute("python train.py --out ${{outputs.model}}", {}, {})
+
+
+def bash_job(tmp_path: Path, distribution: str, command: str) -> dict[str, Any]:
+    """A hand-written two-node command job that runs only bash (seconds less than the training script)."""
+    code = tmp_path / "code"
+    code.mkdir()
+    return {"name": "probe-job", "code": str(code), "command": command, "environment_variables": {"FROM_JOB": "yes"},
+            "distribution": {"type": distribution, "process_count_per_instance": 1}, "resources": {"instance_count": 2},
+            "outputs": {"model": {"type": "uri_folder", "mode": "rw_mount"}}}
+
+
+def test_pytorch_launcher_sets_the_documented_variables_and_a_failed_process_fails_the_job(tmp_path: Path) -> None:
+    names = "MASTER_ADDR MASTER_PORT WORLD_SIZE NODE_RANK RANK LOCAL_RANK FROM_JOB"
+    command = ("for v in " + names + "; do echo \"$v=${!v}\"; done; echo \"out=${{outputs.model}}\"; "
+               "[ \"$RANK\" = 1 ] && exit 3; sleep 60")
+    run = launch_pytorch(bash_job(tmp_path, "pytorch", command), tmp_path / "run", Datastores(tmp_path / "blob"))
+    assert run.returncodes == {0: -9, 1: 3}, run.describe()  # rank 1 failed, so rank 0 was stopped
+    seen = [dict(line.split("=", 1) for line in run.logs[rank].splitlines() if "=" in line) for rank in (0, 1)]
+    assert [(s["NODE_RANK"], s["RANK"], s["LOCAL_RANK"], s["WORLD_SIZE"]) for s in seen] == \
+        [("0", "0", "0", "2"), ("1", "1", "0", "2")]
+    assert seen[0]["MASTER_ADDR"] == seen[1]["MASTER_ADDR"] and seen[0]["MASTER_PORT"] == seen[1]["MASTER_PORT"]
+    assert seen[0]["FROM_JOB"] == "yes"
+    assert seen[0]["out"] == str(tmp_path / "blob" / "workspaceblobstore" / "azureml" / "probe-job" / "model")
+
+
+def test_mpirun_gives_every_rank_the_open_mpi_variables(tmp_path: Path) -> None:
+    reason = mpirun_unavailable()
+    if reason:
+        pytest.skip(reason)
+    command = "echo rank=$OMPI_COMM_WORLD_RANK size=$OMPI_COMM_WORLD_SIZE local=$OMPI_COMM_WORLD_LOCAL_RANK " \
+              "master=$AZ_BATCHAI_MPI_MASTER_NODE from_job=$FROM_JOB"
+    run = launch_mpi(bash_job(tmp_path, "mpi", command), tmp_path / "run", Datastores(tmp_path / "blob"))
+    assert run.ok, run.describe()
+    assert [run.logs[rank].strip() for rank in (0, 1)] == [
+        "rank=0 size=2 local=0 master=127.0.0.1 from_job=yes", "rank=1 size=2 local=1 master=127.0.0.1 from_job=yes"]

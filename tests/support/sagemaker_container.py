@@ -1,0 +1,390 @@
+"""Rehearse a SageMaker training job here: AWS's own container code runs the request cloudddp sent to moto.
+
+moto stores a CreateTrainingJob and runs nothing. This rig takes the request exactly as cloudddp sent it
+(:func:`record_create_training_job` hooks the boto3 session, because moto's DescribeTrainingJob drops
+``Environment`` and replaces ``MetricDefinitions``) and does, for each host ``algo-1`` ... ``algo-N``,
+what SageMaker does with it:
+
+- writes ``/opt/ml/input/config/hyperparameters.json`` (the request's HyperParameters: a JSON object
+  of strings), ``resourceconfig.json`` and ``inputdataconfig.json``;
+- downloads every S3Prefix channel from moto's S3 into ``/opt/ml/input/data/<channel>`` and restores
+  ``CheckpointConfig.S3Uri`` into ``CheckpointConfig.LocalPath``;
+- starts the container's entry point, ``train`` from AWS's ``sagemaker-training`` toolkit, with the
+  PyTorch image's ``SAGEMAKER_TRAINING_MODULE`` (``sagemaker_pytorch_container.training:main``), the
+  request's ``Environment`` and the platform's variables. The toolkit itself downloads
+  ``sagemaker_submit_directory`` from moto, installs ``requirements.txt`` and starts the runner the
+  hyperparameters ask for (torchrun for ``sagemaker_torch_distributed_enabled``);
+- under ``EnableNetworkIsolation`` gives the containers no way out of their network and no credentials,
+  while the platform's own steps (channels, checkpoints) still reach S3, as on SageMaker;
+- afterwards uploads each host's checkpoints to ``CheckpointConfig.S3Uri`` (SageMaker syncs them while
+  the job runs; the rehearsal syncs once, at the end).
+
+Each host runs in its own namespaces (:mod:`tests.support.namespaces`), so ``/opt/ml`` and the
+``algo-N`` names are real for the toolkit and the script, and nothing outside the sandbox changes;
+``SAGEMAKER_BASE_DIR`` is therefore not needed (and not set: the real container does not set it).
+Each host has its own Python (a venv in the sandbox layered over this interpreter's packages), so
+``requirements.txt`` installs there, never into the shared venv.
+
+What is not SageMaker: static test credentials instead of the role's, CPU instead of GPUs, and, where
+the toolkit cannot run here, the patches listed in :attr:`Rehearsal.patches` (nothing in the request
+under test is changed):
+
+- ``gpus_per_host``: a stub ``nvidia-smi`` listing that many GPUs (the toolkit's only GPU probe), for
+  rehearsing a GPU instance's process count on CPU;
+- smddp: stub ``mpirun`` and ``smddprun`` record their command line and stop the job there (the smddp
+  library is closed source and needs GPUs), and the toolkit's start of sshd (which mpirun uses to reach
+  other hosts) is skipped: one host needs none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from . import namespaces
+
+GROUP = "homogeneousCluster"  # SageMaker's instance group name for a job without heterogeneous clusters
+INTERFACE = "eth0"  # what SageMaker writes as network_interface_name
+STUB_EXIT = 86  # exit status of the mpirun stub: the rehearsal stops at the runner's command line
+FAIL_GRACE = 10.0  # seconds the other hosts get after one host failed
+CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The PyTorch training image's own ENV (its Dockerfile); the toolkit's `train` reads the first.
+IMAGE_ENV = {
+    "SAGEMAKER_TRAINING_MODULE": "sagemaker_pytorch_container.training:main",
+    "DLC_CONTAINER_TYPE": "training",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+    "PYTHONIOENCODING": "UTF-8",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+}
+_INVOCATION = "Invoking script with the following command:"
+
+
+class RehearsalUnavailable(Exception):
+    """This machine cannot host a rehearsal (the message says why)."""
+
+
+def record_create_training_job(session: Any) -> list[dict[str, Any]]:
+    """Every CreateTrainingJob request made through ``session`` (a boto3 Session), as its caller passed it."""
+    sent: list[dict[str, Any]] = []
+
+    def record(params: dict[str, Any], **_: Any) -> None:
+        sent.append(json.loads(json.dumps(params)))
+
+    session.events.register("provide-client-params.sagemaker.CreateTrainingJob", record)
+    return sent
+
+
+@dataclass(frozen=True)
+class Aws:
+    """Where the containers reach AWS (moto) and the stand-in credentials they use."""
+
+    endpoint_url: str
+    region: str
+    access_key: str = "testing"
+    secret_key: str = "testing"
+
+    @property
+    def port(self) -> int:
+        port = urlparse(self.endpoint_url).port
+        if urlparse(self.endpoint_url).hostname != "127.0.0.1" or port is None:
+            raise ValueError(f"the rehearsal bridges 127.0.0.1:PORT endpoints only, not {self.endpoint_url}")
+        return port
+
+    def client(self, service: str) -> Any:
+        import boto3
+
+        return boto3.client(service, endpoint_url=self.endpoint_url, region_name=self.region,
+                            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key)
+
+    def env(self) -> dict[str, str]:
+        return {"AWS_ENDPOINT_URL": self.endpoint_url, "AWS_ACCESS_KEY_ID": self.access_key,
+                "AWS_SECRET_ACCESS_KEY": self.secret_key}
+
+
+@dataclass
+class HostRun:
+    name: str
+    folder: Path  # everything of this host in the sandbox; its /opt/ml is folder / "opt-ml"
+    returncode: int | None  # None: stopped by the rehearsal (time limit, or another host failed)
+    log: str  # the container's stdout and stderr: what CloudWatch Logs would hold
+
+    @property
+    def opt_ml(self) -> Path:
+        return self.folder / "opt-ml"
+
+    @property
+    def lines(self) -> list[str]:
+        return self.log.splitlines()
+
+    @property
+    def failure(self) -> str | None:
+        """What the toolkit wrote to /opt/ml/output/failure (SageMaker's FailureReason), if anything."""
+        path = self.opt_ml / "output" / "failure"
+        return path.read_text() if path.exists() else None
+
+    def invocation(self) -> str:
+        """The command line the toolkit logged for the user script (its runner's command, space-joined)."""
+        lines = self.lines
+        for i, line in enumerate(lines):
+            if _INVOCATION in line:
+                return next(rest for rest in lines[i + 1:] if rest.strip()).strip()
+        raise AssertionError(f"{self.name}: the toolkit logged no invocation\n{self.log[-3000:]}")
+
+    def stub_calls(self, program: str) -> list[dict[str, Any]]:
+        """Each call of a stub program (``mpirun``, ``smddprun``): its argv and environment."""
+        path = self.folder / "stub-calls" / f"{program}.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@dataclass
+class Rehearsal:
+    request: dict[str, Any]
+    hosts: list[HostRun]
+    seconds: float
+    patches: list[str] = field(default_factory=list)
+
+    def host(self, name: str) -> HostRun:
+        return next(h for h in self.hosts if h.name == name)
+
+    def metrics(self) -> dict[str, list[float]]:
+        """What SageMaker's MetricDefinitions (from the request) extract from the hosts' logs, in order."""
+        found: dict[str, list[float]] = {}
+        for definition in self.request["AlgorithmSpecification"].get("MetricDefinitions", []):
+            regex = re.compile(definition["Regex"])
+            values = found.setdefault(definition["Name"], [])
+            for host in self.hosts:
+                for line in host.lines:
+                    match = regex.search(line)
+                    if match:
+                        values.append(float(match.group(1)))
+        return found
+
+
+# -- the container's view --------------------------------------------------------------------------
+def _decoded(value: str) -> Any:
+    """A hyperparameter value as the toolkit reads it (JSON if it parses, else the string)."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _s3_location(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def _download_prefix(s3: Any, uri: str, folder: Path) -> None:
+    """Every object under the S3 prefix ``uri``, at its path relative to the prefix (an object named by
+    the whole prefix: under its own name)."""
+    bucket, prefix = _s3_location(uri)
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            rel = item["Key"][len(prefix):].lstrip("/") or item["Key"].rsplit("/", 1)[-1]
+            target = folder / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            s3.download_file(bucket, item["Key"], str(target))
+
+
+def _upload_folder(s3: Any, folder: Path, uri: str) -> None:
+    bucket, prefix = _s3_location(uri)
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        key = f"{prefix.rstrip('/')}/{path.relative_to(folder).as_posix()}"
+        s3.upload_file(str(path), bucket, key)
+
+
+def _checkpoint_folder(opt_ml: Path, checkpoint: dict[str, str]) -> Path:
+    """CheckpointConfig.LocalPath in the host's sandbox (it must lie under /opt/ml, as cloudddp's does)."""
+    local = checkpoint.get("LocalPath", "/opt/ml/checkpoints")
+    if not local.startswith("/opt/ml/"):
+        raise ValueError(f"CheckpointConfig.LocalPath {local!r}: the rehearsal maps paths under /opt/ml only")
+    return opt_ml / local.removeprefix("/opt/ml/")
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def _opt_ml(request: dict[str, Any], host: str, hosts: list[str], opt_ml: Path, s3: Any) -> None:
+    """/opt/ml of one host before the container starts, as SageMaker prepares it."""
+    resources = request["ResourceConfig"]
+    config = opt_ml / "input" / "config"
+    _write_json(config / "hyperparameters.json", request.get("HyperParameters", {}))
+    _write_json(config / "resourceconfig.json", {
+        "current_host": host, "current_instance_type": resources["InstanceType"], "current_group_name": GROUP,
+        "hosts": hosts, "network_interface_name": INTERFACE,
+        "instance_groups": [{"instance_group_name": GROUP, "instance_type": resources["InstanceType"], "hosts": hosts}],
+    })
+    default_mode = request["AlgorithmSpecification"].get("TrainingInputMode", "File")
+    channels: dict[str, dict[str, str]] = {}
+    for channel in request.get("InputDataConfig", []):
+        source = channel["DataSource"]["S3DataSource"]
+        if source["S3DataType"] != "S3Prefix" or source.get("S3DataDistributionType", "FullyReplicated") != "FullyReplicated":
+            raise ValueError(f"channel {channel['ChannelName']}: the rehearsal downloads FullyReplicated S3Prefix channels only")
+        channels[channel["ChannelName"]] = {
+            "TrainingInputMode": channel.get("InputMode", default_mode),
+            "S3DistributionType": "FullyReplicated",
+            "RecordWrapperType": channel.get("RecordWrapperType", "None"),
+            **({"ContentType": channel["ContentType"]} if "ContentType" in channel else {}),
+        }
+        _download_prefix(s3, source["S3Uri"], opt_ml / "input" / "data" / channel["ChannelName"])
+    _write_json(config / "inputdataconfig.json", channels)
+    for sub in ("model", "output/data", "code"):
+        (opt_ml / sub).mkdir(parents=True, exist_ok=True)
+    checkpoint = request.get("CheckpointConfig")
+    if checkpoint:
+        local = _checkpoint_folder(opt_ml, checkpoint)
+        local.mkdir(parents=True, exist_ok=True)
+        _download_prefix(s3, checkpoint["S3Uri"].rstrip("/") + "/", local)
+
+
+# -- the container's Python and stand-ins ----------------------------------------------------------
+def _script(path: Path, python: Path, body: str) -> None:
+    path.write_text(f"#!{python}\n{body}")
+    path.chmod(0o755)
+
+
+def _container_python(folder: Path, patch_sshd: bool) -> Path:
+    """A venv in the sandbox layered over this interpreter's packages, with the image's ``train`` and
+    ``torchrun`` commands; its bin folder."""
+    venv = folder / "python"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    layers = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (Path(site) / "_rehearsal_base.pth").write_text(
+        "".join(f"import site; site.addsitedir({layer!r})\n" for layer in sorted(layers)))
+    patch = ("import sagemaker_training.smdataparallel as smdataparallel\n"
+             "smdataparallel._start_sshd_daemon = lambda: None  # rehearsal: no sshd for one host\n") if patch_sshd else ""
+    _script(venv / "bin" / "train", python, f"import sys\n{patch}from sagemaker_training.cli.train import main\nsys.exit(main())\n")
+    _script(venv / "bin" / "torchrun", python, "import sys\nfrom torch.distributed.run import main\nsys.exit(main())\n")
+    return venv / "bin"
+
+
+def _stubs(folder: Path, python: Path, gpus: int, smddp: bool) -> Path | None:
+    if not gpus and not smddp:
+        return None
+    stubs = folder / "stubs"
+    stubs.mkdir()
+    if gpus:
+        _script(stubs / "nvidia-smi", python,
+                f"for i in range({gpus}):\n    print(f'GPU {{i}}: rehearsal stand-in (UUID: GPU-rehearsal-{{i}})')\n")
+    if smddp:
+        calls = folder / "stub-calls"
+        calls.mkdir()
+        for program in ("mpirun", "smddprun"):
+            _script(stubs / program, python, (
+                "import json, os, sys\n"
+                f"with open({str(calls / (program + '.jsonl'))!r}, 'a') as f:\n"
+                "    f.write(json.dumps({'argv': sys.argv, 'env': dict(os.environ)}) + '\\n')\n"
+                f"print('rehearsal: {program} stops the job here (smddp needs its closed-source library and GPUs)')\n"
+                f"sys.exit({STUB_EXIT})\n"))
+    return stubs
+
+
+def _hosts_file(hosts: list[str]) -> str:
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+    lines += [f"127.0.1.{i}\t{name}" for i, name in enumerate(hosts, 1)]
+    return "\n".join(lines) + "\n"
+
+
+# -- the rehearsal ---------------------------------------------------------------------------------
+def _prepare_host(request: dict[str, Any], name: str, names: list[str], sandbox: Path, aws: Aws, s3: Any, *,
+                  gpus: int, smddp: bool, isolated: bool) -> Path:
+    """The host's sandbox folder (its /opt/ml, Python, stubs) and the namespaces.host_argv config; the config."""
+    folder = sandbox / name
+    for sub in ("home", "tmp", "opt-view"):
+        (folder / sub).mkdir(parents=True)
+    _opt_ml(request, name, names, folder / "opt-ml", s3)
+    bin_dir = _container_python(folder, patch_sshd=smddp)
+    stubs = _stubs(folder, bin_dir / "python", gpus, smddp)
+    env = {"PATH": ":".join(filter(None, [str(stubs) if stubs else "", str(bin_dir), CONTAINER_PATH])),
+           "HOME": str(folder / "home"), "TMPDIR": str(folder / "tmp"), **IMAGE_ENV,
+           "TRAINING_JOB_NAME": request["TrainingJobName"], "AWS_REGION": aws.region,
+           **({} if isolated else aws.env()),
+           **request.get("Environment", {})}
+    config = folder / "host.json"
+    config.write_text(json.dumps({
+        "hostname": name, "etc_hosts": str(sandbox / "hosts"), "opt_ml": str(folder / "opt-ml"),
+        "scratch": str(folder / "opt-view"), "cwd": "/", "argv": [str(bin_dir / "train")], "env": env,
+    }))
+    return config
+
+
+def _run_hosts(argvs: list[list[str]], logs: list[Path], deadline: float) -> list[int | None]:
+    """Start every host, wait for all; stop the rest (exit None) at the deadline, or FAIL_GRACE seconds
+    after one host failed (SageMaker ends the job when one host fails)."""
+    procs = []
+    for argv, path in zip(argvs, logs):
+        with path.open("wb") as log:
+            procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+    failed_at = None
+    while any([p.poll() is None for p in procs]):  # a list: poll every host, not just up to the first running
+        now = time.monotonic()
+        if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
+            failed_at = now
+        if now > deadline or (failed_at is not None and now > failed_at + FAIL_GRACE):
+            break
+        time.sleep(0.2)
+    codes: list[int | None] = []
+    for proc in procs:
+        if proc.poll() is None:  # its PID namespace ends with it (namespaces.host_argv)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            codes.append(None)
+        else:
+            codes.append(proc.returncode)
+    return codes
+
+
+def rehearse(request: dict[str, Any], sandbox: Path, aws: Aws, *, gpus_per_host: int = 0,
+             timeout: float = 240.0) -> Rehearsal:
+    """Run ``request`` (a CreateTrainingJob as sent) on this machine, one namespace-isolated host per
+    instance; returns when every host's container has exited or was stopped (see :func:`_run_hosts`)."""
+    reason = namespaces.unavailable()
+    if reason:
+        raise RehearsalUnavailable(reason)
+    hyper = request.get("HyperParameters", {})
+    if _decoded(hyper.get("sagemaker_mpi_enabled", "false")) is True:
+        raise ValueError("the rehearsal runs torchrun and smddp jobs; sagemaker_mpi_enabled is not rehearsed")
+    smddp = _decoded(hyper.get("sagemaker_distributed_dataparallel_enabled", "false")) is True
+    names = [f"algo-{i}" for i in range(1, request["ResourceConfig"]["InstanceCount"] + 1)]
+    if smddp and len(names) > 1:
+        raise ValueError("smddp is rehearsed on one host: more need sshd between the hosts")
+    patches = []
+    if gpus_per_host:
+        patches.append(f"nvidia-smi: a stub lists {gpus_per_host} GPUs per host (this machine has none)")
+    if smddp:
+        patches += [(f"mpirun, smddprun: stubs record their command line and stop the job (exit {STUB_EXIT}): "
+                     "smddp needs its closed-source library and GPUs"),
+                    "sagemaker_training.smdataparallel._start_sshd_daemon: skipped (no sshd needed on one host)"]
+    isolated = bool(request.get("EnableNetworkIsolation"))  # no way out and no credentials in the container
+    s3 = aws.client("s3")
+    (sandbox / "hosts").write_text(_hosts_file(names))
+    configs = [_prepare_host(request, name, names, sandbox, aws, s3, gpus=gpus_per_host, smddp=smddp, isolated=isolated)
+               for name in names]
+    started = time.monotonic()
+    with namespaces.job_network(sandbox, None if isolated else aws.port) as network:
+        codes = _run_hosts([namespaces.host_argv(network, config) for config in configs],
+                           [config.parent / "container.log" for config in configs], started + timeout)
+    hosts = [HostRun(name, config.parent, code, (config.parent / "container.log").read_text(errors="replace"))
+             for name, config, code in zip(names, configs, codes)]
+    checkpoint = request.get("CheckpointConfig")
+    if checkpoint:
+        for host in hosts:
+            _upload_folder(s3, _checkpoint_folder(host.opt_ml, checkpoint), checkpoint["S3Uri"])
+    return Rehearsal(request, hosts, time.monotonic() - started, patches)
