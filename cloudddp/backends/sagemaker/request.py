@@ -21,7 +21,7 @@ from ...errors import UserError
 from ...metrics import STANDARD_METRICS, metric_regex
 from ...packaging import collect, folder_digest, pack
 from ...plan import EnvSource, late, substitute
-from ...runtime import RUN_ID, Places, input_args, job_env
+from ...runtime import RUN_ID, Places, checkpoint_folder, input_args, job_env
 from ...shim import SHIPPED_AS
 from ...sizing import SizeTarget, decide
 from ...spec import JobSpec
@@ -170,7 +170,8 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
 
     output = spec.outputs.get("model")
     output_uri = output.path if output and output.path else f"{prefix}/output"
-    checkpoint_uri = spec.checkpoint.path or f"{prefix}/checkpoints/{spec.name}"
+    checkpoint_uri = checkpoint_folder(spec, f"{prefix}/checkpoints")
+    r.decisions.append(f"checkpoints in {checkpoint_uri} (this training's own folder: a resubmit resumes from it)")
 
     if sm.network_isolation:  # the container cannot reach S3: the code comes in as a channel, as the SDK does
         channels.append(_channel(CODE_CHANNEL, code_uri, "File"))
@@ -225,7 +226,10 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
         "AlgorithmSpecification": {
             "TrainingImage": image,
             "TrainingInputMode": "File",
-            "MetricDefinitions": [{"Name": m, "Regex": metric_regex(m)} for m in STANDARD_METRICS],
+            # The shared script's metric lines, then what the job declares in its own words.
+            "MetricDefinitions": [*({"Name": m, "Regex": metric_regex(m)} for m in STANDARD_METRICS),
+                                  *({"Name": m.name, "Regex": m.regex} for m in spec.metrics)],
+            "EnableSageMakerMetricsTimeSeries": True,
         },
         "HyperParameters": encode(hyper),
         "ResourceConfig": resource,
