@@ -3,12 +3,15 @@ exits 2 at render naming the request field."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.sagemaker.limits import LIMITS, MAX_RUNTIME_SECONDS, Count, Number, Text, check
@@ -22,6 +25,7 @@ SMDDP_JOB = ROOT / "jobs" / "cifar10-smddp.yaml"
 TRIVIAL_PATTERNS = {".*", ".+", "[\\S\\s]*"}
 
 
+@functools.cache
 def _model() -> Any:
     import botocore.session
 
@@ -117,15 +121,9 @@ def _pairs(n: int, prefix: str, value: str = "v") -> str:
 
 
 OVER_THE_LIMIT = {
-    "hyperparameter count": (
-        ["code.args=[" + ", ".join(f"--a{i}, '1'" for i in range(100)) + "]"],
-        "HyperParameters: 10",
-        "at most 100",
-    ),
-    "hyperparameter key length": (["code.args=[--" + "k" * 257 + ", '1']"], "HyperParameters key", "at most 256"),
     "hyperparameter value length": (
-        ["code.args=[--lr, '" + "1" * 2501 + "']"],
-        "HyperParameters['lr']",
+        ["sagemaker.prefix=" + "p" * 2500],
+        "HyperParameters['sagemaker_submit_directory']",
         "at most 2500",
     ),
     "environment count": (["env=" + _pairs(100, "E")], "Environment: 1", "at most 100"),
@@ -177,15 +175,28 @@ def test_warm_pool_with_spot_is_refused_with_the_reason() -> None:
     assert _render("sagemaker.keep_alive=600", "resources.spot=false").returncode == 0
 
 
+def test_a_program_too_long_for_100_hyperparameters_exits_2(tmp_path: Path) -> None:
+    """The launcher's payload (argv + environment) travels in hyperparameters of at most 2500 characters
+    each: an argv of ~300 kB needs more than SageMaker's 100."""
+    job = yaml.safe_load(SMDDP_JOB.read_text())
+    job["code"]["dir"] = str(ROOT / "src_train")
+    job["code"]["args"] = [f"--a{i}={'x' * 3000}" for i in range(100)]
+    spec = tmp_path / "long-argv.yaml"
+    spec.write_text(yaml.safe_dump(job))
+    result = cli("render", str(spec), "-b", "sagemaker")
+    assert result.returncode == 2, result.stderr
+    assert re.search(r"HyperParameters: 1\d\d entries; .* at most 100", result.stderr), result.stderr
+
+
 def test_the_smddp_job_renders_at_its_limits() -> None:
-    """Exactly at each limit passes: 100 hyperparameters in all, a 2500-character value, 50 tags in all."""
-    plan = SageMakerBackend().render(load_spec(SMDDP_JOB, ["code.args=[]"]))
-    own_hp, own_tags = len(plan.request["HyperParameters"]), len(plan.request["Tags"])
-    fillers = ", ".join(f"--a{i}, '1'" for i in range(100 - own_hp - 1))
-    result = _render(f"code.args=[{fillers}, --lr, '{'1' * 2500}']", "tags=" + _pairs(50 - own_tags, "t"), "--json")
+    """Exactly at a limit passes: 100 Environment entries in all, a 512-character value, 50 tags in all."""
+    plan = SageMakerBackend().render(load_spec(SMDDP_JOB))
+    own_env, own_tags = len(plan.request["Environment"]), len(plan.request["Tags"])
+    env = "{" + ", ".join([f"E{i}: v" for i in range(100 - own_env - 1)] + ["BIG: " + "v" * 512]) + "}"
+    result = _render(f"env={env}", "tags=" + _pairs(50 - own_tags, "t"), "--json")
     assert result.returncode == 0, result.stderr
     request = json.loads(result.stdout)["request"]
-    assert len(request["HyperParameters"]) == 100 and len(request["Tags"]) == 50
+    assert len(request["Environment"]) == 100 and len(request["Tags"]) == 50
 
 
 def _request() -> dict[str, Any]:
@@ -197,9 +208,10 @@ def _request() -> dict[str, Any]:
     [
         ("TrainingJobName", "-starts-with-a-dash", "TrainingJobName"),
         ("TrainingJobName", "n" * 64, "at most 63"),
+        ("HyperParameters", {"k" * 257: "1"}, "HyperParameters key"),
     ],
 )
-def test_limits_a_spec_cannot_reach_are_still_checked(field: str, value: str, named: str) -> None:
+def test_limits_a_spec_cannot_reach_are_still_checked(field: str, value: Any, named: str) -> None:
     request = _request()
     request[field] = value
     with pytest.raises(UserError, match=re.escape(named)):

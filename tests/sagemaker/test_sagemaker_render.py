@@ -99,7 +99,7 @@ def test_secrets_are_placeholders_in_the_rendered_request(monkeypatch: pytest.Mo
     assert plan.request["Environment"]["TOKEN"] == "<secret:TOKEN>" and plan.request["Environment"]["PLAIN"] == "visible"
 
 
-def test_missing_role_or_a_bad_argument_say_which_and_how() -> None:
+def test_missing_role_says_how_and_a_bare_flag_reaches_the_script() -> None:
     base = {"name": "x", "code": {"dir": str(ROOT / "src_train")}, "resources": {"gpus_per_node": 1},
             "sagemaker": {"region": "us-east-1", "role": "arn:aws:iam::123456789012:role/r",
                           "instance_type": "ml.g5.xlarge"}}

@@ -98,7 +98,7 @@ SPEC_FIELDS = {
     "TrainingJobName": "name",
     "RoleArn": "sagemaker.role (or CLOUDDDP_SAGEMAKER_ROLE)",
     "AlgorithmSpecification": "sagemaker.image",
-    "HyperParameters": "code.args and inputs.*.arg",
+    "HyperParameters": "code (the launcher's payload: argv and env, split in parts) and sagemaker.bucket/prefix",
     "InputDataConfig": "inputs",
     "OutputDataConfig": "outputs.model.path, sagemaker.bucket/prefix or sagemaker.output_kms_key",
     "ResourceConfig": "resources.nodes, resources.disk_gb, sagemaker.volume_gb, sagemaker.keep_alive "
