@@ -26,6 +26,7 @@ from ...shim import SHIPPED_AS
 from ...sizing import SizeTarget, decide
 from ...spec import JobSpec
 from .images import training_image
+from .limits import check as check_limits
 from .options import SageMakerOptions
 
 ACCOUNT = late("ACCOUNT")  # filled in at launch from STS when the spec names no bucket
@@ -34,6 +35,10 @@ MODEL_DIR = "/opt/ml/model"
 CODE_CHANNEL = "code"
 HYPERPARAMETER_VALUE_MAX = 2500  # CreateTrainingJob: HyperParameterValue max length
 _NAME_OK = re.compile(r"[^a-zA-Z0-9-]")
+# AWS, "Train Using SageMaker Managed Warm Pools", Considerations (cloudddp/data/SOURCES.md).
+WARM_POOL_WITH_SPOT = ("sagemaker.keep_alive with resources.spot: SageMaker managed warm pools cannot be used with "
+                       "spot instances (AWS SageMaker developer guide, 'Train Using SageMaker Managed Warm Pools', "
+                       "Considerations)")
 
 
 @dataclass
@@ -130,7 +135,7 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     if smddp and spec.distribution.launcher == "torchrun":
         r.decisions.append("smddp: the container's smddp launcher (MPI) starts the processes")
 
-    image, how = training_image(sm.image, region, sm.framework_version, sm.py_version, gpu=gpus > 0)
+    image, how = training_image(sm.image, region, sm.framework_version, sm.py_version, gpu=gpus > 0, smddp=smddp)
     r.decisions.append(f"image {image} ({how})")
 
     snapshot = pack(spec.code_dir, spec.code.ignore, extra=shipped_launcher())
@@ -206,6 +211,8 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     resource: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": spec.resources.nodes,
                                 "VolumeSizeInGB": sm.volume_gb or spec.resources.disk_gb}
     if sm.keep_alive:
+        if spec.resources.spot:
+            raise UserError(WARM_POOL_WITH_SPOT, hint="drop sagemaker.keep_alive, or set resources.spot: false")
         resource["KeepAlivePeriodInSeconds"] = sm.keep_alive
     if sm.volume_kms_key:
         resource["VolumeKmsKeyId"] = sm.volume_kms_key
@@ -252,4 +259,5 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
         request["RetryStrategy"] = {"MaximumRetryAttempts": min(30, spec.limits.max_restarts)}
         r.decisions.append(f"SageMaker retries the job up to {min(30, spec.limits.max_restarts)} times; it resumes from {checkpoint_uri}")
     r.request = substitute(request, {RUN_ID: name})
+    check_limits(r.request)
     return r
