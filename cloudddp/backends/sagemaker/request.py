@@ -26,6 +26,7 @@ from ...shim import SHIPPED_AS
 from ...sizing import SizeTarget, decide
 from ...spec import JobSpec
 from .images import training_image
+from .limits import LIMITS
 from .limits import check as check_limits
 from .options import SageMakerOptions
 
@@ -33,7 +34,7 @@ ACCOUNT = late("ACCOUNT")  # filled in at launch from STS when the spec names no
 CHECKPOINT_LOCAL = "/opt/ml/checkpoints"
 MODEL_DIR = "/opt/ml/model"
 CODE_CHANNEL = "code"
-HYPERPARAMETER_VALUE_MAX = 2500  # CreateTrainingJob: HyperParameterValue max length
+HYPERPARAMETER_VALUE_MAX = LIMITS["HyperParameters{value}"].max
 _NAME_OK = re.compile(r"[^a-zA-Z0-9-]")
 # AWS, "Train Using SageMaker Managed Warm Pools", Considerations (cloudddp/data/SOURCES.md).
 WARM_POOL_WITH_SPOT = ("sagemaker.keep_alive with resources.spot: SageMaker managed warm pools cannot be used with "
