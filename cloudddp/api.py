@@ -19,7 +19,7 @@ from typing import Any
 from .backends import get_backend
 from .backends.base import Backend, LogLine, Progress, RunState, RunStatus, Submission
 from .errors import RunNotFound, UserError
-from .metrics import MetricRecord
+from .metrics import MetricRecord, parse_line
 from .plan import Plan
 from .registry import Registry
 from .spec import JobSpec
@@ -128,6 +128,18 @@ class Run:
 
     def metrics(self, follow: bool = False) -> Iterator[MetricRecord]:
         return self.backend.metrics(self.run_id, follow=follow)
+
+    def events(self, follow: bool = False, all_ranks: bool = False) -> Iterator[MetricRecord | LogLine]:
+        """What a person watching the run sees: its metric records as they come, and the first process's
+        other log lines (every process's with ``all_ranks``) — so a script that reports no metrics still
+        shows its output."""
+        patterns = self.backend.metric_patterns(self.run_id)
+        for line in self.logs(follow=follow):
+            record = parse_line(line.text, patterns, line.source) if line.primary else None
+            if record is not None:
+                yield record
+            elif all_ranks or line.primary:
+                yield line
 
     def metrics_frame(self) -> Any:
         """The metrics so far as a pandas DataFrame (needs the ``notebook`` extra)."""

@@ -158,8 +158,9 @@ def render(job: Path, backend: str, override: tuple[str, ...], json_: bool, outp
 @click.option("--quiet", "-q", is_flag=True, help="Print only the run id.")
 @click.option("--no-provision", is_flag=True, help="Leave clusters alone (backends that create or resize them).")
 @click.option("--skip-checks", is_flag=True, help="Launch even when preflight checks fail.")
+@click.option("--all-ranks", is_flag=True, help="Show every process's output while following (default: rank 0's).")
 def submit(job: Path, backend: str, override: tuple[str, ...], dry_run: bool, detach: bool, json_: bool, quiet: bool,
-           no_provision: bool, skip_checks: bool) -> None:
+           no_provision: bool, skip_checks: bool, all_ranks: bool) -> None:
     """Render the job and launch it; follow its metrics until it ends unless --detach."""
     from .api import Run
     from .backends import get_backend
@@ -191,7 +192,8 @@ def submit(job: Path, backend: str, override: tuple[str, ...], dry_run: bool, de
         err().print(f"[bold]submitted[/] {run_id} ({backend})")
     if detach:
         return
-    _follow_run(Run(run_id, impl, plan=submission.plan), quiet=quiet or json_, epochs=_epochs_of(spec))
+    _follow_run(Run(run_id, impl, plan=submission.plan), quiet=quiet or json_, epochs=_epochs_of(spec),
+                all_ranks=all_ranks)
 
 
 def _epochs_of(spec: Any) -> int | None:
@@ -201,8 +203,20 @@ def _epochs_of(spec: Any) -> int | None:
     return int(value) if value and value.isdigit() else None
 
 
-def _follow_run(run: Any, *, quiet: bool, epochs: int | None = None) -> None:
-    """Print metric lines as they arrive; on a terminal, above an epoch bar with the elapsed time."""
+def _event_text(event: Any) -> str:
+    """A metric record in cyan; a log line as the script printed it, with where it came from."""
+    from .metrics import MetricRecord
+
+    if isinstance(event, MetricRecord):
+        return f"[cyan]{escape(_format_record(event))}[/]"
+    return f"[dim]\\[{escape(event.source)}][/] {escape(event.text)}"
+
+
+def _follow_run(run: Any, *, quiet: bool, epochs: int | None = None, all_ranks: bool = False) -> None:
+    """Print what the run reports as it arrives: metric records, and the script's own output (rank 0's
+    unless ``all_ranks``); on a terminal, above an epoch bar with the elapsed time."""
+    from .metrics import MetricRecord
+
     try:
         if quiet:
             for _ in run.metrics(follow=True):
@@ -213,13 +227,13 @@ def _follow_run(run: Any, *, quiet: bool, epochs: int | None = None) -> None:
 
             with Bar(TextColumn("epoch"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err()) as bar:
                 task = bar.add_task("epochs", total=epochs)
-                for record in run.metrics(follow=True):
-                    bar.console.print(f"[cyan]{escape(_format_record(record))}[/]")
-                    if record.epoch is not None and "epoch_time" in record.values:
-                        bar.update(task, completed=record.epoch)
+                for event in run.events(follow=True, all_ranks=all_ranks):
+                    bar.console.print(_event_text(event))
+                    if isinstance(event, MetricRecord) and event.epoch is not None and "epoch_time" in event.values:
+                        bar.update(task, completed=event.epoch)
         else:
-            for record in run.metrics(follow=True):
-                out().print(f"[cyan]{escape(_format_record(record))}[/]")
+            for event in run.events(follow=True, all_ranks=all_ranks):
+                out().print(_event_text(event))
         status = run.wait(poll=0.2)
     except KeyboardInterrupt:
         err().print(

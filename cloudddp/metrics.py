@@ -11,10 +11,11 @@ Every backend can stream logs, so every backend can stream metrics; SageMaker's 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,13 +71,65 @@ def record_from_dict(obj: Any, source: str = "") -> MetricRecord | None:
     )
 
 
-def metrics_from_lines(lines: Iterable[Any]) -> Iterator[MetricRecord]:
+@dataclass(frozen=True)
+class Pattern:
+    """A metric declared by a regular expression over log lines, as SageMaker's MetricDefinitions are:
+    the first group of ``regex`` is the value. Metrics named ``epoch`` or ``step`` set the record's."""
+
+    name: str
+    regex: str
+
+    @functools.cached_property
+    def compiled(self) -> re.Pattern[str]:
+        return re.compile(self.regex)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name, "regex": self.regex}
+
+
+def patterns_from(data: Iterable[dict[str, str]]) -> list[Pattern]:
+    return [Pattern(d["name"], d["regex"]) for d in data]
+
+
+def parse_line(line: str, patterns: Sequence[Pattern] = (), source: str = "") -> MetricRecord | None:
+    """The record in one log line: a ``CLOUDDDP_METRIC`` line, else the values of every declared pattern
+    that matches it (None when nothing does)."""
+    record = parse_metric_line(line, source)
+    if record is not None or not patterns:
+        return record
+    found: dict[str, float] = {}
+    for pattern in patterns:
+        match = pattern.compiled.search(line)
+        if match:
+            try:
+                found[pattern.name] = float(match.group(1))
+            except (IndexError, ValueError):
+                continue
+    if not found:
+        return None
+    step, epoch = found.pop("step", None), found.pop("epoch", None)
+    return MetricRecord(step=int(step) if step is not None else None, epoch=int(epoch) if epoch is not None else None,
+                        time=None, values={k: v for k, v in found.items() if math.isfinite(v)}, source=source)
+
+
+def metrics_from_lines(lines: Iterable[Any], patterns: Sequence[Pattern] = ()) -> Iterator[MetricRecord]:
     """Metric records from log lines (``LogLine`` objects or strings)."""
     for item in lines:
         text = getattr(item, "text", item)
-        record = parse_metric_line(text, getattr(item, "source", ""))
+        record = parse_line(text, patterns, getattr(item, "source", ""))
         if record is not None:
             yield record
+
+
+def validate_regex(regex: str) -> str:
+    """``regex`` if it compiles with at least one group (the value); else a ValueError saying why."""
+    try:
+        compiled = re.compile(regex)
+    except re.error as e:
+        raise ValueError(f"not a regular expression: {e}") from None
+    if compiled.groups < 1:
+        raise ValueError("needs one group, the value: e.g. 'loss=([0-9.eE+-]+)'")
+    return regex
 
 
 def metric_regex(name: str) -> str:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import html
 import time
 from typing import TYPE_CHECKING, Any
 
 from .errors import UserError
+from .metrics import MetricRecord
 from .plotting import plot_metrics
 
 if TYPE_CHECKING:
     from .api import Run
     from .backends.base import RunStatus
+
+
+LOG_LINES = 20
 
 
 def watch(run: Run, poll: float = 1.0) -> RunStatus:
@@ -20,15 +25,21 @@ def watch(run: Run, poll: float = 1.0) -> RunStatus:
     except ImportError:
         raise UserError("run.watch() needs IPython and matplotlib: pip install 'cloudddp[notebook]'") from None
     records: list[Any] = []
-    stream = run.metrics(follow=True)
+    lines: list[str] = []
     status = run.status()
     status_handle = display(HTML(status._repr_html_()), display_id=True)
+    log_handle = display(HTML(""), display_id=True)  # the script's own output, while it reports no metrics
     fig = plt.figure(figsize=(12, 7))
     plt.close(fig)  # drawn only through the display handle, not again at the end of the cell
     plot_handle = None
     last_draw = 0.0
-    for record in stream:
-        records.append(record)
+    for event in run.events(follow=True):
+        if not isinstance(event, MetricRecord):
+            lines = [*lines[-(LOG_LINES - 1):], f"[{event.source}] {event.text}"]
+            if not records:
+                log_handle.update(HTML(f"<pre>{html.escape(chr(10).join(lines))}</pre>"))
+            continue
+        records.append(event)
         if time.monotonic() - last_draw >= poll:
             plot_metrics(records, title=run.run_id, figure=fig)
             if plot_handle is None:

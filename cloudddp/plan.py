@@ -80,6 +80,8 @@ class Plan:
     """The job spec as data, secrets redacted (stored next to a run)."""
     late: tuple[str, ...] = ()
     """Names of the values :meth:`bind` must fill, e.g. ``("ACCOUNT",)``."""
+    metrics: list[dict[str, str]] = field(default_factory=list)
+    """Metrics the job declares by regular expression (``{"name", "regex"}``), read from its log lines."""
     env_sources: dict[str, EnvSource] = field(default_factory=dict, repr=False, compare=False)
     """Environment values resolved at launch (never serialised)."""
 
@@ -143,6 +145,7 @@ class Plan:
             "uploads": self.uploads,
             "target": self.target,
             "late_bound": list(self.late),
+            "metrics": self.metrics,
         }
 
     def to_json(self) -> str:

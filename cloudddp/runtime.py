@@ -92,6 +92,30 @@ def job_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, sigter
     return {**user, **extra, **contract}, sources
 
 
+def checkpoint_key(spec: JobSpec) -> str:
+    """What makes two runs the same training, for their checkpoints: the program, its arguments, its inputs
+    and its (non-secret) environment. A resubmitted job gets the same key and resumes; a variant (another
+    model, learning rate, dataset or override of those) gets its own folder and never loads another's
+    checkpoint. Sizes, limits and backend settings are left out: moving the same training to more nodes or
+    another backend still resumes it."""
+    import hashlib
+    import json
+
+    what = {
+        "entry": spec.code.entry, "command": spec.code.command, "args": spec.code.args,
+        "inputs": {name: item.model_dump(mode="json", exclude={"mode"}) for name, item in spec.inputs.items()},
+        "env": {name: entry.value for name, entry in spec.env.items() if not entry.secret},
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def checkpoint_folder(spec: JobSpec, base: str) -> str:
+    """Where this training's checkpoints live under ``base`` (``checkpoint.path`` when the spec names one)."""
+    if spec.checkpoint.path:
+        return spec.checkpoint.path
+    return f"{base.rstrip('/')}/{spec.name}/{checkpoint_key(spec)}"
+
+
 def input_args(spec: JobSpec, places: Places) -> list[str]:
     """``[arg, where]`` for every input that names a script argument (``inputs.X.arg``)."""
     args: list[str] = []

@@ -198,6 +198,21 @@ def _env_value(v: Any) -> Any:
 EnvEntry = Annotated[EnvValue, BeforeValidator(_env_value)]
 
 
+class MetricSpec(Strict):
+    """A metric a script prints in its own words, found by a regular expression over its log lines."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.:/-]{0,254}$",
+                      description="The metric's name; `epoch` and `step` set the record's epoch and step.")
+    regex: str = Field(max_length=500, description="Its first group is the value, e.g. 'loss: ([0-9.]+)'.")
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        from .metrics import validate_regex
+
+        return validate_regex(v)
+
+
 class Checkpoint(Strict):
     """Checkpointing: rank 0 writes atomically every N epochs; a restarted job resumes from the newest."""
 
@@ -226,11 +241,26 @@ class JobSpec(Strict):
     distribution: Distribution = Field(default_factory=Distribution)
     env: dict[str, EnvEntry] = Field(default_factory=dict)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    metrics: list[MetricSpec] = Field(
+        default_factory=list,
+        description="Metrics the script prints in its own words (CLOUDDDP_METRIC lines are always read).",
+    )
     limits: Limits = Field(default_factory=Limits)
     tags: dict[str, str] = Field(default_factory=dict)
 
     # Set by the loader: the folder relative paths are resolved against. Not part of the schema.
     _base_dir: Path = Path(".")
+
+    @field_validator("metrics")
+    @classmethod
+    def _distinct_metrics(cls, v: list[MetricSpec]) -> list[MetricSpec]:
+        names = [m.name for m in v]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"metric {twice[0]!r} is declared twice")
+        if len(v) > 32:  # SageMaker takes 40 MetricDefinitions; the shared script's own use the rest
+            raise ValueError(f"{len(v)} metrics declared; at most 32")
+        return v
 
     @field_validator("name")
     @classmethod

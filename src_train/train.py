@@ -90,15 +90,23 @@ def resume(t: Training) -> None:
     if args.resume == "never" or args.checkpoint_every == 0:
         return
     found = checkpoint.load_latest(Path(args.checkpoint_dir)) if ctx.is_main else None
-    state = distributed.broadcast_object(ctx, found[1] if found else None)
-    if not isinstance(state, dict):  # None: no valid checkpoint, start from scratch
+    got = distributed.broadcast_object(ctx, (str(found[0]), found[1]) if found else None)
+    if not isinstance(got, tuple):  # None: no valid checkpoint, start from scratch
         return
-    t.model.load_state_dict(state["model"])
-    t.optimizer.load_state_dict(state["optimizer"])
+    path, state = got
+    try:
+        t.model.load_state_dict(state["model"])
+        t.optimizer.load_state_dict(state["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as e:
+        was = state.get("args", {}).get("model", "another model")
+        raise UsageError(
+            f"checkpoint {path} was written by {was!r} and does not fit this run's model {args.model!r} "
+            f"({str(e).splitlines()[0][:120]}); use another checkpoint folder, or --resume never to start over"
+        ) from None
     torch.set_rng_state(state["torch_rng"])
     t.epoch, t.step_in_epoch, t.global_step = state["epoch"], state["step_in_epoch"], state["global_step"]
-    if found:
-        print(f"resumed from {found[0]} at epoch {t.epoch + 1}, step {t.step_in_epoch} "
+    if ctx.is_main:
+        print(f"resumed from {path} at epoch {t.epoch + 1}, step {t.step_in_epoch} "
               f"(global step {t.global_step})", flush=True)
 
 
@@ -143,8 +151,9 @@ def train_epochs(t: Training) -> float | None:
     """Epochs from the current position to --epochs: the final test accuracy, or None when stopped by SIGTERM."""
     args, ctx = t.args, t.ctx
     if t.epoch >= args.epochs and ctx.is_main:
-        print(f"the checkpoint is already at epoch {t.epoch} of {args.epochs}: nothing left to train "
-              "(raise --epochs to continue, or --resume never / checkpoint.resume: never to start over)", flush=True)
+        print(f"the checkpoint in {args.checkpoint_dir} is already at epoch {t.epoch} of {args.epochs}: nothing "
+              "left to train (to continue, raise --epochs and point checkpoint.path at this folder; to start "
+              "over, --resume never / checkpoint.resume: never)", flush=True)
     stop = StopFlag()
     test_acc = float("nan")
     while t.epoch < args.epochs:

@@ -66,7 +66,7 @@ def test_input_locations_per_backend_accept_the_earlier_form_and_name_unknown_ba
     spec.write_text("name: inputs\ncode: {dir: " + str(FIXTURES / "tinyjob") + "}\n"
                     "inputs:\n  data:\n    path: ./data\n    sagemaker: s3://bucket/data/\n")
     old = cli("render", str(spec), "-b", "sagemaker", "--json",
-              "-o", "sagemaker.region=us-east-1", "-o", "sagemaker.role=arn:aws:iam::1:role/r",
+              "-o", "sagemaker.region=us-east-1", "-o", "sagemaker.role=arn:aws:iam::123456789012:role/r",
               "-o", "sagemaker.instance_type=ml.m5.xlarge", "-o", "sagemaker.image=img:1")
     assert old.returncode == 0, old.stderr
     channel = json.loads(old.stdout)["request"]["InputDataConfig"][0]

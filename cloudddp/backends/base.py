@@ -43,7 +43,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from pydantic import BaseModel
 
 from ..errors import CloudDDPError, RunNotFound, UserError
-from ..metrics import MetricRecord, metrics_from_lines
+from ..metrics import MetricRecord, Pattern, metrics_from_lines, patterns_from
 from ..plan import Plan
 from ..registry import Registry
 from ..sizing import SizeTarget
@@ -105,6 +105,8 @@ class LogLine:
     """Where the line came from: ``rank0``, ``node1/rank3``, ``algo-2``, ``process_0``."""
     text: str
     time: float | None = None
+    primary: bool = True
+    """From the first process (or host) of the run: what a person watching the run sees by default."""
 
 
 @dataclass(frozen=True)
@@ -194,7 +196,12 @@ class Backend(abc.ABC, Generic[OptionsT]):
 
     def _metric_iter(self, run_id: str, *, follow: bool) -> Iterator[MetricRecord]:
         """Metric records parsed from the run's log lines (the same on every backend)."""
-        return metrics_from_lines(self._log_iter(run_id, follow=follow))
+        return metrics_from_lines(self._log_iter(run_id, follow=follow), self.metric_patterns(run_id))
+
+    def metric_patterns(self, run_id: str) -> list[Pattern]:
+        """The metrics run ``run_id`` declared by regular expression (kept in this machine's registry)."""
+        record = self.registry.get(run_id)
+        return patterns_from(record.info.get("metrics", [])) if record else []
 
     def _preflight(self, plan: Plan) -> list[Check]:
         return []
@@ -222,6 +229,7 @@ class Backend(abc.ABC, Generic[OptionsT]):
         with self._errors():
             plan = self._render(spec)
         plan.warnings += [f"{f.value}: {why}" for f, why in self.capabilities.caveats.items() if f in used]
+        plan.metrics = [m.model_dump() for m in spec.metrics]
         return plan
 
     def submit(self, spec: JobSpec, *, checks: bool = True, provision: bool = True,
@@ -244,7 +252,8 @@ class Backend(abc.ABC, Generic[OptionsT]):
         with self._errors():
             launched = self._launch(plan, provision=provision, progress=progress)
         if self.registry.get(launched.run_id) is None:
-            self.registry.add(launched.run_id, self.name, plan.job_name, RunState.PENDING.value, launched.info)
+            info = {**launched.info, **({"metrics": plan.metrics} if plan.metrics else {})}
+            self.registry.add(launched.run_id, self.name, plan.job_name, RunState.PENDING.value, info)
         return launched.run_id
 
     def preflight(self, plan: Plan) -> list[Check]:

@@ -146,8 +146,11 @@ def test_a_cpu_job_trains_in_the_container_and_a_second_job_resumes_from_its_che
     listed = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix + "/")["Contents"]
     assert set(local) <= {o["Key"].rsplit("/", 1)[1] for o in listed}
 
-    # A second job (one more epoch) finds them restored into /opt/ml/checkpoints and trains epoch 3 only.
-    second_request = launch(cpu_job(root, "rehearse-cpu", epochs=3, processes=2), "r2")
+    # A second job that continues the first for one more epoch (its own arguments would give it a folder of
+    # its own, so it names the first one's) finds them restored into /opt/ml/checkpoints and trains epoch 3.
+    more = cpu_job(root, "rehearse-cpu", epochs=3, processes=2)
+    more["checkpoint"] = {"path": request["CheckpointConfig"]["S3Uri"]}
+    second_request = launch(more, "r2")
     assert second_request["CheckpointConfig"] == request["CheckpointConfig"]
     second = run(second_request, root / "second", aws)
     print(f"resumed rehearsal: {second.seconds:.1f} s")

@@ -17,6 +17,7 @@ from cloudddp.backends.base import RunState
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.sagemaker.request import shipped_launcher
 from cloudddp.packaging import pack
+from cloudddp.runtime import checkpoint_key
 from cloudddp.specload import spec_from_dict
 
 from ..support.aws_emulator import FaultProxy, aws_environment, put_logs, set_status
@@ -75,7 +76,8 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
     assert d["HyperParameters"]["sagemaker_torch_distributed_enabled"] == "true"
     payload = json.loads(json.loads(d["HyperParameters"]["cloudddp-00"]))  # what the shipped launcher gets
     assert payload["argv"] == ["train.py", "--dataset", "synthetic", "--epochs", "2", "--data-dir", "/opt/ml/input/data/train"]
-    assert d["CheckpointConfig"]["S3Uri"] == f"s3://{BUCKET}/cloudddp/checkpoints/tiny-sm"
+    key = checkpoint_key(spec_from_dict(job(tmp_path)))  # the job's own folder: same training, same key
+    assert d["CheckpointConfig"]["S3Uri"] == f"s3://{BUCKET}/cloudddp/checkpoints/tiny-sm/{key}"
 
     set_status(name, "InProgress", "Training")
     status = json.loads(cli("status", name, "--json").stdout)

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from cloudddp.backends.sagemaker import SageMakerBackend
-from cloudddp.backends.sagemaker.images import image_from_registry
 from cloudddp.errors import UserError
 from cloudddp.shim import read_payload
 from cloudddp.specload import load_spec, spec_from_dict
@@ -100,30 +99,18 @@ def test_secrets_are_placeholders_in_the_rendered_request(monkeypatch: pytest.Mo
     assert plan.request["Environment"]["TOKEN"] == "<secret:TOKEN>" and plan.request["Environment"]["PLAIN"] == "visible"
 
 
-def test_missing_region_role_or_image_say_which_and_how() -> None:
+def test_missing_role_says_how_and_a_bare_flag_reaches_the_script() -> None:
     base = {"name": "x", "code": {"dir": str(ROOT / "src_train")}, "resources": {"gpus_per_node": 1},
-            "sagemaker": {"region": "us-east-1", "role": "arn:aws:iam::1:role/r", "instance_type": "ml.g5.xlarge"}}
-    for drop, expected in (("role", "no execution role"), ("image", "sagemaker.image is not set")):
-        data = json.loads(json.dumps(base))
-        data["sagemaker"].pop(drop, None)
-        with pytest.raises(UserError, match=expected):
-            SageMakerBackend().render(spec_from_dict(data))
+            "sagemaker": {"region": "us-east-1", "role": "arn:aws:iam::123456789012:role/r",
+                          "instance_type": "ml.g5.xlarge"}}
+    data = json.loads(json.dumps(base))
+    data["sagemaker"].pop("role")
+    with pytest.raises(UserError, match="no execution role"):
+        SageMakerBackend().render(spec_from_dict(data))
     flag = SageMakerBackend().render(spec_from_dict({**base, "code": {"dir": str(ROOT / "src_train"),
                                                                       "args": ["--deterministic", "7"]},
                                                      "sagemaker": {**base["sagemaker"], "image": "img:1"}}))
     assert launcher_payload(flag.request)["argv"] == ["train.py", "--deterministic", "7"]  # a flag, a positional
-
-
-def test_image_registry_file_in_the_sdk_format(tmp_path: Path) -> None:
-    config = tmp_path / "pytorch.json"
-    config.write_text(json.dumps({"training": {
-        "version_aliases": {"2.4": "2.4.0"},
-        "versions": {"2.4.0": {"py_versions": ["py311"], "registries": {"eu-west-1": "763104351884"},
-                               "repository": "pytorch-training"}}}}))
-    assert image_from_registry(config, "eu-west-1", "2.4", "py311", gpu=True) == \
-        "763104351884.dkr.ecr.eu-west-1.amazonaws.com/pytorch-training:2.4-gpu-py311"
-    with pytest.raises(UserError, match="py310"):
-        image_from_registry(config, "eu-west-1", "2.4", "py310", gpu=True)
 
 
 def test_render_imports_no_aws_sdk() -> None:

@@ -251,7 +251,7 @@ class AzureMLBackend(Backend[AzureMLOptions]):
                 complete = new if finished or new.endswith("\n") else new[: new.rfind("\n") + 1]
                 offsets[name] -= len(new) - len(complete)
                 for line in complete.splitlines():
-                    yield LogLine(source, line)
+                    yield LogLine(source, line, primary=source == "process_0")
             if finished:
                 return
             time.sleep(self.poll_seconds)

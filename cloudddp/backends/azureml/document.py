@@ -18,7 +18,7 @@ from typing import Any
 from ...catalog import azure_rdma_by_name, disables_rdma, nccl_env_presets
 from ...errors import UserError
 from ...plan import EnvSource, substitute
-from ...runtime import RUN_ID, Places, input_args, job_env
+from ...runtime import RUN_ID, Places, checkpoint_folder, input_args, job_env
 from ...sizing import SizeTarget, decide
 from ...spec import JobSpec
 from .options import AzureMLOptions
@@ -130,9 +130,9 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
     if output and output.path:
         outputs["model"]["path"] = output.path
     if spec.checkpoint.enabled:
-        ckpt = spec.checkpoint.path or f"{DEFAULT_DATASTORE}/cloudddp/checkpoints/{spec.name}/"
+        ckpt = checkpoint_folder(spec, f"{DEFAULT_DATASTORE}/cloudddp/checkpoints").rstrip("/") + "/"
         outputs["checkpoints"] = {"type": "uri_folder", "mode": "rw_mount", "path": ckpt}
-        docs.decisions.append(f"checkpoints in {ckpt} (per job name, so a resubmitted job resumes)")
+        docs.decisions.append(f"checkpoints in {ckpt} (this training's own folder: a resubmit resumes from it)")
 
     distribution = {"type": "mpi" if spec.distribution.launcher == "mpi" else "pytorch",
                     "process_count_per_instance": spec.resources.processes}

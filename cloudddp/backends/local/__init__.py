@@ -26,7 +26,7 @@ from ...errors import UserError
 from ...metrics import MetricRecord, record_from_dict
 from ...plan import Plan, late
 from ...registry import home
-from ...runtime import Places, input_args, job_env
+from ...runtime import Places, checkpoint_folder, input_args, job_env
 from ...secrets import redacted_spec_data
 from ...spec import JobSpec
 from ...tail import follow_lines
@@ -46,10 +46,12 @@ def _has_cuda_device() -> bool:
 
 
 def checkpoint_dir(spec: JobSpec) -> Path:
-    """Checkpoints live per job name, so a resubmitted job resumes where the last run stopped."""
-    if spec.checkpoint.path and "://" not in spec.checkpoint.path:
-        return (spec.base_dir / spec.checkpoint.path).resolve()
-    return home() / "checkpoints" / spec.name
+    """Checkpoints live per training (job name + what the script computes from), so a resubmitted job
+    resumes where the last run stopped and a variant never loads another's checkpoint."""
+    if spec.checkpoint.path and "://" in spec.checkpoint.path:
+        raise UserError(f"checkpoint.path: {spec.checkpoint.path} is remote; the local backend writes local folders",
+                        hint="give a folder (relative to the spec file), or leave checkpoint.path out")
+    return (spec.base_dir / checkpoint_folder(spec, str(home() / "checkpoints"))).resolve()
 
 
 def new_run_id(name: str) -> str:
@@ -70,8 +72,8 @@ def parse_rank_line(line: str, node: int, nodes: int) -> LogLine:
         local = line[len(_RANK_PREFIX):end]
         if end > 0 and local.isdigit():
             source = f"rank{local}" if nodes == 1 else f"node{node}/rank{local}"
-            return LogLine(source, line[end + 2:])
-    return LogLine(f"node{node}" if nodes > 1 else "torchrun", line)
+            return LogLine(source, line[end + 2:], primary=node == 0 and local == "0")
+    return LogLine(f"node{node}" if nodes > 1 else "torchrun", line, primary=False)  # torchrun's own
 
 
 class LocalBackend(Backend[LocalOptions]):
@@ -139,7 +141,7 @@ class LocalBackend(Backend[LocalOptions]):
         env, sources = job_env(spec, self.name, places, on_gpu=use_cuda, sigterm_grace=self.sigterm_grace)
         env["CLOUDDDP_DIST_BACKEND"] = pg_backend
         if spec.checkpoint.enabled:
-            decisions.append(f"checkpoints in {ckpt} (resume: {spec.checkpoint.resume})")
+            decisions.append(f"checkpoints in {ckpt}: {_resume_note(spec, ckpt)}")
         if device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
         if spec.code.command is None:
@@ -301,6 +303,13 @@ class LocalBackend(Backend[LocalOptions]):
             _killpg(pgid, signal.SIGKILL)
         if not RunState(run.read_status().get("state", "unknown")).terminal:
             run.write_status(state=RunState.CANCELLED.value, message="cancelled", ended_at=time.time())
+
+
+def _resume_note(spec: JobSpec, folder: Path) -> str:
+    if spec.checkpoint.resume == "never":
+        return "starts from scratch (checkpoint.resume: never)"
+    found = sorted(folder.glob("ckpt-*.pt.sha256")) if folder.is_dir() else []
+    return f"resumes from {found[-1].name.removesuffix('.sha256')}" if found else "no checkpoint yet: starts from scratch"
 
 
 def _yaml(data: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from ...metrics import PREFIX, parse_metric_line
+from ...metrics import PREFIX, parse_line, patterns_from
 from ...secrets import redact
 from ..base import RunState
 from .rundir import RunDir
@@ -29,6 +29,7 @@ from .rundir import RunDir
 GRACE_SECONDS = float(os.environ.get("CLOUDDDP_CANCEL_GRACE", "30"))
 _FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank\s*:\s*(\d+)\)")
 _EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
+FIRST = "[default0]:"  # torchrun's --tee prefix of local rank 0
 
 
 class Supervisor:
@@ -41,6 +42,7 @@ class Supervisor:
         self.stop_reason: str | None = None
         self.stopping = threading.Event()
         self.procs: list[subprocess.Popen[str]] = []
+        self.patterns = patterns_from(self.plan.get("metrics", []))
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:
@@ -48,14 +50,15 @@ class Supervisor:
         self.stopping.set()
 
     def _pump(self, node: int, stream: IO[str]) -> None:
-        """Copy one node's output to its log file; rank 0's metric lines also go to metrics.jsonl."""
+        """Copy one node's output to its log file; the first process's metric lines (CLOUDDDP_METRIC lines,
+        and lines the job's declared patterns match) also go to metrics.jsonl."""
         with open(self.run.node_log(node), "a", encoding="utf-8") as log, open(self.run.metrics, "a") as metrics:
             for line in stream:
                 line = redact(line, self.secrets)
                 log.write(line)
                 log.flush()
-                if PREFIX in line and (line.startswith("[default0]:") or not line.startswith("[default")):
-                    record = parse_metric_line(line)
+                if line.startswith(FIRST) and (PREFIX in line or self.patterns):
+                    record = parse_line(line.removeprefix(FIRST).rstrip("\n"), self.patterns)
                     if record is not None:
                         metrics.write(json.dumps({**record.to_dict(), "received": time.time()}) + "\n")
                         metrics.flush()

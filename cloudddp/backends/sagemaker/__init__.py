@@ -289,7 +289,7 @@ class SageMakerBackend(Backend[SageMakerOptions]):
                         break
             for ts, host, message in sorted(batch, key=lambda x: (x[0], x[1])):
                 for line in message.splitlines() or [""]:
-                    yield LogLine(host, line, ts / 1000)
+                    yield LogLine(host, line, ts / 1000, primary=host == "algo-1")
             if finished:
                 return
             time.sleep(self.poll_seconds)

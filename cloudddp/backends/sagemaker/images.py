@@ -1,64 +1,129 @@
 """The official PyTorch training image (AWS Deep Learning Container) for a region, version and Python.
 
-When the ``sagemaker`` extra is installed, its bundled registry file
-(``sagemaker/core/image_uri_config/pytorch.json``) is read directly — found with importlib without
-importing the SDK, whose import costs seconds. Otherwise the spec must name ``sagemaker.image``.
+The image registry is data kept in the package, ``cloudddp/data/sagemaker_pytorch_training.json``: the
+training scope of the SageMaker SDK's own ``image_uri_config/pytorch.json`` (its ``source`` and ``date``
+say which release), cut to the versions AWS still lists. Render reads it without the ~1 GB SDK, without
+network and without importing any cloud SDK. The same file says which versions ship the SageMaker
+data-parallel library (smddp) in their official image.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import json
-from pathlib import Path
+import re
+from importlib import resources
+from typing import Any
 
 from ...errors import UserError
 
-_CANDIDATES = ("core/image_uri_config/pytorch.json", "image_uri_config/pytorch.json")
+DATA_FILE = "sagemaker_pytorch_training.json"
+DEFAULT_DOMAIN = "amazonaws.com"
+# An official PyTorch training image names its version in the tag: .../pytorch-training:2.4-gpu-py311
+_OFFICIAL_TAG = re.compile(r"\.dkr\.ecr\.[^/]+/pytorch-training:(\d+\.\d+(?:\.\d+)?)-gpu-")
 
 
-def registry_file() -> Path | None:
-    """The SDK's pytorch.json, if the SDK is installed (without importing it)."""
-    try:
-        found = importlib.util.find_spec("sagemaker")
-    except (ImportError, ValueError):
-        return None
-    for location in (found.submodule_search_locations or []) if found else []:
-        for rel in _CANDIDATES:
-            path = Path(location) / rel
-            if path.is_file():
-                return path
-    return None
+@functools.cache
+def registry() -> dict[str, Any]:
+    """The packaged image registry (loaded once)."""
+    text = resources.files("cloudddp").joinpath(f"data/{DATA_FILE}").read_text(encoding="utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return data
 
 
-def image_from_registry(config: Path, region: str, version: str, py_version: str, gpu: bool) -> str:
-    data = json.loads(config.read_text())
-    scope = data.get("training", data)
-    versions = scope.get("versions", {})
-    full = scope.get("version_aliases", {}).get(version, version)
-    entry = versions.get(full)
-    if entry is None:
-        known = ", ".join(sorted(set(scope.get("version_aliases", {})) | set(versions)))
-        raise UserError(f"sagemaker.framework_version {version!r} is not in the SDK's PyTorch image registry (known: {known})")
-    if py_version not in entry.get("py_versions", []):
-        raise UserError(f"sagemaker.py_version {py_version!r} is not offered for PyTorch {version} "
-                        f"(offered: {', '.join(entry.get('py_versions', []))})")
-    account = entry.get("registries", {}).get(region)
-    if account is None:
-        raise UserError(f"no PyTorch {version} training image in region {region!r}")
-    domain = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
-    processor = "gpu" if gpu else "cpu"
-    return f"{account}.dkr.ecr.{region}.{domain}/{entry.get('repository', 'pytorch-training')}:{version}-{processor}-{py_version}"
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
 
 
-def training_image(image: str | None, region: str, version: str, py_version: str, gpu: bool) -> tuple[str, str]:
-    """(image URI, how it was found)."""
-    if image:
-        return image, "image named in the spec (sagemaker.image)"
-    config = registry_file()
-    if config is None:
+def offered_versions() -> list[str]:
+    """Every full framework version with an official training image, oldest first."""
+    return sorted(registry()["versions"], key=_version_key)
+
+
+def full_version(version: str) -> str | None:
+    """``2.4`` → ``2.4.0``; a full version stays as it is; None when no official image has it."""
+    data = registry()
+    full = data["version_aliases"].get(version, version)
+    return full if full in data["versions"] else None
+
+
+def smddp_versions() -> list[str]:
+    """Framework versions whose official training image carries the smddp library."""
+    return list(registry()["smddp"]["framework_versions"])
+
+
+def _check_smddp(full: str, where: str, field: str) -> None:
+    supported = smddp_versions()
+    if full in supported:
+        return
+    newest = supported[-1].rsplit(".", 1)[0]
+    fix = f"framework_version: {newest}" if field == "framework_version" else f"image: an official {newest} image"
+    raise UserError(
+        f"distribution.backend smddp: the official PyTorch {full} training image ({where}) has no SageMaker "
+        f"data-parallel library; versions with it: {', '.join(supported)} "
+        f"(cloudddp/data/{DATA_FILE}; sources in cloudddp/data/SOURCES.md)",
+        hint=f"set sagemaker.{fix} (or another version listed), or distribution.backend: nccl",
+    )
+
+
+def _py_version(entry: dict[str, Any], full: str, py_version: str | None) -> str:
+    offered: list[str] = entry["py_versions"]
+    if py_version is None:
+        if len(offered) == 1:
+            return offered[0]
+        raise UserError(f"sagemaker.py_version: PyTorch {full} images are built for {', '.join(offered)}: name one")
+    if py_version not in offered:
         raise UserError(
-            "sagemaker.image is not set, and the SageMaker SDK's image registry is not installed",
-            hint=f"set sagemaker.image (e.g. 763104351884.dkr.ecr.{region}.amazonaws.com/pytorch-training:"
-                 f"{version}-{'gpu' if gpu else 'cpu'}-{py_version}) or pip install 'cloudddp[sagemaker]'",
+            f"sagemaker.py_version {py_version!r}: the PyTorch {full} training image is built for "
+            f"{', '.join(offered)} only",
+            hint=f"set sagemaker.py_version: {offered[-1]} or leave it out",
         )
-    return image_from_registry(config, region, version, py_version, gpu), f"official PyTorch DLC from {config}"
+    return py_version
+
+
+def official_image(region: str, version: str, py_version: str | None, gpu: bool) -> str:
+    """The official image URI, as the SageMaker SDK's ``image_uris.retrieve`` builds it (the tag keeps the
+    version as given, e.g. ``2.4-gpu-py311``)."""
+    data = registry()
+    full = full_version(version)
+    if full is None:
+        raise UserError(
+            f"sagemaker.framework_version {version!r}: no official PyTorch training image "
+            f"(offered: {', '.join(offered_versions())}, or their short form such as 2.4)",
+            hint="pick an offered version, or name your own image in sagemaker.image",
+        )
+    entry = data["versions"][full]
+    py = _py_version(entry, full, py_version)
+    processor = "gpu" if gpu else "cpu"
+    if processor not in entry["processors"]:
+        raise UserError(
+            f"sagemaker.framework_version {version!r}: no {processor.upper()} training image "
+            f"(offered: {', '.join(entry['processors'])})"
+        )
+    account = entry["registries"].get(region)
+    if account is None:
+        raise UserError(
+            f"sagemaker.region {region!r}: no official PyTorch {full} training image there "
+            f"(regions: {', '.join(sorted(entry['registries']))})",
+            hint="pick one of those regions, or name your own image in sagemaker.image",
+        )
+    domain = data["ecr_domains"].get(region, DEFAULT_DOMAIN)
+    return f"{account}.dkr.ecr.{region}.{domain}/{entry['repository']}:{version}-{processor}-{py}"
+
+
+def training_image(
+    image: str | None, region: str, version: str, py_version: str | None, gpu: bool, *, smddp: bool = False
+) -> tuple[str, str]:
+    """(image URI, how it was found). With ``smddp``, a framework version whose official image lacks the
+    library is refused; a named image is checked when its tag shows an official version."""
+    if image:
+        tagged = _OFFICIAL_TAG.search(image)
+        full = full_version(tagged.group(1)) if tagged else None
+        if smddp and full is not None:
+            _check_smddp(full, f"sagemaker.image {image}", "image")
+        return image, "image named in the spec (sagemaker.image)"
+    uri = official_image(region, version, py_version, gpu)
+    full = full_version(version)
+    if smddp and full is not None:
+        _check_smddp(full, f"sagemaker.framework_version {version}", "framework_version")
+    return uri, f"official PyTorch training image (cloudddp/data/{DATA_FILE} of {registry()['date']})"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, field_validator
 
 from ...spec import Duration, Strict
 
@@ -16,8 +18,10 @@ class SageMakerOptions(Strict):
     prefix: str = "cloudddp"
     instance_type: str | None = Field(None, description="e.g. ml.p4d.24xlarge; default: chosen from resources.")
     image: str | None = Field(None, description="Training image URI; default: the official PyTorch DLC.")
-    framework_version: str = "2.4"
-    py_version: str = "py311"
+    framework_version: str = Field("2.4", description="PyTorch version of the official image, e.g. 2.4 or 2.5.1.")
+    py_version: str | None = Field(
+        None, description="Python of the official image, e.g. py311; default: the one AWS builds for framework_version."
+    )
     volume_gb: int | None = Field(None, ge=1, le=16384)
     keep_alive: int = Field(0, ge=0, le=3600, description="Warm-pool keep-alive seconds.")
     max_wait: Duration | None = Field(None, description="Spot: longest wait for capacity plus runtime.")
@@ -28,3 +32,10 @@ class SageMakerOptions(Strict):
     volume_kms_key: str | None = None
     output_kms_key: str | None = None
     tags: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("framework_version", mode="before")
+    @classmethod
+    def _quoted_version(cls, v: Any) -> Any:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            raise ValueError('write the version in quotes, e.g. "2.10": YAML reads an unquoted 2.10 as the number 2.1')
+        return v

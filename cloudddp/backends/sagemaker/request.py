@@ -21,19 +21,25 @@ from ...errors import UserError
 from ...metrics import STANDARD_METRICS, metric_regex
 from ...packaging import collect, folder_digest, pack, snapshot_warnings
 from ...plan import EnvSource, late, substitute
-from ...runtime import RUN_ID, Places, input_args, job_env
+from ...runtime import RUN_ID, Places, checkpoint_folder, input_args, job_env
 from ...shim import SHIPPED_AS
 from ...sizing import SizeTarget, decide
 from ...spec import JobSpec
 from .images import training_image
+from .limits import LIMITS
+from .limits import check as check_limits
 from .options import SageMakerOptions
 
 ACCOUNT = late("ACCOUNT")  # filled in at launch from STS when the spec names no bucket
 CHECKPOINT_LOCAL = "/opt/ml/checkpoints"
 MODEL_DIR = "/opt/ml/model"
 CODE_CHANNEL = "code"
-HYPERPARAMETER_VALUE_MAX = 2500  # CreateTrainingJob: HyperParameterValue max length
+HYPERPARAMETER_VALUE_MAX = LIMITS["HyperParameters{value}"].max
 _NAME_OK = re.compile(r"[^a-zA-Z0-9-]")
+# AWS, "Train Using SageMaker Managed Warm Pools", Considerations (cloudddp/data/SOURCES.md).
+WARM_POOL_WITH_SPOT = ("sagemaker.keep_alive with resources.spot: SageMaker managed warm pools cannot be used with "
+                       "spot instances (AWS SageMaker developer guide, 'Train Using SageMaker Managed Warm Pools', "
+                       "Considerations)")
 
 
 @dataclass
@@ -130,7 +136,7 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     if smddp and spec.distribution.launcher == "torchrun":
         r.decisions.append("smddp: the container's smddp launcher (MPI) starts the processes")
 
-    image, how = training_image(sm.image, region, sm.framework_version, sm.py_version, gpu=gpus > 0)
+    image, how = training_image(sm.image, region, sm.framework_version, sm.py_version, gpu=gpus > 0, smddp=smddp)
     r.decisions.append(f"image {image} ({how})")
 
     snapshot = pack(spec.code_dir, spec.code.ignore, extra=shipped_launcher())
@@ -171,7 +177,8 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
 
     output = spec.outputs.get("model")
     output_uri = output.path if output and output.path else f"{prefix}/output"
-    checkpoint_uri = spec.checkpoint.path or f"{prefix}/checkpoints/{spec.name}"
+    checkpoint_uri = checkpoint_folder(spec, f"{prefix}/checkpoints")
+    r.decisions.append(f"checkpoints in {checkpoint_uri} (this training's own folder: a resubmit resumes from it)")
 
     if sm.network_isolation:  # the container cannot reach S3: the code comes in as a channel, as the SDK does
         channels.append(_channel(CODE_CHANNEL, code_uri, "File"))
@@ -206,6 +213,8 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     resource: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": spec.resources.nodes,
                                 "VolumeSizeInGB": sm.volume_gb or spec.resources.disk_gb}
     if sm.keep_alive:
+        if spec.resources.spot:
+            raise UserError(WARM_POOL_WITH_SPOT, hint="drop sagemaker.keep_alive, or set resources.spot: false")
         resource["KeepAlivePeriodInSeconds"] = sm.keep_alive
     if sm.volume_kms_key:
         resource["VolumeKmsKeyId"] = sm.volume_kms_key
@@ -226,7 +235,10 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
         "AlgorithmSpecification": {
             "TrainingImage": image,
             "TrainingInputMode": "File",
-            "MetricDefinitions": [{"Name": m, "Regex": metric_regex(m)} for m in STANDARD_METRICS],
+            # The shared script's metric lines, then what the job declares in its own words.
+            "MetricDefinitions": [*({"Name": m, "Regex": metric_regex(m)} for m in STANDARD_METRICS),
+                                  *({"Name": m.name, "Regex": m.regex} for m in spec.metrics)],
+            "EnableSageMakerMetricsTimeSeries": True,
         },
         "HyperParameters": encode(hyper),
         "ResourceConfig": resource,
@@ -249,4 +261,5 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
         request["RetryStrategy"] = {"MaximumRetryAttempts": min(30, spec.limits.max_restarts)}
         r.decisions.append(f"SageMaker retries the job up to {min(30, spec.limits.max_restarts)} times; it resumes from {checkpoint_uri}")
     r.request = substitute(request, {RUN_ID: name})
+    check_limits(r.request)
     return r

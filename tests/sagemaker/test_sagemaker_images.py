@@ -1,0 +1,140 @@
+"""The official PyTorch training image from cloudddp's own data: no SageMaker SDK at render, and the data
+checked against the SDK's file (when the SDK is installed) and botocore's ECR endpoints."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from cloudddp.backends.sagemaker import SageMakerBackend
+from cloudddp.backends.sagemaker.images import official_image, offered_versions, registry, smddp_versions
+from cloudddp.errors import UserError
+from cloudddp.specload import load_spec
+
+from ..support.cli import ROOT, cli
+
+SMDDP_JOB = ROOT / "jobs" / "cifar10-smddp.yaml"
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+def test_render_finds_the_official_image_with_the_sdk_unimportable(tmp_path: Path) -> None:
+    """The smddp job without sagemaker.image renders in a plain environment: a `sagemaker` package that
+    refuses to import sits first on the path, so any use of the SDK would fail the render."""
+    blocker = tmp_path / "blocker" / "sagemaker"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('the SageMaker SDK must not be needed at render')\n")
+    env = {"PYTHONPATH": f"{blocker.parent}:{ROOT}"}
+    for override in ("sagemaker.image=", "sagemaker.image=null"):
+        result = cli("render", str(SMDDP_JOB), "-b", "sagemaker", "--json", "-o", override, env=env)
+        assert result.returncode == 0, result.stderr
+        request = json.loads(result.stdout)["request"]
+        assert (
+            request["AlgorithmSpecification"]["TrainingImage"]
+            == "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-gpu-py311"
+        )
+
+
+def test_tag_keeps_the_version_as_given_and_cpu_jobs_get_the_cpu_image() -> None:
+    assert official_image("eu-west-1", "2.5.1", None, gpu=False).endswith("/pytorch-training:2.5.1-cpu-py311")
+    assert official_image("us-west-2", "2.10", None, gpu=True).endswith("/pytorch-training:2.10-gpu-py313")
+
+
+def test_ecr_hosts_match_botocores_endpoints() -> None:
+    """The domain of each region (amazonaws.com, .com.cn, the isolated partitions) is what botocore's ECR
+    endpoint says, as the SDK builds it ({account}.dkr.{ecr hostname})."""
+    import botocore.session
+    from botocore.regions import EndpointResolver
+
+    resolver = EndpointResolver(botocore.session.get_session().get_data("endpoints"))
+    newest = offered_versions()[-1]
+    for region, account in registry()["versions"][newest]["registries"].items():
+        host = resolver.construct_endpoint("ecr", region)["hostname"]
+        uri = official_image(region, newest, None, gpu=True)
+        assert uri.startswith(f"{account}.dkr.{host}/"), (region, uri)
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("sagemaker.framework_version='2.11'", ["'2.11'", "1.13.1", "2.10.0"]),
+        ("sagemaker.py_version=py310", ["py310", "py311"]),
+        ("sagemaker.region=xx-east-9", ["'xx-east-9'", "us-east-1", "eu-west-1"]),
+    ],
+)
+def test_a_combination_without_an_image_names_what_exists(override: str, named: list[str]) -> None:
+    result = cli("render", str(SMDDP_JOB), "-b", "sagemaker", "-o", "sagemaker.image=", "-o", override)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    for text in named:
+        assert text in result.stderr
+
+
+def test_smddp_is_refused_on_a_version_without_the_library_naming_those_with_it() -> None:
+    result = cli(
+        "render", str(SMDDP_JOB), "-b", "sagemaker", "-o", "sagemaker.image=", "-o", "sagemaker.framework_version='2.8'"
+    )
+    assert result.returncode == 2
+    assert "smddp" in result.stderr and "2.8.0" in result.stderr
+    assert all(v in result.stderr for v in smddp_versions())
+    named = cli(
+        "render",
+        str(SMDDP_JOB),
+        "-b",
+        "sagemaker",
+        "-o",
+        "sagemaker.image=763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.7-gpu-py312",
+    )
+    assert named.returncode == 2 and "2.7.1" in named.stderr and "sagemaker.image" in named.stderr
+
+
+def test_smddp_versions_render_and_custom_images_are_not_second_guessed() -> None:
+    for version in ("2.5", "2.3.0"):
+        spec = load_spec(SMDDP_JOB, ["sagemaker.image=", f"sagemaker.framework_version='{version}'"])
+        image = SageMakerBackend().render(spec).request["AlgorithmSpecification"]["TrainingImage"]
+        assert f"pytorch-training:{version}-gpu-" in image
+    spec = load_spec(SMDDP_JOB, ["sagemaker.image=123456789012.dkr.ecr.us-east-1.amazonaws.com/mine:2.8"])
+    assert SageMakerBackend().render(spec).request["AlgorithmSpecification"]["TrainingImage"].endswith("/mine:2.8")
+    with pytest.raises(UserError, match=r"2\.8\.0"):
+        SageMakerBackend().render(load_spec(SMDDP_JOB, ["sagemaker.image=", "sagemaker.framework_version='2.8'"]))
+
+
+def test_an_unquoted_version_is_refused_before_yaml_turns_2_10_into_2_1() -> None:
+    result = cli("validate", str(SMDDP_JOB), "-o", "sagemaker.framework_version=2.10")
+    assert result.returncode == 2 and 'in quotes, e.g. "2.10"' in result.stderr
+
+
+def _sdk_pytorch_json() -> Path | None:
+    """The SDK's bundled file, found without importing the SDK (its import costs seconds)."""
+    try:
+        spec = importlib.util.find_spec("sagemaker")
+    except (ImportError, ValueError):
+        return None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        for rel in ("core/image_uri_config/pytorch.json", "image_uri_config/pytorch.json"):
+            if (Path(location) / rel).is_file():
+                return Path(location) / rel
+    return None
+
+
+def test_data_agrees_with_the_installed_sagemaker_sdk() -> None:
+    sdk_file = _sdk_pytorch_json()
+    if sdk_file is None:
+        pytest.skip("the SageMaker SDK (sagemaker / sagemaker-core) is not installed here: nothing to cross-check")
+    sdk = json.loads(sdk_file.read_text())["training"]
+    ours = registry()
+    oldest = _version_key(offered_versions()[0])
+    newer_in_sdk = {v for v in sdk["versions"] if _version_key(v) >= oldest}
+    assert newer_in_sdk == set(ours["versions"]), f"{sdk_file} offers other versions: refresh {ours['source']}"
+    for version, entry in ours["versions"].items():
+        theirs = sdk["versions"][version]
+        assert entry["py_versions"] == theirs["py_versions"], version
+        assert entry["repository"] == theirs["repository"], version
+        assert entry["registries"] == theirs["registries"], version
+        assert entry["processors"] == theirs.get("processors", sdk["processors"]), version
+    assert ours["version_aliases"] == {a: f for a, f in sdk["version_aliases"].items() if f in ours["versions"]}
