@@ -106,7 +106,7 @@ class _Ignored:
     def __init__(self, lines: Sequence[str]) -> None:
         try:
             self.spec = pathspec.GitIgnoreSpec.from_lines(lines)
-        except ValueError as e:
+        except (ValueError, re.error) as e:  # a bad line, or one whose character range is reversed
             raise UserError(
                 f"an ignore rule is not a valid pattern: {e}",
                 hint="check .gitignore, .amlignore and .cloudddpignore in the code folder, and code.ignore",

@@ -320,3 +320,11 @@ def test_files_cloudddp_ships_with_the_code_are_packed_in_order_and_may_not_coll
     assert pack(root, extra={"_launch.py": b"print('other')\n"}).sha256 != snapshot.sha256  # not the cached one
     with pytest.raises(UserError, match="ships a file of that name"):
         pack(root, extra={"train.py": b""})
+
+
+def test_an_ignore_line_whose_range_is_reversed_is_a_user_error(tmp_path: Path) -> None:
+    root = tmp_path / "code"
+    root.mkdir()
+    (root / "train.py").write_text("print('train')\n")
+    with pytest.raises(UserError, match="not a valid pattern"):
+        pack(root, ["[z-a].py"])  # pathspec's regex fails to compile (re.error, not ValueError)
