@@ -26,11 +26,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from .errors import UserError
 from .plan import EnvSource, late
 from .secrets import rendered_env
 from .spec import JobSpec
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .packaging import Snapshot
 
 PREFIX = "CLOUDDDP_"
 INPUT_PREFIX = "CLOUDDDP_INPUT_"
@@ -90,6 +96,46 @@ def job_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, sigter
     extra = {k: v for k, v in (presets or {}).items() if k not in user}
     contract = contract_env(spec, backend, places, on_gpu=on_gpu, sigterm_grace=sigterm_grace)
     return {**user, **extra, **contract}, sources
+
+
+def code_snapshot(spec: JobSpec) -> Snapshot:
+    """The job's code as every backend ships it: ``code.dir`` with its ignore rules, plus the launcher
+    cloudddp ships with it (:mod:`cloudddp.shim`), as one deterministic, content-addressed archive."""
+    from .packaging import pack
+
+    return pack(spec.code_dir, spec.code.ignore, extra=shipped_files(), max_bytes=spec.code.max_size_mb * 1_000_000)
+
+
+def shipped_files() -> dict[str, bytes]:
+    """Files cloudddp adds to every code snapshot, by their name there."""
+    from importlib import resources
+
+    from .shim import SHIPPED_AS
+
+    return {SHIPPED_AS: resources.files("cloudddp").joinpath("shim.py").read_bytes()}
+
+
+def snapshot_upload(spec: JobSpec, snapshot: Snapshot, destination: str) -> dict[str, Any]:
+    """The plan's record of the code snapshot: where the archive is here, where it goes, what it holds."""
+    return {"kind": "code", "path": str(snapshot.path), "source": str(spec.code_dir), "ignore": list(spec.code.ignore),
+            "max_bytes": spec.code.max_size_mb * 1_000_000, "destination": destination, "sha256": snapshot.sha256,
+            "bytes": snapshot.size, "files": len(snapshot.files)}
+
+
+def packed(upload: Mapping[str, Any]) -> Path:
+    """The archive a plan's code upload refers to: from the snapshot cache, or packed again from its folder
+    (the cache may have been pruned since render); an error when the folder changed in between."""
+    from pathlib import Path
+
+    from .packaging import pack
+
+    path = Path(upload["path"])
+    if path.is_file() and path.name == f"{upload['sha256']}.tar.gz":
+        return path
+    again = pack(Path(upload["source"]), upload["ignore"], extra=shipped_files(), max_bytes=upload["max_bytes"])
+    if again.sha256 != upload["sha256"]:
+        raise UserError(f"code.dir {upload['source']} changed between render and launch; render again")
+    return again.path
 
 
 def checkpoint_key(spec: JobSpec) -> str:

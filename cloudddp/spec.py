@@ -56,6 +56,10 @@ class Code(Strict):
     ignore: list[str] = Field(
         default_factory=list, description="Extra .gitignore-style patterns left out of the code snapshot."
     )
+    max_size_mb: int = Field(
+        2000, ge=1, le=100_000,
+        description="The most the code folder may hold (MB, before compression); data belongs in `inputs:`.",
+    )
 
     @field_validator("args", "command", mode="before")
     @classmethod

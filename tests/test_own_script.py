@@ -45,8 +45,8 @@ def test_a_tutorial_ddp_script_runs_on_two_nodes_shows_its_output_and_leaves_its
     before = folder_digest(OWN)
     result = cli("submit", str(OWN / "job.yaml"), "-b", "local", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    # Its own print() output, rank 0's by default, and the metrics it declared in its own words.
-    assert "[node0/rank0] [GPU0] Epoch 3 | Steps:" in result.stdout, result.stdout[-3000:]
+    # Its own print() output, rank 0's by default; the lines it declared as metrics, as metric records.
+    assert "[node0/rank0] Epoch 2 | Training snapshot saved at snapshot.pt" in result.stdout, result.stdout[-3000:]
     assert "[GPU1]" not in result.stdout and "[GPU3]" not in result.stdout
     assert re.search(r"epoch 3\s+loss=", result.stdout), result.stdout[-3000:]
     # It ran the shipped snapshot in the run's folder: its snapshot.pt is there, not in the source tree.
@@ -58,7 +58,8 @@ def test_a_tutorial_ddp_script_runs_on_two_nodes_shows_its_output_and_leaves_its
     assert [r.epoch for r in run.metrics()] == [0, 1, 2, 3] and all("loss" in r.values for r in run.metrics())
     every = cli("submit", str(OWN / "job.yaml"), "-b", "local", "--all-ranks", "-o", "code.args=['2', '1']",
                 timeout=300)
-    assert every.returncode == 0 and all(f"[GPU{r}] Epoch 1" in every.stdout for r in range(4)), every.stdout[-2000:]
+    assert every.returncode == 0, every.stderr[-2000:]
+    assert all(f"[GPU{r}] Epoch 1" in every.stdout for r in (1, 2, 3)), every.stdout[-2000:]  # rank 0's: a record
 
 
 def test_declared_metrics_go_into_the_sagemaker_request() -> None:

@@ -15,9 +15,8 @@ import pytest
 
 from cloudddp.backends.base import RunState
 from cloudddp.backends.sagemaker import SageMakerBackend
-from cloudddp.backends.sagemaker.request import shipped_launcher
 from cloudddp.packaging import pack
-from cloudddp.runtime import checkpoint_key
+from cloudddp.runtime import checkpoint_key, shipped_files
 from cloudddp.specload import spec_from_dict
 
 from ..support.aws_emulator import FaultProxy, aws_environment, put_logs, set_status
@@ -64,7 +63,7 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
 
     # The code archive (the folder and the shipped launcher) is in S3 under its own sha256, byte-identical
     # to a local deterministic pack.
-    snapshot = pack(ROOT / "src_train", extra=shipped_launcher())
+    snapshot = pack(ROOT / "src_train", extra=shipped_files())
     body = boto3.client("s3").get_object(Bucket=BUCKET, Key=f"cloudddp/code/{snapshot.sha256}/sourcedir.tar.gz")["Body"].read()
     assert hashlib.sha256(body).hexdigest() == snapshot.sha256
     keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="cloudddp/data/train/")["Contents"]]

@@ -26,7 +26,8 @@ from ...errors import UserError
 from ...metrics import MetricRecord, record_from_dict
 from ...plan import Plan, late
 from ...registry import home
-from ...runtime import Places, checkpoint_folder, input_args, job_env
+from ...packaging import human_bytes, snapshot_warnings
+from ...runtime import Places, checkpoint_folder, code_snapshot, input_args, job_env, packed, snapshot_upload
 from ...secrets import redacted_spec_data
 from ...spec import JobSpec
 from ...tail import follow_lines
@@ -106,6 +107,13 @@ class LocalBackend(Backend[LocalOptions]):
             raise UserError(f"code.dir: {code_dir} is not a folder", hint="code.dir is relative to the spec file")
         if spec.code.entry and not (code_dir / spec.code.entry).is_file():
             raise UserError(f"code.entry: {spec.code.entry} is not a file in {code_dir}")
+        snapshot = code_snapshot(spec)
+        if spec.code.entry and Path(spec.code.entry).as_posix() not in snapshot.files:
+            raise UserError(f"code.entry: {spec.code.entry} is left out of the code snapshot by an ignore rule",
+                            hint="check code.ignore, .gitignore, .amlignore and .cloudddpignore in code.dir")
+        decisions.append(f"runs code snapshot {snapshot.sha256[:12]} ({len(snapshot.files)} files, "
+                         f"{human_bytes(snapshot.size)}) unpacked in the run folder: the bytes a cloud job gets")
+        warnings += snapshot_warnings(snapshot)
         use_cuda = opts.device == "cuda" or (
             opts.device == "auto" and spec.resources.gpus_per_node > 0 and _has_cuda_device()
         )
@@ -165,7 +173,7 @@ class LocalBackend(Backend[LocalOptions]):
             ]
             nodes.append({"node_rank": node, "argv": argv, "env": {"NODE_RANK": str(node)}})
         request: dict[str, Any] = {
-            "cwd": str(code_dir),
+            "cwd": f"{RUN_DIR}/code",
             "device": device,
             "nnodes": nnodes,
             "nproc_per_node": nproc,
@@ -177,9 +185,10 @@ class LocalBackend(Backend[LocalOptions]):
             backend=self.name,
             job_name=spec.name,
             request=request,
-            documents={"torchrun.sh": _shell_script(request)},
+            documents={"torchrun.sh": _shell_script(request, snapshot.path)},
             decisions=decisions,
             warnings=warnings,
+            uploads=[snapshot_upload(spec, snapshot, f"{RUN_DIR}/code")],
             job=redacted_spec_data(spec),
             late=("RUN_DIR", "PORT", "RUN_ID"),
             env_sources=sources,
@@ -221,6 +230,8 @@ class LocalBackend(Backend[LocalOptions]):
         secrets = bound.secret_values()
         (run.path / "logs").mkdir(parents=True)
         (run.path / "outputs").mkdir()
+        for upload in bound.uploads:  # the code snapshot, as a cloud job gets it
+            _unpack(packed(upload), Path(upload["destination"]))
         if "CLOUDDDP_CHECKPOINT_DIR" in env:
             Path(env["CLOUDDDP_CHECKPOINT_DIR"]).mkdir(parents=True, exist_ok=True)
         write_json_atomic(run.plan, bound.to_dict())
@@ -305,6 +316,18 @@ class LocalBackend(Backend[LocalOptions]):
             run.write_status(state=RunState.CANCELLED.value, message="cancelled", ended_at=time.time())
 
 
+def _unpack(archive: Path, folder: Path) -> None:
+    import tarfile
+
+    folder.mkdir(parents=True)
+    with tarfile.open(archive, "r:gz") as tar:
+        data_only = getattr(tarfile, "data_filter", None)  # refuses links out, absolute paths, devices
+        if data_only is not None:
+            tar.extractall(folder, filter=data_only)
+        else:  # Python without extraction filters: the archive is cloudddp's own, built from regular files
+            tar.extractall(folder)  # noqa: S202
+
+
 def _resume_note(spec: JobSpec, folder: Path) -> str:
     if spec.checkpoint.resume == "never":
         return "starts from scratch (checkpoint.resume: never)"
@@ -318,9 +341,10 @@ def _yaml(data: dict[str, Any]) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def _shell_script(request: dict[str, Any]) -> str:
+def _shell_script(request: dict[str, Any], archive: Path) -> str:
     """The plan as a shell script a person could run by hand (secrets stay placeholders)."""
-    lines = ["#!/usr/bin/env bash", f"cd {shlex.quote(request['cwd'])}"]
+    code = shlex.quote(request["cwd"])
+    lines = ["#!/usr/bin/env bash", f"mkdir -p {code} && tar xzf {shlex.quote(str(archive))} -C {code}", f"cd {code}"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in request["env"].items()]
     for node in request["nodes"]:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in node["env"].items())

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from ...errors import BackendUnavailable, CloudDDPError, UserError
 from ...plan import Plan
+from ...runtime import packed
 from ...secrets import redacted_spec_data
 from ...sizing import SizeTarget
 from ...spec import JobSpec
@@ -145,17 +146,12 @@ class SageMakerBackend(Backend[SageMakerOptions]):
 
     def _upload(self, s3: Any, up: dict[str, Any], progress: Progress | None) -> int:
         """Upload one snapshot unless it is already there; the bytes sent."""
-        from ...packaging import collect, folder_digest, pack
+        from ...packaging import collect, folder_digest
 
         bucket, _, key = up["destination"].removeprefix("s3://").partition("/")
         self._ensure_bucket(s3, bucket)
         if up["kind"] == "code":
-            from .request import shipped_launcher
-
-            snapshot = pack(Path(up["source"]), up.get("ignore", []), extra=shipped_launcher())
-            if snapshot.sha256 != up["sha256"]:
-                raise UserError("code.dir changed between render and launch; render again")
-            return self._put(s3, bucket, key, [("sourcedir.tar.gz", snapshot.path)], up, progress, whole=True)
+            return self._put(s3, bucket, key, [("sourcedir.tar.gz", packed(up))], up, progress, whole=True)
         folder = Path(up["source"])
         files = collect(folder)
         if folder_digest(folder, files) != up["sha256"]:

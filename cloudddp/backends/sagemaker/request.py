@@ -19,9 +19,9 @@ from typing import Any
 from ...catalog import nccl_env_presets
 from ...errors import UserError
 from ...metrics import STANDARD_METRICS, metric_regex
-from ...packaging import collect, folder_digest, pack, snapshot_warnings
+from ...packaging import collect, folder_digest, snapshot_warnings
 from ...plan import EnvSource, late, substitute
-from ...runtime import RUN_ID, Places, checkpoint_folder, input_args, job_env
+from ...runtime import RUN_ID, Places, checkpoint_folder, code_snapshot, input_args, job_env, snapshot_upload
 from ...shim import SHIPPED_AS
 from ...sizing import SizeTarget, decide
 from ...spec import JobSpec
@@ -74,13 +74,6 @@ def role_for(sm: SageMakerOptions) -> str:
 def _channel(name: str, uri: str, mode: str) -> dict[str, Any]:
     return {"ChannelName": name, "InputMode": mode, "DataSource": {"S3DataSource": {
         "S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}}}
-
-
-def shipped_launcher() -> dict[str, bytes]:
-    """The launcher shipped inside the code snapshot, by its name there."""
-    from importlib import resources
-
-    return {SHIPPED_AS: resources.files("cloudddp").joinpath("shim.py").read_bytes()}
 
 
 def encode(hyperparameters: dict[str, Any]) -> dict[str, str]:
@@ -139,12 +132,9 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     image, how = training_image(sm.image, region, sm.framework_version, sm.py_version, gpu=gpus > 0, smddp=smddp)
     r.decisions.append(f"image {image} ({how})")
 
-    snapshot = pack(spec.code_dir, spec.code.ignore, extra=shipped_launcher())
+    snapshot = code_snapshot(spec)
     code_uri = f"{prefix}/code/{snapshot.sha256}/sourcedir.tar.gz"
-    r.uploads.append({"kind": "code", "source": str(spec.code_dir), "ignore": list(spec.code.ignore),
-                      "extra": sorted(shipped_launcher()),
-                      "destination": code_uri, "sha256": snapshot.sha256, "bytes": snapshot.size,
-                      "files": len(snapshot.files)})
+    r.uploads.append(snapshot_upload(spec, snapshot, code_uri))
     r.warnings += snapshot_warnings(snapshot)
     channels = []
     if CODE_CHANNEL in spec.inputs:
