@@ -34,7 +34,7 @@ ACCOUNT = late("ACCOUNT")  # filled in at launch from STS when the spec names no
 CHECKPOINT_LOCAL = "/opt/ml/checkpoints"
 MODEL_DIR = "/opt/ml/model"
 CODE_CHANNEL = "code"
-HYPERPARAMETER_VALUE_MAX = LIMITS["HyperParameters{value}"].max
+HYPERPARAMETER_VALUE_MAX = int(LIMITS["HyperParameters{value}"].max or 2500)
 _NAME_OK = re.compile(r"[^a-zA-Z0-9-]")
 # AWS, "Train Using SageMaker Managed Warm Pools", Considerations (cloudddp/data/SOURCES.md).
 WARM_POOL_WITH_SPOT = ("sagemaker.keep_alive with resources.spot: SageMaker managed warm pools cannot be used with "
