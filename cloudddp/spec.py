@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -318,10 +319,12 @@ class JobSpec(Strict):
         return "nccl" if on_gpu else "gloo"
 
     def section(self, backend: str) -> Any:
-        """The options section of ``backend`` (``<backend>:`` in the spec)."""
-        if backend not in type(self).model_fields:
-            raise KeyError(f"no spec section {backend!r}: is the backend registered?")
-        return getattr(self, backend)
+        """The options section of ``backend`` (``<backend>:`` in the spec; its defaults when left out)."""
+        if backend in type(self).model_fields:
+            return getattr(self, backend)
+        from .backends import backend_class
+
+        return backend_class(backend).options_model()
 
     def input_location(self, name: str, backend: str) -> str:
         """Where input ``name`` is for ``backend``: its ``at.<backend>`` entry, else its ``path``."""
@@ -345,36 +348,46 @@ class JobSpec(Strict):
 
 
 
-@functools.cache
-def spec_model() -> type[JobSpec]:
-    """The job spec with a section for each registered backend (``<name>:`` validated by its options model).
+def spec_model(sections: Iterable[str] | None = None) -> type[JobSpec]:
+    """The job spec with a section for registered backends (``<name>:`` validated by its options model):
+    those named in ``sections`` that are registered, or every registered one (None, for the JSON Schema).
 
-    Built once per process from the registry, so a plugin's section is validated, completed and reported
-    on exactly like a built-in one.
+    A document is validated with the sections it uses only, so loading a spec builds and imports no more
+    than that; a section it leaves out reads as its backend's defaults (:meth:`JobSpec.section`). A
+    plugin's section is validated, completed and reported on exactly like a built-in one.
     """
-    from .backends import backend_classes
+    from .backends import names
 
-    sections: dict[str, Any] = {}
-    for cls in backend_classes():
-        if cls.name in JobSpec.model_fields:
-            raise ValueError(f"backend {cls.name!r} clashes with the spec field of the same name")
-        sections[cls.name] = (cls.options_model, Field(default_factory=cls.options_model,
-                                                       description=f"Only the {cls.name} backend reads this."))
+    registered = names()
+    wanted = registered if sections is None else [n for n in registered if n in set(sections)]
+    return _spec_model(tuple(wanted), tuple(registered))
+
+
+@functools.cache
+def _spec_model(wanted: tuple[str, ...], registered: tuple[str, ...]) -> type[JobSpec]:
+    from .backends import backend_class
+
+    fields: dict[str, Any] = {}
+    for name in wanted:
+        if name in JobSpec.model_fields:
+            raise ValueError(f"backend {name!r} clashes with the spec field of the same name")
+        options = backend_class(name).options_model
+        fields[name] = (options, Field(default_factory=options, description=f"Only the {name} backend reads this."))
 
     def check_at(value: dict[str, Input]) -> dict[str, Input]:
         for input_name, item in value.items():
             for backend in item.at:
-                if backend not in sections:
+                if backend not in registered:
                     import difflib
 
-                    guess = difflib.get_close_matches(backend, sections, n=1)
+                    guess = difflib.get_close_matches(backend, registered, n=1)
                     tip = f"; did you mean '{guess[0]}'?" if guess else ""
-                    raise ValueError(f"{input_name}.at.{backend}: no such backend{tip} (registered: {', '.join(sections)})")
+                    raise ValueError(f"{input_name}.at.{backend}: no such backend{tip} (registered: {', '.join(registered)})")
         return value
 
     return create_model(
         "JobSpec", __base__=JobSpec, __module__=__name__,
-        __validators__={"_inputs_at_known_backends": field_validator("inputs")(check_at)}, **sections,
+        __validators__={"_inputs_at_known_backends": field_validator("inputs")(check_at)}, **fields,
     )
 
 

@@ -218,7 +218,11 @@ def _model_in(annotation: Any) -> Any:
 
 def _allowed_keys(loc: Loc) -> list[str]:
     """Valid keys of the section at ``loc`` (a data path), or [] when it is not a model."""
-    current: Any = spec_model()
+    if not loc:
+        from .backends import names
+
+        return [*JobSpec.model_fields, *names()]
+    current: Any = spec_model(loc[:1])
     expect_key = False
     for part in loc:
         if expect_key:
@@ -284,7 +288,7 @@ def spec_from_data(
     issues = list(problems)
     spec = None
     try:
-        spec = spec_model().model_validate(data)
+        spec = spec_model(data).model_validate(data)
     except ValidationError as e:
         seen: set[str] = set()
         for err in e.errors():

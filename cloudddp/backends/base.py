@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -46,9 +46,11 @@ from ..errors import CloudDDPError, RunNotFound, UserError
 from ..metrics import MetricRecord, Pattern, metrics_from_lines, patterns_from
 from ..plan import Plan
 from ..registry import Registry
-from ..sizing import SizeTarget
 from ..spec import JobSpec
 from .features import Capabilities, Feature, features_used
+
+if TYPE_CHECKING:
+    from ..sizing import SizeTarget  # the catalog is imported only by backends that choose sizes
 
 
 class RunState(str, Enum):

@@ -26,7 +26,7 @@ AZURE_JOB = ROOT / "jobs" / "cifar10-azureml.yaml"
 
 
 def azure_jobs() -> list[Path]:
-    return [p for p in sorted((ROOT / "jobs").glob("*.yaml")) if load_spec(p).azureml.compute]
+    return [p for p in sorted((ROOT / "jobs").glob("*.yaml")) if load_spec(p).section("azureml").compute]
 
 
 def render(path: Path = AZURE_JOB, *overrides: str, token: str = "t1"):
@@ -45,7 +45,7 @@ def test_every_azure_job_renders_yaml_that_azure_ai_ml_loads(path: Path, tmp_pat
     assert job.distribution.process_count_per_instance == spec.resources.gpus_per_node
     assert type(job.distribution).__name__ == "PyTorchDistribution"
     assert job.resources.instance_count == spec.resources.nodes
-    assert job.compute == spec.azureml.compute and compute.name == spec.azureml.compute
+    assert job.compute == spec.section("azureml").compute and compute.name == spec.section("azureml").compute
     assert compute.min_instances == 0 and compute.max_instances >= spec.resources.nodes
 
 
@@ -111,7 +111,7 @@ def test_workspace_from_spec_then_config_json_then_environment(tmp_path: Path, m
     (tmp_path / ".azureml" / "config.json").write_text(json.dumps({"subscription_id": "s", "resource_group": "r", "workspace_name": "w"}))
     (tmp_path / "sub").mkdir()
     assert find_workspace(None, cwd=tmp_path / "sub").name == "w"
-    assert find_workspace(load_spec(AZURE_JOB).azureml, cwd=tmp_path / "sub").name == "ml-workspace"
+    assert find_workspace(load_spec(AZURE_JOB).section("azureml"), cwd=tmp_path / "sub").name == "ml-workspace"
 
 
 # -- the real SDK against the offline workspace -----------------------------------------------------

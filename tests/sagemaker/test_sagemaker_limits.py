@@ -87,7 +87,7 @@ def test_every_limited_member_a_rendered_request_carries_is_checked() -> None:
     """Render the example jobs and one with every optional SageMaker field: each member they send that has
     a limit in the model is in LIMITS, and each enum member holds one of the model's values."""
     shape = _model().operation_model("CreateTrainingJob").input_shape
-    jobs = [load_spec(p) for p in sorted((ROOT / "jobs").glob("*.yaml")) if load_spec(p).sagemaker.role]
+    jobs = [load_spec(p) for p in sorted((ROOT / "jobs").glob("*.yaml")) if load_spec(p).section("sagemaker").role]
     jobs.append(
         load_spec(
             SMDDP_JOB,

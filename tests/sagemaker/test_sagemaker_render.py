@@ -25,7 +25,7 @@ def launcher_payload(request: dict) -> dict:
     return read_payload(args)
 
 def sagemaker_jobs() -> list[Path]:
-    return [p for p in sorted((ROOT / "jobs").glob("*.yaml")) if load_spec(p).sagemaker.role]
+    return [p for p in sorted((ROOT / "jobs").glob("*.yaml")) if load_spec(p).section("sagemaker").role]
 
 
 def validate(request: dict) -> None:
