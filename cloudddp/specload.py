@@ -222,7 +222,7 @@ def _allowed_keys(loc: Loc) -> list[str]:
         from .backends import names
 
         return [*JobSpec.model_fields, *names()]
-    current: Any = spec_model(loc[:1])
+    current: Any = spec_model([str(loc[0])])
     expect_key = False
     for part in loc:
         if expect_key:
