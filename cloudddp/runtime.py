@@ -24,6 +24,7 @@ plus the launcher's standard variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -113,6 +114,41 @@ def shipped_files() -> dict[str, bytes]:
     from .shim import SHIPPED_AS
 
     return {SHIPPED_AS: resources.files("cloudddp").joinpath("shim.py").read_bytes()}
+
+
+def unpacked(archive: Path) -> Path:
+    """The snapshot ``archive`` unpacked once, next to it in the snapshot cache (``<sha256>/``): for a
+    backend whose own tooling uploads a folder (Azure ML's code asset), so it uploads what was packed."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    folder = archive.with_name(archive.name.removesuffix(".tar.gz"))
+    if folder.is_dir():
+        return folder
+    tmp = Path(tempfile.mkdtemp(dir=archive.parent, prefix=".unpacking-"))
+    try:
+        extract(archive, tmp)
+        os.replace(tmp, folder)
+    except OSError:
+        if not folder.is_dir():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # another process unpacked it first
+    return folder
+
+
+def extract(archive: Path, folder: Path) -> None:
+    """Unpack a code snapshot (cloudddp's own archive of regular files) into ``folder``."""
+    import tarfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "r:gz") as tar:
+        data_only = getattr(tarfile, "data_filter", None)  # refuses links out, absolute paths, devices
+        if data_only is not None:
+            tar.extractall(folder, filter=data_only)
+        else:  # a Python without extraction filters
+            tar.extractall(folder)  # noqa: S202
 
 
 def snapshot_upload(spec: JobSpec, snapshot: Snapshot, destination: str) -> dict[str, Any]:

@@ -1,38 +1,54 @@
-"""cloudddp's launcher inside a job: runs the job's program with exactly the argv and environment of the spec.
+"""cloudddp's launcher inside a job: runs the job's program as the spec says, where a platform cannot.
 
-This file is shipped inside the code snapshot as ``_cloudddp_launch.py`` for backends whose own launcher
-cannot carry a script's arguments unchanged. SageMaker's training toolkit, for one, turns hyperparameters
-into ``--key value`` pairs after decoding each value as JSON, in sorted order, so positional arguments,
-flags, repeated options and values such as ``0.10`` or ``"a b"`` do not survive; and its ``mpirun`` (smddp)
-forwards only a fixed list of environment variables to ranks on other hosts. The platform's launcher
-starts this file once per process instead of the job's program::
+This file is shipped inside every code snapshot as ``_cloudddp_launch.py``. A platform's launcher starts
+it once per process instead of the job's program::
 
-    python _cloudddp_launch.py --cloudddp-00 <part> [--cloudddp-01 <part> ...]
+    python _cloudddp_launch.py --cloudddp-00 <part> [--cloudddp-01 <part> ...] [-- program args...]
 
-The parts, joined in order, are one JSON document ``{"argv": [...], "env": {...}, "python": true}``. This
-file sets ``env`` over what the platform set (the spec wins, NCCL settings included) and replaces itself
-with ``argv`` (``python`` first when the program is a script), keeping its process id, so the platform's
-launcher supervises the real program. It needs nothing but Python's standard library, because it runs in
-stock images where cloudddp is not installed.
+The parts, joined in order, are one JSON document::
+
+    {"argv": [...], "python": true, "env": {...}, "metrics": [{"name": ..., "regex": ...}]}
+
+- ``argv`` (or the arguments after ``--``) is the job's program, run with exactly those arguments
+  (``python`` first when ``"python"`` is true). SageMaker's training toolkit, for one, turns
+  hyperparameters into ``--key value`` pairs after decoding each value as JSON, in sorted order, so
+  positional arguments, flags, repeated options and values such as ``0.10`` or ``"a b"`` would not
+  survive it; its ``mpirun`` (smddp) forwards only a fixed list of environment variables to ranks on
+  other hosts, so what a rank must know travels here, in its argv.
+- ``env`` is set over what the platform set (the spec wins, NCCL settings included).
+- ``metrics``: the metrics the job declares by regular expression. The program then runs as a child
+  whose output is copied through line by line; on rank 0 each line a pattern matches is also logged to
+  MLflow when the platform names a tracking server (``MLFLOW_TRACKING_URI``; Azure ML sets it and the
+  run, ``MLFLOW_RUN_ID``), so Azure ML Studio shows a script's own metrics. Without ``metrics`` this file
+  replaces itself with the program (same process id), so the platform's launcher supervises it directly.
+
+It needs nothing but Python's standard library (and mlflow only where the image has it), because it
+runs in stock images where cloudddp is not installed.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import subprocess
 import sys
+from typing import Any
 
 FLAG = "--cloudddp-"
 SHIPPED_AS = "_cloudddp_launch.py"
 
 
-def read_payload(args: list[str]) -> dict[str, object]:
-    """The JSON document carried by ``--cloudddp-NN <part>`` arguments; any other argument is ignored
-    (a platform may add its own)."""
+def read_payload(args: list[str]) -> dict[str, Any]:
+    """The JSON document carried by ``--cloudddp-NN <part>`` arguments (up to ``--``); other arguments are
+    ignored (a platform may add its own). The program after ``--``, if any, is the payload's ``argv``."""
     parts: dict[int, str] = {}
     i = 0
     while i < len(args):
         key = args[i]
+        if key == "--":
+            break
         if key.startswith(FLAG) and key[len(FLAG):].isdigit() and i + 1 < len(args):
             parts[int(key[len(FLAG):])] = args[i + 1]
             i += 2
@@ -43,23 +59,85 @@ def read_payload(args: list[str]) -> dict[str, object]:
     payload = json.loads("".join(parts[n] for n in sorted(parts)))
     if not isinstance(payload, dict):
         raise SystemExit(f"{SHIPPED_AS}: the payload is not a JSON object")
+    if i < len(args):  # after --
+        payload["argv"], payload["python"] = args[i + 1:], False
     return payload
 
 
-def command(payload: dict[str, object]) -> list[str]:
-    """The argv to become: the job's program, started the way this file was (``-m mpi4py`` kept)."""
-    argv = [str(a) for a in payload["argv"]]  # type: ignore[attr-defined]
+def command(payload: dict[str, Any]) -> list[str]:
+    """The argv to run: the job's program, started the way this file was (``-m mpi4py`` kept)."""
+    argv = [str(a) for a in payload["argv"]]
     if not payload.get("python"):
         return argv
-    if "mpi4py" in sys.modules and "mpi4py.run" in sys.modules:  # started as `python -m mpi4py` (smddp)
+    if "mpi4py.run" in sys.modules:  # this file was started as `python -m mpi4py` (smddp)
         return [sys.executable, "-m", "mpi4py", *argv]
     return [sys.executable, *argv]
 
 
+class Metrics:
+    """Declared metrics read from the program's output and logged to MLflow (rank 0, when configured)."""
+
+    def __init__(self, declared: list[dict[str, str]]) -> None:
+        self.patterns = [(d["name"], re.compile(d["regex"])) for d in declared]
+        rank = os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or "0"
+        self.active = rank == "0" and bool(os.environ.get("MLFLOW_TRACKING_URI"))
+        self.records = 0
+        self.mlflow: Any = None
+
+    def read(self, line: str) -> None:
+        if not self.active:
+            return
+        values: dict[str, float] = {}
+        for name, pattern in self.patterns:
+            match = pattern.search(line)
+            if match:
+                try:
+                    values[name] = float(match.group(1))
+                except (IndexError, ValueError):
+                    continue
+        if values:  # `step` and `epoch` are positions, as cloudddp reads them: the step is the first found
+            self.records += 1
+            step, epoch = values.pop("step", None), values.pop("epoch", None)
+            position = step if step is not None else epoch if epoch is not None else self.records
+            if values:
+                self.log(values, int(position))
+
+    def log(self, values: dict[str, float], step: int) -> None:
+        try:
+            if self.mlflow is None:
+                import mlflow
+
+                self.mlflow = mlflow
+            self.mlflow.log_metrics(values, step=step)
+        except Exception as e:  # noqa: BLE001 - metrics must never stop training
+            print(f"{SHIPPED_AS}: not logging metrics to MLflow: {e}", file=sys.stderr, flush=True)
+            self.active = False
+
+
+def run_teed(argv: list[str], metrics: Metrics) -> int:
+    """Run ``argv`` as a child, copy its output through, read metrics from it; its exit code."""
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1, text=True,
+                             errors="replace")
+    for sig in (signal.SIGTERM, signal.SIGINT):  # a cancel or preemption reaches the program
+        signal.signal(sig, lambda number, _frame: child.send_signal(number))
+    assert child.stdout is not None
+    for line in child.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        metrics.read(line)
+    return child.wait()
+
+
 def main() -> None:
     payload = read_payload(sys.argv[1:])
-    os.environ.update({str(k): str(v) for k, v in payload.get("env", {}).items()})  # type: ignore[attr-defined]
+    os.environ.update({str(k): str(v) for k, v in payload.get("env", {}).items()})
     argv = command(payload)
+    if payload.get("metrics"):
+        code = run_teed(argv, Metrics(payload["metrics"]))
+        if code < 0:  # killed by a signal: end the same way, so the platform sees what happened
+            signal.signal(-code, signal.SIG_DFL)
+            os.kill(os.getpid(), -code)
+        sys.exit(code)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvp(argv[0], argv)

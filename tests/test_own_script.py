@@ -148,3 +148,34 @@ def test_the_readme_contract_is_what_every_backend_sets() -> None:
         text = json.dumps(plan.request)
         for name in [*NAMES, "CLOUDDDP_INPUT_DATA", "PYTHONUNBUFFERED"]:
             assert name in text, (backend, name)
+
+
+PRINTER = """for epoch in range(3):
+    print(f"[GPU0] Epoch {epoch} | Steps: 2 | loss {1 / (epoch + 1):.4f}", flush=True)
+"""
+
+
+def test_declared_metrics_reach_mlflow_from_the_rendered_azure_ml_command(tmp_path: Path, mlflow_server) -> None:  # noqa: ANN001
+    from mlflow.tracking import MlflowClient
+
+    code = tmp_path / "printer"
+    code.mkdir()
+    (code / "train.py").write_text(PRINTER)
+    job = tmp_path / "job.yaml"
+    spec_data = {"name": "printer", "code": {"dir": str(code)},
+                 "metrics": [m.model_dump() for m in Job.load(OWN / "job.yaml").spec.metrics]}
+    job.write_text(json.dumps(spec_data))
+    plan = get_backend("azureml").render(Job.load(job, AzureMLHarness.overrides).spec)
+    command, folder = plan.request["job"]["command"], Path(plan.request["job"]["code"])
+    assert (folder / "train.py").read_text() == PRINTER and (folder / "_cloudddp_launch.py").is_file()
+    # As Azure ML runs it: outputs bound, in the uploaded code folder, inside the job's MLflow run.
+    client = MlflowClient(tracking_uri=mlflow_server.url)
+    run_id = client.create_run(client.create_experiment(f"printer-{os.getpid()}")).info.run_id
+    bound = command.replace("${{outputs.model}}", str(tmp_path)).replace("${{outputs.checkpoints}}", str(tmp_path))
+    done = subprocess.run(["bash", "-c", bound], cwd=folder, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                               "MLFLOW_TRACKING_URI": mlflow_server.url, "MLFLOW_RUN_ID": run_id, "RANK": "0"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "[GPU0] Epoch 2 | Steps: 2 | loss 0.3333" in done.stdout  # the output is copied through
+    history = client.get_metric_history(run_id, "loss")
+    assert [(m.step, round(m.value, 4)) for m in history] == [(0, 1.0), (1, 0.5), (2, 0.3333)]

@@ -28,10 +28,11 @@ DIGITS_SAMPLES = 1000  # a subset, so the step count proves the script read the 
 BATCH = 64  # the script's default per-process batch
 
 
-def cpu_job(distribution: str, epochs: int, token: str) -> dict[str, Any]:
+def cpu_job(distribution: str, epochs: int, token: str, checkpoints: str | None = None) -> dict[str, Any]:
     """A CPU take on jobs/cifar10-azureml.yaml: 2 nodes of Standard_D4s_v3, digits from a datastore.
     ``distribution`` is Azure's (pytorch, mpi); the spec's launcher torchrun renders as pytorch."""
     spec = spec_from_dict({
+        **({"checkpoint": {"path": checkpoints}} if checkpoints else {}),
         "name": "digits-azureml-cpu",
         "code": {"dir": "../src_train", "entry": "train.py",
                  "args": ["--dataset", "digits", "--model", "cnn", "--epochs", str(epochs)]},
@@ -80,8 +81,9 @@ def check_trains_checkpoints_and_resumes(launch: Callable[..., AzureRun], distri
     assert (checkpoints / "ckpt-e0002-s0000000.pt.sha256").is_file()
     assert (first.outputs["model"] / "model.pt").is_file(), first.describe()
 
-    # Resubmitted with more epochs: a new job name (so a new model folder), the same checkpoint folder.
-    second_job = cpu_job(distribution, epochs=3, token="second")
+    # Continued for one more epoch: a variant (another --epochs) gets a checkpoint folder of its own, so it
+    # names the first one's; a new job name, so a new model folder.
+    second_job = cpu_job(distribution, epochs=3, token="second", checkpoints=first_job["outputs"]["checkpoints"]["path"])
     assert second_job["name"] != first_job["name"]
     second = launch(second_job, tmp_path / "second", stores)
     assert second.ok, second.describe()

@@ -18,7 +18,9 @@ from typing import Any
 from ...catalog import azure_rdma_by_name, disables_rdma, nccl_env_presets
 from ...errors import UserError
 from ...plan import EnvSource, substitute
-from ...runtime import RUN_ID, Places, checkpoint_folder, input_args, job_env
+from ...packaging import human_bytes, snapshot_warnings
+from ...runtime import RUN_ID, Places, checkpoint_folder, code_snapshot, input_args, job_env, unpacked
+from ...shim import SHIPPED_AS
 from ...sizing import SizeTarget, decide
 from ...spec import JobSpec
 from .options import AzureMLOptions
@@ -53,11 +55,15 @@ def job_name(spec: JobSpec, content: dict[str, Any], token: str) -> str:
 def _command(spec: JobSpec, args: list[str], bindings: dict[str, str]) -> str:
     """The shell command Azure ML runs on each process. Variables whose value is an Azure ML binding
     (``${{outputs.model}}``) are set in front of it, because only the command is resolved by Azure ML;
-    ${{...}} references are left unquoted, everything else is shlex-quoted."""
+    ${{...}} references are left unquoted, everything else is shlex-quoted. A job that declares metrics
+    runs under the shipped launcher, which logs them to the job's MLflow run (Studio's metrics)."""
     if spec.code.command is not None:
         program = list(spec.code.command)
     else:
         program = ["python", spec.code.entry or "train.py", *spec.code.args]
+    if spec.metrics:
+        payload = json.dumps({"metrics": [m.model_dump() for m in spec.metrics]}, separators=(",", ":"))
+        program = ["python", SHIPPED_AS, "--cloudddp-00", payload, "--", *program]
     quoted = [a if a.startswith("${{") else shlex.quote(a) for a in [*program, *args]]
     return " ".join([f"{k}={v}" for k, v in bindings.items()] + quoted)
 
@@ -75,6 +81,10 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
     docs = Documents(job={}, compute={})
     gpus, nodes = spec.resources.gpus_per_node, spec.resources.nodes
 
+    snapshot = code_snapshot(spec)
+    docs.decisions.append(f"code: snapshot {snapshot.sha256[:12]} ({len(snapshot.files)} files, "
+                          f"{human_bytes(snapshot.size)}), the same bytes every backend runs")
+    docs.warnings += snapshot_warnings(snapshot)
     sizing = decide(spec, target, "VM size")
     size, sku = sizing.size, sizing.sku
     docs.decisions += sizing.decisions
@@ -146,7 +156,7 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         "type": "command",
         "display_name": spec.name,
         "experiment_name": az.experiment_name or spec.name,
-        "code": str(spec.code_dir),
+        "code": str(unpacked(snapshot.path)),
         "command": _command(spec, input_args(spec, places), bindings),
         "environment": az.environment,
         "compute": f"azureml:{cluster_name(az)}",

@@ -27,7 +27,7 @@ from ...metrics import MetricRecord, record_from_dict
 from ...plan import Plan, late
 from ...registry import home
 from ...packaging import human_bytes, snapshot_warnings
-from ...runtime import Places, checkpoint_folder, code_snapshot, input_args, job_env, packed, snapshot_upload
+from ...runtime import Places, checkpoint_folder, code_snapshot, extract, input_args, job_env, packed, snapshot_upload
 from ...secrets import redacted_spec_data
 from ...spec import JobSpec
 from ...tail import follow_lines
@@ -231,7 +231,7 @@ class LocalBackend(Backend[LocalOptions]):
         (run.path / "logs").mkdir(parents=True)
         (run.path / "outputs").mkdir()
         for upload in bound.uploads:  # the code snapshot, as a cloud job gets it
-            _unpack(packed(upload), Path(upload["destination"]))
+            extract(packed(upload), Path(upload["destination"]))
         if "CLOUDDDP_CHECKPOINT_DIR" in env:
             Path(env["CLOUDDDP_CHECKPOINT_DIR"]).mkdir(parents=True, exist_ok=True)
         write_json_atomic(run.plan, bound.to_dict())
@@ -314,18 +314,6 @@ class LocalBackend(Backend[LocalOptions]):
             _killpg(pgid, signal.SIGKILL)
         if not RunState(run.read_status().get("state", "unknown")).terminal:
             run.write_status(state=RunState.CANCELLED.value, message="cancelled", ended_at=time.time())
-
-
-def _unpack(archive: Path, folder: Path) -> None:
-    import tarfile
-
-    folder.mkdir(parents=True)
-    with tarfile.open(archive, "r:gz") as tar:
-        data_only = getattr(tarfile, "data_filter", None)  # refuses links out, absolute paths, devices
-        if data_only is not None:
-            tar.extractall(folder, filter=data_only)
-        else:  # Python without extraction filters: the archive is cloudddp's own, built from regular files
-            tar.extractall(folder)  # noqa: S202
 
 
 def _resume_note(spec: JobSpec, folder: Path) -> str:
