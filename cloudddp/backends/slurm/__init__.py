@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import secrets as _random
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,9 +34,10 @@ from .script import Job, Layout, render_script
 from .shell import READ_CAP, Shell
 from .state import LIVE, STATES, failure, from_sacct, parse_pairs, requeue_reason, root_cause, timestamp
 
-POLL_SECONDS = float(os.environ.get("CLOUDDDP_SLURM_POLL", "1"))
 TORCHRUN_STOP_SECONDS = 30
 """torchrun gives its workers this long after SIGTERM before it kills them (its agent's shutdown timeout)."""
+_TEE = re.compile(r"\[default(\d+)\]:")
+_ANNOUNCE = re.compile(r"cloudddp: rank (\d+) of \d+ \(local rank \d+\)$")
 _UNPACK = (
     'test -d "$1" || { mkdir -p "$1.tmp.$$" && tar --no-same-owner -xzf "$2" -C "$1.tmp.$$" && mv "$1.tmp.$$" "$1"; }'
 )
@@ -65,9 +67,10 @@ class SlurmBackend(Backend[SlurmOptions]):
         },
     )
 
-    def __init__(self, *, poll_seconds: float = POLL_SECONDS, token: str | None = None, **base: Any) -> None:
+    def __init__(self, *, poll_seconds: float | None = None, token: str | None = None, **base: Any) -> None:
         super().__init__(**base)
-        self.poll_seconds = poll_seconds
+        self.poll_seconds = poll_seconds or float(os.environ.get("CLOUDDDP_SLURM_POLL", "1"))
+        # seconds between reads of a followed run's logs: one command on the cluster each
         self.token = token
 
     # -- render ------------------------------------------------------------------------------
@@ -384,17 +387,11 @@ class SlurmBackend(Backend[SlurmOptions]):
         shell = Shell.of(info)
         nodes = int(info["nodes"])
         paths = [info["batch_log"], *info["node_logs"]]
+        labels = _Labels(nodes, per_task=info["launch"] == "srun", per_node=int(info["processes_per_node"]))
         for index, line in _follow(
             shell, paths, follow=follow, finished=lambda: self._finished(run_id), poll=self.poll_seconds
         ):
-            if index == 0:
-                yield LogLine("slurm", line, primary=False)
-            elif info["launch"] == "torchrun":
-                from ..local import parse_rank_line
-
-                yield parse_rank_line(line, index - 1, nodes)
-            else:
-                yield _task_line(line, index - 1, nodes, int(info["processes_per_node"]))
+            yield LogLine("slurm", line, primary=False) if index == 0 else labels.line(index - 1, line)
 
     def _cancel(self, run_id: str) -> None:
         info = self._record(run_id)
@@ -438,14 +435,38 @@ def _follow(
             time.sleep(poll if not got else min(poll, 0.05))
 
 
-def _task_line(line: str, node: int, nodes: int, per_node: int) -> LogLine:
-    """A line of ``srun --label`` output (``<task>: text``) as coming from the task's local rank."""
-    label, sep, text = line.partition(": ")
-    if sep and label.strip().isdigit():
-        local = int(label) - node * per_node
-        source = f"rank{local}" if nodes == 1 else f"node{node}/rank{local}"
-        return LogLine(source, text, primary=node == 0 and local == 0)
-    return LogLine(f"node{node}", line, primary=False)
+class _Labels:
+    """Which process printed a line of a node's log. torchrun prefixes a line with its local rank
+    (``[default<local>]:``) and each process announces its global rank first (the rendezvous decides which
+    node gets rank 0); ``srun --label`` prefixes the task id, which is the global rank."""
+
+    def __init__(self, nodes: int, *, per_task: bool, per_node: int) -> None:
+        self.nodes, self.per_task, self.per_node = nodes, per_task, per_node
+        self.ranks: dict[tuple[int, int], int] = {}
+
+    def line(self, node: int, text: str) -> LogLine:
+        rank: int | None = None
+        if self.per_task:
+            label, sep, rest = text.partition(": ")
+            if sep and label.strip().isdigit():
+                rank, text = int(label), rest
+        else:
+            tee = _TEE.match(text)
+            if tee:
+                local, text = int(tee.group(1)), text[tee.end() :]
+                announced = _ANNOUNCE.match(text)
+                if announced:
+                    self.ranks[node, local] = int(announced.group(1))
+                    return LogLine(self._source(node, self.ranks[node, local]), text, primary=False)
+                rank = self.ranks.get((node, local))
+                if rank is None:  # a line before the announcement (none expected)
+                    return LogLine(f"node{node}/local{local}", text, primary=False)
+        if rank is None:
+            return LogLine(f"node{node}", text, primary=False)  # torchrun's or slurmstepd's own words
+        return LogLine(self._source(node, rank), text, primary=rank == 0)
+
+    def _source(self, node: int, rank: int) -> str:
+        return f"rank{rank}" if self.nodes == 1 else f"node{node}/rank{rank}"
 
 
 def _config_pairs(text: str) -> Iterator[tuple[str, str]]:

@@ -183,21 +183,25 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
     q = shlex.quote
     python = opts.python
     if job.launch == "torchrun":
-        program = ["--no-python", *job.program] if job.command else list(job.program)
+        program = list(job.program) if job.command else [python, *job.program]
         body = [
-            "# One torchrun agent per node: $1 the rendezvous host:port, $2 the nodes' addresses, then the program.",
+            "# Each training process first says its global rank (torchrun's output prefix is the local rank).",
+            'announce=\'echo "cloudddp: rank $RANK of $WORLD_SIZE (local rank $LOCAL_RANK)"; exec "$@"\'',
+            "# One torchrun agent per node: $1 the rendezvous host:port, $2 the nodes' addresses, $3 the",
+            "# announcement, then the program.",
             "per_node='",
             "addr=$SLURMD_NODENAME",
             'for pair in $2; do [ "${pair%%=*}" = "$SLURMD_NODENAME" ] && addr=${pair#*=}; done',
-            "rdzv=$1; shift 2",
+            "rdzv=$1; announce=$3; shift 3",
             f'exec {q(python)} -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" '
             f"--nproc-per-node={job.processes_per_node} \\",
             '  --rdzv-backend=c10d --rdzv-endpoint="$rdzv" --rdzv-id="$SLURM_JOB_ID" '
             "--rdzv-conf=is_host=$(( SLURM_NODEID == 0 )) \\",
-            f'  --local-addr="$addr" --max-restarts={job.max_restarts} --tee=3 "$@"',
+            f'  --local-addr="$addr" --max-restarts={job.max_restarts} --tee=3 '
+            '--no-python bash -c "$announce" cloudddp-rank "$@"',
             "'",
         ]
-        tasks, label, name = 1, [], "cloudddp-node"
+        tasks, label, name, extra = 1, [], "cloudddp-node", ['"$announce"']
     else:
         program = list(job.program) if job.command else [python, *job.program]
         body = [
@@ -209,7 +213,7 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
             'exec "$@"',
             "'",
         ]
-        tasks, label, name = job.processes_per_node, ["--label"], "cloudddp-task"
+        tasks, label, name, extra = job.processes_per_node, ["--label"], "cloudddp-task", []
     srun = [
         "srun",
         "--export=ALL",
@@ -219,7 +223,7 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
         f"--output={job.layout.node_log('%n')}",
         "--open-mode=append",
     ]
-    inner = ["bash", "-c", '"$per_node"', name, '"$rdzv_host:$rdzv_port"', '"$nodes"']
+    inner = ["bash", "-c", '"$per_node"', name, '"$rdzv_host:$rdzv_port"', '"$nodes"', *extra]
     container = opts.container
     if container is not None and container.runtime == "pyxis":
         mounts = ",".join([*job.mounts, *container.mounts])
