@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job, Run
+from cloudddp.backends import get_backend
 from cloudddp.backends.base import RunState
 from cloudddp.registry import home
 
@@ -75,7 +76,8 @@ def test_a_requeued_two_node_job_resumes_from_its_checkpoint_and_runs_every_step
 
 def test_the_shared_script_on_one_node_with_two_processes_through_the_cli(cluster: SlurmCluster) -> None:
     result = cli("submit", str(DIGITS), "-b", "slurm", *(x for o in ON_CLUSTER for x in ("-o", o)),
-                 "-o", "resources.processes_per_node=2", "-o", "code.args=[--dataset, digits, --epochs, '1', --batch-size, '128']",
+                 "-o", "resources.processes_per_node=2",
+                 "-o", "code.args=[--dataset, digits, --epochs, '1', --batch-size, '128']",
                  env={"CLOUDDDP_SLURM_POLL": "0.2"}, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "test_acc=" in result.stdout and "succeeded" in result.stderr, result.stdout[-2000:] + result.stderr[-2000:]
@@ -92,7 +94,7 @@ def test_the_shared_script_on_one_node_with_two_processes_through_the_cli(cluste
 
 def test_a_tutorial_script_runs_on_two_nodes_with_its_own_metrics_and_leaves_its_folder_alone(
         cluster: SlurmCluster) -> None:
-    """tests/fixtures/ownscript reads RANK/LOCAL_RANK as torchrun sets them; here one srun task per process sets them."""
+    """tests/fixtures/ownscript reads RANK/LOCAL_RANK as torchrun sets them; here srun's tasks get them."""
     before = {p.name for p in OWN.iterdir()}
     run = submit(OWN / "job.yaml", "slurm.launch=srun")
     status = run.wait(timeout=180, poll=0.5)
@@ -127,7 +129,8 @@ def test_a_dead_node_fails_the_run_with_a_message_naming_it(cluster: SlurmCluste
 def test_the_time_limit_signal_stops_the_training_cleanly_and_says_so(cluster: SlurmCluster) -> None:
     """What ``--signal=B:USR1@<lead>`` does before the time limit, sent now (a real limit takes minutes)."""
     run = submit(FIXTURES / "tinyjob" / "job.yaml", "slurm.launch=srun", "resources.processes_per_node=2",
-                 "code.args=[]", "code.command=[bash, -c, 'trap \"echo checkpointed $RANK; exit 0\" TERM; echo up $RANK; "
+                 "code.args=[]",
+                 "code.command=[bash, -c, 'trap \"echo checkpointed $RANK; exit 0\" TERM; echo up $RANK; "
                  "while :; do sleep 0.1; done']")
     deadline = time.monotonic() + 60
     while sum("up " in line.text for line in run.logs()) < 2:
@@ -175,3 +178,35 @@ slurm: {{launch: srun, kill_wait: 5}}
     assert stored and not [p for p in stored if secret.encode() in p.read_bytes()]
     script = (Path(status.details["run_dir"]) / "job.sbatch").read_text()
     assert "export PLAIN=visible" in script and "# API_TOKEN: from the submitting shell or a secret" in script
+
+
+def test_a_failed_rank_is_named_with_its_node_and_the_tail_of_its_output(cluster: SlurmCluster) -> None:
+    run = submit(FIXTURES / "tinyjob" / "job.yaml", "resources.nodes=2", "slurm.launch=srun",
+                 "code.args=[--epochs, '3', --sleep, '0.05', --fail-rank, '1']")
+    status = run.wait(timeout=90, poll=0.5)
+    assert status.state is RunState.FAILED and status.details["exit_code"] != "0:0", status
+    assert status.message == "node node2 (rank 1) failed: exited with exit code 3", status.message
+    assert any("boom: this rank fails on purpose" in line for line in status.details["failure"]["log_tail"])
+    shown = cli("status", run.run_id)
+    assert "node node2 (rank 1) failed" in shown.stdout and "boom" in shown.stdout, shown.stdout + shown.stderr
+
+
+def test_doctor_checks_the_cluster_and_a_retried_launch_finds_its_job(cluster: SlurmCluster) -> None:
+    told = cli("doctor", str(FIXTURES / "tinyjob" / "job.yaml"), "-b", "slurm")
+    assert told.returncode == 2, told.stdout + told.stderr
+    assert "the cluster's KillWait is 5 s; slurm.kill_wait says 30 s" in told.stdout
+    assert "fix: set slurm.kill_wait: 5" in told.stdout and "Slurm reachable" in told.stdout
+    fixed = cli("doctor", str(FIXTURES / "tinyjob" / "job.yaml"), "-b", "slurm", "-o", "slurm.kill_wait=5")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+
+    job = Job.load(FIXTURES / "tinyjob" / "job.yaml", [*ON_CLUSTER, "slurm.launch=srun", "code.args=[]",
+                                                       "code.command=[bash, -c, 'echo once']"])
+    backend = get_backend("slurm", poll_seconds=0.2)
+    plan = backend.render(job.spec)
+    first = backend.launch(plan, checks=False)
+    again = backend.launch(plan, checks=False)  # e.g. after the first answer was lost on the way back
+    assert first == again == plan.request["run_id"]
+    assert cluster.run("squeue", "-h", "-t", "all", f"--name={first}", "-o", "%i").stdout.split() == \
+        [backend.status(first).details["job_id"]]
+    assert Run(first, backend).wait(timeout=60, poll=0.3).state is RunState.SUCCEEDED
+    assert [line.text for line in backend.logs(first) if line.source == "rank0"] == ["once"]

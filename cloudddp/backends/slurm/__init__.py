@@ -350,9 +350,14 @@ class SlurmBackend(Backend[SlurmOptions]):
         elif state is RunState.SUCCEEDED:
             message = "finished"
         elif state is RunState.FAILED:
-            found = failure(job, shell.tail(info["batch_log"], 65536))
-            message = found.message
+            found = failure(job, shell.tail(info["batch_log"], 65536), tasks_are_ranks=info["launch"] == "srun")
             details["failure"] = self._failure_details(shell, info, found.node, found.task)
+            cause = details["failure"]
+            message = found.message + (
+                f"; torchrun: rank {cause['rank']} failed first (exit code {cause.get('exitcode', '?')})"
+                if "rank" in cause
+                else ""
+            )
         return RunStatus(
             run_id=run_id,
             backend=self.name,

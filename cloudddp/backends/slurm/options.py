@@ -135,10 +135,12 @@ class SlurmOptions(Strict):
     def _single_token(cls, v: str | None) -> str | None:
         return None if v is None else _token(v)
 
-    @field_validator("mem")
+    @field_validator("mem", mode="before")
     @classmethod
-    def _memory(cls, v: str | None) -> str | None:
-        if v is not None and not _MEMORY.match(v):
+    def _memory(cls, v: object) -> object:
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = str(v)  # `mem: 0` in YAML
+        if isinstance(v, str) and not _MEMORY.match(v):
             raise ValueError("write memory as Slurm does: a number with K, M, G or T (64G), or 0 for all of it")
         return v
 

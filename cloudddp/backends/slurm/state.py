@@ -91,8 +91,9 @@ class Failure:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def failure(job: Mapping[str, str], batch_log: str) -> Failure:
-    """What ended a FAILED/TIMEOUT/NODE_FAIL/... run, naming the node where Slurm says which one."""
+def failure(job: Mapping[str, str], batch_log: str, *, tasks_are_ranks: bool = False) -> Failure:
+    """What ended a FAILED/TIMEOUT/NODE_FAIL/... run, naming the node where Slurm says which one. A task is a
+    node's torchrun agent, or a training process whose task id is its rank (``tasks_are_ranks``)."""
     state = job.get("JobState", "")
     exit_code = job.get("ExitCode", "")
     run = latest_run(batch_log)
@@ -112,7 +113,8 @@ def failure(job: Mapping[str, str], batch_log: str) -> Failure:
     if task_error:
         node, tasks, what = task_error.groups()
         first = int(re.split(r"[,-]", tasks)[0])
-        return Failure(f"node {node} (task {first}) failed: {what[0].lower()}{what[1:]}", node, first)
+        who = f"rank {first}" if tasks_are_ranks else f"task {first}"
+        return Failure(f"node {node} ({who}) failed: {what[0].lower()}{what[1:]}", node, first)
     code, _, signal = exit_code.partition(":")
     why = f"killed by signal {signal}" if signal not in ("", "0") else f"exit code {code or '?'}"
     return Failure(f"the job failed: {why} (Reason={job.get('Reason', '?')})")
