@@ -11,6 +11,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from cloudddp.registry import home
 
 from .support.cli import FIXTURES, ROOT, cli
 from .support.slurm_cluster import SlurmCluster
+from .support.ssh_server import SshServer, SshUnavailable, ssh_server
 
 pytestmark = pytest.mark.slow
 DIGITS = ROOT / "jobs" / "digits-local.yaml"
@@ -210,3 +212,40 @@ def test_doctor_checks_the_cluster_and_a_retried_launch_finds_its_job(cluster: S
         [backend.status(first).details["job_id"]]
     assert Run(first, backend).wait(timeout=60, poll=0.3).state is RunState.SUCCEEDED
     assert [line.text for line in backend.logs(first) if line.source == "rank0"] == ["once"]
+
+
+@pytest.fixture(scope="module")
+def login_node(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    """A real sshd on 127.0.0.1 whose sessions see the test cluster, as a login node's shell does."""
+    try:
+        with ssh_server(tmp_path_factory.mktemp("sshd"), {"SLURM_CONF": str(slurm_cluster.conf)}) as server:
+            yield server
+    except SshUnavailable as e:
+        pytest.skip(str(e))
+
+
+def test_through_ssh_to_a_login_node_the_same_verbs_work(
+        slurm_cluster: SlurmCluster, login_node: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """slurm.login_host: every command (upload, sbatch with the secret on stdin, squeue, scontrol, log reads,
+    scancel) goes through ssh; this process has no SLURM_CONF, so a command run here would fail."""
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    monkeypatch.setenv("TEST_API_TOKEN", "over-ssh-secret")
+    workdir = tmp_path / "shared"
+    remote = [f"slurm.login_host={login_node.host}", f"slurm.ssh_options={json.dumps(list(login_node.options))}",
+              f"slurm.workdir={workdir}", "slurm.kill_wait=5", "slurm.launch=srun", "resources.nodes=2",
+              "env={API_TOKEN: {from_env: TEST_API_TOKEN, secret: true}}", "code.args=[]"]
+    command = "code.command=[bash, -c, 'echo \"on $SLURMD_NODENAME token ${#API_TOKEN}\"; sleep \"$0\"', '{}']"
+    run = Job.load(FIXTURES / "tinyjob" / "job.yaml", [*remote, command.replace("{}", "0")]).submit("slurm", poll_seconds=0.2)
+    status = run.wait(timeout=60, poll=0.3)
+    assert status.state is RunState.SUCCEEDED, status
+    assert sorted((line.source, line.text) for line in run.logs() if line.text.startswith("on ")) == [
+        ("node0/rank0", f"on node1 token {len('over-ssh-secret')}"),
+        ("node1/rank1", f"on node2 token {len('over-ssh-secret')}")]
+    assert [p.name.endswith(".tar.gz") for p in (workdir / "code").iterdir()] == [True]
+    longer = Job.load(FIXTURES / "tinyjob" / "job.yaml", [*remote, command.replace("{}", "600")]).submit("slurm")
+    deadline = time.monotonic() + 60
+    while longer.status().state is not RunState.RUNNING:
+        assert time.monotonic() < deadline, longer.status()
+        time.sleep(0.2)
+    assert longer.backend.cancel(longer.run_id) is True
+    assert longer.status().state is RunState.CANCELLED
