@@ -100,11 +100,15 @@ def job_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, sigter
 
 
 def code_snapshot(spec: JobSpec) -> Snapshot:
-    """The job's code as every backend ships it: ``code.dir`` with its ignore rules, plus the launcher
-    cloudddp ships with it (:mod:`cloudddp.shim`), as one deterministic, content-addressed archive."""
+    """The job's code as every backend ships it: ``code.dir`` with its ignore rules, plus the files
+    cloudddp ships with it (the launcher of :mod:`cloudddp.shim`; ``requirements.txt`` when the spec lists
+    ``code.requirements``), as one deterministic, content-addressed archive."""
+    from . import requirements
     from .packaging import pack
 
-    return pack(spec.code_dir, spec.code.ignore, extra=shipped_files(), max_bytes=spec.code.max_size_mb * 1_000_000)
+    reqs = requirements.of(spec)
+    extra = {**shipped_files(), **({requirements.FILE: reqs.text.encode()} if reqs and reqs.shipped else {})}
+    return pack(spec.code_dir, spec.code.ignore, extra=extra, max_bytes=spec.code.max_size_mb * 1_000_000)
 
 
 def shipped_files() -> dict[str, bytes]:
@@ -153,7 +157,11 @@ def extract(archive: Path, folder: Path) -> None:
 
 def snapshot_upload(spec: JobSpec, snapshot: Snapshot, destination: str) -> dict[str, Any]:
     """The plan's record of the code snapshot: where the archive is here, where it goes, what it holds."""
+    from . import requirements
+
+    reqs = requirements.of(spec)
     return {"kind": "code", "path": str(snapshot.path), "source": str(spec.code_dir), "ignore": list(spec.code.ignore),
+            "requirements": list(reqs.lines) if reqs and reqs.shipped else [],
             "max_bytes": spec.code.max_size_mb * 1_000_000, "destination": destination, "sha256": snapshot.sha256,
             "bytes": snapshot.size, "files": len(snapshot.files)}
 
@@ -168,7 +176,12 @@ def packed(upload: Mapping[str, Any]) -> Path:
     path = Path(upload["path"])
     if path.is_file() and path.name == f"{upload['sha256']}.tar.gz":
         return path
-    again = pack(Path(upload["source"]), upload["ignore"], extra=shipped_files(), max_bytes=upload["max_bytes"])
+    extra = shipped_files()
+    if upload["requirements"]:
+        from .requirements import FILE, file_text
+
+        extra[FILE] = file_text(upload["requirements"]).encode()
+    again = pack(Path(upload["source"]), upload["ignore"], extra=extra, max_bytes=upload["max_bytes"])
     if again.sha256 != upload["sha256"]:
         raise UserError(f"code.dir {upload['source']} changed between render and launch; render again")
     return again.path

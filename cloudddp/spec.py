@@ -57,6 +57,11 @@ class Code(Strict):
     ignore: list[str] = Field(
         default_factory=list, description="Extra .gitignore-style patterns left out of the code snapshot."
     )
+    requirements: list[str] = Field(
+        default_factory=list,
+        description="pip requirement lines installed before the script starts, on every backend "
+                    "(or a requirements.txt in `dir`).",
+    )
     max_size_mb: int = Field(
         2000, ge=1, le=100_000,
         description="The most the code folder may hold (MB, before compression); data belongs in `inputs:`.",

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ... import requirements
 from ...errors import UserError
 from ...metrics import MetricRecord, record_from_dict
 from ...plan import Plan, late
@@ -36,7 +37,7 @@ from ..features import Capabilities, Feature
 from .options import LocalOptions
 from .rundir import RunDir, write_json_atomic
 
-RUN_DIR, PORT = late("RUN_DIR"), late("PORT")
+RUN_DIR, PORT, PYTHON = late("RUN_DIR"), late("PORT"), late("PYTHON")
 CANCEL_GRACE_SECONDS = float(os.environ.get("CLOUDDDP_CANCEL_GRACE", "30"))
 _RANK_PREFIX = "[default"
 
@@ -156,10 +157,14 @@ class LocalBackend(Backend[LocalOptions]):
             program = [spec.code.entry or "train.py", *spec.code.args, *input_args(spec, places)]
         else:
             program = ["--no-python", *spec.code.command, *input_args(spec, places)]
+        reqs = requirements.of(spec)
+        if reqs is not None:
+            decisions.append(f"requirements ({len(reqs.lines)} from {reqs.source}): run in this Python if it has them, "
+                             f"else in an environment made for them ({home() / 'envs' / reqs.digest})")
         nodes = []
         for node in range(nnodes):
             argv = [
-                sys.executable, "-m", "torch.distributed.run",
+                PYTHON if reqs else sys.executable, "-m", "torch.distributed.run",
                 "--nnodes", str(nnodes),
                 "--nproc-per-node", str(nproc),
                 "--rdzv-backend", "c10d",
@@ -180,6 +185,7 @@ class LocalBackend(Backend[LocalOptions]):
             "max_runtime": spec.limits.max_runtime,
             "env": env,
             "nodes": nodes,
+            "requirements": list(reqs.lines) if reqs else [],
         }
         return Plan(
             backend=self.name,
@@ -190,7 +196,7 @@ class LocalBackend(Backend[LocalOptions]):
             warnings=warnings,
             uploads=[snapshot_upload(spec, snapshot, f"{RUN_DIR}/code")],
             job=redacted_spec_data(spec),
-            late=("RUN_DIR", "PORT", "RUN_ID"),
+            late=("RUN_DIR", "PORT", "RUN_ID", *(["PYTHON"] if reqs else [])),
             env_sources=sources,
         )
 
@@ -225,13 +231,22 @@ class LocalBackend(Backend[LocalOptions]):
     def _launch(self, plan: Plan, *, provision: bool, progress: Progress | None) -> Launched:
         run_id = new_run_id(plan.job_name)
         run = RunDir.for_run(run_id)
-        bound = plan.bind({"RUN_DIR": str(run.path), "PORT": str(free_port()), "RUN_ID": run_id})
-        env = bound.reveal(bound.request["env"])  # real secret values: to the supervisor's stdin, never to disk
-        secrets = bound.secret_values()
+        values = {"RUN_DIR": str(run.path), "PORT": str(free_port()), "RUN_ID": run_id}
         (run.path / "logs").mkdir(parents=True)
         (run.path / "outputs").mkdir()
-        for upload in bound.uploads:  # the code snapshot, as a cloud job gets it
-            extract(packed(upload), Path(upload["destination"]))
+        code = run.path / "code"  # where the plan's code upload goes: {RUN_DIR}/code
+        for upload in plan.uploads:
+            extract(packed(upload), code)  # the code snapshot, as a cloud job gets it
+        if "PYTHON" in plan.late:
+            reqs = requirements.Requirements(tuple(plan.request["requirements"]), "requirements", shipped=False)
+            if progress:
+                progress.step(f"checking the job's {len(reqs.lines)} requirements")
+            values["PYTHON"], done = requirements.python_for(reqs, base=code, home=home())
+            if progress:
+                progress.step(done)
+        bound = plan.bind(values)
+        env = bound.reveal(bound.request["env"])  # real secret values: to the supervisor's stdin, never to disk
+        secrets = bound.secret_values()
         if "CLOUDDDP_CHECKPOINT_DIR" in env:
             Path(env["CLOUDDDP_CHECKPOINT_DIR"]).mkdir(parents=True, exist_ok=True)
         write_json_atomic(run.plan, bound.to_dict())

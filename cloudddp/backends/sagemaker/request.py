@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ... import requirements
 from ...catalog import nccl_env_presets
 from ...errors import UserError
 from ...metrics import STANDARD_METRICS, metric_regex
@@ -133,6 +134,10 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     r.decisions.append(f"image {image} ({how})")
 
     snapshot = code_snapshot(spec)
+    reqs = requirements.of(spec)
+    if reqs is not None:
+        r.decisions.append(f"requirements ({len(reqs.lines)} from {reqs.source}): the container installs the "
+                           "snapshot's requirements.txt before the script starts")
     code_uri = f"{prefix}/code/{snapshot.sha256}/sourcedir.tar.gz"
     r.uploads.append(snapshot_upload(spec, snapshot, code_uri))
     r.warnings += snapshot_warnings(snapshot)
