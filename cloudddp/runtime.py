@@ -10,6 +10,7 @@ environment every process gets, so a script written against these names runs unc
 ``CLOUDDDP_INPUT_<NAME>``         where input ``<name>`` is inside the job (upper-cased name)
 ``CLOUDDDP_MODEL_DIR``            where rank 0 writes the final model (kept after the run)
 ``CLOUDDDP_CHECKPOINT_DIR``       where checkpoints go; a restarted or resubmitted job finds them there
+``CLOUDDDP_TENSORBOARD_DIR``      where TensorBoard logs go (only when the spec declares outputs.tensorboard)
 ``CLOUDDDP_RESUME``               ``auto`` (resume from the newest checkpoint) or ``never``
 ``CLOUDDDP_CHECKPOINT_EVERY``     epochs between checkpoints (0: checkpointing is off)
 ``CLOUDDDP_DIST_BACKEND``         the process-group backend: nccl, gloo or smddp
@@ -43,11 +44,13 @@ PREFIX = "CLOUDDDP_"
 INPUT_PREFIX = "CLOUDDDP_INPUT_"
 MODEL_DIR = "CLOUDDDP_MODEL_DIR"
 CHECKPOINT_DIR = "CLOUDDDP_CHECKPOINT_DIR"
+TENSORBOARD_DIR = "CLOUDDDP_TENSORBOARD_DIR"
 RUN_ID = late("RUN_ID")
 """The run id in the contract until it is known: backends that name the run at render fill it there."""
 NAMES = (
     "CLOUDDDP_JOB_NAME", "CLOUDDDP_RUN_ID", "CLOUDDDP_BACKEND", MODEL_DIR, CHECKPOINT_DIR, "CLOUDDDP_RESUME",
     "CLOUDDDP_CHECKPOINT_EVERY", "CLOUDDDP_DIST_BACKEND", "CLOUDDDP_COLLECTIVE_TIMEOUT", "CLOUDDDP_SIGTERM_GRACE",
+    TENSORBOARD_DIR,
 )
 
 
@@ -60,6 +63,8 @@ class Places:
     """None when checkpointing is off."""
     inputs: Mapping[str, str] = field(default_factory=dict)
     """Input name -> where it is inside the job."""
+    tensorboard_dir: str | None = None
+    """Where TensorBoard logs go, when the spec declares ``outputs.tensorboard``."""
 
 
 def contract_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, sigterm_grace: int) -> dict[str, str]:
@@ -79,6 +84,8 @@ def contract_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, s
     }
     if ckpt.enabled and places.checkpoint_dir is not None:
         env[CHECKPOINT_DIR] = places.checkpoint_dir
+    if "tensorboard" in spec.outputs and places.tensorboard_dir is not None:
+        env[TENSORBOARD_DIR] = places.tensorboard_dir
     for name, where in places.inputs.items():
         env[INPUT_PREFIX + name.upper()] = where
     return env

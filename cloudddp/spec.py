@@ -127,8 +127,14 @@ class Input(Strict):
         return self
 
 
+OUTPUT_NAMES = {
+    "model": "the final model, written by rank 0 to CLOUDDDP_MODEL_DIR",
+    "tensorboard": "TensorBoard logs, written to CLOUDDDP_TENSORBOARD_DIR (SageMaker syncs them while the job runs)",
+}
+
+
 class Output(Strict):
-    """Where the job's outputs go after training (the model directory)."""
+    """Where one of the job's outputs goes (``model``, ``tensorboard``)."""
 
     path: str | None = Field(None, description="Cloud URI or local folder; default: the backend's output location.")
 
@@ -277,6 +283,15 @@ class JobSpec(Strict):
     def _valid_name(cls, v: str) -> str:
         if not _NAME.match(v):
             raise ValueError("use letters, digits and '-' (start with a letter or digit), at most 63 characters")
+        return v
+
+    @field_validator("outputs")
+    @classmethod
+    def _known_outputs(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key in v:
+            if key not in OUTPUT_NAMES:
+                known = "; ".join(f"{name}: {what}" for name, what in OUTPUT_NAMES.items())
+                raise ValueError(f"{key!r} is not an output cloudddp knows ({known})")
         return v
 
     @field_validator("inputs", "outputs")

@@ -143,6 +143,7 @@ class LocalBackend(Backend[LocalOptions]):
         ckpt = checkpoint_dir(spec)
         places = Places(
             model_dir=f"{RUN_DIR}/outputs",
+            tensorboard_dir=_local_output(spec, "tensorboard", f"{RUN_DIR}/tensorboard"),
             checkpoint_dir=str(ckpt),
             # resolved, not required to exist yet: the preflight check says when one is missing
             inputs={name: str((spec.base_dir / spec.input_location(name, self.name)).resolve()) for name in spec.inputs},
@@ -329,6 +330,15 @@ class LocalBackend(Backend[LocalOptions]):
             _killpg(pgid, signal.SIGKILL)
         if not RunState(run.read_status().get("state", "unknown")).terminal:
             run.write_status(state=RunState.CANCELLED.value, message="cancelled", ended_at=time.time())
+
+
+def _local_output(spec: JobSpec, name: str, default: str) -> str:
+    output = spec.outputs.get(name)
+    if output is None or not output.path:
+        return default
+    if "://" in output.path:
+        raise UserError(f"outputs.{name}.path: {output.path} is remote; the local backend writes local folders")
+    return str((spec.base_dir / output.path).resolve())
 
 
 def _resume_note(spec: JobSpec, folder: Path) -> str:
