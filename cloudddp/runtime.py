@@ -10,6 +10,7 @@ environment every process gets, so a script written against these names runs unc
 ``CLOUDDDP_INPUT_<NAME>``         where input ``<name>`` is inside the job (upper-cased name)
 ``CLOUDDDP_MODEL_DIR``            where rank 0 writes the final model (kept after the run)
 ``CLOUDDDP_CHECKPOINT_DIR``       where checkpoints go; a restarted or resubmitted job finds them there
+``CLOUDDDP_TENSORBOARD_DIR``      where TensorBoard logs go (only when the spec declares outputs.tensorboard)
 ``CLOUDDDP_RESUME``               ``auto`` (resume from the newest checkpoint) or ``never``
 ``CLOUDDDP_CHECKPOINT_EVERY``     epochs between checkpoints (0: checkpointing is off)
 ``CLOUDDDP_DIST_BACKEND``         the process-group backend: nccl, gloo or smddp
@@ -43,11 +44,13 @@ PREFIX = "CLOUDDDP_"
 INPUT_PREFIX = "CLOUDDDP_INPUT_"
 MODEL_DIR = "CLOUDDDP_MODEL_DIR"
 CHECKPOINT_DIR = "CLOUDDDP_CHECKPOINT_DIR"
+TENSORBOARD_DIR = "CLOUDDDP_TENSORBOARD_DIR"
 RUN_ID = late("RUN_ID")
 """The run id in the contract until it is known: backends that name the run at render fill it there."""
 NAMES = (
     "CLOUDDDP_JOB_NAME", "CLOUDDDP_RUN_ID", "CLOUDDDP_BACKEND", MODEL_DIR, CHECKPOINT_DIR, "CLOUDDDP_RESUME",
     "CLOUDDDP_CHECKPOINT_EVERY", "CLOUDDDP_DIST_BACKEND", "CLOUDDDP_COLLECTIVE_TIMEOUT", "CLOUDDDP_SIGTERM_GRACE",
+    TENSORBOARD_DIR,
 )
 
 
@@ -60,6 +63,8 @@ class Places:
     """None when checkpointing is off."""
     inputs: Mapping[str, str] = field(default_factory=dict)
     """Input name -> where it is inside the job."""
+    tensorboard_dir: str | None = None
+    """Where TensorBoard logs go, when the spec declares ``outputs.tensorboard``."""
 
 
 def contract_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, sigterm_grace: int) -> dict[str, str]:
@@ -79,6 +84,8 @@ def contract_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, s
     }
     if ckpt.enabled and places.checkpoint_dir is not None:
         env[CHECKPOINT_DIR] = places.checkpoint_dir
+    if "tensorboard" in spec.outputs and places.tensorboard_dir is not None:
+        env[TENSORBOARD_DIR] = places.tensorboard_dir
     for name, where in places.inputs.items():
         env[INPUT_PREFIX + name.upper()] = where
     return env
@@ -100,11 +107,15 @@ def job_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, sigter
 
 
 def code_snapshot(spec: JobSpec) -> Snapshot:
-    """The job's code as every backend ships it: ``code.dir`` with its ignore rules, plus the launcher
-    cloudddp ships with it (:mod:`cloudddp.shim`), as one deterministic, content-addressed archive."""
+    """The job's code as every backend ships it: ``code.dir`` with its ignore rules, plus the files
+    cloudddp ships with it (the launcher of :mod:`cloudddp.shim`; ``requirements.txt`` when the spec lists
+    ``code.requirements``), as one deterministic, content-addressed archive."""
+    from . import requirements
     from .packaging import pack
 
-    return pack(spec.code_dir, spec.code.ignore, extra=shipped_files(), max_bytes=spec.code.max_size_mb * 1_000_000)
+    reqs = requirements.of(spec)
+    extra = {**shipped_files(), **({requirements.FILE: reqs.text.encode()} if reqs and reqs.shipped else {})}
+    return pack(spec.code_dir, spec.code.ignore, extra=extra, max_bytes=spec.code.max_size_mb * 1_000_000)
 
 
 def shipped_files() -> dict[str, bytes]:
@@ -153,7 +164,11 @@ def extract(archive: Path, folder: Path) -> None:
 
 def snapshot_upload(spec: JobSpec, snapshot: Snapshot, destination: str) -> dict[str, Any]:
     """The plan's record of the code snapshot: where the archive is here, where it goes, what it holds."""
+    from . import requirements
+
+    reqs = requirements.of(spec)
     return {"kind": "code", "path": str(snapshot.path), "source": str(spec.code_dir), "ignore": list(spec.code.ignore),
+            "requirements": list(reqs.lines) if reqs and reqs.shipped else [],
             "max_bytes": spec.code.max_size_mb * 1_000_000, "destination": destination, "sha256": snapshot.sha256,
             "bytes": snapshot.size, "files": len(snapshot.files)}
 
@@ -168,7 +183,12 @@ def packed(upload: Mapping[str, Any]) -> Path:
     path = Path(upload["path"])
     if path.is_file() and path.name == f"{upload['sha256']}.tar.gz":
         return path
-    again = pack(Path(upload["source"]), upload["ignore"], extra=shipped_files(), max_bytes=upload["max_bytes"])
+    extra = shipped_files()
+    if upload["requirements"]:
+        from .requirements import FILE, file_text
+
+        extra[FILE] = file_text(upload["requirements"]).encode()
+    again = pack(Path(upload["source"]), upload["ignore"], extra=extra, max_bytes=upload["max_bytes"])
     if again.sha256 != upload["sha256"]:
         raise UserError(f"code.dir {upload['source']} changed between render and launch; render again")
     return again.path

@@ -57,6 +57,11 @@ class Code(Strict):
     ignore: list[str] = Field(
         default_factory=list, description="Extra .gitignore-style patterns left out of the code snapshot."
     )
+    requirements: list[str] = Field(
+        default_factory=list,
+        description="pip requirement lines installed before the script starts, on every backend "
+                    "(or a requirements.txt in `dir`).",
+    )
     max_size_mb: int = Field(
         2000, ge=1, le=100_000,
         description="The most the code folder may hold (MB, before compression); data belongs in `inputs:`.",
@@ -122,8 +127,14 @@ class Input(Strict):
         return self
 
 
+OUTPUT_NAMES = {
+    "model": "the final model, written by rank 0 to CLOUDDDP_MODEL_DIR",
+    "tensorboard": "TensorBoard logs, written to CLOUDDDP_TENSORBOARD_DIR (SageMaker syncs them while the job runs)",
+}
+
+
 class Output(Strict):
-    """Where the job's outputs go after training (the model directory)."""
+    """Where one of the job's outputs goes (``model``, ``tensorboard``)."""
 
     path: str | None = Field(None, description="Cloud URI or local folder; default: the backend's output location.")
 
@@ -230,6 +241,11 @@ class Checkpoint(Strict):
 class Limits(Strict):
     max_runtime: Duration = Field(24 * 3600, description="Seconds or '2h'; the job is stopped after this.")
     max_restarts: int = Field(0, ge=0, le=100, description="Group restarts after a worker fails.")
+    max_recoveries: int = Field(
+        0, ge=0, le=100,
+        description="Resubmissions after the job ends by preemption, lost capacity or an infrastructure fault "
+                    "(never after a failure of its own code); a detached watcher does it.",
+    )
 
 
 class JobSpec(Strict):
@@ -272,6 +288,15 @@ class JobSpec(Strict):
     def _valid_name(cls, v: str) -> str:
         if not _NAME.match(v):
             raise ValueError("use letters, digits and '-' (start with a letter or digit), at most 63 characters")
+        return v
+
+    @field_validator("outputs")
+    @classmethod
+    def _known_outputs(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key in v:
+            if key not in OUTPUT_NAMES:
+                known = "; ".join(f"{name}: {what}" for name, what in OUTPUT_NAMES.items())
+                raise ValueError(f"{key!r} is not an output cloudddp knows ({known})")
         return v
 
     @field_validator("inputs", "outputs")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from cloudddp.specload import spec_from_dict
 
 from ..support.aws_emulator import aws_environment
 from ..support.cli import ROOT
+from ..support.wheels import wheel
 from ..support.sagemaker_container import Aws, Rehearsal, RehearsalUnavailable, record_create_training_job, rehearse
 
 pytestmark = pytest.mark.slow
@@ -243,20 +243,6 @@ AWKWARD = ["--flag", "true", "--lr", "1e-3", "--ratio", "0.10", "--nothing", "nu
 PLAIN = {"--text": "a b", "--inner": 'say "hi"', "--count": "007", "--plain": "x",
          "--data-dir": "/opt/ml/input/data/train"}  # values the toolkit's JSON decoding leaves alone
 SPEC_NCCL = {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "lo"}
-
-
-def wheel(folder: Path) -> Path:
-    """A minimal pure-Python wheel, so requirements.txt installs without an index."""
-    path = folder / "rehearsal_dep-1.0-py3-none-any.whl"
-    info = "rehearsal_dep-1.0.dist-info"
-    files = {"rehearsal_dep.py": "VALUE = 'from requirements.txt'\n",
-             f"{info}/METADATA": "Metadata-Version: 2.1\nName: rehearsal-dep\nVersion: 1.0\n",
-             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    files[f"{info}/RECORD"] = "".join(f"{name},,\n" for name in [*files, f"{info}/RECORD"])
-    with zipfile.ZipFile(path, "w") as z:
-        for name, text in files.items():
-            z.writestr(name, text)
-    return path
 
 
 def probe_job(root: Path, name: str, args: list[str]) -> dict[str, Any]:

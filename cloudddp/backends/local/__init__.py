@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ... import requirements
 from ...errors import UserError
 from ...metrics import MetricRecord, record_from_dict
 from ...plan import Plan, late
@@ -31,12 +32,12 @@ from ...runtime import Places, checkpoint_folder, code_snapshot, extract, input_
 from ...secrets import redacted_spec_data
 from ...spec import JobSpec
 from ...tail import follow_lines
-from ..base import Backend, Check, Launched, LogLine, Progress, RunState, RunStatus
+from ..base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from ..features import Capabilities, Feature
 from .options import LocalOptions
 from .rundir import RunDir, write_json_atomic
 
-RUN_DIR, PORT = late("RUN_DIR"), late("PORT")
+RUN_DIR, PORT, PYTHON = late("RUN_DIR"), late("PORT"), late("PYTHON")
 CANCEL_GRACE_SECONDS = float(os.environ.get("CLOUDDDP_CANCEL_GRACE", "30"))
 _RANK_PREFIX = "[default"
 
@@ -142,6 +143,7 @@ class LocalBackend(Backend[LocalOptions]):
         ckpt = checkpoint_dir(spec)
         places = Places(
             model_dir=f"{RUN_DIR}/outputs",
+            tensorboard_dir=_local_output(spec, "tensorboard", f"{RUN_DIR}/tensorboard"),
             checkpoint_dir=str(ckpt),
             # resolved, not required to exist yet: the preflight check says when one is missing
             inputs={name: str((spec.base_dir / spec.input_location(name, self.name)).resolve()) for name in spec.inputs},
@@ -156,10 +158,14 @@ class LocalBackend(Backend[LocalOptions]):
             program = [spec.code.entry or "train.py", *spec.code.args, *input_args(spec, places)]
         else:
             program = ["--no-python", *spec.code.command, *input_args(spec, places)]
+        reqs = requirements.of(spec)
+        if reqs is not None:
+            decisions.append(f"requirements ({len(reqs.lines)} from {reqs.source}): run in this Python if it has them, "
+                             f"else in an environment made for them ({home() / 'envs' / reqs.digest})")
         nodes = []
         for node in range(nnodes):
             argv = [
-                sys.executable, "-m", "torch.distributed.run",
+                PYTHON if reqs else sys.executable, "-m", "torch.distributed.run",
                 "--nnodes", str(nnodes),
                 "--nproc-per-node", str(nproc),
                 "--rdzv-backend", "c10d",
@@ -180,6 +186,7 @@ class LocalBackend(Backend[LocalOptions]):
             "max_runtime": spec.limits.max_runtime,
             "env": env,
             "nodes": nodes,
+            "requirements": list(reqs.lines) if reqs else [],
         }
         return Plan(
             backend=self.name,
@@ -190,7 +197,7 @@ class LocalBackend(Backend[LocalOptions]):
             warnings=warnings,
             uploads=[snapshot_upload(spec, snapshot, f"{RUN_DIR}/code")],
             job=redacted_spec_data(spec),
-            late=("RUN_DIR", "PORT", "RUN_ID"),
+            late=("RUN_DIR", "PORT", "RUN_ID", *(["PYTHON"] if reqs else [])),
             env_sources=sources,
         )
 
@@ -225,13 +232,22 @@ class LocalBackend(Backend[LocalOptions]):
     def _launch(self, plan: Plan, *, provision: bool, progress: Progress | None) -> Launched:
         run_id = new_run_id(plan.job_name)
         run = RunDir.for_run(run_id)
-        bound = plan.bind({"RUN_DIR": str(run.path), "PORT": str(free_port()), "RUN_ID": run_id})
-        env = bound.reveal(bound.request["env"])  # real secret values: to the supervisor's stdin, never to disk
-        secrets = bound.secret_values()
+        values = {"RUN_DIR": str(run.path), "PORT": str(free_port()), "RUN_ID": run_id}
         (run.path / "logs").mkdir(parents=True)
         (run.path / "outputs").mkdir()
-        for upload in bound.uploads:  # the code snapshot, as a cloud job gets it
-            extract(packed(upload), Path(upload["destination"]))
+        code = run.path / "code"  # where the plan's code upload goes: {RUN_DIR}/code
+        for upload in plan.uploads:
+            extract(packed(upload), code)  # the code snapshot, as a cloud job gets it
+        if "PYTHON" in plan.late:
+            reqs = requirements.Requirements(tuple(plan.request["requirements"]), "requirements", shipped=False)
+            if progress:
+                progress.step(f"checking the job's {len(reqs.lines)} requirements")
+            values["PYTHON"], done = requirements.python_for(reqs, base=code, home=home())
+            if progress:
+                progress.step(done)
+        bound = plan.bind(values)
+        env = bound.reveal(bound.request["env"])  # real secret values: to the supervisor's stdin, never to disk
+        secrets = bound.secret_values()
         if "CLOUDDDP_CHECKPOINT_DIR" in env:
             Path(env["CLOUDDDP_CHECKPOINT_DIR"]).mkdir(parents=True, exist_ok=True)
         write_json_atomic(run.plan, bound.to_dict())
@@ -265,9 +281,11 @@ class LocalBackend(Backend[LocalOptions]):
         st = run.read_status()
         state = RunState(st.get("state", "unknown"))
         message = st.get("message", "")
+        cause = Cause(st["cause"]) if st.get("cause") else None
         if not state.terminal and not _alive(st.get("supervisor_pid")):
             # The supervisor is gone without writing an end state (killed -9, machine rebooted).
             state, message = RunState.FAILED, "the run's supervisor exited unexpectedly"
+            cause = Cause.INFRASTRUCTURE
         return RunStatus(
             run_id=run_id,
             backend=self.name,
@@ -278,6 +296,7 @@ class LocalBackend(Backend[LocalOptions]):
             created_at=st.get("created_at"),
             ended_at=st.get("ended_at"),
             details={k: st[k] for k in ("exit_codes", "failure", "restarts") if k in st} | {"run_dir": str(run.path)},
+            cause=cause,
         )
 
     def _finished(self, run_id: str) -> bool:
@@ -314,6 +333,15 @@ class LocalBackend(Backend[LocalOptions]):
             _killpg(pgid, signal.SIGKILL)
         if not RunState(run.read_status().get("state", "unknown")).terminal:
             run.write_status(state=RunState.CANCELLED.value, message="cancelled", ended_at=time.time())
+
+
+def _local_output(spec: JobSpec, name: str, default: str) -> str:
+    output = spec.outputs.get(name)
+    if output is None or not output.path:
+        return default
+    if "://" in output.path:
+        raise UserError(f"outputs.{name}.path: {output.path} is remote; the local backend writes local folders")
+    return str((spec.base_dir / output.path).resolve())
 
 
 def _resume_note(spec: JobSpec, folder: Path) -> str:

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ... import requirements
 from ...catalog import nccl_env_presets
 from ...errors import UserError
 from ...metrics import STANDARD_METRICS, metric_regex
@@ -33,6 +34,7 @@ from .options import SageMakerOptions
 ACCOUNT = late("ACCOUNT")  # filled in at launch from STS when the spec names no bucket
 CHECKPOINT_LOCAL = "/opt/ml/checkpoints"
 MODEL_DIR = "/opt/ml/model"
+TENSORBOARD_LOCAL = "/opt/ml/output/tensorboard"  # the SDK's default TensorBoardOutputConfig.LocalPath
 CODE_CHANNEL = "code"
 HYPERPARAMETER_VALUE_MAX = int(LIMITS["HyperParameters{value}"].max or 2500)
 _NAME_OK = re.compile(r"[^a-zA-Z0-9-]")
@@ -133,6 +135,10 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     r.decisions.append(f"image {image} ({how})")
 
     snapshot = code_snapshot(spec)
+    reqs = requirements.of(spec)
+    if reqs is not None:
+        r.decisions.append(f"requirements ({len(reqs.lines)} from {reqs.source}): the container installs the "
+                           "snapshot's requirements.txt before the script starts")
     code_uri = f"{prefix}/code/{snapshot.sha256}/sourcedir.tar.gz"
     r.uploads.append(snapshot_upload(spec, snapshot, code_uri))
     r.warnings += snapshot_warnings(snapshot)
@@ -156,7 +162,7 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
                               "sha256": digest, "bytes": sum((folder / f).stat().st_size for f in files), "files": len(files)})
         channels.append(_channel(name, uri, "FastFile" if item.mode == "mount" else "File"))
 
-    places = Places(model_dir=MODEL_DIR, checkpoint_dir=CHECKPOINT_LOCAL,
+    places = Places(model_dir=MODEL_DIR, checkpoint_dir=CHECKPOINT_LOCAL, tensorboard_dir=TENSORBOARD_LOCAL,
                     inputs={name: f"/opt/ml/input/data/{name}" for name in spec.inputs})
     presets = nccl_env_presets(sku) if sku is not None and spec.resources.nodes > 1 else {}
     env, r.env_sources = job_env(spec, "sagemaker", places, on_gpu=gpus > 0, sigterm_grace=sigterm_grace,
@@ -243,6 +249,10 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     }
     if channels:
         request["InputDataConfig"] = channels
+    if "tensorboard" in spec.outputs:  # synced to S3 while the job runs, so TensorBoard can follow it
+        board = spec.outputs["tensorboard"].path or f"{prefix}/tensorboard/{spec.name}"
+        request["TensorBoardOutputConfig"] = {"S3OutputPath": board, "LocalPath": TENSORBOARD_LOCAL}
+        r.decisions.append(f"TensorBoard logs in {TENSORBOARD_LOCAL}, synced to {board} while the job runs")
     if sm.subnets or sm.security_group_ids:
         if not (sm.subnets and sm.security_group_ids):
             raise UserError("sagemaker.subnets and sagemaker.security_group_ids go together (VpcConfig needs both)")
