@@ -18,12 +18,13 @@ import pytest
 
 from cloudddp.api import Job, Run
 from cloudddp.backends import get_backend
-from cloudddp.backends.base import RunState
+from cloudddp.backends.base import Cause, RunState
 from cloudddp.registry import home
 
 from .support.cli import FIXTURES, ROOT, cli
 from .support.slurm_cluster import SlurmCluster
 from .support.ssh_server import SshServer, SshUnavailable, ssh_server
+from .support.wheels import wheel
 
 pytestmark = pytest.mark.slow
 DIGITS = ROOT / "jobs" / "digits-local.yaml"
@@ -32,9 +33,20 @@ ON_CLUSTER = [f"slurm.python={sys.executable}", "slurm.kill_wait=5"]
 
 
 @pytest.fixture
-def cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmCluster:
+def cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    return slurm_cluster
+    yield slurm_cluster
+    cancel_leftovers(slurm_cluster)
+
+
+def cancel_leftovers(cluster: SlurmCluster) -> None:
+    """A test that failed half-way leaves no job behind to hold the nodes for the next one."""
+    jobs = cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
+    if jobs:
+        cluster.run("scancel", *jobs, check=False)
+        deadline = time.monotonic() + 20
+        while cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.strip() and time.monotonic() < deadline:
+            time.sleep(0.2)
 
 
 def submit(spec: Path, *overrides: str) -> Run:
@@ -108,23 +120,39 @@ def test_a_tutorial_script_runs_on_two_nodes_with_its_own_metrics_and_leaves_its
     assert any(t.startswith("[GPU0] Epoch 3 |") for t in primary) and not any("[GPU1]" in t for t in primary)
 
 
-def test_a_dead_node_fails_the_run_with_a_message_naming_it(cluster: SlurmCluster) -> None:
+def test_a_dead_node_fails_the_attempt_naming_it_and_recovery_submits_it_again(
+        cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """slurm.requeue off: the attempt ends NODE_FAIL, named; the recovery watcher (limits.max_recoveries) sees
+    an infrastructure cause and submits the job again, which runs once node2 is back."""
+    monkeypatch.setenv("CLOUDDDP_RECOVERY_POLL", "0.5")
+    once = ('case $CLOUDDDP_RUN_ID in *-r2) echo "again on $SLURMD_NODENAME"; exit 0;; esac; '
+            'echo up on $SLURMD_NODENAME; while :; do sleep 0.2; done')
     run = submit(FIXTURES / "tinyjob" / "job.yaml", "resources.nodes=2", "slurm.requeue=false", "slurm.launch=srun",
-                 "code.args=[]",
-                 "code.command=[bash, -c, 'echo up on $SLURMD_NODENAME; while :; do sleep 0.2; done']")
+                 "limits.max_recoveries=1", "code.args=[]", f"code.command=[bash, -c, {json.dumps(once)}]")
+    first = run.run_id
     deadline = time.monotonic() + 60
-    while sum("up on" in line.text for line in run.logs()) < 2:
-        assert time.monotonic() < deadline, list(run.logs())
+    while sum("up on" in line.text for line in run.backend.logs(first)) < 2:
+        assert time.monotonic() < deadline, list(run.backend.logs(first))
         time.sleep(0.2)
     cluster.kill_node("node2")
     try:
-        status = run.wait(timeout=60, poll=0.5)
+        deadline = time.monotonic() + 60
+        while not (lost := run.backend.status(first)).state.terminal:
+            assert time.monotonic() < deadline, lost
+            time.sleep(0.5)
     finally:
         cluster.start_node("node2")
-    assert status.state is RunState.FAILED and status.native_state == "NODE_FAIL", status
-    assert status.message.startswith("node node2 failed: Slurm lost it mid-run"), status.message
-    shown = cli("status", run.run_id)
+    assert lost.state is RunState.FAILED and lost.native_state == "NODE_FAIL", lost
+    assert lost.message.startswith("node node2 failed: Slurm lost it mid-run") and lost.cause is Cause.INFRASTRUCTURE
+    shown = cli("status", first)
     assert shown.returncode == 0 and "node node2 failed" in shown.stdout, shown.stdout + shown.stderr
+    status = run.wait(timeout=90, poll=0.5)
+    assert status.state is RunState.SUCCEEDED, status
+    attempts = status.details["attempts"]
+    assert [(a["state"], a["cause"]) for a in attempts] == [("failed", "infrastructure"), ("succeeded", None)]
+    assert attempts[1]["run_id"] == f"{first}-r2"
+    assert sorted(line.text for line in run.backend.logs(attempts[1]["run_id"]) if "again" in line.text) == \
+        ["again on node1", "again on node2"]
     cluster.wait_nodes("idle", ("node2",), timeout=30)
 
 
@@ -141,7 +169,7 @@ def test_the_time_limit_signal_stops_the_training_cleanly_and_says_so(cluster: S
     cluster.run("scancel", "--batch", "--signal=USR1", job_id(run))
     status = run.wait(timeout=60, poll=0.5)
     assert status.state is RunState.FAILED and status.details["exit_code"] == "124:0", status
-    assert "stopped ahead of limits.max_runtime" in status.message
+    assert "stopped ahead of limits.max_runtime" in status.message and status.cause is Cause.LIMIT
     texts = sorted(line.text for line in run.logs() if line.text.startswith("checkpointed"))
     assert texts == ["checkpointed 0", "checkpointed 1"]
 
@@ -188,6 +216,7 @@ def test_a_failed_rank_is_named_with_its_node_and_the_tail_of_its_output(cluster
     status = run.wait(timeout=90, poll=0.5)
     assert status.state is RunState.FAILED and status.details["exit_code"] != "0:0", status
     assert status.message == "node node2 (rank 1) failed: exited with exit code 3", status.message
+    assert status.cause is Cause.USER_ERROR
     assert any("boom: this rank fails on purpose" in line for line in status.details["failure"]["log_tail"])
     shown = cli("status", run.run_id)
     assert "node node2 (rank 1) failed" in shown.stdout and "boom" in shown.stdout, shown.stdout + shown.stderr
@@ -225,7 +254,7 @@ def login_node(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFac
 
 
 def test_through_ssh_to_a_login_node_the_same_verbs_work(
-        slurm_cluster: SlurmCluster, login_node: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        cluster: SlurmCluster, login_node: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """slurm.login_host: every command (upload, sbatch with the secret on stdin, squeue, scontrol, log reads,
     scancel) goes through ssh; this process has no SLURM_CONF, so a command run here would fail."""
     monkeypatch.delenv("SLURM_CONF", raising=False)
@@ -235,7 +264,8 @@ def test_through_ssh_to_a_login_node_the_same_verbs_work(
               f"slurm.workdir={workdir}", "slurm.kill_wait=5", "slurm.launch=srun", "resources.nodes=2",
               "env={API_TOKEN: {from_env: TEST_API_TOKEN, secret: true}}", "code.args=[]"]
     command = "code.command=[bash, -c, 'echo \"on $SLURMD_NODENAME token ${#API_TOKEN}\"; sleep \"$0\"', '{}']"
-    run = Job.load(FIXTURES / "tinyjob" / "job.yaml", [*remote, command.replace("{}", "0")]).submit("slurm", poll_seconds=0.2)
+    job = Job.load(FIXTURES / "tinyjob" / "job.yaml", [*remote, command.replace("{}", "0")])
+    run = job.submit("slurm", poll_seconds=0.2)
     status = run.wait(timeout=60, poll=0.3)
     assert status.state is RunState.SUCCEEDED, status
     assert sorted((line.source, line.text) for line in run.logs() if line.text.startswith("on ")) == [
@@ -248,4 +278,27 @@ def test_through_ssh_to_a_login_node_the_same_verbs_work(
         assert time.monotonic() < deadline, longer.status()
         time.sleep(0.2)
     assert longer.backend.cancel(longer.run_id) is True
-    assert longer.status().state is RunState.CANCELLED
+    assert (longer.status().state, longer.status().cause) == (RunState.CANCELLED, Cause.CANCELLED)
+
+
+def test_the_jobs_requirements_are_installed_on_the_shared_filesystem_and_shared(
+        cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Two jobs submitted at once with the same requirements: each may build, one published environment."""
+    code = tmp_path / "code"
+    (code / "wheels").mkdir(parents=True)
+    wheel(code / "wheels")
+    (code / "train.py").write_text("import json, os, rehearsal_dep\n"
+                                   "open(os.path.join(os.environ['CLOUDDDP_MODEL_DIR'], 'dep.json'), 'w').write("
+                                   "json.dumps([rehearsal_dep.VALUE, rehearsal_dep.__file__]))\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(json.dumps({"name": "deps", "code": {"dir": str(code), "requirements": [
+        "--no-index", "./wheels/rehearsal_dep-1.0-py3-none-any.whl"]}, "slurm": {"launch": "srun"}}))
+    runs = [submit(spec) for _ in range(2)]
+    for run in runs:
+        status = run.wait(timeout=120, poll=0.5)
+        assert status.state is RunState.SUCCEEDED, (status, [line.text for line in run.logs()])
+        value, where = json.loads((Path(status.details["run_dir"]) / "outputs" / "dep.json").read_text())
+        assert value == "from requirements.txt" and where.startswith(str(home() / "slurm" / "envs")), where
+    envs = home() / "slurm" / "envs"
+    links = [p for p in envs.iterdir() if p.is_symlink()]
+    assert len(links) == 1 and (links[0] / ".installed").is_file()

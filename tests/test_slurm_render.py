@@ -13,6 +13,7 @@ import pytest
 
 from cloudddp.api import Job
 from cloudddp.backends import get_backend
+from cloudddp.backends.base import Cause
 from cloudddp.backends.slurm import SlurmBackend
 from cloudddp.backends.slurm.script import LIMIT_EXIT, LIMIT_MARK
 from cloudddp.backends.slurm.shell import READ_CAP, Shell
@@ -194,13 +195,17 @@ def test_a_failed_run_is_explained_from_the_batch_log_of_its_latest_run() -> Non
     log = ("cloudddp: run 0 of Slurm job 5 on node[1-2]\nsrun: error: node1: task 0: Exited with exit code 9\n"
            "cloudddp: run 1 of Slurm job 5 on node[1-2]\nsrun: error: node2: task 1: Exited with exit code 5\n")
     found = failure(job, log)
-    assert (found.message, found.node, found.task) == ("node node2 (task 1) failed: exited with exit code 5",
-                                                       "node2", 1)
+    assert (found.message, found.node, found.task, found.cause) == (
+        "node node2 (task 1) failed: exited with exit code 5", "node2", 1, Cause.USER_ERROR)
+    assert failure(job, log, tasks_are_ranks=True).message.startswith("node node2 (rank 1) failed")
     lost = failure({"JobState": "NODE_FAIL", "Reason": "NodeDown"}, "srun: error: Node failure on node2\n")
     assert lost.message.startswith("node node2 failed: Slurm lost it mid-run") and lost.node == "node2"
+    assert lost.cause is Cause.INFRASTRUCTURE
     limit = failure({"JobState": "FAILED", "ExitCode": f"{LIMIT_EXIT}:0"}, f"cloudddp: run 0\n{LIMIT_MARK} 180 s")
-    assert limit.message.startswith("stopped ahead of limits.max_runtime")
-    assert failure({"JobState": "TIMEOUT"}, "").message == "Slurm's time limit (limits.max_runtime) ended it"
+    assert limit.message.startswith("stopped ahead of limits.max_runtime") and limit.cause is Cause.LIMIT
+    timeout = failure({"JobState": "TIMEOUT"}, "")
+    assert (timeout.message, timeout.cause) == ("Slurm's time limit (limits.max_runtime) ended it", Cause.LIMIT)
+    assert failure({"JobState": "PREEMPTED"}, "").cause is Cause.PREEMPTED
     killed = failure({"JobState": "FAILED", "ExitCode": "0:9"}, "")
     assert killed.message.startswith("the job failed: killed by signal 9")
 
@@ -241,3 +246,36 @@ def test_the_rendered_script_runs_under_bash_with_slurm_variables(tmp_path: Path
     assert srun_args[at - 3:at - 1] == ["bash", "-c"]
     assert srun_args[:at - 3] == ["--export=ALL", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
                                   f"--output={tmp_path}/runs/tiny-t1/logs/node%n.log", "--open-mode=append"]
+
+
+def test_requirements_are_installed_by_the_job_once_per_list_and_refused_with_a_container(tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"name: deps\ncode: {{dir: {tmp_path / 'code'}, requirements: [einops>=0.7]}}\n"
+                    f"slurm: {{workdir: {tmp_path / 'w'}, python: /opt/py/bin/python3}}\n")
+    plan = render(spec)
+    decision = next(d for d in plan.decisions if "installed by the job into" in d)
+    env = decision.split(" into ")[1].split()[0]
+    script = plan.documents["job.sbatch"]
+    assert env.startswith(f"{tmp_path / 'w'}/envs/") and f"if [ ! -f {env}/.installed ]; then" in script
+    assert "/opt/py/bin/python3 -m pip --python \"$build/bin/python\" install" in script
+    assert f"exec {env}/bin/python -m torch.distributed.run" in script
+    assert render(spec, "slurm.python=/other/python3").decisions != plan.decisions  # another base, another env
+    bash_accepts(script)
+    refused = cli("render", str(spec), "-b", "slurm", "-o", "slurm.container={image: img.sif, runtime: apptainer}")
+    assert refused.returncode == 2 and "install the requirements in the image" in refused.stderr
+
+
+def test_tensorboard_goes_to_the_run_folder_and_a_recovery_attempt_gets_its_own_run() -> None:
+    plan = render(TINY, "outputs={tensorboard: {}}")
+    run_dir = plan.request["run_dir"]
+    assert plan.request["env"]["CLOUDDDP_TENSORBOARD_DIR"] == f"{run_dir}/tensorboard"
+    assert f"{run_dir}/tensorboard" in plan.request["folders"]
+    backend = get_backend("slurm")
+    second = backend.for_attempt(plan, 2)
+    third = backend.for_attempt(second, 3)
+    assert (second.request["run_id"], third.request["run_id"]) == ("tiny-t1-r2", "tiny-t1-r3")
+    assert third.request["env"]["CLOUDDDP_CHECKPOINT_DIR"] == plan.request["env"]["CLOUDDDP_CHECKPOINT_DIR"]
+    assert third.request["run_dir"].endswith("/runs/tiny-t1-r3") and "tiny-t1-r2" not in third.documents["job.sbatch"]
+    assert "#SBATCH --job-name=tiny-t1-r3" in third.documents["job.sbatch"] and third.job_name == "tiny"

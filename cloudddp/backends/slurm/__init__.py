@@ -11,6 +11,8 @@ files, cancel is ``scancel`` (SIGTERM first, KillWait seconds to checkpoint). Ev
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
 import os
 import re
@@ -20,14 +22,15 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ... import requirements
 from ...errors import CloudDDPError, UserError
 from ...packaging import human_bytes, snapshot_warnings
-from ...plan import Plan
+from ...plan import Plan, substitute
 from ...registry import home
 from ...runtime import Places, checkpoint_folder, code_snapshot, input_args, job_env, packed, snapshot_upload
 from ...secrets import redacted_spec_data
 from ...spec import JobSpec
-from ..base import Backend, Check, Launched, LogLine, Progress, RunState, RunStatus
+from ..base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from ..features import Capabilities, Feature
 from .options import SlurmOptions
 from .script import Job, Layout, render_script
@@ -109,7 +112,8 @@ class SlurmBackend(Backend[SlurmOptions]):
             )
 
         places = Places(
-            model_dir=_model_dir(spec, opts, layout),
+            model_dir=_output_dir(spec, opts, "model", layout.model_dir) or layout.model_dir,
+            tensorboard_dir=_output_dir(spec, opts, "tensorboard", f"{layout.run_dir}/tensorboard"),
             checkpoint_dir=_checkpoints(spec, opts, layout),
             inputs={name: _input_path(spec, opts, name) for name in spec.inputs},
         )
@@ -132,6 +136,21 @@ class SlurmBackend(Backend[SlurmOptions]):
             f"time limit {minutes} min (Slurm counts minutes); the training is asked to checkpoint and "
             f"stop {lead} s before it"
         )
+        reqs = requirements.of(spec)
+        env_dir = None
+        if reqs is not None:
+            if opts.container is not None:
+                raise UserError(
+                    f"{reqs.source}: with slurm.container the job runs in its image; install the "
+                    "requirements in the image",
+                    hint="or leave slurm.container out",
+                )
+            digest = hashlib.sha256(f"{opts.python}\n{reqs.text}".encode()).hexdigest()[:16]
+            env_dir = f"{layout.workdir}/envs/{digest}"
+            decisions.append(
+                f"requirements ({len(reqs.lines)} from {reqs.source}): installed by the job into "
+                f"{env_dir} over {opts.python}'s packages, once per list"
+            )
         if spec.code.command is None:
             program = [spec.code.entry or "train.py", *spec.code.args, *input_args(spec, places)]
         else:
@@ -152,6 +171,7 @@ class SlurmBackend(Backend[SlurmOptions]):
             launch=launch,
             env_from_submit=tuple(sources),
             mounts=(layout.workdir, *sorted(set(places.inputs.values()))),
+            requirements_env=env_dir,
         )
         script = render_script(job, opts)
         request: dict[str, Any] = {
@@ -161,7 +181,11 @@ class SlurmBackend(Backend[SlurmOptions]):
             "workdir": layout.workdir,
             "run_dir": layout.run_dir,
             "code_dir": layout.code_dir,
-            "folders": [f"{layout.run_dir}/logs", places.model_dir, *filter(None, [places.checkpoint_dir])],
+            "folders": [
+                f"{layout.run_dir}/logs",
+                places.model_dir,
+                *filter(None, [places.checkpoint_dir, places.tensorboard_dir]),
+            ],
             "batch_log": layout.batch_log,
             "node_logs": [layout.node_log(i) for i in range(res.nodes)],
             "nodes": res.nodes,
@@ -182,6 +206,16 @@ class SlurmBackend(Backend[SlurmOptions]):
             target=shell.to_dict(),
             job=redacted_spec_data(spec),
             env_sources=sources,
+        )
+
+    def for_attempt(self, plan: Plan, attempt: int) -> Plan:
+        """A recovery's next attempt: its own run id (the Slurm job name) and run folder; the same code,
+        checkpoints and everything else."""
+        old = plan.request["run_id"]
+        base = old.removesuffix(f"-r{attempt - 1}") if attempt > 2 else old
+        table = {old: f"{base}-r{attempt}"}
+        return dataclasses.replace(
+            plan, request=substitute(plan.request, table), documents=substitute(plan.documents, table)
         )
 
     # -- launch ------------------------------------------------------------------------------
@@ -340,6 +374,7 @@ class SlurmBackend(Backend[SlurmOptions]):
             nodes=job.get("NodeList"), exit_code=job.get("ExitCode"), reason=job.get("Reason"), restarts=restarts
         )
         message = native.lower()
+        cause: Cause | None = None
         if state is RunState.PENDING:
             message = f"waiting in the queue ({job.get('Reason', '?')})"
             if restarts:
@@ -349,13 +384,15 @@ class SlurmBackend(Backend[SlurmOptions]):
             message = f"running on {job.get('NodeList')}" + (f" (restart {restarts})" if restarts else "")
         elif state is RunState.SUCCEEDED:
             message = "finished"
+        elif state is RunState.CANCELLED:
+            message, cause = "cancelled", Cause.CANCELLED
         elif state is RunState.FAILED:
             found = failure(job, shell.tail(info["batch_log"], 65536), tasks_are_ranks=info["launch"] == "srun")
-            details["failure"] = self._failure_details(shell, info, found.node, found.task)
-            cause = details["failure"]
+            failed = details["failure"] = self._failure_details(shell, info, found.node, found.task)
+            cause = found.cause
             message = found.message + (
-                f"; torchrun: rank {cause['rank']} failed first (exit code {cause.get('exitcode', '?')})"
-                if "rank" in cause
+                f"; torchrun: rank {failed['rank']} failed first (exit code {failed.get('exitcode', '?')})"
+                if "rank" in failed
                 else ""
             )
         return RunStatus(
@@ -368,6 +405,7 @@ class SlurmBackend(Backend[SlurmOptions]):
             created_at=timestamp(job.get("SubmitTime")),
             ended_at=timestamp(job.get("EndTime")) if state.terminal else None,
             details=details,
+            cause=cause,
         )
 
     def _failure_details(
@@ -520,11 +558,14 @@ def _input_path(spec: JobSpec, opts: SlurmOptions, name: str) -> str:
     return _cluster_path(spec, opts, spec.input_location(name, "slurm"), field)
 
 
-def _model_dir(spec: JobSpec, opts: SlurmOptions, layout: Layout) -> str:
-    output = spec.outputs.get("model")
+def _output_dir(spec: JobSpec, opts: SlurmOptions, name: str, default: str) -> str | None:
+    """Where output ``name`` goes: its path on the cluster, else ``default`` (None: TensorBoard not declared)."""
+    output = spec.outputs.get(name)
+    if output is None and name != "model":
+        return None
     if output is None or output.path is None:
-        return layout.model_dir
-    return _cluster_path(spec, opts, output.path, "outputs.model.path")
+        return default
+    return _cluster_path(spec, opts, output.path, f"outputs.{name}.path")
 
 
 def _checkpoints(spec: JobSpec, opts: SlurmOptions, layout: Layout) -> str | None:

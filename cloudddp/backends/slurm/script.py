@@ -86,6 +86,12 @@ class Job:
     """Names whose values sbatch's environment carries (secrets, values read at submit): never in the script."""
     mounts: Sequence[str] = field(default_factory=tuple)
     """Host folders a container must see (the working folder, inputs)."""
+    requirements_env: str | None = None
+    """Where the job's requirements are installed (a venv over slurm.python's packages), or None."""
+
+    def python(self, opts: SlurmOptions) -> str:
+        """The interpreter the training runs with."""
+        return f"{self.requirements_env}/bin/python" if self.requirements_env else opts.python
 
 
 def sbatch_lines(job: Job, opts: SlurmOptions) -> list[str]:
@@ -135,6 +141,8 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
     out += ["", "set -e  # a failing module load or setup line ends the job here, with its message in batch.log"]
     out += [f"module load {q(module)}" for module in opts.modules]
     out += list(opts.setup)
+    if job.requirements_env:
+        out += _requirements_lines(job.requirements_env, opts.python)
     out += ["", "# The job's environment: the spec's env, then the runtime contract (cloudddp/runtime.py)."]
     out += [f"export {name}={q(value)}" for name, value in job.env.items() if name not in job.env_from_submit]
     out += [
@@ -172,6 +180,32 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
     return "\n".join(out) + "\n"
 
 
+def _requirements_lines(env: str, python: str) -> list[str]:
+    q = shlex.quote
+    build = f'{q(env)}".$SLURM_JOB_ID.${{SLURM_RESTART_COUNT:-0}}"'
+    layer = (
+        'import sysconfig; paths = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")); '
+        'print("import site; " + "; ".join(f"site.addsitedir({p!r})" for p in paths))'
+    )
+    return [
+        "",
+        "# The job's requirements (requirements.txt in the code): installed once per list into an environment on",
+        f"# the shared filesystem that sees {python}'s own packages after its own (torch is not installed twice);",
+        "# a finished build is published by renaming a link, so jobs running at once never see half of one.",
+        f"if [ ! -f {q(env)}/.installed ]; then",
+        f"  build={build}",
+        '  rm -rf "$build"',
+        f'  {q(python)} -m venv --without-pip "$build"',
+        '  site=$("$build/bin/python" -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')',
+        f'  {q(python)} -c {q(layer)} > "$site/_cloudddp_layer.pth"',
+        f'  {q(python)} -m pip --python "$build/bin/python" install -q --disable-pip-version-check -r requirements.txt',
+        '  touch "$build/.installed"',
+        f'  ln -sfn "$build" "$build.link" && mv -T "$build.link" {q(env)}',
+        "fi",
+        f'export PATH={q(env)}/bin:"$PATH"  # `python` in code.command is this environment\'s too',
+    ]
+
+
 def _port_line(opts: SlurmOptions) -> str:
     if opts.rendezvous_port:
         return f"rdzv_port={opts.rendezvous_port}"
@@ -181,7 +215,7 @@ def _port_line(opts: SlurmOptions) -> str:
 
 def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
     q = shlex.quote
-    python = opts.python
+    python = job.python(opts)
     if job.launch == "torchrun":
         program = list(job.program) if job.command else [python, *job.program]
         body = [

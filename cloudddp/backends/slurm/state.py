@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..base import RunState
+from ..base import Cause, RunState
 from .script import LIMIT_EXIT, LIMIT_MARK, START_MARK
 
 _PAIR = re.compile(r"(\S+?)=(.*?)(?= \S+?=|$)")
@@ -43,6 +43,14 @@ _ENDINGS = {
     "DEADLINE": "its deadline passed before it could run",
     "PREEMPTED": "the cluster preempted it (slurm.requeue: true puts a preempted job back in the queue)",
     "REVOKED": "the cluster revoked it",
+}
+
+_CAUSES = {
+    "TIMEOUT": Cause.LIMIT,
+    "DEADLINE": Cause.LIMIT,
+    "OUT_OF_MEMORY": Cause.USER_ERROR,
+    "BOOT_FAIL": Cause.INFRASTRUCTURE,
+    "PREEMPTED": Cause.PREEMPTED,
 }
 
 
@@ -86,6 +94,7 @@ class Failure:
     """Why a run failed, from Slurm's record and the batch log's srun lines."""
 
     message: str
+    cause: Cause
     node: str | None = None
     task: int | None = None
     details: dict[str, Any] = field(default_factory=dict)
@@ -101,23 +110,25 @@ def failure(job: Mapping[str, str], batch_log: str, *, tasks_are_ranks: bool = F
     if state == "NODE_FAIL" or lost:
         node = lost.group(1) if lost else None
         where = f"node {node}" if node else "a node of the job"
-        return Failure(f"{where} failed: Slurm lost it mid-run (NODE_FAIL, Reason={job.get('Reason', '?')})", node)
+        message = f"{where} failed: Slurm lost it mid-run (NODE_FAIL, Reason={job.get('Reason', '?')})"
+        return Failure(message, Cause.INFRASTRUCTURE, node)
     if state == "FAILED" and exit_code.split(":")[0] == str(LIMIT_EXIT) and LIMIT_MARK in run:
         return Failure(
             "stopped ahead of limits.max_runtime: the training was asked to checkpoint and stop; "
-            "submit again to continue from its checkpoint"
+            "submit again to continue from its checkpoint",
+            Cause.LIMIT,
         )
     if state in _ENDINGS:
-        return Failure(_ENDINGS[state])
+        return Failure(_ENDINGS[state], _CAUSES.get(state, Cause.UNKNOWN))
     task_error = _TASK_ERROR.search(run)
     if task_error:
         node, tasks, what = task_error.groups()
         first = int(re.split(r"[,-]", tasks)[0])
         who = f"rank {first}" if tasks_are_ranks else f"task {first}"
-        return Failure(f"node {node} ({who}) failed: {what[0].lower()}{what[1:]}", node, first)
+        return Failure(f"node {node} ({who}) failed: {what[0].lower()}{what[1:]}", Cause.USER_ERROR, node, first)
     code, _, signal = exit_code.partition(":")
     why = f"killed by signal {signal}" if signal not in ("", "0") else f"exit code {code or '?'}"
-    return Failure(f"the job failed: {why} (Reason={job.get('Reason', '?')})")
+    return Failure(f"the job failed: {why} (Reason={job.get('Reason', '?')})", Cause.USER_ERROR)
 
 
 def root_cause(node_log: str) -> dict[str, int]:
