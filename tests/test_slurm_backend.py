@@ -240,7 +240,7 @@ def test_doctor_checks_the_cluster_and_a_retried_launch_finds_its_job(cluster: S
     assert cluster.run("squeue", "-h", "-t", "all", f"--name={first}", "-o", "%i").stdout.split() == \
         [backend.status(first).details["job_id"]]
     assert Run(first, backend).wait(timeout=60, poll=0.3).state is RunState.SUCCEEDED
-    assert [line.text for line in backend.logs(first) if line.source == "rank0"] == ["once"]
+    assert [line.text for line in backend.logs(first) if line.primary] == ["once"]
 
 
 @pytest.fixture(scope="module")

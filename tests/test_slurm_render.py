@@ -15,6 +15,7 @@ from cloudddp.api import Job
 from cloudddp.backends import get_backend
 from cloudddp.backends.base import Cause
 from cloudddp.backends.slurm import SlurmBackend
+from cloudddp.backends.slurm.logs import Labels
 from cloudddp.backends.slurm.script import LIMIT_EXIT, LIMIT_MARK
 from cloudddp.backends.slurm.shell import READ_CAP, Shell
 from cloudddp.backends.slurm.state import STATES, failure, from_sacct, parse_pairs, requeue_reason
@@ -279,3 +280,29 @@ def test_tensorboard_goes_to_the_run_folder_and_a_recovery_attempt_gets_its_own_
     assert third.request["env"]["CLOUDDDP_CHECKPOINT_DIR"] == plan.request["env"]["CLOUDDDP_CHECKPOINT_DIR"]
     assert third.request["run_dir"].endswith("/runs/tiny-t1-r3") and "tiny-t1-r2" not in third.documents["job.sbatch"]
     assert "#SBATCH --job-name=tiny-t1-r3" in third.documents["job.sbatch"] and third.job_name == "tiny"
+
+
+def test_log_lines_of_several_nodes_come_in_the_order_of_the_starts_they_belong_to() -> None:
+    """A requeued job whose rank 0 moved from node 1 to node 0: its lines read back run by run."""
+    labels = Labels(2, per_task=False, per_node=1)
+    node0 = ["[default0]:cloudddp: rank 1 of 2 (local rank 0)", "[default0]:cloudddp: rank 0 of 2 (local rank 0)",
+             "[default0]:step 3"]
+    node1 = ["[default0]:cloudddp: rank 0 of 2 (local rank 0)", "[default0]:step 1", "W torchrun's own words",
+             "[default0]:cloudddp: rank 1 of 2 (local rank 0)"]
+    batch = [(0, "cloudddp: run 0 of Slurm job 1"), (0, "cloudddp: run 1 of Slurm job 1"),
+             *[(1, t) for t in node0], *[(2, t) for t in node1]]
+    lines = [(line.source, line.text, line.primary) for line in labels.ordered(batch)]
+    assert lines == [
+        ("slurm", "cloudddp: run 0 of Slurm job 1", False),
+        ("node0/rank1", "cloudddp: rank 1 of 2 (local rank 0)", False),
+        ("node1/rank0", "cloudddp: rank 0 of 2 (local rank 0)", False),
+        ("node1/rank0", "step 1", True),
+        ("node1", "W torchrun's own words", False),
+        ("slurm", "cloudddp: run 1 of Slurm job 1", False),
+        ("node0/rank0", "cloudddp: rank 0 of 2 (local rank 0)", False),
+        ("node0/rank0", "step 3", True),
+        ("node1/rank1", "cloudddp: rank 1 of 2 (local rank 0)", False),
+    ]
+    tasks = Labels(1, per_task=True, per_node=2)
+    assert [(x.source, x.text, x.primary) for x in tasks.ordered([(1, "1: hi"), (1, "0: there"), (1, "srun: x")])] \
+        == [("rank1", "hi", False), ("rank0", "there", True), ("node0", "srun: x", False)]

@@ -12,13 +12,13 @@ files, cancel is ``scancel`` (SIGTERM first, KillWait seconds to checkpoint). Ev
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 import os
-import re
 import secrets as _random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,13 +34,12 @@ from ..base import Backend, Cause, Check, Launched, LogLine, Progress, RunState,
 from ..features import Capabilities, Feature
 from .options import SlurmOptions
 from .script import Job, Layout, render_script
-from .shell import READ_CAP, Shell
+from .logs import Labels, follow_batches
+from .shell import Shell
 from .state import LIVE, STATES, failure, from_sacct, parse_pairs, requeue_reason, root_cause, timestamp
 
 TORCHRUN_STOP_SECONDS = 30
 """torchrun gives its workers this long after SIGTERM before it kills them (its agent's shutdown timeout)."""
-_TEE = re.compile(r"\[default(\d+)\]:")
-_ANNOUNCE = re.compile(r"cloudddp: rank (\d+) of \d+ \(local rank \d+\)$")
 _UNPACK = (
     'test -d "$1" || { mkdir -p "$1.tmp.$$" && tar --no-same-owner -xzf "$2" -C "$1.tmp.$$" && mv "$1.tmp.$$" "$1"; }'
 )
@@ -430,11 +429,10 @@ class SlurmBackend(Backend[SlurmOptions]):
         shell = Shell.of(info)
         nodes = int(info["nodes"])
         paths = [info["batch_log"], *info["node_logs"]]
-        labels = _Labels(nodes, per_task=info["launch"] == "srun", per_node=int(info["processes_per_node"]))
-        for index, line in _follow(
-            shell, paths, follow=follow, finished=lambda: self._finished(run_id), poll=self.poll_seconds
-        ):
-            yield LogLine("slurm", line, primary=False) if index == 0 else labels.line(index - 1, line)
+        labels = Labels(nodes, per_task=info["launch"] == "srun", per_node=int(info["processes_per_node"]))
+        finished = functools.partial(self._finished, run_id)
+        for batch in follow_batches(shell, paths, follow=follow, finished=finished, poll=self.poll_seconds):
+            yield from labels.ordered(batch)
 
     def _cancel(self, run_id: str) -> None:
         info = self._record(run_id)
@@ -448,68 +446,6 @@ class SlurmBackend(Backend[SlurmOptions]):
             if job is None or job.get("JobState") not in LIVE:
                 return
             time.sleep(0.2)
-
-
-def _follow(
-    shell: Shell, paths: Sequence[str], *, follow: bool, finished: Callable[[], bool], poll: float
-) -> Iterator[tuple[int, str]]:
-    """``(index of the file, line)`` for each complete line of files on the cluster, read through ``shell``;
-    with ``follow``, wait for more until ``finished()`` is true, then drain what is left."""
-    offsets = [0] * len(paths)
-    partial = [b""] * len(paths)
-    while True:
-        done = finished() if follow else True  # read the flag before draining, so nothing is lost
-        chunks = shell.read_from(list(zip(paths, offsets, strict=True)))
-        got = more = False
-        for i, chunk in enumerate(chunks):
-            if not chunk:
-                continue
-            got, more = True, more or len(chunk) >= READ_CAP
-            offsets[i] += len(chunk)
-            *lines, partial[i] = (partial[i] + chunk).split(b"\n")
-            for line in lines:
-                yield i, line.removesuffix(b"\r").decode("utf-8", errors="replace")
-        if done and not got:
-            for i, rest in enumerate(partial):
-                if rest:
-                    yield i, rest.decode("utf-8", errors="replace")
-            return
-        if not more:
-            time.sleep(poll if not got else min(poll, 0.05))
-
-
-class _Labels:
-    """Which process printed a line of a node's log. torchrun prefixes a line with its local rank
-    (``[default<local>]:``) and each process announces its global rank first (the rendezvous decides which
-    node gets rank 0); ``srun --label`` prefixes the task id, which is the global rank."""
-
-    def __init__(self, nodes: int, *, per_task: bool, per_node: int) -> None:
-        self.nodes, self.per_task, self.per_node = nodes, per_task, per_node
-        self.ranks: dict[tuple[int, int], int] = {}
-
-    def line(self, node: int, text: str) -> LogLine:
-        rank: int | None = None
-        if self.per_task:
-            label, sep, rest = text.partition(": ")
-            if sep and label.strip().isdigit():
-                rank, text = int(label), rest
-        else:
-            tee = _TEE.match(text)
-            if tee:
-                local, text = int(tee.group(1)), text[tee.end() :]
-                announced = _ANNOUNCE.match(text)
-                if announced:
-                    self.ranks[node, local] = int(announced.group(1))
-                    return LogLine(self._source(node, self.ranks[node, local]), text, primary=False)
-                rank = self.ranks.get((node, local))
-                if rank is None:  # a line before the announcement (none expected)
-                    return LogLine(f"node{node}/local{local}", text, primary=False)
-        if rank is None:
-            return LogLine(f"node{node}", text, primary=False)  # torchrun's or slurmstepd's own words
-        return LogLine(self._source(node, rank), text, primary=rank == 0)
-
-    def _source(self, node: int, rank: int) -> str:
-        return f"rank{rank}" if self.nodes == 1 else f"node{node}/rank{rank}"
 
 
 def _config_pairs(text: str) -> Iterator[tuple[str, str]]:

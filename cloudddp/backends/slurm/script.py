@@ -244,6 +244,7 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
             "export MASTER_ADDR=${1%:*} MASTER_PORT=${1##*:} RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID",
             f"export WORLD_SIZE=$SLURM_NTASKS LOCAL_WORLD_SIZE={job.processes_per_node} GROUP_RANK=$SLURM_NODEID",
             "shift 2",
+            'echo "cloudddp: rank $RANK of $WORLD_SIZE (local rank $LOCAL_RANK)"',
             'exec "$@"',
             "'",
         ]
