@@ -66,8 +66,13 @@ def steps_and_epochs(run: Run) -> tuple[list[int], list[int]]:
 def test_a_requeued_two_node_job_resumes_from_its_checkpoint_and_runs_every_step_once(cluster: SlurmCluster) -> None:
     """The shared script on 2 nodes × 1 process (torchrun, c10d): `scontrol requeue` mid-run sends SIGTERM,
     rank 0 checkpoints, Slurm runs the script again and the training continues where it stopped."""
-    run = submit(DIGITS, "name=slurm-requeue", "resources.nodes=2", "checkpoint.resume=auto",
-                 "code.args=[--dataset, digits, --epochs, '4', --batch-size, '128', --log-every, '1']")
+    run = submit(
+        DIGITS,
+        "name=slurm-requeue",
+        "resources.nodes=2",
+        "checkpoint.resume=auto",
+        "code.args=[--dataset, digits, --epochs, '4', --batch-size, '128', --log-every, '1']",
+    )
     for record in run.metrics(follow=True):
         if record.epoch == 2:
             break
@@ -89,10 +94,19 @@ def test_a_requeued_two_node_job_resumes_from_its_checkpoint_and_runs_every_step
 
 
 def test_the_shared_script_on_one_node_with_two_processes_through_the_cli(cluster: SlurmCluster) -> None:
-    result = cli("submit", str(DIGITS), "-b", "slurm", *(x for o in ON_CLUSTER for x in ("-o", o)),
-                 "-o", "resources.processes_per_node=2",
-                 "-o", "code.args=[--dataset, digits, --epochs, '1', --batch-size, '128']",
-                 env={"CLOUDDDP_SLURM_POLL": "0.2"}, timeout=240)
+    result = cli(
+        "submit",
+        str(DIGITS),
+        "-b",
+        "slurm",
+        *(x for o in ON_CLUSTER for x in ("-o", o)),
+        "-o",
+        "resources.processes_per_node=2",
+        "-o",
+        "code.args=[--dataset, digits, --epochs, '1', --batch-size, '128']",
+        env={"CLOUDDDP_SLURM_POLL": "0.2"},
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "test_acc=" in result.stdout and "succeeded" in result.stderr, result.stdout[-2000:] + result.stderr[-2000:]
     run_id = re.search(r"^submitted (\S+) \(slurm\)", result.stderr, re.MULTILINE).group(1)
@@ -107,7 +121,8 @@ def test_the_shared_script_on_one_node_with_two_processes_through_the_cli(cluste
 
 
 def test_a_tutorial_script_runs_on_two_nodes_with_its_own_metrics_and_leaves_its_folder_alone(
-        cluster: SlurmCluster) -> None:
+    cluster: SlurmCluster,
+) -> None:
     """tests/fixtures/ownscript reads RANK/LOCAL_RANK as torchrun sets them; here srun's tasks get them."""
     before = {p.name for p in OWN.iterdir()}
     run = submit(OWN / "job.yaml", "slurm.launch=srun")
@@ -121,14 +136,24 @@ def test_a_tutorial_script_runs_on_two_nodes_with_its_own_metrics_and_leaves_its
 
 
 def test_a_dead_node_fails_the_attempt_naming_it_and_recovery_submits_it_again(
-        cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """slurm.requeue off: the attempt ends NODE_FAIL, named; the recovery watcher (limits.max_recoveries) sees
     an infrastructure cause and submits the job again, which runs once node2 is back."""
     monkeypatch.setenv("CLOUDDDP_RECOVERY_POLL", "0.5")
-    once = ('case $CLOUDDDP_RUN_ID in *-r2) echo "again on $SLURMD_NODENAME"; exit 0;; esac; '
-            'echo up on $SLURMD_NODENAME; while :; do sleep 0.2; done')
-    run = submit(FIXTURES / "tinyjob" / "job.yaml", "resources.nodes=2", "slurm.requeue=false", "slurm.launch=srun",
-                 "limits.max_recoveries=1", "code.args=[]", f"code.command=[bash, -c, {json.dumps(once)}]")
+    once = (
+        'case $CLOUDDDP_RUN_ID in *-r2) echo "again on $SLURMD_NODENAME"; exit 0;; esac; '
+        "echo up on $SLURMD_NODENAME; while :; do sleep 0.2; done"
+    )
+    run = submit(
+        FIXTURES / "tinyjob" / "job.yaml",
+        "resources.nodes=2",
+        "slurm.requeue=false",
+        "slurm.launch=srun",
+        "limits.max_recoveries=1",
+        "code.args=[]",
+        f"code.command=[bash, -c, {json.dumps(once)}]",
+    )
     first = run.run_id
     deadline = time.monotonic() + 60
     while sum("up on" in line.text for line in run.backend.logs(first)) < 2:
@@ -151,17 +176,23 @@ def test_a_dead_node_fails_the_attempt_naming_it_and_recovery_submits_it_again(
     attempts = status.details["attempts"]
     assert [(a["state"], a["cause"]) for a in attempts] == [("failed", "infrastructure"), ("succeeded", None)]
     assert attempts[1]["run_id"] == f"{first}-r2"
-    assert sorted(line.text for line in run.backend.logs(attempts[1]["run_id"]) if "again" in line.text) == \
-        ["again on node1", "again on node2"]
+    assert sorted(line.text for line in run.backend.logs(attempts[1]["run_id"]) if "again" in line.text) == [
+        "again on node1",
+        "again on node2",
+    ]
     cluster.wait_nodes("idle", ("node2",), timeout=30)
 
 
 def test_the_time_limit_signal_stops_the_training_cleanly_and_says_so(cluster: SlurmCluster) -> None:
     """What ``--signal=B:USR1@<lead>`` does before the time limit, sent now (a real limit takes minutes)."""
-    run = submit(FIXTURES / "tinyjob" / "job.yaml", "slurm.launch=srun", "resources.processes_per_node=2",
-                 "code.args=[]",
-                 "code.command=[bash, -c, 'trap \"echo checkpointed $RANK; exit 0\" TERM; echo up $RANK; "
-                 "while :; do sleep 0.1; done']")
+    run = submit(
+        FIXTURES / "tinyjob" / "job.yaml",
+        "slurm.launch=srun",
+        "resources.processes_per_node=2",
+        "code.args=[]",
+        'code.command=[bash, -c, \'trap "echo checkpointed $RANK; exit 0" TERM; echo up $RANK; '
+        "while :; do sleep 0.1; done']",
+    )
     deadline = time.monotonic() + 60
     while sum("up " in line.text for line in run.logs()) < 2:
         assert time.monotonic() < deadline, list(run.logs())
@@ -175,14 +206,17 @@ def test_the_time_limit_signal_stops_the_training_cleanly_and_says_so(cluster: S
 
 
 def test_every_process_gets_the_contract_and_the_secret_which_is_written_nowhere(
-        cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One srun task per process on 2 nodes × 2: ranks from SLURM_*, the runtime contract, and a secret read
     from the submitting shell, which reaches every process through sbatch's environment only."""
     secret = "s3cr3t value with 'quotes' and spaces"
     monkeypatch.setenv("TEST_API_TOKEN", secret)
-    probe = ("import hashlib, json, os; keys = [k for k in os.environ if k.startswith(('CLOUDDDP_', 'RANK', "
-             "'LOCAL_', 'WORLD', 'MASTER_'))]; print(json.dumps({**{k: os.environ[k] for k in keys}, "
-             "'token': hashlib.sha256(os.environ['API_TOKEN'].encode()).hexdigest()}))")
+    probe = (
+        "import hashlib, json, os; keys = [k for k in os.environ if k.startswith(('CLOUDDDP_', 'RANK', "
+        "'LOCAL_', 'WORLD', 'MASTER_'))]; print(json.dumps({**{k: os.environ[k] for k in keys}, "
+        "'token': hashlib.sha256(os.environ['API_TOKEN'].encode()).hexdigest()}))"
+    )
     spec = tmp_path / "job.yaml"
     spec.write_text(f"""name: secret-probe
 code: {{dir: {FIXTURES / "tinyjob"}, command: [{sys.executable}, -c, {json.dumps(probe)}]}}
@@ -199,8 +233,12 @@ slurm: {{launch: srun, kill_wait: 5}}
     assert sorted(seen) == ["node0/rank0", "node0/rank1", "node1/rank2", "node1/rank3"], seen
     for source, env in seen.items():
         rank = int(source[-1])
-        assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == \
-            (str(rank), str(rank % 2), "4", "2")
+        assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == (
+            str(rank),
+            str(rank % 2),
+            "4",
+            "2",
+        )
         assert env["MASTER_ADDR"] == "127.0.0.1" and env["CLOUDDDP_RUN_ID"] == run.run_id
         assert env["CLOUDDDP_BACKEND"] == "slurm" and env["CLOUDDDP_SIGTERM_GRACE"] == "5"
         assert env["token"] == hashlib.sha256(secret.encode()).hexdigest()
@@ -211,8 +249,12 @@ slurm: {{launch: srun, kill_wait: 5}}
 
 
 def test_a_failed_rank_is_named_with_its_node_and_the_tail_of_its_output(cluster: SlurmCluster) -> None:
-    run = submit(FIXTURES / "tinyjob" / "job.yaml", "resources.nodes=2", "slurm.launch=srun",
-                 "code.args=[--epochs, '3', --sleep, '0.05', --fail-rank, '1']")
+    run = submit(
+        FIXTURES / "tinyjob" / "job.yaml",
+        "resources.nodes=2",
+        "slurm.launch=srun",
+        "code.args=[--epochs, '3', --sleep, '0.05', --fail-rank, '1']",
+    )
     status = run.wait(timeout=90, poll=0.5)
     assert status.state is RunState.FAILED and status.details["exit_code"] != "0:0", status
     assert status.message == "node node2 (rank 1) failed: exited with exit code 3", status.message
@@ -230,15 +272,18 @@ def test_doctor_checks_the_cluster_and_a_retried_launch_finds_its_job(cluster: S
     fixed = cli("doctor", str(FIXTURES / "tinyjob" / "job.yaml"), "-b", "slurm", "-o", "slurm.kill_wait=5")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
 
-    job = Job.load(FIXTURES / "tinyjob" / "job.yaml", [*ON_CLUSTER, "slurm.launch=srun", "code.args=[]",
-                                                       "code.command=[bash, -c, 'echo once']"])
+    job = Job.load(
+        FIXTURES / "tinyjob" / "job.yaml",
+        [*ON_CLUSTER, "slurm.launch=srun", "code.args=[]", "code.command=[bash, -c, 'echo once']"],
+    )
     backend = get_backend("slurm", poll_seconds=0.2)
     plan = backend.render(job.spec)
     first = backend.launch(plan, checks=False)
     again = backend.launch(plan, checks=False)  # e.g. after the first answer was lost on the way back
     assert first == again == plan.request["run_id"]
-    assert cluster.run("squeue", "-h", "-t", "all", f"--name={first}", "-o", "%i").stdout.split() == \
-        [backend.status(first).details["job_id"]]
+    assert cluster.run("squeue", "-h", "-t", "all", f"--name={first}", "-o", "%i").stdout.split() == [
+        backend.status(first).details["job_id"]
+    ]
     assert Run(first, backend).wait(timeout=60, poll=0.3).state is RunState.SUCCEEDED
     assert [line.text for line in backend.logs(first) if line.primary] == ["once"]
 
@@ -254,15 +299,23 @@ def login_node(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFac
 
 
 def test_through_ssh_to_a_login_node_the_same_verbs_work(
-        cluster: SlurmCluster, login_node: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster: SlurmCluster, login_node: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """slurm.login_host: every command (upload, sbatch with the secret on stdin, squeue, scontrol, log reads,
     scancel) goes through ssh; this process has no SLURM_CONF, so a command run here would fail."""
     monkeypatch.delenv("SLURM_CONF", raising=False)
     monkeypatch.setenv("TEST_API_TOKEN", "over-ssh-secret")
     workdir = tmp_path / "shared"
-    remote = [f"slurm.login_host={login_node.host}", f"slurm.ssh_options={json.dumps(list(login_node.options))}",
-              f"slurm.workdir={workdir}", "slurm.kill_wait=5", "slurm.launch=srun", "resources.nodes=2",
-              "env={API_TOKEN: {from_env: TEST_API_TOKEN, secret: true}}", "code.args=[]"]
+    remote = [
+        f"slurm.login_host={login_node.host}",
+        f"slurm.ssh_options={json.dumps(list(login_node.options))}",
+        f"slurm.workdir={workdir}",
+        "slurm.kill_wait=5",
+        "slurm.launch=srun",
+        "resources.nodes=2",
+        "env={API_TOKEN: {from_env: TEST_API_TOKEN, secret: true}}",
+        "code.args=[]",
+    ]
     command = "code.command=[bash, -c, 'echo \"on $SLURMD_NODENAME token ${#API_TOKEN}\"; sleep \"$0\"', '{}']"
     job = Job.load(FIXTURES / "tinyjob" / "job.yaml", [*remote, command.replace("{}", "0")])
     run = job.submit("slurm", poll_seconds=0.2)
@@ -270,7 +323,8 @@ def test_through_ssh_to_a_login_node_the_same_verbs_work(
     assert status.state is RunState.SUCCEEDED, status
     assert sorted((line.source, line.text) for line in run.logs() if line.text.startswith("on ")) == [
         ("node0/rank0", f"on node1 token {len('over-ssh-secret')}"),
-        ("node1/rank1", f"on node2 token {len('over-ssh-secret')}")]
+        ("node1/rank1", f"on node2 token {len('over-ssh-secret')}"),
+    ]
     assert [p.name.endswith(".tar.gz") for p in (workdir / "code").iterdir()] == [True]
     longer = Job.load(FIXTURES / "tinyjob" / "job.yaml", [*remote, command.replace("{}", "600")]).submit("slurm")
     deadline = time.monotonic() + 60
@@ -282,17 +336,30 @@ def test_through_ssh_to_a_login_node_the_same_verbs_work(
 
 
 def test_the_jobs_requirements_are_installed_on_the_shared_filesystem_and_shared(
-        cluster: SlurmCluster, tmp_path: Path) -> None:
+    cluster: SlurmCluster, tmp_path: Path
+) -> None:
     """Two jobs submitted at once with the same requirements: each may build, one published environment."""
     code = tmp_path / "code"
     (code / "wheels").mkdir(parents=True)
     wheel(code / "wheels")
-    (code / "train.py").write_text("import json, os, rehearsal_dep\n"
-                                   "open(os.path.join(os.environ['CLOUDDDP_MODEL_DIR'], 'dep.json'), 'w').write("
-                                   "json.dumps([rehearsal_dep.VALUE, rehearsal_dep.__file__]))\n")
+    (code / "train.py").write_text(
+        "import json, os, rehearsal_dep\n"
+        "open(os.path.join(os.environ['CLOUDDDP_MODEL_DIR'], 'dep.json'), 'w').write("
+        "json.dumps([rehearsal_dep.VALUE, rehearsal_dep.__file__]))\n"
+    )
     spec = tmp_path / "job.yaml"
-    spec.write_text(json.dumps({"name": "deps", "code": {"dir": str(code), "requirements": [
-        "--no-index", "./wheels/rehearsal_dep-1.0-py3-none-any.whl"]}, "slurm": {"launch": "srun"}}))
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "deps",
+                "code": {
+                    "dir": str(code),
+                    "requirements": ["--no-index", "./wheels/rehearsal_dep-1.0-py3-none-any.whl"],
+                },
+                "slurm": {"launch": "srun"},
+            }
+        )
+    )
     runs = [submit(spec) for _ in range(2)]
     for run in runs:
         status = run.wait(timeout=120, poll=0.5)

@@ -35,8 +35,11 @@ def render(spec: Path, *overrides: str) -> Plan:
 
 
 def sbatch_lines(plan: Plan) -> list[str]:
-    return [line.removeprefix("#SBATCH ") for line in plan.documents["job.sbatch"].splitlines()
-            if line.startswith("#SBATCH ")]
+    return [
+        line.removeprefix("#SBATCH ")
+        for line in plan.documents["job.sbatch"].splitlines()
+        if line.startswith("#SBATCH ")
+    ]
 
 
 def flat(script: str) -> str:
@@ -57,10 +60,24 @@ def test_the_example_job_renders_offline_to_the_sbatch_script_it_describes() -> 
     run_id = plan["request"]["run_id"]
     run_dir = f"/shared/home/me/cloudddp/runs/{run_id}"
     assert [line.removeprefix("#SBATCH ") for line in script.splitlines() if line.startswith("#SBATCH")] == [
-        f"--job-name={run_id}", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=64", "--gpus-per-node=a100:8",
-        "--mem=0", "--time=0-08:00:00", "--signal=B:USR1@180", "--requeue", "--partition=gpu",
-        "--account=ml-research", "--qos=normal", "--constraint=ib", "--exclusive", f"--output={run_dir}/batch.log",
-        "--open-mode=append", f"--chdir={run_dir}/code", "--export=ALL",
+        f"--job-name={run_id}",
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=64",
+        "--gpus-per-node=a100:8",
+        "--mem=0",
+        "--time=0-08:00:00",
+        "--signal=B:USR1@180",
+        "--requeue",
+        "--partition=gpu",
+        "--account=ml-research",
+        "--qos=normal",
+        "--constraint=ib",
+        "--exclusive",
+        f"--output={run_dir}/batch.log",
+        "--open-mode=append",
+        f"--chdir={run_dir}/code",
+        "--export=ALL",
     ]
     assert "module load cuda/12.4\nsource /shared/home/me/venvs/torch/bin/activate\n" in script
     assert "export CLOUDDDP_INPUT_CIFAR=/shared/datasets/cifar-10-batches-py" in script
@@ -75,21 +92,37 @@ def test_the_example_job_renders_offline_to_the_sbatch_script_it_describes() -> 
     bash_accepts(script)
 
 
-@pytest.mark.parametrize("overrides, present, absent", [
-    (["slurm.gpu_option=gres"], ["--gres=gpu:a100:8"], ["--gpus-per-node"]),
-    (["slurm.launch=srun", "slurm.cpus_per_task=null"], ["--ntasks-per-node=8", "--label", 'exec "$@"'],
-     ["--cpus-per-task", "torch.distributed.run"]),
-    (["distribution.launcher=mpi"], ["--ntasks-per-node=8", "--label"], ["torch.distributed.run"]),
-    (["slurm.container={image: 'nvcr.io#nvidia/pytorch:24.05-py3'}"],
-     ["--container-image=nvcr.io#nvidia/pytorch:24.05-py3",
-      "--container-mounts=/shared/home/me/cloudddp,/shared/datasets/cifar-10-batches-py"], ["apptainer"]),
-    (["slurm.container={image: /shared/torch.sif, runtime: apptainer, mounts: [/scratch]}"],
-     ["apptainer exec --nv --bind=/shared/home/me/cloudddp,/shared/datasets/cifar-10-batches-py,/scratch"],
-     ["--container-image"]),
-    (["slurm.requeue=false", "slurm.rendezvous_port=29400", "slurm.sbatch_options=[--reservation=ml]"],
-     ["--no-requeue", "rdzv_port=29400", "#SBATCH --reservation=ml"], ["#SBATCH --requeue"]),
-    (["limits.max_runtime=90"], ["--time=0-00:02:00", "--signal=B:USR1@60"], []),
-])
+@pytest.mark.parametrize(
+    "overrides, present, absent",
+    [
+        (["slurm.gpu_option=gres"], ["--gres=gpu:a100:8"], ["--gpus-per-node"]),
+        (
+            ["slurm.launch=srun", "slurm.cpus_per_task=null"],
+            ["--ntasks-per-node=8", "--label", 'exec "$@"'],
+            ["--cpus-per-task", "torch.distributed.run"],
+        ),
+        (["distribution.launcher=mpi"], ["--ntasks-per-node=8", "--label"], ["torch.distributed.run"]),
+        (
+            ["slurm.container={image: 'nvcr.io#nvidia/pytorch:24.05-py3'}"],
+            [
+                "--container-image=nvcr.io#nvidia/pytorch:24.05-py3",
+                "--container-mounts=/shared/home/me/cloudddp,/shared/datasets/cifar-10-batches-py",
+            ],
+            ["apptainer"],
+        ),
+        (
+            ["slurm.container={image: /shared/torch.sif, runtime: apptainer, mounts: [/scratch]}"],
+            ["apptainer exec --nv --bind=/shared/home/me/cloudddp,/shared/datasets/cifar-10-batches-py,/scratch"],
+            ["--container-image"],
+        ),
+        (
+            ["slurm.requeue=false", "slurm.rendezvous_port=29400", "slurm.sbatch_options=[--reservation=ml]"],
+            ["--no-requeue", "rdzv_port=29400", "#SBATCH --reservation=ml"],
+            ["#SBATCH --requeue"],
+        ),
+        (["limits.max_runtime=90"], ["--time=0-00:02:00", "--signal=B:USR1@60"], []),
+    ],
+)
 def test_options_render_to_what_slurm_reads(overrides: list[str], present: list[str], absent: list[str]) -> None:
     script = flat(render(CIFAR, *overrides).documents["job.sbatch"])
     for text in present:
@@ -101,15 +134,18 @@ def test_options_render_to_what_slurm_reads(overrides: list[str], present: list[
 
 def test_the_mpi_launcher_says_what_it_becomes_and_restarts_need_torchrun() -> None:
     plan = render(CIFAR, "distribution.launcher=mpi")
-    assert any(w.startswith("mpi launcher: on Slurm, distribution.launcher: mpi starts one srun task") for w in
-               plan.warnings)
+    assert any(
+        w.startswith("mpi launcher: on Slurm, distribution.launcher: mpi starts one srun task") for w in plan.warnings
+    )
     assert any(w.startswith("limits.max_restarts: restarting processes needs torchrun") for w in plan.warnings)
 
 
 def test_secrets_stay_out_of_the_script_and_the_plan(tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
-    spec.write_text(f"name: s\ncode: {{dir: {FIXTURES / 'tinyjob'}}}\n"
-                    "env: {PLAIN: shown, TOKEN: {value: hunter2-hunter2, secret: true}, HOME_COPY: {from_env: HOME}}\n")
+    spec.write_text(
+        f"name: s\ncode: {{dir: {FIXTURES / 'tinyjob'}}}\n"
+        "env: {PLAIN: shown, TOKEN: {value: hunter2-hunter2, secret: true}, HOME_COPY: {from_env: HOME}}\n"
+    )
     plan = render(spec)
     script = plan.documents["job.sbatch"]
     assert "export PLAIN=shown" in script and "hunter2" not in plan.to_json() + script
@@ -118,17 +154,23 @@ def test_secrets_stay_out_of_the_script_and_the_plan(tmp_path: Path) -> None:
     assert plan.reveal(plan.request["env"]["TOKEN"]) == "hunter2-hunter2"
 
 
-@pytest.mark.parametrize("overrides, field, words", [
-    (["resources.interconnect=rdma", "slurm.constraint=null", "slurm.partition=null"], "slurm.constraint",
-     "InfiniBand"),
-    (["slurm.workdir=null"], "workdir", "login_host"),
-    (["slurm.sbatch_options=[--time=5]"], "slurm.sbatch_options", "set by cloudddp"),
-    (["slurm.mem=lots"], "slurm.mem", "64G"),
-    (["slurm.partition=gpu a100"], "slurm.partition", "one word"),
-    (["inputs.cifar.at.slurm=s3://bucket/cifar/"], "remote inputs", "inputs.<name>.at.slurm"),
-    (["inputs.cifar.at.slurm=data/cifar"], "inputs.cifar.at.slurm", "relative"),
-    (["checkpoint.path=s3://bucket/ckpt"], "checkpoint.path", "filesystem"),
-])
+@pytest.mark.parametrize(
+    "overrides, field, words",
+    [
+        (
+            ["resources.interconnect=rdma", "slurm.constraint=null", "slurm.partition=null"],
+            "slurm.constraint",
+            "InfiniBand",
+        ),
+        (["slurm.workdir=null"], "workdir", "login_host"),
+        (["slurm.sbatch_options=[--time=5]"], "slurm.sbatch_options", "set by cloudddp"),
+        (["slurm.mem=lots"], "slurm.mem", "64G"),
+        (["slurm.partition=gpu a100"], "slurm.partition", "one word"),
+        (["inputs.cifar.at.slurm=s3://bucket/cifar/"], "remote inputs", "inputs.<name>.at.slurm"),
+        (["inputs.cifar.at.slurm=data/cifar"], "inputs.cifar.at.slurm", "relative"),
+        (["checkpoint.path=s3://bucket/ckpt"], "checkpoint.path", "filesystem"),
+    ],
+)
 def test_bad_slurm_input_exits_2_naming_the_field(overrides: list[str], field: str, words: str) -> None:
     result = cli("render", str(CIFAR), "-b", "slurm", *(x for o in overrides for x in ("-o", o)))
     assert result.returncode == 2, result.stdout + result.stderr
@@ -169,8 +211,7 @@ def test_files_are_read_by_offset_in_one_command(tmp_path: Path) -> None:
     log.write_bytes(b"one\ntwo\n")
     big.write_bytes(b"x" * (READ_CAP + 10))
     shell = Shell()
-    assert shell.read_from([(str(log), 0), (str(missing), 0), (str(big), 0)]) == [b"one\ntwo\n", None,
-                                                                                     b"x" * READ_CAP]
+    assert shell.read_from([(str(log), 0), (str(missing), 0), (str(big), 0)]) == [b"one\ntwo\n", None, b"x" * READ_CAP]
     assert shell.read_from([(str(log), 4), (str(big), READ_CAP)]) == [b"two\n", b"x" * 10]
     shell.write(str(tmp_path / "sub" / "f.txt"), b"written")
     assert (tmp_path / "sub" / "f.txt").read_bytes() == b"written" and shell.tail(str(log), 4) == "two"
@@ -193,11 +234,17 @@ def test_every_state_slurm_ends_a_job_in_maps_to_a_terminal_run_state() -> None:
 
 def test_a_failed_run_is_explained_from_the_batch_log_of_its_latest_run() -> None:
     job = parse_pairs("JobId=5 JobState=FAILED Reason=NonZeroExitCode ExitCode=5:0 NodeList=node[1-2]")
-    log = ("cloudddp: run 0 of Slurm job 5 on node[1-2]\nsrun: error: node1: task 0: Exited with exit code 9\n"
-           "cloudddp: run 1 of Slurm job 5 on node[1-2]\nsrun: error: node2: task 1: Exited with exit code 5\n")
+    log = (
+        "cloudddp: run 0 of Slurm job 5 on node[1-2]\nsrun: error: node1: task 0: Exited with exit code 9\n"
+        "cloudddp: run 1 of Slurm job 5 on node[1-2]\nsrun: error: node2: task 1: Exited with exit code 5\n"
+    )
     found = failure(job, log)
     assert (found.message, found.node, found.task, found.cause) == (
-        "node node2 (task 1) failed: exited with exit code 5", "node2", 1, Cause.USER_ERROR)
+        "node node2 (task 1) failed: exited with exit code 5",
+        "node2",
+        1,
+        Cause.USER_ERROR,
+    )
     assert failure(job, log, tasks_are_ranks=True).message.startswith("node node2 (rank 1) failed")
     lost = failure({"JobState": "NODE_FAIL", "Reason": "NodeDown"}, "srun: error: Node failure on node2\n")
     assert lost.message.startswith("node node2 failed: Slurm lost it mid-run") and lost.node == "node2"
@@ -212,8 +259,10 @@ def test_a_failed_run_is_explained_from_the_batch_log_of_its_latest_run() -> Non
 
 
 def test_why_a_job_was_requeued_and_accounting_rows() -> None:
-    log = ("cloudddp: run 0 of Slurm job 8\nslurmstepd-node1: error: *** JOB 8 ON node1 CANCELLED AT "
-           "2026-11-23T08:45:05 DUE TO JOB REQUEUE ***\ncloudddp: run 1 of Slurm job 8\n")
+    log = (
+        "cloudddp: run 0 of Slurm job 8\nslurmstepd-node1: error: *** JOB 8 ON node1 CANCELLED AT "
+        "2026-11-23T08:45:05 DUE TO JOB REQUEUE ***\ncloudddp: run 1 of Slurm job 8\n"
+    )
     assert requeue_reason(log) == "job requeue"
     assert requeue_reason(log + "srun: error: Node failure on node2\n") == "node failure on node2"
     row = from_sacct("8|CANCELLED by 0|0:15|node[1-2]|2026-11-23T08:45:04|2026-11-23T08:45:05")
@@ -228,39 +277,46 @@ def test_the_rendered_script_runs_under_bash_with_slurm_variables(tmp_path: Path
     bin_dir.mkdir()
     tools = {
         "scontrol": 'if [ "$2" = hostnames ]; then printf "n1\\nn2\\n"; else '
-                    'echo "NodeName=n1 Arch=x NodeAddr=10.0.0.1 NodeHostName=h1 Port=1"; '
-                    'echo "NodeName=n2 Arch=x NodeAddr=10.0.0.2 NodeHostName=h2 Port=2"; fi',
+        'echo "NodeName=n1 Arch=x NodeAddr=10.0.0.1 NodeHostName=h1 Port=1"; '
+        'echo "NodeName=n2 Arch=x NodeAddr=10.0.0.2 NodeHostName=h2 Port=2"; fi',
         "srun": 'printf "%s\\0" "$@" > srun.args',
     }
     for name, body in tools.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "7",
-           "SLURM_JOB_NODELIST": "n[1-2]"}
-    done = subprocess.run(["bash", "-c", plan.documents["job.sbatch"]], capture_output=True, text=True, env=env,
-                          cwd=tmp_path)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]"}
+    done = subprocess.run(
+        ["bash", "-c", plan.documents["job.sbatch"]], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     srun_args = (tmp_path / "srun.args").read_text().split("\0")[:-1]
     at = srun_args.index("cloudddp-node")
-    assert srun_args[at + 1:at + 3] == ["10.0.0.1:20070", "n1=10.0.0.1\nn2=10.0.0.2"], srun_args
-    assert srun_args[at + 4:] == ["python3", "train.py", "--epochs", "3"]
-    assert srun_args[at - 3:at - 1] == ["bash", "-c"]
-    assert srun_args[:at - 3] == ["--export=ALL", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-                                  f"--output={tmp_path}/runs/tiny-t1/logs/node%n.log", "--open-mode=append"]
+    assert srun_args[at + 1 : at + 3] == ["10.0.0.1:20070", "n1=10.0.0.1\nn2=10.0.0.2"], srun_args
+    assert srun_args[at + 4 :] == ["python3", "train.py", "--epochs", "3"]
+    assert srun_args[at - 3 : at - 1] == ["bash", "-c"]
+    assert srun_args[: at - 3] == [
+        "--export=ALL",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+        f"--output={tmp_path}/runs/tiny-t1/logs/node%n.log",
+        "--open-mode=append",
+    ]
 
 
 def test_requirements_are_installed_by_the_job_once_per_list_and_refused_with_a_container(tmp_path: Path) -> None:
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "train.py").write_text("")
     spec = tmp_path / "job.yaml"
-    spec.write_text(f"name: deps\ncode: {{dir: {tmp_path / 'code'}, requirements: [einops>=0.7]}}\n"
-                    f"slurm: {{workdir: {tmp_path / 'w'}, python: /opt/py/bin/python3}}\n")
+    spec.write_text(
+        f"name: deps\ncode: {{dir: {tmp_path / 'code'}, requirements: [einops>=0.7]}}\n"
+        f"slurm: {{workdir: {tmp_path / 'w'}, python: /opt/py/bin/python3}}\n"
+    )
     plan = render(spec)
     decision = next(d for d in plan.decisions if "installed by the job into" in d)
     env = decision.split(" into ")[1].split()[0]
     script = plan.documents["job.sbatch"]
     assert env.startswith(f"{tmp_path / 'w'}/envs/") and f"if [ ! -f {env}/.installed ]; then" in script
-    assert "/opt/py/bin/python3 -m pip --python \"$build/bin/python\" install" in script
+    assert '/opt/py/bin/python3 -m pip --python "$build/bin/python" install' in script
     assert f"exec {env}/bin/python -m torch.distributed.run" in script
     assert render(spec, "slurm.python=/other/python3").decisions != plan.decisions  # another base, another env
     bash_accepts(script)
@@ -285,12 +341,23 @@ def test_tensorboard_goes_to_the_run_folder_and_a_recovery_attempt_gets_its_own_
 def test_log_lines_of_several_nodes_come_in_the_order_of_the_starts_they_belong_to() -> None:
     """A requeued job whose rank 0 moved from node 1 to node 0: its lines read back run by run."""
     labels = Labels(2, per_task=False, per_node=1)
-    node0 = ["[default0]:cloudddp: rank 1 of 2 (local rank 0)", "[default0]:cloudddp: rank 0 of 2 (local rank 0)",
-             "[default0]:step 3"]
-    node1 = ["[default0]:cloudddp: rank 0 of 2 (local rank 0)", "[default0]:step 1", "W torchrun's own words",
-             "[default0]:cloudddp: rank 1 of 2 (local rank 0)"]
-    batch = [(0, "cloudddp: run 0 of Slurm job 1"), (0, "cloudddp: run 1 of Slurm job 1"),
-             *[(1, t) for t in node0], *[(2, t) for t in node1]]
+    node0 = [
+        "[default0]:cloudddp: rank 1 of 2 (local rank 0)",
+        "[default0]:cloudddp: rank 0 of 2 (local rank 0)",
+        "[default0]:step 3",
+    ]
+    node1 = [
+        "[default0]:cloudddp: rank 0 of 2 (local rank 0)",
+        "[default0]:step 1",
+        "W torchrun's own words",
+        "[default0]:cloudddp: rank 1 of 2 (local rank 0)",
+    ]
+    batch = [
+        (0, "cloudddp: run 0 of Slurm job 1"),
+        (0, "cloudddp: run 1 of Slurm job 1"),
+        *[(1, t) for t in node0],
+        *[(2, t) for t in node1],
+    ]
     lines = [(line.source, line.text, line.primary) for line in labels.ordered(batch)]
     assert lines == [
         ("slurm", "cloudddp: run 0 of Slurm job 1", False),
@@ -304,5 +371,8 @@ def test_log_lines_of_several_nodes_come_in_the_order_of_the_starts_they_belong_
         ("node1/rank1", "cloudddp: rank 1 of 2 (local rank 0)", False),
     ]
     tasks = Labels(1, per_task=True, per_node=2)
-    assert [(x.source, x.text, x.primary) for x in tasks.ordered([(1, "1: hi"), (1, "0: there"), (1, "srun: x")])] \
-        == [("rank1", "hi", False), ("rank0", "there", True), ("node0", "srun: x", False)]
+    assert [(x.source, x.text, x.primary) for x in tasks.ordered([(1, "1: hi"), (1, "0: there"), (1, "srun: x")])] == [
+        ("rank1", "hi", False),
+        ("rank0", "there", True),
+        ("node0", "srun: x", False),
+    ]

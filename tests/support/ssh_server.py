@@ -68,15 +68,36 @@ UsePAM no
 SetEnv {set_env}
 """)
     log = open(root / "sshd.log", "wb")  # noqa: SIM115 - the daemon keeps it
-    proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(root / "sshd_config")], stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    server = SshServer(f"{pwd.getpwuid(os.geteuid()).pw_name}@127.0.0.1", (
-        "-p", str(port), "-i", str(root / "client"), "-o", "StrictHostKeyChecking=no",
-        "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"))
+    proc = subprocess.Popen(
+        [sshd, "-D", "-e", "-f", str(root / "sshd_config")],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    server = SshServer(
+        f"{pwd.getpwuid(os.geteuid()).pw_name}@127.0.0.1",
+        (
+            "-p",
+            str(port),
+            "-i",
+            str(root / "client"),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+        ),
+    )
     try:
         deadline = time.monotonic() + 15
-        while subprocess.run(["ssh", "-o", "BatchMode=yes", *server.options, server.host, "true"],
-                             capture_output=True, timeout=15).returncode != 0:
+        while (
+            subprocess.run(
+                ["ssh", "-o", "BatchMode=yes", *server.options, server.host, "true"], capture_output=True, timeout=15
+            ).returncode
+            != 0
+        ):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise SshUnavailable(f"sshd did not start: {(root / 'sshd.log').read_text(errors='replace')[-500:]}")
             time.sleep(0.1)
