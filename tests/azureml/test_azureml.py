@@ -158,7 +158,7 @@ def test_provision_submit_status_logs_metrics_cancel_through_the_real_sdk(model:
     assert props["distribution"] == {"distributionType": "PyTorch", "processCountPerInstance": 8}
     assert props["resources"]["instanceCount"] == 2
     assert props["computeId"].endswith("/computes/gpu-cluster")
-    assert "AzureML-acpt-pytorch-2.2-cuda12.1" in props["environmentId"]
+    assert props["environmentId"] == "azureml://registries/azureml/environments/acpt-pytorch-2.8-cuda12.6/versions/14"
     assert props["environmentVariables"]["WANDB_API_KEY"] == "wandb-canary-9f8e7d"  # reaches the job at submit...
     assert "wandb-canary-9f8e7d" not in json.dumps(Registry().list(limit=1000).__repr__())  # ...and is stored nowhere here
     code = [c for c in model.codes.values()]
