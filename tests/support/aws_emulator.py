@@ -28,14 +28,18 @@ def aws_environment(url: str) -> dict[str, str]:
             "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
 
 
-def set_status(name: str, status: str, secondary: str | None = None, region: str = "us-east-1") -> None:
-    """Move a training job to ``status`` (moto creates jobs already Completed and has no transitions)."""
+def set_status(name: str, status: str, secondary: str | None = None, region: str = "us-east-1",
+               reason: str | None = None) -> None:
+    """Move a training job to ``status`` (moto creates jobs already Completed and has no transitions);
+    ``reason`` is the FailureReason DescribeTrainingJob reports."""
     from moto.sagemaker.models import sagemaker_backends
 
     job = sagemaker_backends[ACCOUNT_ID][region].training_jobs[name]
     job.training_job_status = status
     if secondary:
         job.secondary_status = secondary
+    if reason is not None:
+        job.failure_reason = reason
 
 
 NOW_MS = int(time.time() * 1000)  # CloudWatch (and moto) drop events more than 14 days old
@@ -78,12 +82,25 @@ def _stop_training_job(self: Any) -> Any:
     return ActionResult({})
 
 
+def _starts_in_progress(create: Any) -> Any:
+    """moto creates a training job already Completed; SageMaker's is InProgress (Starting) until it ends."""
+    def created(self: Any, *args: Any, **kwargs: Any) -> Any:
+        job = create(self, *args, **kwargs)
+        job.training_job_status, job.secondary_status = "InProgress", "Starting"
+        return job
+    return created
+
+
 @contextmanager
 def moto_server() -> Iterator[str]:
+    from moto.sagemaker.models import SageMakerModelBackend
     from moto.sagemaker.responses import SageMakerResponse
     from moto.server import ThreadedMotoServer
 
     SageMakerResponse.stop_training_job = _stop_training_job  # type: ignore[attr-defined]
+    if not getattr(SageMakerModelBackend.create_training_job, "starts_in_progress", False):
+        SageMakerModelBackend.create_training_job = _starts_in_progress(SageMakerModelBackend.create_training_job)
+        SageMakerModelBackend.create_training_job.starts_in_progress = True  # type: ignore[attr-defined]
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
