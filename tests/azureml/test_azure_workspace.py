@@ -265,3 +265,13 @@ def test_the_logs_are_where_the_jobs_default_output_says_else_where_azure_ml_kee
         path="azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.j1")})
     assert log_location(service) == ("workspaceartifactstore", "ExperimentRun/dcid.j1")
     assert log_location(SimpleNamespace(name="j2", outputs={})) == ("workspaceartifactstore", "ExperimentRun/dcid.j2")
+
+
+def test_a_mixed_case_spec_name_is_the_name_the_job_gets(model: WorkspaceModel) -> None:
+    """azure-ai-ml's load_job lower-cases job names: the rendered name (the run id) is lower-case already."""
+    b = backend(model, "Mixed")
+    plan = b.render(load_spec(AZURE_JOB, ["name=CIFAR10-Run"]))
+    assert plan.job_name.startswith("cifar10-run-") and plan.job_name.endswith("-mixed")
+    name = b.launch(plan)
+    assert name == plan.job_name and list(model.jobs) == [name]
+    assert b.status(name).name == "CIFAR10-Run"  # the display name keeps the spec's spelling

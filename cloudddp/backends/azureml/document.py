@@ -51,9 +51,11 @@ def cluster_name(az: AzureMLOptions) -> str:
 
 
 def job_name(spec: JobSpec, content: dict[str, Any], token: str) -> str:
+    """The job's name, lower-case: azure-ai-ml's ``load_job`` lower-cases a job name before submitting it, so a
+    mixed-case name would not be the name (nor the MLflow run id) the job gets."""
     digest = hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:8]
     base = _NAME_OK.sub("-", spec.name)[: 200].strip("-_")
-    return f"{base}-{digest}-{token}"
+    return f"{base}-{digest}-{token}".lower()
 
 
 def _command(spec: JobSpec, args: list[str], bindings: dict[str, str]) -> str:
