@@ -132,16 +132,19 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
     docs.decisions += input_decisions
     places = Places(model_dir="${{outputs.model}}",
                     checkpoint_dir="${{outputs.checkpoints}}" if spec.checkpoint.enabled else None,
+                    tensorboard_dir="${{outputs.tensorboard}}",
                     inputs={name: f"${{{{inputs.{name}}}}}" for name in spec.inputs})
     all_env, docs.env_sources = job_env(spec, "azureml", places, on_gpu=gpus > 0, sigterm_grace=sigterm_grace,
                                         presets=presets)
     bindings = {k: v for k, v in all_env.items() if "${{" in v}
     env = {k: v for k, v in all_env.items() if k not in bindings}
 
-    output = spec.outputs.get("model")
-    outputs: dict[str, Any] = {"model": {"type": "uri_folder", "mode": "rw_mount"}}
-    if output and output.path:
-        outputs["model"]["path"] = output.path
+    outputs: dict[str, Any] = {}
+    for name in ("model", *(["tensorboard"] if "tensorboard" in spec.outputs else [])):
+        outputs[name] = {"type": "uri_folder", "mode": "rw_mount"}
+        output = spec.outputs.get(name)
+        if output and output.path:
+            outputs[name]["path"] = output.path
     if spec.checkpoint.enabled:
         ckpt = checkpoint_folder(spec, f"{DEFAULT_DATASTORE}/cloudddp/checkpoints").rstrip("/") + "/"
         outputs["checkpoints"] = {"type": "uri_folder", "mode": "rw_mount", "path": ckpt}
