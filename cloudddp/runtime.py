@@ -205,7 +205,7 @@ def checkpoint_key(spec: JobSpec) -> str:
 
     what = {
         "entry": spec.code.entry, "command": spec.code.command, "args": spec.code.args,
-        "inputs": {name: item.model_dump(mode="json", exclude={"mode"}) for name, item in spec.inputs.items()},
+        "inputs": {name: item.model_dump(mode="json", exclude={"mode", "kind"}) for name, item in spec.inputs.items()},
         "env": {name: entry.value for name, entry in spec.env.items() if not entry.secret},
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]

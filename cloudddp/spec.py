@@ -101,6 +101,13 @@ class Input(Strict):
         default_factory=dict, description="Where this input is on a given backend, by backend name (instead of `path`)."
     )
     mode: Literal["download", "mount"] = "download"
+    kind: Literal["auto", "file", "folder"] = Field(
+        "auto",
+        description="What the input is. auto: a URI whose last segment has a file extension (`.tar.gz`, `.csv`, "
+                    "`.npz`) is a file, anything else (a trailing `/`, no extension) a folder; a local path is what "
+                    "it is on disk. Where a backend can hand over a single file (Azure ML's uri_file), the input's "
+                    "path in the job is then the file itself.",
+    )
     arg: str | None = Field(
         None, description="Script argument that receives the input's path in the job, e.g. `--data-dir`."
     )

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from azure.ai.ml import Input, command
-from azure.ai.ml.entities import AmlCompute, QueueSettings
+from azure.ai.ml.entities import AmlCompute
 
 code_dir = Path(sys.argv[1])
 node = command(
@@ -20,17 +20,16 @@ node = command(
         "--data-dir ${{inputs.cifar}}"
     ),
     inputs={"cifar": Input(type="uri_folder", path="azureml://datastores/workspaceblobstore/paths/cifar10/")},
-    environment="azureml:AzureML-acpt-pytorch-2.2-cuda12.1@latest",
+    environment="azureml://registries/azureml/environments/acpt-pytorch-2.8-cuda12.6/versions/14",
     compute="gpu-cluster",
     instance_count=2,
-    distribution={"type": "pytorch", "process_count_per_instance": 4},
+    distribution={"type": "pytorch", "process_count_per_instance": 8},
     shm_size="16g",
     environment_variables={"CLOUDDDP_DIST_BACKEND": "nccl"},
     timeout=8 * 3600,
-    queue_settings=QueueSettings(job_tier="standard"),
 )
-cluster = AmlCompute(name="gpu-cluster", size="Standard_NC24rs_v3", min_instances=0, max_instances=4,
-                     idle_time_before_scale_down=300, tier="dedicated")
+cluster = AmlCompute(name="gpu-cluster", size="Standard_ND96asr_v4", min_instances=0, max_instances=4,
+                     idle_time_before_scale_down=300, tier="dedicated", ssh_public_access_enabled=False)
 with tempfile.TemporaryDirectory() as tmp:
     node._to_job().dump(Path(tmp) / "job.yml")
     cluster.dump(Path(tmp) / "compute.yml")

@@ -83,7 +83,8 @@ def check_trains_checkpoints_and_resumes(launch: Callable[..., AzureRun], distri
 
     # Continued for one more epoch: a variant (another --epochs) gets a checkpoint folder of its own, so it
     # names the first one's; a new job name, so a new model folder.
-    second_job = cpu_job(distribution, epochs=3, token="second", checkpoints=first_job["outputs"]["checkpoints"]["path"])
+    second_job = cpu_job(distribution, epochs=3, token="second",
+                         checkpoints=first_job["outputs"]["checkpoints"]["path"])
     assert second_job["name"] != first_job["name"]
     second = launch(second_job, tmp_path / "second", stores)
     assert second.ok, second.describe()
@@ -111,7 +112,7 @@ def test_mpi_distribution_under_real_mpirun_trains_checkpoints_and_resumes(store
 def test_substitution_refuses_a_reference_the_job_does_not_define(tmp_path: Path) -> None:
     assert substitute("run ${{inputs.a}} ${{outputs.b}}", {"a": tmp_path / "in"}, {"b": tmp_path / "out"}) == \
         f"run {tmp_path / 'in'} {tmp_path / 'out'}"
-    with pytest.raises(KeyError, match="outputs.model"):
+    with pytest.raises(KeyError, match=r"outputs\.model"):
         substitute("python train.py --out ${{outputs.model}}", {}, {})
 
 
@@ -148,3 +149,24 @@ def test_mpirun_gives_every_rank_the_open_mpi_variables(tmp_path: Path) -> None:
     assert run.ok, run.describe()
     assert [run.logs[rank].strip() for rank in (0, 1)] == [
         "rank=0 size=2 local=0 master=127.0.0.1 from_job=yes", "rank=1 size=2 local=1 master=127.0.0.1 from_job=yes"]
+
+
+@pytest.mark.parametrize("mode", ["download", "ro_mount"])
+def test_a_uri_file_input_is_the_files_own_path_in_the_job(tmp_path: Path, mode: str) -> None:
+    """What cloudddp renders for a file input, run the way Azure ML runs it: the command gets the file."""
+    data = tmp_path / "labels.csv"
+    data.write_text("a,b\n1,2\n")
+    spec = spec_from_dict({"name": "file-input", "code": {"dir": str(ROOT / "src_train")},
+                           "inputs": {"labels": {"path": str(data),
+                                                 "mode": "mount" if mode == "ro_mount" else "download"}},
+                           "resources": {"nodes": 1, "gpus_per_node": 0},
+                           "azureml": {"compute": "cpu-cluster", "vm_size": "Standard_D4s_v3"}}, base_dir=tmp_path)
+    rendered = AzureMLBackend(token="f").render(spec).request["job"]
+    assert rendered["inputs"]["labels"] == {"type": "uri_file", "path": str(data), "mode": mode}
+    job = {**bash_job(tmp_path, "pytorch", "head -1 ${{inputs.labels}}; echo is=${{inputs.labels}}"),
+           "inputs": rendered["inputs"]}
+    job["resources"] = {"instance_count": 1}
+    run = launch_pytorch(job, tmp_path / "run", Datastores(tmp_path / "blob"))
+    assert run.ok, run.describe()
+    assert run.logs[0].splitlines()[0] == "a,b"
+    assert run.logs[0].splitlines()[1].endswith("/labels.csv")

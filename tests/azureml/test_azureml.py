@@ -21,6 +21,7 @@ from cloudddp.specload import load_spec
 
 from ..support.azure_rig import FakeCredential, WorkspaceModel, create_container, ml_transport
 from ..support.cli import ROOT
+from ..support.mlflow_server import MlflowServer
 
 AZURE_JOB = ROOT / "jobs" / "cifar10-azureml.yaml"
 
@@ -108,7 +109,8 @@ def test_workspace_from_spec_then_config_json_then_environment(tmp_path: Path, m
     with pytest.raises(UserError, match=r"AZURE_SUBSCRIPTION_ID.*AZURE_RESOURCE_GROUP.*AZUREML_WORKSPACE_NAME"):
         find_workspace(None, cwd=tmp_path)
     (tmp_path / ".azureml").mkdir()
-    (tmp_path / ".azureml" / "config.json").write_text(json.dumps({"subscription_id": "s", "resource_group": "r", "workspace_name": "w"}))
+    config = {"subscription_id": "s", "resource_group": "r", "workspace_name": "w"}
+    (tmp_path / ".azureml" / "config.json").write_text(json.dumps(config))
     (tmp_path / "sub").mkdir()
     assert find_workspace(None, cwd=tmp_path / "sub").name == "w"
     assert find_workspace(load_spec(AZURE_JOB).section("azureml"), cwd=tmp_path / "sub").name == "ml-workspace"
@@ -141,7 +143,9 @@ class Steps:
 
 @pytest.mark.slow
 def test_provision_submit_status_logs_metrics_cancel_through_the_real_sdk(model: WorkspaceModel,
+                                                                           mlflow_server: MlflowServer,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    model.mlflow = mlflow_server
     monkeypatch.setenv("WANDB_SRC", "wandb-canary-9f8e7d")
     b = backend(model, token="e2e")
     plan = b.render(load_spec(AZURE_JOB, ["env.WANDB_API_KEY.from_env=WANDB_SRC", "env.WANDB_API_KEY.secret=true"]))
@@ -158,9 +162,9 @@ def test_provision_submit_status_logs_metrics_cancel_through_the_real_sdk(model:
     assert props["distribution"] == {"distributionType": "PyTorch", "processCountPerInstance": 8}
     assert props["resources"]["instanceCount"] == 2
     assert props["computeId"].endswith("/computes/gpu-cluster")
-    assert "AzureML-acpt-pytorch-2.2-cuda12.1" in props["environmentId"]
+    assert props["environmentId"] == "azureml://registries/azureml/environments/acpt-pytorch-2.8-cuda12.6/versions/14"
     assert props["environmentVariables"]["WANDB_API_KEY"] == "wandb-canary-9f8e7d"  # reaches the job at submit...
-    assert "wandb-canary-9f8e7d" not in json.dumps(Registry().list(limit=1000).__repr__())  # ...and is stored nowhere here
+    assert "wandb-canary-9f8e7d" not in json.dumps(Registry().list(limit=1000).__repr__())  # ...and stored nowhere
     code = [c for c in model.codes.values()]
     assert len(code) == 1 and model.pending_uploads == 1
     blobs = [b.name for b in model.container_client().list_blobs(name_starts_with="LocalUpload/")]
@@ -173,7 +177,8 @@ def test_provision_submit_status_logs_metrics_cancel_through_the_real_sdk(model:
     model.write_log(name, 0, "starting rank 0\n")
     model.write_log(name, 1, "starting rank 1\n")
     seen: list[tuple[str, str]] = []
-    follower = threading.Thread(target=lambda: seen.extend((line.source, line.text) for line in b.logs(name, follow=True)))
+    follower = threading.Thread(
+        target=lambda: seen.extend((line.source, line.text) for line in b.logs(name, follow=True)))
     follower.start()
     time.sleep(0.5)
     metric = 'CLOUDDDP_METRIC {"epoch":1,"step":10,"time":1.0,"train_loss":0.42,"test_acc":0.91}'
@@ -183,7 +188,7 @@ def test_provision_submit_status_logs_metrics_cancel_through_the_real_sdk(model:
     follower.join(timeout=30)
     assert ("process_0", "starting rank 0") in seen and ("process_1", "starting rank 1") in seen
     assert ("process_0", metric) in seen  # arrived while following
-    records = list(b.metrics(name))
+    records = list(b.metrics(name))  # nothing in the job's MLflow run: the metric lines of its logs
     assert len(records) == 1 and records[0].values == {"train_loss": 0.42, "test_acc": 0.91}
     assert b.status(name).state is RunState.SUCCEEDED
 
@@ -223,6 +228,9 @@ def test_no_provision_leaves_the_cluster_alone_and_a_small_cluster_is_grown(mode
     g2.launch(g2.render(bigger), progress=steps, checks=False)  # its quota check fails in the rig: not the point here
     assert model.computes["gpu-cluster"]["properties"]["properties"]["scaleSettings"]["maxNodeCount"] == 4
     assert any("growing cluster" in s for s in steps.lines)
+    grown = [body["properties"]["properties"]["scaleSettings"]["maxNodeCount"] for _, body in model.compute_updates]
+    assert grown == [4]
+    assert sum(1 for c in model.calls if c[0] == "PUT" and "/computes/" in c[1]) == 1  # the creation only
 
 
 @pytest.mark.slow

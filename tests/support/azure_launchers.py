@@ -5,10 +5,11 @@ What Azure ML does with a command job, and what this module does instead:
 - The ``code`` folder is snapshotted and every node gets its own copy; the command runs there.
   Here: a copy per node under ``work/node<i>/code``.
 - ``${{inputs.X}}`` / ``${{outputs.Y}}`` in ``command`` become mount paths. Inputs in ``download`` mode are
-  copied to each node; ``ro_mount`` inputs and ``rw_mount`` outputs are one shared blob path seen by every
-  node. An output without ``path`` goes to ``azureml://datastores/workspaceblobstore/paths/azureml/<job
-  name>/<output>/`` (Azure ML's default). Here: ``azureml://datastores/<store>/paths/...`` maps to a
-  local folder per datastore, so two jobs that name the same path share it, as on Azure.
+  copied to each node (a ``uri_file`` input as the file itself, whose path the command gets);
+  ``ro_mount`` inputs and ``rw_mount`` outputs are one shared blob path seen by every node. An output
+  without ``path`` goes to ``azureml://datastores/workspaceblobstore/paths/azureml/<job name>/<output>/``
+  (Azure ML's default). Here: ``azureml://datastores/<store>/paths/...`` maps to a local folder per
+  datastore, so two jobs that name the same path share it, as on Azure.
 - ``environment_variables`` are set for every process.
 - ``distribution.type: pytorch`` (per-process launch, no torchrun): Azure ML starts
   ``process_count_per_instance`` processes on each of ``instance_count`` nodes itself, with MASTER_ADDR,
@@ -120,8 +121,16 @@ def _input_folders(job: dict[str, Any], stores: Datastores, node_dir: Path) -> d
         path = item["path"]
         source = stores.folder(path) if path.startswith("azureml://") else Path(path)
         mode = item.get("mode", "ro_mount")
+        is_file = item.get("type", "uri_folder") == "uri_file"
+        if is_file != source.is_file():
+            what = "file" if source.is_file() else "folder"
+            raise ValueError(f"inputs.{name}: type {item.get('type')} but {source} is a {what}")
         if mode in SHARED_MODES:
             folders[name] = source
+        elif mode == "download" and is_file:  # the file itself, downloaded: the input is its path
+            folders[name] = node_dir / "inputs" / name / source.name
+            folders[name].parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, folders[name])
         elif mode == "download":
             folders[name] = node_dir / "inputs" / name
             shutil.copytree(source, folders[name], dirs_exist_ok=True)
@@ -148,7 +157,8 @@ def _prepare_nodes(job: dict[str, Any], work: Path, stores: Datastores) -> tuple
 def _base_env(job: dict[str, Any]) -> dict[str, str]:
     """This machine's environment as the image's: ``python`` is this interpreter, no GPUs, the job's variables."""
     env = {k: v for k, v in os.environ.items()
-           if k not in {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK"}}
+           if k not in {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                        "NODE_RANK"}}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["CUDA_VISIBLE_DEVICES"] = ""
     env.update({k: str(v) for k, v in (job.get("environment_variables") or {}).items()})
@@ -221,7 +231,8 @@ def launch_mpi(job: dict[str, Any], work: Path, stores: Datastores, timeout: flo
     logs, codes = {}, {}
     for rank in range(ranks):
         folder = logs_dir / "1" / f"rank.{rank}"
-        parts = [(folder / name).read_text(errors="replace") for name in ("stdout", "stderr") if (folder / name).exists()]
+        parts = [(folder / name).read_text(errors="replace") for name in ("stdout", "stderr")
+                 if (folder / name).exists()]
         logs[rank] = "".join(parts)
         codes[rank] = done.returncode
     if done.returncode != 0:

@@ -3,8 +3,15 @@
 ``WorkspaceAdapter`` is a requests adapter mounted on the session behind
 ``azure.core.pipeline.transport.RequestsTransport``: it answers the Azure ML REST routes the SDK calls
 (workspace, code versions with the content-hash lookup and startPendingUpload, jobs, cancel, computes
-with async provisioning, VM sizes, usages, the discovery document and run history) from an in-memory
-model. Blob traffic (code snapshots, log files) goes to Azurite over real HTTP.
+with async provisioning and the ``Compute - Update`` PATCH, datastores with their secrets, VM sizes,
+usages, the discovery document and run history) from an in-memory model. Blob traffic (code snapshots,
+log files) goes to Azurite over real HTTP: SAS URLs point at it directly, and the datastores' account
+URL (``http://devstoreaccount1.blob.rig.invalid``) is forwarded to it by ``BlobForwarder``.
+
+As on Azure ML, a job's logs are written under its ``default`` output
+(``azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.<job>``, container ``azureml``), and
+when the model has an MLflow server (a real ``mlflow server``) the workspace reports it as its
+``mlFlowTrackingUri`` and every submitted job gets an MLflow run whose id is the job's name.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlparse
 
 import requests
@@ -33,12 +40,19 @@ from requests.adapters import BaseAdapter
 
 from .cli import ROOT
 
+if TYPE_CHECKING:
+    from .mlflow_server import MlflowServer
+
 ACCOUNT = "devstoreaccount1"
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 SUB, RG, WS = "00000000-0000-0000-0000-000000000000", "ml-rg", "ml-workspace"
 WS_PATH = f"/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.MachineLearningServices/workspaces/{WS}"
 DISCOVERY = "https://discovery.rig.invalid/discovery/workspaces/abc"
 RUN_HISTORY = "https://runhistory.rig.invalid"
+STORAGE_ENDPOINT = "rig.invalid"  # a datastore's account URL is http://<account>.blob.<endpoint>
+ACCOUNT_URL = f"http://{ACCOUNT}.blob.{STORAGE_ENDPOINT}"
+ARTIFACT_CONTAINER = "azureml"  # the workspace storage container behind workspaceartifactstore
+Answer = tuple[int, Any, dict[str, str]]  # status, JSON body, headers
 
 
 def free_port() -> int:
@@ -48,7 +62,8 @@ def free_port() -> int:
 
 
 def azurite_binary() -> str | None:
-    return shutil.which("azurite-blob") or (str(p) if (p := ROOT / "node_modules" / ".bin" / "azurite-blob").exists() else None)
+    local = ROOT / "node_modules" / ".bin" / "azurite-blob"
+    return shutil.which("azurite-blob") or (str(local) if local.exists() else None)
 
 
 @contextmanager
@@ -100,28 +115,57 @@ class WorkspaceModel:
     pending_uploads: int = 0
     faults: list[tuple[str, str, int]] = field(default_factory=list)
     """(method, path fragment, status) answered once, before the real route: throttling and 5xx."""
+    compute_updates: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """(cluster, body) of every PATCH of a compute: what an update of an existing cluster carried."""
+    mlflow: MlflowServer | None = None
+    """The workspace's MLflow (its tracking URI); every submitted job gets a run there named by the job."""
+    tracking_uri: str | None = None
+    """What the workspace reports as its MLflow tracking URI when it is not ``mlflow``'s URL."""
+    _mlflow_store: Any = None
 
     # -- blob side -----------------------------------------------------------------------------
-    def container_sas(self) -> str:
+    def container_sas(self, container: str | None = None) -> str:
         from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 
-        return generate_container_sas(ACCOUNT, self.container, account_key=ACCOUNT_KEY,
-                                      permission=ContainerSasPermissions(read=True, write=True, list=True, create=True, add=True),
+        return generate_container_sas(ACCOUNT, container or self.container, account_key=ACCOUNT_KEY,
+                                      permission=ContainerSasPermissions(read=True, write=True, list=True, create=True,
+                                                                         add=True),
                                       expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=2))
 
-    def container_client(self) -> Any:
+    def container_client(self, container: str | None = None) -> Any:
         from azure.storage.blob import ContainerClient
 
-        conn = f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};BlobEndpoint={self.blob_endpoint};"
-        return ContainerClient.from_connection_string(conn, self.container)
+        conn = (f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
+                f"BlobEndpoint={self.blob_endpoint};")
+        return ContainerClient.from_connection_string(conn, container or self.container)
 
     def write_log(self, job: str, process: int, text: str) -> None:
-        """Append to a job's std_log_process_N.txt on Azurite and list it in the run's log files."""
+        """Append to a job's std_log_process_N.txt in its artifact folder on Azurite (an append blob, as Azure
+        ML writes them while the job runs) and list it in the run's log files."""
         name = f"user_logs/std_log_process_{process}.txt"
-        blob = self.container_client().get_blob_client(f"ExperimentRun/dcid.{job}/{name}")
-        old = blob.download_blob().readall().decode() if blob.exists() else ""
-        blob.upload_blob((old + text).encode(), overwrite=True)
-        self.log_files.setdefault(job, {})[name] = f"{blob.url}?{self.container_sas()}"
+        blob = self.container_client(ARTIFACT_CONTAINER).get_blob_client(f"ExperimentRun/dcid.{job}/{name}")
+        if not blob.exists():
+            blob.create_append_blob()
+        blob.append_block(text.encode())
+        self.log_files.setdefault(job, {})[name] = f"{blob.url}?{self.container_sas(ARTIFACT_CONTAINER)}"
+
+    def start_mlflow_run(self, job: str, experiment: str) -> None:
+        """The job's MLflow run, with the job's name as its id (as Azure ML's tracking store has it). A stock
+        MLflow server makes up run ids, so the run is created in the server's own SQLite store with that id."""
+        from unittest import mock
+
+        from mlflow.store.tracking import sqlalchemy_store
+        from mlflow.utils.time import get_current_time_millis
+
+        assert self.mlflow is not None
+        if self._mlflow_store is None:
+            self._mlflow_store = sqlalchemy_store.SqlAlchemyStore(f"sqlite:///{self.mlflow.root / 'mlflow.db'}",
+                                                                  str(self.mlflow.root / "artifacts"))
+        store = self._mlflow_store
+        found = store.get_experiment_by_name(experiment)
+        experiment_id = found.experiment_id if found else store.create_experiment(experiment)
+        with mock.patch.object(sqlalchemy_store.uuid, "uuid4", return_value=mock.Mock(hex=job)):
+            store.create_run(experiment_id, "rig", get_current_time_millis(), [], job)
 
     def set_job_status(self, job: str, status: str) -> None:
         self.jobs[job]["properties"]["status"] = status
@@ -142,10 +186,11 @@ class WorkspaceAdapter(BaseAdapter):
         fault = next((f for f in self.model.faults if f[0] == request.method and f[1] in url.path), None)
         if fault is not None:
             self.model.faults.remove(fault)
-            status, payload, headers = fault[2], {"error": {"code": "TooManyRequests" if fault[2] == 429 else "ServerError",
-                                                            "message": "injected"}}, {"Retry-After": "0"}
+            code = "TooManyRequests" if fault[2] == 429 else "ServerError"
+            status, payload, headers = fault[2], {"error": {"code": code, "message": "injected"}}, {"Retry-After": "0"}
         else:
-            status, payload, headers = self.route(request.method or "GET", url.netloc, url.path, parse_qs(url.query), body)
+            status, payload, headers = self.route(request.method or "GET", url.netloc, url.path, parse_qs(url.query),
+                                                  body)
         content = json.dumps(payload).encode() if payload is not None else b""
         all_headers = {"Content-Type": "application/json", "Content-Length": str(len(content)), **headers}
         raw = urllib3.HTTPResponse(body=io.BytesIO(content), headers=all_headers, status=status,
@@ -162,10 +207,10 @@ class WorkspaceAdapter(BaseAdapter):
         resp.encoding = "utf-8"
         return resp
 
-    def _not_found(self, what: str) -> tuple[int, Any, dict[str, str]]:
+    def _not_found(self, what: str) -> Answer:
         return 404, {"error": {"code": "ResourceNotFound", "message": f"{what} not found"}}, {}
 
-    def route(self, method: str, host: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any, dict[str, str]]:
+    def route(self, method: str, host: str, path: str, query: dict[str, list[str]], body: Any) -> Answer:
         m = self.model
         if host == urlparse(DISCOVERY).netloc:
             return 200, {"api": RUN_HISTORY, "history": RUN_HISTORY, "experimentation": RUN_HISTORY}, {}
@@ -185,9 +230,13 @@ class WorkspaceAdapter(BaseAdapter):
             return 200, {"value": [{"name": {"value": "standardNDASv4_A100Family", "localizedValue": "NDASv4_A100"},
                                     "currentValue": 0, "limit": 192, "unit": "Count"}]}, {}
         if path.rstrip("/") == WS_PATH and method == "GET":
-            return 200, {"id": WS_PATH, "name": WS, "location": "eastus", "type": "Microsoft.MachineLearningServices/workspaces",
-                         "properties": {"discoveryUrl": DISCOVERY, "workspaceId": "11111111-1111-1111-1111-111111111111",
-                                        "friendlyName": WS}}, {}
+            props = {"discoveryUrl": DISCOVERY, "workspaceId": "11111111-1111-1111-1111-111111111111",
+                     "friendlyName": WS}
+            tracking = m.tracking_uri or (m.mlflow.url if m.mlflow is not None else None)
+            if tracking:
+                props["mlFlowTrackingUri"] = tracking
+            return 200, {"id": WS_PATH, "name": WS, "location": "eastus",
+                         "type": "Microsoft.MachineLearningServices/workspaces", "properties": props}, {}
         if not path.startswith(WS_PATH + "/"):
             m.unhandled.append(f"{method} {host}{path}")
             return self._not_found(path)
@@ -202,14 +251,11 @@ class WorkspaceAdapter(BaseAdapter):
         if parts[0] == "operations":
             return 200, {"status": "Succeeded"}, {}
         if parts[0] == "datastores":
-            return 200, {"id": f"{WS_PATH}/datastores/workspaceblobstore", "name": "workspaceblobstore",
-                         "properties": {"datastoreType": "AzureBlob", "accountName": ACCOUNT, "containerName": m.container,
-                                        "endpoint": "core.windows.net", "protocol": "http", "isDefault": True,
-                                        "credentials": {"credentialsType": "None"}}}, {}
+            return self.datastores(method, parts)
         m.unhandled.append(f"{method} {path}")
         return self._not_found(path)
 
-    def codes(self, method: str, parts: list[str], query: dict[str, list[str]], body: Any) -> tuple[int, Any, dict[str, str]]:
+    def codes(self, method: str, parts: list[str], query: dict[str, list[str]], body: Any) -> Answer:
         m = self.model
         if method == "GET" and len(parts) == 3:  # codes/<name>/versions?hash=...
             wanted = query.get("hash", [None])[0]
@@ -233,14 +279,37 @@ class WorkspaceAdapter(BaseAdapter):
             return (200, m.codes[key], {}) if key in m.codes else self._not_found(key)
         return self._not_found(key)
 
-    def jobs(self, method: str, parts: list[str], body: Any) -> tuple[int, Any, dict[str, str]]:
+    def datastores(self, method: str, parts: list[str]) -> Answer:
+        """workspaceartifactstore (job logs; SAS credentials, read with listSecrets) and the default
+        workspaceblobstore (identity-based)."""
+        m = self.model
+        name = parts[1] if len(parts) > 1 else "workspaceblobstore"
+        if name not in ("workspaceblobstore", "workspaceartifactstore"):
+            return self._not_found(f"datastore {name}")
+        artifacts = name == "workspaceartifactstore"
+        if method == "POST" and parts[-1] == "listSecrets":
+            return 200, {"secretsType": "Sas", "sasToken": m.container_sas(ARTIFACT_CONTAINER)}, {}
+        return 200, {"id": f"{WS_PATH}/datastores/{name}", "name": name,
+                     "properties": {"datastoreType": "AzureBlob", "accountName": ACCOUNT,
+                                    "containerName": ARTIFACT_CONTAINER if artifacts else m.container,
+                                    "endpoint": STORAGE_ENDPOINT, "protocol": "http", "isDefault": not artifacts,
+                                    "credentials": {"credentialsType": "Sas" if artifacts else "None"}}}, {}
+
+    def jobs(self, method: str, parts: list[str], body: Any) -> Answer:
         m = self.model
         name = parts[1] if len(parts) > 1 else ""
         if method == "PUT":
             props = copy.deepcopy(body["properties"])
-            props.update(status="Queued", services={"Studio": {"endpoint": f"https://ml.azure.com/runs/{name}", "jobServiceType": "Studio"}})
-            m.jobs[name] = {"id": f"{WS_PATH}/jobs/{name}", "name": name, "type": "Microsoft.MachineLearningServices/workspaces/jobs",
-                            "properties": props, "systemData": {"createdAt": _now(), "createdBy": "rig"}}
+            studio = {"endpoint": f"https://ml.azure.com/runs/{name}", "jobServiceType": "Studio"}
+            props.update(status="Queued", services={"Studio": studio})
+            props.setdefault("outputs", {})["default"] = {  # the service adds the job's artifact folder
+                "jobOutputType": "uri_folder", "mode": "ReadWriteMount",
+                "uri": f"azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.{name}"}
+            if m.mlflow is not None and name not in m.jobs:
+                m.start_mlflow_run(name, props.get("experimentName") or "Default")
+            m.jobs[name] = {"id": f"{WS_PATH}/jobs/{name}", "name": name,
+                            "type": "Microsoft.MachineLearningServices/workspaces/jobs", "properties": props,
+                            "systemData": {"createdAt": _now(), "createdBy": "rig"}}
             return 201, m.jobs[name], {}
         if name not in m.jobs:
             return self._not_found(f"job {name}")
@@ -251,36 +320,73 @@ class WorkspaceAdapter(BaseAdapter):
             return 200, m.jobs[name], {}
         return self._not_found("/".join(parts))
 
-    def computes(self, method: str, parts: list[str], body: Any) -> tuple[int, Any, dict[str, str]]:
+    def computes(self, method: str, parts: list[str], body: Any) -> Answer:
         m = self.model
         name = parts[1] if len(parts) > 1 else ""
         if method == "PUT":
             props = copy.deepcopy(body["properties"])
             props["provisioningState"] = "Succeeded"
-            m.computes[name] = {"id": f"{WS_PATH}/computes/{name}", "name": name, "location": body.get("location", "eastus"),
+            m.computes[name] = {"id": f"{WS_PATH}/computes/{name}", "name": name,
+                                "location": body.get("location", "eastus"),
                                 "type": "Microsoft.MachineLearningServices/workspaces/computes", "properties": props}
             op = f"https://management.azure.com{WS_PATH}/operations/compute-{name}"
             return 201, m.computes[name], {"Azure-AsyncOperation": op}
+        if method == "PATCH" and name in m.computes:  # Compute - Update: only scale settings can change
+            m.compute_updates.append((name, copy.deepcopy(body)))
+            scale = body["properties"]["properties"]["scaleSettings"]
+            m.computes[name]["properties"]["properties"]["scaleSettings"] = copy.deepcopy(scale)
+            op = f"https://management.azure.com{WS_PATH}/operations/compute-update-{name}"
+            return 202, None, {"Azure-AsyncOperation": op}
         if method == "GET" and name in m.computes:
             return 200, m.computes[name], {}
         return self._not_found(f"compute {name}")
 
 
+class BlobForwarder(BaseAdapter):
+    """The storage account of the workspace's datastores (``http://devstoreaccount1.blob.rig.invalid``),
+    forwarded to Azurite (path-style, the account in the path); requests are signed with a SAS, which
+    does not depend on the URL's style."""
+
+    def __init__(self, blob_endpoint: str) -> None:
+        super().__init__()
+        self.blob_endpoint = blob_endpoint
+        self.session = requests.Session()
+        self.ranges: list[tuple[str, str]] = []
+        """(path, x-ms-range) of every ranged blob read: what each read asked for."""
+
+    def close(self) -> None:
+        self.session.close()
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        url = urlparse(request.url)
+        if request.method == "GET" and "x-ms-range" in request.headers:
+            self.ranges.append((url.path, request.headers["x-ms-range"]))
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
+        target = f"{self.blob_endpoint}{url.path}" + (f"?{url.query}" if url.query else "")
+        return self.session.request(request.method or "GET", target, headers=headers, data=request.body,
+                                    timeout=kwargs.get("timeout") or 30, stream=bool(kwargs.get("stream")),
+                                    allow_redirects=False)
+
+
 def ml_transport(model: WorkspaceModel) -> Any:
-    """A RequestsTransport whose session answers Azure ML from ``model``; other URLs (Azurite) go out for real."""
+    """A RequestsTransport whose session answers Azure ML from ``model`` and forwards the datastores' account
+    to Azurite; other URLs (Azurite's SAS URLs) go out for real."""
     from azure.core.pipeline.transport import RequestsTransport
 
     session = requests.Session()
     adapter = WorkspaceAdapter(model)
     for prefix in ("https://management.azure.com", DISCOVERY.rsplit("/discovery", 1)[0], RUN_HISTORY):
         session.mount(prefix, adapter)
+    session.mount(ACCOUNT_URL, BlobForwarder(model.blob_endpoint))
     return RequestsTransport(session=session, session_owner=False)
 
 
 def create_container(model: WorkspaceModel) -> None:
-    client = model.container_client()
-    if not client.exists():
-        client.create_container()
+    """The workspace's blob containers on Azurite: the default datastore's and the artifact store's."""
+    for name in (model.container, ARTIFACT_CONTAINER):
+        client = model.container_client(name)
+        if not client.exists():
+            client.create_container()
 
 
 def env_for_rig() -> dict[str, str]:

@@ -1,9 +1,10 @@
 """The Azure ML backend: a command job with PyTorch (or MPI) distribution on an AmlCompute cluster.
 
-``render`` writes the CLI v2 YAML without importing azure-ai-ml (~2 s to import). ``launch`` creates or
-grows the cluster when needed, then submits the rendered YAML through the SDK's own ``load_job``,
-so what runs is what was rendered. Logs come from the run history's log files (one per process),
-metrics from the same lines.
+``render`` writes the CLI v2 YAML without importing azure-ai-ml (~2 s to import). ``launch`` creates the
+cluster when it is missing, or raises only its ``max_instances`` when it is too small (cluster.py), then
+submits the rendered YAML through the SDK's own ``load_job``, so what runs is what was rendered. Logs are
+read from the job's artifact store a few new bytes at a time (logs.py); metrics from the job's MLflow run,
+as Studio shows them (mlflow_metrics.py), or from the metric lines in the logs when the run logged none.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import datetime
 import os
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ...errors import BackendUnavailable, CloudDDPError, UserError
+from ...metrics import MetricRecord, metrics_from_lines
 from ...plan import Plan
 from ...secrets import redacted_spec_data
 from ...sizing import SizeTarget
@@ -53,14 +56,16 @@ def _yaml(data: dict[str, Any]) -> str:
 
 class AzureMLBackend(Backend[AzureMLOptions]):
     name: ClassVar[str] = "azureml"
-    description: ClassVar[str] = "Azure ML command job with PyTorch/MPI distribution on an autoscaling AmlCompute cluster"
+    description: ClassVar[str] = ("Azure ML command job with PyTorch/MPI distribution on an autoscaling AmlCompute "
+                                  "cluster")
     options_model = AzureMLOptions
     cloud: ClassVar[str | None] = "azure"
     needs_credentials: ClassVar[bool] = True
     sigterm_grace: ClassVar[int] = 30  # low-priority eviction notice (Azure Scheduled Events: at least 30 s)
     capabilities: ClassVar[Capabilities] = Capabilities(
         unsupported={
-            Feature.SMDDP: "the SageMaker data-parallel library runs only on SageMaker; use -o distribution.backend=nccl",
+            Feature.SMDDP: "the SageMaker data-parallel library runs only on SageMaker; "
+                           "use -o distribution.backend=nccl",
         },
         caveats={
             Feature.MAX_RESTARTS: "Azure ML command jobs do not restart failed processes (limits.max_restarts); "
@@ -107,15 +112,19 @@ class AzureMLBackend(Backend[AzureMLOptions]):
             try:
                 from azure.ai.ml import MLClient
             except ImportError:
-                raise BackendUnavailable("the Azure ML backend needs azure-ai-ml: pip install 'cloudddp[azure]'") from None
-            credential = self.credential
-            if credential is None:
-                from azure.identity import DefaultAzureCredential
-
-                credential = DefaultAzureCredential()
+                raise BackendUnavailable("the Azure ML backend needs azure-ai-ml",
+                                         hint="pip install 'cloudddp[azure]'") from None
             kwargs = {"transport": self.transport} if self.transport is not None else {}
-            self._clients[key] = MLClient(credential, ws.subscription_id, ws.resource_group, ws.name, **kwargs)
+            self._clients[key] = MLClient(self._credential(), ws.subscription_id, ws.resource_group, ws.name, **kwargs)
         return self._clients[key]
+
+    def _credential(self) -> Any:
+        """The credential given, else ``DefaultAzureCredential`` (made once: it caches its tokens)."""
+        if self.credential is None:
+            from azure.identity import DefaultAzureCredential
+
+            self.credential = DefaultAzureCredential()
+        return self.credential
 
     def _workspace_of(self, run_id: str) -> dict[str, str]:
         from .workspace import workspace_fields
@@ -158,8 +167,11 @@ class AzureMLBackend(Backend[AzureMLOptions]):
             return Launched(name, info)
         except ResourceNotFoundError:
             pass
+        cluster = self._existing_cluster(client, plan.request["compute"]["name"])
+        if cluster is not None:
+            self._warn_on_tier(plan, cluster, progress)
         if provision:
-            self._provision(client, plan, progress)
+            self._provision(client, plan, cluster, progress)
         job = self._load_job(plan)
         if progress:
             progress.step(f"uploading code snapshot of {job.code} (skipped when unchanged)")
@@ -179,32 +191,63 @@ class AzureMLBackend(Backend[AzureMLOptions]):
         job.environment_variables = plan.reveal(dict(job.environment_variables))
         return job
 
-    def _provision(self, client: Any, plan: Plan, progress: Progress | None) -> None:
-        """Create the cluster, or grow it, when it is missing or smaller than the job needs."""
-        from azure.ai.ml import load_compute
+    @staticmethod
+    def _existing_cluster(client: Any, name: str) -> Any:
         from azure.core.exceptions import ResourceNotFoundError
 
-        wanted = plan.request["compute"]
         try:
-            current = client.compute.get(wanted["name"])
+            return client.compute.get(name)
         except ResourceNotFoundError:
-            current = None
-        if current is not None:
-            size_ok = str(getattr(current, "size", "")).lower() == wanted["size"].lower()
-            big_enough = (getattr(current, "max_instances", 0) or 0) >= plan.request["job"]["resources"]["instance_count"]
-            if size_ok and big_enough:
-                if progress:
-                    progress.step(f"cluster {wanted['name']} is ready ({wanted['size']}, up to {current.max_instances} nodes)")
-                return
-            if not size_ok:
-                raise UserError(f"cluster {wanted['name']} exists with size {current.size}, the job needs {wanted['size']}",
-                                hint="name another cluster in azureml.compute, or set azureml.vm_size to the cluster's size")
+            return None
+
+    @staticmethod
+    def _warn_on_tier(plan: Plan, cluster: Any, progress: Progress | None) -> None:
+        """A dedicated cluster for a spot job (or the reverse) runs it, but not as the spec asked: say so."""
+        from .cluster import tier_mismatch
+
+        wanted = plan.request["compute"]
+        warning = tier_mismatch(wanted["name"], cluster, spot=wanted["tier"] == "low_priority")
+        if warning and progress:
+            progress.step(f"warning: {warning}")
+        elif warning:
+            warnings.warn(warning, stacklevel=4)
+
+    def _provision(self, client: Any, plan: Plan, current: Any, progress: Progress | None) -> None:
+        """Create the cluster when it is missing; when it is smaller than the job, raise its max_instances
+        and nothing else (its subnet, identity, SSH and scale-down settings stay the owner's)."""
+        wanted = plan.request["compute"]
+        if current is None:
+            self._create_cluster(client, plan, progress)
+            return
+        if str(getattr(current, "size", "")).lower() != wanted["size"].lower():
+            raise UserError(f"cluster {wanted['name']} exists with size {current.size}, the job needs {wanted['size']}",
+                            hint="name another cluster in azureml.compute, or set azureml.vm_size to its size")
+        have = current.max_instances or 0
+        if have >= plan.request["job"]["resources"]["instance_count"]:
+            if progress:
+                progress.step(f"cluster {wanted['name']} is ready ({wanted['size']}, up to {have} nodes)")
+            return
+        from .cluster import compute_url, grow, scale_settings
+        from .workspace import require_workspace
+
+        if progress:
+            progress.step(f"growing cluster {wanted['name']}: max_instances {have} -> {wanted['max_instances']} "
+                          "(nothing else changes)")
+        ws = require_workspace(plan.target["workspace"])
+        url = compute_url(ws.subscription_id, ws.resource_group, ws.name, wanted["name"])
+        grow(self._credential(), self.transport, url, scale_settings(current, wanted["max_instances"]),
+             poll_seconds=self.poll_seconds)
+
+    def _create_cluster(self, client: Any, plan: Plan, progress: Progress | None) -> None:
+        from azure.ai.ml import load_compute
+
+        wanted = plan.request["compute"]
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "compute.yml"
             path.write_text(plan.documents["compute.yml"])
             compute = load_compute(source=path)
         if progress:
-            progress.step(f"{'growing' if current else 'creating'} cluster {wanted['name']} ({wanted['size']}, "
+            progress.step(f"creating cluster {wanted['name']} ({wanted['size']}, {wanted['tier']}, "
                           f"{wanted['min_instances']}–{wanted['max_instances']} nodes)")
         poller = client.compute.begin_create_or_update(compute)
         started = time.monotonic()
@@ -234,27 +277,42 @@ class AzureMLBackend(Backend[AzureMLOptions]):
         )
 
     def _log_iter(self, run_id: str, *, follow: bool) -> Iterator[LogLine]:
-        """The run history's per-process log files, reading only new bytes on each poll."""
-        import requests
+        """Each process's log file in the job's artifact store, reading only the bytes added since the last poll."""
+        from .logs import LogFiles
 
-        runs = self._client(self._workspace_of(run_id)).jobs._runs_operations  # what `jobs.stream` reads
-        offsets: dict[str, int] = {}
+        client = self._client(self._workspace_of(run_id))
+        files = LogFiles.of_job(client, client.jobs.get(run_id), self._credential(), self.transport)
+        try:
+            while True:
+                finished = self.status(run_id).state.terminal if follow else True
+                yield from files.read(final=finished)
+                if finished:
+                    return
+                time.sleep(self.poll_seconds)
+        finally:
+            files.close()
+
+    def _metric_iter(self, run_id: str, *, follow: bool) -> Iterator[MetricRecord]:
+        """The job's MLflow metrics (Azure ML's own record, what Studio charts), new points on each poll. A run
+        that logged nothing to MLflow by its end (a script that only prints metric lines) has its metrics read
+        from its log lines instead."""
+        from .mlflow_metrics import MlflowMetrics, tracking_uri
+        from .workspace import require_workspace
+
+        workspace = self._workspace_of(run_id)
+        client = self._client(workspace)
+        source = MlflowMetrics(tracking_uri(client.workspaces.get(require_workspace(workspace).name)))
+        found = False
         while True:
             finished = self.status(run_id).state.terminal if follow else True
-            files = runs.get_run_details(run_id).log_files or {}
-            for name in sorted(files):
-                if not name.startswith("user_logs/"):
-                    continue
-                source = Path(name).stem.removeprefix("std_log_")
-                text = requests.get(files[name], timeout=30).content.decode("utf-8", errors="replace")
-                new, offsets[name] = text[offsets.get(name, 0):], len(text)
-                complete = new if finished or new.endswith("\n") else new[: new.rfind("\n") + 1]
-                offsets[name] -= len(new) - len(complete)
-                for line in complete.splitlines():
-                    yield LogLine(source, line, primary=source == "process_0")
+            for record in source.new_records(run_id):
+                found = True
+                yield record
             if finished:
-                return
+                break
             time.sleep(self.poll_seconds)
+        if not found:
+            yield from metrics_from_lines(self._log_iter(run_id, follow=False), self.metric_patterns(run_id))
 
     def _cancel(self, run_id: str) -> None:
         self._client(self._workspace_of(run_id)).jobs.begin_cancel(run_id).result()

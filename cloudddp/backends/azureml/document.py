@@ -23,6 +23,9 @@ from ...runtime import RUN_ID, Places, checkpoint_folder, code_snapshot, input_a
 from ...shim import SHIPPED_AS
 from ...sizing import SizeTarget, decide
 from ...spec import JobSpec
+from .environment import DEFAULT_ENVIRONMENT, environment_field
+from .environment import describe as describe_environment
+from .inputs import job_inputs
 from .options import AzureMLOptions
 
 JOB_SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
@@ -30,6 +33,7 @@ COMPUTE_SCHEMA = "https://azuremlschemas.azureedge.net/latest/amlCompute.schema.
 DISTRIBUTION_KEYS = {"pytorch": {"type", "process_count_per_instance"}, "mpi": {"type", "process_count_per_instance"}}
 DEFAULT_DATASTORE = "azureml://datastores/workspaceblobstore/paths"
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_-]")
+SSH_USER = "azureuser"
 
 
 @dataclass
@@ -47,9 +51,11 @@ def cluster_name(az: AzureMLOptions) -> str:
 
 
 def job_name(spec: JobSpec, content: dict[str, Any], token: str) -> str:
+    """The job's name, lower-case: azure-ai-ml's ``load_job`` lower-cases a job name before submitting it, so a
+    mixed-case name would not be the name (nor the MLflow run id) the job gets."""
     digest = hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:8]
     base = _NAME_OK.sub("-", spec.name)[: 200].strip("-_")
-    return f"{base}-{digest}-{token}"
+    return f"{base}-{digest}-{token}".lower()
 
 
 def _command(spec: JobSpec, args: list[str], bindings: dict[str, str]) -> str:
@@ -90,10 +96,16 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
     docs.decisions += sizing.decisions
     docs.warnings += sizing.warnings
     docs.estimate = sizing.estimate
-    if not sizing.decisions and nodes > 1 and spec.resources.interconnect != "any":
+    group = spec.process_group_backend(on_gpu=gpus > 0)
+    # RDMA only helps a process group that uses it: NCCL (GPUs). gloo (CPU) talks TCP, InfiniBand or not.
+    wants_rdma = spec.resources.interconnect == "rdma" or (spec.resources.interconnect == "auto" and group == "nccl")
+    if not sizing.decisions and nodes > 1 and wants_rdma:
         rdma, why = azure_rdma_by_name(size)
         if not rdma:
             docs.warnings.append(f"{why}: multi-node DDP over Ethernet does not scale; pick an InfiniBand size")
+    if not gpus and group == "gloo":
+        docs.decisions.append(f"CPU training: {spec.resources.processes} process(es) per node; gloo uses TCP, not "
+                              "RDMA, so no InfiniBand size is needed")
     if sku is not None and gpus:
         if gpus > sku.gpus:
             raise UserError(
@@ -116,29 +128,23 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         if applied:
             docs.decisions.append("InfiniBand presets: " + ", ".join(f"{k}={v}" for k, v in applied.items()))
 
-    inputs: dict[str, Any] = {}
-    for name, item in spec.inputs.items():
-        where = spec.input_location(name, "azureml")
-        if "://" in where:
-            if where.startswith("s3://"):
-                raise UserError(f"inputs.{name}: Azure ML cannot read {where}",
-                                hint=f"give inputs.{name}.at.azureml: azureml://... (or https://, or a local folder)")
-            path = where
-        else:
-            path = str(spec.input_folder(name, where))
-        inputs[name] = {"type": "uri_folder", "path": path, "mode": "ro_mount" if item.mode == "mount" else "download"}
+    inputs, input_decisions = job_inputs(spec)
+    docs.decisions += input_decisions
     places = Places(model_dir="${{outputs.model}}",
                     checkpoint_dir="${{outputs.checkpoints}}" if spec.checkpoint.enabled else None,
+                    tensorboard_dir="${{outputs.tensorboard}}",
                     inputs={name: f"${{{{inputs.{name}}}}}" for name in spec.inputs})
     all_env, docs.env_sources = job_env(spec, "azureml", places, on_gpu=gpus > 0, sigterm_grace=sigterm_grace,
                                         presets=presets)
     bindings = {k: v for k, v in all_env.items() if "${{" in v}
     env = {k: v for k, v in all_env.items() if k not in bindings}
 
-    output = spec.outputs.get("model")
-    outputs: dict[str, Any] = {"model": {"type": "uri_folder", "mode": "rw_mount"}}
-    if output and output.path:
-        outputs["model"]["path"] = output.path
+    outputs: dict[str, Any] = {}
+    for name in ("model", *(["tensorboard"] if "tensorboard" in spec.outputs else [])):
+        outputs[name] = {"type": "uri_folder", "mode": "rw_mount"}
+        output = spec.outputs.get(name)
+        if output and output.path:
+            outputs[name]["path"] = output.path
     if spec.checkpoint.enabled:
         ckpt = checkpoint_folder(spec, f"{DEFAULT_DATASTORE}/cloudddp/checkpoints").rstrip("/") + "/"
         outputs["checkpoints"] = {"type": "uri_folder", "mode": "rw_mount", "path": ckpt}
@@ -150,6 +156,17 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
     if spec.limits.max_restarts:
         docs.warnings.append("Azure ML command jobs do not restart failed processes (limits.max_restarts); "
                              "resubmit the job and it resumes from its checkpoints")
+    if az.job_tier:
+        raise UserError(f"azureml.job_tier: {az.job_tier} applies to serverless compute only "
+                        f"(queue_settings.job_tier), and this job runs on the cluster {cluster_name(az)}, whose tier "
+                        "decides",
+                        hint="remove azureml.job_tier; resources.spot: true runs the job on a low-priority cluster")
+    environment = environment_field(az.environment)
+    docs.decisions.append(describe_environment(az.environment))
+    if not gpus and az.environment == DEFAULT_ENVIRONMENT:
+        docs.decisions.append("the curated PyTorch environments are all CUDA builds (there is no CPU one); this one "
+                              "runs on CPU nodes as it is, a larger image to pull: set azureml.environment to a CPU "
+                              "image of your own to pull less")
     tier = "low_priority" if spec.resources.spot else "dedicated"
     job: dict[str, Any] = {
         "$schema": JOB_SCHEMA,
@@ -158,7 +175,7 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         "experiment_name": az.experiment_name or spec.name,
         "code": str(unpacked(snapshot.path)),
         "command": _command(spec, input_args(spec, places), bindings),
-        "environment": az.environment,
+        "environment": environment,
         "compute": f"azureml:{cluster_name(az)}",
         "distribution": distribution,
         "resources": {"instance_count": nodes, "shm_size": az.shm_size},
@@ -171,8 +188,6 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
     if inputs:
         job["inputs"] = inputs
     job["outputs"] = outputs
-    if az.job_tier:
-        job["queue_settings"] = {"job_tier": az.job_tier}
     compute = {
         "$schema": COMPUTE_SCHEMA,
         "name": cluster_name(az),
@@ -182,11 +197,18 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         "max_instances": max(nodes, az.max_nodes or nodes),
         "idle_time_before_scale_down": az.idle_time_before_scale_down,
         "tier": tier,
+        "ssh_public_access_enabled": az.ssh_public_key is not None,
     }
+    if az.ssh_public_key is not None:
+        compute["ssh_settings"] = {"admin_username": SSH_USER, "ssh_key_value": az.ssh_public_key}
+        docs.decisions.append(f"a new cluster allows SSH as {SSH_USER} with azureml.ssh_public_key")
     if spec.resources.spot:
-        docs.decisions.append("low priority cluster (tier low_priority): cheaper, preemptible; checkpoints resume the job")
-    docs.decisions.append(f"cluster {compute['name']}: {size}, {compute['min_instances']}–{compute['max_instances']} nodes, "
-                          f"scales down after {az.idle_time_before_scale_down} s idle")
+        docs.decisions.append("low priority cluster (tier low_priority): cheaper, preemptible; checkpoints resume "
+                              "the job")
+    docs.decisions.append(f"cluster {compute['name']}: created when missing as {size}, {tier}, "
+                          f"{compute['min_instances']}–{compute['max_instances']} nodes, scaling down after "
+                          f"{az.idle_time_before_scale_down} s idle; an existing one keeps its settings, and only its "
+                          f"max_instances is raised when below {compute['max_instances']}")
     name = job_name(spec, {"job": job, "compute": compute}, token)
     job = substitute({"$schema": job.pop("$schema"), "name": name, **job}, {RUN_ID: name})
     docs.job, docs.compute = job, compute

@@ -10,7 +10,8 @@ from pathlib import Path
 from ...errors import UserError
 from .options import AzureMLOptions
 
-ENV = {"subscription_id": "AZURE_SUBSCRIPTION_ID", "resource_group": "AZURE_RESOURCE_GROUP", "name": "AZUREML_WORKSPACE_NAME"}
+ENV = {"subscription_id": "AZURE_SUBSCRIPTION_ID", "resource_group": "AZURE_RESOURCE_GROUP",
+       "name": "AZUREML_WORKSPACE_NAME"}
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,8 @@ def _config_json(start: Path) -> dict[str, str] | None:
                 except ValueError:
                     raise UserError(f"{path} is not valid JSON") from None
                 if isinstance(data, dict) and "subscription_id" in data:
-                    return {"subscription_id": data.get("subscription_id", ""), "resource_group": data.get("resource_group", ""),
-                            "name": data.get("workspace_name", "")}
+                    return {"subscription_id": data.get("subscription_id", ""),
+                            "resource_group": data.get("resource_group", ""), "name": data.get("workspace_name", "")}
     return None
 
 

@@ -117,7 +117,7 @@ class Supervisor:
         for p in self.procs:
             p.wait()
         for t in pumps:
-            t.join(timeout=5)
+            t.join(timeout=60)  # every line out (EOF comes once the ranks are gone), even on a loaded machine
         return [p.returncode for p in self.procs]
 
     def _stop_nodes(self, grace: float = GRACE_SECONDS) -> None:

@@ -1,0 +1,96 @@
+"""Changing an existing AmlCompute cluster the way its owner would: only what the job needs, nothing else.
+
+A cluster that exists may be someone's, set up with a subnet, an identity, SSH settings or a scale-down
+delay of their own. azure-ai-ml's ``compute.begin_update`` (what ``az ml compute update`` calls) sends a
+full PUT of the entity it is given, so updating from cloudddp's rendered compute would overwrite those.
+Growing a cluster therefore goes through the ARM ``Compute - Update`` operation (``PATCH .../computes/<name>``,
+the one PowerShell's ``Update-AzMLWorkspaceCompute -MaxNodeCount`` uses), whose body carries only the scale
+settings: ``maxNodeCount`` raised, ``minNodeCount`` and ``nodeIdleTimeBeforeScaleDown`` as the cluster
+has them (the REST model defaults a missing ``minNodeCount`` to 0, so it is sent unchanged, not left out).
+The request goes through azure-core's public pipeline with the MLClient's credential and transport.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ...errors import CloudDDPError
+
+ARM = "https://management.azure.com"
+API_VERSION = "2024-04-01"  # a GA version of Microsoft.MachineLearningServices that has Compute - Update
+SCOPE = "https://management.azure.com/.default"
+_DONE = {"succeeded", "failed", "canceled", "cancelled"}
+
+
+def tier_of(cluster: Any) -> str:
+    """``dedicated`` or ``low_priority`` for an AmlCompute entity (the service says Dedicated/LowPriority)."""
+    raw = str(getattr(cluster, "tier", "") or "dedicated").lower().replace("lowpriority", "low_priority")
+    return "low_priority" if raw == "low_priority" else "dedicated"
+
+
+def tier_mismatch(name: str, cluster: Any, spot: bool) -> str | None:
+    """A warning when the cluster's tier is not the one the job asks for (``resources.spot``), else None."""
+    tier = tier_of(cluster)
+    if spot and tier == "dedicated":
+        return (f"cluster {name} is dedicated but the job asks for spot (resources.spot: true): it runs at the "
+                f"dedicated price; to run it on low priority, name a low-priority cluster in azureml.compute "
+                f"(e.g. azureml.compute={name}-lowpri: cloudddp creates it)")
+    if not spot and tier == "low_priority":
+        return (f"cluster {name} is low priority but the job is not spot (resources.spot: false): it can be "
+                f"preempted; name a dedicated cluster in azureml.compute (e.g. azureml.compute={name}-dedicated: "
+                f"cloudddp creates it), or set resources.spot: true")
+    return None
+
+
+def scale_settings(cluster: Any, max_nodes: int) -> dict[str, Any]:
+    """The PATCH body that raises ``max_instances`` to ``max_nodes`` and leaves everything else as it is."""
+    settings: dict[str, Any] = {"maxNodeCount": max_nodes, "minNodeCount": int(cluster.min_instances or 0)}
+    idle = getattr(cluster, "idle_time_before_scale_down", None)
+    if idle:
+        settings["nodeIdleTimeBeforeScaleDown"] = f"PT{int(idle)}S"  # ISO 8601, as the service stores it
+    return {"properties": {"properties": {"scaleSettings": settings}}}
+
+
+def compute_url(subscription_id: str, resource_group: str, workspace: str, name: str) -> str:
+    return (f"{ARM}/subscriptions/{subscription_id}/resourceGroups/{resource_group}/providers/"
+            f"Microsoft.MachineLearningServices/workspaces/{workspace}/computes/{name}?api-version={API_VERSION}")
+
+
+def grow(credential: Any, transport: Any, url: str, body: dict[str, Any], *, poll_seconds: float,
+         timeout: float = 1800) -> None:
+    """PATCH the scale settings and wait for the operation when the service answers 202 (async). A transport
+    that was passed in is shared with the MLClient and left open."""
+    from azure.core import PipelineClient
+    from azure.core.pipeline.policies import HeadersPolicy, RetryPolicy, UserAgentPolicy
+    from azure.mgmt.core.policies import ARMChallengeAuthenticationPolicy
+
+    policies = [HeadersPolicy(), UserAgentPolicy("cloudddp"), RetryPolicy(),
+                ARMChallengeAuthenticationPolicy(credential, SCOPE)]
+    client: Any = PipelineClient(ARM, policies=policies, **({"transport": transport} if transport is not None else {}))
+    try:
+        _patch_and_wait(client, url, body, poll_seconds, timeout)
+    finally:
+        if transport is None:
+            client.close()
+
+
+def _patch_and_wait(client: Any, url: str, body: dict[str, Any], poll_seconds: float, timeout: float) -> None:
+    from azure.core.rest import HttpRequest
+
+    response = client.send_request(HttpRequest("PATCH", url, json=body))
+    response.raise_for_status()
+    operation = response.headers.get("Azure-AsyncOperation") or response.headers.get("Location")
+    if response.status_code != 202 or not operation:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = client.send_request(HttpRequest("GET", operation))
+        status.raise_for_status()
+        state = str((status.json() if status.text() else {}).get("status", "")).lower()
+        if state in _DONE:
+            if state != "succeeded":
+                raise CloudDDPError(f"growing the cluster ended {state}: {status.text()[:300]}")
+            return
+        time.sleep(poll_seconds)
+    raise CloudDDPError(f"growing the cluster did not finish in {timeout:.0f} s; see the cluster in Azure ML studio")

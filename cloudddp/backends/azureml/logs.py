@@ -1,0 +1,97 @@
+"""A job's log files, read where Azure ML writes them, a few new bytes at a time.
+
+Azure ML uploads each process's output to the job's artifact store while the job runs
+(``user_logs/std_log_process_<rank>.txt``, ``user_logs/std_log.txt`` for a single process): a folder that
+the job lists as its ``default`` output (``azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.<job>``),
+which is where azure-ai-ml's own ``jobs.stream`` and ``jobs.download`` look too. This reads it with public
+APIs only: ``jobs.get`` (the ``default`` output), ``datastores.get(include_secrets=True)`` (the storage
+account, container and a key or SAS; the caller's Entra credential when the datastore is identity-based
+or its secrets may not be read), then azure-storage-blob: one listing per poll, whose blob sizes say which
+files grew, and an HTTP Range read (``download_blob(offset=...)``) of only the new bytes of those.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Any
+
+from ...errors import CloudDDPError
+from ..base import LogLine
+
+ARTIFACT_STORE = "workspaceartifactstore"
+_DATASTORE_URI = re.compile(r"^azureml://datastores/(?P<store>[^/]+)/(?:paths/)?(?P<prefix>.+?)/*$")
+PRIMARY = {"process_0", "std_log"}
+
+
+def log_location(job: Any) -> tuple[str, str]:
+    """(datastore, folder) holding the job's logs: its ``default`` output, else Azure ML's fixed place."""
+    outputs = getattr(job, "outputs", None) or {}
+    default = outputs.get("default") if hasattr(outputs, "get") else None
+    match = _DATASTORE_URI.match(str(getattr(default, "path", "") or ""))
+    if match:
+        return match["store"], match["prefix"]
+    return ARTIFACT_STORE, f"ExperimentRun/dcid.{job.name}"
+
+
+def source_of(name: str) -> str:
+    """``process_3`` for ``user_logs/std_log_process_3.txt``; ``std_log`` for a single process's file."""
+    return PurePosixPath(name).stem.removeprefix("std_log_")
+
+
+class LogFiles:
+    """The ``user_logs/`` files of one job, with how much of each has been read."""
+
+    def __init__(self, container: Any, prefix: str, owns_transport: bool) -> None:
+        self.container = container
+        self.prefix = prefix.rstrip("/") + "/"
+        self.owns_transport = owns_transport
+        self.offsets: dict[str, int] = {}
+        self.partial: dict[str, bytes] = {}
+
+    @classmethod
+    def of_job(cls, ml_client: Any, job: Any, credential: Any, transport: Any) -> LogFiles:
+        from azure.core.exceptions import HttpResponseError
+        from azure.storage.blob import ContainerClient
+
+        store, prefix = log_location(job)
+        try:
+            datastore = ml_client.datastores.get(store, include_secrets=True)
+        except HttpResponseError as e:
+            if e.status_code != 403:
+                raise
+            datastore = ml_client.datastores.get(store)  # no permission to read its secrets: use ours
+        container_name = getattr(datastore, "container_name", None)
+        if not container_name:
+            raise CloudDDPError(f"the job's logs are on datastore {store} ({type(datastore).__name__}), "
+                                "which is not a blob container; read them in Azure ML studio")
+        creds = getattr(datastore, "credentials", None)
+        secret = getattr(creds, "account_key", None) or getattr(creds, "sas_token", None) or credential
+        endpoint = datastore.endpoint or "core.windows.net"
+        account_url = f"{datastore.protocol or 'https'}://{datastore.account_name}.blob.{endpoint}"
+        kwargs = {"transport": transport} if transport is not None else {}
+        container = ContainerClient(account_url, container_name, credential=secret, **kwargs)
+        return cls(container, prefix, owns_transport=transport is None)
+
+    def read(self, final: bool) -> list[LogLine]:
+        """The lines written since the last read; a last line without its newline waits unless ``final``."""
+        lines: list[LogLine] = []
+        blobs = sorted(self.container.list_blobs(name_starts_with=self.prefix + "user_logs/"), key=lambda b: b.name)
+        for blob in blobs:
+            name = blob.name[len(self.prefix):]
+            done = self.offsets.get(name, 0)
+            data = self.partial.pop(name, b"")
+            if blob.size > done:
+                data += self.container.download_blob(blob.name, offset=done, length=blob.size - done).readall()
+                self.offsets[name] = blob.size
+            cut = len(data) if final else data.rfind(b"\n") + 1
+            if cut < len(data):
+                self.partial[name] = data[cut:]
+            source = source_of(name)
+            lines += [LogLine(source, text, primary=source in PRIMARY)
+                      for text in data[:cut].decode("utf-8", errors="replace").splitlines()]
+        return lines
+
+    def close(self) -> None:
+        if self.owns_transport:
+            self.container.close()

@@ -1,0 +1,87 @@
+"""A job's metrics as Azure ML keeps them: in the job's MLflow run, read with MLflow's public client.
+
+Azure ML gives every job an MLflow run whose id is the job's name, and sets ``MLFLOW_TRACKING_URI`` and
+``MLFLOW_RUN_ID`` inside the job; what the training script logs there is what Studio charts. From outside,
+Azure's documented way is ``MlflowClient`` at ``ml_client.workspaces.get(name).mlflow_tracking_uri``
+(``azureml://<region>.api.azureml.ms/mlflow/...``), which needs the ``azureml-mlflow`` plugin for the
+``azureml`` scheme: ``pip install 'cloudddp[azure-mlflow]'``. With the plugin installed, azure-ai-ml's
+workspace entity registers the MLClient's credential for that URI (and moves it to ``/mlflow/v2.0`` for
+mlflow 2 and 3), so the reads sign in as cloudddp does; the URI must come from that call in this process.
+mlflow is imported here only, never on the render path.
+
+Each poll asks for the run's metric keys (``get_run``) and each key's history (``get_metric_history``),
+and returns only the points not returned before. Values logged together (one ``log_metrics`` call: the
+same step and timestamp) make one record; a metric named ``epoch`` is the record's epoch, as the
+metric-line format has it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections import defaultdict
+from typing import Any
+
+from ...errors import BackendUnavailable, CloudDDPError
+from ...metrics import MetricRecord
+
+INSTALL = "pip install 'cloudddp[azure-mlflow]' (mlflow and Microsoft's azureml-mlflow plugin)"
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
+
+
+class MlflowMetrics:
+    """New metric points of one MLflow run, poll after poll."""
+
+    def __init__(self, tracking_uri: str) -> None:
+        if not _installed("mlflow"):
+            raise BackendUnavailable("reading Azure ML metrics needs mlflow", hint=INSTALL)
+        if tracking_uri.startswith("azureml:") and not _installed("azureml.mlflow"):
+            raise BackendUnavailable("reading metrics from the workspace's azureml:// tracking URI needs the "
+                                     "azureml-mlflow plugin (it registers that scheme)", hint=INSTALL)
+        from mlflow.tracking import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+        self.seen: set[tuple[str, int, int, float]] = set()
+
+    def new_records(self, run_id: str) -> list[MetricRecord]:
+        """Records of the points logged since the last call, oldest first; none while the run does not exist."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self.client.get_run(run_id)
+            points = [(key, m.step, m.timestamp, m.value)
+                      for key in sorted(run.data.metrics) for m in self.client.get_metric_history(run_id, key)]
+        except MlflowException as e:
+            if getattr(e, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
+                return []
+            raise CloudDDPError(f"cannot read the job's MLflow metrics: {str(e).splitlines()[0]}") from None
+        fresh = [p for p in points if p not in self.seen]
+        self.seen.update(fresh)
+        return records(fresh)
+
+
+def records(points: list[tuple[str, int, int, float]]) -> list[MetricRecord]:
+    """(key, step, timestamp ms, value) points as records: one per (step, timestamp), oldest first."""
+    groups: dict[tuple[int, int], dict[str, float]] = defaultdict(dict)
+    for key, step, timestamp, value in points:
+        groups[(step, timestamp)][key] = value
+    out = []
+    for (step, timestamp), values in sorted(groups.items(), key=lambda item: (item[0][1], item[0][0])):
+        epoch = values.pop("epoch", None)
+        out.append(MetricRecord(step=step, epoch=int(epoch) if epoch is not None else None, time=timestamp / 1000,
+                                values=values, source="mlflow"))
+    return out
+
+
+def tracking_uri(workspace: Any) -> str:
+    """The workspace's MLflow tracking URI; an error when the workspace reports none."""
+    uri = getattr(workspace, "mlflow_tracking_uri", None)
+    if not uri:
+        raise CloudDDPError(f"workspace {getattr(workspace, 'name', '')} reports no MLflow tracking URI, so its jobs' "
+                            "metrics cannot be read from here (Azure ML studio shows them)")
+    return str(uri)

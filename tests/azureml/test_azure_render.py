@@ -1,0 +1,188 @@
+"""The Azure ML job and compute documents, as an Azure ML user would write them: inputs typed by what they
+are, a pinned environment that says what it holds, CPU jobs without GPU advice, new clusters without SSH
+open, and settings Azure ML would not honour refused at render. Every document here loads with
+azure-ai-ml's own ``load_job``/``load_compute``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cloudddp.backends.azureml import AzureMLBackend
+from cloudddp.backends.azureml.environment import DEFAULT_ENVIRONMENT, environment_field
+from cloudddp.backends.azureml.inputs import uri_is_file
+from cloudddp.errors import UserError
+from cloudddp.plan import Plan
+from cloudddp.specload import load_spec, spec_from_dict
+
+from ..support.cli import ROOT
+
+AZURE_JOB = ROOT / "jobs" / "cifar10-azureml.yaml"
+CIFAR_TARBALL = "https://azuremlexamples.blob.core.windows.net/datasets/cifar-10-python.tar.gz"
+
+
+def render(*overrides: str) -> Plan:
+    return AzureMLBackend(token="r").render(load_spec(AZURE_JOB, list(overrides)))
+
+
+def cpu_spec(tmp_path: Path, **azureml: Any) -> dict[str, Any]:
+    """Two Standard_D4s_v3 nodes, no GPUs: the CPU take on the seed job."""
+    return {"name": "digits-cpu", "code": {"dir": str(ROOT / "src_train"), "entry": "train.py"},
+            "resources": {"nodes": 2, "gpus_per_node": 0},
+            "azureml": {"compute": "cpu-cluster", "vm_size": "Standard_D4s_v3", **azureml}}
+
+
+def loads_with_the_sdk(plan: Plan, tmp_path: Path) -> tuple[Any, Any]:
+    from azure.ai.ml import load_compute, load_job
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "job.yml").write_text(plan.documents["job.yml"])
+    (tmp_path / "compute.yml").write_text(plan.documents["compute.yml"])
+    return load_job(tmp_path / "job.yml"), load_compute(tmp_path / "compute.yml")
+
+
+@pytest.mark.parametrize(("uri", "is_file"), [
+    (CIFAR_TARBALL, True),
+    ("https://host/data/train.csv?sv=2024-01-01&sig=abc", True),  # a SAS query does not hide the extension
+    ("azureml://datastores/workspaceblobstore/paths/cifar10/", False),
+    ("azureml://datastores/workspaceblobstore/paths/cifar10", False),
+    ("azureml://datastores/workspaceblobstore/paths/digits/digits.npz", True),
+    ("https://host/datasets/release-1.2", False),  # a version number is not an extension
+    ("wasbs://c@acct.blob.core.windows.net/images/", False),
+])
+def test_a_uri_is_a_file_when_its_last_segment_has_an_extension(uri: str, is_file: bool) -> None:
+    assert uri_is_file(uri) is is_file
+
+
+def test_inputs_are_typed_by_what_they_are_and_load_with_load_job(tmp_path: Path) -> None:
+    (tmp_path / "local-dir").mkdir()
+    (tmp_path / "local-dir" / "x.npz").write_bytes(b"x")
+    (tmp_path / "labels.csv").write_text("a,b\n")
+    data = cpu_spec(tmp_path)
+    data["inputs"] = {
+        "tarball": {"path": CIFAR_TARBALL, "arg": "--data-dir"},
+        "store": {"path": "azureml://datastores/workspaceblobstore/paths/cifar10/", "mode": "mount"},
+        "asset": {"path": "azureml:cifar-10-example@latest"},
+        "asset_file": {"path": "azureml:iris-csv:3", "kind": "file"},
+        "blob_dir": {"path": "https://acct.blob.core.windows.net/c/export", "kind": "folder"},
+        "folder": {"path": "local-dir"},
+        "csv": {"path": "labels.csv", "mode": "mount"},
+    }
+    plan = AzureMLBackend(token="i").render(spec_from_dict(data, base_dir=tmp_path))
+    inputs = plan.request["job"]["inputs"]
+    assert {name: (item["type"], item["mode"]) for name, item in inputs.items()} == {
+        "tarball": ("uri_file", "download"), "store": ("uri_folder", "ro_mount"), "asset": ("uri_folder", "download"),
+        "asset_file": ("uri_file", "download"), "blob_dir": ("uri_folder", "download"),
+        "folder": ("uri_folder", "download"), "csv": ("uri_file", "ro_mount")}
+    assert inputs["csv"]["path"] == str(tmp_path / "labels.csv")
+    assert "--data-dir ${{inputs.tarball}}" in plan.request["job"]["command"]
+    assert any("inputs.asset: a data asset is passed as uri_folder" in d for d in plan.decisions)
+    job, _ = loads_with_the_sdk(plan, tmp_path / "out")
+    assert {name: (i.type, i.mode) for name, i in job.inputs.items()} == \
+        {name: (item["type"], item["mode"]) for name, item in inputs.items()}
+
+
+def test_an_input_kind_that_contradicts_the_disk_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    data = cpu_spec(tmp_path)
+    data["inputs"] = {"d": {"path": "d", "kind": "file"}}
+    with pytest.raises(UserError, match=r"inputs.d: kind is file but .* is a folder"):
+        AzureMLBackend().render(spec_from_dict(data, base_dir=tmp_path))
+    data["inputs"] = {"d": {"path": "missing"}}
+    with pytest.raises(UserError, match=r"inputs.d: .*missing does not exist"):
+        AzureMLBackend().render(spec_from_dict(data, base_dir=tmp_path))
+
+
+def test_the_input_kind_does_not_change_the_checkpoint_folder() -> None:
+    plain = render("inputs.cifar.path=azureml://datastores/workspaceblobstore/paths/cifar10/")
+    typed = render("inputs.cifar.path=azureml://datastores/workspaceblobstore/paths/cifar10/",
+                   "inputs.cifar.kind=folder")
+    assert plain.request["job"]["outputs"]["checkpoints"] == typed.request["job"]["outputs"]["checkpoints"]
+
+
+def test_the_default_environment_is_pinned_and_says_what_it_holds() -> None:
+    plan = render()
+    assert plan.request["job"]["environment"] == DEFAULT_ENVIRONMENT
+    assert DEFAULT_ENVIRONMENT.endswith("/acpt-pytorch-2.8-cuda12.6/versions/14")
+    assert any(d.startswith("environment: curated acpt-pytorch-2.8-cuda12.6 version 14 (PyTorch 2.8, CUDA 12.6")
+               for d in plan.decisions)
+
+
+@pytest.mark.parametrize(("reference", "field"), [
+    ("azureml:AzureML-acpt-pytorch-2.8-cuda12.6:14", "azureml:AzureML-acpt-pytorch-2.8-cuda12.6:14"),
+    ("azureml:my-env@latest", "azureml:my-env@latest"),
+    ("azureml://registries/azureml/environments/sklearn-1.5/labels/latest",
+     "azureml://registries/azureml/environments/sklearn-1.5/labels/latest"),
+    ("mcr.microsoft.com/azureml/openmpi5.0-ubuntu24.04:latest",
+     {"image": "mcr.microsoft.com/azureml/openmpi5.0-ubuntu24.04:latest"}),
+    ("myregistry.azurecr.io/train@sha256:" + "ab" * 32, {"image": "myregistry.azurecr.io/train@sha256:" + "ab" * 32}),
+])
+def test_environment_references_azure_ml_accepts(reference: str, field: Any, tmp_path: Path) -> None:
+    assert environment_field(reference) == field
+    plan = render(f"azureml.environment={reference}")
+    job, _ = loads_with_the_sdk(plan, tmp_path)
+    loaded = job.environment if isinstance(job.environment, str) else {"image": job.environment.image}
+    workspace_ref = reference.startswith("azureml:") and not reference.startswith("azureml://")
+    assert loaded == (reference.removeprefix("azureml:") if workspace_ref else field)  # the SDK drops "azureml:"
+
+
+@pytest.mark.parametrize(("reference", "why"), [
+    ("azureml:AzureML-acpt-pytorch-2.8-cuda12.6", "needs a version or @latest"),
+    ("AzureML-acpt-pytorch-2.8-cuda12.6@latest", "with the azureml: prefix"),
+    ("pytorch", "not an environment reference"),
+    ("azureml://registries/azureml/environments/acpt-pytorch-2.8-cuda12.6", "ends in /versions/<version>"),
+    ("azureml:my env:1", "not an environment reference"),
+])
+def test_an_environment_reference_that_does_not_parse_is_refused_at_render(reference: str, why: str) -> None:
+    with pytest.raises(UserError, match=rf"azureml.environment: .*{why}") as caught:
+        render(f"azureml.environment={reference}")
+    assert "azureml:AzureML-acpt-pytorch-2.8-cuda12.6:14" in str(caught.value)  # the hint shows the forms
+
+
+def test_a_cpu_job_gets_no_infiniband_advice_and_is_told_about_its_cuda_environment(tmp_path: Path) -> None:
+    plan = AzureMLBackend(token="c").render(spec_from_dict(cpu_spec(tmp_path), base_dir=tmp_path))
+    assert not [w for w in plan.warnings if "InfiniBand" in w], plan.warnings
+    assert plan.request["job"]["distribution"] == {"type": "pytorch", "process_count_per_instance": 1}
+    assert plan.request["job"]["environment_variables"]["CLOUDDDP_DIST_BACKEND"] == "gloo"
+    assert any("gloo uses TCP, not RDMA" in d for d in plan.decisions)
+    assert any("all CUDA builds" in d for d in plan.decisions)
+    data = cpu_spec(tmp_path)
+    data["resources"]["processes_per_node"] = 4
+    four = AzureMLBackend(token="c").render(spec_from_dict(data, base_dir=tmp_path))
+    assert four.request["job"]["distribution"]["process_count_per_instance"] == 4
+    data["resources"]["interconnect"] = "rdma"  # asked for: then the size is judged
+    assert any("InfiniBand" in w for w in AzureMLBackend().render(spec_from_dict(data, base_dir=tmp_path)).warnings)
+    loads_with_the_sdk(plan, tmp_path / "out")
+
+
+def test_a_new_cluster_has_ssh_closed_unless_the_spec_gives_a_key(tmp_path: Path) -> None:
+    closed = render()
+    assert closed.request["compute"]["ssh_public_access_enabled"] is False
+    assert "ssh_settings" not in closed.request["compute"]
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHpublickeyonly user@host"
+    opened = render(f"azureml.ssh_public_key={key}")
+    assert opened.request["compute"]["ssh_public_access_enabled"] is True
+    assert opened.request["compute"]["ssh_settings"] == {"admin_username": "azureuser", "ssh_key_value": key}
+    _, compute = loads_with_the_sdk(opened, tmp_path)
+    rest = compute._to_rest_object().as_dict()["properties"]["properties"]
+    assert rest["remoteLoginPortPublicAccess"] == "Enabled"
+    assert rest["userAccountCredentials"]["adminUserSshPublicKey"] == key
+    _, compute = loads_with_the_sdk(closed, tmp_path / "closed")
+    assert compute._to_rest_object().as_dict()["properties"]["properties"]["remoteLoginPortPublicAccess"] == "Disabled"
+    with pytest.raises(UserError, match="not an OpenSSH public key"):
+        render("azureml.ssh_public_key=-----BEGIN OPENSSH PRIVATE KEY-----")
+
+
+def test_settings_azure_ml_would_not_honour_are_refused() -> None:
+    with pytest.raises(UserError, match=r"azureml.idle_time_before_scale_down.*azure-ai-ml sends no value for 0"):
+        render("azureml.idle_time_before_scale_down=0")
+    with pytest.raises(UserError, match=r"azureml.job_tier: spot applies to serverless compute only") as caught:
+        render("azureml.job_tier=spot")
+    assert "resources.spot: true" in str(caught.value)
+    plan = render("azureml.idle_time_before_scale_down=60")
+    assert plan.request["compute"]["idle_time_before_scale_down"] == 60
+    assert any("scaling down after 60 s idle" in d for d in plan.decisions)
+    assert "queue_settings" not in yaml.safe_load(plan.documents["job.yml"])
