@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import http.client
 import http.server
+import math
 import socket
 import threading
 import time
@@ -28,14 +30,62 @@ def aws_environment(url: str) -> dict[str, str]:
             "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
 
 
-def set_status(name: str, status: str, secondary: str | None = None, region: str = "us-east-1") -> None:
-    """Move a training job to ``status`` (moto creates jobs already Completed and has no transitions)."""
+STARTING = ("Starting", "LaunchingMLInstances", "PreparingTrainingStack", "Pending")
+_STARTED: set[str] = set()  # jobs whose TrainingStartTime the emulator set (moto stamps every job at creation)
+_NEW_JOBS_START = threading.Event()  # set: a created job is InProgress/Starting, as on SageMaker (moto: Completed)
+
+
+@contextmanager
+def jobs_start_in_progress() -> Iterator[None]:
+    """Within this block, CreateTrainingJob makes a job InProgress/Starting with no TrainingStartTime, as SageMaker
+    does, instead of moto's already Completed one (which the other tests rely on)."""
+    _NEW_JOBS_START.set()
+    try:
+        yield
+    finally:
+        _NEW_JOBS_START.clear()
+
+
+def _training_job(name: str, region: str) -> Any:
     from moto.sagemaker.models import sagemaker_backends
 
-    job = sagemaker_backends[ACCOUNT_ID][region].training_jobs[name]
+    return sagemaker_backends[ACCOUNT_ID][region].training_jobs[name]
+
+
+def set_status(name: str, status: str, secondary: str | None = None, region: str = "us-east-1", *,
+               at: datetime.datetime | None = None, spot_savings: float = 0.0) -> None:
+    """Move a training job to ``status`` (moto creates jobs already Completed and has no transitions), with the times
+    DescribeTrainingJob reports as SageMaker does: no TrainingStartTime while instances start; TrainingStartTime when
+    the job first goes past them (now, or ``at`` — given again, it moves the start there); at the end (``at``, or now)
+    TrainingEndTime, TrainingTimeInSeconds and BillableTimeInSeconds, the latter lower by ``spot_savings`` for a
+    managed spot job (moto reports none of them)."""
+    job = _training_job(name, region)
+    when = at or datetime.datetime.now(datetime.timezone.utc)
     job.training_job_status = status
     if secondary:
         job.secondary_status = secondary
+    if status == "InProgress":
+        for attr in ("training_end_time", "training_time_in_seconds", "billable_time_in_seconds"):
+            setattr(job, attr, None)
+        if (secondary or "") in STARTING:
+            job.training_start_time = None
+            _STARTED.discard(name)
+        elif name not in _STARTED or at is not None:
+            job.training_start_time = when
+            _STARTED.add(name)
+    elif status in ("Completed", "Failed", "Stopped"):
+        _end(job, when, spot_savings)
+
+
+def _end(job: Any, when: datetime.datetime, spot_savings: float = 0.0) -> None:
+    """The times SageMaker reports when a job ends: training counts from TrainingStartTime, billed per second."""
+    if job.training_start_time is None:
+        job.training_start_time = when
+    job.training_end_time = when
+    training = max(1, math.ceil((when - job.training_start_time).total_seconds()))
+    job.training_time_in_seconds = training
+    savings = spot_savings if job.enable_managed_spot_training else 0.0
+    job.billable_time_in_seconds = max(1, math.ceil(training * (1 - savings)))
 
 
 NOW_MS = int(time.time() * 1000)  # CloudWatch (and moto) drop events more than 14 days old
@@ -75,7 +125,25 @@ def _stop_training_job(self: Any) -> Any:
         raise ValidationError(message=f"The request was rejected because the training job is in status "
                                       f"{job.training_job_status}.")
     job.training_job_status, job.secondary_status = "Stopped", "Stopped"
+    _end(job, datetime.datetime.now(datetime.timezone.utc))
     return ActionResult({})
+
+
+def _patch_new_jobs() -> None:
+    from moto.sagemaker.models import FakeTrainingJob
+
+    original = FakeTrainingJob.__init__
+    if getattr(original, "cloudddp", False):
+        return
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if _NEW_JOBS_START.is_set():
+            self.training_job_status, self.secondary_status = "InProgress", "Starting"
+            self.training_start_time = self.training_end_time = None
+
+    init.cloudddp = True  # type: ignore[attr-defined]
+    FakeTrainingJob.__init__ = init  # type: ignore[method-assign]
 
 
 @contextmanager
@@ -84,6 +152,7 @@ def moto_server() -> Iterator[str]:
     from moto.server import ThreadedMotoServer
 
     SageMakerResponse.stop_training_job = _stop_training_job  # type: ignore[attr-defined]
+    _patch_new_jobs()
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
