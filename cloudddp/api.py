@@ -18,7 +18,8 @@ from typing import Any
 
 from .backends import get_backend
 from .backends.base import Backend, LogLine, Progress, RunState, RunStatus, Submission
-from .errors import RunNotFound, UserError
+from .billing import CostReport
+from .errors import CloudDDPError, RunNotFound, UserError
 from .metrics import MetricRecord, parse_line
 from .plan import Plan
 from .registry import Registry
@@ -106,13 +107,32 @@ class Run:
         return cls(run_id, get_backend(backend, **options))
 
     def status(self) -> RunStatus:
-        """The run's status now; the registry of this machine is brought up to date with it."""
+        """The run's status now; the registry of this machine is brought up to date with it, and when the run
+        has just ended its measured step time is kept for the next estimate of the job (cloudddp.stepstore)."""
         status = self.backend.status(self.run_id)
         registry = self.backend.registry
         record = registry.get(self.run_id)
         if record is not None and record.state != status.state.value:
             registry.update(self.run_id, state=status.state.value)
+            if status.state.terminal:
+                self._learn()
         return status
+
+    def cost(self) -> CostReport:
+        """What the run cost (so far, while it goes) next to the estimate its plan had at submit, every figure with
+        its source; without figures from the backend, the reason. See :meth:`Backend.cost`."""
+        report = self.backend.cost(self.run_id)
+        if report.measured is None and report.bill is not None and report.bill.final:
+            report.measured = self._learn()
+        return report
+
+    def _learn(self) -> dict[str, Any] | None:
+        from .stepstore import learn
+
+        try:
+            return learn(self.backend, self.run_id)
+        except CloudDDPError:  # the logs are not readable now: a later status or cost tries again
+            return None
 
     def wait(self, timeout: float | None = None, poll: float = 1.0) -> RunStatus:
         """Block until the run ends (or ``timeout`` seconds pass) and return its status."""

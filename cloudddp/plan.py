@@ -82,6 +82,11 @@ class Plan:
     """Names of the values :meth:`bind` must fill, e.g. ``("ACCOUNT",)``."""
     metrics: list[dict[str, str]] = field(default_factory=list)
     """Metrics the job declares by regular expression (``{"name", "regex"}``), read from its log lines."""
+    step_key: str = ""
+    """Which measured step times this job's runs teach and use (:func:`cloudddp.stepstore.job_key`)."""
+    max_cost: float | None = None
+    """The job's budget in USD (``resources.max_cost``), kept with the run for ``cloudddp cost`` and the budget
+    watch."""
     env_sources: dict[str, EnvSource] = field(default_factory=dict, repr=False, compare=False)
     """Environment values resolved at launch (never serialised)."""
 
@@ -146,6 +151,8 @@ class Plan:
             "target": self.target,
             "late_bound": list(self.late),
             "metrics": self.metrics,
+            "step_key": self.step_key,
+            "max_cost": self.max_cost,
         }
 
     def to_json(self) -> str:
