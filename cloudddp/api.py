@@ -11,11 +11,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import recovery
 from .backends import get_backend
 from .backends.base import Backend, LogLine, Progress, RunState, RunStatus, Submission
 from .billing import CostReport
@@ -59,14 +61,19 @@ class Job:
         return get_backend(backend, **options).render(self.spec)
 
     def submit(self, backend: str = "local", *, checks: bool = True, provision: bool = True,
-               progress: Progress | None = None, **options: Any) -> Run:
+               recover: int | None = None, progress: Progress | None = None, **options: Any) -> Run:
         """Render, run the preflight checks, launch; returns at once with a :class:`Run`.
 
         ``checks=False`` launches even when a preflight check fails; ``provision=False`` leaves clusters
-        alone on backends that create them. ``options`` construct the backend (e.g. a credential).
+        alone on backends that create them; ``recover`` resubmissions after preemption or infrastructure
+        faults (default: ``limits.max_recoveries``), done by a detached watcher. ``options`` construct the
+        backend (e.g. a credential; the watcher uses the backend's defaults).
         """
         impl = get_backend(backend, **options)
         submission: Submission = impl.submit(self.spec, checks=checks, provision=provision, progress=progress)
+        budget = self.spec.limits.max_recoveries if recover is None else recover
+        if budget > 0:
+            recovery.start(impl, submission.plan, submission.run_id, budget)
         return Run(submission.run_id, impl, plan=submission.plan)
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,32 +114,81 @@ class Run:
         return cls(run_id, get_backend(backend, **options))
 
     def status(self) -> RunStatus:
-        """The run's status now; the registry of this machine is brought up to date with it, and when the run
-        has just ended its measured step time is kept for the next estimate of the job (cloudddp.stepstore)."""
-        status = self.backend.status(self.run_id)
+        """The run's status now; the registry of this machine is brought up to date with it, and when a run
+        has just ended its measured step time is kept for the next estimate of the job (cloudddp.stepstore). For
+        a run under recovery: the chain's state, with every attempt and why it ended in ``details["attempts"]``."""
+        chain = self.chain
+        if chain is None:
+            return self._status_of(self.run_id)
+        recovery.ensure_watched(chain)
+        current = self._status_of(chain.current.run_id)
+        state = current.state
+        if chain.status == recovery.WATCHING and current.state.terminal:
+            state = RunState.STARTING  # the watcher is about to launch the next attempt
+        elif chain.status != recovery.WATCHING:
+            state = {recovery.SUCCEEDED: RunState.SUCCEEDED, recovery.CANCELLED: RunState.CANCELLED}.get(
+                chain.status, RunState.FAILED)
+        return dataclasses.replace(
+            current, run_id=self.run_id, state=state, message=chain.message or current.message,
+            details={**current.details, "attempts": chain.summary(), "recovery": chain.status,
+                     "recoveries_left": chain.recoveries_left})
+
+    def _status_of(self, run_id: str) -> RunStatus:
+        status = self.backend.status(run_id)
         registry = self.backend.registry
-        record = registry.get(self.run_id)
+        record = registry.get(run_id)
         if record is not None and record.state != status.state.value:
-            registry.update(self.run_id, state=status.state.value)
+            registry.update(run_id, state=status.state.value)
             if status.state.terminal:
-                self._learn()
+                self._learn(run_id)
         return status
 
     def cost(self) -> CostReport:
         """What the run cost (so far, while it goes) next to the estimate its plan had at submit, every figure with
-        its source; without figures from the backend, the reason. See :meth:`Backend.cost`."""
-        report = self.backend.cost(self.run_id)
-        if report.measured is None and report.bill is not None and report.bill.final:
-            report.measured = self._learn()
+        its source; without figures from the backend, the reason. See :meth:`Backend.cost`. For a run under
+        recovery: the current attempt's bill, and every attempt's cost with their total in ``attempts``."""
+        chain = self.chain
+        if chain is None:
+            report = self.backend.cost(self.run_id)
+            if report.measured is None and report.bill is not None and report.bill.final:
+                report.measured = self._learn(self.run_id)
+            return report
+        reports = [self.backend.cost(attempt.run_id) for attempt in chain.attempts]
+        report = dataclasses.replace(reports[-1], run_id=self.run_id, estimate=reports[0].estimate)
+        report.attempts = [{"run_id": r.run_id, "state": r.state, "cost": r.bill.cost if r.bill else None}
+                           for r in reports]
         return report
 
-    def _learn(self) -> dict[str, Any] | None:
+    def _learn(self, run_id: str) -> dict[str, Any] | None:
         from .stepstore import learn
 
         try:
-            return learn(self.backend, self.run_id)
+            return learn(self.backend, run_id)
         except CloudDDPError:  # the logs are not readable now: a later status or cost tries again
             return None
+
+    @property
+    def chain(self) -> recovery.Chain | None:
+        """The recovery chain this run belongs to, when it was submitted with recovery."""
+        return recovery.chain_of(self.run_id, self.backend)
+
+    def _attempts(self, follow: bool) -> Iterator[tuple[str, bool]]:
+        """``(run id, follow it)`` for each attempt in order; while following, the next one as the watcher
+        launches it, until the chain has ended."""
+        chain = self.chain
+        if chain is None:
+            yield self.run_id, follow
+            return
+        seen, chain_id = 0, chain.chain_id
+        while True:
+            chain = recovery.Chain.load(chain_id)
+            ended = chain.status != recovery.WATCHING
+            for attempt in chain.attempts[seen:]:
+                seen += 1
+                yield attempt.run_id, follow and not ended and seen == len(chain.attempts)
+            if not follow or ended:
+                return
+            time.sleep(0.5)  # the watcher is about to launch the next attempt, or to end the chain
 
     def wait(self, timeout: float | None = None, poll: float = 1.0) -> RunStatus:
         """Block until the run ends (or ``timeout`` seconds pass) and return its status."""
@@ -144,10 +200,21 @@ class Run:
             time.sleep(poll)
 
     def logs(self, follow: bool = False) -> Iterator[LogLine]:
-        return self.backend.logs(self.run_id, follow=follow)
+        """The run's log lines (every attempt's, in order, for a run under recovery)."""
+        for run_id, following in self._attempts(follow):
+            yield from self.backend.logs(run_id, follow=following)
 
     def metrics(self, follow: bool = False) -> Iterator[MetricRecord]:
-        return self.backend.metrics(self.run_id, follow=follow)
+        """The run's metric records; under recovery, every attempt's, each step once (an attempt that
+        resumes from a checkpoint repeats the steps after it: the first report of a step is kept)."""
+        last: dict[str, int] = {}  # metric name -> the last step it was reported at
+        for run_id, following in self._attempts(follow):
+            for record in self.backend.metrics(run_id, follow=following):
+                if record.step is not None and record.values:
+                    if all(record.step <= last.get(name, -1) for name in record.values):
+                        continue  # already reported by the attempt before
+                    last.update(dict.fromkeys(record.values, record.step))
+                yield record
 
     def events(self, follow: bool = False, all_ranks: bool = False) -> Iterator[MetricRecord | LogLine]:
         """What a person watching the run sees: its metric records as they come, and the first process's
@@ -170,8 +237,13 @@ class Run:
         return pd.DataFrame([r.to_dict() for r in self.metrics()])
 
     def cancel(self) -> bool:
-        """Ask the run to stop (it checkpoints first); False when it had already ended."""
-        return self.backend.cancel(self.run_id)
+        """Ask the run to stop (it checkpoints first); False when it had already ended. A run under
+        recovery stops being recovered."""
+        chain = self.chain
+        if chain is None:
+            return self.backend.cancel(self.run_id)
+        recovery.cancel(chain)
+        return self.backend.cancel(chain.current.run_id)
 
     async def wait_async(self, timeout: float | None = None, poll: float = 1.0) -> RunStatus:
         """``await run.wait_async()`` in a notebook: the event loop (and the notebook) stay responsive."""

@@ -111,6 +111,16 @@ class CostReport:
     """What the budget watch did: started (pid), stopped the run (at what spend), or why it could not watch."""
     measured: dict[str, Any] | None = None
     """The step time kept from this run for the next estimate, or why none."""
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    """A run under recovery: every attempt's ``run_id``, ``state`` and ``cost`` (``bill`` is the current one's)."""
+
+    @property
+    def actual_cost(self) -> float | None:
+        """What the job cost: the bill's, or every attempt's together under recovery (None if one is unknown)."""
+        if self.attempts:
+            costs = [a["cost"] for a in self.attempts]
+            return None if any(c is None for c in costs) else float(sum(costs))
+        return self.bill.cost if self.bill else None
 
     @property
     def estimated_cost(self) -> float | None:
@@ -120,10 +130,10 @@ class CostReport:
     @property
     def difference(self) -> float | None:
         """Actual over estimated cost, minus one (0.1: 10 % over the estimate)."""
-        est = self.estimated_cost
-        if self.bill is None or self.bill.cost is None or not est:
+        est, actual = self.estimated_cost, self.actual_cost
+        if actual is None or not est:
             return None
-        return self.bill.cost / est - 1
+        return actual / est - 1
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -134,7 +144,8 @@ class CostReport:
             "actual": self.bill.to_dict() if self.bill else None,
             "reason": self.reason,
             "estimated_cost": self.estimated_cost,
-            "actual_cost": self.bill.cost if self.bill else None,
+            "actual_cost": self.actual_cost,
+            "attempts": self.attempts,
             "difference": self.difference,
             "max_cost": self.max_cost,
             "budget": self.budget,

@@ -7,7 +7,8 @@ machine — ``python -m cloudddp.budget RUN_ID`` — so it goes on after the CLI
 stopping still costs (the backend's SIGTERM grace, and the idle time an autoscaling cluster still bills after
 the run, on every node) reaches the budget, it cancels the run — a cancel: SIGTERM, the script checkpoints,
 then the backend's grace — and records the spend it stopped at in the run's registry info (``cloudddp cost``
-shows it). It ends by itself when the run ends.
+shows it). It ends by itself when the run ends. Under recovery (:mod:`cloudddp.recovery`) the budget is the
+whole job's: what the earlier attempts cost counts, and a stop ends the recovery too.
 
 What it cannot do: watch while this machine is off or asleep, or once the credentials it started with
 expire; react faster than one poll; see a price other than the catalog's (for SageMaker the EC2 on-demand
@@ -43,8 +44,27 @@ def stop_cost(bill: Bill, grace_s: float) -> float:
     return bill.price_per_hour * (grace_s + bill.pending_s) / 3600
 
 
-def over_budget(bill: Bill, max_cost: float, grace_s: float) -> bool:
-    return bill.cost is not None and bill.cost + stop_cost(bill, grace_s) >= max_cost
+def over_budget(bill: Bill, max_cost: float, grace_s: float, spent_before: float = 0.0) -> bool:
+    return bill.cost is not None and spent_before + bill.cost + stop_cost(bill, grace_s) >= max_cost
+
+
+def _chain(backend: Backend[Any], run_id: str) -> Any:
+    from .recovery import chain_of
+
+    return chain_of(run_id, backend)
+
+
+def spent_before(backend: Backend[Any], run_id: str) -> float:
+    """What the attempts before ``run_id`` of its recovery chain cost (0 for a run not under recovery)."""
+    chain = _chain(backend, run_id)
+    total = 0.0
+    for attempt in chain.attempts if chain is not None else []:
+        if attempt.run_id == run_id:
+            break
+        bill = backend.bill(attempt.run_id)
+        if bill is not None and bill.cost is not None:
+            total += bill.cost
+    return total
 
 
 def _record(backend: Backend[Any], run_id: str, outcome: dict[str, Any]) -> None:
@@ -69,15 +89,23 @@ def watch(
             outcome: dict[str, Any] = {"ended": status.state.value, "at": time.time()}
             break
         bill = backend.bill(run_id)
-        if bill is not None and over_budget(bill, max_cost, backend.sigterm_grace):
+        before = spent_before(backend, run_id) if bill is not None else 0.0
+        if bill is not None and over_budget(bill, max_cost, backend.sigterm_grace, before):
             tail = stop_cost(bill, backend.sigterm_grace)
+            chain = _chain(backend, run_id)
+            if chain is not None:  # stopped for the budget: not a fault for recovery to undo
+                from .recovery import cancel
+
+                cancel(chain)
             backend.cancel(run_id)
+            spend = before + (bill.cost or 0.0)
             outcome = {
-                "stopped_at_cost": round(bill.cost or 0.0, 4),
+                "stopped_at_cost": round(spend, 4),
                 "stop_cost": round(tail, 4),
                 "at": time.time(),
-                "message": f"stopped: spend ${bill.cost:,.2f} + ${tail:,.2f} to stop reached the budget of "
-                f"${max_cost:,.2f}",
+                "message": f"stopped: spend ${spend:,.2f}"
+                + (f" (${before:,.2f} by earlier attempts)" if before else "")
+                + f" + ${tail:,.2f} to stop reached the budget of ${max_cost:,.2f}",
             }
             break
         sleep(poll)

@@ -159,8 +159,10 @@ def render(job: Path, backend: str, override: tuple[str, ...], json_: bool, outp
 @click.option("--no-provision", is_flag=True, help="Leave clusters alone (backends that create or resize them).")
 @click.option("--skip-checks", is_flag=True, help="Launch even when preflight checks fail.")
 @click.option("--all-ranks", is_flag=True, help="Show every process's output while following (default: rank 0's).")
+@click.option("--recover", "recover", type=int, default=None, is_flag=False, flag_value=3, metavar="[N]",
+              help="Resubmit up to N times (3) after preemption, lost capacity or an infrastructure fault.")
 def submit(job: Path, backend: str, override: tuple[str, ...], dry_run: bool, detach: bool, json_: bool, quiet: bool,
-           no_provision: bool, skip_checks: bool, all_ranks: bool) -> None:
+           no_provision: bool, skip_checks: bool, all_ranks: bool, recover: int | None) -> None:
     """Render the job and launch it; follow its metrics until it ends unless --detach."""
     from .api import Run
     from .backends import get_backend
@@ -184,6 +186,14 @@ def submit(job: Path, backend: str, override: tuple[str, ...], dry_run: bool, de
         err().print("[bold red]error:[/] preflight checks failed; fix them or pass --skip-checks")
         sys.exit(e.exit_code)
     run_id = submission.run_id
+    budget = spec.limits.max_recoveries if recover is None else recover
+    if budget > 0:
+        from . import recovery
+
+        recovery.start(impl, submission.plan, run_id, budget)
+        if not (quiet or json_):
+            note(f"recovery: up to {budget} resubmissions after preemption or infrastructure faults, by a "
+                 "watcher that outlives this terminal")
     if json_:
         _print_json({"run_id": run_id, "backend": backend})
     elif quiet:
@@ -428,14 +438,20 @@ def status(run: str, backend: str | None, json_: bool) -> None:
     table = Table(show_header=False, box=None)
     for key, value in (
         ("run", st.run_id), ("backend", st.backend), ("state", st.state.value), ("message", st.message),
-        ("created", _when(st.created_at)), ("ended", _when(st.ended_at)),
+        ("cause", st.cause.value if st.cause else ""), ("created", _when(st.created_at)), ("ended", _when(st.ended_at)),
     ):
         if value:
             table.add_row(f"[bold]{key}[/]", escape(str(value)))
     for key, value in st.details.items():
-        if key != "failure":
+        if key not in ("failure", "attempts"):
             table.add_row(f"[bold]{key}[/]", escape(str(value)))
     out().print(table)
+    if st.details.get("attempts"):
+        attempts = Table("attempt", "run", "started", "state", "cause", "why", title="attempts")
+        for a in st.details["attempts"]:
+            attempts.add_row(str(a["number"]), a["run_id"], _when(a["started"]), a["state"], a["cause"] or "",
+                             escape(a["reason"] or ""))
+        out().print(attempts)
     failure = st.details.get("failure")
     if failure:
         out().print("[bold red]failure[/]")
@@ -477,7 +493,9 @@ def _cost_text(report: Any) -> Any:
     table = Table("", "estimate at submit", "actual" + ("" if bill is None or bill.final else " so far"), box=None)
     priced = bill is not None and bill.price_per_hour is not None
     price = est.get("price_per_hour")
-    actual = _money(bill.cost) if bill and bill.cost is not None else ""
+    actual = _money(report.actual_cost) if report.actual_cost is not None else ""
+    if report.attempts:
+        actual += f" over {len(report.attempts)} attempts"
     if report.difference is not None:
         actual += f" ({report.difference:+.0%})"
     rows = [
@@ -496,9 +514,11 @@ def _cost_text(report: Any) -> Any:
         if estimated or measured_value:
             table.add_row(name, estimated, measured_value)
     parts: list[Any] = [head, table]
+    for attempt in report.attempts:
+        parts.append(Text(f"attempt {attempt['run_id']} ({attempt['state']}): {_money(attempt['cost'])}"))
     if bill is not None:
-        sources = Table("figure", "value", "where it comes from", box=None, title_justify="left",
-                        title="[dim]the actual figures[/]")
+        title = "[dim]the actual figures" + (" of the current attempt" if report.attempts else "") + "[/]"
+        sources = Table("figure", "value", "where it comes from", box=None, title_justify="left", title=title)
         for f in bill.figures:
             value = "?" if f.value is None else f"{f.value:,}" if isinstance(f.value, (int, float)) else str(f.value)
             sources.add_row(f.name, f"{value} {f.unit}".strip(), escape(f.source))
@@ -522,6 +542,29 @@ def _cost_text(report: Any) -> Any:
     elif "none" in measured:
         parts.append(Text(f"no step time kept: {measured['none']}", style="dim"))
     return Group(*parts)
+
+
+@app.command()
+@click.argument("run", required=False)
+def recover(run: str | None) -> None:
+    """Pick up recovery where it stopped: start the watcher again for RUN (or for every run still under
+    recovery whose watcher is gone, e.g. after this machine restarted)."""
+    from . import recovery
+    from .api import Run
+    from .registry import home
+
+    if run is not None:
+        chains = [c for c in [Run.attach(run).chain] if c is not None]
+        if not chains:
+            from .errors import UserError
+
+            raise UserError(f"{run} was not submitted with recovery", hint="submit it with --recover")
+    else:
+        chains = [recovery.Chain.load(p.stem) for p in sorted((home() / "chains").glob("*.json"))]
+    for chain in chains:
+        restarted = recovery.ensure_watched(chain)
+        what = "watcher started again" if restarted else ("watched" if chain.status == recovery.WATCHING else chain.status)
+        err().print(f"{chain.chain_id}: attempt {chain.current.number}, {what}")
 
 
 def _when(ts: float | None) -> str:

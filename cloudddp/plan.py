@@ -107,6 +107,13 @@ class Plan:
             late=(),
         )
 
+    def renamed(self, new_name: str) -> Plan:
+        """This plan under another job name (every occurrence in the request and documents), e.g. for a
+        recovery's next attempt."""
+        table = {self.job_name: new_name}
+        return dataclasses.replace(self, job_name=new_name, request=substitute(self.request, table),
+                                   documents=substitute(self.documents, table))
+
     def reveal(self, value: Any, environ: Mapping[str, str] | None = None) -> Any:
         """``value`` (a part of the bound request) with secret and ``from_env`` values filled in, to send only."""
         if self.late:
@@ -154,6 +161,28 @@ class Plan:
             "step_key": self.step_key,
             "max_cost": self.max_cost,
         }
+
+    def to_state(self) -> dict[str, Any]:
+        """Everything needed to launch this plan again later (no secret value: a secret given as a literal
+        in the spec is kept only as its name, and must be supplied again to :meth:`from_state`)."""
+        return {**self.to_dict(), "job": self.job, "late": list(self.late), "env_sources": [
+            {"name": s.name, "var": s.var, "secret": s.secret} for s in self.env_sources.values()]}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any], literals: Mapping[str, str] | None = None) -> Plan:
+        """The plan :meth:`to_state` saved; ``literals``: the values of secrets given as literals."""
+        sources = {s["name"]: EnvSource(s["name"], s["var"], (literals or {}).get(s["name"]), s["secret"])
+                   for s in state.get("env_sources", [])}
+        return cls(backend=state["backend"], job_name=state["job_name"], request=state["request"],
+                   documents=state["documents"], decisions=state["decisions"], warnings=state["warnings"],
+                   estimate=state["estimate"], uploads=state["uploads"], target=state["target"], job=state["job"],
+                   late=tuple(state["late"]), metrics=state["metrics"], env_sources=sources,
+                   step_key=state.get("step_key", ""), max_cost=state.get("max_cost"))
+
+    def literal_secrets(self) -> dict[str, str]:
+        """The secrets given as literals in the spec (not read from the shell), by name: what
+        :meth:`from_state` needs back."""
+        return {s.name: s.value for s in self.env_sources.values() if s.var is None and s.value is not None}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)

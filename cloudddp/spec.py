@@ -255,6 +255,11 @@ class Checkpoint(Strict):
 class Limits(Strict):
     max_runtime: Duration = Field(24 * 3600, description="Seconds or '2h'; the job is stopped after this.")
     max_restarts: int = Field(0, ge=0, le=100, description="Group restarts after a worker fails.")
+    max_recoveries: int = Field(
+        0, ge=0, le=100,
+        description="Resubmissions after the job ends by preemption, lost capacity or an infrastructure fault "
+                    "(never after a failure of its own code); a detached watcher does it.",
+    )
 
 
 class JobSpec(Strict):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from .support.cli import ROOT
+from .support.leftovers import stop_leftovers
 
 if TYPE_CHECKING:
     from .support.mlflow_server import MlflowServer
@@ -18,11 +19,12 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture(autouse=True)
-def cloudddp_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def cloudddp_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home = tmp_path_factory.mktemp("cloudddp-home")
     monkeypatch.setenv("CLOUDDDP_HOME", str(home))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    return home
+    yield home
+    stop_leftovers(home)  # a test that failed half-way must not leave its runs training
 
 
 @pytest.fixture(scope="session")

@@ -81,6 +81,23 @@ class RunState(str, Enum):
         return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
 
 
+class Cause(str, Enum):
+    """Why a run ended without succeeding, as its backend reports it; recovery resubmits only what the
+    job itself did not cause."""
+
+    PREEMPTED = "preempted"            # spot / low priority capacity taken back, a Slurm preemption
+    CAPACITY = "capacity"              # no capacity for the size (now), quota reached at start
+    INFRASTRUCTURE = "infrastructure"  # a node or host lost, the platform's own error
+    USER_ERROR = "user error"          # the script failed (a traceback, a non-zero exit, a bad argument)
+    LIMIT = "limit"                    # the job ran into limits.max_runtime
+    CANCELLED = "cancelled"            # someone cancelled it
+    UNKNOWN = "unknown"
+
+    @property
+    def recoverable(self) -> bool:
+        return self in (Cause.PREEMPTED, Cause.CAPACITY, Cause.INFRASTRUCTURE)
+
+
 @dataclass
 class RunStatus:
     run_id: str
@@ -92,6 +109,8 @@ class RunStatus:
     created_at: float | None = None
     ended_at: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    cause: Cause | None = None
+    """Why it ended, for a run that failed or was cancelled."""
 
     def _repr_html_(self) -> str:
         import html
@@ -110,6 +129,7 @@ class RunStatus:
             "message": self.message,
             "created_at": self.created_at,
             "ended_at": self.ended_at,
+            "cause": self.cause.value if self.cause else None,
             "details": self.details,
         }
 
@@ -236,6 +256,12 @@ class Backend(abc.ABC, Generic[OptionsT]):
     def _translate(self, error: Exception) -> CloudDDPError | None:
         """This backend's SDK error as cloudddp's (e.g. a missing credential as a BackendUnavailable), or None."""
         return None
+
+    def for_attempt(self, plan: Plan, attempt: int) -> Plan:
+        """``plan`` for a recovery's ``attempt`` (2, 3, ...): what must differ between attempts (a cloud's job
+        name, which must be unique), with the attempt in its tags; the same code, data and checkpoints.
+        A backend whose run ids are fresh at every launch needs nothing (the default)."""
+        return plan
 
     def size_target(self, spec: JobSpec) -> SizeTarget | None:
         """Where this backend's sizes come from for ``spec`` (None: the backend chooses no size)."""

@@ -17,7 +17,7 @@ from cloudddp.registry import Registry
 from cloudddp.spec import JobSpec
 from cloudddp.specload import load_spec
 
-from ..support.aws_emulator import aws_environment, jobs_start_in_progress, put_logs, set_status
+from ..support.aws_emulator import aws_environment, put_logs, set_status
 from ..support.cli import ROOT, cli
 
 pytestmark = pytest.mark.slow
@@ -86,8 +86,7 @@ def test_the_bill_of_a_finished_spot_job_is_its_billable_time_and_shows_the_savi
 
 def test_while_a_job_runs_its_spend_counts_from_training_start() -> None:
     b = backend("running")
-    with jobs_start_in_progress():
-        name = b.launch(b.render(spec()), checks=False)
+    name = b.launch(b.render(spec()), checks=False)
     starting = b.bill(name)
     assert starting is not None and not starting.final and starting.cost == 0
     assert "no TrainingStartTime" in starting.figures[1].source
@@ -106,8 +105,7 @@ def test_the_budget_watch_process_stops_a_job_whose_spend_reaches_the_budget(mon
     b = backend("budget")
     plan = b.render(spec("resources.max_cost=20"))
     assert not any("max_cost" in w for w in plan.warnings)  # the estimate is under it; SageMaker enforces it
-    with jobs_start_in_progress():
-        name = b.launch(plan, checks=False)  # starts the detached watch
+    name = b.launch(plan, checks=False)  # starts the detached watch
     watch = Registry().get(name).info["budget"]  # type: ignore[union-attr]
     assert watch["watch_pid"] > 0 and watch["poll_s"] == 0.2
     time.sleep(1.0)

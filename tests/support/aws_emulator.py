@@ -31,19 +31,7 @@ def aws_environment(url: str) -> dict[str, str]:
 
 
 STARTING = ("Starting", "LaunchingMLInstances", "PreparingTrainingStack", "Pending")
-_STARTED: set[str] = set()  # jobs whose TrainingStartTime the emulator set (moto stamps every job at creation)
-_NEW_JOBS_START = threading.Event()  # set: a created job is InProgress/Starting, as on SageMaker (moto: Completed)
-
-
-@contextmanager
-def jobs_start_in_progress() -> Iterator[None]:
-    """Within this block, CreateTrainingJob makes a job InProgress/Starting with no TrainingStartTime, as SageMaker
-    does, instead of moto's already Completed one (which the other tests rely on)."""
-    _NEW_JOBS_START.set()
-    try:
-        yield
-    finally:
-        _NEW_JOBS_START.clear()
+_STARTED: set[str] = set()  # jobs whose TrainingStartTime the emulator set
 
 
 def _training_job(name: str, region: str) -> Any:
@@ -52,18 +40,20 @@ def _training_job(name: str, region: str) -> Any:
     return sagemaker_backends[ACCOUNT_ID][region].training_jobs[name]
 
 
-def set_status(name: str, status: str, secondary: str | None = None, region: str = "us-east-1", *,
-               at: datetime.datetime | None = None, spot_savings: float = 0.0) -> None:
-    """Move a training job to ``status`` (moto creates jobs already Completed and has no transitions), with the times
-    DescribeTrainingJob reports as SageMaker does: no TrainingStartTime while instances start; TrainingStartTime when
-    the job first goes past them (now, or ``at`` — given again, it moves the start there); at the end (``at``, or now)
-    TrainingEndTime, TrainingTimeInSeconds and BillableTimeInSeconds, the latter lower by ``spot_savings`` for a
-    managed spot job (moto reports none of them)."""
+def set_status(name: str, status: str, secondary: str | None = None, region: str = "us-east-1",
+               reason: str | None = None, *, at: datetime.datetime | None = None, spot_savings: float = 0.0) -> None:
+    """Move a training job to ``status`` (moto has no transitions); ``reason`` is the FailureReason
+    DescribeTrainingJob reports. With the times SageMaker reports (moto reports none of them): no
+    TrainingStartTime while instances start; TrainingStartTime when the job first goes past them (now, or ``at``
+    — given again, it moves the start there); at the end (``at``, or now) TrainingEndTime,
+    TrainingTimeInSeconds and BillableTimeInSeconds, the latter lower by ``spot_savings`` for a managed spot job."""
     job = _training_job(name, region)
     when = at or datetime.datetime.now(datetime.timezone.utc)
     job.training_job_status = status
     if secondary:
         job.secondary_status = secondary
+    if reason is not None:
+        job.failure_reason = reason
     if status == "InProgress":
         for attr in ("training_end_time", "training_time_in_seconds", "billable_time_in_seconds"):
             setattr(job, attr, None)
@@ -129,30 +119,27 @@ def _stop_training_job(self: Any) -> Any:
     return ActionResult({})
 
 
-def _patch_new_jobs() -> None:
-    from moto.sagemaker.models import FakeTrainingJob
-
-    original = FakeTrainingJob.__init__
-    if getattr(original, "cloudddp", False):
-        return
-
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        if _NEW_JOBS_START.is_set():
-            self.training_job_status, self.secondary_status = "InProgress", "Starting"
-            self.training_start_time = self.training_end_time = None
-
-    init.cloudddp = True  # type: ignore[attr-defined]
-    FakeTrainingJob.__init__ = init  # type: ignore[method-assign]
+def _starts_in_progress(create: Any) -> Any:
+    """moto creates a training job already Completed, stamped as started; SageMaker's is InProgress (Starting),
+    with no TrainingStartTime until its instances are up, until it ends."""
+    def created(self: Any, *args: Any, **kwargs: Any) -> Any:
+        job = create(self, *args, **kwargs)
+        job.training_job_status, job.secondary_status = "InProgress", "Starting"
+        job.training_start_time = job.training_end_time = None
+        return job
+    return created
 
 
 @contextmanager
 def moto_server() -> Iterator[str]:
+    from moto.sagemaker.models import SageMakerModelBackend
     from moto.sagemaker.responses import SageMakerResponse
     from moto.server import ThreadedMotoServer
 
     SageMakerResponse.stop_training_job = _stop_training_job  # type: ignore[attr-defined]
-    _patch_new_jobs()
+    if not getattr(SageMakerModelBackend.create_training_job, "starts_in_progress", False):
+        SageMakerModelBackend.create_training_job = _starts_in_progress(SageMakerModelBackend.create_training_job)
+        SageMakerModelBackend.create_training_job.starts_in_progress = True  # type: ignore[attr-defined]
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

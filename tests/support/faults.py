@@ -34,3 +34,29 @@ def wait_for_rank(run_dir: str, rank: int, *, attempt: int = 0, timeout: float =
             return procs[rank][0]
         time.sleep(0.1)
     raise TimeoutError(f"rank {rank} attempt {attempt} did not start in {timeout} s")
+
+
+def kill_node(run_dir: str, node: int) -> list[int]:
+    """Lose a whole local "node", as when its machine goes: SIGKILL its torchrun agent (and its process
+    group) and every rank it started (torchrun gives each rank a session of its own). The pids killed."""
+    import json
+    import os
+    import signal
+
+    agent = json.loads((Path(run_dir) / "status.json").read_text())["node_pgids"][node]
+    ranks = []
+    for entry in Path("/proc").iterdir():
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if f"CLOUDDDP_MODEL_DIR={run_dir}/outputs".encode() in env and f"NODE_RANK={node}".encode() in env \
+                and entry.name.isdigit() and int(entry.name) != agent:
+            ranks.append(int(entry.name))
+    os.killpg(agent, signal.SIGKILL)
+    for pid in ranks:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return [agent, *ranks]

@@ -33,7 +33,7 @@ from ...runtime import Places, checkpoint_folder, code_snapshot, extract, input_
 from ...secrets import redacted_spec_data
 from ...spec import JobSpec
 from ...tail import follow_lines
-from ..base import Backend, Check, Launched, LogLine, Progress, RunState, RunStatus
+from ..base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from ..features import Capabilities, Feature
 from .options import LocalOptions
 from .rundir import RunDir, write_json_atomic
@@ -289,9 +289,11 @@ class LocalBackend(Backend[LocalOptions]):
         st = run.read_status()
         state = RunState(st.get("state", "unknown"))
         message = st.get("message", "")
+        cause = Cause(st["cause"]) if st.get("cause") else None
         if not state.terminal and not _alive(st.get("supervisor_pid")):
             # The supervisor is gone without writing an end state (killed -9, machine rebooted).
             state, message = RunState.FAILED, "the run's supervisor exited unexpectedly"
+            cause = Cause.INFRASTRUCTURE
         return RunStatus(
             run_id=run_id,
             backend=self.name,
@@ -302,6 +304,7 @@ class LocalBackend(Backend[LocalOptions]):
             created_at=st.get("created_at"),
             ended_at=st.get("ended_at"),
             details={k: st[k] for k in ("exit_codes", "failure", "restarts") if k in st} | {"run_dir": str(run.path)},
+            cause=cause,
         )
 
     def _finished(self, run_id: str) -> bool:

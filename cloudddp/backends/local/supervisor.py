@@ -43,6 +43,8 @@ class Supervisor:
         self.stopping = threading.Event()
         self.procs: list[subprocess.Popen[str]] = []
         self.patterns = patterns_from(self.plan.get("metrics", []))
+        self.first_failed: int | None = None
+        """The node whose agent failed first (the others were stopped because of it)."""
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:
@@ -100,35 +102,52 @@ class Supervisor:
         for t in pumps:
             t.start()
         deadline = time.time() + float(self.request["max_runtime"])
-        while any(p.poll() is None for p in self.procs):
+        while None in [p.poll() for p in self.procs]:  # every node polled: any() would stop at the first alive
             if time.time() > deadline:
                 self.request_stop("max_runtime")
             if self.stopping.wait(0.2):
                 self._stop_nodes()
                 break
-            if any(p.returncode not in (None, 0) for p in self.procs):
+            failed = [i for i, p in enumerate(self.procs) if p.returncode not in (None, 0)]
+            if failed:
                 # One node failed for good (its restarts are used up): the others cannot finish alone.
+                self.first_failed = failed[0]
                 self._stop_nodes(grace=5.0)
                 break
         for p in self.procs:
             p.wait()
         for t in pumps:
-            t.join(timeout=5)
+            t.join(timeout=60)  # every line out (EOF comes once the ranks are gone), even on a loaded machine
         return [p.returncode for p in self.procs]
 
     def _stop_nodes(self, grace: float = GRACE_SECONDS) -> None:
-        self._signal_nodes(signal.SIGTERM)
+        self._signal_nodes(signal.SIGTERM)  # each agent passes it to its ranks: they checkpoint and leave
         end = time.time() + grace
-        while time.time() < end and any(p.poll() is None for p in self.procs):
+        while time.time() < end and None in [p.poll() for p in self.procs]:
             time.sleep(0.1)
         self._signal_nodes(signal.SIGKILL)
+        # torchrun starts each rank in a session of its own: a rank whose agent was killed (or was lost)
+        # outlives it. The run's processes carry its id in their environment; those that remain go too.
+        for pid in run_processes(self.run.run_id):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def failure(self, codes: list[int]) -> dict[str, Any]:
-        """Which rank failed and why, from torchrun's error summary, with the tail of its log."""
+        """Which rank failed and why, from torchrun's error summary, with the tail of its log; or which
+        node was lost, when its agent itself was killed (a machine gone, out of memory)."""
         info: dict[str, Any] = {"exit_codes": codes}
-        for node, code in enumerate(codes):
+        order = [self.first_failed] if self.first_failed is not None else []
+        for node in [*order, *range(len(codes))]:
+            code = codes[node]
             if code == 0:
                 continue
+            if code < 0 and node == self.first_failed:  # the agent died, not a rank under it
+                info.update(node=node, exitcode=code, lost=True,
+                            log_tail=self.run.node_log(node).read_text(errors="replace").splitlines()[-20:]
+                            if self.run.node_log(node).exists() else [])
+                break
             text = self.run.node_log(node).read_text(errors="replace") if self.run.node_log(node).exists() else ""
             summary = text[text.rfind("Root Cause") :] if "Root Cause" in text else ""
             rank = _FAILED_RANK.search(summary)
@@ -146,6 +165,21 @@ class Supervisor:
         return info
 
 
+def run_processes(run_id: str) -> list[int]:
+    """The live processes whose environment names run ``run_id`` (CLOUDDDP_RUN_ID), this one excepted."""
+    marker = f"CLOUDDDP_RUN_ID={run_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def redact_files(folder: Path, secrets: list[str]) -> None:
     """torchrun's per-rank files hold the job's raw output; take secret values out of them."""
     if not secrets or not folder.exists():
@@ -158,6 +192,8 @@ def redact_files(folder: Path, secrets: list[str]) -> None:
 
 
 def describe_failure(info: dict[str, Any]) -> str:
+    if info.get("lost"):
+        return f"node {info['node']} was lost: its torchrun agent was killed by signal {-info['exitcode']}"
     if "rank" in info:
         code = info.get("exitcode")
         why = f"killed by signal {-code}" if isinstance(code, int) and code < 0 else f"exit code {code}"
@@ -179,16 +215,17 @@ def main(argv: list[str]) -> int:
         raise
     extra: dict[str, Any]
     if sup.stop_reason == "cancelled":
-        state, message, extra = RunState.CANCELLED, "cancelled", {"exit_codes": codes}
+        state, message, extra = RunState.CANCELLED, "cancelled", {"exit_codes": codes, "cause": "cancelled"}
     elif sup.stop_reason == "max_runtime":
         state, message = RunState.FAILED, f"stopped after limits.max_runtime ({sup.request['max_runtime']} s)"
-        extra = {"exit_codes": codes}
+        extra = {"exit_codes": codes, "cause": "limit"}
     elif all(c == 0 for c in codes):
         state, message, extra = RunState.SUCCEEDED, "finished", {"exit_codes": codes}
     else:
         failure = sup.failure(codes)
         state, message = RunState.FAILED, describe_failure(failure)
-        extra = {"exit_codes": codes, "failure": failure}
+        extra = {"exit_codes": codes, "failure": failure,
+                 "cause": "infrastructure" if failure.get("lost") else "user error"}
     redact_files(run.ranks, sup.secrets)
     run.write_status(state=state.value, message=message, ended_at=time.time(), cpu_s=_children_cpu_seconds(), **extra)
     _learn_step_time(run)

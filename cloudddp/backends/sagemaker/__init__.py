@@ -24,7 +24,7 @@ from ...runtime import packed
 from ...secrets import redacted_spec_data
 from ...sizing import SizeTarget
 from ...spec import JobSpec
-from ..base import Backend, Check, Launched, LogLine, Progress, RunState, RunStatus
+from ..base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from ..features import Capabilities, Feature
 from .options import SageMakerOptions
 
@@ -38,6 +38,20 @@ _STATES = {"InProgress": RunState.RUNNING, "Completed": RunState.SUCCEEDED, "Fai
            "Stopping": RunState.STOPPING, "Stopped": RunState.CANCELLED}
 _STARTING = {"Starting", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading", "DownloadingTrainingImage",
              "Pending", "Restarting"}
+
+
+_CAUSES = (  # FailureReason starts with the error's kind (DescribeTrainingJob)
+    ("CapacityError", Cause.CAPACITY), ("InsufficientCapacity", Cause.CAPACITY),
+    ("InternalServerError", Cause.INFRASTRUCTURE), ("InternalFailure", Cause.INFRASTRUCTURE),
+    ("AlgorithmError", Cause.USER_ERROR), ("ClientError", Cause.USER_ERROR),
+)
+
+
+def failure_cause(reason: str) -> Cause:
+    """Why a training job failed, from its FailureReason (``CapacityError: ...``, ``AlgorithmError: ...``)."""
+    if "MaxRuntimeInSeconds" in reason or reason.startswith("MaxRuntimeExceeded"):
+        return Cause.LIMIT
+    return next((cause for prefix, cause in _CAUSES if reason.startswith(prefix)), Cause.UNKNOWN)
 
 
 class SageMakerBackend(Backend[SageMakerOptions]):
@@ -83,6 +97,24 @@ class SageMakerBackend(Backend[SageMakerOptions]):
             target={"region": r.region}, job=redacted_spec_data(spec),
             late=("ACCOUNT",) if ACCOUNT in json.dumps(r.request) else (), env_sources=r.env_sources,
         )
+
+    def for_attempt(self, plan: Plan, attempt: int) -> Plan:
+        """Training job names are unique: the attempt gets ``-rN`` (and a ``cloudddp:attempt`` tag)."""
+        from .request import encode, shim_hyperparameters
+
+        suffix = f"-r{attempt}"
+        base = plan.job_name.removesuffix(f"-r{attempt - 1}") if attempt > 2 else plan.job_name
+        name = base[: 63 - len(suffix)] + suffix
+        hyper = plan.request["HyperParameters"]
+        parts = sorted(k for k in hyper if k.startswith("cloudddp-"))
+        payload = json.loads("".join(json.loads(hyper[k]) for k in parts))  # whole, so the name is found whole
+        again = plan.renamed(name)
+        rest = {k: v for k, v in again.request["HyperParameters"].items() if k not in parts}
+        launcher = encode(shim_hyperparameters(json.loads(json.dumps(payload).replace(plan.job_name, name))))
+        again.request["HyperParameters"] = {**launcher, **rest}
+        tags = [t for t in again.request["Tags"] if t["Key"] != "cloudddp:attempt"]
+        again.request["Tags"] = [*tags, {"Key": "cloudddp:attempt", "Value": str(attempt)}]
+        return again
 
     # -- AWS clients (boto3 imported here, never at render) ----------------------------------------
     def _boto(self, region: str) -> Any:
@@ -255,6 +287,8 @@ class SageMakerBackend(Backend[SageMakerOptions]):
         if state is RunState.RUNNING and secondary in _STARTING:
             state = RunState.STARTING
         created, ended = d.get("CreationTime"), d.get("TrainingEndTime")
+        cause = failure_cause(d.get("FailureReason") or "") if state is RunState.FAILED else (
+            Cause.CANCELLED if state is RunState.CANCELLED else None)
         return RunStatus(
             run_id=run_id, backend=self.name, state=state, name=run_id.rsplit("-", 2)[0],
             native_state=f"{native}/{secondary}" if secondary else native,
@@ -264,6 +298,7 @@ class SageMakerBackend(Backend[SageMakerOptions]):
             details={"instance_type": d.get("ResourceConfig", {}).get("InstanceType"),
                      "instance_count": d.get("ResourceConfig", {}).get("InstanceCount"),
                      "billable_seconds": d.get("BillableTimeInSeconds")},
+            cause=cause,
         )
 
     def _log_iter(self, run_id: str, *, follow: bool) -> Iterator[LogLine]:

@@ -1,0 +1,208 @@
+"""Recovery without anyone watching: a run ended by preemption, lost capacity or an infrastructure fault is
+submitted again — same job, same code, same checkpoint folder — until it succeeds or the budget is spent.
+
+A *chain* is the attempts of one recovered job. It is kept in ``$CLOUDDDP_HOME/chains/<first run id>.json``
+and watched by a detached process (``python -m cloudddp.recovery <chain id>``), so the terminal that
+submitted the job can close. The watcher polls the newest attempt's status; when it failed for a reason
+the job did not cause (:attr:`~cloudddp.backends.base.Cause.recoverable`), it launches the next attempt
+(the backend renames what must differ, :meth:`~cloudddp.backends.base.Backend.for_attempt`); a failure of
+the job's own code is never retried. The script resumes from its checkpoint, because every attempt has
+the same checkpoint folder. If the watcher is gone (its machine restarted), ``cloudddp recover`` or any
+``status`` of the run starts it again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .backends import get_backend
+from .backends.base import Backend, Cause, RunState, RunStatus
+from .plan import Plan
+from .registry import home
+
+POLL_SECONDS = float(os.environ.get("CLOUDDDP_RECOVERY_POLL", "10"))
+WATCHING, SUCCEEDED, GAVE_UP, CANCELLED = "watching", "succeeded", "gave up", "cancelled"
+
+
+@dataclass
+class Attempt:
+    number: int
+    run_id: str
+    started: float
+    state: str = RunState.PENDING.value
+    cause: str | None = None
+    reason: str = ""
+
+
+@dataclass
+class Chain:
+    chain_id: str
+    backend: str
+    job_name: str
+    plan: dict[str, Any]
+    max_recoveries: int
+    attempts: list[Attempt] = field(default_factory=list)
+    status: str = WATCHING
+    message: str = ""
+    watcher_pid: int | None = None
+
+    # -- storage ---------------------------------------------------------------------------------
+    @staticmethod
+    def path_of(chain_id: str) -> Path:
+        return home() / "chains" / f"{chain_id}.json"
+
+    @classmethod
+    def load(cls, chain_id: str) -> Chain:
+        data = json.loads(cls.path_of(chain_id).read_text())
+        data["attempts"] = [Attempt(**a) for a in data["attempts"]]
+        return cls(**data)
+
+    def save(self) -> None:
+        path = self.path_of(self.chain_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        os.replace(tmp, path)
+
+    # -- what a person asks ------------------------------------------------------------------------
+    @property
+    def current(self) -> Attempt:
+        return self.attempts[-1]
+
+    @property
+    def recoveries_left(self) -> int:
+        return self.max_recoveries - (len(self.attempts) - 1)
+
+    def watcher_alive(self) -> bool:
+        if not self.watcher_pid:
+            return False
+        try:
+            os.kill(self.watcher_pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        try:
+            return Path(f"/proc/{self.watcher_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return True
+
+    def summary(self) -> list[dict[str, Any]]:
+        return [asdict(a) for a in self.attempts]
+
+
+def chain_of(run_id: str, backend: Backend[Any]) -> Chain | None:
+    """The chain ``run_id`` belongs to (as its first attempt or a later one), if any."""
+    record = backend.registry.get(run_id)
+    chain_id = record.info.get("chain") if record else None
+    if not chain_id or not Chain.path_of(chain_id).exists():
+        return None
+    return Chain.load(chain_id)
+
+
+# -- starting a chain ------------------------------------------------------------------------------
+def start(backend: Backend[Any], plan: Plan, run_id: str, max_recoveries: int) -> Chain:
+    """Watch ``run_id`` (just launched from ``plan``) and recover it up to ``max_recoveries`` times."""
+    chain = Chain(run_id, backend.name, plan.job_name, plan.to_state(), max_recoveries,
+                  [Attempt(1, run_id, time.time())])
+    chain.save()
+    backend.registry.update(run_id, info={"chain": run_id, "attempt": 1})
+    spawn_watcher(chain, plan.literal_secrets())
+    return chain
+
+
+def spawn_watcher(chain: Chain, literals: dict[str, str] | None = None) -> None:
+    """Start the chain's watcher, detached (its own session), with literal secrets on its stdin only."""
+    log = Chain.path_of(chain.chain_id).with_suffix(".log")
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "cloudddp.recovery", chain.chain_id],
+                                stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    chain.watcher_pid = proc.pid
+    chain.save()
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(literals or {}).encode())
+    proc.stdin.close()
+
+
+def ensure_watched(chain: Chain) -> bool:
+    """Start a watcher again for a chain still being watched whose watcher is gone; True if it did."""
+    if chain.status != WATCHING or chain.watcher_alive():
+        return False
+    spawn_watcher(chain)
+    return True
+
+
+# -- the watcher -----------------------------------------------------------------------------------
+def watch(chain_id: str, literals: dict[str, str], poll: float = POLL_SECONDS) -> Chain:
+    """Follow the chain until it succeeds, fails for a reason recovery does not cover, or the budget ends."""
+    chain = Chain.load(chain_id)
+    backend = get_backend(chain.backend)
+    plan = Plan.from_state(chain.plan, literals)
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    while chain.status == WATCHING and not stop["now"]:
+        status = backend.status(chain.current.run_id)
+        if not status.state.terminal:
+            time.sleep(poll)
+            continue
+        chain = Chain.load(chain_id)  # a cancel may have changed it meanwhile
+        _record(chain, status)
+        decide(chain, status, backend, plan)
+        chain.save()
+    return chain
+
+
+def _record(chain: Chain, status: RunStatus) -> None:
+    attempt = chain.current
+    attempt.state, attempt.reason = status.state.value, status.message
+    attempt.cause = status.cause.value if status.cause else None
+
+
+def decide(chain: Chain, status: RunStatus, backend: Backend[Any], plan: Plan) -> None:
+    """After an attempt ended: done, given up (with the reason), or the next attempt launched."""
+    cause = status.cause or Cause.UNKNOWN
+    if chain.status != WATCHING:
+        return
+    if status.state is RunState.SUCCEEDED:
+        chain.status, chain.message = SUCCEEDED, f"succeeded on attempt {chain.current.number}"
+    elif cause is Cause.CANCELLED:
+        chain.status, chain.message = CANCELLED, "cancelled"
+    elif not cause.recoverable:
+        chain.status = GAVE_UP
+        chain.message = f"not recovered: attempt {chain.current.number} ended by {cause.value} ({status.message})"
+    elif chain.recoveries_left <= 0:
+        chain.status = GAVE_UP
+        chain.message = f"recovery budget spent: {chain.max_recoveries} recoveries, the last ended by {cause.value}"
+    else:
+        number = chain.current.number + 1
+        run_id = backend.launch(backend.for_attempt(plan, number), checks=False)
+        backend.registry.update(run_id, info={"chain": chain.chain_id, "attempt": number})
+        chain.attempts.append(Attempt(number, run_id, time.time()))
+        chain.message = f"attempt {number} after {cause.value}: {status.message}"
+
+
+def cancel(chain: Chain) -> None:
+    """Stop recovering (the current attempt is cancelled by the caller)."""
+    chain.status, chain.message = CANCELLED, "cancelled"
+    chain.save()
+    if chain.watcher_alive() and chain.watcher_pid:
+        os.kill(chain.watcher_pid, signal.SIGTERM)
+
+
+def main(argv: list[str]) -> int:
+    literals = json.loads(sys.stdin.read() or "{}")
+    chain = watch(argv[0], literals)
+    print(f"chain {chain.chain_id}: {chain.status}: {chain.message}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,36 @@
+"""Stopping what a test left running: recovery watchers and local runs of its own cloudddp home, by the
+process ids cloudddp recorded for them (never by name)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+
+def stop_leftovers(home: Path) -> None:
+    pids: list[int] = []
+    for chain in (home / "chains").glob("*.json"):
+        pids += _ints([_read(chain).get("watcher_pid")])
+    for status in (home / "runs").glob("*/status.json"):
+        data = _read(status)
+        if data.get("state") not in ("succeeded", "failed", "cancelled"):
+            pids += _ints([data.get("supervisor_pid"), *data.get("node_pgids", [])])
+    for pid in pids:  # each was started in a session of its own: its process group is its own
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _ints(values: list[object]) -> list[int]:
+    return [v for v in values if isinstance(v, int) and v > 0]
