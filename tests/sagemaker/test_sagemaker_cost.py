@@ -6,10 +6,14 @@ from __future__ import annotations
 import datetime
 import json
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
 
+from cloudddp.api import Run
 from cloudddp.backends.base import RunState
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.catalog import find
@@ -133,3 +137,73 @@ def test_the_budget_watch_process_stops_a_job_whose_spend_reaches_the_budget(mon
     assert outcome["stop_cost"] == pytest.approx(120 * 2 * PRICE / 3600, abs=1e-4)
     report = json.loads(cli("cost", name, "--json").stdout)
     assert report["max_cost"] == 20 and report["budget"]["message"].startswith("stopped: spend $")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    raise TimeoutError("condition not met in time")
+
+
+def test_under_recovery_the_budget_counts_every_attempt_and_a_budget_stop_ends_the_recovery(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(JOB.read_text().replace("dir: ../src_train", f"dir: {ROOT / 'src_train'}"))
+    result = cli(
+        "submit",
+        str(job),
+        "-b",
+        "sagemaker",
+        "-o",
+        "sagemaker.bucket=cloudddp-cost",
+        "-o",
+        "sagemaker.role=arn:aws:iam::123456789012:role/R",
+        "-o",
+        "resources.max_cost=20",
+        "--recover",
+        "3",
+        "--detach",
+        "--quiet",
+        "--skip-checks",
+        env={"CLOUDDDP_RECOVERY_POLL": "0.3", "CLOUDDDP_BUDGET_POLL": "0.2"},
+    )
+    assert result.returncode == 0, result.stderr
+    run = Run.attach(result.stdout.strip())
+    first = run.chain.current.run_id  # type: ignore[union-attr]
+    # 20 minutes on 2 instances ($14.64), then capacity is lost: recovery launches attempt 2.
+    set_status(
+        first,
+        "InProgress",
+        "Training",
+        at=datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=20),
+    )
+    set_status(first, "Failed", "Failed", reason="CapacityError: Unable to provision requested ML compute capacity.")
+    second = wait_for(lambda: len(run.chain.attempts) == 2 and run.chain.current.run_id)  # type: ignore[union-attr]
+    # Two minutes of attempt 2 ($1.46) + attempt 1 + stopping ($1.46) stay under $20; ten minutes ($7.32) do not.
+    set_status(
+        second,
+        "InProgress",
+        "Training",
+        at=datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=2),
+    )
+    time.sleep(1.5)
+    assert run.backend.status(second).state is RunState.RUNNING
+    set_status(
+        second,
+        "InProgress",
+        "Training",
+        at=datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=10),
+    )
+    wait_for(lambda: run.backend.status(second).state is RunState.CANCELLED)
+    status = wait_for(lambda: (s := run.status()).details.get("recovery") != "watching" and s)
+    assert status.state is RunState.CANCELLED and len(status.details["attempts"]) == 2  # not resubmitted
+    outcome = wait_for(lambda: Registry().get(second).info["budget"].get("message"))  # type: ignore[union-attr]
+    assert "by earlier attempts" in outcome
+
+    report = run.cost()
+    assert [a["run_id"] for a in report.attempts] == [first, second]
+    assert report.attempts[0]["cost"] == pytest.approx(1200 * 2 * PRICE / 3600, rel=0.01)
+    assert report.actual_cost == pytest.approx(sum(a["cost"] for a in report.attempts))
+    assert report.bill is not None and report.bill.size == "ml.p4d.24xlarge"  # the current attempt's figures
