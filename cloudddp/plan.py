@@ -82,6 +82,11 @@ class Plan:
     """Names of the values :meth:`bind` must fill, e.g. ``("ACCOUNT",)``."""
     metrics: list[dict[str, str]] = field(default_factory=list)
     """Metrics the job declares by regular expression (``{"name", "regex"}``), read from its log lines."""
+    step_key: str = ""
+    """Which measured step times this job's runs teach and use (:func:`cloudddp.stepstore.job_key`)."""
+    max_cost: float | None = None
+    """The job's budget in USD (``resources.max_cost``), kept with the run for ``cloudddp cost`` and the budget
+    watch."""
     env_sources: dict[str, EnvSource] = field(default_factory=dict, repr=False, compare=False)
     """Environment values resolved at launch (never serialised)."""
 
@@ -153,6 +158,8 @@ class Plan:
             "target": self.target,
             "late_bound": list(self.late),
             "metrics": self.metrics,
+            "step_key": self.step_key,
+            "max_cost": self.max_cost,
         }
 
     def to_state(self) -> dict[str, Any]:
@@ -169,7 +176,8 @@ class Plan:
         return cls(backend=state["backend"], job_name=state["job_name"], request=state["request"],
                    documents=state["documents"], decisions=state["decisions"], warnings=state["warnings"],
                    estimate=state["estimate"], uploads=state["uploads"], target=state["target"], job=state["job"],
-                   late=tuple(state["late"]), metrics=state["metrics"], env_sources=sources)
+                   late=tuple(state["late"]), metrics=state["metrics"], env_sources=sources,
+                   step_key=state.get("step_key", ""), max_cost=state.get("max_cost"))
 
     def literal_secrets(self) -> dict[str, str]:
         """The secrets given as literals in the spec (not read from the shell), by name: what

@@ -165,6 +165,20 @@ class Resources(Strict):
     )
     spot: bool = Field(False, description="Spot (AWS) / low-priority (Azure) capacity.")
     max_price_per_hour: float | None = Field(None, gt=0, description="Ceiling for the whole job, USD/h.")
+    max_cost: float | None = Field(
+        None, gt=0,
+        description="Budget for the whole job, USD: render warns when the estimate is over it; backends that report "
+                    "spend while a run is going stop it (a cancel: it checkpoints) when its spend reaches it.",
+    )
+    step_time: float | None = Field(
+        None, gt=0, le=86_400,
+        description="Seconds per optimizer step, measured (e.g. locally): the cost estimate of a script cloudddp "
+                    "does not know uses it on every size.",
+    )
+    steps: int | None = Field(
+        None, ge=1,
+        description="Optimizer steps of the whole job, for the cost estimate of a script cloudddp does not know.",
+    )
     disk_gb: int = Field(100, ge=1, le=16384)
 
     @model_validator(mode="after")

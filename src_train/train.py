@@ -48,6 +48,9 @@ from loop import EpochEnd, Schedule, StopFlag, Training
 from metrics import Reporter
 from mlflow_log import MlflowLogger
 
+# cloudddp's cost estimate reads this script's --model/--dataset/--epochs/--batch-size because of this line
+# (cloudddp/sizing.py). Remove it if you make a step do other work than those arguments say.
+SHARED_SCRIPT = "cloudddp-shared-train"
 MLFLOW_WAIT_S = 30.0  # at the end, how long the last metrics may take to reach an MLflow server
 MLFLOW_WAIT_AFTER_SIGTERM_S = 5.0  # shorter: the platform's SIGKILL is coming
 

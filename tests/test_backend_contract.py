@@ -60,7 +60,8 @@ def test_render_is_offline_and_imports_no_cloud_sdk(harness: Harness) -> None:
 
 def test_an_unknown_run_id_is_the_same_error_on_every_verb(harness: Harness) -> None:
     backend = harness.backend
-    for verb in (backend.status, lambda r: list(backend.logs(r)), lambda r: list(backend.metrics(r)), backend.cancel):
+    for verb in (backend.status, lambda r: list(backend.logs(r)), lambda r: list(backend.metrics(r)), backend.cancel,
+                 backend.bill, backend.cost):
         with pytest.raises(RunNotFound, match=f"no {harness.name} run 'no-such-run-0000'"):
             verb("no-such-run-0000")
 

@@ -5,6 +5,7 @@ Nothing here imports torch or a cloud SDK; the data is read on first use.
 
 from .model import (
     Estimate,
+    StepTime,
     Workload,
     allreduce_seconds,
     estimate,
@@ -29,7 +30,7 @@ from .skus import (
 from .speed import gpu_key, speed, speed_basis
 
 __all__ = [
-    "CATALOG_DATE", "Candidate", "Estimate", "Overheads", "Requirements", "Selection", "Sku", "Workload", "all_skus",
+    "CATALOG_DATE", "Candidate", "Estimate", "Overheads", "Requirements", "Selection", "Sku", "StepTime", "Workload", "all_skus",
     "allreduce_seconds", "azure_ib_alternative", "azure_rdma_by_name", "check_cloud", "clouds", "disables_rdma",
     "estimate", "find", "gpu_key", "nccl_env_presets", "overheads", "peak_tflops", "replacement_for", "select", "skus",
     "smddp_types", "speed", "speed_basis", "workload_for_model",

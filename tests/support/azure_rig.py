@@ -122,6 +122,8 @@ class WorkspaceModel:
     tracking_uri: str | None = None
     """What the workspace reports as its MLflow tracking URI when it is not ``mlflow``'s URL."""
     _mlflow_store: Any = None
+    run_times: dict[str, dict[str, str]] = field(default_factory=dict)
+    """job -> the run history's startTimeUtc / endTimeUtc, stamped as the job's status moves."""
 
     # -- blob side -----------------------------------------------------------------------------
     def container_sas(self, container: str | None = None) -> str:
@@ -167,8 +169,18 @@ class WorkspaceModel:
         with mock.patch.object(sqlalchemy_store.uuid, "uuid4", return_value=mock.Mock(hex=job)):
             store.create_run(experiment_id, "rig", get_current_time_millis(), [], job)
 
-    def set_job_status(self, job: str, status: str) -> None:
+    def set_job_status(self, job: str, status: str, at: datetime.datetime | None = None) -> None:
+        """Move a job to ``status``; the run history stamps startTimeUtc when it first runs (or at ``at``, given)
+        and endTimeUtc when it ends (``at``, default now), as Azure ML's run history reports them."""
         self.jobs[job]["properties"]["status"] = status
+        when = (at or datetime.datetime.now(datetime.timezone.utc)).isoformat()
+        times = self.run_times.setdefault(job, {})
+        if status in ("Running", "Finalizing"):
+            times["startTimeUtc"] = when if at is not None else times.get("startTimeUtc", when)
+            times.pop("endTimeUtc", None)
+        elif status in ("Completed", "Failed", "Canceled"):
+            times.setdefault("startTimeUtc", when)
+            times["endTimeUtc"] = when
 
 
 class WorkspaceAdapter(BaseAdapter):
@@ -219,7 +231,7 @@ class WorkspaceAdapter(BaseAdapter):
             if match and match.group(1) in m.jobs:
                 job = match.group(1)
                 return 200, {"runId": job, "status": m.jobs[job]["properties"]["status"],
-                             "logFiles": m.log_files.get(job, {})}, {}
+                             "logFiles": m.log_files.get(job, {}), **m.run_times.get(job, {})}, {}
             return self._not_found(path)
         if path.endswith("/vmSizes"):
             return 200, {"value": [{"name": "Standard_ND96asr_v4", "family": "standardNDASv4_A100Family", "vCPUs": 96,
@@ -314,7 +326,7 @@ class WorkspaceAdapter(BaseAdapter):
         if name not in m.jobs:
             return self._not_found(f"job {name}")
         if method == "POST" and parts[-1] == "cancel":
-            m.jobs[name]["properties"]["status"] = "Canceled"
+            m.set_job_status(name, "Canceled")
             return 202, None, {"Location": f"https://management.azure.com{WS_PATH}/operations/cancel-{name}"}
         if method == "GET" and len(parts) == 2:
             return 200, m.jobs[name], {}
