@@ -41,7 +41,7 @@ lint: venv
 	$(BIN)/ruff format --check cloudddp tests bench src_train
 	$(BIN)/mypy
 
-test: venv azurite system-deps
+test: venv azurite system-deps lint
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q
 
 # The quick loop: no torchrun, no emulators.

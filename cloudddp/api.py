@@ -1,12 +1,12 @@
 """The Python API: the same verbs as the CLI, for scripts and notebooks.
 
-    import cloudddp
-    job = cloudddp.Job.load("jobs/digits-local.yaml", overrides=["resources.nodes=1"])
-    print(job.render("sagemaker").text())
-    run = job.submit("local")
-    for record in run.metrics(follow=True):
-        print(record.epoch, record.values)
-    run.wait()
+import cloudddp
+job = cloudddp.Job.load("jobs/digits-local.yaml", overrides=["resources.nodes=1"])
+print(job.render("sagemaker").text())
+run = job.submit("local")
+for record in run.metrics(follow=True):
+    print(record.epoch, record.values)
+run.wait()
 """
 
 from __future__ import annotations
@@ -41,9 +41,7 @@ class Job:
         return cls(load_spec(path, overrides))
 
     @classmethod
-    def from_dict(
-        cls, data: Mapping[str, Any], *, base_dir: str | Path = ".", overrides: Sequence[str] = ()
-    ) -> Job:
+    def from_dict(cls, data: Mapping[str, Any], *, base_dir: str | Path = ".", overrides: Sequence[str] = ()) -> Job:
         return cls(spec_from_dict(data, base_dir=base_dir, overrides=overrides))
 
     @classmethod
@@ -60,8 +58,16 @@ class Job:
         """What ``backend`` would send for this job (``options`` construct the backend, e.g. a credential)."""
         return get_backend(backend, **options).render(self.spec)
 
-    def submit(self, backend: str = "local", *, checks: bool = True, provision: bool = True,
-               recover: int | None = None, progress: Progress | None = None, **options: Any) -> Run:
+    def submit(
+        self,
+        backend: str = "local",
+        *,
+        checks: bool = True,
+        provision: bool = True,
+        recover: int | None = None,
+        progress: Progress | None = None,
+        **options: Any,
+    ) -> Run:
         """Render, run the preflight checks, launch; returns at once with a :class:`Run`.
 
         ``checks=False`` launches even when a preflight check fails; ``provision=False`` leaves clusters
@@ -80,7 +86,8 @@ class Job:
         return spec_to_data(self.spec)
 
     def __repr__(self) -> str:
-        return f"Job(name={self.spec.name!r}, nodes={self.spec.resources.nodes}, gpus_per_node={self.spec.resources.gpus_per_node})"
+        resources = self.spec.resources
+        return f"Job(name={self.spec.name!r}, nodes={resources.nodes}, gpus_per_node={resources.gpus_per_node})"
 
 
 class Run:
@@ -127,11 +134,20 @@ class Run:
             state = RunState.STARTING  # the watcher is about to launch the next attempt
         elif chain.status != recovery.WATCHING:
             state = {recovery.SUCCEEDED: RunState.SUCCEEDED, recovery.CANCELLED: RunState.CANCELLED}.get(
-                chain.status, RunState.FAILED)
+                chain.status, RunState.FAILED
+            )
         return dataclasses.replace(
-            current, run_id=self.run_id, state=state, message=chain.message or current.message,
-            details={**current.details, "attempts": chain.summary(), "recovery": chain.status,
-                     "recoveries_left": chain.recoveries_left})
+            current,
+            run_id=self.run_id,
+            state=state,
+            message=chain.message or current.message,
+            details={
+                **current.details,
+                "attempts": chain.summary(),
+                "recovery": chain.status,
+                "recoveries_left": chain.recoveries_left,
+            },
+        )
 
     def _status_of(self, run_id: str) -> RunStatus:
         status = self.backend.status(run_id)
@@ -155,8 +171,9 @@ class Run:
             return report
         reports = [self.backend.cost(attempt.run_id) for attempt in chain.attempts]
         report = dataclasses.replace(reports[-1], run_id=self.run_id, estimate=reports[0].estimate)
-        report.attempts = [{"run_id": r.run_id, "state": r.state, "cost": r.bill.cost if r.bill else None}
-                           for r in reports]
+        report.attempts = [
+            {"run_id": r.run_id, "state": r.state, "cost": r.bill.cost if r.bill else None} for r in reports
+        ]
         return report
 
     def _learn(self, run_id: str) -> dict[str, Any] | None:

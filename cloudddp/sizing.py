@@ -37,8 +37,10 @@ from .stepstore import Measured, StepStore, job_key
 SHARED_SCRIPT_MARKER = b'SHARED_SCRIPT = "cloudddp-shared-train"'
 """The line that marks ``src_train/train.py`` (and copies of it) as the shared script whose arguments the cost
 model reads."""
-GIVEN_STEP_BASIS = ("resources.step_time, applied as given on every size (the model does not know this "
-                    "script: neither another GPU's speed nor the all-reduce across GPUs is accounted for)")
+GIVEN_STEP_BASIS = (
+    "resources.step_time, applied as given on every size (the model does not know this "
+    "script: neither another GPU's speed nor the all-reduce across GPUs is accounted for)"
+)
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,11 @@ def _epochs(spec: JobSpec) -> int | None:
     return int(value) if value and value.isdigit() else None
 
 
-ASK = ("give resources.step_time (seconds per optimizer step, measured: e.g. one process on one GPU here) and "
-       "resources.steps (optimizer steps of the whole job); or run it once: the step time measured on a finished "
-       "run of this job is used on the same size")
+ASK = (
+    "give resources.step_time (seconds per optimizer step, measured: e.g. one process on one GPU here) and "
+    "resources.steps (optimizer steps of the whole job); or run it once: the step time measured on a finished "
+    "run of this job is used on the same size"
+)
 
 
 def find_workload(spec: JobSpec) -> WorkloadFinding:
@@ -111,22 +115,44 @@ def find_workload(spec: JobSpec) -> WorkloadFinding:
         except ValueError:
             epochs = batch = 0
         every = spec.checkpoint.every_epochs if spec.checkpoint.enabled else 0
-        found = workload_for_model(model, DATASET_SAMPLES[dataset], epochs, batch,
-                                   dataset_bytes=DATASET_BYTES[dataset], checkpoint_every=every) \
-            if dataset in DATASET_SAMPLES and epochs > 0 and batch > 0 else None
+        found = (
+            workload_for_model(
+                model,
+                DATASET_SAMPLES[dataset],
+                epochs,
+                batch,
+                dataset_bytes=DATASET_BYTES[dataset],
+                checkpoint_every=every,
+            )
+            if dataset in DATASET_SAMPLES and epochs > 0 and batch > 0
+            else None
+        )
         if found is not None:
             basis = f"the shared script's arguments: {model} on {dataset}, {epochs} epochs, batch {batch} per process"
             return WorkloadFinding(replace(found, step_time=given, steps=r.steps), basis)
-        unknown_network = (f"the shared script with --model {model} --dataset {dataset}: a network or data set "
-                           "the cost model does not know")
-    what = unknown_network or (f"code.entry {spec.code.entry} is not cloudddp's shared training script"
-                               if spec.code.entry else "code.command runs a program cloudddp does not know")
-    workload = Workload(params=0, flops_per_sample=0.0, samples_per_epoch=0, epochs=_epochs(spec) or 0,
-                        per_gpu_batch=0, steps=r.steps, step_time=given)
+        unknown_network = (
+            f"the shared script with --model {model} --dataset {dataset}: a network or data set "
+            "the cost model does not know"
+        )
+    what = unknown_network or (
+        f"code.entry {spec.code.entry} is not cloudddp's shared training script"
+        if spec.code.entry
+        else "code.command runs a program cloudddp does not know"
+    )
+    workload = Workload(
+        params=0,
+        flops_per_sample=0.0,
+        samples_per_epoch=0,
+        epochs=_epochs(spec) or 0,
+        per_gpu_batch=0,
+        steps=r.steps,
+        step_time=given,
+    )
     if given and r.steps:
         return WorkloadFinding(workload, f"{what}: resources.step_time × resources.steps")
-    missing = (f"{what}, so its speed cannot be modelled: "
-               + ("give resources.steps (optimizer steps of the whole job) too" if given else ASK))
+    missing = f"{what}, so its speed cannot be modelled: " + (
+        "give resources.steps (optimizer steps of the whole job) too" if given else ASK
+    )
     return WorkloadFinding(workload, what, missing)
 
 
@@ -170,8 +196,13 @@ def refuse_retired(size: str, field_name: str) -> None:
     raise UserError(
         f"{field_name}: {sku.size} was retired on {sku.lifecycle_date} (source: {sku.lifecycle_source}); "
         f"nearest current replacement: {instead}",
-        hint=(f"set {field_name}: {repl.size}" + (f" and resources.gpus_per_node: {repl.gpus}" if repl.gpus != sku.gpus else "")
-              if repl else f"remove {field_name} and let cloudddp pick a size") + "; `cloudddp skus --explain` lists them all",
+        hint=(
+            f"set {field_name}: {repl.size}"
+            + (f" and resources.gpus_per_node: {repl.gpus}" if repl.gpus != sku.gpus else "")
+            if repl
+            else f"remove {field_name} and let cloudddp pick a size"
+        )
+        + "; `cloudddp skus --explain` lists them all",
     )
 
 
@@ -190,8 +221,10 @@ def choose(spec: JobSpec, target: SizeTarget) -> Selection:
     if selection.chosen is None:
         reasons = [f"{c.sku.size}: {'; '.join(c.reasons)}" for c in selection.candidates[:6]]
         what = f"{target.named} cannot run this job" if target.named else "no size in the catalog fits this job"
-        raise UserError(what + ":\n    " + "\n    ".join(reasons),
-                        hint="`cloudddp skus --explain` lists every size with its verdict; relax resources.* or name a size")
+        raise UserError(
+            what + ":\n    " + "\n    ".join(reasons),
+            hint="`cloudddp skus --explain` lists every size with its verdict; relax resources.* or name a size",
+        )
     return selection
 
 
@@ -223,8 +256,9 @@ def decide(spec: JobSpec, target: SizeTarget, label: str) -> SizeDecision:
     if chosen is not None and chosen.estimate is not None:
         est = chosen.estimate
         if est.step_basis != "model":
-            decision.decisions.append(f"cost estimate: step time {est.step_s:.4g} s from {est.step_basis}, "
-                                      f"{est.steps:,.0f} steps")
+            decision.decisions.append(
+                f"cost estimate: step time {est.step_s:.4g} s from {est.step_basis}, {est.steps:,.0f} steps"
+            )
         else:
             decision.decisions.append(f"cost estimate: the model's step time {est.step_s:.4g} s, from {finding.basis}")
     elif finding.missing:

@@ -98,7 +98,8 @@ class _Builder:
             raise
         except Exception as e:  # noqa: BLE001 - PyYAML's tag constructors raise ValueError, IndexError, ... on bad text
             raise UserError(
-                f"{self.positions.source}:{node.start_mark.line + 1}: cannot read {node.tag} value {str(node.value)[:40]!r}: {e}"
+                f"{self.positions.source}:{node.start_mark.line + 1}: "
+                f"cannot read {node.tag} value {str(node.value)[:40]!r}: {e}"
             ) from None
 
 
@@ -154,7 +155,9 @@ def parse_yaml(text: str, source: str) -> tuple[Any, _Positions, list[str]]:
     finally:
         loader.dispose()
     if not isinstance(data, dict):
-        raise UserError(f"{source}:1: a job spec is a mapping of keys (name:, code:, resources: ...), got {type(data).__name__}")
+        raise UserError(
+            f"{source}:1: a job spec is a mapping of keys (name:, code:, resources: ...), got {type(data).__name__}"
+        )
     return data, positions, builder.problems
 
 
@@ -246,10 +249,8 @@ def _data_loc(loc: Sequence[str | int], data: Any, *, key_may_be_absent: bool) -
     out: list[str | int] = []
     node = data
     for part in loc:
-        if isinstance(node, dict) and part in node:
-            out.append(part)
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+        in_list = isinstance(node, list) and isinstance(part, int) and part < len(node)
+        if (isinstance(node, dict) and part in node) or in_list:
             out.append(part)
             node = node[part]
         elif key_may_be_absent and isinstance(node, dict) and len(out) == len(loc) - 1:
@@ -321,7 +322,9 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise UserError(f"{source}: no such file", hint="give the path of a job spec, e.g. jobs/digits-local.yaml") from None
+        raise UserError(
+            f"{source}: no such file", hint="give the path of a job spec, e.g. jobs/digits-local.yaml"
+        ) from None
     except IsADirectoryError:
         raise UserError(f"{source}: is a directory, not a job spec file") from None
     except OSError as e:

@@ -26,8 +26,13 @@ ACCOUNT_ID = "123456789012"  # moto's default account
 
 def aws_environment(url: str) -> dict[str, str]:
     """What a shell needs to talk to the emulator: its endpoint, dummy credentials, a region."""
-    return {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
+    return {
+        "AWS_ENDPOINT_URL": url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+    }
 
 
 STARTING = ("Starting", "LaunchingMLInstances", "PreparingTrainingStack", "Pending")
@@ -40,8 +45,16 @@ def _training_job(name: str, region: str) -> Any:
     return sagemaker_backends[ACCOUNT_ID][region].training_jobs[name]
 
 
-def set_status(name: str, status: str, secondary: str | None = None, region: str = "us-east-1",
-               reason: str | None = None, *, at: datetime.datetime | None = None, spot_savings: float = 0.0) -> None:
+def set_status(
+    name: str,
+    status: str,
+    secondary: str | None = None,
+    region: str = "us-east-1",
+    reason: str | None = None,
+    *,
+    at: datetime.datetime | None = None,
+    spot_savings: float = 0.0,
+) -> None:
     """Move a training job to ``status`` (moto has no transitions); ``reason`` is the FailureReason
     DescribeTrainingJob reports. With the times SageMaker reports (moto reports none of them): no
     TrainingStartTime while instances start; TrainingStartTime when the job first goes past them (now, or ``at``
@@ -97,8 +110,11 @@ def put_logs(name: str, host: str, lines: list[str], start_ms: int) -> None:
         logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
     except logs.exceptions.ResourceAlreadyExistsException:
         pass
-    logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream,
-                        logEvents=[{"timestamp": NOW_MS + start_ms + i, "message": m} for i, m in enumerate(lines)])
+    logs.put_log_events(
+        logGroupName=LOG_GROUP,
+        logStreamName=stream,
+        logEvents=[{"timestamp": NOW_MS + start_ms + i, "message": m} for i, m in enumerate(lines)],
+    )
 
 
 def _stop_training_job(self: Any) -> Any:
@@ -112,8 +128,9 @@ def _stop_training_job(self: Any) -> Any:
     if job is None:
         raise ValidationError(message=f"Requested resource not found: training job {name}")
     if job.training_job_status != "InProgress":
-        raise ValidationError(message=f"The request was rejected because the training job is in status "
-                                      f"{job.training_job_status}.")
+        raise ValidationError(
+            message=f"The request was rejected because the training job is in status {job.training_job_status}."
+        )
     job.training_job_status, job.secondary_status = "Stopped", "Stopped"
     _end(job, datetime.datetime.now(datetime.timezone.utc))
     return ActionResult({})
@@ -122,11 +139,13 @@ def _stop_training_job(self: Any) -> Any:
 def _starts_in_progress(create: Any) -> Any:
     """moto creates a training job already Completed, stamped as started; SageMaker's is InProgress (Starting),
     with no TrainingStartTime until its instances are up, until it ends."""
+
     def created(self: Any, *args: Any, **kwargs: Any) -> Any:
         job = create(self, *args, **kwargs)
         job.training_job_status, job.secondary_status = "InProgress", "Starting"
         job.training_start_time = job.training_end_time = None
         return job
+
     return created
 
 
@@ -196,8 +215,15 @@ class FaultProxy:
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
-                self._reply(resp.status, data, {k: v for k, v in resp.getheaders()
-                                                if k.lower() not in ("transfer-encoding", "content-length", "connection")})
+                self._reply(
+                    resp.status,
+                    data,
+                    {
+                        k: v
+                        for k, v in resp.getheaders()
+                        if k.lower() not in ("transfer-encoding", "content-length", "connection")
+                    },
+                )
 
             def _reply(self, status: int, data: bytes, headers: dict[str, str]) -> None:
                 self.send_response(status)
