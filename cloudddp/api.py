@@ -79,7 +79,7 @@ class Job:
         submission: Submission = impl.submit(self.spec, checks=checks, provision=provision, progress=progress)
         budget = self.spec.limits.max_recoveries if recover is None else recover
         if budget > 0:
-            recovery.start(impl, submission.plan, submission.run_id, budget)
+            recovery.start_for(impl, self.spec, submission, budget)
         return Run(submission.run_id, impl, plan=submission.plan)
 
     def to_dict(self) -> dict[str, Any]:

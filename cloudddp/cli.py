@@ -231,11 +231,14 @@ def submit(
     if budget > 0:
         from . import recovery
 
-        recovery.start(impl, submission.plan, run_id, budget)
+        chain = recovery.start_for(impl, spec, submission, budget)
         if not (quiet or json_):
+            moves = f"; after {chain.capacity_tries} capacity failure(s) on a size it moves to " + ", then ".join(
+                f["size"] for f in chain.fallbacks
+            )
             note(
                 f"recovery: up to {budget} resubmissions after preemption or infrastructure faults, by a "
-                "watcher that outlives this terminal"
+                "watcher that outlives this terminal" + (moves if chain.fallbacks else "")
             )
     if json_:
         _print_json({"run_id": run_id, "backend": backend})

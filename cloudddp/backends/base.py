@@ -291,6 +291,12 @@ class Backend(abc.ABC, Generic[OptionsT]):
         from ..stepstore import job_key
 
         plan.step_key = job_key(spec)
+        if spec.limits.recover_to == "next_size":
+            from ..fallback import describe
+
+            decisions, warnings = describe(self, spec)
+            plan.decisions += decisions
+            plan.warnings += warnings
         plan.max_cost = spec.resources.max_cost
         plan.warnings += self._budget_warnings(plan)
         return plan
