@@ -1,12 +1,12 @@
 """The Python API: the same verbs as the CLI, for scripts and notebooks.
 
-    import cloudddp
-    job = cloudddp.Job.load("jobs/digits-local.yaml", overrides=["resources.nodes=1"])
-    print(job.render("sagemaker").text())
-    run = job.submit("local")
-    for record in run.metrics(follow=True):
-        print(record.epoch, record.values)
-    run.wait()
+import cloudddp
+job = cloudddp.Job.load("jobs/digits-local.yaml", overrides=["resources.nodes=1"])
+print(job.render("sagemaker").text())
+run = job.submit("local")
+for record in run.metrics(follow=True):
+    print(record.epoch, record.values)
+run.wait()
 """
 
 from __future__ import annotations
@@ -40,9 +40,7 @@ class Job:
         return cls(load_spec(path, overrides))
 
     @classmethod
-    def from_dict(
-        cls, data: Mapping[str, Any], *, base_dir: str | Path = ".", overrides: Sequence[str] = ()
-    ) -> Job:
+    def from_dict(cls, data: Mapping[str, Any], *, base_dir: str | Path = ".", overrides: Sequence[str] = ()) -> Job:
         return cls(spec_from_dict(data, base_dir=base_dir, overrides=overrides))
 
     @classmethod
@@ -59,8 +57,16 @@ class Job:
         """What ``backend`` would send for this job (``options`` construct the backend, e.g. a credential)."""
         return get_backend(backend, **options).render(self.spec)
 
-    def submit(self, backend: str = "local", *, checks: bool = True, provision: bool = True,
-               recover: int | None = None, progress: Progress | None = None, **options: Any) -> Run:
+    def submit(
+        self,
+        backend: str = "local",
+        *,
+        checks: bool = True,
+        provision: bool = True,
+        recover: int | None = None,
+        progress: Progress | None = None,
+        **options: Any,
+    ) -> Run:
         """Render, run the preflight checks, launch; returns at once with a :class:`Run`.
 
         ``checks=False`` launches even when a preflight check fails; ``provision=False`` leaves clusters
@@ -125,11 +131,20 @@ class Run:
             state = RunState.STARTING  # the watcher is about to launch the next attempt
         elif chain.status != recovery.WATCHING:
             state = {recovery.SUCCEEDED: RunState.SUCCEEDED, recovery.CANCELLED: RunState.CANCELLED}.get(
-                chain.status, RunState.FAILED)
+                chain.status, RunState.FAILED
+            )
         return dataclasses.replace(
-            current, run_id=self.run_id, state=state, message=chain.message or current.message,
-            details={**current.details, "attempts": chain.summary(), "recovery": chain.status,
-                     "recoveries_left": chain.recoveries_left})
+            current,
+            run_id=self.run_id,
+            state=state,
+            message=chain.message or current.message,
+            details={
+                **current.details,
+                "attempts": chain.summary(),
+                "recovery": chain.status,
+                "recoveries_left": chain.recoveries_left,
+            },
+        )
 
     def _status_of(self, run_id: str) -> RunStatus:
         status = self.backend.status(run_id)

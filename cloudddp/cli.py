@@ -53,13 +53,27 @@ class BackendOption(click.Option):
 
 
 def backend_option(default: str | None = "local", help: str = "The backend to use.") -> Callable[[F], F]:
-    return click.option("--backend", "-b", cls=BackendOption, default=default, show_default=default is not None,
-                        envvar="CLOUDDDP_BACKEND" if default else None, help=help, shell_complete=_registered)
+    return click.option(
+        "--backend",
+        "-b",
+        cls=BackendOption,
+        default=default,
+        show_default=default is not None,
+        envvar="CLOUDDDP_BACKEND" if default else None,
+        help=help,
+        shell_complete=_registered,
+    )
 
 
 def override_option(f: F) -> F:
-    return click.option("--override", "-o", "override", multiple=True, metavar="KEY=VALUE",
-                        help="Override a spec field: -o resources.nodes=2 (repeatable).")(f)
+    return click.option(
+        "--override",
+        "-o",
+        "override",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override a spec field: -o resources.nodes=2 (repeatable).",
+    )(f)
 
 
 def json_option(f: F) -> F:
@@ -132,8 +146,12 @@ def validate(job: Path, override: tuple[str, ...], json_: bool) -> None:
 @backend_option()
 @override_option
 @json_option
-@click.option("--output-dir", "output", type=click.Path(path_type=Path, file_okay=False),
-              help="Also write each document into this folder.")
+@click.option(
+    "--output-dir",
+    "output",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Also write each document into this folder.",
+)
 def render(job: Path, backend: str, override: tuple[str, ...], json_: bool, output: Path | None) -> None:
     """Print exactly what a backend would send (no network, no credentials)."""
     plan = _job(job, override).render(backend)
@@ -159,10 +177,29 @@ def render(job: Path, backend: str, override: tuple[str, ...], json_: bool, outp
 @click.option("--no-provision", is_flag=True, help="Leave clusters alone (backends that create or resize them).")
 @click.option("--skip-checks", is_flag=True, help="Launch even when preflight checks fail.")
 @click.option("--all-ranks", is_flag=True, help="Show every process's output while following (default: rank 0's).")
-@click.option("--recover", "recover", type=int, default=None, is_flag=False, flag_value=3, metavar="[N]",
-              help="Resubmit up to N times (3) after preemption, lost capacity or an infrastructure fault.")
-def submit(job: Path, backend: str, override: tuple[str, ...], dry_run: bool, detach: bool, json_: bool, quiet: bool,
-           no_provision: bool, skip_checks: bool, all_ranks: bool, recover: int | None) -> None:
+@click.option(
+    "--recover",
+    "recover",
+    type=int,
+    default=None,
+    is_flag=False,
+    flag_value=3,
+    metavar="[N]",
+    help="Resubmit up to N times (3) after preemption, lost capacity or an infrastructure fault.",
+)
+def submit(
+    job: Path,
+    backend: str,
+    override: tuple[str, ...],
+    dry_run: bool,
+    detach: bool,
+    json_: bool,
+    quiet: bool,
+    no_provision: bool,
+    skip_checks: bool,
+    all_ranks: bool,
+    recover: int | None,
+) -> None:
     """Render the job and launch it; follow its metrics until it ends unless --detach."""
     from .api import Run
     from .backends import get_backend
@@ -179,8 +216,12 @@ def submit(job: Path, backend: str, override: tuple[str, ...], dry_run: bool, de
             _plan_notes(plan)
         return
     try:
-        submission = impl.submit(spec, checks=not skip_checks, provision=not no_provision,
-                                 progress=None if (quiet or json_) else Progress(_plan_notes))
+        submission = impl.submit(
+            spec,
+            checks=not skip_checks,
+            provision=not no_provision,
+            progress=None if (quiet or json_) else Progress(_plan_notes),
+        )
     except PreflightFailed as e:
         _print_checks(e.checks)
         err().print("[bold red]error:[/] preflight checks failed; fix them or pass --skip-checks")
@@ -192,8 +233,10 @@ def submit(job: Path, backend: str, override: tuple[str, ...], dry_run: bool, de
 
         recovery.start(impl, submission.plan, run_id, budget)
         if not (quiet or json_):
-            note(f"recovery: up to {budget} resubmissions after preemption or infrastructure faults, by a "
-                 "watcher that outlives this terminal")
+            note(
+                f"recovery: up to {budget} resubmissions after preemption or infrastructure faults, by a "
+                "watcher that outlives this terminal"
+            )
     if json_:
         _print_json({"run_id": run_id, "backend": backend})
     elif quiet:
@@ -202,8 +245,9 @@ def submit(job: Path, backend: str, override: tuple[str, ...], dry_run: bool, de
         err().print(f"[bold]submitted[/] {run_id} ({backend})")
     if detach:
         return
-    _follow_run(Run(run_id, impl, plan=submission.plan), quiet=quiet or json_, epochs=_epochs_of(spec),
-                all_ranks=all_ranks)
+    _follow_run(
+        Run(run_id, impl, plan=submission.plan), quiet=quiet or json_, epochs=_epochs_of(spec), all_ranks=all_ranks
+    )
 
 
 def _epochs_of(spec: Any) -> int | None:
@@ -315,22 +359,45 @@ def _selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:
         when = f"{secs:.0f}s" if secs < 120 else f"{secs / 60:.0f}m" if secs < 7200 else f"{secs / 3600:.1f}h"
         return f"{_money(cell['cost'])} {when}"
 
-    table = Table("size", "GPUs", "GPU mem", "fabric", "price/h", "est. cost", "efficiency", "verdict", show_lines=False)
-    parts = Table("size", "lifecycle", "startup", "training", "checkpoint", "shutdown", "idle", "total",
-                  title="cost of each part: price for all nodes, billed time per node", show_lines=False)
+    table = Table(
+        "size", "GPUs", "GPU mem", "fabric", "price/h", "est. cost", "efficiency", "verdict", show_lines=False
+    )
+    parts = Table(
+        "size",
+        "lifecycle",
+        "startup",
+        "training",
+        "checkpoint",
+        "shutdown",
+        "idle",
+        "total",
+        title="cost of each part: price for all nodes, billed time per node",
+        show_lines=False,
+    )
     for i, row in enumerate(rows):
         if not row["ok"] and not explain:
             continue
-        verdict = ("[green]chosen[/] " if i == 0 and row["ok"] else "[green]ok[/] " if row["ok"] else "[red]rejected[/] ")
+        verdict = "[green]chosen[/] " if i == 0 and row["ok"] else "[green]ok[/] " if row["ok"] else "[red]rejected[/] "
         price = _money(row["price_per_hour"]) + ("*" if row["price_kind"] == "ec2-proxy" else "")
         eff = f"{row['efficiency']:.0%}" if row["efficiency"] is not None else "?"
         why = "; ".join([row["why"], *row["warnings"]]) if row["why"] or row["warnings"] else ""
-        table.add_row(row["size"], row["gpus"], f"{row['gpu_memory_gb']:g} GB", row["fabric"], price,
-                      _money(row["est_cost"]), eff, verdict + escape(why))
+        table.add_row(
+            row["size"],
+            row["gpus"],
+            f"{row['gpu_memory_gb']:g} GB",
+            row["fabric"],
+            price,
+            _money(row["est_cost"]),
+            eff,
+            verdict + escape(why),
+        )
         breakdown = row.get("breakdown") or {}
-        parts.add_row(row["size"], row.get("lifecycle", ""),
-                      *(part(breakdown.get(p)) for p in ("startup", "training", "checkpoint", "shutdown", "idle")),
-                      _money(row["est_cost"]))
+        parts.add_row(
+            row["size"],
+            row.get("lifecycle", ""),
+            *(part(breakdown.get(p)) for p in ("startup", "training", "checkpoint", "shutdown", "idle")),
+            _money(row["est_cost"]),
+        )
     return Group(table, parts) if explain else table
 
 
@@ -344,15 +411,31 @@ def _selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:
 @click.option("--gpus-per-node", type=int, default=None)
 @click.option("--spot", is_flag=True, help="Spot / low priority.")
 @click.option("--smddp", is_flag=True, help="SageMaker's data-parallel library (AWS).")
-@click.option("--model", default="resnet18", show_default=True, help="Workload for the estimate: resnet18, resnet50, cnn.")
+@click.option(
+    "--model", default="resnet18", show_default=True, help="Workload for the estimate: resnet18, resnet50, cnn."
+)
 @click.option("--dataset", default="cifar10", show_default=True, help="cifar10, imagenet, digits.")
 @click.option("--epochs", type=int, default=30, show_default=True)
 @click.option("--batch", type=int, default=256, show_default=True, help="Per-GPU batch.")
 @click.option("--explain", is_flag=True, help="Also list rejected sizes with the reason.")
 @json_option
-def skus(cloud: str | None, backend: str | None, gpus: int | None, gpu: str | None, min_mem: float | None, nodes: int | None,
-         gpus_per_node: int | None, spot: bool, smddp: bool, model: str, dataset: str, epochs: int, batch: int,
-         explain: bool, json_: bool) -> None:
+def skus(
+    cloud: str | None,
+    backend: str | None,
+    gpus: int | None,
+    gpu: str | None,
+    min_mem: float | None,
+    nodes: int | None,
+    gpus_per_node: int | None,
+    spot: bool,
+    smddp: bool,
+    model: str,
+    dataset: str,
+    epochs: int,
+    batch: int,
+    explain: bool,
+    json_: bool,
+) -> None:
     """GPU sizes for a job, ranked by the estimated cost of the whole job, each with its reasons."""
     from .catalog import CATALOG_DATE, Requirements, all_skus, select, workload_for_model
     from .catalog.model import DATASET_SAMPLES
@@ -375,15 +458,26 @@ def skus(cloud: str | None, backend: str | None, gpus: int | None, gpu: str | No
     workload = workload_for_model(model, DATASET_SAMPLES[dataset], epochs, batch)
     if workload is None:
         raise UserError(f"--model {model!r}: use resnet18, resnet18-imagenet, resnet50 or cnn")
-    req = Requirements(cloud=cloud, nodes=nodes, gpus_per_node=gpus_per_node, total_gpus=gpus or (None if nodes else 8),
-                       accelerator=gpu, min_gpu_memory_gb=min_mem, spot=spot, smddp=smddp, workload=workload)
+    req = Requirements(
+        cloud=cloud,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        total_gpus=gpus or (None if nodes else 8),
+        accelerator=gpu,
+        min_gpu_memory_gb=min_mem,
+        spot=spot,
+        smddp=smddp,
+        workload=workload,
+    )
     selection = select(req)
     if json_:
         _print_json(selection.to_dict())
         return
     out().print(_selection_table(selection.explain(), explain=explain))
-    out().print(f"[dim]catalog of {CATALOG_DATE}; estimate for {model} on {dataset}, {epochs} epochs, batch {batch}/GPU; "
-              "* = EC2 on-demand price, a lower bound for SageMaker[/]")
+    out().print(
+        f"[dim]catalog of {CATALOG_DATE}; estimate for {model} on {dataset}, {epochs} epochs, batch {batch}/GPU; "
+        "* = EC2 on-demand price, a lower bound for SageMaker[/]"
+    )
     if selection.chosen is None:
         err().print("[yellow]no size fits; --explain shows why each was rejected[/]")
 
@@ -437,8 +531,13 @@ def status(run: str, backend: str | None, json_: bool) -> None:
 
     table = Table(show_header=False, box=None)
     for key, value in (
-        ("run", st.run_id), ("backend", st.backend), ("state", st.state.value), ("message", st.message),
-        ("cause", st.cause.value if st.cause else ""), ("created", _when(st.created_at)), ("ended", _when(st.ended_at)),
+        ("run", st.run_id),
+        ("backend", st.backend),
+        ("state", st.state.value),
+        ("message", st.message),
+        ("cause", st.cause.value if st.cause else ""),
+        ("created", _when(st.created_at)),
+        ("ended", _when(st.ended_at)),
     ):
         if value:
             table.add_row(f"[bold]{key}[/]", escape(str(value)))
@@ -449,8 +548,14 @@ def status(run: str, backend: str | None, json_: bool) -> None:
     if st.details.get("attempts"):
         attempts = Table("attempt", "run", "started", "state", "cause", "why", title="attempts")
         for a in st.details["attempts"]:
-            attempts.add_row(str(a["number"]), a["run_id"], _when(a["started"]), a["state"], a["cause"] or "",
-                             escape(a["reason"] or ""))
+            attempts.add_row(
+                str(a["number"]),
+                a["run_id"],
+                _when(a["started"]),
+                a["state"],
+                a["cause"] or "",
+                escape(a["reason"] or ""),
+            )
         out().print(attempts)
     failure = st.details.get("failure")
     if failure:
@@ -481,7 +586,9 @@ def recover(run: str | None) -> None:
         chains = [recovery.Chain.load(p.stem) for p in sorted((home() / "chains").glob("*.json"))]
     for chain in chains:
         restarted = recovery.ensure_watched(chain)
-        what = "watcher started again" if restarted else ("watched" if chain.status == recovery.WATCHING else chain.status)
+        what = (
+            "watcher started again" if restarted else ("watched" if chain.status == recovery.WATCHING else chain.status)
+        )
         err().print(f"{chain.chain_id}: attempt {chain.current.number}, {what}")
 
 
@@ -513,8 +620,12 @@ def logs(run: str, follow: bool, backend: str | None, json_: bool) -> None:
 @run_arguments
 @follow_option
 @json_option
-@click.option("--plot", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Write a PNG chart of every metric over steps (needs matplotlib).")
+@click.option(
+    "--plot",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Write a PNG chart of every metric over steps (needs matplotlib).",
+)
 def metrics(run: str, follow: bool, backend: str | None, json_: bool, plot: Path | None) -> None:
     """Print a run's metrics (from the training script's metric lines); a live table with -f on a terminal."""
     from .api import Run
@@ -523,7 +634,9 @@ def metrics(run: str, follow: bool, backend: str | None, json_: bool, plot: Path
     if plot is not None:
         from .plotting import plot_metrics
 
-        plot_metrics(list(handle.metrics(follow=follow)), title=f"{handle.run_id} ({handle.status().state.value})", path=plot)
+        plot_metrics(
+            list(handle.metrics(follow=follow)), title=f"{handle.run_id} ({handle.status().state.value})", path=plot
+        )
         err().print(f"wrote {plot}")
         return
     try:
@@ -561,12 +674,14 @@ def cancel(run: str, backend: str | None) -> None:
 @click.option("--backend", "-b", default=None, help="Only runs of this backend.")
 @click.option("--state", "-s", default=None, help="Only runs in this state (as last seen: running, failed...).")
 @click.option("--name", default=None, help="Only runs of this job name; wildcards allowed: --name 'cifar*'.")
-@click.option("--limit", "-n", default=50, show_default=True, type=click.IntRange(min=0),
-              help="At most this many runs (0: all).")
+@click.option(
+    "--limit", "-n", default=50, show_default=True, type=click.IntRange(min=0), help="At most this many runs (0: all)."
+)
 @click.option("--before", default=None, metavar="RUN", help="Only runs submitted before RUN: the next page after it.")
 @json_option
-def list_(backend: str | None, state: str | None, name: str | None, limit: int, before: str | None,
-          json_: bool) -> None:
+def list_(
+    backend: str | None, state: str | None, name: str | None, limit: int, before: str | None, json_: bool
+) -> None:
     """Runs submitted from this machine, newest first, a page at a time."""
     from .errors import UserError
     from .registry import Registry
@@ -577,15 +692,25 @@ def list_(backend: str | None, state: str | None, name: str | None, limit: int, 
         found = registry.find(before)
         exact = [r for r in found if r.run_id == before]
         if len(exact or found) != 1:
-            raise UserError(f"--before {before}: " + ("no such run in this machine's registry" if not found
-                                                      else f"matches {len(found)} runs; give more of the id"))
+            raise UserError(
+                f"--before {before}: "
+                + (
+                    "no such run in this machine's registry"
+                    if not found
+                    else f"matches {len(found)} runs; give more of the id"
+                )
+            )
         after = (exact or found)[0]
     records = registry.list(backend=backend, limit=limit + 1 if limit else None, state=state, name=name, before=after)
     more = bool(limit) and len(records) > limit
     records = records[:limit] if limit else records
     if json_:
-        _print_json([{"run_id": r.run_id, "backend": r.backend, "name": r.name, "state": r.state,
-                      "created_at": r.created_at} for r in records])
+        _print_json(
+            [
+                {"run_id": r.run_id, "backend": r.backend, "name": r.name, "state": r.state, "created_at": r.created_at}
+                for r in records
+            ]
+        )
         return
     from rich.table import Table
 
@@ -597,10 +722,15 @@ def list_(backend: str | None, state: str | None, name: str | None, limit: int, 
         import shlex
 
         total = registry.count(backend=backend, state=state, name=name)
-        again = " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in (
-            ("--backend", backend), ("--state", state), ("--name", name), ("--limit", limit)) if value)
-        err().print(f"[dim]{len(records)} shown of {total:,} matching runs; the next page: "
-                    f"cloudddp list {escape(again)} --before {records[-1].run_id}[/]")
+        again = " ".join(
+            f"{flag} {shlex.quote(str(value))}"
+            for flag, value in (("--backend", backend), ("--state", state), ("--name", name), ("--limit", limit))
+            if value
+        )
+        err().print(
+            f"[dim]{len(records)} shown of {total:,} matching runs; the next page: "
+            f"cloudddp list {escape(again)} --before {records[-1].run_id}[/]"
+        )
 
 
 @app.command()
@@ -609,8 +739,16 @@ def backends(json_: bool) -> None:
     """The registered backends, what each can do, and what it cannot (with the reason)."""
     from .backends import backend_classes
 
-    rows = [{"name": cls.name, "description": cls.description, "cloud": cls.cloud,
-             "sigterm_grace_s": cls.sigterm_grace, **cls.capabilities.to_dict()} for cls in backend_classes()]
+    rows = [
+        {
+            "name": cls.name,
+            "description": cls.description,
+            "cloud": cls.cloud,
+            "sigterm_grace_s": cls.sigterm_grace,
+            **cls.capabilities.to_dict(),
+        }
+        for cls in backend_classes()
+    ]
     if json_:
         _print_json(rows)
         return
@@ -618,9 +756,12 @@ def backends(json_: bool) -> None:
 
     table = Table("backend", "what it runs on", "cannot", "caveats", show_lines=True)
     for row in rows:
-        table.add_row(row["name"], row["description"],
-                      "\n".join(f"{k}: {v}" for k, v in row["unsupported"].items()),
-                      "\n".join(f"{k}: {v}" for k, v in row["caveats"].items()))
+        table.add_row(
+            row["name"],
+            row["description"],
+            "\n".join(f"{k}: {v}" for k, v in row["unsupported"].items()),
+            "\n".join(f"{k}: {v}" for k, v in row["caveats"].items()),
+        )
     out().print(table)
 
 

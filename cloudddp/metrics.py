@@ -23,7 +23,13 @@ PREFIX = "CLOUDDDP_METRIC "
 RESERVED = ("step", "epoch", "time")
 # Names the shared training script reports; SageMaker gets a MetricDefinition for each.
 STANDARD_METRICS = (
-    "train_loss", "train_acc", "test_loss", "test_acc", "lr", "images_per_sec", "epoch_time",
+    "train_loss",
+    "train_acc",
+    "test_loss",
+    "test_acc",
+    "lr",
+    "images_per_sec",
+    "epoch_time",
 )
 _NUMBER = r"(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
 
@@ -46,7 +52,7 @@ def parse_metric_line(line: str, source: str = "") -> MetricRecord | None:
     if at < 0:
         return None
     try:
-        obj = json.loads(line[at + len(PREFIX):])
+        obj = json.loads(line[at + len(PREFIX) :])
     except ValueError:
         return None
     return record_from_dict(obj, source)
@@ -59,7 +65,11 @@ def record_from_dict(obj: Any, source: str = "") -> MetricRecord | None:
     values = {
         k: float(v)
         for k, v in obj.items()
-        if k not in RESERVED and k != "received" and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        if k not in RESERVED
+        and k != "received"
+        and isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and math.isfinite(v)
     }
     step, epoch, when = obj.get("step"), obj.get("epoch"), obj.get("time")
     return MetricRecord(
@@ -108,8 +118,13 @@ def parse_line(line: str, patterns: Sequence[Pattern] = (), source: str = "") ->
     if not found:
         return None
     step, epoch = found.pop("step", None), found.pop("epoch", None)
-    return MetricRecord(step=int(step) if step is not None else None, epoch=int(epoch) if epoch is not None else None,
-                        time=None, values={k: v for k, v in found.items() if math.isfinite(v)}, source=source)
+    return MetricRecord(
+        step=int(step) if step is not None else None,
+        epoch=int(epoch) if epoch is not None else None,
+        time=None,
+        values={k: v for k, v in found.items() if math.isfinite(v)},
+        source=source,
+    )
 
 
 def metrics_from_lines(lines: Iterable[Any], patterns: Sequence[Pattern] = ()) -> Iterator[MetricRecord]:

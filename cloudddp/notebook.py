@@ -35,7 +35,7 @@ def watch(run: Run, poll: float = 1.0) -> RunStatus:
     last_draw = 0.0
     for event in run.events(follow=True):
         if not isinstance(event, MetricRecord):
-            lines = [*lines[-(LOG_LINES - 1):], f"[{event.source}] {event.text}"]
+            lines = [*lines[-(LOG_LINES - 1) :], f"[{event.source}] {event.text}"]
             if not records:
                 log_handle.update(HTML(f"<pre>{html.escape(chr(10).join(lines))}</pre>"))
             continue

@@ -106,8 +106,12 @@ class Plan:
         """This plan under another job name (every occurrence in the request and documents), e.g. for a
         recovery's next attempt."""
         table = {self.job_name: new_name}
-        return dataclasses.replace(self, job_name=new_name, request=substitute(self.request, table),
-                                   documents=substitute(self.documents, table))
+        return dataclasses.replace(
+            self,
+            job_name=new_name,
+            request=substitute(self.request, table),
+            documents=substitute(self.documents, table),
+        )
 
     def reveal(self, value: Any, environ: Mapping[str, str] | None = None) -> Any:
         """``value`` (a part of the bound request) with secret and ``from_env`` values filled in, to send only."""
@@ -158,18 +162,35 @@ class Plan:
     def to_state(self) -> dict[str, Any]:
         """Everything needed to launch this plan again later (no secret value: a secret given as a literal
         in the spec is kept only as its name, and must be supplied again to :meth:`from_state`)."""
-        return {**self.to_dict(), "job": self.job, "late": list(self.late), "env_sources": [
-            {"name": s.name, "var": s.var, "secret": s.secret} for s in self.env_sources.values()]}
+        return {
+            **self.to_dict(),
+            "job": self.job,
+            "late": list(self.late),
+            "env_sources": [{"name": s.name, "var": s.var, "secret": s.secret} for s in self.env_sources.values()],
+        }
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], literals: Mapping[str, str] | None = None) -> Plan:
         """The plan :meth:`to_state` saved; ``literals``: the values of secrets given as literals."""
-        sources = {s["name"]: EnvSource(s["name"], s["var"], (literals or {}).get(s["name"]), s["secret"])
-                   for s in state.get("env_sources", [])}
-        return cls(backend=state["backend"], job_name=state["job_name"], request=state["request"],
-                   documents=state["documents"], decisions=state["decisions"], warnings=state["warnings"],
-                   estimate=state["estimate"], uploads=state["uploads"], target=state["target"], job=state["job"],
-                   late=tuple(state["late"]), metrics=state["metrics"], env_sources=sources)
+        sources = {
+            s["name"]: EnvSource(s["name"], s["var"], (literals or {}).get(s["name"]), s["secret"])
+            for s in state.get("env_sources", [])
+        }
+        return cls(
+            backend=state["backend"],
+            job_name=state["job_name"],
+            request=state["request"],
+            documents=state["documents"],
+            decisions=state["decisions"],
+            warnings=state["warnings"],
+            estimate=state["estimate"],
+            uploads=state["uploads"],
+            target=state["target"],
+            job=state["job"],
+            late=tuple(state["late"]),
+            metrics=state["metrics"],
+            env_sources=sources,
+        )
 
     def literal_secrets(self) -> dict[str, str]:
         """The secrets given as literals in the spec (not read from the shell), by name: what
@@ -188,8 +209,14 @@ class Plan:
         parts += [f"- {d}" for d in self.decisions]
         parts += [f"- ⚠️ {w}" for w in self.warnings]
         if self.estimate:
-            parts.append("- estimate: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                                   for k, v in self.estimate.items() if v is not None))
+            parts.append(
+                "- estimate: "
+                + ", ".join(
+                    f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in self.estimate.items()
+                    if v is not None
+                )
+            )
         for name, body in self.documents.items():
             parts.append(f"`{name}`\n```{self._language(name)}\n{body.rstrip()}\n```")
         return "\n\n".join(parts)

@@ -30,7 +30,9 @@ def _series(records: Sequence[MetricRecord]) -> dict[str, tuple[list[float], lis
     return series
 
 
-def plot_metrics(records: Sequence[MetricRecord], *, title: str = "", path: str | Path | None = None, figure: Any = None) -> Any:
+def plot_metrics(
+    records: Sequence[MetricRecord], *, title: str = "", path: str | Path | None = None, figure: Any = None
+) -> Any:
     try:
         import matplotlib
 

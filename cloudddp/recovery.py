@@ -111,8 +111,9 @@ def chain_of(run_id: str, backend: Backend[Any]) -> Chain | None:
 # -- starting a chain ------------------------------------------------------------------------------
 def start(backend: Backend[Any], plan: Plan, run_id: str, max_recoveries: int) -> Chain:
     """Watch ``run_id`` (just launched from ``plan``) and recover it up to ``max_recoveries`` times."""
-    chain = Chain(run_id, backend.name, plan.job_name, plan.to_state(), max_recoveries,
-                  [Attempt(1, run_id, time.time())])
+    chain = Chain(
+        run_id, backend.name, plan.job_name, plan.to_state(), max_recoveries, [Attempt(1, run_id, time.time())]
+    )
     chain.save()
     backend.registry.update(run_id, info={"chain": run_id, "attempt": 1})
     spawn_watcher(chain, plan.literal_secrets())
@@ -123,8 +124,13 @@ def spawn_watcher(chain: Chain, literals: dict[str, str] | None = None) -> None:
     """Start the chain's watcher, detached (its own session), with literal secrets on its stdin only."""
     log = Chain.path_of(chain.chain_id).with_suffix(".log")
     with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "cloudddp.recovery", chain.chain_id],
-                                stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cloudddp.recovery", chain.chain_id],
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     chain.watcher_pid = proc.pid
     chain.save()
     assert proc.stdin is not None

@@ -51,13 +51,16 @@ def of(spec: JobSpec) -> Requirements | None:
     in_folder = spec.code_dir / FILE
     if spec.code.requirements:
         if in_folder.is_file():
-            raise UserError(f"code.requirements and {in_folder} both list dependencies",
-                            hint=f"keep one: move the lines into {FILE}, or delete the file")
+            raise UserError(
+                f"code.requirements and {in_folder} both list dependencies",
+                hint=f"keep one: move the lines into {FILE}, or delete the file",
+            )
         found = Requirements(tuple(spec.code.requirements), "code.requirements", shipped=True)
     elif in_folder.is_file():
         lines = [line.strip() for line in in_folder.read_text(encoding="utf-8", errors="replace").splitlines()]
-        found = Requirements(tuple(line for line in lines if line and not line.startswith("#")), str(in_folder),
-                             shipped=False)
+        found = Requirements(
+            tuple(line for line in lines if line and not line.startswith("#")), str(in_folder), shipped=False
+        )
     else:
         return None
     for line in found.lines:
@@ -74,8 +77,10 @@ def check_line(line: str, source: str) -> None:
     try:
         Requirement(line.split(" #", 1)[0].strip())
     except InvalidRequirement as e:
-        raise UserError(f"{source}: {line!r} is not a requirement pip can read: {e}",
-                        hint="write it as a pip requirement, e.g. 'einops>=0.7'") from None
+        raise UserError(
+            f"{source}: {line!r} is not a requirement pip can read: {e}",
+            hint="write it as a pip requirement, e.g. 'einops>=0.7'",
+        ) from None
 
 
 def unsatisfied(reqs: Requirements) -> list[str]:
@@ -120,13 +125,29 @@ def python_for(reqs: Requirements | None, base: Path, home: Path) -> tuple[str, 
     layer_over_this_python(python)
     listing = env / FILE
     listing.write_text(reqs.text)
-    result = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-                             "--disable-pip-version-check", "-r", str(listing)],
-                            cwd=base, capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "-r",
+            str(listing),
+        ],
+        cwd=base,
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         reason = [line for line in (result.stderr or result.stdout).splitlines() if line.strip()][-3:]
-        raise UserError(f"{reqs.source}: could not install the job's requirements: " + " / ".join(reason),
-                        hint="fix the requirement pip names, or install it into this Python yourself")
+        raise UserError(
+            f"{reqs.source}: could not install the job's requirements: " + " / ".join(reason),
+            hint="fix the requirement pip names, or install it into this Python yourself",
+        )
     done.write_text("")
     return str(python), f"requirements installed in {env} (reused while the list is unchanged)"
 
@@ -137,12 +158,15 @@ def layer_over_this_python(python: Path) -> None:
     included, are honoured)."""
     import sysconfig
 
-    own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    own = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     folders = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
     line = "import site; " + "; ".join(f"site.addsitedir({folder!r})" for folder in folders)
     (Path(own) / "_cloudddp_layer.pth").write_text(line + "\n")
 
 
 __all__ = ["FILE", "Requirements", "check_line", "file_text", "of", "python_for", "unsatisfied"]
-

@@ -48,8 +48,16 @@ TENSORBOARD_DIR = "CLOUDDDP_TENSORBOARD_DIR"
 RUN_ID = late("RUN_ID")
 """The run id in the contract until it is known: backends that name the run at render fill it there."""
 NAMES = (
-    "CLOUDDDP_JOB_NAME", "CLOUDDDP_RUN_ID", "CLOUDDDP_BACKEND", MODEL_DIR, CHECKPOINT_DIR, "CLOUDDDP_RESUME",
-    "CLOUDDDP_CHECKPOINT_EVERY", "CLOUDDDP_DIST_BACKEND", "CLOUDDDP_COLLECTIVE_TIMEOUT", "CLOUDDDP_SIGTERM_GRACE",
+    "CLOUDDDP_JOB_NAME",
+    "CLOUDDDP_RUN_ID",
+    "CLOUDDDP_BACKEND",
+    MODEL_DIR,
+    CHECKPOINT_DIR,
+    "CLOUDDDP_RESUME",
+    "CLOUDDDP_CHECKPOINT_EVERY",
+    "CLOUDDDP_DIST_BACKEND",
+    "CLOUDDDP_COLLECTIVE_TIMEOUT",
+    "CLOUDDDP_SIGTERM_GRACE",
     TENSORBOARD_DIR,
 )
 
@@ -91,16 +99,25 @@ def contract_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, s
     return env
 
 
-def job_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, sigterm_grace: int,
-            presets: Mapping[str, str] | None = None) -> tuple[dict[str, str], dict[str, EnvSource]]:
+def job_env(
+    spec: JobSpec,
+    backend: str,
+    places: Places,
+    *,
+    on_gpu: bool,
+    sigterm_grace: int,
+    presets: Mapping[str, str] | None = None,
+) -> tuple[dict[str, str], dict[str, EnvSource]]:
     """Every variable a process gets: the spec's ``env`` (secrets as placeholders), backend presets the
     spec does not set (e.g. NCCL settings for a fabric), then the contract. Returns the environment and
     where its late-bound values come from."""
     user, sources = rendered_env(spec)
     taken = sorted(name for name in user if name.startswith(PREFIX))
     if taken:
-        raise UserError(f"env.{taken[0]}: names starting with {PREFIX} are set by cloudddp on every backend",
-                        hint="rename the variable; the README's 'Your own training script' lists what is set")
+        raise UserError(
+            f"env.{taken[0]}: names starting with {PREFIX} are set by cloudddp on every backend",
+            hint="rename the variable; the README's 'Your own training script' lists what is set",
+        )
     extra = {k: v for k, v in (presets or {}).items() if k not in user}
     contract = contract_env(spec, backend, places, on_gpu=on_gpu, sigterm_grace=sigterm_grace)
     return {**user, **extra, **contract}, sources
@@ -167,10 +184,18 @@ def snapshot_upload(spec: JobSpec, snapshot: Snapshot, destination: str) -> dict
     from . import requirements
 
     reqs = requirements.of(spec)
-    return {"kind": "code", "path": str(snapshot.path), "source": str(spec.code_dir), "ignore": list(spec.code.ignore),
-            "requirements": list(reqs.lines) if reqs and reqs.shipped else [],
-            "max_bytes": spec.code.max_size_mb * 1_000_000, "destination": destination, "sha256": snapshot.sha256,
-            "bytes": snapshot.size, "files": len(snapshot.files)}
+    return {
+        "kind": "code",
+        "path": str(snapshot.path),
+        "source": str(spec.code_dir),
+        "ignore": list(spec.code.ignore),
+        "requirements": list(reqs.lines) if reqs and reqs.shipped else [],
+        "max_bytes": spec.code.max_size_mb * 1_000_000,
+        "destination": destination,
+        "sha256": snapshot.sha256,
+        "bytes": snapshot.size,
+        "files": len(snapshot.files),
+    }
 
 
 def packed(upload: Mapping[str, Any]) -> Path:
@@ -204,7 +229,9 @@ def checkpoint_key(spec: JobSpec) -> str:
     import json
 
     what = {
-        "entry": spec.code.entry, "command": spec.code.command, "args": spec.code.args,
+        "entry": spec.code.entry,
+        "command": spec.code.command,
+        "args": spec.code.args,
         "inputs": {name: item.model_dump(mode="json", exclude={"mode", "kind"}) for name, item in spec.inputs.items()},
         "env": {name: entry.value for name, entry in spec.env.items() if not entry.secret},
     }

@@ -74,8 +74,10 @@ def shared_script_dir() -> Path:
     """The shared training script next to the package (source checkouts and editable installs)."""
     path = Path(__file__).resolve().parents[1] / "src_train"
     if not (path / "train.py").is_file():
-        raise UserError("the shared training script (src_train/) ships with the cloudddp source repository, "
-                        "not inside the wheel; clone the repository to copy it")
+        raise UserError(
+            "the shared training script (src_train/) ships with the cloudddp source repository, "
+            "not inside the wheel; clone the repository to copy it"
+        )
     return path
 
 
@@ -100,8 +102,9 @@ def init(path: Path, *, name: str | None, with_script: bool, force: bool) -> lis
         target = folder / "src_train"
         if target.exists() and not force:
             raise UserError(f"{target} exists; pass --force to overwrite it")
-        shutil.copytree(shared_script_dir(), target, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(
+            shared_script_dir(), target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
         written.append(target)
     path.write_text(TEMPLATE.format(schema=schema.name, file=path.name, name=job_name, code_dir=code_dir))
     return written

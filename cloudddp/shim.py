@@ -49,8 +49,8 @@ def read_payload(args: list[str]) -> dict[str, Any]:
         key = args[i]
         if key == "--":
             break
-        if key.startswith(FLAG) and key[len(FLAG):].isdigit() and i + 1 < len(args):
-            parts[int(key[len(FLAG):])] = args[i + 1]
+        if key.startswith(FLAG) and key[len(FLAG) :].isdigit() and i + 1 < len(args):
+            parts[int(key[len(FLAG) :])] = args[i + 1]
             i += 2
         else:
             i += 1
@@ -60,7 +60,7 @@ def read_payload(args: list[str]) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise SystemExit(f"{SHIPPED_AS}: the payload is not a JSON object")
     if i < len(args):  # after --
-        payload["argv"], payload["python"] = args[i + 1:], False
+        payload["argv"], payload["python"] = args[i + 1 :], False
     return payload
 
 
@@ -116,8 +116,9 @@ class Metrics:
 
 def run_teed(argv: list[str], metrics: Metrics) -> int:
     """Run ``argv`` as a child, copy its output through, read metrics from it; its exit code."""
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1, text=True,
-                             errors="replace")
+    child = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1, text=True, errors="replace"
+    )
     for sig in (signal.SIGTERM, signal.SIGINT):  # a cancel or preemption reaches the program
         signal.signal(sig, lambda number, _frame: child.send_signal(number))
     assert child.stdout is not None

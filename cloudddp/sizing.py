@@ -27,7 +27,6 @@ from .errors import UserError
 from .spec import JobSpec
 
 
-
 @dataclass(frozen=True)
 class SizeTarget:
     """Where a backend's sizes come from, and what the spec says about them."""
@@ -64,8 +63,9 @@ def workload_for_spec(spec: JobSpec) -> Workload | None:
     if model is None or dataset not in DATASET_SAMPLES:
         return None
     every = spec.checkpoint.every_epochs if spec.checkpoint.enabled else 0
-    return workload_for_model(model, DATASET_SAMPLES[dataset], epochs, batch, dataset_bytes=DATASET_BYTES[dataset],
-                              checkpoint_every=every)
+    return workload_for_model(
+        model, DATASET_SAMPLES[dataset], epochs, batch, dataset_bytes=DATASET_BYTES[dataset], checkpoint_every=every
+    )
 
 
 def requirements_for(spec: JobSpec, target: SizeTarget) -> Requirements:
@@ -101,8 +101,13 @@ def refuse_retired(size: str, field_name: str) -> None:
     raise UserError(
         f"{field_name}: {sku.size} was retired on {sku.lifecycle_date} (source: {sku.lifecycle_source}); "
         f"nearest current replacement: {instead}",
-        hint=(f"set {field_name}: {repl.size}" + (f" and resources.gpus_per_node: {repl.gpus}" if repl.gpus != sku.gpus else "")
-              if repl else f"remove {field_name} and let cloudddp pick a size") + "; `cloudddp skus --explain` lists them all",
+        hint=(
+            f"set {field_name}: {repl.size}"
+            + (f" and resources.gpus_per_node: {repl.gpus}" if repl.gpus != sku.gpus else "")
+            if repl
+            else f"remove {field_name} and let cloudddp pick a size"
+        )
+        + "; `cloudddp skus --explain` lists them all",
     )
 
 
@@ -121,8 +126,10 @@ def choose(spec: JobSpec, target: SizeTarget) -> Selection:
     if selection.chosen is None:
         reasons = [f"{c.sku.size}: {'; '.join(c.reasons)}" for c in selection.candidates[:6]]
         what = f"{target.named} cannot run this job" if target.named else "no size in the catalog fits this job"
-        raise UserError(what + ":\n    " + "\n    ".join(reasons),
-                        hint="`cloudddp skus --explain` lists every size with its verdict; relax resources.* or name a size")
+        raise UserError(
+            what + ":\n    " + "\n    ".join(reasons),
+            hint="`cloudddp skus --explain` lists every size with its verdict; relax resources.* or name a size",
+        )
     return selection
 
 

@@ -60,10 +60,12 @@ class Code(Strict):
     requirements: list[str] = Field(
         default_factory=list,
         description="pip requirement lines installed before the script starts, on every backend "
-                    "(or a requirements.txt in `dir`).",
+        "(or a requirements.txt in `dir`).",
     )
     max_size_mb: int = Field(
-        2000, ge=1, le=100_000,
+        2000,
+        ge=1,
+        le=100_000,
         description="The most the code folder may hold (MB, before compression); data belongs in `inputs:`.",
     )
 
@@ -104,9 +106,9 @@ class Input(Strict):
     kind: Literal["auto", "file", "folder"] = Field(
         "auto",
         description="What the input is. auto: a URI whose last segment has a file extension (`.tar.gz`, `.csv`, "
-                    "`.npz`) is a file, anything else (a trailing `/`, no extension) a folder; a local path is what "
-                    "it is on disk. Where a backend can hand over a single file (Azure ML's uri_file), the input's "
-                    "path in the job is then the file itself.",
+        "`.npz`) is a file, anything else (a trailing `/`, no extension) a folder; a local path is what "
+        "it is on disk. Where a backend can hand over a single file (Azure ML's uri_file), the input's "
+        "path in the job is then the file itself.",
     )
     arg: str | None = Field(
         None, description="Script argument that receives the input's path in the job, e.g. `--data-dir`."
@@ -160,7 +162,9 @@ class Resources(Strict):
         description="auto: InfiniBand/EFA (RDMA) required when nodes > 1; rdma: always; any: do not check.",
     )
     processes_per_node: int | None = Field(
-        None, ge=1, le=128,
+        None,
+        ge=1,
+        le=128,
         description="Training processes per node; default one per GPU, or 1 without GPUs (CPU training).",
     )
     spot: bool = Field(False, description="Spot (AWS) / low-priority (Azure) capacity.")
@@ -171,8 +175,10 @@ class Resources(Strict):
     def _one_process_per_gpu(self) -> Resources:
         n = self.processes_per_node
         if n is not None and self.gpus_per_node and n != self.gpus_per_node:
-            raise ValueError(f"processes_per_node {n} with {self.gpus_per_node} GPUs per node: DDP runs one process "
-                             "per GPU; leave processes_per_node out when the job has GPUs")
+            raise ValueError(
+                f"processes_per_node {n} with {self.gpus_per_node} GPUs per node: DDP runs one process "
+                "per GPU; leave processes_per_node out when the job has GPUs"
+            )
         return self
 
     @property
@@ -224,8 +230,10 @@ EnvEntry = Annotated[EnvValue, BeforeValidator(_env_value)]
 class MetricSpec(Strict):
     """A metric a script prints in its own words, found by a regular expression over its log lines."""
 
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.:/-]{0,254}$",
-                      description="The metric's name; `epoch` and `step` set the record's epoch and step.")
+    name: str = Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.:/-]{0,254}$",
+        description="The metric's name; `epoch` and `step` set the record's epoch and step.",
+    )
     regex: str = Field(max_length=500, description="Its first group is the value, e.g. 'loss: ([0-9.]+)'.")
 
     @field_validator("regex")
@@ -249,9 +257,11 @@ class Limits(Strict):
     max_runtime: Duration = Field(24 * 3600, description="Seconds or '2h'; the job is stopped after this.")
     max_restarts: int = Field(0, ge=0, le=100, description="Group restarts after a worker fails.")
     max_recoveries: int = Field(
-        0, ge=0, le=100,
+        0,
+        ge=0,
+        le=100,
         description="Resubmissions after the job ends by preemption, lost capacity or an infrastructure fault "
-                    "(never after a failure of its own code); a detached watcher does it.",
+        "(never after a failure of its own code); a detached watcher does it.",
     )
 
 
@@ -365,8 +375,10 @@ class JobSpec(Strict):
         if where is None:
             from .errors import UserError
 
-            raise UserError(f"inputs.{name} has no location for the {backend} backend",
-                            hint=f"give inputs.{name}.path or inputs.{name}.at.{backend}")
+            raise UserError(
+                f"inputs.{name} has no location for the {backend} backend",
+                hint=f"give inputs.{name}.path or inputs.{name}.at.{backend}",
+            )
         return where
 
     def input_folder(self, name: str, where: str) -> Path:
@@ -375,9 +387,10 @@ class JobSpec(Strict):
 
         folder = (self._base_dir / where).resolve()
         if not folder.is_dir():
-            raise UserError(f"inputs.{name}: {folder} is not a folder", hint="input paths are relative to the spec file")
+            raise UserError(
+                f"inputs.{name}: {folder} is not a folder", hint="input paths are relative to the spec file"
+            )
         return folder
-
 
 
 def spec_model(sections: Iterable[str] | None = None) -> type[JobSpec]:
@@ -414,12 +427,17 @@ def _spec_model(wanted: tuple[str, ...], registered: tuple[str, ...]) -> type[Jo
 
                     guess = difflib.get_close_matches(backend, registered, n=1)
                     tip = f"; did you mean '{guess[0]}'?" if guess else ""
-                    raise ValueError(f"{input_name}.at.{backend}: no such backend{tip} (registered: {', '.join(registered)})")
+                    raise ValueError(
+                        f"{input_name}.at.{backend}: no such backend{tip} (registered: {', '.join(registered)})"
+                    )
         return value
 
     return create_model(
-        "JobSpec", __base__=JobSpec, __module__=__name__,
-        __validators__={"_inputs_at_known_backends": field_validator("inputs")(check_at)}, **fields,
+        "JobSpec",
+        __base__=JobSpec,
+        __module__=__name__,
+        __validators__={"_inputs_at_known_backends": field_validator("inputs")(check_at)},
+        **fields,
     )
 
 

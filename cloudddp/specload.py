@@ -154,7 +154,9 @@ def parse_yaml(text: str, source: str) -> tuple[Any, _Positions, list[str]]:
     finally:
         loader.dispose()
     if not isinstance(data, dict):
-        raise UserError(f"{source}:1: a job spec is a mapping of keys (name:, code:, resources: ...), got {type(data).__name__}")
+        raise UserError(
+            f"{source}:1: a job spec is a mapping of keys (name:, code:, resources: ...), got {type(data).__name__}"
+        )
     return data, positions, builder.problems
 
 
@@ -321,7 +323,9 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise UserError(f"{source}: no such file", hint="give the path of a job spec, e.g. jobs/digits-local.yaml") from None
+        raise UserError(
+            f"{source}: no such file", hint="give the path of a job spec, e.g. jobs/digits-local.yaml"
+        ) from None
     except IsADirectoryError:
         raise UserError(f"{source}: is a directory, not a job spec file") from None
     except OSError as e:

@@ -46,9 +46,11 @@ def harness(request: pytest.FixtureRequest) -> Harness:
 
 
 def test_render_is_offline_and_imports_no_cloud_sdk(harness: Harness) -> None:
-    code = ("import sys, json; from cloudddp.api import Job;"
-            f"plan = Job.load({str(TINY)!r}, {harness.overrides!r}).render({harness.name!r});"
-            f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {CLOUD_SDKS!r})))")
+    code = (
+        "import sys, json; from cloudddp.api import Job;"
+        f"plan = Job.load({str(TINY)!r}, {harness.overrides!r}).render({harness.name!r});"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {CLOUD_SDKS!r})))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
@@ -77,7 +79,9 @@ def test_following_logs_ends_when_the_run_ends(harness: Harness) -> None:
         run_id = harness.start()
         threading.Timer(1.0, harness.end, args=(run_id,)).start()
     lines: list[str] = []
-    follower = threading.Thread(target=lambda: lines.extend(line.text for line in harness.backend.logs(run_id, follow=True)))
+    follower = threading.Thread(
+        target=lambda: lines.extend(line.text for line in harness.backend.logs(run_id, follow=True))
+    )
     follower.start()
     follower.join(timeout=120)
     assert not follower.is_alive(), "logs(follow=True) did not end after the run ended"

@@ -90,18 +90,53 @@ def mutate(data: st.DataObject) -> bytes:
         if op == "flip" and raw:
             raw[at] = data.draw(st.integers(0, 255))
         elif op == "insert":
-            raw[at:at] = data.draw(st.sampled_from([b":", b"-", b"[", b"{", b"&a ", b"*a", b"\n  ", b"'", b'"', b"#",
-                                                    b"!!int ", b"~", b"<<: ", b"0x", b"1e9", b"\t", b"\xff", b"\x00"]))
+            raw[at:at] = data.draw(
+                st.sampled_from(
+                    [
+                        b":",
+                        b"-",
+                        b"[",
+                        b"{",
+                        b"&a ",
+                        b"*a",
+                        b"\n  ",
+                        b"'",
+                        b'"',
+                        b"#",
+                        b"!!int ",
+                        b"~",
+                        b"<<: ",
+                        b"0x",
+                        b"1e9",
+                        b"\t",
+                        b"\xff",
+                        b"\x00",
+                    ]
+                )
+            )
         elif op == "delete":
-            del raw[at: at + data.draw(st.integers(1, 20))]
+            del raw[at : at + data.draw(st.integers(1, 20))]
         elif op == "dup-line":
             lines = raw.split(b"\n")
             i = data.draw(st.integers(0, len(lines) - 1))
             lines.insert(i, lines[i])
             raw = bytearray(b"\n".join(lines))
         elif op == "swap-token":
-            tokens = [b"nodes", b"gpus_per_node", b"true", b"-1", b"999999999999", b"null", b"[]", b"{}", b"smddp",
-                      b"2h", b"name", b"code", b"resources"]
+            tokens = [
+                b"nodes",
+                b"gpus_per_node",
+                b"true",
+                b"-1",
+                b"999999999999",
+                b"null",
+                b"[]",
+                b"{}",
+                b"smddp",
+                b"2h",
+                b"name",
+                b"code",
+                b"resources",
+            ]
             old, new = data.draw(st.sampled_from(tokens)), data.draw(st.sampled_from(tokens))
             raw = bytearray(bytes(raw).replace(old, new, 1))
         elif op == "splice":

@@ -19,7 +19,10 @@ def test_every_bench_case_runs_at_tiny_size(tmp_path: Path) -> None:
 
     result = subprocess.run(
         [sys.executable, "-m", "bench", "--tiny", "--out", str(tmp_path)],
-        capture_output=True, text=True, cwd=ROOT, timeout=900,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     data = json.loads((tmp_path / "latest.json").read_text())

@@ -37,7 +37,9 @@ select_module = importlib.import_module("cloudddp.catalog.select")  # the module
 
 
 def test_two_single_gpu_a100_nodes_without_ib_warn_and_name_the_ib_alternative() -> None:
-    sel = select(Requirements("azure", nodes=2, gpus_per_node=1, instance_type="Standard_NC24ads_A100_v4", workload=CIFAR))
+    sel = select(
+        Requirements("azure", nodes=2, gpus_per_node=1, instance_type="Standard_NC24ads_A100_v4", workload=CIFAR)
+    )
     named = sel.candidates[0]
     assert named.sku.size == "Standard_NC24ads_A100_v4"
     text = " ".join(named.warnings)
@@ -102,6 +104,7 @@ def test_presets_and_rdma_killers() -> None:
 
 # --- sizes that exist ---------------------------------------------------------------------------------
 
+
 def test_ncv3_is_retired_on_2025_09_30_and_p3_on_2025_12_20() -> None:
     """Azure retired-sizes-list.md (azure-compute-docs @0bdc5d3): 'NCv3-Series Retired 30/9/25', 'NCv3-NC24rs Series
     Retired 30/9/25'. AWS notice quoted in zalando-incubator/kubernetes-on-aws#8685 (2024-12-23): migrate off P3 'by
@@ -124,9 +127,12 @@ def test_ncv3_is_retired_on_2025_09_30_and_p3_on_2025_12_20() -> None:
     mem=st.sampled_from([None, 16, 40, 80]),
     spot=st.booleans(),
 )
-def test_the_chosen_size_always_meets_the_requirements_and_is_on_sale(cloud: str, total: int, gpu: str | None,
-                                                                      mem: int | None, spot: bool) -> None:
-    sel = select(Requirements(cloud, total_gpus=total, accelerator=gpu, min_gpu_memory_gb=mem, spot=spot, workload=CIFAR))
+def test_the_chosen_size_always_meets_the_requirements_and_is_on_sale(
+    cloud: str, total: int, gpu: str | None, mem: int | None, spot: bool
+) -> None:
+    sel = select(
+        Requirements(cloud, total_gpus=total, accelerator=gpu, min_gpu_memory_gb=mem, spot=spot, workload=CIFAR)
+    )
     c = sel.chosen
     assert all(not x.ok for x in sel.candidates if x.sku.retired)
     if c is None:
@@ -152,8 +158,10 @@ def test_a_size_retiring_within_90_days_is_picked_only_with_a_warning(monkeypatc
     """No catalog row retires within 90 days of the catalog date, so the rule is exercised on a copy of the rows."""
     rows = skus("azure")
     soon = {"Standard_ND96asr_v4": ("retiring", "2026-12-01"), "Standard_ND96isr_H100_v5": ("retiring", "2027-06-30")}
-    patched = [dataclasses.replace(s, lifecycle=soon[s.size][0], lifecycle_date=soon[s.size][1])
-               if s.size in soon else s for s in rows]
+    patched = [
+        dataclasses.replace(s, lifecycle=soon[s.size][0], lifecycle_date=soon[s.size][1]) if s.size in soon else s
+        for s in rows
+    ]
     monkeypatch.setattr(select_module, "skus", lambda cloud: patched)
     sel = select(Requirements("azure", total_gpus=16, accelerator="A100", workload=CIFAR))
     assert sel.chosen is not None
@@ -175,12 +183,16 @@ def test_the_nearest_current_replacement_keeps_the_gpu_count_and_fabric_class_wi
     assert nc6s is not None and nc6s.gpus == 1 and nc6s.gpu == "H100"
 
 
-@pytest.mark.parametrize(("override", "backend", "field", "replacement"), [
-    ("azureml.vm_size=Standard_NC24rs_v3", "azureml", "azureml.vm_size", "Standard_ND96isr_H200_v5"),
-    ("sagemaker.instance_type=ml.p3.16xlarge", "sagemaker", "sagemaker.instance_type", "ml.p5en.48xlarge"),
-])
-def test_naming_a_retired_size_is_a_user_error_naming_the_replacement(override: str, backend: str, field: str,
-                                                                       replacement: str) -> None:
+@pytest.mark.parametrize(
+    ("override", "backend", "field", "replacement"),
+    [
+        ("azureml.vm_size=Standard_NC24rs_v3", "azureml", "azureml.vm_size", "Standard_ND96isr_H200_v5"),
+        ("sagemaker.instance_type=ml.p3.16xlarge", "sagemaker", "sagemaker.instance_type", "ml.p5en.48xlarge"),
+    ],
+)
+def test_naming_a_retired_size_is_a_user_error_naming_the_replacement(
+    override: str, backend: str, field: str, replacement: str
+) -> None:
     spec = load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml", [override])
     named = override.split("=", 1)[1]
     with pytest.raises(UserError) as info:
@@ -195,6 +207,7 @@ def test_the_cloud_is_a_plain_string_checked_against_the_catalog() -> None:
 
 
 # --- the CLI views ------------------------------------------------------------------------------------
+
 
 def test_skus_command_prints_a_table_and_json() -> None:
     table = cli("skus", "--cloud", "azure", "--gpus", "16", "--gpu", "A100")

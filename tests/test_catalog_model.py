@@ -39,12 +39,21 @@ def _close(model: float, published: float) -> bool:
 
 # --- scaling: four published figures -----------------------------------------------------------------
 
+
 def test_pytorch_ddp_benchmark_resnet50_on_16_v100_over_100gb_infiniband_is_about_93_percent() -> None:
     """pytorch/benchmarks distributed/ddp README: ResNet-50 fp32, batch 32, 16 V100 (4 nodes × 4 NVLink GPUs),
     100 Gb/s InfiniBand, ~93 % scaling efficiency. One V100's fp32 ResNet-50 throughput: 367 img/s (NVIDIA
     DeepLearningExamples PyTorch resnet50v1.5 README @291f0d0, DGX-1 16GB, 1 GPU, FP32; NGC 21.03)."""
-    e = estimate(_net(25_557_032, 32), gpus_per_node=4, nodes=4, images_per_s_per_gpu=367, intranode_gb_s=130,
-                 fabric="infiniband", fabric_gbps=100, price_per_node_hour=None)
+    e = estimate(
+        _net(25_557_032, 32),
+        gpus_per_node=4,
+        nodes=4,
+        images_per_s_per_gpu=367,
+        intranode_gb_s=130,
+        fabric="infiniband",
+        fabric_gbps=100,
+        price_per_node_hour=None,
+    )
     assert _close(e.efficiency, 0.93), e.efficiency
 
 
@@ -53,8 +62,16 @@ def test_goyal_2017_resnet50_on_256_p100_over_50gb_ethernet_is_about_90_percent(
     in 32 Big Basin servers (8 NVLink GPUs, ~80 GB/s), 50 Gb Ethernet, ~90 % scaling efficiency. Per-GPU speed from
     the same paper's 8-GPU baseline: 90 epochs of 1,281,167 images in 29 hours on 8 GPUs (138 img/s per GPU)."""
     per_gpu = 1_281_167 * 90 / (29 * 3600) / 8
-    e = estimate(_net(25_557_032, 32), gpus_per_node=8, nodes=32, images_per_s_per_gpu=per_gpu, intranode_gb_s=80,
-                 fabric="ethernet", fabric_gbps=50, price_per_node_hour=None)
+    e = estimate(
+        _net(25_557_032, 32),
+        gpus_per_node=8,
+        nodes=32,
+        images_per_s_per_gpu=per_gpu,
+        intranode_gb_s=80,
+        fabric="ethernet",
+        fabric_gbps=50,
+        price_per_node_hour=None,
+    )
     assert _close(e.efficiency, 0.90), e.efficiency
 
 
@@ -64,13 +81,29 @@ def test_horovod_resnet101_on_64_pascal_gpus_over_40gb_ethernet_is_89_percent() 
     on 64 GPUs (56.9×, 88.9 %). A slow fabric. Inside a server: PCIe, 12 GB/s (the README does not say; assumed).
     ResNet-101 has 44,549,160 parameters (torchvision)."""
     published = 7_741.6 / (64 * 136.0)
-    e = estimate(_net(44_549_160, 64), gpus_per_node=4, nodes=16, images_per_s_per_gpu=136.0, intranode_gb_s=12,
-                 fabric="ethernet", fabric_gbps=40, price_per_node_hour=None)
+    e = estimate(
+        _net(44_549_160, 64),
+        gpus_per_node=4,
+        nodes=16,
+        images_per_s_per_gpu=136.0,
+        intranode_gb_s=12,
+        fabric="ethernet",
+        fabric_gbps=40,
+        price_per_node_hour=None,
+    )
     assert _close(e.efficiency, published), (e.efficiency, published)
     # the same table's VGG-16 (138M parameters, 149.6 img/s on one GPU) reaches 40.7× (63.6 %): the model does not
     # reproduce that figure (it says 83 %) but keeps the order: more gradient per image, lower efficiency
-    vgg = estimate(_net(138_357_544, 64), gpus_per_node=4, nodes=16, images_per_s_per_gpu=149.6, intranode_gb_s=12,
-                   fabric="ethernet", fabric_gbps=40, price_per_node_hour=None)
+    vgg = estimate(
+        _net(138_357_544, 64),
+        gpus_per_node=4,
+        nodes=16,
+        images_per_s_per_gpu=149.6,
+        intranode_gb_s=12,
+        fabric="ethernet",
+        fabric_gbps=40,
+        price_per_node_hour=None,
+    )
     assert vgg.efficiency < e.efficiency
 
 
@@ -80,25 +113,58 @@ def test_mlperf_v1_0_resnet50_on_two_a100_nodes_over_hdr_infiniband_keeps_93_per
     One server: median epoch 94.422 s (13,569 img/s); two servers: 50.832 s (25,204 img/s), i.e. 92.9 % of twice
     one server's throughput (epoch times from the result_0.txt logs of both systems)."""
     per_gpu = 13_569 / 4
-    one = estimate(_net(25_557_032, 408), gpus_per_node=4, nodes=1, images_per_s_per_gpu=per_gpu, intranode_gb_s=230,
-                   fabric="infiniband", fabric_gbps=400, price_per_node_hour=None)
-    two = estimate(_net(25_557_032, 408), gpus_per_node=4, nodes=2, images_per_s_per_gpu=per_gpu, intranode_gb_s=230,
-                   fabric="infiniband", fabric_gbps=400, price_per_node_hour=None)
+    one = estimate(
+        _net(25_557_032, 408),
+        gpus_per_node=4,
+        nodes=1,
+        images_per_s_per_gpu=per_gpu,
+        intranode_gb_s=230,
+        fabric="infiniband",
+        fabric_gbps=400,
+        price_per_node_hour=None,
+    )
+    two = estimate(
+        _net(25_557_032, 408),
+        gpus_per_node=4,
+        nodes=2,
+        images_per_s_per_gpu=per_gpu,
+        intranode_gb_s=230,
+        fabric="infiniband",
+        fabric_gbps=400,
+        price_per_node_hour=None,
+    )
     assert _close(two.efficiency / one.efficiency, 25_204 / (2 * 13_569))
 
 
 def test_multi_node_over_ethernet_predicts_poor_scaling_and_one_node_needs_no_fabric() -> None:
     w = workload_for_model("resnet18", 50_000, 1, 256)
     assert w is not None and w.a100_images_per_s
-    slow = estimate(w, gpus_per_node=1, nodes=8, images_per_s_per_gpu=w.a100_images_per_s, intranode_gb_s=0,
-                    fabric="ethernet", fabric_gbps=20, price_per_node_hour=1.0)
-    fast = estimate(w, gpus_per_node=8, nodes=1, images_per_s_per_gpu=w.a100_images_per_s, intranode_gb_s=230,
-                    fabric="ethernet", fabric_gbps=None, price_per_node_hour=1.0)
+    slow = estimate(
+        w,
+        gpus_per_node=1,
+        nodes=8,
+        images_per_s_per_gpu=w.a100_images_per_s,
+        intranode_gb_s=0,
+        fabric="ethernet",
+        fabric_gbps=20,
+        price_per_node_hour=1.0,
+    )
+    fast = estimate(
+        w,
+        gpus_per_node=8,
+        nodes=1,
+        images_per_s_per_gpu=w.a100_images_per_s,
+        intranode_gb_s=230,
+        fabric="ethernet",
+        fabric_gbps=None,
+        price_per_node_hour=1.0,
+    )
     assert slow.efficiency < 0.5 < fast.efficiency
     assert fast.exposed_comm_s < slow.exposed_comm_s
 
 
 # --- compute: per-GPU speed from measurements --------------------------------------------------------
+
 
 def test_an_h100_trains_cifar_resnet18_at_the_measured_h100_to_a100_ratio_not_three_times_an_a100() -> None:
     """The A100 anchor: ~23,800 CIFAR ResNet-18 images/s (fp16, channels_last; shared notes, anchors.md). H100 SXM vs
@@ -111,7 +177,11 @@ def test_an_h100_trains_cifar_resnet18_at_the_measured_h100_to_a100_ratio_not_th
     h100 = w.a100_images_per_s * (speed(gpu_key(p5.gpu, p5.gpu_model)) or 0)
     assert abs(h100 - 23_800 * 7_011 / 3_578) < 1 and 45_000 < h100 < 48_000
     chosen = select(Requirements("aws", nodes=1, gpus_per_node=8, accelerator="H100", workload=w)).chosen
-    assert chosen is not None and chosen.estimate is not None and chosen.estimate.images_per_s_per_gpu == pytest.approx(h100)
+    assert (
+        chosen is not None
+        and chosen.estimate is not None
+        and chosen.estimate.images_per_s_per_gpu == pytest.approx(h100)
+    )
 
 
 def test_every_cuda_gpu_in_the_catalog_has_a_speed_with_a_stated_basis() -> None:
@@ -141,6 +211,7 @@ def test_the_assumption_for_unmeasured_gpus_is_checked_against_the_measured_ones
 
 # --- the whole job --------------------------------------------------------------------------------------
 
+
 def test_sagemaker_bills_from_training_start_and_azure_from_allocation_with_idle_nodes() -> None:
     """SageMaker: billed between TrainingStartTime and TrainingEndTime, which includes the data download and the
     artifact upload (DescribeTrainingJob docs, botocore 1.44.5); waiting for instances is not billed. Azure ML: a
@@ -152,8 +223,17 @@ def test_sagemaker_bills_from_training_start_and_azure_from_allocation_with_idle
     rate = w.a100_images_per_s
 
     def on(o: Overheads) -> Estimate:
-        return estimate(w, gpus_per_node=8, nodes=2, images_per_s_per_gpu=rate, intranode_gb_s=230,
-                        fabric="efa", fabric_gbps=400, price_per_node_hour=20.0, overheads=o)
+        return estimate(
+            w,
+            gpus_per_node=8,
+            nodes=2,
+            images_per_s_per_gpu=rate,
+            intranode_gb_s=230,
+            fabric="efa",
+            fabric_gbps=400,
+            price_per_node_hour=20.0,
+            overheads=o,
+        )
 
     sm, aml = on(aws), on(azure.with_idle(600))
     assert sm.provision_unbilled_s == aws.provision_s > 0 and sm.idle_s == 0
@@ -164,7 +244,9 @@ def test_sagemaker_bills_from_training_start_and_azure_from_allocation_with_idle
         rounding = e.total_cost - sum(c for _, c in parts.values() if c)  # type: ignore[operator]
         assert 0 <= rounding < 40.0 / 3600  # billed per second: at most one second of both nodes
         assert e.checkpoint_s > 0 and e.shutdown_s > 0 and e.training_s > 0
-    assert (aml.total_cost or 0) > (sm.total_cost or 0) > 0  # the same job: provisioning and ten idle minutes are billed on Azure ML
+    assert (
+        (aml.total_cost or 0) > (sm.total_cost or 0) > 0
+    )  # the same job: provisioning and ten idle minutes are billed on Azure ML
 
 
 def test_the_spec_idle_time_reaches_the_azure_estimate() -> None:
@@ -178,6 +260,7 @@ def test_the_spec_idle_time_reaches_the_azure_estimate() -> None:
 def test_a_short_job_and_a_long_job_of_the_same_network_rank_sizes_differently() -> None:
     """ResNet-50 on ImageNet over 8 GPUs on AWS: for 1 epoch the fixed parts (image pull, 138 GB download, upload)
     dominate and the cheapest size per hour wins; for 90 epochs (hours) the fastest per dollar wins."""
+
     def best(epochs: int):
         w = workload_for_model("resnet50", 1_281_167, epochs, 256, dataset_bytes=DATASET_BYTES["imagenet"])
         chosen = select(Requirements("aws", total_gpus=8, workload=w)).chosen

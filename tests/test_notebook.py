@@ -14,7 +14,9 @@ def test_tutorial_notebook_executes_and_shows_a_plot_and_the_accuracy() -> None:
     from nbclient import NotebookClient
 
     nb = nbformat.read(ROOT / "examples" / "tutorial.ipynb", as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "examples")}}).execute()
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "examples")}}
+    ).execute()
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
     assert any("image/png" in o.get("data", {}) for o in outputs), "run.watch() drew a plot"

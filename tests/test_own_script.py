@@ -25,8 +25,27 @@ from .support.harnesses import AzureMLHarness, SageMakerHarness
 
 pytestmark = pytest.mark.slow
 OWN = FIXTURES / "ownscript"
-AWKWARD = ["7", "--flag=true", "--lr", "1e-3", "--ratio", "0.10", "--text", "a b", "--obj", '{"k":1}',
-           "--quoted", '"q"', "--nothing", "null", "--verbose", "--tag", "x", "--tag", "y"]
+AWKWARD = [
+    "7",
+    "--flag=true",
+    "--lr",
+    "1e-3",
+    "--ratio",
+    "0.10",
+    "--text",
+    "a b",
+    "--obj",
+    '{"k":1}',
+    "--quoted",
+    '"q"',
+    "--nothing",
+    "null",
+    "--verbose",
+    "--tag",
+    "x",
+    "--tag",
+    "y",
+]
 PROBE = """import json, os, sys
 with open(os.path.join(os.environ["CLOUDDDP_MODEL_DIR"], f"argv-{os.environ.get('RANK', '0')}.json"), "w") as f:
     json.dump(sys.argv[1:], f)
@@ -56,8 +75,9 @@ def test_a_tutorial_ddp_script_runs_on_two_nodes_shows_its_output_and_leaves_its
     code = Path(run.status().details["run_dir"]) / "code"
     assert (code / "snapshot.pt").is_file() and (code / "train.py").read_bytes() == (OWN / "train.py").read_bytes()
     assert [r.epoch for r in run.metrics()] == [0, 1, 2, 3] and all("loss" in r.values for r in run.metrics())
-    every = cli("submit", str(OWN / "job.yaml"), "-b", "local", "--all-ranks", "-o", "code.args=['2', '1']",
-                timeout=300)
+    every = cli(
+        "submit", str(OWN / "job.yaml"), "-b", "local", "--all-ranks", "-o", "code.args=['2', '1']", timeout=300
+    )
     assert every.returncode == 0, every.stderr[-2000:]
     assert all(f"[GPU{r}] Epoch 1" in every.stdout for r in (1, 2, 3)), every.stdout[-2000:]  # rank 0's: a record
 
@@ -77,8 +97,12 @@ def probe_folder(tmp_path: Path) -> Path:
 
 
 def test_the_script_gets_exactly_the_specs_arguments_locally(tmp_path: Path) -> None:
-    job = Job.create("argv", base_dir=tmp_path, code={"dir": str(probe_folder(tmp_path)), "entry": "probe.py",
-                                                       "args": AWKWARD}, local={"processes_per_node": 1})
+    job = Job.create(
+        "argv",
+        base_dir=tmp_path,
+        code={"dir": str(probe_folder(tmp_path)), "entry": "probe.py", "args": AWKWARD},
+        local={"processes_per_node": 1},
+    )
     run = job.submit("local")
     assert run.wait(timeout=120, poll=0.2).state is RunState.SUCCEEDED
     outputs = Path(run.status().details["run_dir"]) / "outputs"
@@ -96,8 +120,13 @@ def test_the_script_gets_exactly_the_specs_arguments_from_the_rendered_azure_ml_
     # What Azure ML does with the command: binds ${{outputs.model}} and runs it with bash in the code folder.
     bound = command.replace("${{outputs.model}}", shlex.quote(str(model)))
     bound = bound.replace("${{outputs.checkpoints}}", shlex.quote(str(tmp_path / "ckpt")))
-    done = subprocess.run(["bash", "-c", bound], cwd=code, capture_output=True, text=True,
-                          env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    done = subprocess.run(
+        ["bash", "-c", bound],
+        cwd=code,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads((model / "argv-0.json").read_text()) == AWKWARD
 
@@ -125,8 +154,10 @@ def test_variants_never_share_a_checkpoint_folder_and_the_same_job_resumes() -> 
     assert len(folders) == 2
     assert any("no checkpoint yet" in d for d in variant.render("local").decisions)
     for backend, harness in (("sagemaker", SageMakerHarness), ("azureml", AzureMLHarness)):
-        uris = [_checkpoint_uri(Job.load(digits, [*harness.overrides, *o]).render(backend)) for o in
-                (same, same, ["code.args=[--dataset, digits, --epochs, '2', --lr, '0.05']"])]
+        uris = [
+            _checkpoint_uri(Job.load(digits, [*harness.overrides, *o]).render(backend))
+            for o in (same, same, ["code.args=[--dataset, digits, --epochs, '2', --lr, '0.05']"])
+        ]
         assert uris[0] == uris[1] != uris[2], (backend, uris)
 
 
@@ -139,11 +170,18 @@ def _checkpoint_uri(plan) -> str:  # noqa: ANN001
 def test_the_readme_contract_is_what_every_backend_sets() -> None:
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Your own training script", 1)[1].split("\n## ", 1)[0]
-    documented = set(re.findall(r"`(CLOUDDDP_[A-Z_]+?)(?:<NAME>)?`", section)) - {"CLOUDDDP_METRIC", "CLOUDDDP_HOME",
-                                                                                 "CLOUDDDP_CANCEL_GRACE"}
+    documented = set(re.findall(r"`(CLOUDDDP_[A-Z_]+?)(?:<NAME>)?`", section)) - {
+        "CLOUDDDP_METRIC",
+        "CLOUDDDP_HOME",
+        "CLOUDDDP_CANCEL_GRACE",
+    }
     assert documented == {*NAMES, "CLOUDDDP_INPUT_"}, documented ^ {*NAMES, "CLOUDDDP_INPUT_"}
-    spec_overrides = ["inputs.data.path=.", "outputs.tensorboard.path=null", *SageMakerHarness.overrides,
-                      *AzureMLHarness.overrides]
+    spec_overrides = [
+        "inputs.data.path=.",
+        "outputs.tensorboard.path=null",
+        *SageMakerHarness.overrides,
+        *AzureMLHarness.overrides,
+    ]
     for backend in ("local", "sagemaker", "azureml"):
         plan = Job.load(OWN / "job.yaml", spec_overrides).render(backend)
         text = json.dumps(plan.request)
@@ -163,8 +201,11 @@ def test_declared_metrics_reach_mlflow_from_the_rendered_azure_ml_command(tmp_pa
     code.mkdir()
     (code / "train.py").write_text(PRINTER)
     job = tmp_path / "job.yaml"
-    spec_data = {"name": "printer", "code": {"dir": str(code)},
-                 "metrics": [m.model_dump() for m in Job.load(OWN / "job.yaml").spec.metrics]}
+    spec_data = {
+        "name": "printer",
+        "code": {"dir": str(code)},
+        "metrics": [m.model_dump() for m in Job.load(OWN / "job.yaml").spec.metrics],
+    }
     job.write_text(json.dumps(spec_data))
     plan = get_backend("azureml").render(Job.load(job, AzureMLHarness.overrides).spec)
     command, folder = plan.request["job"]["command"], Path(plan.request["job"]["code"])
@@ -173,9 +214,20 @@ def test_declared_metrics_reach_mlflow_from_the_rendered_azure_ml_command(tmp_pa
     client = MlflowClient(tracking_uri=mlflow_server.url)
     run_id = client.create_run(client.create_experiment(f"printer-{os.getpid()}")).info.run_id
     bound = command.replace("${{outputs.model}}", str(tmp_path)).replace("${{outputs.checkpoints}}", str(tmp_path))
-    done = subprocess.run(["bash", "-c", bound], cwd=folder, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-                               "MLFLOW_TRACKING_URI": mlflow_server.url, "MLFLOW_RUN_ID": run_id, "RANK": "0"})
+    done = subprocess.run(
+        ["bash", "-c", bound],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            "MLFLOW_TRACKING_URI": mlflow_server.url,
+            "MLFLOW_RUN_ID": run_id,
+            "RANK": "0",
+        },
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "[GPU0] Epoch 2 | Steps: 2 | loss 0.3333" in done.stdout  # the output is copied through
     history = client.get_metric_history(run_id, "loss")

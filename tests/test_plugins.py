@@ -34,7 +34,9 @@ def test_its_section_is_validated_like_a_built_in_one(tmp_path) -> None:
     assert bad.returncode == 2 and "toy.flavour" in bad.stderr and "Traceback" not in bad.stderr
     assert "override -o toy.greting=hey" in typo.stderr  # where the mistake is
     in_file = tmp_path / "job.yaml"
-    in_file.write_text(TOY_JOB.read_text().replace("greeting:", "greting:").replace("../tinyjob", str(PLUGIN.parent / "tinyjob")))
+    in_file.write_text(
+        TOY_JOB.read_text().replace("greeting:", "greting:").replace("../tinyjob", str(PLUGIN.parent / "tinyjob"))
+    )
     line = next(i for i, text in enumerate(in_file.read_text().splitlines(), 1) if "greting" in text)
     found = cli("validate", str(in_file), env=WITH_PLUGIN)
     assert f"job.yaml:{line}: toy.greting: unknown key; did you mean 'greeting'?" in found.stderr
@@ -63,11 +65,25 @@ def test_it_renders_and_submits_through_the_same_verbs() -> None:
 
 def test_input_locations_per_backend_accept_the_earlier_form_and_name_unknown_backends(tmp_path) -> None:
     spec = tmp_path / "job.yaml"
-    spec.write_text("name: inputs\ncode: {dir: " + str(FIXTURES / "tinyjob") + "}\n"
-                    "inputs:\n  data:\n    path: ./data\n    sagemaker: s3://bucket/data/\n")
-    old = cli("render", str(spec), "-b", "sagemaker", "--json",
-              "-o", "sagemaker.region=us-east-1", "-o", "sagemaker.role=arn:aws:iam::123456789012:role/r",
-              "-o", "sagemaker.instance_type=ml.m5.xlarge", "-o", "sagemaker.image=img:1")
+    spec.write_text(
+        "name: inputs\ncode: {dir: " + str(FIXTURES / "tinyjob") + "}\n"
+        "inputs:\n  data:\n    path: ./data\n    sagemaker: s3://bucket/data/\n"
+    )
+    old = cli(
+        "render",
+        str(spec),
+        "-b",
+        "sagemaker",
+        "--json",
+        "-o",
+        "sagemaker.region=us-east-1",
+        "-o",
+        "sagemaker.role=arn:aws:iam::123456789012:role/r",
+        "-o",
+        "sagemaker.instance_type=ml.m5.xlarge",
+        "-o",
+        "sagemaker.image=img:1",
+    )
     assert old.returncode == 0, old.stderr
     channel = json.loads(old.stdout)["request"]["InputDataConfig"][0]
     assert channel["DataSource"]["S3DataSource"]["S3Uri"] == "s3://bucket/data/"

@@ -39,17 +39,27 @@ def model_of(run_dir: str) -> dict[str, torch.Tensor]:
 
 @pytest.mark.timeout(600)
 def test_a_lost_node_group_is_recovered_after_the_cli_exits_and_the_model_is_bitwise_equal(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("CLOUDDDP_RECOVERY_POLL", "0.5")
-    args = ["-o", "code.args=[--dataset, digits, --epochs, '3', --deterministic, --log-every, '1']",
-            "-o", "local.nodes=2", "-o", "local.processes_per_node=1", "-o", "checkpoint.resume=auto"]
+    args = [
+        "-o",
+        "code.args=[--dataset, digits, --epochs, '3', --deterministic, --log-every, '1']",
+        "-o",
+        "local.nodes=2",
+        "-o",
+        "local.processes_per_node=1",
+        "-o",
+        "checkpoint.resume=auto",
+    ]
     clean = cli("submit", str(DIGITS), *args, "-o", "name=recover-clean", "--detach", "--quiet")
     assert clean.returncode == 0, clean.stderr
     clean_run = Run.attach(clean.stdout.strip())
     assert clean_run.wait(timeout=300, poll=0.5).state is RunState.SUCCEEDED
 
-    faulty = cli("submit", str(DIGITS), *args, "-o", "name=recover-faulty", "--detach", "--quiet", "--recover", "2",
-                 env=FAST)
+    faulty = cli(
+        "submit", str(DIGITS), *args, "-o", "name=recover-faulty", "--detach", "--quiet", "--recover", "2", env=FAST
+    )
     assert faulty.returncode == 0, faulty.stderr  # the CLI has exited; the watcher goes on
     run = Run.attach(faulty.stdout.strip())
     first = run.chain.current.run_id
@@ -66,6 +76,7 @@ def test_a_lost_node_group_is_recovered_after_the_cli_exits_and_the_model_is_bit
     assert any("resumed from" in line.text for line in second.logs())
     # The metric stream of the whole chain has every epoch once, and the model is the uninterrupted one's.
     assert [r.epoch for r in run.metrics() if "test_acc" in r.values] == [1, 2, 3]
+
     def train_steps(of: Run) -> list[int | None]:
         return [r.step for r in of.metrics() if "train_loss" in r.values]
 
@@ -87,26 +98,44 @@ def test_a_failure_of_the_scripts_own_code_is_not_retried() -> None:
 
 
 def test_sagemaker_capacity_errors_are_resubmitted_and_an_algorithm_error_is_not(
-        moto_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    moto_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for key, value in aws_environment(moto_url).items():
         monkeypatch.setenv(key, value)
     job = SageMakerHarness(moto_url).overrides
-    result = cli("submit", str(TINY), "-b", "sagemaker", *[a for o in job for a in ("-o", o)], "--detach", "--quiet",
-                 "--recover", "3", env=FAST)
+    result = cli(
+        "submit",
+        str(TINY),
+        "-b",
+        "sagemaker",
+        *[a for o in job for a in ("-o", o)],
+        "--detach",
+        "--quiet",
+        "--recover",
+        "3",
+        env=FAST,
+    )
     assert result.returncode == 0, result.stderr
     run = Run.attach(result.stdout.strip())
     first = run.chain.current.run_id
     set_status(first, "Failed", "Failed", reason="CapacityError: Unable to provision requested ML compute capacity.")
     second = wait_until(lambda: len(run.chain.attempts) == 2 and run.chain.current.run_id)
     assert second == f"{first}-r2"
-    tags = {t["Key"]: t["Value"] for t in run.backend._client("sagemaker", "us-east-1").list_tags(
-        ResourceArn=run.backend._client("sagemaker", "us-east-1").describe_training_job(
-            TrainingJobName=second)["TrainingJobArn"])["Tags"]}
+    tags = {
+        t["Key"]: t["Value"]
+        for t in run.backend._client("sagemaker", "us-east-1").list_tags(
+            ResourceArn=run.backend._client("sagemaker", "us-east-1").describe_training_job(TrainingJobName=second)[
+                "TrainingJobArn"
+            ]
+        )["Tags"]
+    }
     assert tags["cloudddp:attempt"] == "2"
     put_logs(second, "algo-1", ["Traceback (most recent call last):", "ValueError: bad"], 0)
     set_status(second, "Failed", "Failed", reason="AlgorithmError: ExecuteUserScriptError: ValueError: bad")
     status = wait_until(lambda: (s := run.status()).details.get("recovery") != "watching" and s, timeout=60)
     assert status.state is RunState.FAILED and len(status.details["attempts"]) == 2
-    assert status.details["attempts"][0]["cause"] == "capacity" and status.details["attempts"][1]["cause"] == "user error"
+    assert (
+        status.details["attempts"][0]["cause"] == "capacity" and status.details["attempts"][1]["cause"] == "user error"
+    )
     shown = cli("status", run.run_id)
     assert "not recovered" in shown.stdout and "AlgorithmError" in shown.stdout

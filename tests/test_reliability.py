@@ -63,7 +63,9 @@ def test_killed_rank_restarts_from_checkpoint_and_ends_bitwise_equal_to_an_unint
     clean = Job.load(DIGITS, [args, "name=det-clean", "checkpoint.resume=auto"]).submit("local")
     assert clean.wait(timeout=240, poll=0.5).state is RunState.SUCCEEDED
 
-    faulty = Job.load(DIGITS, [args, "name=det-faulty", "limits.max_restarts=2", "checkpoint.resume=auto"]).submit("local")
+    faulty = Job.load(DIGITS, [args, "name=det-faulty", "limits.max_restarts=2", "checkpoint.resume=auto"]).submit(
+        "local"
+    )
     run_dir = faulty.status().details["run_dir"]
     for record in faulty.metrics(follow=True):
         if record.epoch == 3 and "epoch_time" not in record.values:
@@ -77,8 +79,14 @@ def test_killed_rank_restarts_from_checkpoint_and_ends_bitwise_equal_to_an_unint
 
 
 def test_a_rank_that_stops_participating_fails_the_run_within_the_collective_timeout() -> None:
-    job = Job.load(DIGITS, ["code.args=[--dataset, digits, --epochs, '50', --log-every, '1']",
-                            "distribution.collective_timeout=5", "name=hang"])
+    job = Job.load(
+        DIGITS,
+        [
+            "code.args=[--dataset, digits, --epochs, '50', --log-every, '1']",
+            "distribution.collective_timeout=5",
+            "name=hang",
+        ],
+    )
     run = job.submit("local")
     run_dir = run.status().details["run_dir"]
     next(run.metrics(follow=True))

@@ -31,14 +31,22 @@ def job_folder(tmp_path: Path, requirements: list[str]) -> Path:
     (code / "train.py").write_text(SCRIPT)
     wheel(code / "wheels")
     spec = tmp_path / "job.yaml"
-    spec.write_text(json.dumps({"name": "deps", "code": {"dir": str(code), "requirements": requirements},
-                                "local": {"processes_per_node": 1}}))
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "deps",
+                "code": {"dir": str(code), "requirements": requirements},
+                "local": {"processes_per_node": 1},
+            }
+        )
+    )
     return spec
 
 
 @pytest.mark.slow
-def test_a_missing_requirement_is_installed_into_an_environment_made_for_it_and_reused(tmp_path: Path,
-                                                                                    cloudddp_home: Path) -> None:
+def test_a_missing_requirement_is_installed_into_an_environment_made_for_it_and_reused(
+    tmp_path: Path, cloudddp_home: Path
+) -> None:
     spec = job_folder(tmp_path, ["--no-index", "./wheels/rehearsal_dep-1.0-py3-none-any.whl"])
     first = cli("submit", str(spec), timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -52,7 +60,8 @@ def test_a_missing_requirement_is_installed_into_an_environment_made_for_it_and_
 
 @pytest.mark.slow
 def test_requirements_this_python_has_run_here_and_one_that_cannot_be_installed_fails_before_training(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     here = Job.load(job_folder(tmp_path / "a", ["numpy"]), ["code.entry=probe.py"])
     (here.spec.code_dir / "probe.py").write_text("print('ran')\n")
     run = here.submit("local")

@@ -37,23 +37,35 @@ def test_two_idle_nodes_on_their_own_munge(slurm_cluster: SlurmCluster) -> None:
         assert node["NodeAddr"] == "127.0.0.1" and node["Port"] == str(slurm_cluster.node_ports[name])
     assert slurm_cluster.node_ports["node1"] != slurm_cluster.node_ports["node2"]
     socket = str(slurm_cluster.munge_socket)
-    credential = subprocess.run(["munge", "-S", socket, "-n"], capture_output=True, text=True, timeout=10, check=True).stdout
-    decoded = subprocess.run(["unmunge", "-S", socket], input=credential, capture_output=True, text=True, timeout=10,
-                             check=False)
+    credential = subprocess.run(
+        ["munge", "-S", socket, "-n"], capture_output=True, text=True, timeout=10, check=True
+    ).stdout
+    decoded = subprocess.run(
+        ["unmunge", "-S", socket], input=credential, capture_output=True, text=True, timeout=10, check=False
+    )
     assert "STATUS:          Success (0)" in decoded.stdout
 
 
 def test_srun_in_a_batch_job_runs_one_task_per_node_and_the_state_stays_readable(
-        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    name = script(tmp_path, 'srun --ntasks-per-node=1 bash -c \'env > "env.$SLURM_PROCID"\'\n')
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    name = script(tmp_path, "srun --ntasks-per-node=1 bash -c 'env > \"env.$SLURM_PROCID\"'\n")
     job_id = slurm_cluster.sbatch("-N2", "-o", "out.txt", name, cwd=tmp_path)
     info = slurm_cluster.wait_job(job_id)
-    assert (info["JobState"], info["ExitCode"], info["NodeList"], info["BatchHost"]) == \
-        ("COMPLETED", "0:0", "node[1-2]", "node1"), (tmp_path / "out.txt").read_text()
-    tasks = [dict(line.split("=", 1) for line in (tmp_path / f"env.{rank}").read_text().splitlines() if "=" in line)
-             for rank in (0, 1)]
-    assert [(t["SLURM_PROCID"], t["SLURMD_NODENAME"], t["SLURM_NODEID"], t["SLURM_LOCALID"]) for t in tasks] == \
-        [("0", "node1", "0", "0"), ("1", "node2", "1", "0")]
+    assert (info["JobState"], info["ExitCode"], info["NodeList"], info["BatchHost"]) == (
+        "COMPLETED",
+        "0:0",
+        "node[1-2]",
+        "node1",
+    ), (tmp_path / "out.txt").read_text()
+    tasks = [
+        dict(line.split("=", 1) for line in (tmp_path / f"env.{rank}").read_text().splitlines() if "=" in line)
+        for rank in (0, 1)
+    ]
+    assert [(t["SLURM_PROCID"], t["SLURMD_NODENAME"], t["SLURM_NODEID"], t["SLURM_LOCALID"]) for t in tasks] == [
+        ("0", "node1", "0", "0"),
+        ("1", "node2", "1", "0"),
+    ]
     for task in tasks:
         assert task["SLURM_JOB_ID"] == job_id and task["SLURM_NTASKS"] == "2" and task["SLURM_JOB_NUM_NODES"] == "2"
         assert task["SLURM_JOB_NODELIST"] == task["SLURM_STEP_NODELIST"] == "node[1-2]"
@@ -65,15 +77,19 @@ def test_srun_in_a_batch_job_runs_one_task_per_node_and_the_state_stays_readable
 
 
 def test_a_failed_task_gives_exit_code_state_and_its_node_without_slurmdbd(
-        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    name = script(tmp_path, 'srun --ntasks-per-node=1 bash -c \'[ "$SLURM_PROCID" = 1 ] && exit 5; exit 0\'\n')
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    name = script(tmp_path, "srun --ntasks-per-node=1 bash -c '[ \"$SLURM_PROCID\" = 1 ] && exit 5; exit 0'\n")
     job_id = slurm_cluster.sbatch("-N2", "-o", "out.txt", name, cwd=tmp_path)
     info = slurm_cluster.wait_job(job_id)
     assert (info["JobState"], info["Reason"], info["ExitCode"]) == ("FAILED", "NonZeroExitCode", "5:0")
     assert "srun: error: node2: task 1: Exited with exit code 5" in (tmp_path / "out.txt").read_text()
     record = slurm_cluster.completion(job_id)
-    assert record is not None and (record["JobState"], record["ExitCode"], record["NodeList"]) == \
-        ("FAILED", "5:0", "node[1-2]")
+    assert record is not None and (record["JobState"], record["ExitCode"], record["NodeList"]) == (
+        "FAILED",
+        "5:0",
+        "node[1-2]",
+    )
     table = slurm_cluster.run("sacct", "--completion", "-j", job_id, "-n", "-P", "-o", "JobID,State,ExitCode").stdout
     assert table.split() == [f"{job_id}|FAILED|5:0"]
     plain = slurm_cluster.run("sacct", "-j", job_id, check=False)
@@ -81,12 +97,16 @@ def test_a_failed_task_gives_exit_code_state_and_its_node_without_slurmdbd(
 
 
 def test_requeue_sends_sigterm_to_every_task_and_runs_the_script_again(
-        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    name = script(tmp_path, """echo "run ${SLURM_RESTART_COUNT:-0}"
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    name = script(
+        tmp_path,
+        """echo "run ${SLURM_RESTART_COUNT:-0}"
 [ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] && exit 0
 srun --ntasks-per-node=1 bash -c 'trap "echo TERM task $SLURM_PROCID on $SLURMD_NODENAME; exit 0" TERM
   touch "started.$SLURM_PROCID"; while :; do sleep 0.1; done'
-""")
+""",
+    )
     job_id = slurm_cluster.sbatch("-N2", "-o", "out.txt", "--open-mode=append", name, cwd=tmp_path)
     wait_for_files([tmp_path / "started.0", tmp_path / "started.1"])
     slurm_cluster.run("scontrol", "requeue", job_id)
@@ -102,7 +122,8 @@ srun --ntasks-per-node=1 bash -c 'trap "echo TERM task $SLURM_PROCID on $SLURMD_
 
 
 def test_a_dead_node_fails_its_jobs_with_node_fail_and_a_requeueable_job_runs_again_when_it_returns(
-        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
     """Two 2-node jobs at once (each node has 2 CPUs): one --no-requeue, one requeueable (the default)."""
     body = """[ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] && { echo "run again"; exit 0; }
 srun --ntasks-per-node=1 bash -c 'touch "started.$SLURM_JOB_ID.$SLURM_PROCID"; while :; do sleep 0.1; done'
@@ -135,8 +156,13 @@ srun --ntasks-per-node=1 bash -c 'touch "started.$SLURM_JOB_ID.$SLURM_PROCID"; w
 
 def test_scontrol_output_parses_values_with_spaces() -> None:
     line = "JobId=7 JobName=my job Reason=None Comment=a=b c NodeList=node[1-2]"
-    assert parse_pairs(line) == {"JobId": "7", "JobName": "my job", "Reason": "None", "Comment": "a=b c",
-                                 "NodeList": "node[1-2]"}
+    assert parse_pairs(line) == {
+        "JobId": "7",
+        "JobName": "my job",
+        "Reason": "None",
+        "Comment": "a=b c",
+        "NodeList": "node[1-2]",
+    }
 
 
 def test_without_the_packages_the_fixture_skips_and_says_why(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

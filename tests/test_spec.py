@@ -71,8 +71,11 @@ def test_bad_specs_name_the_field_and_line(tmp_path: Path, text: str, expected: 
         (b"\x00\x01\x02binary", "binary"),
         ("name: caf\xe9\n".encode("latin-1"), "not UTF-8"),
         (b"- just\n- a list\n", "mapping"),
-        (b"a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
-         b"d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n", "expands to more than"),
+        (
+            b"a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+            b"d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n",
+            "expands to more than",
+        ),
     ],
 )
 def test_files_that_are_not_specs_get_a_clear_error(tmp_path: Path, content: bytes, expected: str) -> None:

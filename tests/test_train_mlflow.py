@@ -31,7 +31,7 @@ def printed(stdout: str) -> dict[str, list[tuple[int, float]]]:
     series: dict[str, list[tuple[int, float]]] = {}
     for line in stdout.splitlines():
         if line.startswith(script_metrics.PREFIX):
-            record = json.loads(line[len(script_metrics.PREFIX):])
+            record = json.loads(line[len(script_metrics.PREFIX) :])
             for name, value in record.items():
                 if name not in ("epoch", "step", "time"):
                     series.setdefault(name, []).append((record["step"], value))
@@ -51,14 +51,25 @@ def assert_logged_as_printed(client: MlflowClient, run_id: str, stdout: str) -> 
 
 
 def test_two_ranks_log_every_printed_metric_into_the_run_the_platform_created(
-        mlflow_server: MlflowServer, tmp_path: Path) -> None:
+    mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=mlflow_server.url)
     experiment = client.create_experiment(f"platform-{uuid.uuid4().hex[:8]}")
     run_id = client.create_run(experiment).info.run_id  # what Azure ML does before the job starts
-    result = train(2, *FAST, "--epochs", "3", "--log-every", "4", "--model-dir", str(tmp_path / "out"), cwd=tmp_path,
-                   env={"MLFLOW_TRACKING_URI": mlflow_server.url, "MLFLOW_RUN_ID": run_id})
+    result = train(
+        2,
+        *FAST,
+        "--epochs",
+        "3",
+        "--log-every",
+        "4",
+        "--model-dir",
+        str(tmp_path / "out"),
+        cwd=tmp_path,
+        env={"MLFLOW_TRACKING_URI": mlflow_server.url, "MLFLOW_RUN_ID": run_id},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "warning: MLflow" not in result.stderr, result.stderr[-3000:]
     assert len(printed(result.stdout)["test_acc"]) == 3
@@ -68,12 +79,16 @@ def test_two_ranks_log_every_printed_metric_into_the_run_the_platform_created(
 
 
 def test_without_a_run_id_the_logger_starts_a_run_named_after_the_job_and_ends_it(
-        mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from mlflow.tracking import MlflowClient
 
     experiment_name = f"own-{uuid.uuid4().hex[:8]}"
-    for name, value in {"MLFLOW_TRACKING_URI": mlflow_server.url, "MLFLOW_EXPERIMENT_NAME": experiment_name,
-                        "CLOUDDDP_JOB_NAME": "digits-mlflow"}.items():
+    for name, value in {
+        "MLFLOW_TRACKING_URI": mlflow_server.url,
+        "MLFLOW_EXPERIMENT_NAME": experiment_name,
+        "CLOUDDDP_JOB_NAME": "digits-mlflow",
+    }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     logger = mlflow_log.MlflowLogger.from_environment()
@@ -92,7 +107,8 @@ def test_without_a_run_id_the_logger_starts_a_run_named_after_the_job_and_ends_i
 
 
 def test_an_unreachable_tracking_server_gives_one_warning_and_nothing_waits_on_it(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip("mlflow", reason="mlflow is not installed (it is in the dev extra)")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")  # nothing listens there
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
@@ -111,6 +127,7 @@ def test_nothing_changes_without_a_tracking_uri_or_without_mlflow(monkeypatch: p
     assert mlflow_log.MlflowLogger.from_environment() is None
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:1")
     real_find_spec = mlflow_log.importlib.util.find_spec
-    monkeypatch.setattr(mlflow_log.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "mlflow" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        mlflow_log.importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real_find_spec(name, *a)
+    )
     assert mlflow_log.MlflowLogger.from_environment() is None

@@ -25,10 +25,16 @@ pytestmark = pytest.mark.slow
 
 
 def records(stdout: str) -> list[dict]:
-    return [json.loads(line.split(script_metrics.PREFIX, 1)[1]) for line in stdout.splitlines() if script_metrics.PREFIX in line]
+    return [
+        json.loads(line.split(script_metrics.PREFIX, 1)[1])
+        for line in stdout.splitlines()
+        if script_metrics.PREFIX in line
+    ]
 
 
-def fake_cifar(n_train: int = 60, n_test: int = 20) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+def fake_cifar(
+    n_train: int = 60, n_test: int = 20
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(0)
     mk = lambda n: (rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8), rng.integers(0, 10, n))  # noqa: E731
     return mk(n_train), mk(n_test)
@@ -65,8 +71,18 @@ def test_metric_lines_match_cloudddp_parser_and_sagemaker_regexes() -> None:
 
 
 def test_digits_two_processes_reach_95_percent(tmp_path: Path) -> None:
-    result = train(2, "--dataset", "digits", "--epochs", "12", "--checkpoint-dir", str(tmp_path / "ck"),
-                   "--model-dir", str(tmp_path / "out"), cwd=tmp_path)
+    result = train(
+        2,
+        "--dataset",
+        "digits",
+        "--epochs",
+        "12",
+        "--checkpoint-dir",
+        str(tmp_path / "ck"),
+        "--model-dir",
+        str(tmp_path / "out"),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     recs = records(result.stdout)
     accs = [r["test_acc"] for r in recs if "test_acc" in r]

@@ -67,16 +67,28 @@ def _no_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
 def metric_epochs(stdout: str) -> list[int]:
     import json
 
-    return [json.loads(line.split(" ", 1)[1])["epoch"] for line in stdout.splitlines()
-            if line.startswith("CLOUDDDP_METRIC ") and "epoch_time" in line]
+    return [
+        json.loads(line.split(" ", 1)[1])["epoch"]
+        for line in stdout.splitlines()
+        if line.startswith("CLOUDDDP_METRIC ") and "epoch_time" in line
+    ]
 
 
 def test_training_on_a_mount_that_refuses_rename_and_folder_fsync_checkpoints_resumes_and_exports(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     mount = FuseLikeMount(tmp_path / "mnt", monkeypatch)
     (tmp_path / "mnt").mkdir()
-    common = ["--dataset", "digits", "--batch-size", "256", "--checkpoint-dir", str(tmp_path / "mnt" / "ck"),
-              "--model-dir", str(tmp_path / "mnt" / "model")]
+    common = [
+        "--dataset",
+        "digits",
+        "--batch-size",
+        "256",
+        "--checkpoint-dir",
+        str(tmp_path / "mnt" / "ck"),
+        "--model-dir",
+        str(tmp_path / "mnt" / "model"),
+    ]
     assert train.main([*common, "--epochs", "2"]) == 0
     out, err = capsys.readouterr()
     assert metric_epochs(out) == [1, 2], out  # training went on past the refused operations
@@ -84,7 +96,9 @@ def test_training_on_a_mount_that_refuses_rename_and_folder_fsync_checkpoints_re
     assert err.count("writing files in place") == 2, err  # told once per folder (checkpoints, model), not per file
     assert "Traceback" not in err
     assert [p.name for p in checkpoint.candidates(tmp_path / "mnt" / "ck")] == [
-        "ckpt-e0002-s0000000.pt", "ckpt-e0001-s0000000.pt"]
+        "ckpt-e0002-s0000000.pt",
+        "ckpt-e0001-s0000000.pt",
+    ]
     found = checkpoint.load_latest(tmp_path / "mnt" / "ck")
     assert found is not None and found[0].name == "ckpt-e0002-s0000000.pt" and found[1]["global_step"] > 0
     exported = torch.load(tmp_path / "mnt" / "model" / "model.pt")
@@ -117,7 +131,8 @@ def _tear_writes_under(folder: Path, monkeypatch: pytest.MonkeyPatch, *, report_
 
 @pytest.mark.parametrize("report_full", [False, True], ids=["write-fails-midway", "write-silently-torn"])
 def test_a_torn_checkpoint_write_is_reported_and_the_previous_checkpoint_still_loads(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], report_full: bool) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], report_full: bool
+) -> None:
     FuseLikeMount(tmp_path, monkeypatch)
     first = checkpoint.save(tmp_path, 1, 0, {"x": torch.arange(1000)})
     assert first is not None
@@ -140,12 +155,16 @@ def test_leftovers_of_a_killed_writer_are_skipped_and_then_cleaned_up(tmp_path: 
     assert path.name == "ckpt-e0001-s0000000.pt"
     checkpoint.save(tmp_path, 1, 5, {"x": torch.arange(4)})
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "ckpt-e0001-s0000000.pt", "ckpt-e0001-s0000000.pt.sha256",
-        "ckpt-e0001-s0000005.pt", "ckpt-e0001-s0000005.pt.sha256"]
+        "ckpt-e0001-s0000000.pt",
+        "ckpt-e0001-s0000000.pt.sha256",
+        "ckpt-e0001-s0000005.pt",
+        "ckpt-e0001-s0000005.pt.sha256",
+    ]
 
 
 def test_on_a_normal_filesystem_every_file_is_renamed_into_place_and_the_folder_fsynced(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     renamed: list[str] = []
     synced_dirs: list[str] = []
     real_replace, real_fsync = os.replace, os.fsync

@@ -61,8 +61,16 @@ def test_metrics_plot_writes_a_png_with_labelled_axes(tmp_path: Path) -> None:
 def test_every_data_command_speaks_json() -> None:
     run = Job.load(TINY, ["code.args=[--epochs, 1]"]).submit("local")
     run.wait(timeout=120, poll=0.2)
-    for args in (["status", run.run_id], ["list"], ["backends"], ["validate", str(TINY)], ["render", str(TINY)],
-                 ["doctor", str(TINY)], ["skus", "--gpus", "8"], ["submit", str(TINY), "--dry-run"]):
+    for args in (
+        ["status", run.run_id],
+        ["list"],
+        ["backends"],
+        ["validate", str(TINY)],
+        ["render", str(TINY)],
+        ["doctor", str(TINY)],
+        ["skus", "--gpus", "8"],
+        ["submit", str(TINY), "--dry-run"],
+    ):
         result = cli(*args, "--json")
         assert result.returncode == 0, (args, result.stderr)
         json.loads(result.stdout)
@@ -78,8 +86,10 @@ def test_live_metrics_table_updates_in_a_real_terminal(cloudddp_home: Path) -> N
     next(run.metrics(follow=True))
     session = f"cloudddp-{uuid.uuid4().hex[:8]}"
     tmux = ["tmux", "-L", session]  # a server of its own: no other tmux session's environment leaks in
-    cmd = (f"cd {shlex.quote(str(ROOT))} && CLOUDDDP_HOME={shlex.quote(str(cloudddp_home))} "
-           f"PYTHONPATH={shlex.quote(str(ROOT))} {shlex.quote(sys.executable)} -m cloudddp metrics {run.run_id} -f")
+    cmd = (
+        f"cd {shlex.quote(str(ROOT))} && CLOUDDDP_HOME={shlex.quote(str(cloudddp_home))} "
+        f"PYTHONPATH={shlex.quote(str(ROOT))} {shlex.quote(sys.executable)} -m cloudddp metrics {run.run_id} -f"
+    )
     subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", "40"], check=True)
     try:
         subprocess.run([*tmux, "send-keys", "-t", session, cmd, "Enter"], check=True)

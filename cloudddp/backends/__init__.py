@@ -50,15 +50,18 @@ def backend_class(name: str) -> type[Backend[Any]]:
 
         guess = difflib.get_close_matches(name, names(), n=1)
         tip = f"; did you mean '{guess[0]}'?" if guess else ""
-        raise UserError(f"unknown backend {name!r}{tip} (registered: {', '.join(names()) or 'none'})",
-                        hint="`cloudddp backends` lists them; a plugin registers in the entry-point group "
-                             f"{GROUP!r}")
+        raise UserError(
+            f"unknown backend {name!r}{tip} (registered: {', '.join(names()) or 'none'})",
+            hint=f"`cloudddp backends` lists them; a plugin registers in the entry-point group {GROUP!r}",
+        )
     try:
         module_name, _, attr = entry.value.partition(":")
         cls = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as e:
-        raise UserError(f"backend {name!r} is registered as {entry.value!r} but cannot be loaded: {e}",
-                        hint="reinstall the package that provides it") from None
+        raise UserError(
+            f"backend {name!r} is registered as {entry.value!r} but cannot be loaded: {e}",
+            hint="reinstall the package that provides it",
+        ) from None
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise UserError(f"backend {name!r} ({entry.value}) is not a cloudddp Backend subclass")
     if cls.name != name:

@@ -54,8 +54,8 @@ if TYPE_CHECKING:
 
 
 class RunState(str, Enum):
-    PENDING = "pending"      # accepted, waiting for capacity or a queue
-    STARTING = "starting"    # provisioning, pulling images, rendezvous
+    PENDING = "pending"  # accepted, waiting for capacity or a queue
+    STARTING = "starting"  # provisioning, pulling images, rendezvous
     RUNNING = "running"
     STOPPING = "stopping"
     SUCCEEDED = "succeeded"
@@ -72,12 +72,12 @@ class Cause(str, Enum):
     """Why a run ended without succeeding, as its backend reports it; recovery resubmits only what the
     job itself did not cause."""
 
-    PREEMPTED = "preempted"            # spot / low priority capacity taken back, a Slurm preemption
-    CAPACITY = "capacity"              # no capacity for the size (now), quota reached at start
+    PREEMPTED = "preempted"  # spot / low priority capacity taken back, a Slurm preemption
+    CAPACITY = "capacity"  # no capacity for the size (now), quota reached at start
     INFRASTRUCTURE = "infrastructure"  # a node or host lost, the platform's own error
-    USER_ERROR = "user error"          # the script failed (a traceback, a non-zero exit, a bad argument)
-    LIMIT = "limit"                    # the job ran into limits.max_runtime
-    CANCELLED = "cancelled"            # someone cancelled it
+    USER_ERROR = "user error"  # the script failed (a traceback, a non-zero exit, a bad argument)
+    LIMIT = "limit"  # the job ran into limits.max_runtime
+    CANCELLED = "cancelled"  # someone cancelled it
     UNKNOWN = "unknown"
 
     @property
@@ -103,8 +103,10 @@ class RunStatus:
         import html
 
         colour = {"succeeded": "#15803d", "failed": "#b91c1c", "cancelled": "#a16207"}.get(self.state.value, "#1d4ed8")
-        return (f"<span style='background:{colour};color:white;padding:1px 6px;border-radius:4px'>{self.state.value}</span> "
-                f"<code>{html.escape(self.run_id)}</code> ({html.escape(self.backend)}) {html.escape(self.message)}")
+        return (
+            f"<span style='background:{colour};color:white;padding:1px 6px;border-radius:4px'>{self.state.value}</span> "
+            f"<code>{html.escape(self.run_id)}</code> ({html.escape(self.backend)}) {html.escape(self.message)}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -252,24 +254,28 @@ class Backend(abc.ABC, Generic[OptionsT]):
         used = features_used(spec, self.name)
         refused = [f"{f.value}: {why}" for f, why in self.capabilities.unsupported.items() if f in used]
         if refused:
-            raise UserError(f"the {self.name} backend cannot run this job:\n  " + "\n  ".join(refused),
-                            hint="change the spec (or override it with -o), or choose another backend")
+            raise UserError(
+                f"the {self.name} backend cannot run this job:\n  " + "\n  ".join(refused),
+                hint="change the spec (or override it with -o), or choose another backend",
+            )
         with self._errors():
             plan = self._render(spec)
         plan.warnings += [f"{f.value}: {why}" for f, why in self.capabilities.caveats.items() if f in used]
         plan.metrics = [m.model_dump() for m in spec.metrics]
         return plan
 
-    def submit(self, spec: JobSpec, *, checks: bool = True, provision: bool = True,
-               progress: Progress | None = None) -> Submission:
+    def submit(
+        self, spec: JobSpec, *, checks: bool = True, provision: bool = True, progress: Progress | None = None
+    ) -> Submission:
         self._check_launch_options(provision)
         plan = self.render(spec)
         if progress is not None:
             progress.planned(plan)
         return Submission(plan, self.launch(plan, checks=checks, provision=provision, progress=progress))
 
-    def launch(self, plan: Plan, *, checks: bool = True, provision: bool = True,
-               progress: Progress | None = None) -> str:
+    def launch(
+        self, plan: Plan, *, checks: bool = True, provision: bool = True, progress: Progress | None = None
+    ) -> str:
         if plan.backend != self.name:
             raise UserError(f"this plan was rendered for the {plan.backend} backend, not {self.name}")
         self._check_launch_options(provision)
@@ -292,8 +298,9 @@ class Backend(abc.ABC, Generic[OptionsT]):
         with self._errors():
             found = self._describe(run_id)
         if found is None:
-            raise RunNotFound(f"no {self.name} run {run_id!r}",
-                              hint="`cloudddp list` shows the runs started from this machine")
+            raise RunNotFound(
+                f"no {self.name} run {run_id!r}", hint="`cloudddp list` shows the runs started from this machine"
+            )
         return found
 
     def logs(self, run_id: str, *, follow: bool = False) -> Iterator[LogLine]:
@@ -327,8 +334,10 @@ class Backend(abc.ABC, Generic[OptionsT]):
     # -- shared machinery -----------------------------------------------------------------------
     def _check_launch_options(self, provision: bool) -> None:
         if not provision and not self.capabilities.supports(Feature.PROVISION):
-            raise UserError(f"--no-provision: {self.capabilities.unsupported[Feature.PROVISION]}",
-                            hint="drop --no-provision for this backend")
+            raise UserError(
+                f"--no-provision: {self.capabilities.unsupported[Feature.PROVISION]}",
+                hint="drop --no-provision for this backend",
+            )
 
     def _require(self, feature: Feature | None) -> None:
         if feature is not None and not self.capabilities.supports(feature):

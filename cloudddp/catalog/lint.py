@@ -92,8 +92,10 @@ def contradictions(rows: Iterable[Sku]) -> list[str]:
     for gpu, group in nvlink.items():
         low, high = min(s.intranode_gb_s for s in group), max(s.intranode_gb_s for s in group)
         if high > NVLINK_SPREAD * low:
-            out.append(f"{gpu} on NVLink: intra-node bandwidth from {low:g} to {high:g} GB/s across "
-                       f"{', '.join(s.size for s in group)}")
+            out.append(
+                f"{gpu} on NVLink: intra-node bandwidth from {low:g} to {high:g} GB/s across "
+                f"{', '.join(s.size for s in group)}"
+            )
     return out
 
 

@@ -76,16 +76,33 @@ class Workload:
     checkpoint_every: int = 0  # epochs between checkpoints; 0: none
 
 
-def workload_for_model(model: str, samples_per_epoch: int, epochs: int, per_gpu_batch: int, *,
-                       dataset_bytes: float = 0.0, checkpoint_every: int = 0) -> Workload | None:
+def workload_for_model(
+    model: str,
+    samples_per_epoch: int,
+    epochs: int,
+    per_gpu_batch: int,
+    *,
+    dataset_bytes: float = 0.0,
+    checkpoint_every: int = 0,
+) -> Workload | None:
     known = KNOWN_MODELS.get(model)
     if known is None:
         return None
     params, _ = known
     flops = flops_per_sample(model) or 0.0
     a100, basis = anchor(model, flops, flops_per_sample("resnet18") or flops)
-    return Workload(params, flops, samples_per_epoch, epochs, per_gpu_batch, network=model, a100_images_per_s=a100,
-                    a100_basis=basis, dataset_bytes=dataset_bytes, checkpoint_every=checkpoint_every)
+    return Workload(
+        params,
+        flops,
+        samples_per_epoch,
+        epochs,
+        per_gpu_batch,
+        network=model,
+        a100_images_per_s=a100,
+        a100_basis=basis,
+        dataset_bytes=dataset_bytes,
+        checkpoint_every=checkpoint_every,
+    )
 
 
 @functools.cache
@@ -139,8 +156,9 @@ class Estimate:
         return {p: (getattr(self, f"{p}_s"), getattr(self, f"{p}_cost")) for p in PARTS}
 
 
-def allreduce_seconds(grad_bytes: float, gpus_per_node: int, nodes: int, intranode_gb_s: float,
-                      fabric: str, fabric_gbps: float | None) -> float:
+def allreduce_seconds(
+    grad_bytes: float, gpus_per_node: int, nodes: int, intranode_gb_s: float, fabric: str, fabric_gbps: float | None
+) -> float:
     intra = 0.0
     if gpus_per_node > 1:
         intra = 2 * (gpus_per_node - 1) / gpus_per_node * grad_bytes / (max(intranode_gb_s, 1.0) * 1e9)
@@ -156,9 +174,18 @@ def _transfer_s(nbytes: float, gbps: float) -> float:
     return nbytes * 8 / (gbps * 1e9) if nbytes and gbps else 0.0
 
 
-def estimate(workload: Workload, *, gpus_per_node: int, nodes: int, images_per_s_per_gpu: float, intranode_gb_s: float,
-             fabric: str, fabric_gbps: float | None, price_per_node_hour: float | None,
-             overheads: Overheads | None = None) -> Estimate:
+def estimate(
+    workload: Workload,
+    *,
+    gpus_per_node: int,
+    nodes: int,
+    images_per_s_per_gpu: float,
+    intranode_gb_s: float,
+    fabric: str,
+    fabric_gbps: float | None,
+    price_per_node_hour: float | None,
+    overheads: Overheads | None = None,
+) -> Estimate:
     """Step time, efficiency and — with ``overheads`` — every billed part of the job and its cost."""
     compute = workload.per_gpu_batch / images_per_s_per_gpu
     grad_bytes = workload.params * workload.grad_bytes_per_param
@@ -174,8 +201,11 @@ def estimate(workload: Workload, *, gpus_per_node: int, nodes: int, images_per_s
     increment = 1.0
     if o is not None:
         provision_unbilled = 0.0 if o.provision_billed else o.provision_s
-        startup = ((o.provision_s if o.provision_billed else 0.0) + _transfer_s(o.image_gb * 1e9, o.pull_gbps)
-                   + _transfer_s(workload.dataset_bytes, o.download_gbps))
+        startup = (
+            (o.provision_s if o.provision_billed else 0.0)
+            + _transfer_s(o.image_gb * 1e9, o.pull_gbps)
+            + _transfer_s(workload.dataset_bytes, o.download_gbps)
+        )
         writes = workload.epochs // workload.checkpoint_every if workload.checkpoint_every > 0 else 0
         checkpoint = writes * _transfer_s(workload.params * CHECKPOINT_BYTES_PER_PARAM, o.checkpoint_gbps)
         shutdown = _transfer_s(workload.params * MODEL_BYTES_PER_PARAM, o.upload_gbps) + o.teardown_s
@@ -188,10 +218,27 @@ def estimate(workload: Workload, *, gpus_per_node: int, nodes: int, images_per_s
         return price * seconds / 3600 if price is not None else None
 
     return Estimate(
-        images_per_s_per_gpu=images_per_s_per_gpu, step_s=step, compute_s=compute, comm_s=comm, exposed_comm_s=exposed,
-        efficiency=compute / step, epoch_s=epoch_s, provision_unbilled_s=provision_unbilled, startup_s=startup,
-        training_s=training, checkpoint_s=checkpoint, shutdown_s=shutdown, idle_s=idle, billed_s=float(billed),
-        job_s=provision_unbilled + startup + training + checkpoint + shutdown, price_per_hour=price,
-        startup_cost=cost(startup), training_cost=cost(training), checkpoint_cost=cost(checkpoint),
-        shutdown_cost=cost(shutdown), idle_cost=cost(idle), total_cost=cost(billed), cost_per_epoch=cost(epoch_s),
+        images_per_s_per_gpu=images_per_s_per_gpu,
+        step_s=step,
+        compute_s=compute,
+        comm_s=comm,
+        exposed_comm_s=exposed,
+        efficiency=compute / step,
+        epoch_s=epoch_s,
+        provision_unbilled_s=provision_unbilled,
+        startup_s=startup,
+        training_s=training,
+        checkpoint_s=checkpoint,
+        shutdown_s=shutdown,
+        idle_s=idle,
+        billed_s=float(billed),
+        job_s=provision_unbilled + startup + training + checkpoint + shutdown,
+        price_per_hour=price,
+        startup_cost=cost(startup),
+        training_cost=cost(training),
+        checkpoint_cost=cost(checkpoint),
+        shutdown_cost=cost(shutdown),
+        idle_cost=cost(idle),
+        total_cost=cost(billed),
+        cost_per_epoch=cost(epoch_s),
     )

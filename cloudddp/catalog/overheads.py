@@ -11,8 +11,18 @@ import functools
 from dataclasses import dataclass, replace
 from importlib import resources
 
-_NUMBERS = ("provision_s", "provision_billed", "image_gb", "pull_gbps", "download_gbps", "checkpoint_gbps",
-            "upload_gbps", "teardown_s", "idle_s", "billing_increment_s")
+_NUMBERS = (
+    "provision_s",
+    "provision_billed",
+    "image_gb",
+    "pull_gbps",
+    "download_gbps",
+    "checkpoint_gbps",
+    "upload_gbps",
+    "teardown_s",
+    "idle_s",
+    "billing_increment_s",
+)
 
 
 @dataclass(frozen=True)
@@ -47,9 +57,16 @@ def overheads(cloud: str) -> Overheads | None:
         return None
     v = {k: float(rows[k]["value"]) for k in _NUMBERS}
     return Overheads(
-        cloud=cloud, provision_s=v["provision_s"], provision_billed=bool(v["provision_billed"]), image_gb=v["image_gb"],
-        pull_gbps=v["pull_gbps"], download_gbps=v["download_gbps"], checkpoint_gbps=v["checkpoint_gbps"],
-        upload_gbps=v["upload_gbps"], teardown_s=v["teardown_s"], idle_s=v["idle_s"],
+        cloud=cloud,
+        provision_s=v["provision_s"],
+        provision_billed=bool(v["provision_billed"]),
+        image_gb=v["image_gb"],
+        pull_gbps=v["pull_gbps"],
+        download_gbps=v["download_gbps"],
+        checkpoint_gbps=v["checkpoint_gbps"],
+        upload_gbps=v["upload_gbps"],
+        teardown_s=v["teardown_s"],
+        idle_s=v["idle_s"],
         billing_increment_s=v["billing_increment_s"],
         rules=tuple(f"{r['item']}: {r['source']}" for r in rows.values() if r["unit"] == "-"),
     )

@@ -66,13 +66,24 @@ class Candidate:
         price = e.price_per_hour if e else (self.sku.price_per_hour * self.nodes if self.sku.price_per_hour else None)
         key = gpu_key(self.sku.gpu, self.sku.gpu_model)
         return {
-            "size": self.sku.size, "nodes": self.nodes, "gpus": f"{self.nodes}×{self.sku.gpus} {self.sku.gpu}",
-            "gpu_memory_gb": self.sku.gpu_mem_gb, "fabric": _fabric(self.sku), "price_per_hour": price,
-            "price_kind": self.sku.price_kind, "price_date": self.sku.price_date, "lifecycle": self.sku.lifecycle_text(),
-            "est_cost": e.total_cost if e else None, "efficiency": e.efficiency if e else None,
+            "size": self.sku.size,
+            "nodes": self.nodes,
+            "gpus": f"{self.nodes}×{self.sku.gpus} {self.sku.gpu}",
+            "gpu_memory_gb": self.sku.gpu_mem_gb,
+            "fabric": _fabric(self.sku),
+            "price_per_hour": price,
+            "price_kind": self.sku.price_kind,
+            "price_date": self.sku.price_date,
+            "lifecycle": self.sku.lifecycle_text(),
+            "est_cost": e.total_cost if e else None,
+            "efficiency": e.efficiency if e else None,
             "breakdown": {part: {"s": round(s, 3), "cost": c} for part, (s, c) in e.breakdown().items()} if e else None,
-            "job_s": e.job_s if e else None, "speed_vs_a100": speed(key), "speed_basis": speed_basis(key),
-            "ok": self.ok, "why": "; ".join(self.reasons), "warnings": self.warnings,
+            "job_s": e.job_s if e else None,
+            "speed_vs_a100": speed(key),
+            "speed_basis": speed_basis(key),
+            "ok": self.ok,
+            "why": "; ".join(self.reasons),
+            "warnings": self.warnings,
         }
 
 
@@ -99,7 +110,8 @@ class Selection:
         return {
             "catalog_date": self.catalog_date,
             "chosen": self.chosen.row() | {"estimate": self.chosen.estimate.to_dict() if self.chosen.estimate else None}
-            if self.chosen else None,
+            if self.chosen
+            else None,
             "candidates": self.explain(),
         }
 
@@ -112,8 +124,11 @@ def _shapes(req: Requirements, sku: Sku) -> tuple[int, int] | str:
     """(nodes, GPUs per node) for this size, or why it cannot hold the job."""
     if req.gpus_per_node is not None and req.nodes is not None:
         if req.gpus_per_node > sku.gpus:
-            return (f"{sku.gpus} GPUs per node, the job needs {req.gpus_per_node}"
-                    + (" (more processes than GPUs fail with \"Duplicate GPU detected\" on Azure ML)" if req.cloud == "azure" else ""))
+            return f"{sku.gpus} GPUs per node, the job needs {req.gpus_per_node}" + (
+                ' (more processes than GPUs fail with "Duplicate GPU detected" on Azure ML)'
+                if req.cloud == "azure"
+                else ""
+            )
         return req.nodes, req.gpus_per_node
     total = req.total_gpus or (req.nodes or 1) * (req.gpus_per_node or sku.gpus)
     if total % sku.gpus:
@@ -144,8 +159,11 @@ def _judge(req: Requirements, sku: Sku, named: bool) -> Candidate:
             cand.ok = False
     needs_rdma = req.interconnect == "rdma" or (req.interconnect == "auto" and nodes > 1)
     if needs_rdma and not sku.scales_multi_node:
-        why = (f"no InfiniBand/EFA ({sku.fabric}): multi-node DDP over Ethernet does not scale"
-               if nodes > 1 else f"no InfiniBand/EFA ({sku.fabric}), and the job asks for an RDMA interconnect")
+        why = (
+            f"no InfiniBand/EFA ({sku.fabric}): multi-node DDP over Ethernet does not scale"
+            if nodes > 1
+            else f"no InfiniBand/EFA ({sku.fabric}), and the job asks for an RDMA interconnect"
+        )
         if named and req.interconnect == "auto":
             cand.warnings.append(why)
         else:
@@ -160,9 +178,15 @@ def _judge(req: Requirements, sku: Sku, named: bool) -> Candidate:
     if req.workload and req.workload.a100_images_per_s and relative:
         costs = overheads(sku.cloud)
         cand.estimate = estimate(
-            req.workload, gpus_per_node=per_node, nodes=nodes, images_per_s_per_gpu=req.workload.a100_images_per_s * relative,
-            intranode_gb_s=sku.intranode_gb_s, fabric=sku.fabric, fabric_gbps=sku.fabric_gbps,
-            price_per_node_hour=sku.price_per_hour, overheads=costs.with_idle(req.idle_s) if costs else None,
+            req.workload,
+            gpus_per_node=per_node,
+            nodes=nodes,
+            images_per_s_per_gpu=req.workload.a100_images_per_s * relative,
+            intranode_gb_s=sku.intranode_gb_s,
+            fabric=sku.fabric,
+            fabric_gbps=sku.fabric_gbps,
+            price_per_node_hour=sku.price_per_hour,
+            overheads=costs.with_idle(req.idle_s) if costs else None,
         )
     price = sku.price_per_hour * nodes if sku.price_per_hour is not None else None
     if req.max_price_per_hour and price is not None and price > req.max_price_per_hour:
@@ -183,30 +207,39 @@ def _judge_lifecycle(cand: Candidate) -> None:
     elif state == "retiring":
         left = sku.days_left()
         if left is not None and left <= RETIRING_WARN_DAYS:
-            cand.warnings.append(f"{sku.size} retires on {sku.lifecycle_date}, {left} days after the catalog date "
-                                 f"{CATALOG_DATE} ({sku.lifecycle_source})")
+            cand.warnings.append(
+                f"{sku.size} retires on {sku.lifecycle_date}, {left} days after the catalog date "
+                f"{CATALOG_DATE} ({sku.lifecycle_source})"
+            )
 
 
 def _rank_key(c: Candidate) -> tuple[int, int, int, float]:
     """Fitting sizes first; among them the whole-job cost, then sizes priced but not estimated, then unpriced ones."""
     cost = c.estimate.total_cost if c.estimate else None
     price = c.sku.price_per_hour * c.nodes if c.sku.price_per_hour is not None else None
-    return (0 if c.ok else 1, price is None, cost is None,
-            cost if cost is not None else (price if price is not None else 0.0))
+    return (
+        0 if c.ok else 1,
+        price is None,
+        cost is None,
+        cost if cost is not None else (price if price is not None else 0.0),
+    )
 
 
 def _alternatives(req: Requirements, named: Candidate, others: list[Candidate]) -> list[str]:
     """What to pick instead of a named size that does not suit the job: same GPU with RDMA, or one node."""
     sku, total = named.sku, named.nodes * named.gpus_per_node
     tips = []
-    rdma = sorted((s for s in skus(sku.cloud) if s.gpu == sku.gpu and s.scales_multi_node and not s.retired),
-                  key=lambda s: s.price_per_hour if s.price_per_hour is not None else float("inf"))
+    rdma = sorted(
+        (s for s in skus(sku.cloud) if s.gpu == sku.gpu and s.scales_multi_node and not s.retired),
+        key=lambda s: s.price_per_hour if s.price_per_hour is not None else float("inf"),
+    )
     sibling = azure_ib_alternative(sku.size) if sku.cloud == "azure" else None
     names = list(dict.fromkeys(([sibling] if sibling else []) + [s.size for s in rdma]))[:3]
     if names and named.nodes > 1:
         tips.append(f"with InfiniBand/EFA and the same {sku.gpu} GPUs: {', '.join(names)}")
-    one_node = [s for s in skus(sku.cloud)
-                if s.gpu == sku.gpu and s.gpus >= total and s.size != sku.size and not s.retired]
+    one_node = [
+        s for s in skus(sku.cloud) if s.gpu == sku.gpu and s.gpus >= total and s.size != sku.size and not s.retired
+    ]
     if named.nodes > 1 and one_node:
         best = min(one_node, key=lambda s: (s.gpus, s.price_per_hour or float("inf")))
         tips.append(f"or all {total} GPUs on one node, no fabric needed: {best.size} ({best.gpus}× {best.gpu})")
@@ -235,8 +268,14 @@ def select(req: Requirements) -> Selection:
     cands = sorted((_judge(req, s, named=False) for s in skus(req.cloud)), key=_rank_key)
     chosen = cands[0] if cands and cands[0].ok else None
     if chosen is not None:
-        why = ("lowest estimated cost of the whole job" if chosen.estimate and chosen.estimate.total_cost is not None
-               else "lowest price per hour among the sizes that fit" if chosen.sku.price_per_hour is not None
-               else "fits; no size that fits has a price in the catalog")
-        chosen.reasons = [why] + [r for r in chosen.reasons if r not in ("fits", "no price in the catalog: cost unknown")]
+        why = (
+            "lowest estimated cost of the whole job"
+            if chosen.estimate and chosen.estimate.total_cost is not None
+            else "lowest price per hour among the sizes that fit"
+            if chosen.sku.price_per_hour is not None
+            else "fits; no size that fits has a price in the catalog"
+        )
+        chosen.reasons = [why] + [
+            r for r in chosen.reasons if r not in ("fits", "no price in the catalog: cost unknown")
+        ]
     return Selection(req, cands, chosen)

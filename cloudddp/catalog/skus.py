@@ -62,7 +62,9 @@ class Sku:
 
     @property
     def cuda(self) -> bool:
-        return self.gpu not in ("MI300X", "Trainium") and "ROCm" not in self.gpu_model and "Trainium" not in self.gpu_model
+        return (
+            self.gpu not in ("MI300X", "Trainium") and "ROCm" not in self.gpu_model and "Trainium" not in self.gpu_model
+        )
 
     def status(self, on: str = CATALOG_DATE) -> str:
         """The lifecycle on a date: a 'retiring' size whose date has passed is 'retired'."""
@@ -100,14 +102,30 @@ def all_skus() -> tuple[Sku, ...]:
     text = resources.files("cloudddp").joinpath("data/skus.csv").read_text(encoding="utf-8")
     return tuple(
         Sku(
-            cloud=r["cloud"], size=r["size"], family=r["family"], gpu=r["gpu"], gpu_model=r["gpu_model"],
-            gpus=int(r["gpus"]), gpu_mem_gb=float(r["gpu_mem_gb"]), vcpus=int(r["vcpus"]), ram_gb=float(r["ram_gb"]),
-            fabric=r["fabric"], fabric_gbps=_opt_float(r["fabric_gbps"]), intranode=r["intranode"],
-            intranode_gb_s=float(r["intranode_gb_s"] or 0), rdma=_opt_bool(r["rdma"]),
-            smddp=_opt_bool(r["smddp"]) is True, spot=_opt_bool(r["spot"]) is True,
-            price_per_hour=_opt_float(r["price_per_hour"]), price_kind=r["price_kind"],
-            price_region=r["price_region"], price_date=r["price_date"], price_source=r["price_source"],
-            lifecycle=r["lifecycle"], lifecycle_date=r["lifecycle_date"], lifecycle_source=r["lifecycle_source"],
+            cloud=r["cloud"],
+            size=r["size"],
+            family=r["family"],
+            gpu=r["gpu"],
+            gpu_model=r["gpu_model"],
+            gpus=int(r["gpus"]),
+            gpu_mem_gb=float(r["gpu_mem_gb"]),
+            vcpus=int(r["vcpus"]),
+            ram_gb=float(r["ram_gb"]),
+            fabric=r["fabric"],
+            fabric_gbps=_opt_float(r["fabric_gbps"]),
+            intranode=r["intranode"],
+            intranode_gb_s=float(r["intranode_gb_s"] or 0),
+            rdma=_opt_bool(r["rdma"]),
+            smddp=_opt_bool(r["smddp"]) is True,
+            spot=_opt_bool(r["spot"]) is True,
+            price_per_hour=_opt_float(r["price_per_hour"]),
+            price_kind=r["price_kind"],
+            price_region=r["price_region"],
+            price_date=r["price_date"],
+            price_source=r["price_source"],
+            lifecycle=r["lifecycle"],
+            lifecycle_date=r["lifecycle_date"],
+            lifecycle_source=r["lifecycle_source"],
             notes=r["notes"],
         )
         for r in csv.DictReader(text.splitlines())
@@ -122,8 +140,10 @@ def clouds() -> list[str]:
 def check_cloud(cloud: str) -> str:
     """``cloud`` if the catalog knows it; a UserError listing the clouds it knows otherwise."""
     if cloud not in clouds():
-        raise UserError(f"cloud {cloud!r} has no sizes in the GPU catalog (clouds: {', '.join(clouds())})",
-                        hint="backends declare the cloud their sizes come from; use one of these or None")
+        raise UserError(
+            f"cloud {cloud!r} has no sizes in the GPU catalog (clouds: {', '.join(clouds())})",
+            hint="backends declare the cloud their sizes come from; use one of these or None",
+        )
     return cloud
 
 
@@ -148,12 +168,21 @@ def newest_first(sku: Sku) -> tuple[float, float]:
 def replacement_for(sku: Sku) -> Sku | None:
     """The nearest current size to a retired one: same cloud, a fabric at least as able to scale, CUDA, the same
     GPU count if any (else the nearest count), newest GPU; priced sizes before unpriced ones."""
-    current = [s for s in skus(sku.cloud) if not s.retired and s.cuda
-               and (s.scales_multi_node or not sku.scales_multi_node)]
+    current = [
+        s for s in skus(sku.cloud) if not s.retired and s.cuda and (s.scales_multi_node or not sku.scales_multi_node)
+    ]
     if not current:
         return None
-    return min(current, key=lambda s: (abs(s.gpus - sku.gpus), s.gpus < sku.gpus, *newest_first(s),
-                                       s.price_per_hour is None, s.price_per_hour or 0.0))
+    return min(
+        current,
+        key=lambda s: (
+            abs(s.gpus - sku.gpus),
+            s.gpus < sku.gpus,
+            *newest_first(s),
+            s.price_per_hour is None,
+            s.price_per_hour or 0.0,
+        ),
+    )
 
 
 _AZURE_SIZE = re.compile(r"^Standard_([A-Z]+)(\d+)([a-z]*)(?:_(.*))?$")
@@ -171,7 +200,10 @@ def azure_rdma_by_name(size: str) -> tuple[bool, str]:
     if not m:
         return False, f"{size} is not an Azure size name (Standard_<family><vCPUs><features>[_version])"
     has_r = "r" in m.group(3)
-    return has_r, f"{size}: {'an' if has_r else 'no'} 'r' in its feature letters ('{m.group(3)}'), Azure's RDMA naming rule"
+    return (
+        has_r,
+        f"{size}: {'an' if has_r else 'no'} 'r' in its feature letters ('{m.group(3)}'), Azure's RDMA naming rule",
+    )
 
 
 def azure_ib_alternative(size: str) -> str | None:
@@ -180,8 +212,10 @@ def azure_ib_alternative(size: str) -> str | None:
     if not m or "r" in m.group(3):
         return None
     letters = m.group(3)
-    cands = [f"Standard_{m.group(1)}{m.group(2)}{letters[:i]}r{letters[i:]}" + (f"_{m.group(4)}" if m.group(4) else "")
-             for i in range(len(letters) + 1)]
+    cands = [
+        f"Standard_{m.group(1)}{m.group(2)}{letters[:i]}r{letters[i:]}" + (f"_{m.group(4)}" if m.group(4) else "")
+        for i in range(len(letters) + 1)
+    ]
     for cand in cands:
         sku = find(cand)
         if sku is not None and sku.scales_multi_node and not sku.retired:

@@ -32,9 +32,14 @@ ANCHOR_NETWORK = "resnet18"  # the network whose achieved FLOP rate stands in fo
 
 # gpu_key -> (gpu, variant) of its row in gpu_peaks.csv, for the assumption rule
 _PEAK_ROWS = {
-    "A100 SXM": ("A100", "SXM4 80GB"), "V100": ("V100", "SXM2 16/32GB"), "H100 SXM": ("H100", "SXM5 80GB"),
-    "H100 NVL": ("H100", "NVL 94GB (PCIe+NVLink bridge)"), "T4": ("T4", "PCIe 16GB"), "L4": ("L4", "PCIe 24GB"),
-    "L40S": ("L40S", "PCIe 48GB"), "A10G": ("A10G", "PCIe 24GB (AWS-specific)"),
+    "A100 SXM": ("A100", "SXM4 80GB"),
+    "V100": ("V100", "SXM2 16/32GB"),
+    "H100 SXM": ("H100", "SXM5 80GB"),
+    "H100 NVL": ("H100", "NVL 94GB (PCIe+NVLink bridge)"),
+    "T4": ("T4", "PCIe 16GB"),
+    "L4": ("L4", "PCIe 24GB"),
+    "L40S": ("L40S", "PCIe 48GB"),
+    "A10G": ("A10G", "PCIe 24GB (AWS-specific)"),
 }
 _BY_RULE = ("T4", "L4", "L40S", "A10G")
 
@@ -53,8 +58,18 @@ class Measurement:
 @functools.cache
 def measurements() -> tuple[Measurement, ...]:
     text = resources.files("cloudddp").joinpath("data/throughput.csv").read_text(encoding="utf-8")
-    return tuple(Measurement(r["gpu_key"], r["network"], r["study"], r["framework"], float(r["images_per_s_per_gpu"]),
-                             r["source"], r["date"]) for r in csv.DictReader(text.splitlines()))
+    return tuple(
+        Measurement(
+            r["gpu_key"],
+            r["network"],
+            r["study"],
+            r["framework"],
+            float(r["images_per_s_per_gpu"]),
+            r["source"],
+            r["date"],
+        )
+        for r in csv.DictReader(text.splitlines())
+    )
 
 
 @functools.cache
@@ -64,8 +79,14 @@ def _peak_row(gpu_key: str) -> tuple[float, float] | None:
     text = resources.files("cloudddp").joinpath("data/gpu_peaks.csv").read_text(encoding="utf-8")
     for row in csv.DictReader(text.splitlines()):
         if wanted and (row["gpu"], row["variant"]) == wanted:
-            peak = next((float(row[k].split()[0]) for k in ("dense_bf16_tflops", "dense_fp16_tensor_tflops")
-                         if row[k].split() and row[k].split()[0].replace(".", "").isdigit()), None)
+            peak = next(
+                (
+                    float(row[k].split()[0])
+                    for k in ("dense_bf16_tflops", "dense_fp16_tensor_tflops")
+                    if row[k].split() and row[k].split()[0].replace(".", "").isdigit()
+                ),
+                None,
+            )
             return (peak, float(row["mem_bw_gb_s"])) if peak else None
     return None
 
@@ -84,8 +105,10 @@ def measured_speed(key: str) -> tuple[float, Measurement, Measurement] | None:
     for m in measurements():
         if m.gpu_key != key or m.network != RATIO_NETWORK:
             continue
-        base = next((b for b in measurements()
-                     if b.gpu_key == BASELINE and b.network == RATIO_NETWORK and b.study == m.study), None)
+        base = next(
+            (b for b in measurements() if b.gpu_key == BASELINE and b.network == RATIO_NETWORK and b.study == m.study),
+            None,
+        )
         if base is not None:
             return m.images_per_s_per_gpu / base.images_per_s_per_gpu, m, base
     return None
@@ -124,13 +147,19 @@ def speed_basis(key: str) -> str:
     measured = measured_speed(key)
     if measured is not None:
         _, m, base = measured
-        return (f"measured: ResNet-50 {m.images_per_s_per_gpu:g} vs {base.images_per_s_per_gpu:g} img/s per GPU "
-                f"({m.study}, {m.date})")
+        return (
+            f"measured: ResNet-50 {m.images_per_s_per_gpu:g} vs {base.images_per_s_per_gpu:g} img/s per GPU "
+            f"({m.study}, {m.date})"
+        )
     return {
         "H100 NVL": "assumed: H100 SXM measurement × dense-peak ratio 835.5/989.5",
         "H200": "assumed: equal to the H100 SXM measurement (same compute)",
-    }.get(key, "assumed: min(peak ratio, memory-bandwidth ratio) vs A100 SXM 80GB" if key in _BY_RULE
-          else "no estimate (not covered)")
+    }.get(
+        key,
+        "assumed: min(peak ratio, memory-bandwidth ratio) vs A100 SXM 80GB"
+        if key in _BY_RULE
+        else "no estimate (not covered)",
+    )
 
 
 def anchor(network: str, flops_per_sample: float, anchor_flops: float) -> tuple[float, str]:

@@ -31,16 +31,24 @@ BATCH = 64  # the script's default per-process batch
 def cpu_job(distribution: str, epochs: int, token: str, checkpoints: str | None = None) -> dict[str, Any]:
     """A CPU take on jobs/cifar10-azureml.yaml: 2 nodes of Standard_D4s_v3, digits from a datastore.
     ``distribution`` is Azure's (pytorch, mpi); the spec's launcher torchrun renders as pytorch."""
-    spec = spec_from_dict({
-        **({"checkpoint": {"path": checkpoints}} if checkpoints else {}),
-        "name": "digits-azureml-cpu",
-        "code": {"dir": "../src_train", "entry": "train.py",
-                 "args": ["--dataset", "digits", "--model", "cnn", "--epochs", str(epochs)]},
-        "inputs": {"digits": {"path": "azureml://datastores/workspaceblobstore/paths/digits/", "arg": "--data-dir"}},
-        "resources": {"nodes": 2, "gpus_per_node": 0},
-        "distribution": {"launcher": "mpi" if distribution == "mpi" else "torchrun"},
-        "azureml": {"compute": "cpu-cluster", "vm_size": "Standard_D4s_v3"},
-    }, base_dir=ROOT / "jobs")
+    spec = spec_from_dict(
+        {
+            **({"checkpoint": {"path": checkpoints}} if checkpoints else {}),
+            "name": "digits-azureml-cpu",
+            "code": {
+                "dir": "../src_train",
+                "entry": "train.py",
+                "args": ["--dataset", "digits", "--model", "cnn", "--epochs", str(epochs)],
+            },
+            "inputs": {
+                "digits": {"path": "azureml://datastores/workspaceblobstore/paths/digits/", "arg": "--data-dir"}
+            },
+            "resources": {"nodes": 2, "gpus_per_node": 0},
+            "distribution": {"launcher": "mpi" if distribution == "mpi" else "torchrun"},
+            "azureml": {"compute": "cpu-cluster", "vm_size": "Standard_D4s_v3"},
+        },
+        base_dir=ROOT / "jobs",
+    )
     job: dict[str, Any] = AzureMLBackend(token=token).render(spec).request["job"]
     return job
 
@@ -62,8 +70,9 @@ def steps_per_epoch(world: int) -> int:
     return int(0.8 * DIGITS_SAMPLES) // (BATCH * world)
 
 
-def check_trains_checkpoints_and_resumes(launch: Callable[..., AzureRun], distribution: str, stores: Datastores,
-                                         tmp_path: Path) -> None:
+def check_trains_checkpoints_and_resumes(
+    launch: Callable[..., AzureRun], distribution: str, stores: Datastores, tmp_path: Path
+) -> None:
     first_job = cpu_job(distribution, epochs=2, token="first")
     assert first_job["distribution"] == {"type": distribution, "process_count_per_instance": 1}
     assert first_job["resources"]["instance_count"] == 2
@@ -83,8 +92,9 @@ def check_trains_checkpoints_and_resumes(launch: Callable[..., AzureRun], distri
 
     # Continued for one more epoch: a variant (another --epochs) gets a checkpoint folder of its own, so it
     # names the first one's; a new job name, so a new model folder.
-    second_job = cpu_job(distribution, epochs=3, token="second",
-                         checkpoints=first_job["outputs"]["checkpoints"]["path"])
+    second_job = cpu_job(
+        distribution, epochs=3, token="second", checkpoints=first_job["outputs"]["checkpoints"]["path"]
+    )
     assert second_job["name"] != first_job["name"]
     second = launch(second_job, tmp_path / "second", stores)
     assert second.ok, second.describe()
@@ -110,8 +120,10 @@ def test_mpi_distribution_under_real_mpirun_trains_checkpoints_and_resumes(store
 
 
 def test_substitution_refuses_a_reference_the_job_does_not_define(tmp_path: Path) -> None:
-    assert substitute("run ${{inputs.a}} ${{outputs.b}}", {"a": tmp_path / "in"}, {"b": tmp_path / "out"}) == \
-        f"run {tmp_path / 'in'} {tmp_path / 'out'}"
+    assert (
+        substitute("run ${{inputs.a}} ${{outputs.b}}", {"a": tmp_path / "in"}, {"b": tmp_path / "out"})
+        == f"run {tmp_path / 'in'} {tmp_path / 'out'}"
+    )
     with pytest.raises(KeyError, match=r"outputs\.model"):
         substitute("python train.py --out ${{outputs.model}}", {}, {})
 
@@ -120,20 +132,30 @@ def bash_job(tmp_path: Path, distribution: str, command: str) -> dict[str, Any]:
     """A hand-written two-node command job that runs only bash (seconds less than the training script)."""
     code = tmp_path / "code"
     code.mkdir()
-    return {"name": "probe-job", "code": str(code), "command": command, "environment_variables": {"FROM_JOB": "yes"},
-            "distribution": {"type": distribution, "process_count_per_instance": 1}, "resources": {"instance_count": 2},
-            "outputs": {"model": {"type": "uri_folder", "mode": "rw_mount"}}}
+    return {
+        "name": "probe-job",
+        "code": str(code),
+        "command": command,
+        "environment_variables": {"FROM_JOB": "yes"},
+        "distribution": {"type": distribution, "process_count_per_instance": 1},
+        "resources": {"instance_count": 2},
+        "outputs": {"model": {"type": "uri_folder", "mode": "rw_mount"}},
+    }
 
 
 def test_pytorch_launcher_sets_the_documented_variables_and_a_failed_process_fails_the_job(tmp_path: Path) -> None:
     names = "MASTER_ADDR MASTER_PORT WORLD_SIZE NODE_RANK RANK LOCAL_RANK FROM_JOB"
-    command = ("for v in " + names + "; do echo \"$v=${!v}\"; done; echo \"out=${{outputs.model}}\"; "
-               "[ \"$RANK\" = 1 ] && exit 3; sleep 60")
+    command = (
+        "for v in " + names + '; do echo "$v=${!v}"; done; echo "out=${{outputs.model}}"; '
+        '[ "$RANK" = 1 ] && exit 3; sleep 60'
+    )
     run = launch_pytorch(bash_job(tmp_path, "pytorch", command), tmp_path / "run", Datastores(tmp_path / "blob"))
     assert run.returncodes == {0: -9, 1: 3}, run.describe()  # rank 1 failed, so rank 0 was stopped
     seen = [dict(line.split("=", 1) for line in run.logs[rank].splitlines() if "=" in line) for rank in (0, 1)]
-    assert [(s["NODE_RANK"], s["RANK"], s["LOCAL_RANK"], s["WORLD_SIZE"]) for s in seen] == \
-        [("0", "0", "0", "2"), ("1", "1", "0", "2")]
+    assert [(s["NODE_RANK"], s["RANK"], s["LOCAL_RANK"], s["WORLD_SIZE"]) for s in seen] == [
+        ("0", "0", "0", "2"),
+        ("1", "1", "0", "2"),
+    ]
     assert seen[0]["MASTER_ADDR"] == seen[1]["MASTER_ADDR"] and seen[0]["MASTER_PORT"] == seen[1]["MASTER_PORT"]
     assert seen[0]["FROM_JOB"] == "yes"
     assert seen[0]["out"] == str(tmp_path / "blob" / "workspaceblobstore" / "azureml" / "probe-job" / "model")
@@ -143,12 +165,16 @@ def test_mpirun_gives_every_rank_the_open_mpi_variables(tmp_path: Path) -> None:
     reason = mpirun_unavailable()
     if reason:
         pytest.skip(reason)
-    command = "echo rank=$OMPI_COMM_WORLD_RANK size=$OMPI_COMM_WORLD_SIZE local=$OMPI_COMM_WORLD_LOCAL_RANK " \
-              "master=$AZ_BATCHAI_MPI_MASTER_NODE from_job=$FROM_JOB"
+    command = (
+        "echo rank=$OMPI_COMM_WORLD_RANK size=$OMPI_COMM_WORLD_SIZE local=$OMPI_COMM_WORLD_LOCAL_RANK "
+        "master=$AZ_BATCHAI_MPI_MASTER_NODE from_job=$FROM_JOB"
+    )
     run = launch_mpi(bash_job(tmp_path, "mpi", command), tmp_path / "run", Datastores(tmp_path / "blob"))
     assert run.ok, run.describe()
     assert [run.logs[rank].strip() for rank in (0, 1)] == [
-        "rank=0 size=2 local=0 master=127.0.0.1 from_job=yes", "rank=1 size=2 local=1 master=127.0.0.1 from_job=yes"]
+        "rank=0 size=2 local=0 master=127.0.0.1 from_job=yes",
+        "rank=1 size=2 local=1 master=127.0.0.1 from_job=yes",
+    ]
 
 
 @pytest.mark.parametrize("mode", ["download", "ro_mount"])
@@ -156,15 +182,22 @@ def test_a_uri_file_input_is_the_files_own_path_in_the_job(tmp_path: Path, mode:
     """What cloudddp renders for a file input, run the way Azure ML runs it: the command gets the file."""
     data = tmp_path / "labels.csv"
     data.write_text("a,b\n1,2\n")
-    spec = spec_from_dict({"name": "file-input", "code": {"dir": str(ROOT / "src_train")},
-                           "inputs": {"labels": {"path": str(data),
-                                                 "mode": "mount" if mode == "ro_mount" else "download"}},
-                           "resources": {"nodes": 1, "gpus_per_node": 0},
-                           "azureml": {"compute": "cpu-cluster", "vm_size": "Standard_D4s_v3"}}, base_dir=tmp_path)
+    spec = spec_from_dict(
+        {
+            "name": "file-input",
+            "code": {"dir": str(ROOT / "src_train")},
+            "inputs": {"labels": {"path": str(data), "mode": "mount" if mode == "ro_mount" else "download"}},
+            "resources": {"nodes": 1, "gpus_per_node": 0},
+            "azureml": {"compute": "cpu-cluster", "vm_size": "Standard_D4s_v3"},
+        },
+        base_dir=tmp_path,
+    )
     rendered = AzureMLBackend(token="f").render(spec).request["job"]
     assert rendered["inputs"]["labels"] == {"type": "uri_file", "path": str(data), "mode": mode}
-    job = {**bash_job(tmp_path, "pytorch", "head -1 ${{inputs.labels}}; echo is=${{inputs.labels}}"),
-           "inputs": rendered["inputs"]}
+    job = {
+        **bash_job(tmp_path, "pytorch", "head -1 ${{inputs.labels}}; echo is=${{inputs.labels}}"),
+        "inputs": rendered["inputs"],
+    }
     job["resources"] = {"instance_count": 1}
     run = launch_pytorch(job, tmp_path / "run", Datastores(tmp_path / "blob"))
     assert run.ok, run.describe()

@@ -30,9 +30,12 @@ def render(*overrides: str) -> Plan:
 
 def cpu_spec(tmp_path: Path, **azureml: Any) -> dict[str, Any]:
     """Two Standard_D4s_v3 nodes, no GPUs: the CPU take on the seed job."""
-    return {"name": "digits-cpu", "code": {"dir": str(ROOT / "src_train"), "entry": "train.py"},
-            "resources": {"nodes": 2, "gpus_per_node": 0},
-            "azureml": {"compute": "cpu-cluster", "vm_size": "Standard_D4s_v3", **azureml}}
+    return {
+        "name": "digits-cpu",
+        "code": {"dir": str(ROOT / "src_train"), "entry": "train.py"},
+        "resources": {"nodes": 2, "gpus_per_node": 0},
+        "azureml": {"compute": "cpu-cluster", "vm_size": "Standard_D4s_v3", **azureml},
+    }
 
 
 def loads_with_the_sdk(plan: Plan, tmp_path: Path) -> tuple[Any, Any]:
@@ -44,15 +47,18 @@ def loads_with_the_sdk(plan: Plan, tmp_path: Path) -> tuple[Any, Any]:
     return load_job(tmp_path / "job.yml"), load_compute(tmp_path / "compute.yml")
 
 
-@pytest.mark.parametrize(("uri", "is_file"), [
-    (CIFAR_TARBALL, True),
-    ("https://host/data/train.csv?sv=2024-01-01&sig=abc", True),  # a SAS query does not hide the extension
-    ("azureml://datastores/workspaceblobstore/paths/cifar10/", False),
-    ("azureml://datastores/workspaceblobstore/paths/cifar10", False),
-    ("azureml://datastores/workspaceblobstore/paths/digits/digits.npz", True),
-    ("https://host/datasets/release-1.2", False),  # a version number is not an extension
-    ("wasbs://c@acct.blob.core.windows.net/images/", False),
-])
+@pytest.mark.parametrize(
+    ("uri", "is_file"),
+    [
+        (CIFAR_TARBALL, True),
+        ("https://host/data/train.csv?sv=2024-01-01&sig=abc", True),  # a SAS query does not hide the extension
+        ("azureml://datastores/workspaceblobstore/paths/cifar10/", False),
+        ("azureml://datastores/workspaceblobstore/paths/cifar10", False),
+        ("azureml://datastores/workspaceblobstore/paths/digits/digits.npz", True),
+        ("https://host/datasets/release-1.2", False),  # a version number is not an extension
+        ("wasbs://c@acct.blob.core.windows.net/images/", False),
+    ],
+)
 def test_a_uri_is_a_file_when_its_last_segment_has_an_extension(uri: str, is_file: bool) -> None:
     assert uri_is_file(uri) is is_file
 
@@ -74,15 +80,21 @@ def test_inputs_are_typed_by_what_they_are_and_load_with_load_job(tmp_path: Path
     plan = AzureMLBackend(token="i").render(spec_from_dict(data, base_dir=tmp_path))
     inputs = plan.request["job"]["inputs"]
     assert {name: (item["type"], item["mode"]) for name, item in inputs.items()} == {
-        "tarball": ("uri_file", "download"), "store": ("uri_folder", "ro_mount"), "asset": ("uri_folder", "download"),
-        "asset_file": ("uri_file", "download"), "blob_dir": ("uri_folder", "download"),
-        "folder": ("uri_folder", "download"), "csv": ("uri_file", "ro_mount")}
+        "tarball": ("uri_file", "download"),
+        "store": ("uri_folder", "ro_mount"),
+        "asset": ("uri_folder", "download"),
+        "asset_file": ("uri_file", "download"),
+        "blob_dir": ("uri_folder", "download"),
+        "folder": ("uri_folder", "download"),
+        "csv": ("uri_file", "ro_mount"),
+    }
     assert inputs["csv"]["path"] == str(tmp_path / "labels.csv")
     assert "--data-dir ${{inputs.tarball}}" in plan.request["job"]["command"]
     assert any("inputs.asset: a data asset is passed as uri_folder" in d for d in plan.decisions)
     job, _ = loads_with_the_sdk(plan, tmp_path / "out")
-    assert {name: (i.type, i.mode) for name, i in job.inputs.items()} == \
-        {name: (item["type"], item["mode"]) for name, item in inputs.items()}
+    assert {name: (i.type, i.mode) for name, i in job.inputs.items()} == {
+        name: (item["type"], item["mode"]) for name, item in inputs.items()
+    }
 
 
 def test_an_input_kind_that_contradicts_the_disk_is_refused(tmp_path: Path) -> None:
@@ -98,8 +110,9 @@ def test_an_input_kind_that_contradicts_the_disk_is_refused(tmp_path: Path) -> N
 
 def test_the_input_kind_does_not_change_the_checkpoint_folder() -> None:
     plain = render("inputs.cifar.path=azureml://datastores/workspaceblobstore/paths/cifar10/")
-    typed = render("inputs.cifar.path=azureml://datastores/workspaceblobstore/paths/cifar10/",
-                   "inputs.cifar.kind=folder")
+    typed = render(
+        "inputs.cifar.path=azureml://datastores/workspaceblobstore/paths/cifar10/", "inputs.cifar.kind=folder"
+    )
     assert plain.request["job"]["outputs"]["checkpoints"] == typed.request["job"]["outputs"]["checkpoints"]
 
 
@@ -107,19 +120,31 @@ def test_the_default_environment_is_pinned_and_says_what_it_holds() -> None:
     plan = render()
     assert plan.request["job"]["environment"] == DEFAULT_ENVIRONMENT
     assert DEFAULT_ENVIRONMENT.endswith("/acpt-pytorch-2.8-cuda12.6/versions/14")
-    assert any(d.startswith("environment: curated acpt-pytorch-2.8-cuda12.6 version 14 (PyTorch 2.8, CUDA 12.6")
-               for d in plan.decisions)
+    assert any(
+        d.startswith("environment: curated acpt-pytorch-2.8-cuda12.6 version 14 (PyTorch 2.8, CUDA 12.6")
+        for d in plan.decisions
+    )
 
 
-@pytest.mark.parametrize(("reference", "field"), [
-    ("azureml:AzureML-acpt-pytorch-2.8-cuda12.6:14", "azureml:AzureML-acpt-pytorch-2.8-cuda12.6:14"),
-    ("azureml:my-env@latest", "azureml:my-env@latest"),
-    ("azureml://registries/azureml/environments/sklearn-1.5/labels/latest",
-     "azureml://registries/azureml/environments/sklearn-1.5/labels/latest"),
-    ("mcr.microsoft.com/azureml/openmpi5.0-ubuntu24.04:latest",
-     {"image": "mcr.microsoft.com/azureml/openmpi5.0-ubuntu24.04:latest"}),
-    ("myregistry.azurecr.io/train@sha256:" + "ab" * 32, {"image": "myregistry.azurecr.io/train@sha256:" + "ab" * 32}),
-])
+@pytest.mark.parametrize(
+    ("reference", "field"),
+    [
+        ("azureml:AzureML-acpt-pytorch-2.8-cuda12.6:14", "azureml:AzureML-acpt-pytorch-2.8-cuda12.6:14"),
+        ("azureml:my-env@latest", "azureml:my-env@latest"),
+        (
+            "azureml://registries/azureml/environments/sklearn-1.5/labels/latest",
+            "azureml://registries/azureml/environments/sklearn-1.5/labels/latest",
+        ),
+        (
+            "mcr.microsoft.com/azureml/openmpi5.0-ubuntu24.04:latest",
+            {"image": "mcr.microsoft.com/azureml/openmpi5.0-ubuntu24.04:latest"},
+        ),
+        (
+            "myregistry.azurecr.io/train@sha256:" + "ab" * 32,
+            {"image": "myregistry.azurecr.io/train@sha256:" + "ab" * 32},
+        ),
+    ],
+)
 def test_environment_references_azure_ml_accepts(reference: str, field: Any, tmp_path: Path) -> None:
     assert environment_field(reference) == field
     plan = render(f"azureml.environment={reference}")
@@ -129,13 +154,16 @@ def test_environment_references_azure_ml_accepts(reference: str, field: Any, tmp
     assert loaded == (reference.removeprefix("azureml:") if workspace_ref else field)  # the SDK drops "azureml:"
 
 
-@pytest.mark.parametrize(("reference", "why"), [
-    ("azureml:AzureML-acpt-pytorch-2.8-cuda12.6", "needs a version or @latest"),
-    ("AzureML-acpt-pytorch-2.8-cuda12.6@latest", "with the azureml: prefix"),
-    ("pytorch", "not an environment reference"),
-    ("azureml://registries/azureml/environments/acpt-pytorch-2.8-cuda12.6", "ends in /versions/<version>"),
-    ("azureml:my env:1", "not an environment reference"),
-])
+@pytest.mark.parametrize(
+    ("reference", "why"),
+    [
+        ("azureml:AzureML-acpt-pytorch-2.8-cuda12.6", "needs a version or @latest"),
+        ("AzureML-acpt-pytorch-2.8-cuda12.6@latest", "with the azureml: prefix"),
+        ("pytorch", "not an environment reference"),
+        ("azureml://registries/azureml/environments/acpt-pytorch-2.8-cuda12.6", "ends in /versions/<version>"),
+        ("azureml:my env:1", "not an environment reference"),
+    ],
+)
 def test_an_environment_reference_that_does_not_parse_is_refused_at_render(reference: str, why: str) -> None:
     with pytest.raises(UserError, match=rf"azureml.environment: .*{why}") as caught:
         render(f"azureml.environment={reference}")

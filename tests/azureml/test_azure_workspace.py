@@ -65,14 +65,25 @@ class Steps:
 def users_cluster(model: WorkspaceModel, *, tier: str = "Dedicated", max_nodes: int = 2) -> dict[str, Any]:
     """A cluster its owner made by hand: in a subnet, with an identity, SSH and a warm node."""
     model.computes["gpu-cluster"] = {
-        "id": f"{WS_PATH}/computes/gpu-cluster", "name": "gpu-cluster", "location": "eastus",
+        "id": f"{WS_PATH}/computes/gpu-cluster",
+        "name": "gpu-cluster",
+        "location": "eastus",
         "type": "Microsoft.MachineLearningServices/workspaces/computes",
         "identity": {"type": "SystemAssigned", "principalId": "p-1", "tenantId": "t-1"},
-        "properties": {"computeType": "AmlCompute", "provisioningState": "Succeeded", "properties": {
-            "vmSize": "Standard_ND96asr_v4", "vmPriority": tier, "subnet": {"id": SUBNET},
-            "scaleSettings": {"maxNodeCount": max_nodes, "minNodeCount": 1, "nodeIdleTimeBeforeScaleDown": "PT1H"},
-            "userAccountCredentials": {"adminUserName": "owner", "adminUserSshPublicKey": USER_KEY},
-            "remoteLoginPortPublicAccess": "Enabled", "enableNodePublicIp": False}}}
+        "properties": {
+            "computeType": "AmlCompute",
+            "provisioningState": "Succeeded",
+            "properties": {
+                "vmSize": "Standard_ND96asr_v4",
+                "vmPriority": tier,
+                "subnet": {"id": SUBNET},
+                "scaleSettings": {"maxNodeCount": max_nodes, "minNodeCount": 1, "nodeIdleTimeBeforeScaleDown": "PT1H"},
+                "userAccountCredentials": {"adminUserName": "owner", "adminUserSshPublicKey": USER_KEY},
+                "remoteLoginPortPublicAccess": "Enabled",
+                "enableNodePublicIp": False,
+            },
+        },
+    }
     return json.loads(json.dumps(model.computes["gpu-cluster"]))
 
 
@@ -104,12 +115,16 @@ def test_growing_an_existing_cluster_changes_its_max_instances_and_nothing_else(
     assert len(model.compute_updates) == 1  # big enough now: left alone
 
 
-@pytest.mark.parametrize(("tier", "spot", "says"), [
-    ("Dedicated", True, "cluster gpu-cluster is dedicated but the job asks for spot"),
-    ("LowPriority", False, "cluster gpu-cluster is low priority but the job is not spot"),
-])
+@pytest.mark.parametrize(
+    ("tier", "spot", "says"),
+    [
+        ("Dedicated", True, "cluster gpu-cluster is dedicated but the job asks for spot"),
+        ("LowPriority", False, "cluster gpu-cluster is low priority but the job is not spot"),
+    ],
+)
 def test_a_cluster_of_the_other_tier_runs_the_job_with_a_warning_naming_the_cluster_to_use(
-        model: WorkspaceModel, tier: str, spot: bool, says: str) -> None:
+    model: WorkspaceModel, tier: str, spot: bool, says: str
+) -> None:
     users_cluster(model, tier=tier, max_nodes=4)
     steps = Steps()
     b = backend(model, f"tier-{str(spot).lower()}")
@@ -178,16 +193,22 @@ report.close(30)
 def run_rank0(job: str, mlflow: MlflowServer) -> str:
     """Rank 0 of the job as Azure ML starts it (MLFLOW_TRACKING_URI and MLFLOW_RUN_ID set), reporting with the
     shared script's own Reporter and MLflow logger; its output, for the job's log file."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow.url, "MLFLOW_RUN_ID": job,
-           "CLOUDDDP_JOB_NAME": "cifar10-azureml"}
-    done = subprocess.run([sys.executable, "-c", RANK0, str(ROOT / "src_train")], env=env, capture_output=True,
-                          text=True, timeout=120)
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": mlflow.url,
+        "MLFLOW_RUN_ID": job,
+        "CLOUDDDP_JOB_NAME": "cifar10-azureml",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", RANK0, str(ROOT / "src_train")], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and "warning: MLflow" not in done.stderr, done.stderr[-3000:]
     return done.stdout
 
 
 def test_metrics_logged_to_the_jobs_mlflow_run_come_back_through_run_metrics_and_the_cli(
-        model: WorkspaceModel, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    model: WorkspaceModel, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from mlflow.tracking import MlflowClient
 
     model.mlflow = mlflow_server
@@ -205,8 +226,10 @@ def test_metrics_logged_to_the_jobs_mlflow_run_come_back_through_run_metrics_and
     assert not follower.is_alive()
 
     client = MlflowClient(tracking_uri=mlflow_server.url)
-    history = {key: sorted((m.step, m.value) for m in client.get_metric_history(name, key))
-               for key in ("train_loss", "lr", "test_acc")}
+    history = {
+        key: sorted((m.step, m.value) for m in client.get_metric_history(name, key))
+        for key in ("train_loss", "lr", "test_acc")
+    }
     assert history["test_acc"] == [(10, pytest.approx(0.65)), (20, pytest.approx(0.9))]  # it reached the server
     records = list(Run.attach(name, "azureml", credential=FakeCredential(), transport=b.transport).metrics())
     assert all(r.source == "mlflow" for r in records)
@@ -220,8 +243,10 @@ def test_metrics_logged_to_the_jobs_mlflow_run_come_back_through_run_metrics_and
     result = CliRunner().invoke(app, ["metrics", name, "--json"])
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.output.splitlines()]
-    assert [(d["step"], d.get("test_acc")) for d in lines if "test_acc" in d] == \
-        [(10, pytest.approx(0.65)), (20, pytest.approx(0.9))]
+    assert [(d["step"], d.get("test_acc")) for d in lines if "test_acc" in d] == [
+        (10, pytest.approx(0.65)),
+        (20, pytest.approx(0.9)),
+    ]
     assert len(lines) == len(records)
 
 
@@ -230,7 +255,8 @@ def points(records: list[Any]) -> list[tuple[int, str, float]]:
 
 
 def test_a_run_that_logged_nothing_to_mlflow_has_its_metric_lines_read(
-        model: WorkspaceModel, mlflow_server: MlflowServer) -> None:
+    model: WorkspaceModel, mlflow_server: MlflowServer
+) -> None:
     model.mlflow = mlflow_server
     b = backend(model, "lines")
     name = b.launch(b.render(load_spec(AZURE_JOB)))
@@ -242,7 +268,8 @@ def test_a_run_that_logged_nothing_to_mlflow_has_its_metric_lines_read(
 
 
 def test_without_a_tracking_uri_reader_the_metrics_verb_names_the_extra_to_install(
-        model: WorkspaceModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    model: WorkspaceModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from cloudddp.backends.azureml import mlflow_metrics
     from cloudddp.errors import BackendUnavailable
 
@@ -259,10 +286,14 @@ def test_the_logs_are_where_the_jobs_default_output_says_else_where_azure_ml_kee
 
     from cloudddp.backends.azureml.logs import log_location
 
-    told = SimpleNamespace(name="j1", outputs={"default": SimpleNamespace(path="azureml://datastores/other/paths/a/b/")})
+    told = SimpleNamespace(
+        name="j1", outputs={"default": SimpleNamespace(path="azureml://datastores/other/paths/a/b/")}
+    )
     assert log_location(told) == ("other", "a/b")
-    service = SimpleNamespace(name="j1", outputs={"default": SimpleNamespace(
-        path="azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.j1")})
+    service = SimpleNamespace(
+        name="j1",
+        outputs={"default": SimpleNamespace(path="azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.j1")},
+    )
     assert log_location(service) == ("workspaceartifactstore", "ExperimentRun/dcid.j1")
     assert log_location(SimpleNamespace(name="j2", outputs={})) == ("workspaceartifactstore", "ExperimentRun/dcid.j2")
 

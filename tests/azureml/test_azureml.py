@@ -69,8 +69,11 @@ def test_render_on_a_size_without_ib_for_two_nodes_warns_and_names_the_ib_size_w
 
 
 def test_the_retired_nc24rs_v3_of_the_seed_is_refused_naming_a_current_replacement() -> None:
-    with pytest.raises(UserError, match=r"azureml.vm_size: Standard_NC24rs_v3 was retired on 2025-09-30.*"
-                                        r"nearest current replacement: Standard_ND96isr_H200_v5"):
+    with pytest.raises(
+        UserError,
+        match=r"azureml.vm_size: Standard_NC24rs_v3 was retired on 2025-09-30.*"
+        r"nearest current replacement: Standard_ND96isr_H200_v5",
+    ):
         render(AZURE_JOB, "azureml.vm_size=Standard_NC24rs_v3", "resources.gpus_per_node=4")
 
 
@@ -80,8 +83,13 @@ def test_checks_the_sdk_does_not_make() -> None:
     with pytest.raises(UserError, match="NCCL_IB_DISABLE=1"):
         render(AZURE_JOB, "env.NCCL_IB_DISABLE=1")
     with pytest.raises(UserError, match="not offered as spot/low priority"):
-        render(AZURE_JOB, "azureml.vm_size=Standard_ND96isr_H200_v5", "resources.gpus_per_node=8",
-               "resources.accelerator=H200", "resources.spot=true")
+        render(
+            AZURE_JOB,
+            "azureml.vm_size=Standard_ND96isr_H200_v5",
+            "resources.gpus_per_node=8",
+            "resources.accelerator=H200",
+            "resources.spot=true",
+        )
     with pytest.raises(UserError, match="smddp: the SageMaker data-parallel library runs only on SageMaker"):
         render(AZURE_JOB, "distribution.backend=smddp")
     low = render(AZURE_JOB, "resources.spot=true")
@@ -96,9 +104,11 @@ def test_secrets_stay_out_of_the_rendered_yaml(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_render_imports_no_azure_sdk() -> None:
-    code = ("import sys; from cloudddp.specload import load_spec; from cloudddp.backends.azureml import AzureMLBackend;"
-            f"AzureMLBackend().render(load_spec({str(AZURE_JOB)!r}));"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('azure','torch','boto3')))")
+    code = (
+        "import sys; from cloudddp.specload import load_spec; from cloudddp.backends.azureml import AzureMLBackend;"
+        f"AzureMLBackend().render(load_spec({str(AZURE_JOB)!r}));"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('azure','torch','boto3')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.strip() == "[]"
 
@@ -142,9 +152,9 @@ class Steps:
 
 
 @pytest.mark.slow
-def test_provision_submit_status_logs_metrics_cancel_through_the_real_sdk(model: WorkspaceModel,
-                                                                           mlflow_server: MlflowServer,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_provision_submit_status_logs_metrics_cancel_through_the_real_sdk(
+    model: WorkspaceModel, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model.mlflow = mlflow_server
     monkeypatch.setenv("WANDB_SRC", "wandb-canary-9f8e7d")
     b = backend(model, token="e2e")
@@ -178,7 +188,8 @@ def test_provision_submit_status_logs_metrics_cancel_through_the_real_sdk(model:
     model.write_log(name, 1, "starting rank 1\n")
     seen: list[tuple[str, str]] = []
     follower = threading.Thread(
-        target=lambda: seen.extend((line.source, line.text) for line in b.logs(name, follow=True)))
+        target=lambda: seen.extend((line.source, line.text) for line in b.logs(name, follow=True))
+    )
     follower.start()
     time.sleep(0.5)
     metric = 'CLOUDDDP_METRIC {"epoch":1,"step":10,"time":1.0,"train_loss":0.42,"test_acc":0.91}'

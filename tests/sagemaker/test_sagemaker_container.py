@@ -41,7 +41,10 @@ DIGITS = 800  # samples in the channel's digits.npz: 640 train, so 10 steps of 6
 def aws(moto_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Aws]:
     """The session's moto and the environment cloudddp submits with (module-wide: rehearsals are shared)."""
     with pytest.MonkeyPatch.context() as patch:
-        for key, value in {**aws_environment(moto_url), "CLOUDDDP_HOME": str(tmp_path_factory.mktemp("cloudddp-home"))}.items():
+        for key, value in {
+            **aws_environment(moto_url),
+            "CLOUDDDP_HOME": str(tmp_path_factory.mktemp("cloudddp-home")),
+        }.items():
             patch.setenv(key, value)
         patch.delenv("AWS_PROFILE", raising=False)
         yield Aws(moto_url, REGION)
@@ -60,12 +63,20 @@ def digits_channel(folder: Path) -> Path:
 def cpu_job(tmp_path: Path, name: str, epochs: int = 2, nodes: int = 1, processes: int = 1) -> dict[str, Any]:
     return {
         "name": name,
-        "code": {"dir": str(ROOT / "src_train"), "entry": "train.py",
-                 "args": ["--dataset", "digits", "--model", "cnn", "--epochs", str(epochs)]},
+        "code": {
+            "dir": str(ROOT / "src_train"),
+            "entry": "train.py",
+            "args": ["--dataset", "digits", "--model", "cnn", "--epochs", str(epochs)],
+        },
         "inputs": {"train": {"path": str(digits_channel(tmp_path / "data")), "arg": "--data-dir"}},
         "resources": {"nodes": nodes, "gpus_per_node": 0, "processes_per_node": processes, "interconnect": "any"},
-        "sagemaker": {"region": REGION, "role": ROLE, "bucket": BUCKET, "instance_type": "ml.m5.xlarge",
-                      "image": CPU_IMAGE},
+        "sagemaker": {
+            "region": REGION,
+            "role": ROLE,
+            "bucket": BUCKET,
+            "instance_type": "ml.m5.xlarge",
+            "image": CPU_IMAGE,
+        },
     }
 
 
@@ -97,8 +108,11 @@ def torchrun_argv(rehearsal: Rehearsal, host: str) -> list[str]:
 
 
 def metric_records(rehearsal: Rehearsal, host: str = "algo-1") -> list[dict[str, Any]]:
-    return [json.loads(line.split("CLOUDDDP_METRIC ", 1)[1]) for line in rehearsal.host(host).lines
-            if "CLOUDDDP_METRIC " in line]
+    return [
+        json.loads(line.split("CLOUDDDP_METRIC ", 1)[1])
+        for line in rehearsal.host(host).lines
+        if "CLOUDDDP_METRIC " in line
+    ]
 
 
 # -- the shared script on one CPU host ---------------------------------------------------------------
@@ -118,7 +132,8 @@ def world_size(rehearsal: Rehearsal) -> int:
 
 
 def test_a_cpu_job_trains_in_the_container_and_a_second_job_resumes_from_its_checkpoints(
-        cpu_first: tuple[Path, dict[str, Any], Rehearsal], aws: Aws) -> None:
+    cpu_first: tuple[Path, dict[str, Any], Rehearsal], aws: Aws
+) -> None:
     root, request, first = cpu_first
     succeeded(first)
     host = first.host("algo-1")
@@ -155,7 +170,9 @@ def test_a_cpu_job_trains_in_the_container_and_a_second_job_resumes_from_its_che
     second = run(second_request, root / "second", aws)
     print(f"resumed rehearsal: {second.seconds:.1f} s")
     succeeded(second)
-    assert any("resumed from /opt/ml/checkpoints/ckpt-e0002-s0000000.pt" in line for line in second.host("algo-1").lines)
+    assert any(
+        "resumed from /opt/ml/checkpoints/ckpt-e0002-s0000000.pt" in line for line in second.host("algo-1").lines
+    )
     assert [r["epoch"] for r in metric_records(second) if "train_loss" in r] == [3]
     assert (second.host("algo-1").opt_ml / "checkpoints" / "ckpt-e0003-s0000000.pt").is_file()
 
@@ -175,8 +192,19 @@ def test_two_hosts_algo_1_and_algo_2_train_one_model_together(tmp_path: Path, aw
     argvs = [torchrun_argv(rehearsal, host) for host in ("algo-1", "algo-2")]
     per_host = argvs[0][argvs[0].index("--nproc_per_node") + 1]
     for rank, argv in enumerate(argvs):
-        assert argv[:11] == ["torchrun", "--nnodes", "2", "--nproc_per_node", per_host, "--master_addr", "algo-1",
-                             "--master_port", "7777", "--node_rank", str(rank)], argv
+        assert argv[:11] == [
+            "torchrun",
+            "--nnodes",
+            "2",
+            "--nproc_per_node",
+            per_host,
+            "--master_addr",
+            "algo-1",
+            "--master_port",
+            "7777",
+            "--node_rank",
+            str(rank),
+        ], argv
     # One process group over both hosts: 640 samples / (64 × world size) steps, reported by rank 0 on algo-1.
     assert [r["step"] for r in metric_records(rehearsal) if "train_loss" in r] == [640 // (64 * 2 * int(per_host))]
     assert metric_records(rehearsal, "algo-2") == []
@@ -215,7 +243,7 @@ def test_smddp_is_rehearsed_up_to_the_toolkits_mpirun_smddprun_command(tmp_path:
     assert argv[argv.index("btl_tcp_if_include") + 1] == "eth0"
     assert any(a.startswith("LD_PRELOAD=") and "gethostname" in a for a in argv)
     # mpirun → smddprun → python -m mpi4py <sagemaker_program> + the arguments the toolkit made of the hyperparameters.
-    tail = argv[argv.index("smddprun"):]
+    tail = argv[argv.index("smddprun") :]
     assert Path(tail[1]).name == "python"
     assert tail[2:5] == ["-m", "mpi4py", json.loads(request["HyperParameters"]["sagemaker_program"])]
     assert tail[5:] == json.loads(call["env"]["SM_USER_ARGS"])
@@ -238,10 +266,36 @@ with open(os.path.join(os.environ["SM_MODEL_DIR"], f"probe-{rank}.json"), "w") a
     json.dump({"argv": sys.argv, "env": dict(os.environ), "dep": rehearsal_dep.VALUE,
                "dep_file": rehearsal_dep.__file__}, f)
 """
-AWKWARD = ["--flag", "true", "--lr", "1e-3", "--ratio", "0.10", "--nothing", "null", "--obj", '{"a":1}',
-           "--text", "a b", "--quoted", '"q"', "--inner", 'say "hi"', "--empty=", "--count", "007", "--plain", "x"]
-PLAIN = {"--text": "a b", "--inner": 'say "hi"', "--count": "007", "--plain": "x",
-         "--data-dir": "/opt/ml/input/data/train"}  # values the toolkit's JSON decoding leaves alone
+AWKWARD = [
+    "--flag",
+    "true",
+    "--lr",
+    "1e-3",
+    "--ratio",
+    "0.10",
+    "--nothing",
+    "null",
+    "--obj",
+    '{"a":1}',
+    "--text",
+    "a b",
+    "--quoted",
+    '"q"',
+    "--inner",
+    'say "hi"',
+    "--empty=",
+    "--count",
+    "007",
+    "--plain",
+    "x",
+]
+PLAIN = {
+    "--text": "a b",
+    "--inner": 'say "hi"',
+    "--count": "007",
+    "--plain": "x",
+    "--data-dir": "/opt/ml/input/data/train",
+}  # values the toolkit's JSON decoding leaves alone
 SPEC_NCCL = {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "lo"}
 
 
@@ -286,7 +340,8 @@ def options(argv: list[str]) -> dict[str, str]:
 
 
 def test_the_script_gets_requirements_plain_values_and_the_containers_environment(
-        probe: tuple[dict[str, Any], Rehearsal, dict[str, Any]]) -> None:
+    probe: tuple[dict[str, Any], Rehearsal, dict[str, Any]],
+) -> None:
     request, rehearsal, record = probe
     # requirements.txt went into the container's Python (the rehearsal's venv), not the shared one.
     assert record["dep"] == "from requirements.txt"
@@ -295,7 +350,11 @@ def test_the_script_gets_requirements_plain_values_and_the_containers_environmen
     assert PLAIN.items() <= options(record["argv"][1:]).items()
     env = record["env"]
     assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")} == {
-        "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+    }
     assert env["MASTER_ADDR"] == "algo-1" and env["MASTER_PORT"].isdigit()
     assert env["SM_CURRENT_HOST"] == "algo-1" and json.loads(env["SM_HOSTS"]) == ["algo-1"]
     assert env["SM_CHANNEL_TRAIN"] == "/opt/ml/input/data/train" and env["SM_MODEL_DIR"] == "/opt/ml/model"
@@ -311,7 +370,9 @@ def test_the_specs_nccl_variables_reach_the_script(probe: tuple[dict[str, Any], 
     assert {k: record["env"][k] for k in SPEC_NCCL} == SPEC_NCCL
 
 
-def test_awkward_argument_values_reach_the_script_unchanged(probe: tuple[dict[str, Any], Rehearsal, dict[str, Any]]) -> None:
+def test_awkward_argument_values_reach_the_script_unchanged(
+    probe: tuple[dict[str, Any], Rehearsal, dict[str, Any]],
+) -> None:
     _, _, record = probe
     assert options(record["argv"][1:]) == {**options(AWKWARD), "--data-dir": "/opt/ml/input/data/train"}
 

@@ -40,18 +40,28 @@ def job(tmp_path: Path, **extra: object) -> dict:
     (data / "part-0.bin").write_bytes(os.urandom(2048))  # unique per test: the bucket outlives a test
     return {
         "name": "tiny-sm",
-        "code": {"dir": str(ROOT / "src_train"), "entry": "train.py", "args": ["--dataset", "synthetic", "--epochs", "2"]},
+        "code": {
+            "dir": str(ROOT / "src_train"),
+            "entry": "train.py",
+            "args": ["--dataset", "synthetic", "--epochs", "2"],
+        },
         "inputs": {"train": {"path": str(data), "arg": "--data-dir"}},
         "resources": {"nodes": 2, "gpus_per_node": 8},
-        "sagemaker": {"region": "us-east-1", "role": "arn:aws:iam::123456789012:role/SageMakerRole", "bucket": BUCKET,
-                      "instance_type": "ml.p4d.24xlarge",
-                      "image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-gpu-py311"},
+        "sagemaker": {
+            "region": "us-east-1",
+            "role": "arn:aws:iam::123456789012:role/SageMakerRole",
+            "bucket": BUCKET,
+            "instance_type": "ml.p4d.24xlarge",
+            "image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-gpu-py311",
+        },
         **extra,
     }
 
 
 def metric(epoch: int, **values: float) -> str:
-    return "CLOUDDDP_METRIC " + json.dumps({"epoch": epoch, "step": epoch * 10, "time": 1.0, **values}, separators=(",", ":"))
+    return "CLOUDDDP_METRIC " + json.dumps(
+        {"epoch": epoch, "step": epoch * 10, "time": 1.0, **values}, separators=(",", ":")
+    )
 
 
 def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_metrics(tmp_path: Path) -> None:
@@ -64,9 +74,15 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
     # The code archive (the folder and the shipped launcher) is in S3 under its own sha256, byte-identical
     # to a local deterministic pack.
     snapshot = pack(ROOT / "src_train", extra=shipped_files())
-    body = boto3.client("s3").get_object(Bucket=BUCKET, Key=f"cloudddp/code/{snapshot.sha256}/sourcedir.tar.gz")["Body"].read()
+    body = (
+        boto3.client("s3")
+        .get_object(Bucket=BUCKET, Key=f"cloudddp/code/{snapshot.sha256}/sourcedir.tar.gz")["Body"]
+        .read()
+    )
     assert hashlib.sha256(body).hexdigest() == snapshot.sha256
-    keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="cloudddp/data/train/")["Contents"]]
+    keys = [
+        o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="cloudddp/data/train/")["Contents"]
+    ]
     assert any(k.endswith("/part-0.bin") for k in keys)
 
     d = boto3.client("sagemaker").describe_training_job(TrainingJobName=name)
@@ -74,7 +90,15 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
     assert d["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge" and d["ResourceConfig"]["InstanceCount"] == 2
     assert d["HyperParameters"]["sagemaker_torch_distributed_enabled"] == "true"
     payload = json.loads(json.loads(d["HyperParameters"]["cloudddp-00"]))  # what the shipped launcher gets
-    assert payload["argv"] == ["train.py", "--dataset", "synthetic", "--epochs", "2", "--data-dir", "/opt/ml/input/data/train"]
+    assert payload["argv"] == [
+        "train.py",
+        "--dataset",
+        "synthetic",
+        "--epochs",
+        "2",
+        "--data-dir",
+        "/opt/ml/input/data/train",
+    ]
     key = checkpoint_key(spec_from_dict(job(tmp_path)))  # the job's own folder: same training, same key
     assert d["CheckpointConfig"]["S3Uri"] == f"s3://{BUCKET}/cloudddp/checkpoints/tiny-sm/{key}"
 
@@ -84,9 +108,13 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
 
     put_logs(name, "algo-1", ["starting", metric(1, train_loss=0.9)], 1_000)
     put_logs(name, "algo-2", ["hello from algo-2"], 1_001)
-    follower = subprocess.Popen([sys.executable, "-m", "cloudddp", "logs", name, "-f"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "CLOUDDDP_SAGEMAKER_POLL": "0.2"})
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "cloudddp", "logs", name, "-f"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "CLOUDDDP_SAGEMAKER_POLL": "0.2"},
+    )
     time.sleep(3)
     put_logs(name, "algo-1", [metric(2, train_loss=0.5, test_acc=0.8)], 5_000)
     set_status(name, "Completed", "Completed")
@@ -120,8 +148,9 @@ def test_a_retried_submit_does_not_start_a_second_job(tmp_path: Path) -> None:
     assert len(creates) == 1
 
 
-def test_throttling_5xx_and_a_lost_response_are_survived_without_a_duplicate(tmp_path: Path, aws_env: str,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_throttling_5xx_and_a_lost_response_are_survived_without_a_duplicate(
+    tmp_path: Path, aws_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def rule(target: str, n: int) -> str | None:
         if target == "CreateTrainingJob" and n == 1:
             return "drop"  # the job is created, the response never arrives
@@ -145,9 +174,12 @@ def test_throttling_5xx_and_a_lost_response_are_survived_without_a_duplicate(tmp
 def test_status_reaches_the_cli_for_each_state(tmp_path: Path) -> None:
     backend = SageMakerBackend(token="st")
     name = backend.launch(backend.render(spec_from_dict(job(tmp_path, name="states-sm"))))
-    for native, secondary, expected in (("InProgress", "Downloading", RunState.STARTING),
-                                        ("InProgress", "Training", RunState.RUNNING),
-                                        ("Failed", "Failed", RunState.FAILED), ("Stopped", "Stopped", RunState.CANCELLED)):
+    for native, secondary, expected in (
+        ("InProgress", "Downloading", RunState.STARTING),
+        ("InProgress", "Training", RunState.RUNNING),
+        ("Failed", "Failed", RunState.FAILED),
+        ("Stopped", "Stopped", RunState.CANCELLED),
+    ):
         set_status(name, native, secondary)
         assert backend.status(name).state is expected
 

@@ -17,12 +17,16 @@ from cloudddp.specload import load_spec, spec_from_dict
 from ..support.cli import ROOT
 
 
-
 def launcher_payload(request: dict) -> dict:
     """What the shipped launcher gets: the toolkit decodes each hyperparameter and passes --key value."""
-    args = [a for key in sorted(request["HyperParameters"]) if key.startswith("cloudddp-")
-            for a in (f"--{key}", json.loads(request["HyperParameters"][key]))]
+    args = [
+        a
+        for key in sorted(request["HyperParameters"])
+        if key.startswith("cloudddp-")
+        for a in (f"--{key}", json.loads(request["HyperParameters"][key]))
+    ]
     return read_payload(args)
+
 
 def sagemaker_jobs() -> list[Path]:
     return [p for p in sorted((ROOT / "jobs").glob("*.yaml")) if load_spec(p).section("sagemaker").role]
@@ -76,8 +80,9 @@ def test_smddp_on_an_unsupported_instance_is_refused_with_the_alternatives() -> 
 
 
 def test_multi_node_without_efa_warns_with_what_to_pick_instead() -> None:
-    spec = load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml",
-                     ["sagemaker.instance_type=ml.g5.2xlarge", "resources.gpus_per_node=1"])
+    spec = load_spec(
+        ROOT / "jobs" / "cifar10-resnet18.yaml", ["sagemaker.instance_type=ml.g5.2xlarge", "resources.gpus_per_node=1"]
+    )
     plan = SageMakerBackend().render(spec)
     text = " ".join(plan.warnings)
     assert "does not scale" in text and "ml.g5.12xlarge" in text
@@ -85,37 +90,59 @@ def test_multi_node_without_efa_warns_with_what_to_pick_instead() -> None:
 
 def test_a_retired_instance_type_is_refused_naming_a_current_replacement() -> None:
     spec = load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml", ["sagemaker.instance_type=ml.p3.16xlarge"])
-    with pytest.raises(UserError, match=r"sagemaker.instance_type: ml.p3.16xlarge was retired on 2025-12-20.*"
-                                        r"nearest current replacement: ml.p5en.48xlarge"):
+    with pytest.raises(
+        UserError,
+        match=r"sagemaker.instance_type: ml.p3.16xlarge was retired on 2025-12-20.*"
+        r"nearest current replacement: ml.p5en.48xlarge",
+    ):
         SageMakerBackend().render(spec)
 
 
 def test_secrets_are_placeholders_in_the_rendered_request(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_TOKEN", "s3cr3t-value-123")
-    spec = load_spec(ROOT / "jobs" / "cifar10-smddp.yaml",
-                     ["env.TOKEN.from_env=MY_TOKEN", "env.TOKEN.secret=true", "env.PLAIN=visible"])
+    spec = load_spec(
+        ROOT / "jobs" / "cifar10-smddp.yaml",
+        ["env.TOKEN.from_env=MY_TOKEN", "env.TOKEN.secret=true", "env.PLAIN=visible"],
+    )
     plan = SageMakerBackend().render(spec)
     assert "s3cr3t-value-123" not in plan.to_json()
-    assert plan.request["Environment"]["TOKEN"] == "<secret:TOKEN>" and plan.request["Environment"]["PLAIN"] == "visible"
+    assert (
+        plan.request["Environment"]["TOKEN"] == "<secret:TOKEN>" and plan.request["Environment"]["PLAIN"] == "visible"
+    )
 
 
 def test_missing_role_says_how_and_a_bare_flag_reaches_the_script() -> None:
-    base = {"name": "x", "code": {"dir": str(ROOT / "src_train")}, "resources": {"gpus_per_node": 1},
-            "sagemaker": {"region": "us-east-1", "role": "arn:aws:iam::123456789012:role/r",
-                          "instance_type": "ml.g5.xlarge"}}
+    base = {
+        "name": "x",
+        "code": {"dir": str(ROOT / "src_train")},
+        "resources": {"gpus_per_node": 1},
+        "sagemaker": {
+            "region": "us-east-1",
+            "role": "arn:aws:iam::123456789012:role/r",
+            "instance_type": "ml.g5.xlarge",
+        },
+    }
     data = json.loads(json.dumps(base))
     data["sagemaker"].pop("role")
     with pytest.raises(UserError, match="no execution role"):
         SageMakerBackend().render(spec_from_dict(data))
-    flag = SageMakerBackend().render(spec_from_dict({**base, "code": {"dir": str(ROOT / "src_train"),
-                                                                      "args": ["--deterministic", "7"]},
-                                                     "sagemaker": {**base["sagemaker"], "image": "img:1"}}))
+    flag = SageMakerBackend().render(
+        spec_from_dict(
+            {
+                **base,
+                "code": {"dir": str(ROOT / "src_train"), "args": ["--deterministic", "7"]},
+                "sagemaker": {**base["sagemaker"], "image": "img:1"},
+            }
+        )
+    )
     assert launcher_payload(flag.request)["argv"] == ["train.py", "--deterministic", "7"]  # a flag, a positional
 
 
 def test_render_imports_no_aws_sdk() -> None:
-    code = ("import sys; from cloudddp.specload import load_spec; from cloudddp.backends.sagemaker import SageMakerBackend;"
-            f"SageMakerBackend().render(load_spec({str(ROOT / 'jobs' / 'cifar10-smddp.yaml')!r}));"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3','botocore','sagemaker','torch')))")
+    code = (
+        "import sys; from cloudddp.specload import load_spec; from cloudddp.backends.sagemaker import SageMakerBackend;"
+        f"SageMakerBackend().render(load_spec({str(ROOT / 'jobs' / 'cifar10-smddp.yaml')!r}));"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3','botocore','sagemaker','torch')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.strip() == "[]"

@@ -24,12 +24,18 @@ ACCOUNT_ID = "123456789012"  # moto's default account
 
 def aws_environment(url: str) -> dict[str, str]:
     """What a shell needs to talk to the emulator: its endpoint, dummy credentials, a region."""
-    return {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
+    return {
+        "AWS_ENDPOINT_URL": url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+    }
 
 
-def set_status(name: str, status: str, secondary: str | None = None, region: str = "us-east-1",
-               reason: str | None = None) -> None:
+def set_status(
+    name: str, status: str, secondary: str | None = None, region: str = "us-east-1", reason: str | None = None
+) -> None:
     """Move a training job to ``status`` (moto creates jobs already Completed and has no transitions);
     ``reason`` is the FailureReason DescribeTrainingJob reports."""
     from moto.sagemaker.models import sagemaker_backends
@@ -61,8 +67,11 @@ def put_logs(name: str, host: str, lines: list[str], start_ms: int) -> None:
         logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
     except logs.exceptions.ResourceAlreadyExistsException:
         pass
-    logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream,
-                        logEvents=[{"timestamp": NOW_MS + start_ms + i, "message": m} for i, m in enumerate(lines)])
+    logs.put_log_events(
+        logGroupName=LOG_GROUP,
+        logStreamName=stream,
+        logEvents=[{"timestamp": NOW_MS + start_ms + i, "message": m} for i, m in enumerate(lines)],
+    )
 
 
 def _stop_training_job(self: Any) -> Any:
@@ -76,18 +85,21 @@ def _stop_training_job(self: Any) -> Any:
     if job is None:
         raise ValidationError(message=f"Requested resource not found: training job {name}")
     if job.training_job_status != "InProgress":
-        raise ValidationError(message=f"The request was rejected because the training job is in status "
-                                      f"{job.training_job_status}.")
+        raise ValidationError(
+            message=f"The request was rejected because the training job is in status {job.training_job_status}."
+        )
     job.training_job_status, job.secondary_status = "Stopped", "Stopped"
     return ActionResult({})
 
 
 def _starts_in_progress(create: Any) -> Any:
     """moto creates a training job already Completed; SageMaker's is InProgress (Starting) until it ends."""
+
     def created(self: Any, *args: Any, **kwargs: Any) -> Any:
         job = create(self, *args, **kwargs)
         job.training_job_status, job.secondary_status = "InProgress", "Starting"
         return job
+
     return created
 
 
@@ -157,8 +169,15 @@ class FaultProxy:
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
-                self._reply(resp.status, data, {k: v for k, v in resp.getheaders()
-                                                if k.lower() not in ("transfer-encoding", "content-length", "connection")})
+                self._reply(
+                    resp.status,
+                    data,
+                    {
+                        k: v
+                        for k, v in resp.getheaders()
+                        if k.lower() not in ("transfer-encoding", "content-length", "connection")
+                    },
+                )
 
             def _reply(self, status: int, data: bytes, headers: dict[str, str]) -> None:
                 self.send_response(status)

@@ -66,8 +66,10 @@ class AzureRun:
 
     def describe(self) -> str:
         """Exit codes and each log's tail, for assertion messages."""
-        return "\n".join(f"--- rank {rank} exited {self.returncodes.get(rank)} ---\n{text[-3000:]}"
-                         for rank, text in sorted(self.logs.items()))
+        return "\n".join(
+            f"--- rank {rank} exited {self.returncodes.get(rank)} ---\n{text[-3000:]}"
+            for rank, text in sorted(self.logs.items())
+        )
 
 
 class Datastores:
@@ -91,6 +93,7 @@ def free_port() -> int:
 
 def substitute(command: str, inputs: dict[str, Path], outputs: dict[str, Path]) -> str:
     """The command with ``${{inputs.X}}``/``${{outputs.Y}}`` replaced by paths; unknown references are errors."""
+
     def path_of(match: re.Match[str]) -> str:
         kind, name = match.groups()
         table = inputs if kind == "inputs" else outputs
@@ -139,8 +142,9 @@ def _input_folders(job: dict[str, Any], stores: Datastores, node_dir: Path) -> d
     return folders
 
 
-def _prepare_nodes(job: dict[str, Any], work: Path, stores: Datastores) -> tuple[list[Path], list[str], dict[str, Path],
-                                                                                 dict[str, Path]]:
+def _prepare_nodes(
+    job: dict[str, Any], work: Path, stores: Datastores
+) -> tuple[list[Path], list[str], dict[str, Path], dict[str, Path]]:
     """Per node: a copy of the code snapshot and the substituted command; plus node 0's inputs and the outputs."""
     outputs = _output_folders(job, stores)
     code_dirs, commands, per_node_inputs = [], [], []
@@ -156,9 +160,11 @@ def _prepare_nodes(job: dict[str, Any], work: Path, stores: Datastores) -> tuple
 
 def _base_env(job: dict[str, Any]) -> dict[str, str]:
     """This machine's environment as the image's: ``python`` is this interpreter, no GPUs, the job's variables."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                        "NODE_RANK"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK"}
+    }
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["CUDA_VISIBLE_DEVICES"] = ""
     env.update({k: str(v) for k, v in (job.get("environment_variables") or {}).items()})
@@ -203,8 +209,9 @@ class Started:
         return AzureRun(self.job_name, codes, logs, self.inputs, self.outputs, self.envs)
 
 
-def start_pytorch(job: dict[str, Any], work: Path, stores: Datastores, platform_env: dict[str, str] | None = None
-                  ) -> Started:
+def start_pytorch(
+    job: dict[str, Any], work: Path, stores: Datastores, platform_env: dict[str, str] | None = None
+) -> Started:
     """Azure ML's PyTorch distribution, started: every process launched directly with the torch.distributed
     variables (and ``platform_env``, what the platform adds, e.g. MLFLOW_*); returns without waiting."""
     if job["distribution"]["type"] != "pytorch":
@@ -219,13 +226,25 @@ def start_pytorch(job: dict[str, Any], work: Path, stores: Datastores, platform_
         for node in range(nodes):
             for local in range(per_node):
                 rank = node * per_node + local
-                started.envs[rank] = {**base, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                                      "WORLD_SIZE": str(nodes * per_node), "NODE_RANK": str(node), "RANK": str(rank),
-                                      "LOCAL_RANK": str(local)}
+                started.envs[rank] = {
+                    **base,
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(port),
+                    "WORLD_SIZE": str(nodes * per_node),
+                    "NODE_RANK": str(node),
+                    "RANK": str(rank),
+                    "LOCAL_RANK": str(local),
+                }
                 with open(started.log_file(rank), "wb") as log:
                     started.procs[rank] = subprocess.Popen(
-                        ["bash", "-c", commands[node]], cwd=code_dirs[node], env=started.envs[rank], stdout=log,
-                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                        ["bash", "-c", commands[node]],
+                        cwd=code_dirs[node],
+                        env=started.envs[rank],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
     except BaseException:
         started.stop()
         raise
@@ -256,20 +275,36 @@ def launch_mpi(job: dict[str, Any], work: Path, stores: Datastores, timeout: flo
     nodes = int(job["resources"]["instance_count"])
     ranks = nodes * int(job["distribution"].get("process_count_per_instance", 1))
     code_dirs, commands, inputs, outputs = _prepare_nodes(job, work, stores)
-    env = {**_base_env(job), "AZ_BATCHAI_MPI_MASTER_NODE": "127.0.0.1",
-           # mpirun refuses to start processes as root unless both are set.
-           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    env = {
+        **_base_env(job),
+        "AZ_BATCHAI_MPI_MASTER_NODE": "127.0.0.1",
+        # mpirun refuses to start processes as root unless both are set.
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    }
     if nodes > 1:
         env["AZ_BATCH_MASTER_NODE"] = f"127.0.0.1:{free_port()}"
     logs_dir = work / "mpi-logs"
-    argv = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none", "--output-filename", str(logs_dir),
-            "bash", "-c", commands[0]]
+    argv = [
+        "mpirun",
+        "-np",
+        str(ranks),
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "--output-filename",
+        str(logs_dir),
+        "bash",
+        "-c",
+        commands[0],
+    ]
     done = subprocess.run(argv, cwd=code_dirs[0], env=env, capture_output=True, text=True, timeout=timeout, check=False)
     logs, codes = {}, {}
     for rank in range(ranks):
         folder = logs_dir / "1" / f"rank.{rank}"
-        parts = [(folder / name).read_text(errors="replace") for name in ("stdout", "stderr")
-                 if (folder / name).exists()]
+        parts = [
+            (folder / name).read_text(errors="replace") for name in ("stdout", "stderr") if (folder / name).exists()
+        ]
         logs[rank] = "".join(parts)
         codes[rank] = done.returncode
     if done.returncode != 0:

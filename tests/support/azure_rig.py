@@ -64,10 +64,14 @@ ML_HOSTS = ("https://management.azure.com", DISCOVERY.rsplit("/discovery", 1)[0]
 OUTPUT_MODES = {"ReadWriteMount": "rw_mount", "Upload": "upload", "Direct": "direct"}  # REST -> CLI v2
 HOST_HEADER = "X-Rig-Host"  # the host a forwarded request was for
 RIG_URL, RIG_BLOB = "CLOUDDDP_TEST_AZURE_RIG", "CLOUDDDP_TEST_AZURE_BLOB"
-PREEMPTED = ("AzureMLCompute job failed.\nPreemptionError: Nodes of this job got pre-empted. Check if the run has "
-             "failed or restarted.\n\tReason: Received pre-emption warning signal")
+PREEMPTED = (
+    "AzureMLCompute job failed.\nPreemptionError: Nodes of this job got pre-empted. Check if the run has "
+    "failed or restarted.\n\tReason: Received pre-emption warning signal"
+)
 """What Azure ML reports for a preempted low-priority job (its code: UserError)."""
-SCRIPT_FAILED = "AzureMLCompute job failed\nExecutionFailed: [REDACTED]\n\texit_codes: 1\n\tAppinsights Reachable: Some(true)"
+SCRIPT_FAILED = (
+    "AzureMLCompute job failed\nExecutionFailed: [REDACTED]\n\texit_codes: 1\n\tAppinsights Reachable: Some(true)"
+)
 """What Azure ML reports when the command exits non-zero (its code: UserError)."""
 
 
@@ -87,9 +91,22 @@ def azurite(tmp: Path) -> Iterator[str]:
     binary = azurite_binary()
     assert binary, "Azurite is not installed: `make test` installs it with `npm install`"
     port = free_port()
-    proc = subprocess.Popen([binary, "--silent", "--disableTelemetry", "--skipApiVersionCheck", "--location", str(tmp),
-                             "--blobHost", "127.0.0.1", "--blobPort", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--silent",
+            "--disableTelemetry",
+            "--skipApiVersionCheck",
+            "--location",
+            str(tmp),
+            "--blobHost",
+            "127.0.0.1",
+            "--blobPort",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -145,16 +162,21 @@ class WorkspaceModel:
     def container_sas(self, container: str | None = None) -> str:
         from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 
-        return generate_container_sas(ACCOUNT, container or self.container, account_key=ACCOUNT_KEY,
-                                      permission=ContainerSasPermissions(read=True, write=True, list=True, create=True,
-                                                                         add=True),
-                                      expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=2))
+        return generate_container_sas(
+            ACCOUNT,
+            container or self.container,
+            account_key=ACCOUNT_KEY,
+            permission=ContainerSasPermissions(read=True, write=True, list=True, create=True, add=True),
+            expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=2),
+        )
 
     def container_client(self, container: str | None = None) -> Any:
         from azure.storage.blob import ContainerClient
 
-        conn = (f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
-                f"BlobEndpoint={self.blob_endpoint};")
+        conn = (
+            f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
+            f"BlobEndpoint={self.blob_endpoint};"
+        )
         return ContainerClient.from_connection_string(conn, container or self.container)
 
     def write_log(self, job: str, process: int, text: str) -> None:
@@ -177,8 +199,9 @@ class WorkspaceModel:
 
         assert self.mlflow is not None
         if self._mlflow_store is None:
-            self._mlflow_store = sqlalchemy_store.SqlAlchemyStore(f"sqlite:///{self.mlflow.root / 'mlflow.db'}",
-                                                                  str(self.mlflow.root / "artifacts"))
+            self._mlflow_store = sqlalchemy_store.SqlAlchemyStore(
+                f"sqlite:///{self.mlflow.root / 'mlflow.db'}", str(self.mlflow.root / "artifacts")
+            )
         store = self._mlflow_store
         found = store.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found else store.create_experiment(experiment)
@@ -195,26 +218,42 @@ class WorkspaceModel:
         container, prefix = code_uri.path.split("/", 3)[2:]
         client = self.container_client(container)
         for blob in client.list_blobs(name_starts_with=prefix + "/"):
-            target = into / blob.name[len(prefix) + 1:]
+            target = into / blob.name[len(prefix) + 1 :]
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(client.download_blob(blob.name).readall())
-        outputs = {name: {"type": out["jobOutputType"], "mode": OUTPUT_MODES[out["mode"]],
-                          **({"path": out["uri"]} if out.get("uri") else {})}
-                   for name, out in props.get("outputs", {}).items() if name != "default"}
-        return {"name": job, "code": str(into), "command": props["command"],
-                "environment_variables": props.get("environmentVariables", {}),
-                "distribution": {"type": props["distribution"]["distributionType"].lower(),
-                                 "process_count_per_instance": props["distribution"]["processCountPerInstance"]},
-                "resources": {"instance_count": props["resources"]["instanceCount"]}, "outputs": outputs,
-                "tags": props.get("tags", {})}
+        outputs = {
+            name: {
+                "type": out["jobOutputType"],
+                "mode": OUTPUT_MODES[out["mode"]],
+                **({"path": out["uri"]} if out.get("uri") else {}),
+            }
+            for name, out in props.get("outputs", {}).items()
+            if name != "default"
+        }
+        return {
+            "name": job,
+            "code": str(into),
+            "command": props["command"],
+            "environment_variables": props.get("environmentVariables", {}),
+            "distribution": {
+                "type": props["distribution"]["distributionType"].lower(),
+                "process_count_per_instance": props["distribution"]["processCountPerInstance"],
+            },
+            "resources": {"instance_count": props["resources"]["instanceCount"]},
+            "outputs": outputs,
+            "tags": props.get("tags", {}),
+        }
 
     def set_job_status(self, job: str, status: str) -> None:
         self.jobs[job]["properties"]["status"] = status
 
     def fail_job(self, job: str, message: str, code: str = "UserError") -> None:
         """The job fails with ``message``, which its run history reports as Azure ML does (``error.error``)."""
-        self.errors[job] = {"error": {"code": code, "message": message, "messageParameters": {}, "details": []},
-                            "time": _now(), "componentName": "CommonRuntime"}
+        self.errors[job] = {
+            "error": {"code": code, "message": message, "messageParameters": {}, "details": []},
+            "time": _now(),
+            "componentName": "CommonRuntime",
+        }
         self.set_job_status(job, "Failed")
 
 
@@ -232,8 +271,9 @@ class WorkspaceAdapter(BaseAdapter):
         status, payload, headers = self.answer(request.method or "GET", url.netloc, url.path, parse_qs(url.query), body)
         content = json.dumps(payload).encode() if payload is not None else b""
         all_headers = {"Content-Type": "application/json", "Content-Length": str(len(content)), **headers}
-        raw = urllib3.HTTPResponse(body=io.BytesIO(content), headers=all_headers, status=status,
-                                   preload_content=False, decode_content=False)
+        raw = urllib3.HTTPResponse(
+            body=io.BytesIO(content), headers=all_headers, status=status, preload_content=False, decode_content=False
+        )
         return self.build_response(request, raw)
 
     def answer(self, method: str, host: str, path: str, query: dict[str, list[str]], body: Any) -> Answer:
@@ -267,34 +307,88 @@ class WorkspaceAdapter(BaseAdapter):
             match = re.search(r"/runs/([^/]+)/details$", path)
             if match and match.group(1) in m.jobs:
                 job = match.group(1)
-                details = {"runId": job, "status": m.jobs[job]["properties"]["status"],
-                           "logFiles": m.log_files.get(job, {}), "warnings": []}
+                details = {
+                    "runId": job,
+                    "status": m.jobs[job]["properties"]["status"],
+                    "logFiles": m.log_files.get(job, {}),
+                    "warnings": [],
+                }
                 if job in m.errors:
                     details["error"] = m.errors[job]
                 return 200, details, {}
             return self._not_found(path)
         if path.endswith("/vmSizes"):
-            return 200, {"value": [{"name": "Standard_ND96asr_v4", "family": "standardNDASv4_A100Family", "vCPUs": 96,
-                                    "gpus": 8, "memoryGB": 900, "lowPriorityCapable": True},
-                                   {"name": "Standard_NC96ads_A100_v4", "family": "standardNCADSA100v4Family",
-                                    "vCPUs": 96, "gpus": 4, "memoryGB": 880, "lowPriorityCapable": True},
-                                   {"name": "Standard_D4s_v3", "family": "standardDSv3Family", "vCPUs": 4, "gpus": 0,
-                                    "memoryGB": 16, "lowPriorityCapable": True}]}, {}
+            return (
+                200,
+                {
+                    "value": [
+                        {
+                            "name": "Standard_ND96asr_v4",
+                            "family": "standardNDASv4_A100Family",
+                            "vCPUs": 96,
+                            "gpus": 8,
+                            "memoryGB": 900,
+                            "lowPriorityCapable": True,
+                        },
+                        {
+                            "name": "Standard_NC96ads_A100_v4",
+                            "family": "standardNCADSA100v4Family",
+                            "vCPUs": 96,
+                            "gpus": 4,
+                            "memoryGB": 880,
+                            "lowPriorityCapable": True,
+                        },
+                        {
+                            "name": "Standard_D4s_v3",
+                            "family": "standardDSv3Family",
+                            "vCPUs": 4,
+                            "gpus": 0,
+                            "memoryGB": 16,
+                            "lowPriorityCapable": True,
+                        },
+                    ]
+                },
+                {},
+            )
         if path.endswith("/usages"):
-            return 200, {"value": [{"name": {"value": "standardNDASv4_A100Family", "localizedValue": "NDASv4_A100"},
-                                    "currentValue": 0, "limit": 192, "unit": "Count"}]}, {}
+            return (
+                200,
+                {
+                    "value": [
+                        {
+                            "name": {"value": "standardNDASv4_A100Family", "localizedValue": "NDASv4_A100"},
+                            "currentValue": 0,
+                            "limit": 192,
+                            "unit": "Count",
+                        }
+                    ]
+                },
+                {},
+            )
         if path.rstrip("/") == WS_PATH and method == "GET":
-            props = {"discoveryUrl": DISCOVERY, "workspaceId": "11111111-1111-1111-1111-111111111111",
-                     "friendlyName": WS}
+            props = {
+                "discoveryUrl": DISCOVERY,
+                "workspaceId": "11111111-1111-1111-1111-111111111111",
+                "friendlyName": WS,
+            }
             tracking = m.tracking_uri or (m.mlflow.url if m.mlflow is not None else None)
             if tracking:
                 props["mlFlowTrackingUri"] = tracking
-            return 200, {"id": WS_PATH, "name": WS, "location": "eastus",
-                         "type": "Microsoft.MachineLearningServices/workspaces", "properties": props}, {}
+            return (
+                200,
+                {
+                    "id": WS_PATH,
+                    "name": WS,
+                    "location": "eastus",
+                    "type": "Microsoft.MachineLearningServices/workspaces",
+                    "properties": props,
+                },
+                {},
+            )
         if not path.startswith(WS_PATH + "/"):
             m.unhandled.append(f"{method} {host}{path}")
             return self._not_found(path)
-        rest = path[len(WS_PATH) + 1:]
+        rest = path[len(WS_PATH) + 1 :]
         parts = rest.split("/")
         if parts[0] == "codes":
             return self.codes(method, parts, query, body)
@@ -320,13 +414,25 @@ class WorkspaceAdapter(BaseAdapter):
             m.pending_uploads += 1
             folder = f"LocalUpload/{uuid.uuid4().hex}"
             base = f"{m.blob_endpoint}/{m.container}"
-            return 200, {"blobReferenceForConsumption": {
-                "blobUri": f"{base}/{folder}", "storageAccountArmId": None,
-                "credential": {"credentialType": "SAS", "sasUri": f"{base}/{folder}?{m.container_sas()}"}}}, {}
+            return (
+                200,
+                {
+                    "blobReferenceForConsumption": {
+                        "blobUri": f"{base}/{folder}",
+                        "storageAccountArmId": None,
+                        "credential": {"credentialType": "SAS", "sasUri": f"{base}/{folder}?{m.container_sas()}"},
+                    }
+                },
+                {},
+            )
         if method == "PUT":
-            resource = {"id": f"{WS_PATH}/codes/{key.replace('/', '/versions/')}", "name": parts[3],
-                        "type": "Microsoft.MachineLearningServices/workspaces/codes/versions",
-                        "properties": body["properties"], "systemData": {"createdAt": _now()}}
+            resource = {
+                "id": f"{WS_PATH}/codes/{key.replace('/', '/versions/')}",
+                "name": parts[3],
+                "type": "Microsoft.MachineLearningServices/workspaces/codes/versions",
+                "properties": body["properties"],
+                "systemData": {"createdAt": _now()},
+            }
             m.codes[key] = resource
             return 200, resource, {}
         if method == "GET":
@@ -343,11 +449,23 @@ class WorkspaceAdapter(BaseAdapter):
         artifacts = name == "workspaceartifactstore"
         if method == "POST" and parts[-1] == "listSecrets":
             return 200, {"secretsType": "Sas", "sasToken": m.container_sas(ARTIFACT_CONTAINER)}, {}
-        return 200, {"id": f"{WS_PATH}/datastores/{name}", "name": name,
-                     "properties": {"datastoreType": "AzureBlob", "accountName": ACCOUNT,
-                                    "containerName": ARTIFACT_CONTAINER if artifacts else m.container,
-                                    "endpoint": STORAGE_ENDPOINT, "protocol": "http", "isDefault": not artifacts,
-                                    "credentials": {"credentialsType": "Sas" if artifacts else "None"}}}, {}
+        return (
+            200,
+            {
+                "id": f"{WS_PATH}/datastores/{name}",
+                "name": name,
+                "properties": {
+                    "datastoreType": "AzureBlob",
+                    "accountName": ACCOUNT,
+                    "containerName": ARTIFACT_CONTAINER if artifacts else m.container,
+                    "endpoint": STORAGE_ENDPOINT,
+                    "protocol": "http",
+                    "isDefault": not artifacts,
+                    "credentials": {"credentialsType": "Sas" if artifacts else "None"},
+                },
+            },
+            {},
+        )
 
     def jobs(self, method: str, parts: list[str], body: Any) -> Answer:
         m = self.model
@@ -357,13 +475,19 @@ class WorkspaceAdapter(BaseAdapter):
             studio = {"endpoint": f"https://ml.azure.com/runs/{name}", "jobServiceType": "Studio"}
             props.update(status="Queued", services={"Studio": studio})
             props.setdefault("outputs", {})["default"] = {  # the service adds the job's artifact folder
-                "jobOutputType": "uri_folder", "mode": "ReadWriteMount",
-                "uri": f"azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.{name}"}
+                "jobOutputType": "uri_folder",
+                "mode": "ReadWriteMount",
+                "uri": f"azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.{name}",
+            }
             if m.mlflow is not None and name not in m.jobs:
                 m.start_mlflow_run(name, props.get("experimentName") or "Default")
-            m.jobs[name] = {"id": f"{WS_PATH}/jobs/{name}", "name": name,
-                            "type": "Microsoft.MachineLearningServices/workspaces/jobs", "properties": props,
-                            "systemData": {"createdAt": _now(), "createdBy": "rig"}}
+            m.jobs[name] = {
+                "id": f"{WS_PATH}/jobs/{name}",
+                "name": name,
+                "type": "Microsoft.MachineLearningServices/workspaces/jobs",
+                "properties": props,
+                "systemData": {"createdAt": _now(), "createdBy": "rig"},
+            }
             return 201, m.jobs[name], {}
         if name not in m.jobs:
             return self._not_found(f"job {name}")
@@ -380,9 +504,13 @@ class WorkspaceAdapter(BaseAdapter):
         if method == "PUT":
             props = copy.deepcopy(body["properties"])
             props["provisioningState"] = "Succeeded"
-            m.computes[name] = {"id": f"{WS_PATH}/computes/{name}", "name": name,
-                                "location": body.get("location", "eastus"),
-                                "type": "Microsoft.MachineLearningServices/workspaces/computes", "properties": props}
+            m.computes[name] = {
+                "id": f"{WS_PATH}/computes/{name}",
+                "name": name,
+                "location": body.get("location", "eastus"),
+                "type": "Microsoft.MachineLearningServices/workspaces/computes",
+                "properties": props,
+            }
             op = f"https://management.azure.com{WS_PATH}/operations/compute-{name}"
             return 201, m.computes[name], {"Azure-AsyncOperation": op}
         if method == "PATCH" and name in m.computes:  # Compute - Update: only scale settings can change
@@ -417,9 +545,15 @@ class BlobForwarder(BaseAdapter):
             self.ranges.append((url.path, request.headers["x-ms-range"]))
         headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
         target = f"{self.blob_endpoint}{url.path}" + (f"?{url.query}" if url.query else "")
-        return self.session.request(request.method or "GET", target, headers=headers, data=request.body,
-                                    timeout=kwargs.get("timeout") or 30, stream=bool(kwargs.get("stream")),
-                                    allow_redirects=False)
+        return self.session.request(
+            request.method or "GET",
+            target,
+            headers=headers,
+            data=request.body,
+            timeout=kwargs.get("timeout") or 30,
+            stream=bool(kwargs.get("stream")),
+            allow_redirects=False,
+        )
 
 
 class RigForwarder(BaseAdapter):
@@ -439,9 +573,15 @@ class RigForwarder(BaseAdapter):
         headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
         headers[HOST_HEADER] = url.netloc
         target = f"{self.rig_url}{url.path}" + (f"?{url.query}" if url.query else "")
-        return self.session.request(request.method or "GET", target, headers=headers, data=request.body,
-                                    timeout=kwargs.get("timeout") or 30, stream=bool(kwargs.get("stream")),
-                                    allow_redirects=False)
+        return self.session.request(
+            request.method or "GET",
+            target,
+            headers=headers,
+            data=request.body,
+            timeout=kwargs.get("timeout") or 30,
+            stream=bool(kwargs.get("stream")),
+            allow_redirects=False,
+        )
 
 
 @contextmanager
@@ -461,8 +601,13 @@ def serve(model: WorkspaceModel) -> Iterator[str]:
             raw = self.rfile.read(length) if length else b""
             url = urlparse(self.path)
             with lock:
-                status, payload, headers = adapter.answer(self.command, self.headers.get(HOST_HEADER, ""), url.path,
-                                                          parse_qs(url.query), json.loads(raw) if raw else None)
+                status, payload, headers = adapter.answer(
+                    self.command,
+                    self.headers.get(HOST_HEADER, ""),
+                    url.path,
+                    parse_qs(url.query),
+                    json.loads(raw) if raw else None,
+                )
             content = json.dumps(payload).encode() if payload is not None else b""
             self.send_response(status)
             for key, value in {"Content-Type": "application/json", **headers}.items():
@@ -505,9 +650,13 @@ def served_transport() -> Any:
 def served_environment(rig_url: str, model: WorkspaceModel) -> dict[str, str]:
     """What a ``cloudddp`` process (the CLI, a recovery watcher) needs to use the served workspace through the
     Azure ML backend's two extension points, with no credential or transport passed in code."""
-    return {**env_for_rig(), "CLOUDDDP_AZURE_CREDENTIAL": "tests.support.azure_rig:FakeCredential",
-            "CLOUDDDP_AZURE_TRANSPORT": "tests.support.azure_rig:served_transport", RIG_URL: rig_url,
-            RIG_BLOB: model.blob_endpoint}
+    return {
+        **env_for_rig(),
+        "CLOUDDDP_AZURE_CREDENTIAL": "tests.support.azure_rig:FakeCredential",
+        "CLOUDDDP_AZURE_TRANSPORT": "tests.support.azure_rig:served_transport",
+        RIG_URL: rig_url,
+        RIG_BLOB: model.blob_endpoint,
+    }
 
 
 def ml_transport(model: WorkspaceModel) -> Any:
@@ -532,5 +681,9 @@ def create_container(model: WorkspaceModel) -> None:
 
 
 def env_for_rig() -> dict[str, str]:
-    return {"AZURE_SUBSCRIPTION_ID": SUB, "AZURE_RESOURCE_GROUP": RG, "AZUREML_WORKSPACE_NAME": WS,
-            "AZUREML_LOG_LEVEL": "ERROR"}
+    return {
+        "AZURE_SUBSCRIPTION_ID": SUB,
+        "AZURE_RESOURCE_GROUP": RG,
+        "AZUREML_WORKSPACE_NAME": WS,
+        "AZUREML_LOG_LEVEL": "ERROR",
+    }

@@ -50,8 +50,12 @@ def kill_node(run_dir: str, node: int) -> list[int]:
             env = (entry / "environ").read_bytes().split(b"\0")
         except (OSError, ValueError):
             continue
-        if f"CLOUDDDP_MODEL_DIR={run_dir}/outputs".encode() in env and f"NODE_RANK={node}".encode() in env \
-                and entry.name.isdigit() and int(entry.name) != agent:
+        if (
+            f"CLOUDDDP_MODEL_DIR={run_dir}/outputs".encode() in env
+            and f"NODE_RANK={node}".encode() in env
+            and entry.name.isdigit()
+            and int(entry.name) != agent
+        ):
             ranks.append(int(entry.name))
     os.killpg(agent, signal.SIGKILL)
     for pid in ranks:

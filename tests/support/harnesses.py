@@ -65,9 +65,13 @@ class LocalHarness(Harness):
 
 class SageMakerHarness(Harness):
     name = "sagemaker"
-    overrides = ["sagemaker.region=us-east-1", "sagemaker.role=arn:aws:iam::123456789012:role/SageMakerRole",
-                 "sagemaker.bucket=cloudddp-contract", "sagemaker.instance_type=ml.m5.xlarge",
-                 "sagemaker.image=763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-cpu-py311"]
+    overrides = [
+        "sagemaker.region=us-east-1",
+        "sagemaker.role=arn:aws:iam::123456789012:role/SageMakerRole",
+        "sagemaker.bucket=cloudddp-contract",
+        "sagemaker.instance_type=ml.m5.xlarge",
+        "sagemaker.image=763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-cpu-py311",
+    ]
 
     def __init__(self, moto_url: str) -> None:
         self.url = moto_url
@@ -89,23 +93,40 @@ class SageMakerHarness(Harness):
     def without_credentials(self) -> dict[str, str]:
         from .aws_emulator import aws_environment
 
-        return {**aws_environment(self.url), "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "",
-                "AWS_SESSION_TOKEN": "", "AWS_PROFILE": "", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
-                "AWS_CONFIG_FILE": "/nonexistent", "AWS_EC2_METADATA_DISABLED": "true"}
+        return {
+            **aws_environment(self.url),
+            "AWS_ACCESS_KEY_ID": "",
+            "AWS_SECRET_ACCESS_KEY": "",
+            "AWS_SESSION_TOKEN": "",
+            "AWS_PROFILE": "",
+            "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+            "AWS_CONFIG_FILE": "/nonexistent",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
 
 
 class AzureMLHarness(Harness):
     name = "azureml"
-    overrides = ["azureml.subscription_id=00000000-0000-0000-0000-000000000000", "azureml.resource_group=ml-rg",
-                 "azureml.workspace=ml-workspace", "azureml.compute=cpu-cluster", "azureml.vm_size=Standard_D4s_v3"]
+    overrides = [
+        "azureml.subscription_id=00000000-0000-0000-0000-000000000000",
+        "azureml.resource_group=ml-rg",
+        "azureml.workspace=ml-workspace",
+        "azureml.compute=cpu-cluster",
+        "azureml.vm_size=Standard_D4s_v3",
+    ]
 
     def __init__(self, blob_endpoint: str) -> None:
         from .azure_rig import FakeCredential, WorkspaceModel, create_container, ml_transport
 
         self.model = WorkspaceModel(blob_endpoint)
         create_container(self.model)
-        self.backend = get_backend("azureml", credential=FakeCredential(), transport=ml_transport(self.model),
-                                   poll_seconds=0.05, token=f"c{time.time_ns() % 10**9}")
+        self.backend = get_backend(
+            "azureml",
+            credential=FakeCredential(),
+            transport=ml_transport(self.model),
+            poll_seconds=0.05,
+            token=f"c{time.time_ns() % 10**9}",
+        )
 
     def start(self) -> str:
         run_id = self.launch()
@@ -120,5 +141,13 @@ class AzureMLHarness(Harness):
         from .azure_rig import env_for_rig
 
         # DefaultAzureCredential finds nothing: no service principal, no managed identity, no az CLI login.
-        return {**env_for_rig(), "AZURE_CLIENT_ID": "", "AZURE_CLIENT_SECRET": "", "AZURE_TENANT_ID": "",
-                "AZURE_USERNAME": "", "IDENTITY_ENDPOINT": "", "MSI_ENDPOINT": "", "HOME": "/nonexistent"}
+        return {
+            **env_for_rig(),
+            "AZURE_CLIENT_ID": "",
+            "AZURE_CLIENT_SECRET": "",
+            "AZURE_TENANT_ID": "",
+            "AZURE_USERNAME": "",
+            "IDENTITY_ENDPOINT": "",
+            "MSI_ENDPOINT": "",
+            "HOME": "/nonexistent",
+        }

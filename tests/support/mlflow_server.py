@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-
 @dataclass(frozen=True)
 class MlflowServer:
     url: str  # MLFLOW_TRACKING_URI for clients
@@ -40,9 +39,22 @@ def free_port() -> int:
 def running_mlflow_server(root: Path, *, timeout: float = 120) -> Iterator[MlflowServer]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-            "--default-artifact-root", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-            "--workers", "1"]
+    argv = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{root / 'mlflow.db'}",
+        "--default-artifact-root",
+        str(root / "artifacts"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     log_path = root / "server.log"
     began = time.monotonic()

@@ -50,8 +50,9 @@ def unavailable() -> str | None:
     for tool in ("unshare", "nsenter", "mount"):
         if shutil.which(tool) is None:
             return f"needs {tool} (util-linux)"
-    probe = subprocess.run(["unshare", "--mount", "--uts", "--net", "true"], check=False, capture_output=True,
-                           text=True)
+    probe = subprocess.run(
+        ["unshare", "--mount", "--uts", "--net", "true"], check=False, capture_output=True, text=True
+    )
     if probe.returncode != 0:
         return f"unshare --mount --uts --net is refused here: {probe.stderr.strip()}"
     return None
@@ -106,13 +107,19 @@ def job_network(sandbox: Path, port: int | None) -> Iterator[int]:
     if port is not None:
         listener.bind(str(sock_path))
         listener.listen(64)
-        threading.Thread(target=_serve, args=(listener, lambda: socket.create_connection(("127.0.0.1", port))),
-                         daemon=True).start()
+        threading.Thread(
+            target=_serve, args=(listener, lambda: socket.create_connection(("127.0.0.1", port))), daemon=True
+        ).start()
     errors = sandbox / "aws-bridge.err"
     role = ["bridge", str(sock_path), str(port)] if port is not None else ["isolated"]
     with errors.open("w") as err:
-        keeper = subprocess.Popen(["unshare", "--net", sys.executable, __file__, *role],
-                                  stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+        keeper = subprocess.Popen(
+            ["unshare", "--net", sys.executable, __file__, *role],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
     try:
         assert keeper.stdout is not None
         if keeper.stdout.readline().strip() != "ready":
@@ -164,8 +171,23 @@ def host_argv(network_pid: int, config: Path) -> list[str]:
     ``config`` is a JSON file: ``hostname``, ``etc_hosts`` (file), ``opt_ml`` (folder), ``scratch``
     (an empty folder for the /opt view), ``cwd``, ``argv`` and ``env`` of the container's entry point.
     """
-    return ["nsenter", f"--net=/proc/{network_pid}/ns/net", "--", "unshare", "--mount", "--uts", "--pid", "--fork",
-            "--kill-child", "--mount-proc", "--", sys.executable, __file__, "host", str(config)]
+    return [
+        "nsenter",
+        f"--net=/proc/{network_pid}/ns/net",
+        "--",
+        "unshare",
+        "--mount",
+        "--uts",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount-proc",
+        "--",
+        sys.executable,
+        __file__,
+        "host",
+        str(config),
+    ]
 
 
 def _mount(*args: str) -> None:

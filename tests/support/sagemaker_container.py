@@ -105,12 +105,20 @@ class Aws:
     def client(self, service: str) -> Any:
         import boto3
 
-        return boto3.client(service, endpoint_url=self.endpoint_url, region_name=self.region,
-                            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key)
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint_url,
+            region_name=self.region,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+        )
 
     def env(self) -> dict[str, str]:
-        return {"AWS_ENDPOINT_URL": self.endpoint_url, "AWS_ACCESS_KEY_ID": self.access_key,
-                "AWS_SECRET_ACCESS_KEY": self.secret_key}
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+        }
 
 
 @dataclass
@@ -139,7 +147,7 @@ class HostRun:
         lines = self.lines
         for i, line in enumerate(lines):
             if _INVOCATION in line:
-                return next(rest for rest in lines[i + 1:] if rest.strip()).strip()
+                return next(rest for rest in lines[i + 1 :] if rest.strip()).strip()
         raise AssertionError(f"{self.name}: the toolkit logged no invocation\n{self.log[-3000:]}")
 
     def stub_calls(self, program: str) -> list[dict[str, Any]]:
@@ -192,7 +200,7 @@ def _download_prefix(s3: Any, uri: str, folder: Path) -> None:
     bucket, prefix = _s3_location(uri)
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for item in page.get("Contents", []):
-            rel = item["Key"][len(prefix):].lstrip("/") or item["Key"].rsplit("/", 1)[-1]
+            rel = item["Key"][len(prefix) :].lstrip("/") or item["Key"].rsplit("/", 1)[-1]
             target = folder / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             s3.download_file(bucket, item["Key"], str(target))
@@ -223,17 +231,30 @@ def _opt_ml(request: dict[str, Any], host: str, hosts: list[str], opt_ml: Path, 
     resources = request["ResourceConfig"]
     config = opt_ml / "input" / "config"
     _write_json(config / "hyperparameters.json", request.get("HyperParameters", {}))
-    _write_json(config / "resourceconfig.json", {
-        "current_host": host, "current_instance_type": resources["InstanceType"], "current_group_name": GROUP,
-        "hosts": hosts, "network_interface_name": INTERFACE,
-        "instance_groups": [{"instance_group_name": GROUP, "instance_type": resources["InstanceType"], "hosts": hosts}],
-    })
+    _write_json(
+        config / "resourceconfig.json",
+        {
+            "current_host": host,
+            "current_instance_type": resources["InstanceType"],
+            "current_group_name": GROUP,
+            "hosts": hosts,
+            "network_interface_name": INTERFACE,
+            "instance_groups": [
+                {"instance_group_name": GROUP, "instance_type": resources["InstanceType"], "hosts": hosts}
+            ],
+        },
+    )
     default_mode = request["AlgorithmSpecification"].get("TrainingInputMode", "File")
     channels: dict[str, dict[str, str]] = {}
     for channel in request.get("InputDataConfig", []):
         source = channel["DataSource"]["S3DataSource"]
-        if source["S3DataType"] != "S3Prefix" or source.get("S3DataDistributionType", "FullyReplicated") != "FullyReplicated":
-            raise ValueError(f"channel {channel['ChannelName']}: the rehearsal downloads FullyReplicated S3Prefix channels only")
+        if (
+            source["S3DataType"] != "S3Prefix"
+            or source.get("S3DataDistributionType", "FullyReplicated") != "FullyReplicated"
+        ):
+            raise ValueError(
+                f"channel {channel['ChannelName']}: the rehearsal downloads FullyReplicated S3Prefix channels only"
+            )
         channels[channel["ChannelName"]] = {
             "TrainingInputMode": channel.get("InputMode", default_mode),
             "S3DistributionType": "FullyReplicated",
@@ -263,14 +284,29 @@ def _container_python(folder: Path, patch_sshd: bool) -> Path:
     venv = folder / "python"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     layers = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (Path(site) / "_rehearsal_base.pth").write_text(
-        "".join(f"import site; site.addsitedir({layer!r})\n" for layer in sorted(layers)))
-    patch = ("import sagemaker_training.smdataparallel as smdataparallel\n"
-             "smdataparallel._start_sshd_daemon = lambda: None  # rehearsal: no sshd for one host\n") if patch_sshd else ""
-    _script(venv / "bin" / "train", python, f"import sys\n{patch}from sagemaker_training.cli.train import main\nsys.exit(main())\n")
+        "".join(f"import site; site.addsitedir({layer!r})\n" for layer in sorted(layers))
+    )
+    patch = (
+        (
+            "import sagemaker_training.smdataparallel as smdataparallel\n"
+            "smdataparallel._start_sshd_daemon = lambda: None  # rehearsal: no sshd for one host\n"
+        )
+        if patch_sshd
+        else ""
+    )
+    _script(
+        venv / "bin" / "train",
+        python,
+        f"import sys\n{patch}from sagemaker_training.cli.train import main\nsys.exit(main())\n",
+    )
     _script(venv / "bin" / "torchrun", python, "import sys\nfrom torch.distributed.run import main\nsys.exit(main())\n")
     return venv / "bin"
 
@@ -281,18 +317,26 @@ def _stubs(folder: Path, python: Path, gpus: int, smddp: bool) -> Path | None:
     stubs = folder / "stubs"
     stubs.mkdir()
     if gpus:
-        _script(stubs / "nvidia-smi", python,
-                f"for i in range({gpus}):\n    print(f'GPU {{i}}: rehearsal stand-in (UUID: GPU-rehearsal-{{i}})')\n")
+        _script(
+            stubs / "nvidia-smi",
+            python,
+            f"for i in range({gpus}):\n    print(f'GPU {{i}}: rehearsal stand-in (UUID: GPU-rehearsal-{{i}})')\n",
+        )
     if smddp:
         calls = folder / "stub-calls"
         calls.mkdir()
         for program in ("mpirun", "smddprun"):
-            _script(stubs / program, python, (
-                "import json, os, sys\n"
-                f"with open({str(calls / (program + '.jsonl'))!r}, 'a') as f:\n"
-                "    f.write(json.dumps({'argv': sys.argv, 'env': dict(os.environ)}) + '\\n')\n"
-                f"print('rehearsal: {program} stops the job here (smddp needs its closed-source library and GPUs)')\n"
-                f"sys.exit({STUB_EXIT})\n"))
+            _script(
+                stubs / program,
+                python,
+                (
+                    "import json, os, sys\n"
+                    f"with open({str(calls / (program + '.jsonl'))!r}, 'a') as f:\n"
+                    "    f.write(json.dumps({'argv': sys.argv, 'env': dict(os.environ)}) + '\\n')\n"
+                    f"print('rehearsal: {program} stops the job here (smddp needs its closed-source library and GPUs)')\n"
+                    f"sys.exit({STUB_EXIT})\n"
+                ),
+            )
     return stubs
 
 
@@ -303,8 +347,18 @@ def _hosts_file(hosts: list[str]) -> str:
 
 
 # -- the rehearsal ---------------------------------------------------------------------------------
-def _prepare_host(request: dict[str, Any], name: str, names: list[str], sandbox: Path, aws: Aws, s3: Any, *,
-                  gpus: int, smddp: bool, isolated: bool) -> Path:
+def _prepare_host(
+    request: dict[str, Any],
+    name: str,
+    names: list[str],
+    sandbox: Path,
+    aws: Aws,
+    s3: Any,
+    *,
+    gpus: int,
+    smddp: bool,
+    isolated: bool,
+) -> Path:
     """The host's sandbox folder (its /opt/ml, Python, stubs) and the namespaces.host_argv config; the config."""
     folder = sandbox / name
     for sub in ("home", "tmp", "opt-view"):
@@ -312,16 +366,30 @@ def _prepare_host(request: dict[str, Any], name: str, names: list[str], sandbox:
     _opt_ml(request, name, names, folder / "opt-ml", s3)
     bin_dir = _container_python(folder, patch_sshd=smddp)
     stubs = _stubs(folder, bin_dir / "python", gpus, smddp)
-    env = {"PATH": ":".join(filter(None, [str(stubs) if stubs else "", str(bin_dir), CONTAINER_PATH])),
-           "HOME": str(folder / "home"), "TMPDIR": str(folder / "tmp"), **IMAGE_ENV,
-           "TRAINING_JOB_NAME": request["TrainingJobName"], "AWS_REGION": aws.region,
-           **({} if isolated else aws.env()),
-           **request.get("Environment", {})}
+    env = {
+        "PATH": ":".join(filter(None, [str(stubs) if stubs else "", str(bin_dir), CONTAINER_PATH])),
+        "HOME": str(folder / "home"),
+        "TMPDIR": str(folder / "tmp"),
+        **IMAGE_ENV,
+        "TRAINING_JOB_NAME": request["TrainingJobName"],
+        "AWS_REGION": aws.region,
+        **({} if isolated else aws.env()),
+        **request.get("Environment", {}),
+    }
     config = folder / "host.json"
-    config.write_text(json.dumps({
-        "hostname": name, "etc_hosts": str(sandbox / "hosts"), "opt_ml": str(folder / "opt-ml"),
-        "scratch": str(folder / "opt-view"), "cwd": "/", "argv": [str(bin_dir / "train")], "env": env,
-    }))
+    config.write_text(
+        json.dumps(
+            {
+                "hostname": name,
+                "etc_hosts": str(sandbox / "hosts"),
+                "opt_ml": str(folder / "opt-ml"),
+                "scratch": str(folder / "opt-view"),
+                "cwd": "/",
+                "argv": [str(bin_dir / "train")],
+                "env": env,
+            }
+        )
+    )
     return config
 
 
@@ -351,8 +419,9 @@ def _run_hosts(argvs: list[list[str]], logs: list[Path], deadline: float) -> lis
     return codes
 
 
-def rehearse(request: dict[str, Any], sandbox: Path, aws: Aws, *, gpus_per_host: int = 0,
-             timeout: float = 240.0) -> Rehearsal:
+def rehearse(
+    request: dict[str, Any], sandbox: Path, aws: Aws, *, gpus_per_host: int = 0, timeout: float = 240.0
+) -> Rehearsal:
     """Run ``request`` (a CreateTrainingJob as sent) on this machine, one namespace-isolated host per
     instance; returns when every host's container has exited or was stopped (see :func:`_run_hosts`)."""
     reason = namespaces.unavailable()
@@ -369,20 +438,31 @@ def rehearse(request: dict[str, Any], sandbox: Path, aws: Aws, *, gpus_per_host:
     if gpus_per_host:
         patches.append(f"nvidia-smi: a stub lists {gpus_per_host} GPUs per host (this machine has none)")
     if smddp:
-        patches += [(f"mpirun, smddprun: stubs record their command line and stop the job (exit {STUB_EXIT}): "
-                     "smddp needs its closed-source library and GPUs"),
-                    "sagemaker_training.smdataparallel._start_sshd_daemon: skipped (no sshd needed on one host)"]
+        patches += [
+            (
+                f"mpirun, smddprun: stubs record their command line and stop the job (exit {STUB_EXIT}): "
+                "smddp needs its closed-source library and GPUs"
+            ),
+            "sagemaker_training.smdataparallel._start_sshd_daemon: skipped (no sshd needed on one host)",
+        ]
     isolated = bool(request.get("EnableNetworkIsolation"))  # no way out and no credentials in the container
     s3 = aws.client("s3")
     (sandbox / "hosts").write_text(_hosts_file(names))
-    configs = [_prepare_host(request, name, names, sandbox, aws, s3, gpus=gpus_per_host, smddp=smddp, isolated=isolated)
-               for name in names]
+    configs = [
+        _prepare_host(request, name, names, sandbox, aws, s3, gpus=gpus_per_host, smddp=smddp, isolated=isolated)
+        for name in names
+    ]
     started = time.monotonic()
     with namespaces.job_network(sandbox, None if isolated else aws.port) as network:
-        codes = _run_hosts([namespaces.host_argv(network, config) for config in configs],
-                           [config.parent / "container.log" for config in configs], started + timeout)
-    hosts = [HostRun(name, config.parent, code, (config.parent / "container.log").read_text(errors="replace"))
-             for name, config, code in zip(names, configs, codes)]
+        codes = _run_hosts(
+            [namespaces.host_argv(network, config) for config in configs],
+            [config.parent / "container.log" for config in configs],
+            started + timeout,
+        )
+    hosts = [
+        HostRun(name, config.parent, code, (config.parent / "container.log").read_text(errors="replace"))
+        for name, config, code in zip(names, configs, codes)
+    ]
     checkpoint = request.get("CheckpointConfig")
     if checkpoint:
         for host in hosts:

@@ -33,8 +33,17 @@ from pathlib import Path
 SBIN = ("/usr/sbin", "/sbin")
 NEEDED = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "sinfo", "squeue", "scontrol", "scancel")
 NODE_NAMES = ("node1", "node2")
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
-            "DEADLINE"}
+TERMINAL = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
 NODE_MARKER = "CLOUDDDP_TEST_SLURM_NODE"  # set on each slurmd; its job steps inherit it
 _OUTER_SLURM = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SINFO_", "SCONTROL_")  # if pytest runs in a job
 _PAIR = re.compile(r"(\S+?)=(.*?)(?= \S+?=|$)")
@@ -53,7 +62,9 @@ def unavailable_reason() -> str | None:
     """Why this machine cannot run the cluster, or None."""
     missing = [t for t in NEEDED if which(t) is None]
     if missing:
-        return f"Slurm/munge not installed ({', '.join(missing)} missing): `make system-deps` installs slurm-wlm and munge"
+        return (
+            f"Slurm/munge not installed ({', '.join(missing)} missing): `make system-deps` installs slurm-wlm and munge"
+        )
     if os.geteuid() != 0:
         return "slurmd must run as root to start jobs (this test run is not root)"
     return None
@@ -162,13 +173,21 @@ class SlurmCluster:
         return {**inherited, **self.env, "PATH": os.pathsep.join([os.environ.get("PATH", ""), *SBIN])}
 
     # -- commands -------------------------------------------------------------------------------
-    def run(self, *argv: str, timeout: float = 30, check: bool = True, cwd: Path | None = None,
-            ) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        *argv: str,
+        timeout: float = 30,
+        check: bool = True,
+        cwd: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         """A Slurm command against this cluster."""
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                              env=self.command_env(), check=False)
+        done = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, cwd=cwd, env=self.command_env(), check=False
+        )
         if check and done.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
+            raise RuntimeError(
+                f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip() or done.stdout.strip()}"
+            )
         return done
 
     def sbatch(self, *args: str, cwd: Path) -> str:
@@ -203,7 +222,9 @@ class SlurmCluster:
             if info.get("JobState") in wanted:
                 return info
             if time.monotonic() > deadline:
-                raise TimeoutError(f"job {job_id} still {info.get('JobState')} ({info.get('Reason')}) after {timeout} s")
+                raise TimeoutError(
+                    f"job {job_id} still {info.get('JobState')} ({info.get('Reason')}) after {timeout} s"
+                )
             time.sleep(0.2)
 
     def wait_nodes(self, state: str = "idle", names: tuple[str, ...] | None = None, timeout: float = 30) -> None:
@@ -234,17 +255,24 @@ class SlurmCluster:
     def start_node(self, name: str) -> None:
         """Start (again) the slurmd of ``name``; with ReturnToService=2 the node rejoins when it registers."""
         self._procs[f"slurmd-{name}"] = self._spawn(
-            f"slurmd-{name}", ["slurmd", "-D", "-f", str(self.conf), "-N", name],
-            extra_env={NODE_MARKER: f"{self.root}/{name}"})
+            f"slurmd-{name}",
+            ["slurmd", "-D", "-f", str(self.conf), "-N", name],
+            extra_env={NODE_MARKER: f"{self.root}/{name}"},
+        )
 
     # -- life cycle -----------------------------------------------------------------------------
     def _spawn(self, label: str, argv: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         out = open(self.root / "log" / f"{label}.out", "ab")  # noqa: SIM115 - the child keeps it
         try:
-            return subprocess.Popen([which(argv[0]) or argv[0], *argv[1:]], stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                    preexec_fn=_die_with_parent,  # noqa: PLW1509 - one libc call, no locks taken
-                                    env={**self.command_env(), **(extra_env or {})})
+            return subprocess.Popen(
+                [which(argv[0]) or argv[0], *argv[1:]],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - one libc call, no locks taken
+                env={**self.command_env(), **(extra_env or {})},
+            )
         finally:
             out.close()
 
@@ -267,12 +295,25 @@ class SlurmCluster:
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         (self.root / "munge").chmod(0o755)  # munged wants its socket's folder reachable by all
         key = self.root / "munge" / "munge.key"
-        subprocess.run([which("mungekey") or "mungekey", "--create", f"--keyfile={key}"], check=True,
-                       capture_output=True, timeout=30)
-        self._procs["munged"] = self._spawn("munged", [
-            "munged", "--foreground", "--force", f"--key-file={key}", f"--socket={self.munge_socket}",
-            f"--pid-file={self.root}/run/munged.pid", f"--log-file={self.root}/log/munged.log",
-            f"--seed-file={self.root}/munge/munged.seed"])
+        subprocess.run(
+            [which("mungekey") or "mungekey", "--create", f"--keyfile={key}"],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        self._procs["munged"] = self._spawn(
+            "munged",
+            [
+                "munged",
+                "--foreground",
+                "--force",
+                f"--key-file={key}",
+                f"--socket={self.munge_socket}",
+                f"--pid-file={self.root}/run/munged.pid",
+                f"--log-file={self.root}/log/munged.log",
+                f"--seed-file={self.root}/munge/munged.seed",
+            ],
+        )
         _wait_for(lambda: self.munge_socket.exists(), 10, "munged socket", self._check_alive)
         self._procs["slurmctld"] = self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
         for name in self.nodes:
@@ -356,13 +397,21 @@ def start_cluster(root: Path) -> SlurmCluster:
     conf = root / "slurm.conf"
     host = socket.gethostname().split(".")[0]
     conf.write_text(render_conf(root, host, ctld_port, node_ports))
-    cluster = SlurmCluster(root=root, conf=conf, munge_socket=root / "munge" / "munge.socket",
-                           nodes={name: "127.0.0.1" for name in NODE_NAMES}, node_ports=node_ports, ctld_port=ctld_port)
+    cluster = SlurmCluster(
+        root=root,
+        conf=conf,
+        munge_socket=root / "munge" / "munge.socket",
+        nodes={name: "127.0.0.1" for name in NODE_NAMES},
+        node_ports=node_ports,
+        ctld_port=ctld_port,
+    )
     try:
         cluster.start()
     except (SlurmUnavailable, TimeoutError, OSError, subprocess.SubprocessError) as e:
         cluster.stop()
-        raise SlurmUnavailable(f"the Slurm daemons did not start: {e}; slurmctld log: {cluster.log_tail('slurmctld')}") from e
+        raise SlurmUnavailable(
+            f"the Slurm daemons did not start: {e}; slurmctld log: {cluster.log_tail('slurmctld')}"
+        ) from e
     return cluster
 
 

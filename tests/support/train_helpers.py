@@ -23,27 +23,57 @@ def free_port() -> int:
 
 
 def torchrun_argv(nproc: int, *args: str, max_restarts: int = 0) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--max-restarts",
-            str(max_restarts), str(TRAIN), *args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        str(nproc),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{free_port()}",
+        "--max-restarts",
+        str(max_restarts),
+        str(TRAIN),
+        *args,
+    ]
 
 
-def train(nproc: int, *args: str, cwd: Path, timeout: float = 240,
-          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def train(
+    nproc: int, *args: str, cwd: Path, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     argv = torchrun_argv(nproc, *args) if nproc > 1 else [sys.executable, str(TRAIN), *args]
-    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", **(env or {})})
+    return subprocess.run(
+        argv,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "", **(env or {})},
+    )
 
 
-def write_cifar10_batches(folder: Path, train: tuple[np.ndarray, np.ndarray],
-                          test: tuple[np.ndarray, np.ndarray]) -> None:
+def write_cifar10_batches(
+    folder: Path, train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray]
+) -> None:
     """Write arrays in the real CIFAR-10 python format (``data_batch_1..5``, ``test_batch``)."""
     folder.mkdir(parents=True, exist_ok=True)
     chunks = np.array_split(np.arange(len(train[1])), 5)
     for i, idx in enumerate(chunks, 1):
-        blob = {b"batch_label": f"training batch {i} of 5".encode(), b"labels": train[1][idx].tolist(),
-                b"data": train[0][idx].reshape(len(idx), -1), b"filenames": [b"x.png"] * len(idx)}
+        blob = {
+            b"batch_label": f"training batch {i} of 5".encode(),
+            b"labels": train[1][idx].tolist(),
+            b"data": train[0][idx].reshape(len(idx), -1),
+            b"filenames": [b"x.png"] * len(idx),
+        }
         (folder / f"data_batch_{i}").write_bytes(pickle.dumps(blob, protocol=2))
-    blob = {b"batch_label": b"testing batch 1 of 1", b"labels": test[1].tolist(),
-            b"data": test[0].reshape(len(test[1]), -1), b"filenames": [b"x.png"] * len(test[1])}
+    blob = {
+        b"batch_label": b"testing batch 1 of 1",
+        b"labels": test[1].tolist(),
+        b"data": test[0].reshape(len(test[1]), -1),
+        b"filenames": [b"x.png"] * len(test[1]),
+    }
     (folder / "test_batch").write_bytes(pickle.dumps(blob, protocol=2))

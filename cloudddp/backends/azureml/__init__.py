@@ -31,10 +31,18 @@ from .options import AzureMLOptions
 POLL_SECONDS = float(os.environ.get("CLOUDDDP_AZUREML_POLL", "5"))
 SIGN_IN_FIX = "run `az login`, or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET (or use a managed identity)"
 _STATES = {
-    "NotStarted": RunState.PENDING, "Queued": RunState.PENDING, "Preparing": RunState.STARTING,
-    "Provisioning": RunState.STARTING, "Starting": RunState.STARTING, "Running": RunState.RUNNING,
-    "Finalizing": RunState.RUNNING, "CancelRequested": RunState.STOPPING, "Completed": RunState.SUCCEEDED,
-    "Failed": RunState.FAILED, "Canceled": RunState.CANCELLED, "NotResponding": RunState.UNKNOWN,
+    "NotStarted": RunState.PENDING,
+    "Queued": RunState.PENDING,
+    "Preparing": RunState.STARTING,
+    "Provisioning": RunState.STARTING,
+    "Starting": RunState.STARTING,
+    "Running": RunState.RUNNING,
+    "Finalizing": RunState.RUNNING,
+    "CancelRequested": RunState.STOPPING,
+    "Completed": RunState.SUCCEEDED,
+    "Failed": RunState.FAILED,
+    "Canceled": RunState.CANCELLED,
+    "NotResponding": RunState.UNKNOWN,
 }
 
 
@@ -56,8 +64,9 @@ def _yaml(data: dict[str, Any]) -> str:
 
 class AzureMLBackend(Backend[AzureMLOptions]):
     name: ClassVar[str] = "azureml"
-    description: ClassVar[str] = ("Azure ML command job with PyTorch/MPI distribution on an autoscaling AmlCompute "
-                                  "cluster")
+    description: ClassVar[str] = (
+        "Azure ML command job with PyTorch/MPI distribution on an autoscaling AmlCompute cluster"
+    )
     options_model = AzureMLOptions
     cloud: ClassVar[str | None] = "azure"
     needs_credentials: ClassVar[bool] = True
@@ -65,18 +74,25 @@ class AzureMLBackend(Backend[AzureMLOptions]):
     capabilities: ClassVar[Capabilities] = Capabilities(
         unsupported={
             Feature.SMDDP: "the SageMaker data-parallel library runs only on SageMaker; "
-                           "use -o distribution.backend=nccl",
+            "use -o distribution.backend=nccl",
         },
         caveats={
             Feature.MAX_RESTARTS: "Azure ML command jobs do not restart failed processes (limits.max_restarts); "
-                                  "resubmit the job and it resumes from its checkpoints",
+            "resubmit the job and it resumes from its checkpoints",
             Feature.SECRET_ENV: "command jobs have no secret-safe environment field: secrets are set at submit and "
-                                "are visible in the job definition; prefer Key Vault and a managed identity",
+            "are visible in the job definition; prefer Key Vault and a managed identity",
         },
     )
 
-    def __init__(self, credential: Any = None, *, transport: Any = None, token: str | None = None,
-                 poll_seconds: float = POLL_SECONDS, **base: Any) -> None:
+    def __init__(
+        self,
+        credential: Any = None,
+        *,
+        transport: Any = None,
+        token: str | None = None,
+        poll_seconds: float = POLL_SECONDS,
+        **base: Any,
+    ) -> None:
         super().__init__(**base)
         self.credential = credential
         self._transport = transport
@@ -99,10 +115,16 @@ class AzureMLBackend(Backend[AzureMLOptions]):
         az = self.options(spec)
         docs = build(spec, az, self.size_target(spec), self.token or time.strftime("%y%m%d%H%M%S"), self.sigterm_grace)
         return Plan(
-            backend=self.name, job_name=docs.job["name"], request={"job": docs.job, "compute": docs.compute},
+            backend=self.name,
+            job_name=docs.job["name"],
+            request={"job": docs.job, "compute": docs.compute},
             documents={"job.yml": _yaml(docs.job), "compute.yml": _yaml(docs.compute)},
-            decisions=docs.decisions, warnings=docs.warnings, estimate=docs.estimate,
-            target={"workspace": workspace_fields(az)}, job=redacted_spec_data(spec), env_sources=docs.env_sources,
+            decisions=docs.decisions,
+            warnings=docs.warnings,
+            estimate=docs.estimate,
+            target={"workspace": workspace_fields(az)},
+            job=redacted_spec_data(spec),
+            env_sources=docs.env_sources,
         )
 
     def for_attempt(self, plan: Plan, attempt: int) -> Plan:
@@ -126,8 +148,9 @@ class AzureMLBackend(Backend[AzureMLOptions]):
             try:
                 from azure.ai.ml import MLClient
             except ImportError:
-                raise BackendUnavailable("the Azure ML backend needs azure-ai-ml",
-                                         hint="pip install 'cloudddp[azure]'") from None
+                raise BackendUnavailable(
+                    "the Azure ML backend needs azure-ai-ml", hint="pip install 'cloudddp[azure]'"
+                ) from None
             kwargs = {"transport": self.transport} if self.transport is not None else {}
             self._clients[key] = MLClient(self._credential(), ws.subscription_id, ws.resource_group, ws.name, **kwargs)
         return self._clients[key]
@@ -172,8 +195,10 @@ class AzureMLBackend(Backend[AzureMLOptions]):
             return BackendUnavailable(f"Azure sign-in failed: {first}", hint=SIGN_IN_FIX)
         if isinstance(error, HttpResponseError):
             if error.status_code in (401, 403):
-                return BackendUnavailable(f"Azure refused these credentials ({error.status_code}): {error.message}",
-                                          hint=SIGN_IN_FIX + "; the identity needs a role on the workspace")
+                return BackendUnavailable(
+                    f"Azure refused these credentials ({error.status_code}): {error.message}",
+                    hint=SIGN_IN_FIX + "; the identity needs a role on the workspace",
+                )
             return CloudDDPError(f"Azure ML refused the request: {error.message}")
         if isinstance(error, ServiceRequestError):
             return CloudDDPError(f"cannot reach Azure: {error}")
@@ -249,8 +274,10 @@ class AzureMLBackend(Backend[AzureMLOptions]):
             self._create_cluster(client, plan, progress)
             return
         if str(getattr(current, "size", "")).lower() != wanted["size"].lower():
-            raise UserError(f"cluster {wanted['name']} exists with size {current.size}, the job needs {wanted['size']}",
-                            hint="name another cluster in azureml.compute, or set azureml.vm_size to its size")
+            raise UserError(
+                f"cluster {wanted['name']} exists with size {current.size}, the job needs {wanted['size']}",
+                hint="name another cluster in azureml.compute, or set azureml.vm_size to its size",
+            )
         have = current.max_instances or 0
         if have >= plan.request["job"]["resources"]["instance_count"]:
             if progress:
@@ -260,12 +287,19 @@ class AzureMLBackend(Backend[AzureMLOptions]):
         from .workspace import require_workspace
 
         if progress:
-            progress.step(f"growing cluster {wanted['name']}: max_instances {have} -> {wanted['max_instances']} "
-                          "(nothing else changes)")
+            progress.step(
+                f"growing cluster {wanted['name']}: max_instances {have} -> {wanted['max_instances']} "
+                "(nothing else changes)"
+            )
         ws = require_workspace(plan.target["workspace"])
         url = compute_url(ws.subscription_id, ws.resource_group, ws.name, wanted["name"])
-        grow(self._credential(), self.transport, url, scale_settings(current, wanted["max_instances"]),
-             poll_seconds=self.poll_seconds)
+        grow(
+            self._credential(),
+            self.transport,
+            url,
+            scale_settings(current, wanted["max_instances"]),
+            poll_seconds=self.poll_seconds,
+        )
 
     def _create_cluster(self, client: Any, plan: Plan, progress: Progress | None) -> None:
         from azure.ai.ml import load_compute
@@ -276,8 +310,10 @@ class AzureMLBackend(Backend[AzureMLOptions]):
             path.write_text(plan.documents["compute.yml"])
             compute = load_compute(source=path)
         if progress:
-            progress.step(f"creating cluster {wanted['name']} ({wanted['size']}, {wanted['tier']}, "
-                          f"{wanted['min_instances']}–{wanted['max_instances']} nodes)")
+            progress.step(
+                f"creating cluster {wanted['name']} ({wanted['size']}, {wanted['tier']}, "
+                f"{wanted['min_instances']}–{wanted['max_instances']} nodes)"
+            )
         poller = client.compute.begin_create_or_update(compute)
         started = time.monotonic()
         while not poller.done():
@@ -299,16 +335,25 @@ class AzureMLBackend(Backend[AzureMLOptions]):
         state = _STATES.get(native, RunState.UNKNOWN)
         ctx = getattr(job, "creation_context", None)
         created = getattr(ctx, "created_at", None)
-        details = {"studio_url": job.studio_url, "compute": job.compute,
-                   "instance_count": getattr(job.resources, "instance_count", None)}
+        details = {
+            "studio_url": job.studio_url,
+            "compute": job.compute,
+            "instance_count": getattr(job.resources, "instance_count", None),
+        }
         cause, message = (Cause.CANCELLED if state is RunState.CANCELLED else None), native
         if state is RunState.FAILED:
             cause, message, failure = self._failure(run_id, workspace)
             details["failure"] = failure
         return RunStatus(
-            run_id=run_id, backend=self.name, state=state, name=str(job.display_name or run_id), native_state=native,
-            message=message, created_at=created.timestamp() if isinstance(created, datetime.datetime) else None,
-            details=details, cause=cause,
+            run_id=run_id,
+            backend=self.name,
+            state=state,
+            name=str(job.display_name or run_id),
+            native_state=native,
+            message=message,
+            created_at=created.timestamp() if isinstance(created, datetime.datetime) else None,
+            details=details,
+            cause=cause,
         )
 
     def _failure(self, run_id: str, workspace: dict[str, str]) -> tuple[Cause, str, dict[str, str]]:
@@ -397,17 +442,34 @@ class AzureMLBackend(Backend[AzureMLOptions]):
         try:
             sizes = {s.name.lower(): s for s in client.compute.list_sizes(location=found.location)}
             offered = size.lower() in sizes
-            checks.append(Check(f"{size} offered in {found.location}", offered, "",
-                                fix="pick a size the region offers: `az ml compute list-sizes`"))
+            checks.append(
+                Check(
+                    f"{size} offered in {found.location}",
+                    offered,
+                    "",
+                    fix="pick a size the region offers: `az ml compute list-sizes`",
+                )
+            )
             vcpus = _field(sizes[size.lower()], "v_cp_us", "vCPUs") if offered else None
             family = _field(sizes[size.lower()], "family", "family") if offered else None
-            usage = next((u for u in client.compute.list_usage(location=found.location)
-                          if family and _field(u, "name", "name", {}).get("value") == family), None)
+            usage = next(
+                (
+                    u
+                    for u in client.compute.list_usage(location=found.location)
+                    if family and _field(u, "name", "name", {}).get("value") == family
+                ),
+                None,
+            )
             if usage is not None and vcpus:
                 free = (_field(usage, "limit", "limit") or 0) - (_field(usage, "current_value", "currentValue") or 0)
-                checks.append(Check(f"quota for {family}", free >= vcpus * nodes,
-                                    f"{free} vCPUs free, the job needs {vcpus * nodes}",
-                                    fix="request more quota for the VM family in the Azure portal (Usage + quotas)"))
+                checks.append(
+                    Check(
+                        f"quota for {family}",
+                        free >= vcpus * nodes,
+                        f"{free} vCPUs free, the job needs {vcpus * nodes}",
+                        fix="request more quota for the VM family in the Azure portal (Usage + quotas)",
+                    )
+                )
         except Exception as e:  # noqa: BLE001
             checks.append(Check(f"{size} offered and quota", None, f"could not check: {str(e).splitlines()[0]}"))
         return checks

@@ -33,13 +33,17 @@ def tier_mismatch(name: str, cluster: Any, spot: bool) -> str | None:
     """A warning when the cluster's tier is not the one the job asks for (``resources.spot``), else None."""
     tier = tier_of(cluster)
     if spot and tier == "dedicated":
-        return (f"cluster {name} is dedicated but the job asks for spot (resources.spot: true): it runs at the "
-                f"dedicated price; to run it on low priority, name a low-priority cluster in azureml.compute "
-                f"(e.g. azureml.compute={name}-lowpri: cloudddp creates it)")
+        return (
+            f"cluster {name} is dedicated but the job asks for spot (resources.spot: true): it runs at the "
+            f"dedicated price; to run it on low priority, name a low-priority cluster in azureml.compute "
+            f"(e.g. azureml.compute={name}-lowpri: cloudddp creates it)"
+        )
     if not spot and tier == "low_priority":
-        return (f"cluster {name} is low priority but the job is not spot (resources.spot: false): it can be "
-                f"preempted; name a dedicated cluster in azureml.compute (e.g. azureml.compute={name}-dedicated: "
-                f"cloudddp creates it), or set resources.spot: true")
+        return (
+            f"cluster {name} is low priority but the job is not spot (resources.spot: false): it can be "
+            f"preempted; name a dedicated cluster in azureml.compute (e.g. azureml.compute={name}-dedicated: "
+            f"cloudddp creates it), or set resources.spot: true"
+        )
     return None
 
 
@@ -53,20 +57,27 @@ def scale_settings(cluster: Any, max_nodes: int) -> dict[str, Any]:
 
 
 def compute_url(subscription_id: str, resource_group: str, workspace: str, name: str) -> str:
-    return (f"{ARM}/subscriptions/{subscription_id}/resourceGroups/{resource_group}/providers/"
-            f"Microsoft.MachineLearningServices/workspaces/{workspace}/computes/{name}?api-version={API_VERSION}")
+    return (
+        f"{ARM}/subscriptions/{subscription_id}/resourceGroups/{resource_group}/providers/"
+        f"Microsoft.MachineLearningServices/workspaces/{workspace}/computes/{name}?api-version={API_VERSION}"
+    )
 
 
-def grow(credential: Any, transport: Any, url: str, body: dict[str, Any], *, poll_seconds: float,
-         timeout: float = 1800) -> None:
+def grow(
+    credential: Any, transport: Any, url: str, body: dict[str, Any], *, poll_seconds: float, timeout: float = 1800
+) -> None:
     """PATCH the scale settings and wait for the operation when the service answers 202 (async). A transport
     that was passed in is shared with the MLClient and left open."""
     from azure.core import PipelineClient
     from azure.core.pipeline.policies import HeadersPolicy, RetryPolicy, UserAgentPolicy
     from azure.mgmt.core.policies import ARMChallengeAuthenticationPolicy
 
-    policies = [HeadersPolicy(), UserAgentPolicy("cloudddp"), RetryPolicy(),
-                ARMChallengeAuthenticationPolicy(credential, SCOPE)]
+    policies = [
+        HeadersPolicy(),
+        UserAgentPolicy("cloudddp"),
+        RetryPolicy(),
+        ARMChallengeAuthenticationPolicy(credential, SCOPE),
+    ]
     client: Any = PipelineClient(ARM, policies=policies, **({"transport": transport} if transport is not None else {}))
     try:
         _patch_and_wait(client, url, body, poll_seconds, timeout)

@@ -54,7 +54,7 @@ def job_name(spec: JobSpec, content: dict[str, Any], token: str) -> str:
     """The job's name, lower-case: azure-ai-ml's ``load_job`` lower-cases a job name before submitting it, so a
     mixed-case name would not be the name (nor the MLflow run id) the job gets."""
     digest = hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:8]
-    base = _NAME_OK.sub("-", spec.name)[: 200].strip("-_")
+    base = _NAME_OK.sub("-", spec.name)[:200].strip("-_")
     return f"{base}-{digest}-{token}".lower()
 
 
@@ -79,8 +79,10 @@ def _check_distribution(distribution: dict[str, Any]) -> None:
     allowed = DISTRIBUTION_KEYS.get(distribution.get("type", ""), set())
     unknown = sorted(set(distribution) - allowed)
     if unknown:
-        raise UserError(f"distribution: unknown key(s) {unknown} for type {distribution.get('type')!r} "
-                        f"(allowed: {sorted(allowed)}); Azure ML would silently drop them")
+        raise UserError(
+            f"distribution: unknown key(s) {unknown} for type {distribution.get('type')!r} "
+            f"(allowed: {sorted(allowed)}); Azure ML would silently drop them"
+        )
 
 
 def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sigterm_grace: int) -> Documents:
@@ -88,8 +90,10 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
     gpus, nodes = spec.resources.gpus_per_node, spec.resources.nodes
 
     snapshot = code_snapshot(spec)
-    docs.decisions.append(f"code: snapshot {snapshot.sha256[:12]} ({len(snapshot.files)} files, "
-                          f"{human_bytes(snapshot.size)}), the same bytes every backend runs")
+    docs.decisions.append(
+        f"code: snapshot {snapshot.sha256[:12]} ({len(snapshot.files)} files, "
+        f"{human_bytes(snapshot.size)}), the same bytes every backend runs"
+    )
     docs.warnings += snapshot_warnings(snapshot)
     sizing = decide(spec, target, "VM size")
     size, sku = sizing.size, sizing.sku
@@ -104,25 +108,31 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         if not rdma:
             docs.warnings.append(f"{why}: multi-node DDP over Ethernet does not scale; pick an InfiniBand size")
     if not gpus and group == "gloo":
-        docs.decisions.append(f"CPU training: {spec.resources.processes} process(es) per node; gloo uses TCP, not "
-                              "RDMA, so no InfiniBand size is needed")
+        docs.decisions.append(
+            f"CPU training: {spec.resources.processes} process(es) per node; gloo uses TCP, not "
+            "RDMA, so no InfiniBand size is needed"
+        )
     if sku is not None and gpus:
         if gpus > sku.gpus:
             raise UserError(
                 f"resources.gpus_per_node is {gpus} but {size} has {sku.gpus} GPUs: Azure ML would start {gpus} "
-                f"processes per node and fail with \"Duplicate GPU detected\"",
+                f'processes per node and fail with "Duplicate GPU detected"',
                 hint=f"set resources.gpus_per_node: {sku.gpus}, or pick a size with {gpus} GPUs",
             )
         if gpus < sku.gpus:
-            docs.warnings.append(f"{size} has {sku.gpus} GPUs; {gpus} processes per node leave {sku.gpus - gpus} idle "
-                                 f"(set resources.gpus_per_node: {sku.gpus})")
+            docs.warnings.append(
+                f"{size} has {sku.gpus} GPUs; {gpus} processes per node leave {sku.gpus - gpus} idle "
+                f"(set resources.gpus_per_node: {sku.gpus})"
+            )
 
     presets: dict[str, str] = {}
     if nodes > 1 and sku is not None and sku.scales_multi_node:
         killers = disables_rdma({k: e.value or "" for k, e in spec.env.items()})
         if killers:
-            raise UserError(f"env: {'; '.join(killers)} on an InfiniBand job of {nodes} nodes",
-                            hint="remove it: NCCL would fall back to TCP and the job would not scale")
+            raise UserError(
+                f"env: {'; '.join(killers)} on an InfiniBand job of {nodes} nodes",
+                hint="remove it: NCCL would fall back to TCP and the job would not scale",
+            )
         presets = nccl_env_presets(sku)
         applied = {k: v for k, v in presets.items() if k not in spec.env}
         if applied:
@@ -130,11 +140,14 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
 
     inputs, input_decisions = job_inputs(spec)
     docs.decisions += input_decisions
-    places = Places(model_dir="${{outputs.model}}",
-                    checkpoint_dir="${{outputs.checkpoints}}" if spec.checkpoint.enabled else None,
-                    inputs={name: f"${{{{inputs.{name}}}}}" for name in spec.inputs})
-    all_env, docs.env_sources = job_env(spec, "azureml", places, on_gpu=gpus > 0, sigterm_grace=sigterm_grace,
-                                        presets=presets)
+    places = Places(
+        model_dir="${{outputs.model}}",
+        checkpoint_dir="${{outputs.checkpoints}}" if spec.checkpoint.enabled else None,
+        inputs={name: f"${{{{inputs.{name}}}}}" for name in spec.inputs},
+    )
+    all_env, docs.env_sources = job_env(
+        spec, "azureml", places, on_gpu=gpus > 0, sigterm_grace=sigterm_grace, presets=presets
+    )
     bindings = {k: v for k, v in all_env.items() if "${{" in v}
     env = {k: v for k, v in all_env.items() if k not in bindings}
 
@@ -147,23 +160,31 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         outputs["checkpoints"] = {"type": "uri_folder", "mode": "rw_mount", "path": ckpt}
         docs.decisions.append(f"checkpoints in {ckpt} (this training's own folder: a resubmit resumes from it)")
 
-    distribution = {"type": "mpi" if spec.distribution.launcher == "mpi" else "pytorch",
-                    "process_count_per_instance": spec.resources.processes}
+    distribution = {
+        "type": "mpi" if spec.distribution.launcher == "mpi" else "pytorch",
+        "process_count_per_instance": spec.resources.processes,
+    }
     _check_distribution(distribution)
     if spec.limits.max_restarts:
-        docs.warnings.append("Azure ML command jobs do not restart failed processes (limits.max_restarts); "
-                             "resubmit the job and it resumes from its checkpoints")
+        docs.warnings.append(
+            "Azure ML command jobs do not restart failed processes (limits.max_restarts); "
+            "resubmit the job and it resumes from its checkpoints"
+        )
     if az.job_tier:
-        raise UserError(f"azureml.job_tier: {az.job_tier} applies to serverless compute only "
-                        f"(queue_settings.job_tier), and this job runs on the cluster {cluster_name(az)}, whose tier "
-                        "decides",
-                        hint="remove azureml.job_tier; resources.spot: true runs the job on a low-priority cluster")
+        raise UserError(
+            f"azureml.job_tier: {az.job_tier} applies to serverless compute only "
+            f"(queue_settings.job_tier), and this job runs on the cluster {cluster_name(az)}, whose tier "
+            "decides",
+            hint="remove azureml.job_tier; resources.spot: true runs the job on a low-priority cluster",
+        )
     environment = environment_field(az.environment)
     docs.decisions.append(describe_environment(az.environment))
     if not gpus and az.environment == DEFAULT_ENVIRONMENT:
-        docs.decisions.append("the curated PyTorch environments are all CUDA builds (there is no CPU one); this one "
-                              "runs on CPU nodes as it is, a larger image to pull: set azureml.environment to a CPU "
-                              "image of your own to pull less")
+        docs.decisions.append(
+            "the curated PyTorch environments are all CUDA builds (there is no CPU one); this one "
+            "runs on CPU nodes as it is, a larger image to pull: set azureml.environment to a CPU "
+            "image of your own to pull less"
+        )
     tier = "low_priority" if spec.resources.spot else "dedicated"
     job: dict[str, Any] = {
         "$schema": JOB_SCHEMA,
@@ -200,12 +221,15 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         compute["ssh_settings"] = {"admin_username": SSH_USER, "ssh_key_value": az.ssh_public_key}
         docs.decisions.append(f"a new cluster allows SSH as {SSH_USER} with azureml.ssh_public_key")
     if spec.resources.spot:
-        docs.decisions.append("low priority cluster (tier low_priority): cheaper, preemptible; checkpoints resume "
-                              "the job")
-    docs.decisions.append(f"cluster {compute['name']}: created when missing as {size}, {tier}, "
-                          f"{compute['min_instances']}–{compute['max_instances']} nodes, scaling down after "
-                          f"{az.idle_time_before_scale_down} s idle; an existing one keeps its settings, and only its "
-                          f"max_instances is raised when below {compute['max_instances']}")
+        docs.decisions.append(
+            "low priority cluster (tier low_priority): cheaper, preemptible; checkpoints resume the job"
+        )
+    docs.decisions.append(
+        f"cluster {compute['name']}: created when missing as {size}, {tier}, "
+        f"{compute['min_instances']}–{compute['max_instances']} nodes, scaling down after "
+        f"{az.idle_time_before_scale_down} s idle; an existing one keeps its settings, and only its "
+        f"max_instances is raised when below {compute['max_instances']}"
+    )
     name = job_name(spec, {"job": job, "compute": compute}, token)
     job = substitute({"$schema": job.pop("$schema"), "name": name, **job}, {RUN_ID: name})
     docs.job, docs.compute = job, compute

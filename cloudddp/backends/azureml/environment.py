@@ -31,11 +31,16 @@ _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}"
 _WORKSPACE = re.compile(rf"^azureml:(?P<name>{_NAME})(?::(?P<version>[A-Za-z0-9._-]+)|@(?P<label>latest))$")
 _REGISTRY = re.compile(rf"^azureml://registries/{_NAME}/environments/{_NAME}/(?:versions|labels)/[A-Za-z0-9._-]+$")
 # A Docker reference with a registry host (a dot, a port or localhost before the first slash), lower-case path.
-_IMAGE = re.compile(r"^(?P<host>[a-z0-9.-]+(?::[0-9]+)?)/(?P<path>[a-z0-9._/-]+)"
-                    r"(?::[A-Za-z0-9_.-]{1,128}|@sha256:[0-9a-f]{64})?$")
-EXAMPLES = ("azureml:AzureML-acpt-pytorch-2.8-cuda12.6:14", "azureml:my-env@latest",
-            "azureml://registries/azureml/environments/acpt-pytorch-2.8-cuda12.6/versions/14",
-            "mcr.microsoft.com/azureml/openmpi5.0-ubuntu24.04:latest")
+_IMAGE = re.compile(
+    r"^(?P<host>[a-z0-9.-]+(?::[0-9]+)?)/(?P<path>[a-z0-9._/-]+)"
+    r"(?::[A-Za-z0-9_.-]{1,128}|@sha256:[0-9a-f]{64})?$"
+)
+EXAMPLES = (
+    "azureml:AzureML-acpt-pytorch-2.8-cuda12.6:14",
+    "azureml:my-env@latest",
+    "azureml://registries/azureml/environments/acpt-pytorch-2.8-cuda12.6/versions/14",
+    "mcr.microsoft.com/azureml/openmpi5.0-ubuntu24.04:latest",
+)
 
 
 def environment_field(reference: str) -> str | dict[str, Any]:
@@ -54,8 +59,10 @@ def environment_field(reference: str) -> str | dict[str, Any]:
         why = "a curated environment is referenced with the azureml: prefix and a version"
     else:
         why = "not an environment reference Azure ML accepts"
-    raise UserError(f"{FIELD}: {reference!r}: {why}",
-                    hint="give one of: " + ", ".join(EXAMPLES) + " (README: 'Choosing the environment')")
+    raise UserError(
+        f"{FIELD}: {reference!r}: {why}",
+        hint="give one of: " + ", ".join(EXAMPLES) + " (README: 'Choosing the environment')",
+    )
 
 
 def describe(reference: str) -> str:

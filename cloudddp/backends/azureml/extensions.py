@@ -57,8 +57,10 @@ def credential_from_environment() -> Any | None:
     """The credential ``CLOUDDDP_AZURE_CREDENTIAL`` names, or None."""
     credential = _made_from(CREDENTIAL, "credential")
     if credential is not None and not (hasattr(credential, "get_token") or hasattr(credential, "get_token_info")):
-        raise UserError(f"{CREDENTIAL}: {type(credential).__name__} is not an azure-core TokenCredential (it has no "
-                        "get_token)", hint="name a credential class such as azure.identity:AzureCliCredential")
+        raise UserError(
+            f"{CREDENTIAL}: {type(credential).__name__} is not an azure-core TokenCredential (it has no get_token)",
+            hint="name a credential class such as azure.identity:AzureCliCredential",
+        )
     return credential
 
 
@@ -70,6 +72,8 @@ def transport_from_environment() -> Any | None:
     from azure.core.pipeline.transport import HttpTransport
 
     if not isinstance(transport, HttpTransport):
-        raise UserError(f"{TRANSPORT}: {type(transport).__name__} is not an azure-core HttpTransport",
-                        hint="return e.g. azure.core.pipeline.transport.RequestsTransport(session=...)")
+        raise UserError(
+            f"{TRANSPORT}: {type(transport).__name__} is not an azure-core HttpTransport",
+            hint="return e.g. azure.core.pipeline.transport.RequestsTransport(session=...)",
+        )
     return transport

@@ -23,20 +23,39 @@ from typing import Any
 
 from ..base import Cause
 
-_KINDS: tuple[tuple[Cause, re.Pattern[str]], ...] = tuple((cause, re.compile(pattern, re.IGNORECASE)) for cause, pattern in (
-    (Cause.PREEMPTED, r"PreemptionError|pre-?empt(ed|ion)|\bevict(ed|ion)\b"),
-    (Cause.CAPACITY, r"AllocationFailed|AllocationTimedout|OverconstrainedAllocationRequest|ZonalAllocationFailed|"
-                     r"InsufficientCapacity|QuotaExceeded|QuotaReached|CoreQuota|SkuNotAvailable|"
-                     r"not enough (capacity|quota)|out of capacity"),
-    (Cause.INFRASTRUCTURE, r"NodeFailure|NodeUnusable|NodeNotReady|NodeLost|node (failed|was lost|became unusable)|"
-                           r"InfrastructureError|DiskFailure"),
-    (Cause.LIMIT, r"JobTimeout|MaxWallClockTimeExpiry|max(imum)?[_ ]run[_ ]duration|exceeded (the|its) (time ?limit|"
-                  r"timeout)"),
-    (Cause.USER_ERROR, r"ExecutionFailed|UserProcessFailed|non-zero exit|exit_?codes?:? *[1-9]|exited with "
-                       r"(status|exit) code|Submitted script failed"),
-))
-_CATEGORIES = {"systemerror": Cause.INFRASTRUCTURE, "serviceerror": Cause.INFRASTRUCTURE,
-               "internalservererror": Cause.INFRASTRUCTURE, "usererror": Cause.USER_ERROR}
+_KINDS: tuple[tuple[Cause, re.Pattern[str]], ...] = tuple(
+    (cause, re.compile(pattern, re.IGNORECASE))
+    for cause, pattern in (
+        (Cause.PREEMPTED, r"PreemptionError|pre-?empt(ed|ion)|\bevict(ed|ion)\b"),
+        (
+            Cause.CAPACITY,
+            r"AllocationFailed|AllocationTimedout|OverconstrainedAllocationRequest|ZonalAllocationFailed|"
+            r"InsufficientCapacity|QuotaExceeded|QuotaReached|CoreQuota|SkuNotAvailable|"
+            r"not enough (capacity|quota)|out of capacity",
+        ),
+        (
+            Cause.INFRASTRUCTURE,
+            r"NodeFailure|NodeUnusable|NodeNotReady|NodeLost|node (failed|was lost|became unusable)|"
+            r"InfrastructureError|DiskFailure",
+        ),
+        (
+            Cause.LIMIT,
+            r"JobTimeout|MaxWallClockTimeExpiry|max(imum)?[_ ]run[_ ]duration|exceeded (the|its) (time ?limit|"
+            r"timeout)",
+        ),
+        (
+            Cause.USER_ERROR,
+            r"ExecutionFailed|UserProcessFailed|non-zero exit|exit_?codes?:? *[1-9]|exited with "
+            r"(status|exit) code|Submitted script failed",
+        ),
+    )
+)
+_CATEGORIES = {
+    "systemerror": Cause.INFRASTRUCTURE,
+    "serviceerror": Cause.INFRASTRUCTURE,
+    "internalservererror": Cause.INFRASTRUCTURE,
+    "usererror": Cause.USER_ERROR,
+}
 
 
 def _texts(error: dict[str, Any]) -> Iterator[str]:

@@ -29,8 +29,9 @@ def _pipeline(credential: Any | None, transport: Any | None) -> Any:
     policies: list[Any] = [HeadersPolicy(), UserAgentPolicy("cloudddp"), RetryPolicy()]
     if credential is not None:
         policies.append(BearerTokenCredentialPolicy(credential, SCOPE))
-    return PipelineClient("https://ml.azure.com", policies=policies,
-                          **({"transport": transport} if transport is not None else {}))
+    return PipelineClient(
+        "https://ml.azure.com", policies=policies, **({"transport": transport} if transport is not None else {})
+    )
 
 
 class RunHistory:
@@ -65,6 +66,8 @@ class RunHistory:
     def details(self, run_id: str) -> dict[str, Any]:
         """The run's details (``status``, ``error``, ``warnings``, ...)."""
         ws = self.workspace
-        url = (f"{self.api()}/history/v1.0/subscriptions/{ws.subscription_id}/resourceGroups/{ws.resource_group}/"
-               f"providers/Microsoft.MachineLearningServices/workspaces/{ws.name}/runs/{run_id}/details")
+        url = (
+            f"{self.api()}/history/v1.0/subscriptions/{ws.subscription_id}/resourceGroups/{ws.resource_group}/"
+            f"providers/Microsoft.MachineLearningServices/workspaces/{ws.name}/runs/{run_id}/details"
+        )
         return self._get(url, signed=True)

@@ -38,8 +38,10 @@ def input_type(name: str, item: Input, where: str, local: bool) -> str:
         if not is_file and not found.is_dir():
             raise UserError(f"inputs.{name}: {where} does not exist", hint="input paths are relative to the spec file")
         if item.kind != "auto" and (item.kind == "file") != is_file:
-            raise UserError(f"inputs.{name}: kind is {item.kind} but {where} is a {'file' if is_file else 'folder'}",
-                            hint=f"set inputs.{name}.kind: auto (or {'file' if is_file else 'folder'})")
+            raise UserError(
+                f"inputs.{name}: kind is {item.kind} but {where} is a {'file' if is_file else 'folder'}",
+                hint=f"set inputs.{name}.kind: auto (or {'file' if is_file else 'folder'})",
+            )
         return "uri_file" if is_file else "uri_folder"
     if item.kind != "auto":
         return f"uri_{item.kind}"
@@ -54,14 +56,18 @@ def job_inputs(spec: JobSpec) -> tuple[dict[str, Any], list[str]]:
         where = spec.input_location(name, "azureml")
         remote = "://" in where or where.startswith("azureml:")
         if where.startswith("s3://"):
-            raise UserError(f"inputs.{name}: Azure ML cannot read {where}",
-                            hint=f"give inputs.{name}.at.azureml: azureml://... (or https://, or a local folder)")
+            raise UserError(
+                f"inputs.{name}: Azure ML cannot read {where}",
+                hint=f"give inputs.{name}.at.azureml: azureml://... (or https://, or a local folder)",
+            )
         path = where if remote else str((spec.base_dir / where).resolve())
         kind = input_type(name, item, path, local=not remote)
         inputs[name] = {"type": kind, "path": path, "mode": MODES[item.mode]}
         if _DATA_ASSET.match(where) and item.kind == "auto":
-            decisions.append(f"inputs.{name}: a data asset is passed as uri_folder; set inputs.{name}.kind: file "
-                             "if the asset is a uri_file")
+            decisions.append(
+                f"inputs.{name}: a data asset is passed as uri_folder; set inputs.{name}.kind: file "
+                "if the asset is a uri_file"
+            )
         elif kind == "uri_file":
             decisions.append(f"inputs.{name}: uri_file ({MODES[item.mode]}): the job gets the file's own path")
     return inputs, decisions

@@ -63,8 +63,10 @@ class LogFiles:
             datastore = ml_client.datastores.get(store)  # no permission to read its secrets: use ours
         container_name = getattr(datastore, "container_name", None)
         if not container_name:
-            raise CloudDDPError(f"the job's logs are on datastore {store} ({type(datastore).__name__}), "
-                                "which is not a blob container; read them in Azure ML studio")
+            raise CloudDDPError(
+                f"the job's logs are on datastore {store} ({type(datastore).__name__}), "
+                "which is not a blob container; read them in Azure ML studio"
+            )
         creds = getattr(datastore, "credentials", None)
         secret = getattr(creds, "account_key", None) or getattr(creds, "sas_token", None) or credential
         endpoint = datastore.endpoint or "core.windows.net"
@@ -78,7 +80,7 @@ class LogFiles:
         lines: list[LogLine] = []
         blobs = sorted(self.container.list_blobs(name_starts_with=self.prefix + "user_logs/"), key=lambda b: b.name)
         for blob in blobs:
-            name = blob.name[len(self.prefix):]
+            name = blob.name[len(self.prefix) :]
             done = self.offsets.get(name, 0)
             data = self.partial.pop(name, b"")
             if blob.size > done:
@@ -88,8 +90,10 @@ class LogFiles:
             if cut < len(data):
                 self.partial[name] = data[cut:]
             source = source_of(name)
-            lines += [LogLine(source, text, primary=source in PRIMARY)
-                      for text in data[:cut].decode("utf-8", errors="replace").splitlines()]
+            lines += [
+                LogLine(source, text, primary=source in PRIMARY)
+                for text in data[:cut].decode("utf-8", errors="replace").splitlines()
+            ]
         return lines
 
     def close(self) -> None:

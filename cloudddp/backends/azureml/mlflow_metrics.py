@@ -41,8 +41,11 @@ class MlflowMetrics:
         if not _installed("mlflow"):
             raise BackendUnavailable("reading Azure ML metrics needs mlflow", hint=INSTALL)
         if tracking_uri.startswith("azureml:") and not _installed("azureml.mlflow"):
-            raise BackendUnavailable("reading metrics from the workspace's azureml:// tracking URI needs the "
-                                     "azureml-mlflow plugin (it registers that scheme)", hint=INSTALL)
+            raise BackendUnavailable(
+                "reading metrics from the workspace's azureml:// tracking URI needs the "
+                "azureml-mlflow plugin (it registers that scheme)",
+                hint=INSTALL,
+            )
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient(tracking_uri=tracking_uri)
@@ -54,8 +57,11 @@ class MlflowMetrics:
 
         try:
             run = self.client.get_run(run_id)
-            points = [(key, m.step, m.timestamp, m.value)
-                      for key in sorted(run.data.metrics) for m in self.client.get_metric_history(run_id, key)]
+            points = [
+                (key, m.step, m.timestamp, m.value)
+                for key in sorted(run.data.metrics)
+                for m in self.client.get_metric_history(run_id, key)
+            ]
         except MlflowException as e:
             if getattr(e, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
                 return []
@@ -73,8 +79,15 @@ def records(points: list[tuple[str, int, int, float]]) -> list[MetricRecord]:
     out = []
     for (step, timestamp), values in sorted(groups.items(), key=lambda item: (item[0][1], item[0][0])):
         epoch = values.pop("epoch", None)
-        out.append(MetricRecord(step=step, epoch=int(epoch) if epoch is not None else None, time=timestamp / 1000,
-                                values=values, source="mlflow"))
+        out.append(
+            MetricRecord(
+                step=step,
+                epoch=int(epoch) if epoch is not None else None,
+                time=timestamp / 1000,
+                values=values,
+                source="mlflow",
+            )
+        )
     return out
 
 
@@ -82,6 +95,8 @@ def tracking_uri(workspace: Any) -> str:
     """The workspace's MLflow tracking URI; an error when the workspace reports none."""
     uri = getattr(workspace, "mlflow_tracking_uri", None)
     if not uri:
-        raise CloudDDPError(f"workspace {getattr(workspace, 'name', '')} reports no MLflow tracking URI, so its jobs' "
-                            "metrics cannot be read from here (Azure ML studio shows them)")
+        raise CloudDDPError(
+            f"workspace {getattr(workspace, 'name', '')} reports no MLflow tracking URI, so its jobs' "
+            "metrics cannot be read from here (Azure ML studio shows them)"
+        )
     return str(uri)

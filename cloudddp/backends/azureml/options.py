@@ -16,8 +16,11 @@ class AzureMLOptions(Strict):
     subscription_id: str | None = None
     resource_group: str | None = None
     workspace: str | None = None
-    compute: str | None = Field(None, description="AmlCompute cluster name; created when missing, grown (max_instances "
-                                                  "only) when too small, otherwise left as it is.")
+    compute: str | None = Field(
+        None,
+        description="AmlCompute cluster name; created when missing, grown (max_instances "
+        "only) when too small, otherwise left as it is.",
+    )
     vm_size: str | None = Field(None, description="e.g. Standard_ND96asr_v4; default: chosen from resources.")
     min_nodes: int = Field(0, ge=0)
     max_nodes: int | None = Field(None, ge=1, description="Cluster maximum; default: the job's node count.")
@@ -27,32 +30,38 @@ class AzureMLOptions(Strict):
     environment: str = Field(
         DEFAULT_ENVIRONMENT,
         description="azureml:<name>:<version>, azureml:<name>@latest, azureml://registries/<r>/environments/<name>/"
-                    "versions/<v> (or /labels/<l>), or a Docker image URI. Default: curated acpt-pytorch-2.8-cuda12.6, "
-                    "version 14 (PyTorch 2.8, CUDA 12.6).",
+        "versions/<v> (or /labels/<l>), or a Docker image URI. Default: curated acpt-pytorch-2.8-cuda12.6, "
+        "version 14 (PyTorch 2.8, CUDA 12.6).",
     )
     shm_size: str = "16g"
     experiment_name: str | None = None
     ssh_public_key: str | None = Field(
-        None, description="An OpenSSH public key: a new cluster then allows SSH (user azureuser) with it; "
-                          "without it a new cluster has SSH public access disabled.",
+        None,
+        description="An OpenSSH public key: a new cluster then allows SSH (user azureuser) with it; "
+        "without it a new cluster has SSH public access disabled.",
     )
     job_tier: Literal["spot", "basic", "standard", "premium"] | None = Field(
-        None, description="Serverless compute only (queue_settings.job_tier), which cloudddp does not use: on a "
-                          "cluster, resources.spot chooses dedicated or low priority. Refused when set.",
+        None,
+        description="Serverless compute only (queue_settings.job_tier), which cloudddp does not use: on a "
+        "cluster, resources.spot chooses dedicated or low priority. Refused when set.",
     )
 
     @field_validator("idle_time_before_scale_down")
     @classmethod
     def _a_delay_azure_takes(cls, value: int) -> int:
         if value < 1:
-            raise ValueError(f"{value} is not a delay Azure ML sets: azure-ai-ml sends no value for 0 and the cluster "
-                             "gets the service default (120 s); give 1 or more seconds")
+            raise ValueError(
+                f"{value} is not a delay Azure ML sets: azure-ai-ml sends no value for 0 and the cluster "
+                "gets the service default (120 s); give 1 or more seconds"
+            )
         return value
 
     @field_validator("ssh_public_key")
     @classmethod
     def _an_openssh_public_key(cls, value: str | None) -> str | None:
         if value is not None and not value.strip().startswith(("ssh-", "ecdsa-")):
-            raise ValueError("not an OpenSSH public key (it starts with ssh-rsa, ssh-ed25519 or ecdsa-...): "
-                             "paste the contents of your .pub file")
+            raise ValueError(
+                "not an OpenSSH public key (it starts with ssh-rsa, ssh-ed25519 or ecdsa-...): "
+                "paste the contents of your .pub file"
+            )
         return value.strip() if value is not None else None

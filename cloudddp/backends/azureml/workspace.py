@@ -10,8 +10,11 @@ from pathlib import Path
 from ...errors import UserError
 from .options import AzureMLOptions
 
-ENV = {"subscription_id": "AZURE_SUBSCRIPTION_ID", "resource_group": "AZURE_RESOURCE_GROUP",
-       "name": "AZUREML_WORKSPACE_NAME"}
+ENV = {
+    "subscription_id": "AZURE_SUBSCRIPTION_ID",
+    "resource_group": "AZURE_RESOURCE_GROUP",
+    "name": "AZUREML_WORKSPACE_NAME",
+}
 
 
 @dataclass(frozen=True)
@@ -34,8 +37,11 @@ def _config_json(start: Path) -> dict[str, str] | None:
                 except ValueError:
                     raise UserError(f"{path} is not valid JSON") from None
                 if isinstance(data, dict) and "subscription_id" in data:
-                    return {"subscription_id": data.get("subscription_id", ""),
-                            "resource_group": data.get("resource_group", ""), "name": data.get("workspace_name", "")}
+                    return {
+                        "subscription_id": data.get("subscription_id", ""),
+                        "resource_group": data.get("resource_group", ""),
+                        "name": data.get("workspace_name", ""),
+                    }
     return None
 
 
@@ -43,8 +49,15 @@ def workspace_fields(az: AzureMLOptions | None, cwd: Path | None = None) -> dict
     """What names the workspace, from the spec, else config.json, else the environment (may be partial)."""
     found: dict[str, str] = {}
     if az is not None:
-        found = {k: v for k, v in {"subscription_id": az.subscription_id, "resource_group": az.resource_group,
-                                   "name": az.workspace}.items() if v}
+        found = {
+            k: v
+            for k, v in {
+                "subscription_id": az.subscription_id,
+                "resource_group": az.resource_group,
+                "name": az.workspace,
+            }.items()
+            if v
+        }
     for source in (_config_json(cwd or Path.cwd()), {k: os.environ.get(v, "") for k, v in ENV.items()}):
         for key, value in (source or {}).items():
             if value and key not in found:
@@ -56,11 +69,15 @@ def require_workspace(found: dict[str, str]) -> Workspace:
     """The workspace ``found`` names; a UserError saying what is missing and where to set it."""
     missing = [key for key in ENV if not found.get(key)]
     if missing:
-        names = {"subscription_id": "azureml.subscription_id / AZURE_SUBSCRIPTION_ID",
-                 "resource_group": "azureml.resource_group / AZURE_RESOURCE_GROUP",
-                 "name": "azureml.workspace / AZUREML_WORKSPACE_NAME"}
-        raise UserError("the Azure ML workspace is not fully named; missing: " + ", ".join(names[m] for m in missing),
-                        hint="set them in the spec, in the environment, or in a config.json from the Azure portal")
+        names = {
+            "subscription_id": "azureml.subscription_id / AZURE_SUBSCRIPTION_ID",
+            "resource_group": "azureml.resource_group / AZURE_RESOURCE_GROUP",
+            "name": "azureml.workspace / AZUREML_WORKSPACE_NAME",
+        }
+        raise UserError(
+            "the Azure ML workspace is not fully named; missing: " + ", ".join(names[m] for m in missing),
+            hint="set them in the spec, in the environment, or in a config.json from the Azure portal",
+        )
     return Workspace(found["subscription_id"], found["resource_group"], found["name"])
 
 

@@ -51,8 +51,10 @@ def checkpoint_dir(spec: JobSpec) -> Path:
     """Checkpoints live per training (job name + what the script computes from), so a resubmitted job
     resumes where the last run stopped and a variant never loads another's checkpoint."""
     if spec.checkpoint.path and "://" in spec.checkpoint.path:
-        raise UserError(f"checkpoint.path: {spec.checkpoint.path} is remote; the local backend writes local folders",
-                        hint="give a folder (relative to the spec file), or leave checkpoint.path out")
+        raise UserError(
+            f"checkpoint.path: {spec.checkpoint.path} is remote; the local backend writes local folders",
+            hint="give a folder (relative to the spec file), or leave checkpoint.path out",
+        )
     return (spec.base_dir / checkpoint_folder(spec, str(home() / "checkpoints"))).resolve()
 
 
@@ -71,10 +73,10 @@ def parse_rank_line(line: str, node: int, nodes: int) -> LogLine:
     """torchrun's ``--tee`` prefixes each worker line with ``[default<local rank>]:``."""
     if line.startswith(_RANK_PREFIX):
         end = line.find("]:")
-        local = line[len(_RANK_PREFIX):end]
+        local = line[len(_RANK_PREFIX) : end]
         if end > 0 and local.isdigit():
             source = f"rank{local}" if nodes == 1 else f"node{node}/rank{local}"
-            return LogLine(source, line[end + 2:], primary=node == 0 and local == "0")
+            return LogLine(source, line[end + 2 :], primary=node == 0 and local == "0")
     return LogLine(f"node{node}" if nodes > 1 else "torchrun", line, primary=False)  # torchrun's own
 
 
@@ -86,15 +88,15 @@ class LocalBackend(Backend[LocalOptions]):
     capabilities: ClassVar[Capabilities] = Capabilities(
         unsupported={
             Feature.REMOTE_INPUTS: "the local backend reads local folders only; copy s3:// or azureml:// data "
-                                   "here first (or give inputs.<name>.at.local)",
+            "here first (or give inputs.<name>.at.local)",
             Feature.SMDDP: "the SageMaker data-parallel library runs only in SageMaker's containers; "
-                           "use -o distribution.backend=auto here",
+            "use -o distribution.backend=auto here",
             Feature.PROVISION: "the local backend runs on this machine; there is no cluster to create or leave alone",
         },
         caveats={
             Feature.SPOT: "there is no spot capacity on this machine; resources.spot is ignored here",
             Feature.MPI: "the local backend starts processes with torchrun; distribution.launcher: mpi applies "
-                         "on the clouds",
+            "on the clouds",
         },
     )
 
@@ -110,18 +112,25 @@ class LocalBackend(Backend[LocalOptions]):
             raise UserError(f"code.entry: {spec.code.entry} is not a file in {code_dir}")
         snapshot = code_snapshot(spec)
         if spec.code.entry and Path(spec.code.entry).as_posix() not in snapshot.files:
-            raise UserError(f"code.entry: {spec.code.entry} is left out of the code snapshot by an ignore rule",
-                            hint="check code.ignore, .gitignore, .amlignore and .cloudddpignore in code.dir")
-        decisions.append(f"runs code snapshot {snapshot.sha256[:12]} ({len(snapshot.files)} files, "
-                         f"{human_bytes(snapshot.size)}) unpacked in the run folder: the bytes a cloud job gets")
+            raise UserError(
+                f"code.entry: {spec.code.entry} is left out of the code snapshot by an ignore rule",
+                hint="check code.ignore, .gitignore, .amlignore and .cloudddpignore in code.dir",
+            )
+        decisions.append(
+            f"runs code snapshot {snapshot.sha256[:12]} ({len(snapshot.files)} files, "
+            f"{human_bytes(snapshot.size)}) unpacked in the run folder: the bytes a cloud job gets"
+        )
         warnings += snapshot_warnings(snapshot)
         use_cuda = opts.device == "cuda" or (
             opts.device == "auto" and spec.resources.gpus_per_node > 0 and _has_cuda_device()
         )
         device = "cuda" if use_cuda else "cpu"
         # Without the GPUs here, two processes still exercise every collective the job will run.
-        nproc = opts.processes_per_node or spec.resources.processes_per_node or (
-            spec.resources.gpus_per_node if use_cuda else 2)
+        nproc = (
+            opts.processes_per_node
+            or spec.resources.processes_per_node
+            or (spec.resources.gpus_per_node if use_cuda else 2)
+        )
         nnodes = opts.nodes
         pg_backend = spec.process_group_backend(on_gpu=use_cuda)
         if pg_backend == "nccl" and not use_cuda:
@@ -146,7 +155,9 @@ class LocalBackend(Backend[LocalOptions]):
             tensorboard_dir=_local_output(spec, "tensorboard", f"{RUN_DIR}/tensorboard"),
             checkpoint_dir=str(ckpt),
             # resolved, not required to exist yet: the preflight check says when one is missing
-            inputs={name: str((spec.base_dir / spec.input_location(name, self.name)).resolve()) for name in spec.inputs},
+            inputs={
+                name: str((spec.base_dir / spec.input_location(name, self.name)).resolve()) for name in spec.inputs
+            },
         )
         env, sources = job_env(spec, self.name, places, on_gpu=use_cuda, sigterm_grace=self.sigterm_grace)
         env["CLOUDDDP_DIST_BACKEND"] = pg_backend
@@ -160,21 +171,34 @@ class LocalBackend(Backend[LocalOptions]):
             program = ["--no-python", *spec.code.command, *input_args(spec, places)]
         reqs = requirements.of(spec)
         if reqs is not None:
-            decisions.append(f"requirements ({len(reqs.lines)} from {reqs.source}): run in this Python if it has them, "
-                             f"else in an environment made for them ({home() / 'envs' / reqs.digest})")
+            decisions.append(
+                f"requirements ({len(reqs.lines)} from {reqs.source}): run in this Python if it has them, "
+                f"else in an environment made for them ({home() / 'envs' / reqs.digest})"
+            )
         nodes = []
         for node in range(nnodes):
             argv = [
-                PYTHON if reqs else sys.executable, "-m", "torch.distributed.run",
-                "--nnodes", str(nnodes),
-                "--nproc-per-node", str(nproc),
-                "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", f"127.0.0.1:{PORT}",
-                "--rdzv-id", spec.name,
-                "--rdzv-conf", f"is_host={int(node == 0)}",
-                "--max-restarts", str(spec.limits.max_restarts),
-                "--log-dir", f"{RUN_DIR}/ranks/node{node}",
-                "--tee", "3",
+                PYTHON if reqs else sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                str(nnodes),
+                "--nproc-per-node",
+                str(nproc),
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"127.0.0.1:{PORT}",
+                "--rdzv-id",
+                spec.name,
+                "--rdzv-conf",
+                f"is_host={int(node == 0)}",
+                "--max-restarts",
+                str(spec.limits.max_restarts),
+                "--log-dir",
+                f"{RUN_DIR}/ranks/node{node}",
+                "--tee",
+                "3",
                 *program,
             ]
             nodes.append({"node_rank": node, "argv": argv, "env": {"NODE_RANK": str(node)}})
@@ -205,27 +229,45 @@ class LocalBackend(Backend[LocalOptions]):
         req = plan.request
         checks = []
         torch_spec = importlib.util.find_spec("torch")
-        checks.append(Check(
-            "torch installed", torch_spec is not None,
-            f"in {sys.executable}" if torch_spec else f"torch is not importable by {sys.executable}",
-            fix="pip install 'cloudddp[train]' -c constraints.txt",
-        ))
+        checks.append(
+            Check(
+                "torch installed",
+                torch_spec is not None,
+                f"in {sys.executable}" if torch_spec else f"torch is not importable by {sys.executable}",
+                fix="pip install 'cloudddp[train]' -c constraints.txt",
+            )
+        )
         if req["device"] == "cuda":
             gpus = len(list(Path("/dev").glob("nvidia[0-9]*")))
-            checks.append(Check(
-                "one GPU per process", req["nproc_per_node"] <= gpus,
-                f"{req['nproc_per_node']} processes per node, {gpus} GPUs here",
-                fix="set local.processes_per_node to the number of GPUs",
-            ))
+            checks.append(
+                Check(
+                    "one GPU per process",
+                    req["nproc_per_node"] <= gpus,
+                    f"{req['nproc_per_node']} processes per node, {gpus} GPUs here",
+                    fix="set local.processes_per_node to the number of GPUs",
+                )
+            )
         for name, value in req["env"].items():
             if name.startswith("CLOUDDDP_INPUT_"):
-                checks.append(Check(f"input {name[15:].lower()} exists", Path(value).exists(), value,
-                                    fix="fix inputs.<name>.path (relative to the spec file)"))
+                checks.append(
+                    Check(
+                        f"input {name[15:].lower()} exists",
+                        Path(value).exists(),
+                        value,
+                        fix="fix inputs.<name>.path (relative to the spec file)",
+                    )
+                )
         ckpt = req["env"].get("CLOUDDDP_CHECKPOINT_DIR")
         if ckpt:
             parent = next((p for p in [Path(ckpt), *Path(ckpt).parents] if p.exists()), Path("/"))
-            checks.append(Check("checkpoint folder writable", os.access(parent, os.W_OK), ckpt,
-                                fix="set checkpoint.path to a writable folder"))
+            checks.append(
+                Check(
+                    "checkpoint folder writable",
+                    os.access(parent, os.W_OK),
+                    ckpt,
+                    fix="set checkpoint.path to a writable folder",
+                )
+            )
         return checks
 
     # -- launch ------------------------------------------------------------------------------
@@ -252,13 +294,17 @@ class LocalBackend(Backend[LocalOptions]):
             Path(env["CLOUDDDP_CHECKPOINT_DIR"]).mkdir(parents=True, exist_ok=True)
         write_json_atomic(run.plan, bound.to_dict())
         (run.path / "spec.yaml").write_text(_yaml(plan.job))
-        run.write_status(state=RunState.STARTING.value, name=plan.job_name, nodes=bound.request["nnodes"],
-                         created_at=time.time())
+        run.write_status(
+            state=RunState.STARTING.value, name=plan.job_name, nodes=bound.request["nnodes"], created_at=time.time()
+        )
         with open(run.path / "supervisor.log", "wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "cloudddp.backends.local.supervisor", str(run.path)],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                cwd=bound.request["cwd"], start_new_session=True,
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=bound.request["cwd"],
+                start_new_session=True,
             )
         # The supervisor waits for its stdin to close before it touches status.json, so this write
         # cannot race with its own.
@@ -348,7 +394,9 @@ def _resume_note(spec: JobSpec, folder: Path) -> str:
     if spec.checkpoint.resume == "never":
         return "starts from scratch (checkpoint.resume: never)"
     found = sorted(folder.glob("ckpt-*.pt.sha256")) if folder.is_dir() else []
-    return f"resumes from {found[-1].name.removesuffix('.sha256')}" if found else "no checkpoint yet: starts from scratch"
+    return (
+        f"resumes from {found[-1].name.removesuffix('.sha256')}" if found else "no checkpoint yet: starts from scratch"
+    )
 
 
 def _yaml(data: dict[str, Any]) -> str:

@@ -13,7 +13,9 @@ class LocalOptions(Strict):
     """Only the local backend reads this."""
 
     processes_per_node: int | None = Field(
-        None, ge=1, le=64,
+        None,
+        ge=1,
+        le=64,
         description="Processes per node here; default: resources.processes_per_node, else GPUs per node, else 2.",
     )
     nodes: int = Field(1, ge=1, le=8, description="torchrun 'nodes' started on this machine (multi-node path).")

@@ -1,14 +1,14 @@
 """The folder of one local run, and the status file its supervisor keeps there.
 
-    runs/<run_id>/
-        spec.yaml        the spec, secrets redacted
-        plan.json        the plan that was launched (port and folders filled in)
-        status.json      state, process ids, exit codes, failure details (written atomically)
-        logs/node<i>.log what each torchrun "node" printed, rank-prefixed
-        ranks/           torchrun's per-rank stdout/stderr files, by attempt
-        metrics.jsonl    rank 0's metric records, one JSON object a line
-        outputs/         CLOUDDDP_OUTPUT_DIR: the final model
-        supervisor.log   the supervisor's own messages
+runs/<run_id>/
+    spec.yaml        the spec, secrets redacted
+    plan.json        the plan that was launched (port and folders filled in)
+    status.json      state, process ids, exit codes, failure details (written atomically)
+    logs/node<i>.log what each torchrun "node" printed, rank-prefixed
+    ranks/           torchrun's per-rank stdout/stderr files, by attempt
+    metrics.jsonl    rank 0's metric records, one JSON object a line
+    outputs/         CLOUDDDP_OUTPUT_DIR: the final model
+    supervisor.log   the supervisor's own messages
 """
 
 from __future__ import annotations

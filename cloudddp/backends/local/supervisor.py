@@ -96,9 +96,7 @@ class Supervisor:
                     pass
 
     def wait(self) -> list[int]:
-        pumps = [
-            threading.Thread(target=self._pump, args=(i, p.stdout), daemon=True) for i, p in enumerate(self.procs)
-        ]
+        pumps = [threading.Thread(target=self._pump, args=(i, p.stdout), daemon=True) for i, p in enumerate(self.procs)]
         for t in pumps:
             t.start()
         deadline = time.time() + float(self.request["max_runtime"])
@@ -144,9 +142,14 @@ class Supervisor:
             if code == 0:
                 continue
             if code < 0 and node == self.first_failed:  # the agent died, not a rank under it
-                info.update(node=node, exitcode=code, lost=True,
-                            log_tail=self.run.node_log(node).read_text(errors="replace").splitlines()[-20:]
-                            if self.run.node_log(node).exists() else [])
+                info.update(
+                    node=node,
+                    exitcode=code,
+                    lost=True,
+                    log_tail=self.run.node_log(node).read_text(errors="replace").splitlines()[-20:]
+                    if self.run.node_log(node).exists()
+                    else [],
+                )
                 break
             text = self.run.node_log(node).read_text(errors="replace") if self.run.node_log(node).exists() else ""
             summary = text[text.rfind("Root Cause") :] if "Root Cause" in text else ""
@@ -156,7 +159,7 @@ class Supervisor:
             if rank:
                 info.update(rank=int(rank.group(1)), local_rank=int(rank.group(2)))
                 prefix = f"[default{rank.group(2)}]:"
-                lines = [ln[len(prefix):] for ln in text.splitlines() if ln.startswith(prefix)]
+                lines = [ln[len(prefix) :] for ln in text.splitlines() if ln.startswith(prefix)]
             else:
                 lines = []
             lines = lines or text[: text.find("Traceback")].splitlines()  # else what torchrun said
@@ -224,8 +227,11 @@ def main(argv: list[str]) -> int:
     else:
         failure = sup.failure(codes)
         state, message = RunState.FAILED, describe_failure(failure)
-        extra = {"exit_codes": codes, "failure": failure,
-                 "cause": "infrastructure" if failure.get("lost") else "user error"}
+        extra = {
+            "exit_codes": codes,
+            "failure": failure,
+            "cause": "infrastructure" if failure.get("lost") else "user error",
+        }
     redact_files(run.ranks, sup.secrets)
     run.write_status(state=state.value, message=message, ended_at=time.time(), **extra)
     return 0

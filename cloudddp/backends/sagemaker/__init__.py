@@ -29,19 +29,42 @@ from .options import SageMakerOptions
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 POLL_SECONDS = float(os.environ.get("CLOUDDDP_SAGEMAKER_POLL", "5"))
 CREDENTIALS_FIX = "run `aws configure` (or `aws sso login`), or export AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
-_AUTH_CODES = {"ExpiredToken", "ExpiredTokenException", "InvalidClientTokenId", "UnrecognizedClientException",
-               "SignatureDoesNotMatch", "AccessDenied", "AccessDeniedException", "InvalidAccessKeyId"}
+_AUTH_CODES = {
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "InvalidClientTokenId",
+    "UnrecognizedClientException",
+    "SignatureDoesNotMatch",
+    "AccessDenied",
+    "AccessDeniedException",
+    "InvalidAccessKeyId",
+}
 _NOT_FOUND = ("Requested resource not found", "Could not find", "does not exist")
-_STATES = {"InProgress": RunState.RUNNING, "Completed": RunState.SUCCEEDED, "Failed": RunState.FAILED,
-           "Stopping": RunState.STOPPING, "Stopped": RunState.CANCELLED}
-_STARTING = {"Starting", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading", "DownloadingTrainingImage",
-             "Pending", "Restarting"}
+_STATES = {
+    "InProgress": RunState.RUNNING,
+    "Completed": RunState.SUCCEEDED,
+    "Failed": RunState.FAILED,
+    "Stopping": RunState.STOPPING,
+    "Stopped": RunState.CANCELLED,
+}
+_STARTING = {
+    "Starting",
+    "LaunchingMLInstances",
+    "PreparingTrainingStack",
+    "Downloading",
+    "DownloadingTrainingImage",
+    "Pending",
+    "Restarting",
+}
 
 
 _CAUSES = (  # FailureReason starts with the error's kind (DescribeTrainingJob)
-    ("CapacityError", Cause.CAPACITY), ("InsufficientCapacity", Cause.CAPACITY),
-    ("InternalServerError", Cause.INFRASTRUCTURE), ("InternalFailure", Cause.INFRASTRUCTURE),
-    ("AlgorithmError", Cause.USER_ERROR), ("ClientError", Cause.USER_ERROR),
+    ("CapacityError", Cause.CAPACITY),
+    ("InsufficientCapacity", Cause.CAPACITY),
+    ("InternalServerError", Cause.INFRASTRUCTURE),
+    ("InternalFailure", Cause.INFRASTRUCTURE),
+    ("AlgorithmError", Cause.USER_ERROR),
+    ("ClientError", Cause.USER_ERROR),
 )
 
 
@@ -63,16 +86,17 @@ class SageMakerBackend(Backend[SageMakerOptions]):
         unsupported={
             Feature.CODE_COMMAND: "SageMaker's PyTorch containers start an entry script; use code.entry + code.args",
             Feature.PROVISION: "SageMaker starts the instances of each job itself; there is no cluster to create "
-                               "or leave alone",
+            "or leave alone",
         },
         caveats={
             Feature.SECRET_ENV: "CreateTrainingJob has no secret-safe field: secrets go in Environment at submit and "
-                                "are visible to DescribeTrainingJob callers; prefer AWS Secrets Manager for real secrets",
+            "are visible to DescribeTrainingJob callers; prefer AWS Secrets Manager for real secrets",
         },
     )
 
-    def __init__(self, session: Any = None, *, poll_seconds: float = POLL_SECONDS, token: str | None = None,
-                 **base: Any) -> None:
+    def __init__(
+        self, session: Any = None, *, poll_seconds: float = POLL_SECONDS, token: str | None = None, **base: Any
+    ) -> None:
         super().__init__(**base)
         self._session = session
         self.poll_seconds = poll_seconds
@@ -88,11 +112,18 @@ class SageMakerBackend(Backend[SageMakerOptions]):
         token = self.token or time.strftime("%y%m%d%H%M%S")
         r = build(spec, self.options(spec), self.size_target(spec), token, self.sigterm_grace)
         return Plan(
-            backend=self.name, job_name=r.request["TrainingJobName"], request=r.request,
+            backend=self.name,
+            job_name=r.request["TrainingJobName"],
+            request=r.request,
             documents={"CreateTrainingJob.json": json.dumps(r.request, indent=2) + "\n"},
-            decisions=r.decisions, warnings=r.warnings, estimate=r.estimate, uploads=r.uploads,
-            target={"region": r.region}, job=redacted_spec_data(spec),
-            late=("ACCOUNT",) if ACCOUNT in json.dumps(r.request) else (), env_sources=r.env_sources,
+            decisions=r.decisions,
+            warnings=r.warnings,
+            estimate=r.estimate,
+            uploads=r.uploads,
+            target={"region": r.region},
+            job=redacted_spec_data(spec),
+            late=("ACCOUNT",) if ACCOUNT in json.dumps(r.request) else (),
+            env_sources=r.env_sources,
         )
 
     def for_attempt(self, plan: Plan, attempt: int) -> Plan:
@@ -200,8 +231,17 @@ class SageMakerBackend(Backend[SageMakerOptions]):
                 raise
             s3.create_bucket(Bucket=bucket)
 
-    def _put(self, s3: Any, bucket: str, key: str, files: list[tuple[str, Path]], up: dict[str, Any],
-             progress: Progress | None, *, whole: bool) -> int:
+    def _put(
+        self,
+        s3: Any,
+        bucket: str,
+        key: str,
+        files: list[tuple[str, Path]],
+        up: dict[str, Any],
+        progress: Progress | None,
+        *,
+        whole: bool,
+    ) -> int:
         """Upload unless the content-addressed marker shows it is already there; the bytes sent.
         Files stream from disk (boto3 reads them in parts), with progress as the parts go."""
         from botocore.exceptions import ClientError
@@ -243,7 +283,9 @@ class SageMakerBackend(Backend[SageMakerOptions]):
             sm.create_training_job(**request)
         except ClientError as e:
             # A retry whose first attempt went through (response lost) meets its own job: that is success.
-            if e.response["Error"].get("Code") not in ("ResourceInUse", "ValidationException") or not self._exists(sm, name):
+            if e.response["Error"].get("Code") not in ("ResourceInUse", "ValidationException") or not self._exists(
+                sm, name
+            ):
                 raise
         if progress:
             progress.step(f"created training job {name}")
@@ -267,8 +309,9 @@ class SageMakerBackend(Backend[SageMakerOptions]):
             d = self._client("sagemaker", self._region_of(run_id)).describe_training_job(TrainingJobName=run_id)
         except ClientError as e:
             message = e.response.get("Error", {}).get("Message", "")
-            if e.response.get("Error", {}).get("Code") in ("ValidationException", "ResourceNotFound") and \
-                    any(s in message for s in _NOT_FOUND):
+            if e.response.get("Error", {}).get("Code") in ("ValidationException", "ResourceNotFound") and any(
+                s in message for s in _NOT_FOUND
+            ):
                 return None
             raise
         native, secondary = d.get("TrainingJobStatus", ""), d.get("SecondaryStatus", "")
@@ -276,17 +319,25 @@ class SageMakerBackend(Backend[SageMakerOptions]):
         if state is RunState.RUNNING and secondary in _STARTING:
             state = RunState.STARTING
         created, ended = d.get("CreationTime"), d.get("TrainingEndTime")
-        cause = failure_cause(d.get("FailureReason") or "") if state is RunState.FAILED else (
-            Cause.CANCELLED if state is RunState.CANCELLED else None)
+        cause = (
+            failure_cause(d.get("FailureReason") or "")
+            if state is RunState.FAILED
+            else (Cause.CANCELLED if state is RunState.CANCELLED else None)
+        )
         return RunStatus(
-            run_id=run_id, backend=self.name, state=state, name=run_id.rsplit("-", 2)[0],
+            run_id=run_id,
+            backend=self.name,
+            state=state,
+            name=run_id.rsplit("-", 2)[0],
             native_state=f"{native}/{secondary}" if secondary else native,
             message=d.get("FailureReason") or secondary,
             created_at=created.timestamp() if hasattr(created, "timestamp") else None,
             ended_at=ended.timestamp() if hasattr(ended, "timestamp") else None,
-            details={"instance_type": d.get("ResourceConfig", {}).get("InstanceType"),
-                     "instance_count": d.get("ResourceConfig", {}).get("InstanceCount"),
-                     "billable_seconds": d.get("BillableTimeInSeconds")},
+            details={
+                "instance_type": d.get("ResourceConfig", {}).get("InstanceType"),
+                "instance_count": d.get("ResourceConfig", {}).get("InstanceCount"),
+                "billable_seconds": d.get("BillableTimeInSeconds"),
+            },
             cause=cause,
         )
 
@@ -299,7 +350,9 @@ class SageMakerBackend(Backend[SageMakerOptions]):
         while True:
             finished = self.status(run_id).state.terminal if follow else True
             try:
-                streams = logs.describe_log_streams(logGroupName=LOG_GROUP, logStreamNamePrefix=f"{run_id}/")["logStreams"]
+                streams = logs.describe_log_streams(logGroupName=LOG_GROUP, logStreamNamePrefix=f"{run_id}/")[
+                    "logStreams"
+                ]
             except ClientError as e:
                 if e.response["Error"].get("Code") != "ResourceNotFoundException":
                     raise
@@ -345,23 +398,42 @@ class SageMakerBackend(Backend[SageMakerOptions]):
             bucket, _, prefix = uri.removeprefix("s3://").partition("/")
             try:
                 found = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0) > 0
-                checks.append(Check(f"input {channel['ChannelName']} reachable", found,
-                                    uri if found else f"nothing under {uri}", fix="upload the data there, or fix inputs.<name>"))
+                checks.append(
+                    Check(
+                        f"input {channel['ChannelName']} reachable",
+                        found,
+                        uri if found else f"nothing under {uri}",
+                        fix="upload the data there, or fix inputs.<name>",
+                    )
+                )
             except Exception as e:  # noqa: BLE001
-                checks.append(Check(f"input {channel['ChannelName']} reachable", False, f"{uri}: {str(e).splitlines()[0]}",
-                                    fix="check the URI and that these credentials may read it"))
+                checks.append(
+                    Check(
+                        f"input {channel['ChannelName']} reachable",
+                        False,
+                        f"{uri}: {str(e).splitlines()[0]}",
+                        fix="check the URI and that these credentials may read it",
+                    )
+                )
         itype = plan.request["ResourceConfig"]["InstanceType"]
         count = plan.request["ResourceConfig"]["InstanceCount"]
         try:
-            quotas = self._client("service-quotas", region, attempts=2).list_service_quotas(ServiceCode="sagemaker")["Quotas"]
+            quotas = self._client("service-quotas", region, attempts=2).list_service_quotas(ServiceCode="sagemaker")[
+                "Quotas"
+            ]
             wanted = f"{itype} for training job usage"
             quota = next((q for q in quotas if q.get("QuotaName") == wanted), None)
             if quota is None:
                 checks.append(Check(f"quota for {itype}", None, "no such quota listed for this account/region"))
             else:
-                checks.append(Check(f"quota for {itype}", quota["Value"] >= count,
-                                    f"{quota['Value']:g} allowed, the job needs {count}",
-                                    fix="request an increase in the Service Quotas console (SageMaker)"))
+                checks.append(
+                    Check(
+                        f"quota for {itype}",
+                        quota["Value"] >= count,
+                        f"{quota['Value']:g} allowed, the job needs {count}",
+                        fix="request an increase in the Service Quotas console (SageMaker)",
+                    )
+                )
         except Exception as e:  # noqa: BLE001
             checks.append(Check(f"quota for {itype}", None, f"could not read Service Quotas: {str(e).splitlines()[0]}"))
         return checks

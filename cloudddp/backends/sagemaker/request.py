@@ -39,9 +39,11 @@ CODE_CHANNEL = "code"
 HYPERPARAMETER_VALUE_MAX = int(LIMITS["HyperParameters{value}"].max or 2500)
 _NAME_OK = re.compile(r"[^a-zA-Z0-9-]")
 # AWS, "Train Using SageMaker Managed Warm Pools", Considerations (cloudddp/data/SOURCES.md).
-WARM_POOL_WITH_SPOT = ("sagemaker.keep_alive with resources.spot: SageMaker managed warm pools cannot be used with "
-                       "spot instances (AWS SageMaker developer guide, 'Train Using SageMaker Managed Warm Pools', "
-                       "Considerations)")
+WARM_POOL_WITH_SPOT = (
+    "sagemaker.keep_alive with resources.spot: SageMaker managed warm pools cannot be used with "
+    "spot instances (AWS SageMaker developer guide, 'Train Using SageMaker Managed Warm Pools', "
+    "Considerations)"
+)
 
 
 @dataclass
@@ -74,8 +76,13 @@ def role_for(sm: SageMakerOptions) -> str:
 
 
 def _channel(name: str, uri: str, mode: str) -> dict[str, Any]:
-    return {"ChannelName": name, "InputMode": mode, "DataSource": {"S3DataSource": {
-        "S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}}}
+    return {
+        "ChannelName": name,
+        "InputMode": mode,
+        "DataSource": {
+            "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}
+        },
+    }
 
 
 def encode(hyperparameters: dict[str, Any]) -> dict[str, str]:
@@ -137,36 +144,56 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     snapshot = code_snapshot(spec)
     reqs = requirements.of(spec)
     if reqs is not None:
-        r.decisions.append(f"requirements ({len(reqs.lines)} from {reqs.source}): the container installs the "
-                           "snapshot's requirements.txt before the script starts")
+        r.decisions.append(
+            f"requirements ({len(reqs.lines)} from {reqs.source}): the container installs the "
+            "snapshot's requirements.txt before the script starts"
+        )
     code_uri = f"{prefix}/code/{snapshot.sha256}/sourcedir.tar.gz"
     r.uploads.append(snapshot_upload(spec, snapshot, code_uri))
     r.warnings += snapshot_warnings(snapshot)
     channels = []
     if CODE_CHANNEL in spec.inputs:
-        raise UserError(f"inputs.{CODE_CHANNEL}: the name is taken by the channel that carries the code on SageMaker",
-                        hint="rename the input")
+        raise UserError(
+            f"inputs.{CODE_CHANNEL}: the name is taken by the channel that carries the code on SageMaker",
+            hint="rename the input",
+        )
     for name, item in spec.inputs.items():
         where = spec.input_location(name, "sagemaker")
         if "://" in where:
             if not where.startswith("s3://"):
-                raise UserError(f"inputs.{name}: SageMaker reads s3:// URIs or local folders, not {where}",
-                                hint=f"give inputs.{name}.at.sagemaker: s3://...")
+                raise UserError(
+                    f"inputs.{name}: SageMaker reads s3:// URIs or local folders, not {where}",
+                    hint=f"give inputs.{name}.at.sagemaker: s3://...",
+                )
             uri = where
         else:
             folder = spec.input_folder(name, where)
             files = collect(folder)
             digest = folder_digest(folder, files)
             uri = f"{prefix}/data/{name}/{digest}/"
-            r.uploads.append({"kind": "input", "name": name, "source": str(folder), "destination": uri,
-                              "sha256": digest, "bytes": sum((folder / f).stat().st_size for f in files), "files": len(files)})
+            r.uploads.append(
+                {
+                    "kind": "input",
+                    "name": name,
+                    "source": str(folder),
+                    "destination": uri,
+                    "sha256": digest,
+                    "bytes": sum((folder / f).stat().st_size for f in files),
+                    "files": len(files),
+                }
+            )
         channels.append(_channel(name, uri, "FastFile" if item.mode == "mount" else "File"))
 
-    places = Places(model_dir=MODEL_DIR, checkpoint_dir=CHECKPOINT_LOCAL, tensorboard_dir=TENSORBOARD_LOCAL,
-                    inputs={name: f"/opt/ml/input/data/{name}" for name in spec.inputs})
+    places = Places(
+        model_dir=MODEL_DIR,
+        checkpoint_dir=CHECKPOINT_LOCAL,
+        tensorboard_dir=TENSORBOARD_LOCAL,
+        inputs={name: f"/opt/ml/input/data/{name}" for name in spec.inputs},
+    )
     presets = nccl_env_presets(sku) if sku is not None and spec.resources.nodes > 1 else {}
-    env, r.env_sources = job_env(spec, "sagemaker", places, on_gpu=gpus > 0, sigterm_grace=sigterm_grace,
-                                 presets=presets)
+    env, r.env_sources = job_env(
+        spec, "sagemaker", places, on_gpu=gpus > 0, sigterm_grace=sigterm_grace, presets=presets
+    )
     applied = {k: v for k, v in presets.items() if k not in spec.env}
     if applied and sku is not None:
         r.decisions.append(f"{sku.fabric} presets: " + ", ".join(f"{k}={v}" for k, v in applied.items()))
@@ -196,18 +223,28 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
         # Read by every runner, torchrun included: without it a CPU instance gets one process.
         "sagemaker_mpi_num_of_processes_per_host": spec.resources.processes,
     }
-    r.decisions.append(f"the container's launcher starts {SHIPPED_AS}, which runs the job's program with the "
-                       "spec's exact arguments and environment")
+    r.decisions.append(
+        f"the container's launcher starts {SHIPPED_AS}, which runs the job's program with the "
+        "spec's exact arguments and environment"
+    )
     if smddp:
-        hyper.update({"sagemaker_distributed_dataparallel_enabled": True, "sagemaker_instance_type": instance_type,
-                      "sagemaker_distributed_dataparallel_custom_mpi_options": ""})
+        hyper.update(
+            {
+                "sagemaker_distributed_dataparallel_enabled": True,
+                "sagemaker_instance_type": instance_type,
+                "sagemaker_distributed_dataparallel_custom_mpi_options": "",
+            }
+        )
     elif spec.distribution.launcher == "mpi":
         hyper["sagemaker_mpi_enabled"] = True
     else:
         hyper["sagemaker_torch_distributed_enabled"] = True
 
-    resource: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": spec.resources.nodes,
-                                "VolumeSizeInGB": sm.volume_gb or spec.resources.disk_gb}
+    resource: dict[str, Any] = {
+        "InstanceType": instance_type,
+        "InstanceCount": spec.resources.nodes,
+        "VolumeSizeInGB": sm.volume_gb or spec.resources.disk_gb,
+    }
     if sm.keep_alive:
         if spec.resources.spot:
             raise UserError(WARM_POOL_WITH_SPOT, hint="drop sagemaker.keep_alive, or set resources.spot: false")
@@ -218,7 +255,9 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     if spec.resources.spot:
         wait = sm.max_wait or min(2 * spec.limits.max_runtime, 28 * 24 * 3600)
         if wait < spec.limits.max_runtime:
-            raise UserError(f"sagemaker.max_wait ({wait} s) must be at least limits.max_runtime ({spec.limits.max_runtime} s)")
+            raise UserError(
+                f"sagemaker.max_wait ({wait} s) must be at least limits.max_runtime ({spec.limits.max_runtime} s)"
+            )
         stopping["MaxWaitTimeInSeconds"] = wait
         r.decisions.append(f"managed spot: waits up to {wait} s for capacity; checkpoints resume after interruptions")
     tags = {**spec.tags, **sm.tags, "cloudddp:job": spec.name}
@@ -232,13 +271,18 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
             "TrainingImage": image,
             "TrainingInputMode": "File",
             # The shared script's metric lines, then what the job declares in its own words.
-            "MetricDefinitions": [*({"Name": m, "Regex": metric_regex(m)} for m in STANDARD_METRICS),
-                                  *({"Name": m.name, "Regex": m.regex} for m in spec.metrics)],
+            "MetricDefinitions": [
+                *({"Name": m, "Regex": metric_regex(m)} for m in STANDARD_METRICS),
+                *({"Name": m.name, "Regex": m.regex} for m in spec.metrics),
+            ],
             "EnableSageMakerMetricsTimeSeries": True,
         },
         "HyperParameters": encode(hyper),
         "ResourceConfig": resource,
-        "OutputDataConfig": {"S3OutputPath": output_uri, **({"KmsKeyId": sm.output_kms_key} if sm.output_kms_key else {})},
+        "OutputDataConfig": {
+            "S3OutputPath": output_uri,
+            **({"KmsKeyId": sm.output_kms_key} if sm.output_kms_key else {}),
+        },
         "CheckpointConfig": {"S3Uri": checkpoint_uri, "LocalPath": CHECKPOINT_LOCAL},
         "StoppingCondition": stopping,
         "Environment": env,
@@ -259,7 +303,9 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
         request["VpcConfig"] = {"Subnets": sm.subnets, "SecurityGroupIds": sm.security_group_ids}
     if spec.limits.max_restarts:
         request["RetryStrategy"] = {"MaximumRetryAttempts": min(30, spec.limits.max_restarts)}
-        r.decisions.append(f"SageMaker retries the job up to {min(30, spec.limits.max_restarts)} times; it resumes from {checkpoint_uri}")
+        r.decisions.append(
+            f"SageMaker retries the job up to {min(30, spec.limits.max_restarts)} times; it resumes from {checkpoint_uri}"
+        )
     r.request = substitute(request, {RUN_ID: name})
     check_limits(r.request)
     return r
