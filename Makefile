@@ -24,9 +24,10 @@ demo: venv
 	$(BIN)/cloudddp submit jobs/digits-local.yaml --backend local
 
 # Debian packages that tests drive for real: tmux (the live-metrics terminal), Open MPI's mpirun (Azure ML's
-# MPI distribution), Slurm and munge (a two-node cluster on this machine). Installed only when
+# MPI distribution), Slurm and munge (a two-node cluster on this machine), OpenSSH's server (a login node
+# for the Slurm backend's ssh path). Installed only when
 # missing (~20 s here); without root or apt-get it says so in one line and the tests that need them skip.
-SYSTEM_PKGS := tmux openmpi-bin slurm-wlm munge
+SYSTEM_PKGS := tmux openmpi-bin slurm-wlm munge openssh-server
 
 system-deps:
 	@missing=$$(for p in $(SYSTEM_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q ' installed$$' || echo $$p; done); \
@@ -40,7 +41,7 @@ lint: venv
 	$(BIN)/ruff format --check cloudddp tests bench src_train
 	$(BIN)/mypy
 
-test: venv azurite system-deps
+test: venv azurite system-deps lint
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q
 
 # The quick loop: no torchrun, no emulators.

@@ -29,7 +29,8 @@ def to_markdown(results: list[Result], info: dict) -> str:
     lines = [
         f"Measured {info['date']} on {info['machine']['cpu']} ({info['machine']['cores']} cores, "
         f"{info['machine']['memory_gib']} GiB), Python {info['machine']['python']}"
-        + (" — **tiny run, numbers not meaningful**" if info["tiny"] else "") + ".",
+        + (" — **tiny run, numbers not meaningful**" if info["tiny"] else "")
+        + ".",
         "",
         "| case | metric | cloudddp | baseline | ratio | target | met |",
         "|---|---|---|---|---|---|---|",
@@ -62,8 +63,13 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(name)
             continue
         for r in got:
-            print(f"   {r.metric}: {r.ours:.4g} {r.unit}" + (f" vs {r.theirs:.4g} ({r.baseline})" if r.theirs is not None else "")
-                  + (f", ratio {r.ratio:.2f}" if r.ratio is not None else ""), file=sys.stderr, flush=True)
+            print(
+                f"   {r.metric}: {r.ours:.4g} {r.unit}"
+                + (f" vs {r.theirs:.4g} ({r.baseline})" if r.theirs is not None else "")
+                + (f", ratio {r.ratio:.2f}" if r.ratio is not None else ""),
+                file=sys.stderr,
+                flush=True,
+            )
         results += got
     info = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(), "tiny": args.tiny}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -55,9 +55,15 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def run(argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def run(
+    argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        list(argv), capture_output=True, text=True, cwd=cwd or ROOT, timeout=timeout,
+        list(argv),
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        timeout=timeout,
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
     )
     if result.returncode != 0:
@@ -84,6 +90,9 @@ def machine() -> dict[str, Any]:
     except (ValueError, OSError):
         pass
     return {
-        "cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem, 1),
-        "python": platform.python_version(), "platform": platform.platform(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
     }

@@ -14,8 +14,18 @@ from .common import ROOT, machine
 from .throughput import FLOPS, measure
 
 # Dense bf16 TFLOPS by device-name fragment (cloudddp/data/gpu_peaks.csv; most specific first).
-PEAKS = [("H200", 989.5), ("H100 NVL", 835.5), ("H100 PCIe", 756.0), ("H100", 989.5), ("A100", 312.0),
-         ("L40S", 362.0), ("L4", 121.0), ("A10G", 125.0), ("V100", 125.0), ("T4", 65.0)]
+PEAKS = [
+    ("H200", 989.5),
+    ("H100 NVL", 835.5),
+    ("H100 PCIe", 756.0),
+    ("H100", 989.5),
+    ("A100", 312.0),
+    ("L40S", 362.0),
+    ("L4", 121.0),
+    ("A10G", 125.0),
+    ("V100", 125.0),
+    ("T4", 65.0),
+]
 
 
 def main() -> int:
@@ -32,8 +42,14 @@ def main() -> int:
     fraction = cifar * FLOPS["resnet18"] / (peak * 1e12 * gpus) if peak else None
     results[1].details["fraction_of_dense_bf16_peak"] = round(fraction, 3) if fraction else None
     results[1].target, results[1].passed = "≥ 30 % of dense bf16 peak", (fraction or 0) >= 0.30
-    out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "gpu": name, "gpus": gpus, "peak_tflops": peak,
-           "machine": machine(), "results": [r.to_dict() for r in results]}
+    out = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "gpu": name,
+        "gpus": gpus,
+        "peak_tflops": peak,
+        "machine": machine(),
+        "results": [r.to_dict() for r in results],
+    }
     folder = ROOT / "bench" / "results"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "gpu.json").write_text(json.dumps(out, indent=2))

@@ -19,12 +19,34 @@ def _port() -> int:
 def measure(tiny: bool) -> list[Result]:
     epochs, sleep, reps = (1, 0.0, 1) if tiny else (20, 0.5, 3)
     args = ["--epochs", str(epochs), "--sleep", str(sleep)]
-    ours_cmd = cloudddp("submit", str(SCRIPT_DIR / "job.yaml"), "-b", "local", "--quiet",
-                        "-o", f"code.args=[{', '.join(args)}]", "-o", "checkpoint.enabled=false")
+    ours_cmd = cloudddp(
+        "submit",
+        str(SCRIPT_DIR / "job.yaml"),
+        "-b",
+        "local",
+        "--quiet",
+        "-o",
+        f"code.args=[{', '.join(args)}]",
+        "-o",
+        "checkpoint.enabled=false",
+    )
 
     def torchrun_cmd() -> list[str]:
-        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_port()}", "train.py", *args]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            "2",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{_port()}",
+            "train.py",
+            *args,
+        ]
 
     ours, theirs = [], []
     for _ in range(reps):  # alternate, so drift in machine load hits both alike
@@ -32,9 +54,18 @@ def measure(tiny: bool) -> list[Result]:
         ours.append(timed(lambda: run(ours_cmd)))
     o, t = median(ours), median(theirs)
     overhead = (o - t) / t
-    return [Result(
-        case="launcher overhead", metric="wall time of a ~10 s 2-process job", ours=o, theirs=t, unit="s",
-        ratio=o / t, better="lower", baseline="plain torchrun",
-        target="≤ 15 % over torchrun", passed=overhead <= 0.15,
-        details={"overhead_pct": round(100 * overhead, 1), "ours_s": ours, "torchrun_s": theirs, "reps": reps},
-    )]
+    return [
+        Result(
+            case="launcher overhead",
+            metric="wall time of a ~10 s 2-process job",
+            ours=o,
+            theirs=t,
+            unit="s",
+            ratio=o / t,
+            better="lower",
+            baseline="plain torchrun",
+            target="≤ 15 % over torchrun",
+            passed=overhead <= 0.15,
+            details={"overhead_pct": round(100 * overhead, 1), "ours_s": ours, "torchrun_s": theirs, "reps": reps},
+        )
+    ]

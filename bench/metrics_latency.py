@@ -16,16 +16,24 @@ def measure(tiny: bool) -> list[Result]:
     from cloudddp.api import Job
 
     count, interval = (10, 0.05) if tiny else (200, 0.05)
-    job = Job.from_dict({
-        "name": "bench-metrics",
-        "code": {"dir": str(ROOT / "bench" / "scripts"), "entry": "emit_metrics.py", "args": [str(count), str(interval)]},
-        "local": {"processes_per_node": 1},
-        "checkpoint": {"enabled": False},
-    })
+    job = Job.from_dict(
+        {
+            "name": "bench-metrics",
+            "code": {
+                "dir": str(ROOT / "bench" / "scripts"),
+                "entry": "emit_metrics.py",
+                "args": [str(count), str(interval)],
+            },
+            "local": {"processes_per_node": 1},
+            "checkpoint": {"enabled": False},
+        }
+    )
     run = job.submit("local")
     cli = subprocess.Popen(
         [sys.executable, "-m", "cloudddp", "metrics", run.run_id, "-f", "--json"],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     cli_latency: list[float] = []
 
@@ -43,9 +51,17 @@ def measure(tiny: bool) -> list[Result]:
     results = []
     for path, lat in (("Python API", api_latency), ("cloudddp metrics -f", cli_latency)):
         p50, p95 = percentile(lat, 50) * 1000, percentile(lat, 95) * 1000
-        results.append(Result(
-            case="metrics latency", metric=f"p95, {path}", ours=p95, theirs=None, unit="ms", better="lower",
-            target="p95 ≤ 250 ms", passed=p95 <= 250 and len(lat) == count,
-            details={"p50_ms": round(p50, 1), "p95_ms": round(p95, 1), "records": len(lat), "expected": count},
-        ))
+        results.append(
+            Result(
+                case="metrics latency",
+                metric=f"p95, {path}",
+                ours=p95,
+                theirs=None,
+                unit="ms",
+                better="lower",
+                target="p95 ≤ 250 ms",
+                passed=p95 <= 250 and len(lat) == count,
+                details={"p50_ms": round(p50, 1), "p95_ms": round(p95, 1), "records": len(lat), "expected": count},
+            )
+        )
     return results

@@ -43,7 +43,7 @@ class SeedTransforms(Dataset):
         img = self.images[i]  # uint8 (3, 32, 32)
         padded = np.pad(img, ((0, 0), (4, 4), (4, 4)))
         y, x = np.random.randint(0, 9, size=2)
-        img = padded[:, y:y + 32, x:x + 32]
+        img = padded[:, y : y + 32, x : x + 32]
         if np.random.rand() < 0.5:
             img = img[:, :, ::-1]
         tensor = (img.astype(np.float32) / 255.0 - MEAN) / STD  # ToTensor + Normalize

@@ -37,9 +37,19 @@ def measure(tiny: bool) -> list[Result]:
             ours.append(timed(functools.partial(run, ours_cmd)))
             theirs.append(timed(functools.partial(run, theirs_cmd)))
         o, t = median(ours), median(theirs)
-        results.append(Result(
-            case="render latency", metric=f"{backend}: whole process", ours=o, theirs=t, unit="s",
-            ratio=t / o, better="higher ratio", baseline=label, target="≥ 5× faster",
-            passed=t / o >= 5, details={"reps": reps},
-        ))
+        results.append(
+            Result(
+                case="render latency",
+                metric=f"{backend}: whole process",
+                ours=o,
+                theirs=t,
+                unit="s",
+                ratio=t / o,
+                better="higher ratio",
+                baseline=label,
+                target="≥ 5× faster",
+                passed=t / o >= 5,
+                details={"reps": reps},
+            )
+        )
     return results

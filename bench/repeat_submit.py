@@ -25,17 +25,32 @@ def _sagemaker(tiny: bool) -> Result:
     from tests.support.aws_emulator import moto_server
 
     with moto_server() as url, tempfile.TemporaryDirectory() as tmp:
-        saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "CLOUDDDP_HOME")}
-        os.environ.update(AWS_ENDPOINT_URL=url, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", CLOUDDDP_HOME=tmp)
+        saved = {
+            k: os.environ.get(k)
+            for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "CLOUDDDP_HOME")
+        }
+        os.environ.update(
+            AWS_ENDPOINT_URL=url, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", CLOUDDDP_HOME=tmp
+        )
         try:
             data = Path(tmp) / "data"
             data.mkdir()
             (data / "shard-0.bin").write_bytes(os.urandom(256 * 1024 if tiny else 8 * 2**20))
-            spec = spec_from_dict({
-                "name": "bench-repeat", "code": {"dir": str(ROOT / "src_train"), "args": ["--dataset", "cifar10"]},
-                "inputs": {"train": {"path": str(data), "arg": "--data-dir"}}, "resources": {"nodes": 1, "gpus_per_node": 8},
-                "sagemaker": {"region": "us-east-1", "role": "arn:aws:iam::123456789012:role/r", "bucket": "bench-bucket",
-                              "instance_type": "ml.p4d.24xlarge", "image": "img:1"}})
+            spec = spec_from_dict(
+                {
+                    "name": "bench-repeat",
+                    "code": {"dir": str(ROOT / "src_train"), "args": ["--dataset", "cifar10"]},
+                    "inputs": {"train": {"path": str(data), "arg": "--data-dir"}},
+                    "resources": {"nodes": 1, "gpus_per_node": 8},
+                    "sagemaker": {
+                        "region": "us-east-1",
+                        "role": "arn:aws:iam::123456789012:role/r",
+                        "bucket": "bench-bucket",
+                        "instance_type": "ml.p4d.24xlarge",
+                        "image": "img:1",
+                    },
+                }
+            )
             times, sent = [], []
             for token in ("first", "second"):
                 backend = SageMakerBackend(token=token)
@@ -49,10 +64,18 @@ def _sagemaker(tiny: bool) -> Result:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-    return Result(case="repeat submit", metric="SageMaker: bytes uploaded by the 2nd submit", ours=sent[1], theirs=sent[0],
-                  unit="bytes", better="lower", baseline="whole snapshot again (SDK: per-job prefix)",
-                  target="0 bytes", passed=sent[1] == 0,
-                  details={"first_submit_s": round(times[0], 3), "second_submit_s": round(times[1], 3), "first_bytes": sent[0]})
+    return Result(
+        case="repeat submit",
+        metric="SageMaker: bytes uploaded by the 2nd submit",
+        ours=sent[1],
+        theirs=sent[0],
+        unit="bytes",
+        better="lower",
+        baseline="whole snapshot again (SDK: per-job prefix)",
+        target="0 bytes",
+        passed=sent[1] == 0,
+        details={"first_submit_s": round(times[0], 3), "second_submit_s": round(times[1], 3), "first_bytes": sent[0]},
+    )
 
 
 def _azureml(tiny: bool) -> Result:
@@ -85,9 +108,17 @@ def _azureml(tiny: bool) -> Result:
                 os.environ.pop("CLOUDDDP_HOME", None)
             else:
                 os.environ["CLOUDDDP_HOME"] = saved
-    return Result(case="repeat submit", metric="Azure ML: bytes uploaded by the 2nd submit", ours=sent[1], theirs=None,
-                  unit="bytes", better="lower", target="0 bytes", passed=sent[1] == 0,
-                  details={"first_submit_s": round(times[0], 3), "second_submit_s": round(times[1], 3), "first_bytes": sent[0]})
+    return Result(
+        case="repeat submit",
+        metric="Azure ML: bytes uploaded by the 2nd submit",
+        ours=sent[1],
+        theirs=None,
+        unit="bytes",
+        better="lower",
+        target="0 bytes",
+        passed=sent[1] == 0,
+        details={"first_submit_s": round(times[0], 3), "second_submit_s": round(times[1], 3), "first_bytes": sent[0]},
+    )
 
 
 def measure(tiny: bool) -> list[Result]:

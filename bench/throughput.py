@@ -27,8 +27,11 @@ def _port() -> int:
 
 
 def _images_per_sec(stdout: str) -> float:
-    values = [json.loads(line.split("CLOUDDDP_METRIC ", 1)[1]).get("images_per_sec")
-              for line in stdout.splitlines() if "CLOUDDDP_METRIC " in line]
+    values = [
+        json.loads(line.split("CLOUDDDP_METRIC ", 1)[1]).get("images_per_sec")
+        for line in stdout.splitlines()
+        if "CLOUDDDP_METRIC " in line
+    ]
     values = [v for v in values if v]
     if not values:
         raise RuntimeError("no images_per_sec metric in the output:\n" + stdout[-2000:])
@@ -36,8 +39,19 @@ def _images_per_sec(stdout: str) -> float:
 
 
 def _torchrun(nproc: int, script: Path, *args: str, cwd: Path) -> str:
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", f"127.0.0.1:{_port()}", str(script), *args]
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{_port()}",
+        str(script),
+        *args,
+    ]
     return run(argv, cwd=cwd, timeout=1800).stdout
 
 
@@ -46,33 +60,85 @@ def measure(tiny: bool, nproc: int = 2, device: str = "cpu") -> list[Result]:
 
     steps, batch, reps, size = (2, 16, 1, 256) if tiny else (30, 64, 3, 4096)
     workers = str(min(8, os.cpu_count() or 1))
-    ours_args = ["--dataset", "synthetic", "--synthetic-size", str(size), "--model", "resnet18-imagenet", "--epochs", "1",
-                 "--batch-size", str(batch), "--max-steps", str(steps), "--checkpoint-every", "0", "--eval-every", "1000",
-                 "--device", device]
-    ref_args = ["--batch-size", str(batch), "--max-steps", str(steps), "--workers", workers, "--synthetic-size", str(size)]
+    ours_args = [
+        "--dataset",
+        "synthetic",
+        "--synthetic-size",
+        str(size),
+        "--model",
+        "resnet18-imagenet",
+        "--epochs",
+        "1",
+        "--batch-size",
+        str(batch),
+        "--max-steps",
+        str(steps),
+        "--checkpoint-every",
+        "0",
+        "--eval-every",
+        "1000",
+        "--device",
+        device,
+    ]
+    ref_args = [
+        "--batch-size",
+        str(batch),
+        "--max-steps",
+        str(steps),
+        "--workers",
+        workers,
+        "--synthetic-size",
+        str(size),
+    ]
     ours, theirs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(reps):
-            theirs.append(_images_per_sec(_torchrun(nproc, ROOT / "bench" / "reference_train.py", *ref_args, cwd=Path(tmp))))
-            ours.append(_images_per_sec(_torchrun(nproc, ROOT / "src_train" / "train.py", *ours_args,
-                                                  "--model-dir", tmp, cwd=Path(tmp))))
+            theirs.append(
+                _images_per_sec(_torchrun(nproc, ROOT / "bench" / "reference_train.py", *ref_args, cwd=Path(tmp)))
+            )
+            ours.append(
+                _images_per_sec(
+                    _torchrun(nproc, ROOT / "src_train" / "train.py", *ours_args, "--model-dir", tmp, cwd=Path(tmp))
+                )
+            )
         # The CIFAR-stem network costs ~45× more FLOPs per image: fewer steps keep the run short on a CPU.
         cifar_steps = str(steps if device == "cuda" else max(2, steps // 3))
         cifar_args = ["resnet18" if a == "resnet18-imagenet" else a for a in ours_args]
         cifar_args[cifar_args.index("--max-steps") + 1] = cifar_steps
-        cifar = median([_images_per_sec(_torchrun(nproc, ROOT / "src_train" / "train.py", *cifar_args, "--model-dir", tmp,
-                                                  cwd=Path(tmp))) for _ in range(reps)])
+        cifar = median(
+            [
+                _images_per_sec(
+                    _torchrun(nproc, ROOT / "src_train" / "train.py", *cifar_args, "--model-dir", tmp, cwd=Path(tmp))
+                )
+                for _ in range(reps)
+            ]
+        )
     o, t = median(ours), median(theirs)
     label = f"{nproc} processes on {device}"
-    results = [Result(
-        case="training throughput", metric=f"same network (ImageNet-stem ResNet-18), {label}", ours=o, theirs=t,
-        unit="images/s", ratio=o / t, better="higher", baseline="seed-style reference loop",
-        target="not slower on CPU; ≥ 3× on GPU", passed=o >= t if device == "cpu" else o >= 3 * t,
-        details={"batch_per_process": batch, "steps": steps, "reps": reps, "dataloader_workers": int(workers)},
-    )]
+    results = [
+        Result(
+            case="training throughput",
+            metric=f"same network (ImageNet-stem ResNet-18), {label}",
+            ours=o,
+            theirs=t,
+            unit="images/s",
+            ratio=o / t,
+            better="higher",
+            baseline="seed-style reference loop",
+            target="not slower on CPU; ≥ 3× on GPU",
+            passed=o >= t if device == "cpu" else o >= 3 * t,
+            details={"batch_per_process": batch, "steps": steps, "reps": reps, "dataloader_workers": int(workers)},
+        )
+    ]
     achieved = cifar * FLOPS["resnet18"]
-    results.append(Result(
-        case="training throughput", metric=f"shared script, CIFAR-stem ResNet-18, {label}", ours=cifar, theirs=None,
-        unit="images/s", details={"achieved_gflops": round(achieved / 1e9, 1)},
-    ))
+    results.append(
+        Result(
+            case="training throughput",
+            metric=f"shared script, CIFAR-stem ResNet-18, {label}",
+            ours=cifar,
+            theirs=None,
+            unit="images/s",
+            details={"achieved_gflops": round(achieved / 1e9, 1)},
+        )
+    )
     return results

@@ -20,7 +20,8 @@ from typing import Any
 from . import recovery
 from .backends import get_backend
 from .backends.base import Backend, LogLine, Progress, RunState, RunStatus, Submission
-from .errors import RunNotFound, UserError
+from .billing import CostReport
+from .errors import CloudDDPError, RunNotFound, UserError
 from .metrics import MetricRecord, parse_line
 from .plan import Plan
 from .registry import Registry
@@ -78,14 +79,15 @@ class Job:
         submission: Submission = impl.submit(self.spec, checks=checks, provision=provision, progress=progress)
         budget = self.spec.limits.max_recoveries if recover is None else recover
         if budget > 0:
-            recovery.start(impl, submission.plan, submission.run_id, budget)
+            recovery.start_for(impl, self.spec, submission, budget)
         return Run(submission.run_id, impl, plan=submission.plan)
 
     def to_dict(self) -> dict[str, Any]:
         return spec_to_data(self.spec)
 
     def __repr__(self) -> str:
-        return f"Job(name={self.spec.name!r}, nodes={self.spec.resources.nodes}, gpus_per_node={self.spec.resources.gpus_per_node})"
+        resources = self.spec.resources
+        return f"Job(name={self.spec.name!r}, nodes={resources.nodes}, gpus_per_node={resources.gpus_per_node})"
 
 
 class Run:
@@ -119,8 +121,9 @@ class Run:
         return cls(run_id, get_backend(backend, **options))
 
     def status(self) -> RunStatus:
-        """The run's status now; the registry of this machine is brought up to date with it. For a run
-        under recovery: the chain's state, with every attempt and why it ended in ``details["attempts"]``."""
+        """The run's status now; the registry of this machine is brought up to date with it, and when a run
+        has just ended its measured step time is kept for the next estimate of the job (cloudddp.stepstore). For
+        a run under recovery: the chain's state, with every attempt and why it ended in ``details["attempts"]``."""
         chain = self.chain
         if chain is None:
             return self._status_of(self.run_id)
@@ -152,7 +155,34 @@ class Run:
         record = registry.get(run_id)
         if record is not None and record.state != status.state.value:
             registry.update(run_id, state=status.state.value)
+            if status.state.terminal:
+                self._learn(run_id)
         return status
+
+    def cost(self) -> CostReport:
+        """What the run cost (so far, while it goes) next to the estimate its plan had at submit, every figure with
+        its source; without figures from the backend, the reason. See :meth:`Backend.cost`. For a run under
+        recovery: the current attempt's bill, and every attempt's cost with their total in ``attempts``."""
+        chain = self.chain
+        if chain is None:
+            report = self.backend.cost(self.run_id)
+            if report.measured is None and report.bill is not None and report.bill.final:
+                report.measured = self._learn(self.run_id)
+            return report
+        reports = [self.backend.cost(attempt.run_id) for attempt in chain.attempts]
+        report = dataclasses.replace(reports[-1], run_id=self.run_id, estimate=reports[0].estimate)
+        report.attempts = [
+            {"run_id": r.run_id, "state": r.state, "cost": r.bill.cost if r.bill else None} for r in reports
+        ]
+        return report
+
+    def _learn(self, run_id: str) -> dict[str, Any] | None:
+        from .stepstore import learn
+
+        try:
+            return learn(self.backend, run_id)
+        except CloudDDPError:  # the logs are not readable now: a later status or cost tries again
+            return None
 
     @property
     def chain(self) -> recovery.Chain | None:

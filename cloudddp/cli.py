@@ -231,11 +231,14 @@ def submit(
     if budget > 0:
         from . import recovery
 
-        recovery.start(impl, submission.plan, run_id, budget)
+        chain = recovery.start_for(impl, spec, submission, budget)
         if not (quiet or json_):
+            moves = f"; after {chain.capacity_tries} capacity failure(s) on a size it moves to " + ", then ".join(
+                f["size"] for f in chain.fallbacks
+            )
             note(
                 f"recovery: up to {budget} resubmissions after preemption or infrastructure faults, by a "
-                "watcher that outlives this terminal"
+                "watcher that outlives this terminal" + (moves if chain.fallbacks else "")
             )
     if json_:
         _print_json({"run_id": run_id, "backend": backend})
@@ -291,7 +294,8 @@ def _follow_run(run: Any, *, quiet: bool, epochs: int | None = None, all_ranks: 
         status = run.wait(poll=0.2)
     except KeyboardInterrupt:
         err().print(
-            f"\ndetached; the run goes on. Follow it: cloudddp metrics {run.run_id} -f   stop it: cloudddp cancel {run.run_id}"
+            f"\ndetached; the run goes on. Follow it: cloudddp metrics {run.run_id} -f   "
+            f"stop it: cloudddp cancel {run.run_id}"
         )
         sys.exit(130)
     _print_end(status, quiet=quiet)
@@ -568,6 +572,105 @@ def status(run: str, backend: str | None, json_: bool) -> None:
 
 
 @app.command()
+@run_arguments
+@json_option
+def cost(run: str, backend: str | None, json_: bool) -> None:
+    """What a run cost (so far, while it goes) next to what was estimated at submit, each figure with its source."""
+    from .api import Run
+
+    report = Run.attach(run, backend).cost()
+    if json_:
+        _print_json(report.to_dict())
+        return
+    out().print(_cost_text(report))
+
+
+def _seconds(v: Any) -> str:
+    if not isinstance(v, (int, float)):
+        return ""
+    return f"{v:,.0f} s" if v < 7200 else f"{v / 3600:,.2f} h"
+
+
+def _cost_text(report: Any) -> Any:
+    """The report as a table of estimate vs actual, then where each actual figure came from."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    est, bill = report.estimate or {}, report.bill
+    head = Text.from_markup(f"[bold]{escape(report.run_id)}[/] ({report.backend}, {report.state})")
+    table = Table("", "estimate at submit", "actual" + ("" if bill is None or bill.final else " so far"), box=None)
+    priced = bill is not None and bill.price_per_hour is not None
+    price = est.get("price_per_hour")
+    actual = _money(report.actual_cost) if report.actual_cost is not None else ""
+    if report.attempts:
+        actual += f" over {len(report.attempts)} attempts"
+    if report.difference is not None:
+        actual += f" ({report.difference:+.0%})"
+    rows = [
+        ("on", "", f"{bill.size} × {bill.nodes}" if bill else ""),
+        ("training (est.) / processes ran", _seconds(est.get("training_s")), _seconds(bill.ran_s) if bill else ""),
+        ("billed per node", _seconds(est.get("billed_s")), _seconds(bill.billed_s) if bill and priced else ""),
+        ("still to be billed per node", "", _seconds(bill.pending_s) if bill and bill.pending_s else ""),
+        (
+            "price, all nodes",
+            f"{_money(price)}/h" if price is not None else "",
+            f"{_money(bill.price_per_hour)}/h" if bill and bill.price_per_hour is not None else "",
+        ),
+        ("[bold]cost[/]", _money(report.estimated_cost) if report.estimated_cost is not None else "", actual),
+        (
+            bill.resource_unit if bill else "",
+            "",
+            f"{bill.resource_hours:,.4g}" if bill and bill.resource_hours is not None else "",
+        ),
+        ("spot savings", "", f"{bill.savings:.0%}" if bill and bill.savings is not None else ""),
+    ]
+    for name, estimated, measured_value in rows:
+        if estimated or measured_value:
+            table.add_row(name, estimated, measured_value)
+    parts: list[Any] = [head, table]
+    for attempt in report.attempts:
+        parts.append(Text(f"attempt {attempt['run_id']} ({attempt['state']}): {_money(attempt['cost'])}"))
+    if bill is not None:
+        title = "[dim]the actual figures" + (" of the current attempt" if report.attempts else "") + "[/]"
+        sources = Table("figure", "value", "where it comes from", box=None, title_justify="left", title=title)
+        for f in bill.figures:
+            value = "?" if f.value is None else f"{f.value:,}" if isinstance(f.value, (int, float)) else str(f.value)
+            sources.add_row(f.name, f"{value} {f.unit}".strip(), escape(f.source))
+        parts.append(sources)
+        parts += [Text(f"not in these figures: {n}", style="dim") for n in bill.notes]
+    if est.get("step_basis"):
+        basis = "the cost model's" if est["step_basis"] == "model" else est["step_basis"]
+        parts.append(Text(f"the estimate's step time: {basis}", style="dim"))
+    if report.reason:
+        parts.append(Text(report.reason, style="yellow"))
+    if report.max_cost is not None:
+        watch = report.budget
+        what = (
+            watch.get("message")
+            or (f"the watch could not go on: {watch['failed']}" if "failed" in watch else "")
+            or (
+                f"watched (pid {watch['watch_pid']}, every {watch.get('poll_s', 0):g} s)"
+                if "watch_pid" in watch
+                else "not enforced on this backend"
+            )
+        )
+        parts.append(Text(f"budget {_money(report.max_cost)}: {what}"))
+    measured = report.measured or {}
+    if "step_s" in measured:
+        parts.append(
+            Text(
+                f"step time kept for the next estimate on {measured['key'].split('|', 1)[1]}: "
+                f"{measured['step_s']:.4g} s ({measured['how']})",
+                style="dim",
+            )
+        )
+    elif "none" in measured:
+        parts.append(Text(f"no step time kept: {measured['none']}", style="dim"))
+    return Group(*parts)
+
+
+@app.command()
 @click.argument("run", required=False)
 def recover(run: str | None) -> None:
     """Pick up recovery where it stopped: start the watcher again for RUN (or for every run still under
@@ -746,6 +849,8 @@ def backends(json_: bool) -> None:
             "cloud": cls.cloud,
             "sigterm_grace_s": cls.sigterm_grace,
             **cls.capabilities.to_dict(),
+            "enforces_max_cost": cls.spend_while_running,
+            **({} if cls.spend_while_running else {"max_cost_not_enforced": cls.no_budget_reason}),
         }
         for cls in backend_classes()
     ]
@@ -756,10 +861,13 @@ def backends(json_: bool) -> None:
 
     table = Table("backend", "what it runs on", "cannot", "caveats", show_lines=True)
     for row in rows:
+        cannot = [f"{k}: {v}" for k, v in row["unsupported"].items()]
+        if "max_cost_not_enforced" in row:
+            cannot.append(f"enforce resources.max_cost: {row['max_cost_not_enforced']}")
         table.add_row(
             row["name"],
             row["description"],
-            "\n".join(f"{k}: {v}" for k, v in row["unsupported"].items()),
+            "\n".join(cannot),
             "\n".join(f"{k}: {v}" for k, v in row["caveats"].items()),
         )
     out().print(table)

@@ -82,6 +82,11 @@ class Plan:
     """Names of the values :meth:`bind` must fill, e.g. ``("ACCOUNT",)``."""
     metrics: list[dict[str, str]] = field(default_factory=list)
     """Metrics the job declares by regular expression (``{"name", "regex"}``), read from its log lines."""
+    step_key: str = ""
+    """Which measured step times this job's runs teach and use (:func:`cloudddp.stepstore.job_key`)."""
+    max_cost: float | None = None
+    """The job's budget in USD (``resources.max_cost``), kept with the run for ``cloudddp cost`` and the budget
+    watch."""
     env_sources: dict[str, EnvSource] = field(default_factory=dict, repr=False, compare=False)
     """Environment values resolved at launch (never serialised)."""
 
@@ -157,6 +162,8 @@ class Plan:
             "target": self.target,
             "late_bound": list(self.late),
             "metrics": self.metrics,
+            "step_key": self.step_key,
+            "max_cost": self.max_cost,
         }
 
     def to_state(self) -> dict[str, Any]:
@@ -190,6 +197,8 @@ class Plan:
             late=tuple(state["late"]),
             metrics=state["metrics"],
             env_sources=sources,
+            step_key=state.get("step_key", ""),
+            max_cost=state.get("max_cost"),
         )
 
     def literal_secrets(self) -> dict[str, str]:
@@ -228,7 +237,8 @@ class Plan:
             f"<details open><summary><code>{html.escape(name)}</code></summary><pre>{html.escape(body)}</pre></details>"
             for name, body in self.documents.items()
         )
-        return f"<div><b>{html.escape(self.backend)}</b> plan for <code>{html.escape(self.job_name)}</code><ul>{items}</ul>{docs}</div>"
+        title = f"<b>{html.escape(self.backend)}</b> plan for <code>{html.escape(self.job_name)}</code>"
+        return f"<div>{title}<ul>{items}</ul>{docs}</div>"
 
     def __str__(self) -> str:
         return self.text()

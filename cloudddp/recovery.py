@@ -8,7 +8,9 @@ the job did not cause (:attr:`~cloudddp.backends.base.Cause.recoverable`), it la
 (the backend renames what must differ, :meth:`~cloudddp.backends.base.Backend.for_attempt`); a failure of
 the job's own code is never retried. The script resumes from its checkpoint, because every attempt has
 the same checkpoint folder. If the watcher is gone (its machine restarted), ``cloudddp recover`` or any
-``status`` of the run starts it again.
+``status`` of the run starts it again. With ``limits.recover_to: next_size``, after ``limits.capacity_tries``
+capacity failures on one size the next attempt takes the next size of the plan's ranking that passes the
+preflight checks (:mod:`cloudddp.fallback` renders them at submit).
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from .backends import get_backend
-from .backends.base import Backend, Cause, RunState, RunStatus
+from .backends.base import Backend, Cause, PreflightFailed, RunState, RunStatus, Submission
+from .fallback import Fallback, failures
 from .plan import Plan
 from .registry import home
+from .spec import JobSpec
 
 POLL_SECONDS = float(os.environ.get("CLOUDDDP_RECOVERY_POLL", "10"))
 WATCHING, SUCCEEDED, GAVE_UP, CANCELLED = "watching", "succeeded", "gave up", "cancelled"
@@ -40,6 +44,7 @@ class Attempt:
     state: str = RunState.PENDING.value
     cause: str | None = None
     reason: str = ""
+    size: str | None = None
 
 
 @dataclass
@@ -53,6 +58,10 @@ class Chain:
     status: str = WATCHING
     message: str = ""
     watcher_pid: int | None = None
+    capacity_tries: int = 0
+    """Capacity failures on one size before moving to the next of ``fallbacks`` (0: never moves)."""
+    fallbacks: list[dict[str, Any]] = field(default_factory=list)
+    """The next sizes' plans (:class:`~cloudddp.fallback.Fallback`), taken in order."""
 
     # -- storage ---------------------------------------------------------------------------------
     @staticmethod
@@ -109,15 +118,46 @@ def chain_of(run_id: str, backend: Backend[Any]) -> Chain | None:
 
 
 # -- starting a chain ------------------------------------------------------------------------------
-def start(backend: Backend[Any], plan: Plan, run_id: str, max_recoveries: int) -> Chain:
-    """Watch ``run_id`` (just launched from ``plan``) and recover it up to ``max_recoveries`` times."""
+def start(
+    backend: Backend[Any],
+    plan: Plan,
+    run_id: str,
+    max_recoveries: int,
+    *,
+    fallback: Fallback | None = None,
+    capacity_tries: int = 0,
+) -> Chain:
+    """Watch ``run_id`` (just launched from ``plan``) and recover it up to ``max_recoveries`` times, moving to
+    ``fallback``'s sizes after ``capacity_tries`` capacity failures on one."""
+    size = fallback.size if fallback else None
     chain = Chain(
-        run_id, backend.name, plan.job_name, plan.to_state(), max_recoveries, [Attempt(1, run_id, time.time())]
+        run_id,
+        backend.name,
+        plan.job_name,
+        plan.to_state(),
+        max_recoveries,
+        [Attempt(1, run_id, time.time(), size=size)],
+        capacity_tries=capacity_tries if fallback and fallback.plans else 0,
+        fallbacks=fallback.plans if fallback else [],
     )
     chain.save()
     backend.registry.update(run_id, info={"chain": run_id, "attempt": 1})
     spawn_watcher(chain, plan.literal_secrets())
     return chain
+
+
+def start_for(backend: Backend[Any], spec: JobSpec, submission: Submission, max_recoveries: int) -> Chain:
+    """:func:`start` for a run just submitted from ``spec``, with the sizes ``limits.recover_to`` moves to."""
+    from .fallback import plan_fallback
+
+    return start(
+        backend,
+        submission.plan,
+        submission.run_id,
+        max_recoveries,
+        fallback=plan_fallback(backend, spec),
+        capacity_tries=spec.limits.capacity_tries,
+    )
 
 
 def spawn_watcher(chain: Chain, literals: dict[str, str] | None = None) -> None:
@@ -151,7 +191,6 @@ def watch(chain_id: str, literals: dict[str, str], poll: float = POLL_SECONDS) -
     """Follow the chain until it succeeds, fails for a reason recovery does not cover, or the budget ends."""
     chain = Chain.load(chain_id)
     backend = get_backend(chain.backend)
-    plan = Plan.from_state(chain.plan, literals)
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     while chain.status == WATCHING and not stop["now"]:
@@ -161,7 +200,7 @@ def watch(chain_id: str, literals: dict[str, str], poll: float = POLL_SECONDS) -
             continue
         chain = Chain.load(chain_id)  # a cancel may have changed it meanwhile
         _record(chain, status)
-        decide(chain, status, backend, plan)
+        decide(chain, status, backend, literals)
         chain.save()
     return chain
 
@@ -172,8 +211,9 @@ def _record(chain: Chain, status: RunStatus) -> None:
     attempt.cause = status.cause.value if status.cause else None
 
 
-def decide(chain: Chain, status: RunStatus, backend: Backend[Any], plan: Plan) -> None:
-    """After an attempt ended: done, given up (with the reason), or the next attempt launched."""
+def decide(chain: Chain, status: RunStatus, backend: Backend[Any], literals: dict[str, str]) -> None:
+    """After an attempt ended: done, given up (with the reason), or the next attempt launched (on the next size
+    when this one has failed for capacity ``capacity_tries`` times)."""
     cause = status.cause or Cause.UNKNOWN
     if chain.status != WATCHING:
         return
@@ -187,12 +227,51 @@ def decide(chain: Chain, status: RunStatus, backend: Backend[Any], plan: Plan) -
     elif chain.recoveries_left <= 0:
         chain.status = GAVE_UP
         chain.message = f"recovery budget spent: {chain.max_recoveries} recoveries, the last ended by {cause.value}"
+    elif cause is Cause.CAPACITY and chain.capacity_tries and _capacity_failures(chain) >= chain.capacity_tries:
+        _move_on(chain, backend, literals, status)
     else:
-        number = chain.current.number + 1
-        run_id = backend.launch(backend.for_attempt(plan, number), checks=False)
-        backend.registry.update(run_id, info={"chain": chain.chain_id, "attempt": number})
-        chain.attempts.append(Attempt(number, run_id, time.time()))
-        chain.message = f"attempt {number} after {cause.value}: {status.message}"
+        size = chain.current.size
+        _launch(chain, backend, Plan.from_state(chain.plan, literals), checks=False, size=size)
+        chain.message = f"attempt {chain.current.number} after {cause.value}: {status.message}"
+
+
+def _capacity_failures(chain: Chain) -> int:
+    """Capacity failures in a row at the end of the chain, on the current attempt's size."""
+    count = 0
+    for attempt in reversed(chain.attempts):
+        if attempt.size != chain.current.size or attempt.cause != Cause.CAPACITY.value:
+            break
+        count += 1
+    return count
+
+
+def _launch(chain: Chain, backend: Backend[Any], plan: Plan, *, checks: bool, size: str | None) -> None:
+    number = chain.current.number + 1
+    run_id = backend.launch(backend.for_attempt(plan, number), checks=checks)
+    backend.registry.update(run_id, info={"chain": chain.chain_id, "attempt": number})
+    chain.attempts.append(Attempt(number, run_id, time.time(), size=size))
+
+
+def _move_on(chain: Chain, backend: Backend[Any], literals: dict[str, str], status: RunStatus) -> None:
+    """Launch the next size that passes the preflight checks; give up naming each size's reason if none does."""
+    old, tries = chain.current.size, _capacity_failures(chain)
+    skipped = []
+    while chain.fallbacks:
+        nxt = chain.fallbacks.pop(0)
+        try:
+            _launch(chain, backend, Plan.from_state(nxt["plan"], literals), checks=True, size=nxt["size"])
+        except PreflightFailed as e:
+            skipped.append(f"{nxt['size']} ({'; '.join(f'{c.name}: {c.detail}' for c in e.checks)})")
+            continue
+        chain.plan = nxt["plan"]
+        chain.message = (
+            f"attempt {chain.current.number} on {nxt['size']} after {failures(tries)} on {old} ({status.message})"
+            + (f"; skipped {', '.join(skipped)}" if skipped else "")
+        )
+        return
+    chain.status = GAVE_UP
+    chain.message = f"not recovered: {failures(tries)} on {old} and no next size passes the preflight checks"
+    chain.message += f": {', '.join(skipped)}" if skipped else " (none left in the ranking)"
 
 
 def cancel(chain: Chain) -> None:

@@ -1,7 +1,9 @@
 """A job's Python dependencies: ``code.requirements`` in the spec, or a ``requirements.txt`` in ``code.dir``.
 
 Every backend installs them before the script starts: SageMaker's container installs the snapshot's
-``requirements.txt`` itself; Azure ML builds an environment from the job's image plus the file; the local
+``requirements.txt`` itself; on Azure ML the shipped launcher (:mod:`cloudddp.shim`) installs them on each
+node into an environment layered over the image's Python; Slurm jobs install them once per list on the
+shared filesystem; the local
 backend runs the job in this Python when it already satisfies them, else in an environment made for them
 (``$CLOUDDDP_HOME/envs/<hash>``, layered over this one so torch is not installed twice) and reused while
 the list is unchanged. Lines are checked at render, so a malformed one is an error naming it, before
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UserError
+from .shim import layer_over_this_python
 from .spec import JobSpec
 
 FILE = "requirements.txt"
@@ -150,23 +153,6 @@ def python_for(reqs: Requirements | None, base: Path, home: Path) -> tuple[str, 
         )
     done.write_text("")
     return str(python), f"requirements installed in {env} (reused while the list is unchanged)"
-
-
-def layer_over_this_python(python: Path) -> None:
-    """Make the environment of ``python`` see this Python's packages after its own: a ``.pth`` line that
-    adds this Python's site folders the way ``site`` does (their own ``.pth`` files, editable installs
-    included, are honoured)."""
-    import sysconfig
-
-    own = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    folders = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
-    line = "import site; " + "; ".join(f"site.addsitedir({folder!r})" for folder in folders)
-    (Path(own) / "_cloudddp_layer.pth").write_text(line + "\n")
 
 
 __all__ = ["FILE", "Requirements", "check_line", "file_text", "of", "python_for", "unsatisfied"]

@@ -7,7 +7,8 @@ it once per process instead of the job's program::
 
 The parts, joined in order, are one JSON document::
 
-    {"argv": [...], "python": true, "env": {...}, "metrics": [{"name": ..., "regex": ...}]}
+    {"argv": [...], "python": true, "env": {...}, "metrics": [{"name": ..., "regex": ...}],
+     "requirements": {"file": "requirements.txt", "digest": "..."}}
 
 - ``argv`` (or the arguments after ``--``) is the job's program, run with exactly those arguments
   (``python`` first when ``"python"`` is true). SageMaker's training toolkit, for one, turns
@@ -21,6 +22,11 @@ The parts, joined in order, are one JSON document::
   MLflow when the platform names a tracking server (``MLFLOW_TRACKING_URI``; Azure ML sets it and the
   run, ``MLFLOW_RUN_ID``), so Azure ML Studio shows a script's own metrics. Without ``metrics`` this file
   replaces itself with the program (same process id), so the platform's launcher supervises it directly.
+- ``requirements``: the job's requirements file, for a platform that does not install it (Azure ML). The
+  first process of a node installs it into an environment made for it in the node's temporary folder,
+  layered over this Python (its packages first, then this Python's: torch is not installed twice), under a
+  file lock, so the other processes of the node wait and reuse it; the program then runs with that
+  environment's ``python`` (first on ``PATH`` too, for a ``code.command``).
 
 It needs nothing but Python's standard library (and mlflow only where the image has it), because it
 runs in stock images where cloudddp is not installed.
@@ -34,6 +40,8 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 FLAG = "--cloudddp-"
@@ -64,14 +72,54 @@ def read_payload(args: list[str]) -> dict[str, Any]:
     return payload
 
 
-def command(payload: dict[str, Any]) -> list[str]:
+def command(payload: dict[str, Any], python: str = sys.executable) -> list[str]:
     """The argv to run: the job's program, started the way this file was (``-m mpi4py`` kept)."""
     argv = [str(a) for a in payload["argv"]]
     if not payload.get("python"):
         return argv
     if "mpi4py.run" in sys.modules:  # this file was started as `python -m mpi4py` (smddp)
-        return [sys.executable, "-m", "mpi4py", *argv]
-    return [sys.executable, *argv]
+        return [python, "-m", "mpi4py", *argv]
+    return [python, *argv]
+
+
+def layer_over_this_python(python: Path) -> None:
+    """Make the environment of ``python`` see this Python's packages after its own: a ``.pth`` line that
+    adds this Python's site folders the way ``site`` does (their own ``.pth`` files, editable installs
+    included, are honoured). A venv's ``--system-site-packages`` would not do: it sees the base
+    interpreter's packages, not those of the environment this Python runs in."""
+    import sysconfig
+
+    own = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    folders = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    line = "import site; " + "; ".join(f"site.addsitedir({folder!r})" for folder in folders)
+    (Path(own) / "_cloudddp_layer.pth").write_text(line + "\n")
+
+
+def environment_for(listing: str, digest: str) -> str:
+    """The ``python`` of this node's environment for the requirements in ``listing``, built by the first
+    process that gets here (the others wait on the lock, then reuse it)."""
+    import fcntl
+    import venv
+
+    root = Path(tempfile.gettempdir()) / f"cloudddp-env-{digest}"
+    python = root / "bin" / "python"
+    with open(f"{root}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".installed").is_file():
+            print(f"{SHIPPED_AS}: installing {listing} into {root}", file=sys.stderr, flush=True)
+            venv.EnvBuilder(with_pip=False, clear=True).create(root)
+            layer_over_this_python(python)
+            pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
+            done = subprocess.run([*pip, "--disable-pip-version-check", "-r", listing])
+            if done.returncode != 0:
+                raise SystemExit(f"{SHIPPED_AS}: could not install the job's requirements ({listing})")
+            (root / ".installed").write_text("")
+    return str(python)
 
 
 class Metrics:
@@ -132,7 +180,11 @@ def run_teed(argv: list[str], metrics: Metrics) -> int:
 def main() -> None:
     payload = read_payload(sys.argv[1:])
     os.environ.update({str(k): str(v) for k, v in payload.get("env", {}).items()})
-    argv = command(payload)
+    python = sys.executable
+    if payload.get("requirements"):
+        python = environment_for(payload["requirements"]["file"], payload["requirements"]["digest"])
+        os.environ["PATH"] = f"{Path(python).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    argv = command(payload, python)
     if payload.get("metrics"):
         code = run_teed(argv, Metrics(payload["metrics"]))
         if code < 0:  # killed by a signal: end the same way, so the platform sees what happened

@@ -1,21 +1,28 @@
 """From a job spec to a size on a cloud: the catalog's selection, fed with what the spec says.
 
-The workload for the cost model comes from the shared training script's arguments when they are
-there (``--model``, ``--dataset``, ``--epochs``, ``--batch-size``) and the spec's checkpoint settings;
-otherwise cost and efficiency are shown as unknown rather than guessed. A backend says where its sizes
-come from with a :class:`SizeTarget` (the catalog's cloud, the size the spec names and in which field, the
-idle time its cloud bills after a job); nothing here knows a particular backend.
+The workload for the cost model comes from the shared training script's arguments (``--model``,
+``--dataset``, ``--epochs``, ``--batch-size``) and the spec's checkpoint settings — only when the entry
+script *is* the shared script, which carries a marker line (:data:`SHARED_SCRIPT_MARKER`). For any other
+script the model cannot know the speed, so the estimate says so and asks for the figures it needs:
+``resources.step_time`` (seconds per optimizer step, measured) and ``resources.steps`` (steps of the whole
+job). A step time measured on a finished run of the same job on the same size (:mod:`cloudddp.stepstore`)
+replaces the model's (or the given) figure on that size, and the plan says so.
+
+A backend says where its sizes come from with a :class:`SizeTarget` (the catalog's cloud, the size the
+spec names and in which field, the idle time its cloud bills after a job); nothing here knows a particular
+backend.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .catalog import (
     Requirements,
     Selection,
     Sku,
+    StepTime,
     Workload,
     find,
     replacement_for,
@@ -25,6 +32,15 @@ from .catalog import (
 from .catalog.model import DATASET_BYTES, DATASET_SAMPLES
 from .errors import UserError
 from .spec import JobSpec
+from .stepstore import Measured, StepStore, job_key
+
+SHARED_SCRIPT_MARKER = b'SHARED_SCRIPT = "cloudddp-shared-train"'
+"""The line that marks ``src_train/train.py`` (and copies of it) as the shared script whose arguments the cost
+model reads."""
+GIVEN_STEP_BASIS = (
+    "resources.step_time, applied as given on every size (the model does not know this "
+    "script: neither another GPU's speed nor the all-reduce across GPUs is accounted for)"
+)
 
 
 @dataclass(frozen=True)
@@ -51,21 +67,99 @@ def script_arg(args: list[str], name: str) -> str | None:
     return None
 
 
-def workload_for_spec(spec: JobSpec) -> Workload | None:
-    args = spec.code.args
-    model = script_arg(args, "--model") or ("cnn" if spec.code.entry == "train.py" else None)
-    dataset = script_arg(args, "--dataset") or "digits"
+def is_shared_script(spec: JobSpec) -> bool:
+    """The entry script is cloudddp's shared training script (it carries :data:`SHARED_SCRIPT_MARKER`)."""
+    if spec.code.command is not None or not spec.code.entry:
+        return False
     try:
-        epochs = int(script_arg(args, "--epochs") or 10)
-        batch = int(script_arg(args, "--batch-size") or 64)
-    except ValueError:
-        return None
-    if model is None or dataset not in DATASET_SAMPLES:
-        return None
-    every = spec.checkpoint.every_epochs if spec.checkpoint.enabled else 0
-    return workload_for_model(
-        model, DATASET_SAMPLES[dataset], epochs, batch, dataset_bytes=DATASET_BYTES[dataset], checkpoint_every=every
+        with open(spec.code_dir / spec.code.entry, "rb") as f:
+            return SHARED_SCRIPT_MARKER in f.read(65_536)
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class WorkloadFinding:
+    """The workload the cost model gets for a spec, what it is based on, and what is missing for an estimate."""
+
+    workload: Workload
+    basis: str
+    missing: str = ""
+    """What to give for a cost estimate; empty when the workload has what the model needs."""
+
+
+def _epochs(spec: JobSpec) -> int | None:
+    value = script_arg(spec.code.args, "--epochs")
+    return int(value) if value and value.isdigit() else None
+
+
+ASK = (
+    "give resources.step_time (seconds per optimizer step, measured: e.g. one process on one GPU here) and "
+    "resources.steps (optimizer steps of the whole job); or run it once: the step time measured on a finished "
+    "run of this job is used on the same size"
+)
+
+
+def find_workload(spec: JobSpec) -> WorkloadFinding:
+    """The workload for the cost model: the shared script's arguments, else the figures the spec gives."""
+    r = spec.resources
+    given = StepTime(r.step_time, GIVEN_STEP_BASIS) if r.step_time else None
+    unknown_network = ""
+    if is_shared_script(spec):
+        args = spec.code.args
+        model = script_arg(args, "--model") or "cnn"
+        dataset = script_arg(args, "--dataset") or "digits"
+        try:
+            epochs = int(script_arg(args, "--epochs") or 10)
+            batch = int(script_arg(args, "--batch-size") or 64)
+        except ValueError:
+            epochs = batch = 0
+        every = spec.checkpoint.every_epochs if spec.checkpoint.enabled else 0
+        found = (
+            workload_for_model(
+                model,
+                DATASET_SAMPLES[dataset],
+                epochs,
+                batch,
+                dataset_bytes=DATASET_BYTES[dataset],
+                checkpoint_every=every,
+            )
+            if dataset in DATASET_SAMPLES and epochs > 0 and batch > 0
+            else None
+        )
+        if found is not None:
+            basis = f"the shared script's arguments: {model} on {dataset}, {epochs} epochs, batch {batch} per process"
+            return WorkloadFinding(replace(found, step_time=given, steps=r.steps), basis)
+        unknown_network = (
+            f"the shared script with --model {model} --dataset {dataset}: a network or data set "
+            "the cost model does not know"
+        )
+    what = unknown_network or (
+        f"code.entry {spec.code.entry} is not cloudddp's shared training script"
+        if spec.code.entry
+        else "code.command runs a program cloudddp does not know"
     )
+    workload = Workload(
+        params=0,
+        flops_per_sample=0.0,
+        samples_per_epoch=0,
+        epochs=_epochs(spec) or 0,
+        per_gpu_batch=0,
+        steps=r.steps,
+        step_time=given,
+    )
+    if given and r.steps:
+        return WorkloadFinding(workload, f"{what}: resources.step_time × resources.steps")
+    missing = f"{what}, so its speed cannot be modelled: " + (
+        "give resources.steps (optimizer steps of the whole job) too" if given else ASK
+    )
+    return WorkloadFinding(workload, what, missing)
+
+
+def measured_step_times(spec: JobSpec) -> dict[str, Measured]:
+    """Step times measured on finished runs of this job at the spec's shape, by size (lower case)."""
+    r = spec.resources
+    return StepStore().for_shape(job_key(spec), r.nodes, r.processes)
 
 
 def requirements_for(spec: JobSpec, target: SizeTarget) -> Requirements:
@@ -81,8 +175,9 @@ def requirements_for(spec: JobSpec, target: SizeTarget) -> Requirements:
         smddp=spec.distribution.backend == "smddp",
         max_price_per_hour=r.max_price_per_hour,
         instance_type=target.named,
-        workload=workload_for_spec(spec),
+        workload=find_workload(spec).workload,
         idle_s=target.idle_s,
+        step_times={size: m.step_time(_epochs(spec)) for size, m in measured_step_times(spec).items()},
     )
 
 
@@ -149,9 +244,23 @@ def decide(spec: JobSpec, target: SizeTarget, label: str) -> SizeDecision:
     selection = choose(spec, target)
     size = target.named or (selection.chosen.sku.size if selection.chosen else "")
     decision = SizeDecision(size, find(size) if size else None)
-    if selection.chosen is not None:
-        decision.decisions.append(f"{label} {size}: " + "; ".join(selection.chosen.reasons))
-        decision.warnings += selection.chosen.warnings
-        if selection.chosen.estimate:
-            decision.estimate = selection.chosen.estimate.to_dict()
+    chosen = selection.chosen
+    if chosen is not None:
+        decision.decisions.append(f"{label} {size}: " + "; ".join(chosen.reasons))
+        decision.warnings += chosen.warnings
+        if chosen.estimate:
+            decision.estimate = chosen.estimate.to_dict()
+    if spec.resources.gpus_per_node == 0:
+        return decision
+    finding = find_workload(spec)
+    if chosen is not None and chosen.estimate is not None:
+        est = chosen.estimate
+        if est.step_basis != "model":
+            decision.decisions.append(
+                f"cost estimate: step time {est.step_s:.4g} s from {est.step_basis}, {est.steps:,.0f} steps"
+            )
+        else:
+            decision.decisions.append(f"cost estimate: the model's step time {est.step_s:.4g} s, from {finding.basis}")
+    elif finding.missing:
+        decision.warnings.append(f"cost: no estimate: {finding.missing}")
     return decision

@@ -169,6 +169,24 @@ class Resources(Strict):
     )
     spot: bool = Field(False, description="Spot (AWS) / low-priority (Azure) capacity.")
     max_price_per_hour: float | None = Field(None, gt=0, description="Ceiling for the whole job, USD/h.")
+    max_cost: float | None = Field(
+        None,
+        gt=0,
+        description="Budget for the whole job, USD: render warns when the estimate is over it; backends that report "
+        "spend while a run is going stop it (a cancel: it checkpoints) when its spend reaches it.",
+    )
+    step_time: float | None = Field(
+        None,
+        gt=0,
+        le=86_400,
+        description="Seconds per optimizer step, measured (e.g. locally): the cost estimate of a script cloudddp "
+        "does not know uses it on every size.",
+    )
+    steps: int | None = Field(
+        None,
+        ge=1,
+        description="Optimizer steps of the whole job, for the cost estimate of a script cloudddp does not know.",
+    )
     disk_gb: int = Field(100, ge=1, le=16384)
 
     @model_validator(mode="after")
@@ -262,6 +280,15 @@ class Limits(Strict):
         le=100,
         description="Resubmissions after the job ends by preemption, lost capacity or an infrastructure fault "
         "(never after a failure of its own code); a detached watcher does it.",
+    )
+    recover_to: Literal["same_size", "next_size"] = Field(
+        "same_size",
+        description="Where a recovery goes after `capacity_tries` capacity failures on one size: `next_size` "
+        "moves to the next size in the plan's ranking that passes the preflight checks (backends that choose "
+        "sizes from the catalog); `same_size` keeps trying the size of the first attempt.",
+    )
+    capacity_tries: int = Field(
+        2, ge=1, le=20, description="Capacity failures on one size before `recover_to: next_size` moves on."
     )
 
 

@@ -98,7 +98,8 @@ class _Builder:
             raise
         except Exception as e:  # noqa: BLE001 - PyYAML's tag constructors raise ValueError, IndexError, ... on bad text
             raise UserError(
-                f"{self.positions.source}:{node.start_mark.line + 1}: cannot read {node.tag} value {str(node.value)[:40]!r}: {e}"
+                f"{self.positions.source}:{node.start_mark.line + 1}: "
+                f"cannot read {node.tag} value {str(node.value)[:40]!r}: {e}"
             ) from None
 
 
@@ -248,10 +249,8 @@ def _data_loc(loc: Sequence[str | int], data: Any, *, key_may_be_absent: bool) -
     out: list[str | int] = []
     node = data
     for part in loc:
-        if isinstance(node, dict) and part in node:
-            out.append(part)
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+        in_list = isinstance(node, list) and isinstance(part, int) and part < len(node)
+        if (isinstance(node, dict) and part in node) or in_list:
             out.append(part)
             node = node[part]
         elif key_may_be_absent and isinstance(node, dict) and len(out) == len(loc) - 1:

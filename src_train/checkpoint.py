@@ -39,8 +39,12 @@ def save(folder: Path, epoch: int, step_in_epoch: int, state: dict[str, Any], ke
         storage.write_file(path, payload)
         storage.write_file(digest_file(path), hashlib.sha256(payload).hexdigest().encode())
     except OSError as e:
-        print(f"warning: checkpoint {path.name} was not written ({e}); training goes on, and a restart "
-              "resumes from the previous checkpoint", file=sys.stderr, flush=True)
+        print(
+            f"warning: checkpoint {path.name} was not written ({e}); training goes on, and a restart "
+            "resumes from the previous checkpoint",
+            file=sys.stderr,
+            flush=True,
+        )
         for part in (digest_file(path), path):
             try:
                 part.unlink(missing_ok=True)
@@ -83,8 +87,9 @@ def load_latest(folder: Path) -> tuple[Path, dict[str, Any]] | None:
         try:
             expected = digest_file(path).read_text().strip()
         except OSError:
-            print(f"warning: skipping checkpoint {path.name}: no checksum file (write was interrupted)",
-                  file=sys.stderr)
+            print(
+                f"warning: skipping checkpoint {path.name}: no checksum file (write was interrupted)", file=sys.stderr
+            )
             continue
         try:
             payload = path.read_bytes()
@@ -92,12 +97,13 @@ def load_latest(folder: Path) -> tuple[Path, dict[str, Any]] | None:
             print(f"warning: skipping checkpoint {path.name}: cannot read it ({e})", file=sys.stderr)
             continue
         if hashlib.sha256(payload).hexdigest() != expected:
-            print(f"warning: skipping checkpoint {path.name}: checksum mismatch (corrupt or truncated)",
-                  file=sys.stderr)
+            print(
+                f"warning: skipping checkpoint {path.name}: checksum mismatch (corrupt or truncated)", file=sys.stderr
+            )
             continue
         try:
             state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
-        except Exception as e:  # a file that hashes right but does not load is still not usable
+        except Exception as e:  # noqa: BLE001  # a file that hashes right but does not load is still not usable
             print(f"warning: skipping checkpoint {path.name}: cannot load ({e})", file=sys.stderr)
             continue
         return path, state

@@ -62,10 +62,15 @@ HELP = {
 
 
 def parse_args(argv: list[str] | None = None, env: Mapping[str, str] = os.environ) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="The shared DDP training script that cloudddp packages with every job.",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--data-dir", default=argparse.SUPPRESS,
-                   help=f"the data folder (default: {INPUT_PREFIX}<NAME> when the job has exactly one input)")
+    p = argparse.ArgumentParser(
+        description="The shared DDP training script that cloudddp packages with every job.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--data-dir",
+        default=argparse.SUPPRESS,
+        help=f"the data folder (default: {INPUT_PREFIX}<NAME> when the job has exactly one input)",
+    )
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=None, help="per process (default 64)")
     p.add_argument("--global-batch-size", type=int, default=None, help="split over the ranks instead")
@@ -81,12 +86,21 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] = os.enviro
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto", help="auto: on for CUDA only")
     p.add_argument("--amp", choices=["auto", "bf16", "fp16", "off"], default="auto", help="auto: bf16 on CUDA")
     p.add_argument("--deterministic", action="store_true", help="bitwise reproducible on CPU/gloo")
-    p.add_argument("--max-steps", type=int, default=0,
-                   help="for benchmarks: stop after this many optimizer steps in total; 0 = no limit")
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=0,
+        help="for benchmarks: stop after this many optimizer steps in total; 0 = no limit",
+    )
     contract = p.add_argument_group("runtime contract (cloudddp sets these variables in every job)")
     for option in CONTRACT:
-        contract.add_argument(option.flag, type=option.convert, choices=option.choices, default=argparse.SUPPRESS,
-                              help=f"{HELP[option.flag]} (default: ${option.variable}, else {option.fallback})")
+        contract.add_argument(
+            option.flag,
+            type=option.convert,
+            choices=option.choices,
+            default=argparse.SUPPRESS,
+            help=f"{HELP[option.flag]} (default: ${option.variable}, else {option.fallback})",
+        )
     user.add_arguments(p.add_argument_group("your model and data (user.py)"))
     args = p.parse_args(argv)
 

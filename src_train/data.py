@@ -44,8 +44,13 @@ class Dataset:
 
     def to(self: _D, device: torch.device) -> _D:
         move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
-        return replace(self, train_x=move(self.train_x), train_y=move(self.train_y), test_x=move(self.test_x),
-                       test_y=move(self.test_y))
+        return replace(
+            self,
+            train_x=move(self.train_x),
+            train_y=move(self.train_y),
+            test_x=move(self.test_x),
+            test_y=move(self.test_y),
+        )
 
     def train_inputs(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         """A training batch as model input; ``g`` is the step's seeded generator for random augmentation."""
@@ -111,8 +116,15 @@ def load_cifar10(root: Path) -> ImageDataset:
     test_x, test_y = _unpickle(files["test_batch"])
     train_x = np.concatenate([p[0] for p in parts])
     train_y = np.concatenate([p[1] for p in parts])
-    return ImageDataset(torch.from_numpy(train_x), torch.from_numpy(train_y), torch.from_numpy(test_x),
-                        torch.from_numpy(test_y), 10, flip=True, pad=4)
+    return ImageDataset(
+        torch.from_numpy(train_x),
+        torch.from_numpy(train_y),
+        torch.from_numpy(test_x),
+        torch.from_numpy(test_y),
+        10,
+        flip=True,
+        pad=4,
+    )
 
 
 def load_digits(root: Path | None) -> ImageDataset:
@@ -131,8 +143,15 @@ def load_digits(root: Path | None) -> ImageDataset:
     order = np.random.default_rng(1234).permutation(len(labels))
     cut = int(0.8 * len(labels))
     tr, te = order[:cut], order[cut:]
-    return ImageDataset(torch.from_numpy(images[tr]), torch.from_numpy(labels[tr]), torch.from_numpy(images[te]),
-                        torch.from_numpy(labels[te]), 10, flip=False, pad=1)
+    return ImageDataset(
+        torch.from_numpy(images[tr]),
+        torch.from_numpy(labels[tr]),
+        torch.from_numpy(images[te]),
+        torch.from_numpy(labels[te]),
+        10,
+        flip=False,
+        pad=1,
+    )
 
 
 def load_synthetic(size: int, seed: int = 0) -> ImageDataset:

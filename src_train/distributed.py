@@ -89,8 +89,13 @@ def setup(backend: str, device: str, timeout_s: float) -> Context:
         # After a torchrun restart the agent's store still holds the previous attempt's keys; a slow
         # peer lets a fast one read its old, dead address. A prefix per attempt keeps attempts apart.
         agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-        base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
-                             is_master=not agent_store and rank == 0, timeout=timeout)
+        base = dist.TCPStore(
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+            world,
+            is_master=not agent_store and rank == 0,
+            timeout=timeout,
+        )
         store = dist.PrefixStore(f"cloudddp/attempt_{restart}", base)
         dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world, timeout=timeout)
     else:

@@ -98,7 +98,7 @@ def epoch_shard(t: Training) -> torch.Tensor:
     """This rank's sample indices for epoch ``t.epoch``: the same on every restart, different every epoch."""
     ctx, s = t.ctx, t.schedule
     perm = torch.randperm(len(t.data.train_y), generator=torch.Generator().manual_seed(t.args.seed * 7919 + t.epoch))
-    return perm[ctx.rank::ctx.world_size][: s.steps_per_epoch * s.per_rank].to(ctx.device)
+    return perm[ctx.rank :: ctx.world_size][: s.steps_per_epoch * s.per_rank].to(ctx.device)
 
 
 def _as_input(t: Training, x: torch.Tensor) -> torch.Tensor:
@@ -114,7 +114,7 @@ def train_one_epoch(t: Training, stop: StopFlag) -> EpochEnd:
     began = time.perf_counter()
     end = EpochEnd.FINISHED
     for step in range(t.step_in_epoch, s.steps_per_epoch):
-        idx = shard[step * s.per_rank:(step + 1) * s.per_rank]
+        idx = shard[step * s.per_rank : (step + 1) * s.per_rank]
         g = augment.step_generator(ctx.device, args.seed, t.epoch, step, ctx.rank)
         x = _as_input(t, ds.train_inputs(ds.train_x[idx], g))
         y = ds.train_y[idx]
@@ -129,13 +129,23 @@ def train_one_epoch(t: Training, stop: StopFlag) -> EpochEnd:
         t.optimizer.step()
         t.global_step += 1
         t.step_in_epoch = step + 1
-        stats += torch.stack([loss.detach().double() * len(y), (out.argmax(1) == y).sum().double(),
-                              torch.tensor(float(len(y)), dtype=torch.float64, device=ctx.device)])
+        stats += torch.stack(
+            [
+                loss.detach().double() * len(y),
+                (out.argmax(1) == y).sum().double(),
+                torch.tensor(float(len(y)), dtype=torch.float64, device=ctx.device),
+            ]
+        )
         if args.log_every and t.global_step % args.log_every == 0:
             agg = distributed.all_sum(ctx, stats.clone())
             if ctx.is_main:
-                t.report(t.global_step, t.epoch + 1, train_loss=(agg[0] / agg[2]).item(),
-                         train_acc=(agg[1] / agg[2]).item(), lr=lr)
+                t.report(
+                    t.global_step,
+                    t.epoch + 1,
+                    train_loss=(agg[0] / agg[2]).item(),
+                    train_acc=(agg[1] / agg[2]).item(),
+                    lr=lr,
+                )
         # At an epoch's last step a stop waits for the epoch's end (metrics, evaluation, checkpoint).
         if (step + 1) % check_every == 0 and step + 1 < s.steps_per_epoch and stop.agreed(ctx):
             return EpochEnd.STOPPED
@@ -147,8 +157,15 @@ def train_one_epoch(t: Training, stop: StopFlag) -> EpochEnd:
     elapsed = time.perf_counter() - began
     agg = distributed.all_sum(ctx, stats)
     if ctx.is_main and agg[2] > 0:
-        t.report(t.global_step, t.epoch + 1, train_loss=(agg[0] / agg[2]).item(), train_acc=(agg[1] / agg[2]).item(),
-                 lr=s.lr(t.global_step), images_per_sec=agg[2].item() / max(elapsed, 1e-9), epoch_time=elapsed)
+        t.report(
+            t.global_step,
+            t.epoch + 1,
+            train_loss=(agg[0] / agg[2]).item(),
+            train_acc=(agg[1] / agg[2]).item(),
+            lr=s.lr(t.global_step),
+            images_per_sec=agg[2].item() / max(elapsed, 1e-9),
+            epoch_time=elapsed,
+        )
     t.epoch += 1
     t.step_in_epoch = 0
     return end
@@ -166,7 +183,7 @@ def evaluate(t: Training) -> tuple[float, float]:
     sums = torch.zeros(3, dtype=torch.float64, device=ctx.device)
     with torch.no_grad(), torch.autocast(ctx.device.type, dtype=t.amp or torch.float32, enabled=t.amp is not None):
         for start in range(0, len(idx), batch):
-            part = idx[start:start + batch]
+            part = idx[start : start + batch]
             x = _as_input(t, ds.test_inputs(ds.test_x[part]))
             y = ds.test_y[part]
             out = model(x).float()

@@ -58,12 +58,12 @@ class MlflowLogger:
             step, values = item
             try:
                 mlflow.log_metrics(values, step=step)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001  # an optional logger never stops training
                 self._fail(e)
         if mlflow is not None and self._owns_run and not self._failed:
             try:
                 mlflow.end_run()
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001  # an optional logger never stops training
                 self._fail(e)
 
     def _start(self) -> Any:
@@ -74,14 +74,16 @@ class MlflowLogger:
             if mlflow.active_run() is None:
                 mlflow.start_run(run_name=os.environ.get("CLOUDDDP_JOB_NAME") if self._owns_run else None)
             return mlflow
-        except Exception as e:  # any failure of an optional logger: warn once, train on
+        except Exception as e:  # noqa: BLE001  # any failure of an optional logger: warn once, train on
             self._fail(e)
             return None
 
     def _fail(self, error: Exception) -> None:
         self._failed = True
-        self._warn(f"logging failed ({type(error).__name__}: {str(error)[:300]}); metrics are still printed, "
-                   "MLflow is off for the rest of this run")
+        self._warn(
+            f"logging failed ({type(error).__name__}: {str(error)[:300]}); metrics are still printed, "
+            "MLflow is off for the rest of this run"
+        )
 
     @staticmethod
     def _warn(message: str) -> None:

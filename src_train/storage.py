@@ -21,10 +21,20 @@ import sys
 from pathlib import Path
 
 # What a mount answers for an operation it does not implement, as opposed to a failed write (EIO, ENOSPC).
-REFUSED = frozenset({
-    errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM, errno.EACCES, errno.EROFS, errno.ENOSYS,
-    errno.EBADF, errno.ENOTTY, errno.EISDIR,
-})
+REFUSED = frozenset(
+    {
+        errno.EINVAL,
+        errno.ENOTSUP,
+        errno.EOPNOTSUPP,
+        errno.EPERM,
+        errno.EACCES,
+        errno.EROFS,
+        errno.ENOSYS,
+        errno.EBADF,
+        errno.ENOTTY,
+        errno.EISDIR,
+    }
+)
 _told: set[tuple[Path, str]] = set()  # (folder, what) already warned about: one line each, not one per file
 
 
@@ -44,8 +54,12 @@ def write_file(path: Path, payload: bytes) -> None:
         os.replace(tmp, path)
     except OSError as e:
         _remove(tmp)
-        _tell_once(path.parent, "rename", f"renaming a file into place failed ({e.strerror or e}); writing "
-                   "files in place there instead (a mounted cloud folder?); checksums still catch torn files")
+        _tell_once(
+            path.parent,
+            "rename",
+            f"renaming a file into place failed ({e.strerror or e}); writing "
+            "files in place there instead (a mounted cloud folder?); checksums still catch torn files",
+        )
         try:
             _write_bytes(path, payload)
         except OSError:
@@ -75,7 +89,7 @@ def _write_bytes(path: Path, payload: bytes) -> None:
     try:
         view = memoryview(payload)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         _fsync(fd, path.parent)
     finally:
         os.close(fd)

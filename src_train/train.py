@@ -48,6 +48,9 @@ from loop import EpochEnd, Schedule, StopFlag, Training
 from metrics import Reporter
 from mlflow_log import MlflowLogger
 
+# cloudddp's cost estimate reads this script's --model/--dataset/--epochs/--batch-size because of this line
+# (cloudddp/sizing.py). Remove it if you make a step do other work than those arguments say.
+SHARED_SCRIPT = "cloudddp-shared-train"
 MLFLOW_WAIT_S = 30.0  # at the end, how long the last metrics may take to reach an MLflow server
 MLFLOW_WAIT_AFTER_SIGTERM_S = 5.0  # shorter: the platform's SIGKILL is coming
 
@@ -69,14 +72,16 @@ def setup(args: argparse.Namespace) -> Context:
 def build(args: argparse.Namespace, ctx: Context, report: Reporter) -> Training:
     """Data and model (from user.py), optimizer and schedule; DDP and compilation come after resume()."""
     cuda = ctx.device.type == "cuda"
-    amp = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None,
-           "auto": torch.bfloat16 if cuda else None}[args.amp]
+    amp = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None, "auto": torch.bfloat16 if cuda else None}[
+        args.amp
+    ]
     data = user.build_data(args).to(ctx.device)
     per_rank = args.batch_size or (max(1, args.global_batch_size // ctx.world_size) if args.global_batch_size else 64)
     steps_per_epoch = len(data.train_y) // (per_rank * ctx.world_size)
     if steps_per_epoch < 1:
-        raise UsageError(f"{len(data.train_y)} training samples are fewer than one global batch of "
-                         f"{per_rank * ctx.world_size}")
+        raise UsageError(
+            f"{len(data.train_y)} training samples are fewer than one global batch of {per_rank * ctx.world_size}"
+        )
     schedule = Schedule(per_rank, steps_per_epoch, int(args.warmup_epochs * steps_per_epoch), args.lr, args.epochs)
     model = user.build_model(args, data).to(ctx.device)
     if cuda:
@@ -106,8 +111,10 @@ def resume(t: Training) -> None:
     torch.set_rng_state(state["torch_rng"])
     t.epoch, t.step_in_epoch, t.global_step = state["epoch"], state["step_in_epoch"], state["global_step"]
     if ctx.is_main:
-        print(f"resumed from {path} at epoch {t.epoch + 1}, step {t.step_in_epoch} "
-              f"(global step {t.global_step})", flush=True)
+        print(
+            f"resumed from {path} at epoch {t.epoch + 1}, step {t.step_in_epoch} (global step {t.global_step})",
+            flush=True,
+        )
 
 
 def wrap(t: Training) -> None:
@@ -126,12 +133,21 @@ def save_checkpoint(t: Training) -> bool:
     if not t.ctx.is_main:
         return True
     s = t.schedule
-    path = checkpoint.save(Path(t.args.checkpoint_dir), t.epoch, t.step_in_epoch, {
-        "model": t.model.state_dict(), "optimizer": t.optimizer.state_dict(), "epoch": t.epoch,
-        "step_in_epoch": t.step_in_epoch, "global_step": t.global_step, "torch_rng": torch.get_rng_state(),
-        "schedule": {"kind": "warmup-cosine", "warmup": s.warmup, "total": s.total_steps, "lr": s.base_lr},
-        "args": {k: v for k, v in vars(t.args).items() if k in ("dataset", "model", "epochs", "seed", "lr")},
-    })
+    path = checkpoint.save(
+        Path(t.args.checkpoint_dir),
+        t.epoch,
+        t.step_in_epoch,
+        {
+            "model": t.model.state_dict(),
+            "optimizer": t.optimizer.state_dict(),
+            "epoch": t.epoch,
+            "step_in_epoch": t.step_in_epoch,
+            "global_step": t.global_step,
+            "torch_rng": torch.get_rng_state(),
+            "schedule": {"kind": "warmup-cosine", "warmup": s.warmup, "total": s.total_steps, "lr": s.base_lr},
+            "args": {k: v for k, v in vars(t.args).items() if k in ("dataset", "model", "epochs", "seed", "lr")},
+        },
+    )
     if path is not None:
         print(f"checkpoint {path.name}", flush=True)
     return path is not None
@@ -151,9 +167,12 @@ def train_epochs(t: Training) -> float | None:
     """Epochs from the current position to --epochs: the final test accuracy, or None when stopped by SIGTERM."""
     args, ctx = t.args, t.ctx
     if t.epoch >= args.epochs and ctx.is_main:
-        print(f"the checkpoint in {args.checkpoint_dir} is already at epoch {t.epoch} of {args.epochs}: nothing "
-              "left to train (to continue, raise --epochs and point checkpoint.path at this folder; to start "
-              "over, --resume never / checkpoint.resume: never)", flush=True)
+        print(
+            f"the checkpoint in {args.checkpoint_dir} is already at epoch {t.epoch} of {args.epochs}: nothing "
+            "left to train (to continue, raise --epochs and point checkpoint.path at this folder; to start "
+            "over, --resume never / checkpoint.resume: never)",
+            flush=True,
+        )
     stop = StopFlag()
     test_acc = float("nan")
     while t.epoch < args.epochs:
@@ -181,8 +200,11 @@ def train_epochs(t: Training) -> float | None:
 def _stopped(t: Training, written: bool | None) -> None:
     if t.ctx.is_main:
         where = f"epoch {t.epoch + 1}, step {t.step_in_epoch}" if t.step_in_epoch else f"the end of epoch {t.epoch}"
-        outcome = {True: "checkpoint written", False: "the checkpoint could not be written (see the warning above)",
-                   None: "checkpoints are off (--checkpoint-every 0)"}[written]
+        outcome = {
+            True: "checkpoint written",
+            False: "the checkpoint could not be written (see the warning above)",
+            None: "checkpoints are off (--checkpoint-every 0)",
+        }[written]
         print(f"stopping on SIGTERM at {where}; {outcome}", flush=True)
 
 

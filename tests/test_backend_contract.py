@@ -18,7 +18,7 @@ from cloudddp.backends.features import Feature
 from cloudddp.errors import RunNotFound
 
 from .support.cli import ROOT, cli
-from .support.harnesses import TINY, AzureMLHarness, Harness, LocalHarness, SageMakerHarness, clean_env
+from .support.harnesses import TINY, AzureMLHarness, Harness, LocalHarness, SageMakerHarness, SlurmHarness, clean_env
 
 pytestmark = pytest.mark.slow
 CLOUD_SDKS = ("azure", "boto3", "botocore", "sagemaker", "torch", "mlflow")
@@ -42,6 +42,10 @@ def harness(request: pytest.FixtureRequest) -> Harness:
         for key, value in env_for_rig().items():  # the workspace of a run this machine never saw
             request.getfixturevalue("monkeypatch").setenv(key, value)
         return AzureMLHarness(request.getfixturevalue("blob_endpoint"))
+    if name == "slurm":
+        cluster = request.getfixturevalue("slurm_cluster")
+        request.getfixturevalue("monkeypatch").setenv("SLURM_CONF", str(cluster.conf))
+        return SlurmHarness(cluster)
     pytest.skip(f"no emulator harness for the {name!r} backend in this suite (a plugin's own tests cover it)")
 
 
@@ -58,7 +62,14 @@ def test_render_is_offline_and_imports_no_cloud_sdk(harness: Harness) -> None:
 
 def test_an_unknown_run_id_is_the_same_error_on_every_verb(harness: Harness) -> None:
     backend = harness.backend
-    for verb in (backend.status, lambda r: list(backend.logs(r)), lambda r: list(backend.metrics(r)), backend.cancel):
+    for verb in (
+        backend.status,
+        lambda r: list(backend.logs(r)),
+        lambda r: list(backend.metrics(r)),
+        backend.cancel,
+        backend.bill,
+        backend.cost,
+    ):
         with pytest.raises(RunNotFound, match=f"no {harness.name} run 'no-such-run-0000'"):
             verb("no-such-run-0000")
 
@@ -73,7 +84,7 @@ def test_cancel_is_idempotent(harness: Harness) -> None:
 
 
 def test_following_logs_ends_when_the_run_ends(harness: Harness) -> None:
-    if isinstance(harness, LocalHarness):
+    if isinstance(harness, (LocalHarness, SlurmHarness)):  # runs that end when their script does
         run_id = harness.short()
     else:
         run_id = harness.start()

@@ -161,7 +161,7 @@ def test_variants_never_share_a_checkpoint_folder_and_the_same_job_resumes() -> 
         assert uris[0] == uris[1] != uris[2], (backend, uris)
 
 
-def _checkpoint_uri(plan) -> str:  # noqa: ANN001
+def _checkpoint_uri(plan) -> str:
     if plan.backend == "sagemaker":
         return str(plan.request["CheckpointConfig"]["S3Uri"])
     return str(plan.request["job"]["outputs"]["checkpoints"]["path"])
@@ -194,7 +194,7 @@ PRINTER = """for epoch in range(3):
 """
 
 
-def test_declared_metrics_reach_mlflow_from_the_rendered_azure_ml_command(tmp_path: Path, mlflow_server) -> None:  # noqa: ANN001
+def test_declared_metrics_reach_mlflow_from_the_rendered_azure_ml_command(tmp_path: Path, mlflow_server) -> None:
     from mlflow.tracking import MlflowClient
 
     code = tmp_path / "printer"

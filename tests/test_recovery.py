@@ -4,14 +4,17 @@ job's own code is never retried."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from cloudddp.api import Run
+from cloudddp.api import Job, Run
+from cloudddp.backends import get_backend
 from cloudddp.backends.base import RunState
+from cloudddp.fallback import ranked_sizes
 
 from .support.aws_emulator import aws_environment, put_logs, set_status
 from .support.cli import ROOT, cli
@@ -23,7 +26,7 @@ DIGITS = ROOT / "jobs" / "digits-local.yaml"
 FAST = {"CLOUDDDP_RECOVERY_POLL": "0.5"}
 
 
-def wait_until(predicate, timeout: float = 180, poll: float = 0.2):  # noqa: ANN001, ANN201
+def wait_until(predicate, timeout: float = 180, poll: float = 0.2):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -139,3 +142,52 @@ def test_sagemaker_capacity_errors_are_resubmitted_and_an_algorithm_error_is_not
     )
     shown = cli("status", run.run_id)
     assert "not recovered" in shown.stdout and "AlgorithmError" in shown.stdout
+
+
+def test_capacity_failures_move_a_sagemaker_recovery_to_the_next_size_of_the_ranking(
+    moto_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """limits.recover_to: next_size with capacity_tries 1: each capacity failure moves the next attempt to the
+    next size of the plan's ranking (the request's InstanceType changes), and the chain says so."""
+    for key, value in aws_environment(moto_url).items():
+        monkeypatch.setenv(key, value)
+    overrides = [
+        *SageMakerHarness(moto_url).overrides,
+        "resources.gpus_per_node=1",
+        "sagemaker.instance_type=ml.g5.xlarge",
+        "limits.recover_to=next_size",
+        "limits.capacity_tries=1",
+    ]
+    job = Job.load(TINY, overrides)
+    _, ranking = ranked_sizes(get_backend("sagemaker"), job.spec)
+    result = cli(
+        "submit",
+        str(TINY),
+        "-b",
+        "sagemaker",
+        *[a for o in overrides for a in ("-o", o)],
+        "--recover",
+        "3",
+        "--detach",
+        env=FAST,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"it moves to {ranking[0]}, then {ranking[1]}" in result.stderr, result.stderr
+    submitted = re.search(r"submitted (\S+)", result.stderr)
+    assert submitted, result.stderr
+    run = Run.attach(submitted.group(1))
+    client = run.backend._client("sagemaker", "us-east-1")
+
+    def instance_type(run_id: str) -> str:
+        return client.describe_training_job(TrainingJobName=run_id)["ResourceConfig"]["InstanceType"]
+
+    assert instance_type(run.run_id) == "ml.g5.xlarge"
+    for number, size in ((2, ranking[0]), (3, ranking[1])):
+        set_status(run.chain.current.run_id, "Failed", "Failed", reason="CapacityError: Unable to provision ...")
+        current = wait_until(lambda n=number: len(run.chain.attempts) == n and run.chain.current)
+        assert (current.size, instance_type(current.run_id)) == (size, size)
+        assert f"on {size} after 1 capacity failure on " in run.chain.message, run.chain.message
+    set_status(run.chain.current.run_id, "Completed", "Completed")
+    status = wait_until(lambda: (s := run.status()).state.terminal and s, timeout=60)
+    assert status.state is RunState.SUCCEEDED
+    assert [a["size"] for a in status.details["attempts"]] == ["ml.g5.xlarge", ranking[0], ranking[1]]

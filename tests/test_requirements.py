@@ -87,3 +87,30 @@ def test_the_sagemaker_container_gets_them_as_requirements_txt_in_the_snapshot(t
     with tarfile.open(code_snapshot(spec).path) as tar:
         listed = tar.extractfile("requirements.txt")
         assert listed is not None and io.TextIOWrapper(listed).read() == "einops>=0.7\n--no-index\n"
+
+
+@pytest.mark.slow
+def test_on_azure_ml_the_shipped_launcher_installs_them_before_the_program_once_per_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rendered Azure ML job, run as Azure's PyTorch distribution runs it (2 nodes here): the first
+    process to start installs the wheel into an environment over this Python, under the node's lock; every
+    process then imports it. Both emulated nodes share this machine's temporary folder, so one install."""
+    from cloudddp.backends.azureml import AzureMLBackend
+
+    from .support.azure_launchers import Datastores, launch_pytorch
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "node-tmp"))
+    (tmp_path / "node-tmp").mkdir()
+    spec = Job.load(
+        job_folder(tmp_path, ["--no-index", "./wheels/rehearsal_dep-1.0-py3-none-any.whl"]),
+        ["resources.nodes=2", "resources.gpus_per_node=0", "azureml.compute=cpu", "azureml.vm_size=Standard_D4s_v3"],
+    ).spec
+    plan = AzureMLBackend(token="deps").render(spec)
+    assert any("installed by the shipped launcher on each node" in d for d in plan.decisions), plan.decisions
+    run = launch_pytorch(plan.request["job"], tmp_path / "run", Datastores(tmp_path / "blob"))
+    assert run.ok, run.describe()
+    logs = "".join(run.logs.values())
+    assert logs.count("installing requirements.txt into") == 1, run.describe()
+    used = json.loads((run.outputs["model"] / "dep.json").read_text())
+    assert used["value"] == "from requirements.txt" and used["file"].startswith(str(tmp_path / "node-tmp"))

@@ -72,7 +72,8 @@ def test_bad_specs_name_the_field_and_line(tmp_path: Path, text: str, expected: 
         ("name: caf\xe9\n".encode("latin-1"), "not UTF-8"),
         (b"- just\n- a list\n", "mapping"),
         (
-            b"a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+            b"a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+            b"c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
             b"d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n",
             "expands to more than",
         ),

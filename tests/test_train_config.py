@@ -13,7 +13,7 @@ from .support.cli import ROOT
 from .support.train_helpers import train
 
 sys.path.insert(0, str(ROOT / "src_train"))
-import config  # noqa: E402
+import config
 
 CONTRACT_ENV = {
     "CLOUDDDP_MODEL_DIR": "/job/model",

@@ -16,8 +16,8 @@ from .support.mlflow_server import MlflowServer, free_port
 from .support.train_helpers import train
 
 sys.path.insert(0, str(ROOT / "src_train"))
-import metrics as script_metrics  # noqa: E402
-import mlflow_log  # noqa: E402
+import metrics as script_metrics
+import mlflow_log
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -46,7 +46,7 @@ def assert_logged_as_printed(client: MlflowClient, run_id: str, stdout: str) -> 
         logged = sorted((m.step, m.value) for m in history)
         assert [step for step, _ in logged] == sorted(step for step, _ in values), name
         # The lines round to 6 decimals; MLflow gets the values themselves.
-        for (_, got), (_, want) in zip(logged, sorted(values)):
+        for (_, got), (_, want) in zip(logged, sorted(values), strict=True):
             assert got == pytest.approx(want, abs=1e-6), (name, logged, values)
 
 

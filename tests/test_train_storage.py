@@ -21,9 +21,9 @@ import torch
 from .support.cli import ROOT
 
 sys.path.insert(0, str(ROOT / "src_train"))
-import checkpoint  # noqa: E402
-import storage  # noqa: E402
-import train  # noqa: E402
+import checkpoint
+import storage
+import train
 
 
 class FuseLikeMount:

@@ -28,8 +28,15 @@ node = command(
     environment_variables={"CLOUDDDP_DIST_BACKEND": "nccl"},
     timeout=8 * 3600,
 )
-cluster = AmlCompute(name="gpu-cluster", size="Standard_ND96asr_v4", min_instances=0, max_instances=4,
-                     idle_time_before_scale_down=300, tier="dedicated", ssh_public_access_enabled=False)
+cluster = AmlCompute(
+    name="gpu-cluster",
+    size="Standard_ND96asr_v4",
+    min_instances=0,
+    max_instances=4,
+    idle_time_before_scale_down=300,
+    tier="dedicated",
+    ssh_public_access_enabled=False,
+)
 with tempfile.TemporaryDirectory() as tmp:
     node._to_job().dump(Path(tmp) / "job.yml")
     cluster.dump(Path(tmp) / "compute.yml")

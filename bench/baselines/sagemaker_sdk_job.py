@@ -16,7 +16,13 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "offline")
 os.environ.setdefault("SAGEMAKER_VALIDATE_ROLE", "false")  # the SDK would call IAM SimulatePrincipalPolicy
 code_dir = sys.argv[1]
 try:
-    from sagemaker.core.training.configs import CheckpointConfig, Compute, OutputDataConfig, SourceCode, StoppingCondition
+    from sagemaker.core.training.configs import (
+        CheckpointConfig,
+        Compute,
+        OutputDataConfig,
+        SourceCode,
+        StoppingCondition,
+    )
     from sagemaker.train.distributed import Torchrun
     from sagemaker.train.model_trainer import ModelTrainer
 except ImportError:
@@ -49,9 +55,12 @@ else:
         "TrainingJobName": "cifar10-smddp",
         "RoleArn": "arn:aws:iam::111122223333:role/SageMakerRole",
         "AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File"},
-        "HyperParameters": {**{k: json.dumps(v) for k, v in HYPER.items()}, "sagemaker_program": "train.py",
-                            "sagemaker_submit_directory": "s3://bucket/code/sourcedir.tar.gz",
-                            "sagemaker_distributed_dataparallel_enabled": "true"},
+        "HyperParameters": {
+            **{k: json.dumps(v) for k, v in HYPER.items()},
+            "sagemaker_program": "train.py",
+            "sagemaker_submit_directory": "s3://bucket/code/sourcedir.tar.gz",
+            "sagemaker_distributed_dataparallel_enabled": "true",
+        },
         "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2, "VolumeSizeInGB": 100},
         "OutputDataConfig": {"S3OutputPath": "s3://bucket/output"},
         "StoppingCondition": {"MaxRuntimeInSeconds": 8 * 3600},

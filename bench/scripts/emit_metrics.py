@@ -8,5 +8,7 @@ import time
 count, interval = int(sys.argv[1]), float(sys.argv[2])
 if os.environ.get("RANK", "0") == "0":
     for step in range(1, count + 1):
-        print("CLOUDDDP_METRIC " + json.dumps({"step": step, "epoch": 1, "time": time.time(), "value": step}), flush=True)
+        print(
+            "CLOUDDDP_METRIC " + json.dumps({"step": step, "epoch": 1, "time": time.time(), "value": step}), flush=True
+        )
         time.sleep(interval)

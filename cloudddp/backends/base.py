@@ -25,6 +25,18 @@ live here, once, with their written semantics:
     Idempotent: True when a stop was requested, False when the run had already ended (not an error).
 ``preflight(plan) -> list[Check]``
     Checks that need the target (credentials, quota, data reachable); ``doctor`` prints them.
+``bill(run_id) -> Bill | None``
+    What the run cost so far (final once it has ended), from the backend's own figures, each with its source;
+    None when the backend cannot say (``no_bill_reason`` says why). Free of side effects; an unknown id raises
+    :class:`~cloudddp.errors.RunNotFound`. Implemented by the optional ``_bill`` hook.
+``cost(run_id) -> CostReport``
+    ``bill`` next to the estimate the plan had at submit (kept in the registry by ``launch``), the budget and
+    what the budget watch did; without a bill, the reason.
+
+Budgets: ``render`` warns when the estimate is over ``resources.max_cost``, and when the backend cannot
+enforce it. A backend whose ``_bill`` reports spend while a run is going sets ``spend_while_running``; then
+``launch`` starts the budget watch (:mod:`cloudddp.budget`), a detached process that cancels the run — so it
+checkpoints first — when its spend and what stopping still costs reach the budget.
 
 Each backend maps its SDK's exceptions to cloudddp's in one place (:meth:`Backend._translate`); every
 verb runs its hook under that mapping, so a missing credential is a message with exit code 2, never a
@@ -50,6 +62,7 @@ from ..spec import JobSpec
 from .features import Capabilities, Feature, features_used
 
 if TYPE_CHECKING:
+    from ..billing import Bill, CostReport
     from ..sizing import SizeTarget  # the catalog is imported only by backends that choose sizes
 
 
@@ -104,7 +117,8 @@ class RunStatus:
 
         colour = {"succeeded": "#15803d", "failed": "#b91c1c", "cancelled": "#a16207"}.get(self.state.value, "#1d4ed8")
         return (
-            f"<span style='background:{colour};color:white;padding:1px 6px;border-radius:4px'>{self.state.value}</span> "
+            f"<span style='background:{colour};color:white;padding:1px 6px;border-radius:4px'>"
+            f"{self.state.value}</span> "
             f"<code>{html.escape(self.run_id)}</code> ({html.escape(self.backend)}) {html.escape(self.message)}"
         )
 
@@ -195,10 +209,18 @@ class Backend(abc.ABC, Generic[OptionsT]):
     sigterm_grace: ClassVar[int] = 30
     """Seconds between SIGTERM (cancel, preemption) and SIGKILL on this backend (the runtime contract)."""
     needs_credentials: ClassVar[bool] = False
+    spend_while_running: ClassVar[bool] = False
+    """``_bill`` reports a priced spend while a run is going, so ``resources.max_cost`` can be enforced."""
+    no_bill_reason: ClassVar[str] = "this backend reports no figures about what a run cost (it has no _bill hook)"
+    """What ``cost`` says when ``_bill`` returns None."""
+    no_budget_reason: ClassVar[str] = "it cannot report what a run spends while it is going"
+    """Why ``resources.max_cost`` is not enforced here, when ``spend_while_running`` is False."""
     registry: Registry
 
-    def __init__(self, *, registry: Registry | None = None) -> None:
+    def __init__(self, *, registry: Registry | None = None, watch_budget: bool = True) -> None:
         self.registry = registry or Registry()
+        self.watch_budget = watch_budget
+        """Start the detached budget watch at launch (False: the caller watches, e.g. ``cloudddp.budget.watch``)."""
 
     # -- what a backend implements -------------------------------------------------------------
     @abc.abstractmethod
@@ -229,6 +251,10 @@ class Backend(abc.ABC, Generic[OptionsT]):
 
     def _preflight(self, plan: Plan) -> list[Check]:
         return []
+
+    def _bill(self, run_id: str) -> Bill | None:
+        """What run ``run_id`` cost so far, from this backend's own figures; None when it cannot say."""
+        return None
 
     def _translate(self, error: Exception) -> CloudDDPError | None:
         """This backend's SDK error as cloudddp's (e.g. a missing credential as a BackendUnavailable), or None."""
@@ -262,7 +288,36 @@ class Backend(abc.ABC, Generic[OptionsT]):
             plan = self._render(spec)
         plan.warnings += [f"{f.value}: {why}" for f, why in self.capabilities.caveats.items() if f in used]
         plan.metrics = [m.model_dump() for m in spec.metrics]
+        from ..stepstore import job_key
+
+        plan.step_key = job_key(spec)
+        if spec.limits.recover_to == "next_size":
+            from ..fallback import describe
+
+            decisions, warnings = describe(self, spec)
+            plan.decisions += decisions
+            plan.warnings += warnings
+        plan.max_cost = spec.resources.max_cost
+        plan.warnings += self._budget_warnings(plan)
         return plan
+
+    def _budget_warnings(self, plan: Plan) -> list[str]:
+        """The estimate against ``resources.max_cost``, and whether this backend can hold a run to it."""
+        if plan.max_cost is None:
+            return []
+        out = []
+        total = (plan.estimate or {}).get("total_cost")
+        if isinstance(total, (int, float)) and total > plan.max_cost:
+            out.append(
+                f"resources.max_cost: the estimated cost ${total:,.2f} is over the budget of ${plan.max_cost:,.2f}"
+            )
+        elif not isinstance(total, (int, float)):
+            out.append(
+                f"resources.max_cost: there is no cost estimate to check the budget of ${plan.max_cost:,.2f} against"
+            )
+        if not self.spend_while_running:
+            out.append(f"resources.max_cost is not enforced by the {self.name} backend: {self.no_budget_reason}")
+        return out
 
     def submit(
         self, spec: JobSpec, *, checks: bool = True, provision: bool = True, progress: Progress | None = None
@@ -286,8 +341,18 @@ class Backend(abc.ABC, Generic[OptionsT]):
         with self._errors():
             launched = self._launch(plan, provision=provision, progress=progress)
         if self.registry.get(launched.run_id) is None:
-            info = {**launched.info, **({"metrics": plan.metrics} if plan.metrics else {})}
+            info = {
+                **launched.info,
+                **({"metrics": plan.metrics} if plan.metrics else {}),
+                "estimate": plan.estimate,
+                "step_key": plan.step_key,
+                **({"max_cost": plan.max_cost} if plan.max_cost is not None else {}),
+            }
             self.registry.add(launched.run_id, self.name, plan.job_name, RunState.PENDING.value, info)
+            if plan.max_cost is not None and self.spend_while_running and self.watch_budget:
+                from ..budget import start_watch
+
+                self.registry.update(launched.run_id, info={"budget": start_watch(launched.run_id)})
         return launched.run_id
 
     def preflight(self, plan: Plan) -> list[Check]:
@@ -320,6 +385,38 @@ class Backend(abc.ABC, Generic[OptionsT]):
         with self._errors():
             self._cancel(run_id)
         return True
+
+    def bill(self, run_id: str) -> Bill | None:
+        self.status(run_id)  # an unknown id fails here
+        with self._errors():
+            return self._bill(run_id)
+
+    def cost(self, run_id: str) -> CostReport:
+        from ..billing import CostReport
+
+        status = self.status(run_id)
+        record = self.registry.get(run_id)
+        info = record.info if record else {}
+        bill = self.bill(run_id)
+        reasons = [] if bill is not None else [self.no_bill_reason]
+        if record is None:
+            reasons.append("this machine's registry does not have the run, so its estimate at submit is unknown")
+        elif info.get("estimate") is None:
+            reasons.append(
+                "the plan had no estimate at submit (its warnings say why; the next run of this job is "
+                "estimated from this one's measured step time)"
+            )
+        return CostReport(
+            run_id,
+            self.name,
+            status.state.value,
+            info.get("estimate"),
+            bill,
+            "; ".join(reasons),
+            max_cost=info.get("max_cost"),
+            budget=info.get("budget", {}),
+            measured=info.get("measured"),
+        )
 
     def list(self, limit: int = 100) -> list[RunStatus]:
         """This backend's runs from this machine's registry, each with its current status."""

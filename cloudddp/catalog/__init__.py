@@ -5,6 +5,7 @@ Nothing here imports torch or a cloud SDK; the data is read on first use.
 
 from .model import (
     Estimate,
+    StepTime,
     Workload,
     allreduce_seconds,
     estimate,
@@ -36,6 +37,7 @@ __all__ = [
     "Requirements",
     "Selection",
     "Sku",
+    "StepTime",
     "Workload",
     "all_skus",
     "allreduce_seconds",

@@ -19,6 +19,10 @@ efficiency when strong scaling shrinks the per-GPU batch, and input pipelines th
 The whole job (``estimate`` with ``overheads``): start-up (provisioning when billed, image pull, data
 download), training, checkpoint writes, shutdown (model upload, teardown) and idle nodes before
 scale-down, each priced at the size's hourly price × nodes; see overheads.py for what each cloud bills.
+
+A :class:`StepTime` replaces the modelled step with a figure from elsewhere: the step time measured on a
+finished run of the same job on the same size (cloudddp.stepstore), or ``resources.step_time`` for a
+script whose speed the model cannot know. Its ``basis`` says which, and the estimate carries it.
 """
 
 from __future__ import annotations
@@ -62,6 +66,16 @@ def flops_per_sample(model: str) -> float | None:
 
 
 @dataclass(frozen=True)
+class StepTime:
+    """Seconds per optimizer step from a measurement, not the model, and where it comes from."""
+
+    seconds: float
+    basis: str
+    steps: float | None = None
+    """Optimizer steps of the whole job, when the measurement implies them (a script the model does not know)."""
+
+
+@dataclass(frozen=True)
 class Workload:
     params: int
     flops_per_sample: float  # forward + backward
@@ -74,6 +88,16 @@ class Workload:
     a100_basis: str = ""
     dataset_bytes: float = 0.0
     checkpoint_every: int = 0  # epochs between checkpoints; 0: none
+    steps: float | None = None  # optimizer steps of the whole job when given directly (resources.steps)
+    step_time: StepTime | None = None  # a step time that applies to every size (resources.step_time)
+
+    def steps_for(self, world: int) -> float | None:
+        """Optimizer steps of the whole job over ``world`` processes: given, or samples / global batch × epochs."""
+        if self.steps is not None:
+            return self.steps
+        if self.samples_per_epoch and self.per_gpu_batch:
+            return self.samples_per_epoch / (self.per_gpu_batch * world) * self.epochs
+        return None
 
 
 def workload_for_model(
@@ -124,13 +148,13 @@ PARTS = ("startup", "training", "checkpoint", "shutdown", "idle")
 
 @dataclass(frozen=True)
 class Estimate:
-    images_per_s_per_gpu: float
+    images_per_s_per_gpu: float | None
     step_s: float
-    compute_s: float
+    compute_s: float | None  # modelled compute per step (None: the model does not know the network)
     comm_s: float
     exposed_comm_s: float
-    efficiency: float
-    epoch_s: float
+    efficiency: float | None
+    epoch_s: float | None
     provision_unbilled_s: float  # waiting for nodes that is not billed (SageMaker before TrainingStartTime)
     startup_s: float  # billed, per node
     training_s: float
@@ -147,8 +171,10 @@ class Estimate:
     idle_cost: float | None
     total_cost: float | None
     cost_per_epoch: float | None
+    steps: float = 0.0  # optimizer steps of the whole job
+    step_basis: str = "model"  # where step_s comes from: the model, or a StepTime's basis
 
-    def to_dict(self) -> dict[str, float | None]:
+    def to_dict(self) -> dict[str, float | str | None]:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
     def breakdown(self) -> dict[str, tuple[float, float | None]]:
@@ -179,23 +205,37 @@ def estimate(
     *,
     gpus_per_node: int,
     nodes: int,
-    images_per_s_per_gpu: float,
+    images_per_s_per_gpu: float | None,
     intranode_gb_s: float,
     fabric: str,
     fabric_gbps: float | None,
     price_per_node_hour: float | None,
     overheads: Overheads | None = None,
-) -> Estimate:
-    """Step time, efficiency and — with ``overheads`` — every billed part of the job and its cost."""
-    compute = workload.per_gpu_batch / images_per_s_per_gpu
-    grad_bytes = workload.params * workload.grad_bytes_per_param
-    comm = allreduce_seconds(grad_bytes, gpus_per_node, nodes, intranode_gb_s, fabric, fabric_gbps)
-    last_bucket = min(1.0, BUCKET_BYTES / max(grad_bytes, 1))
-    exposed = last_bucket * comm + max(0.0, comm - OVERLAP * compute * 2 / 3) if comm else 0.0
-    step = compute + exposed
+    step_time: StepTime | None = None,
+) -> Estimate | None:
+    """Step time, efficiency and — with ``overheads`` — every billed part of the job and its cost.
+
+    The step is modelled from ``images_per_s_per_gpu`` unless ``step_time`` (or the workload's own) gives it;
+    None when neither is there, or when the job's number of steps is unknown.
+    """
     world = gpus_per_node * nodes
-    epoch_s = workload.samples_per_epoch / (workload.per_gpu_batch * world) * step
-    training = epoch_s * workload.epochs
+    given = step_time or workload.step_time
+    compute = workload.per_gpu_batch / images_per_s_per_gpu if images_per_s_per_gpu and workload.per_gpu_batch else None
+    grad_bytes = workload.params * workload.grad_bytes_per_param
+    comm = 0.0  # a network the model does not know (no parameter count): its all-reduce is not modelled
+    if grad_bytes:
+        comm = allreduce_seconds(grad_bytes, gpus_per_node, nodes, intranode_gb_s, fabric, fabric_gbps)
+    last_bucket = min(1.0, BUCKET_BYTES / max(grad_bytes, 1))
+    exposed = last_bucket * comm + max(0.0, comm - OVERLAP * (compute or 0.0) * 2 / 3) if comm else 0.0
+    modelled = compute + exposed if compute is not None else None
+    step = given.seconds if given is not None else modelled
+    # Steps given in the spec, else those a measurement of this job implies, else samples / global batch × epochs.
+    steps = workload.steps if workload.steps is not None else (given.steps if given is not None else None)
+    steps = steps if steps is not None else workload.steps_for(world)
+    if step is None or steps is None:
+        return None
+    training = steps * step
+    epoch_s = training / workload.epochs if workload.epochs else None
     o = overheads
     provision_unbilled = startup = checkpoint = shutdown = idle = 0.0
     increment = 1.0
@@ -223,7 +263,7 @@ def estimate(
         compute_s=compute,
         comm_s=comm,
         exposed_comm_s=exposed,
-        efficiency=compute / step,
+        efficiency=compute / modelled if compute is not None and modelled else None,
         epoch_s=epoch_s,
         provision_unbilled_s=provision_unbilled,
         startup_s=startup,
@@ -240,5 +280,7 @@ def estimate(
         shutdown_cost=cost(shutdown),
         idle_cost=cost(idle),
         total_cost=cost(billed),
-        cost_per_epoch=cost(epoch_s),
+        cost_per_epoch=cost(epoch_s) if epoch_s is not None else None,
+        steps=steps,
+        step_basis=given.basis if given is not None else "model",
     )

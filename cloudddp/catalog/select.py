@@ -11,10 +11,11 @@ spec says ``interconnect: any``. A retired size is never picked; one retiring wi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .model import Estimate, Workload, estimate
+from .model import Estimate, StepTime, Workload, estimate
 from .overheads import overheads
 from .skus import (
     CATALOG_DATE,
@@ -45,6 +46,8 @@ class Requirements:
     instance_type: str | None = None
     workload: Workload | None = None
     idle_s: float | None = None  # the cluster's idle time before scale-down, where the cloud bills it (Azure ML)
+    step_times: Mapping[str, StepTime] = field(default_factory=dict)
+    """Step times measured for this job's shape, by size name (lower case): they replace the model on that size."""
 
 
 @dataclass
@@ -175,18 +178,20 @@ def _judge(req: Requirements, sku: Sku, named: bool) -> Candidate:
     if req.spot and not sku.spot:
         cand.reject(f"{sku.size} is not offered as spot/low priority (per the catalog)")
     relative = speed(gpu_key(sku.gpu, sku.gpu_model)) if sku.cuda else None
-    if req.workload and req.workload.a100_images_per_s and relative:
+    if req.workload and sku.cuda:
         costs = overheads(sku.cloud)
+        a100 = req.workload.a100_images_per_s
         cand.estimate = estimate(
             req.workload,
             gpus_per_node=per_node,
             nodes=nodes,
-            images_per_s_per_gpu=req.workload.a100_images_per_s * relative,
+            images_per_s_per_gpu=a100 * relative if a100 and relative else None,
             intranode_gb_s=sku.intranode_gb_s,
             fabric=sku.fabric,
             fabric_gbps=sku.fabric_gbps,
             price_per_node_hour=sku.price_per_hour,
             overheads=costs.with_idle(req.idle_s) if costs else None,
+            step_time=req.step_times.get(sku.size.lower()),
         )
     price = sku.price_per_hour * nodes if sku.price_per_hour is not None else None
     if req.max_price_per_hour and price is not None and price > req.max_price_per_hour:

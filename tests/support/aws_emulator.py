@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import http.client
 import http.server
+import math
 import socket
 import threading
 import time
@@ -33,19 +35,60 @@ def aws_environment(url: str) -> dict[str, str]:
     }
 
 
-def set_status(
-    name: str, status: str, secondary: str | None = None, region: str = "us-east-1", reason: str | None = None
-) -> None:
-    """Move a training job to ``status`` (moto creates jobs already Completed and has no transitions);
-    ``reason`` is the FailureReason DescribeTrainingJob reports."""
+STARTING = ("Starting", "LaunchingMLInstances", "PreparingTrainingStack", "Pending")
+_STARTED: set[str] = set()  # jobs whose TrainingStartTime the emulator set
+
+
+def _training_job(name: str, region: str) -> Any:
     from moto.sagemaker.models import sagemaker_backends
 
-    job = sagemaker_backends[ACCOUNT_ID][region].training_jobs[name]
+    return sagemaker_backends[ACCOUNT_ID][region].training_jobs[name]
+
+
+def set_status(
+    name: str,
+    status: str,
+    secondary: str | None = None,
+    region: str = "us-east-1",
+    reason: str | None = None,
+    *,
+    at: datetime.datetime | None = None,
+    spot_savings: float = 0.0,
+) -> None:
+    """Move a training job to ``status`` (moto has no transitions); ``reason`` is the FailureReason
+    DescribeTrainingJob reports. With the times SageMaker reports (moto reports none of them): no
+    TrainingStartTime while instances start; TrainingStartTime when the job first goes past them (now, or ``at``
+    — given again, it moves the start there); at the end (``at``, or now) TrainingEndTime,
+    TrainingTimeInSeconds and BillableTimeInSeconds, the latter lower by ``spot_savings`` for a managed spot job."""
+    job = _training_job(name, region)
+    when = at or datetime.datetime.now(datetime.timezone.utc)
     job.training_job_status = status
     if secondary:
         job.secondary_status = secondary
     if reason is not None:
         job.failure_reason = reason
+    if status == "InProgress":
+        for attr in ("training_end_time", "training_time_in_seconds", "billable_time_in_seconds"):
+            setattr(job, attr, None)
+        if (secondary or "") in STARTING:
+            job.training_start_time = None
+            _STARTED.discard(name)
+        elif name not in _STARTED or at is not None:
+            job.training_start_time = when
+            _STARTED.add(name)
+    elif status in ("Completed", "Failed", "Stopped"):
+        _end(job, when, spot_savings)
+
+
+def _end(job: Any, when: datetime.datetime, spot_savings: float = 0.0) -> None:
+    """The times SageMaker reports when a job ends: training counts from TrainingStartTime, billed per second."""
+    if job.training_start_time is None:
+        job.training_start_time = when
+    job.training_end_time = when
+    training = max(1, math.ceil((when - job.training_start_time).total_seconds()))
+    job.training_time_in_seconds = training
+    savings = spot_savings if job.enable_managed_spot_training else 0.0
+    job.billable_time_in_seconds = max(1, math.ceil(training * (1 - savings)))
 
 
 NOW_MS = int(time.time() * 1000)  # CloudWatch (and moto) drop events more than 14 days old
@@ -89,15 +132,18 @@ def _stop_training_job(self: Any) -> Any:
             message=f"The request was rejected because the training job is in status {job.training_job_status}."
         )
     job.training_job_status, job.secondary_status = "Stopped", "Stopped"
+    _end(job, datetime.datetime.now(datetime.timezone.utc))
     return ActionResult({})
 
 
 def _starts_in_progress(create: Any) -> Any:
-    """moto creates a training job already Completed; SageMaker's is InProgress (Starting) until it ends."""
+    """moto creates a training job already Completed, stamped as started; SageMaker's is InProgress (Starting),
+    with no TrainingStartTime until its instances are up, until it ends."""
 
     def created(self: Any, *args: Any, **kwargs: Any) -> Any:
         job = create(self, *args, **kwargs)
         job.training_job_status, job.secondary_status = "InProgress", "Starting"
+        job.training_start_time = job.training_end_time = None
         return job
 
     return created

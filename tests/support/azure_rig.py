@@ -157,6 +157,8 @@ class WorkspaceModel:
     tracking_uri: str | None = None
     """What the workspace reports as its MLflow tracking URI when it is not ``mlflow``'s URL."""
     _mlflow_store: Any = None
+    run_times: dict[str, dict[str, str]] = field(default_factory=dict)
+    """job -> the run history's startTimeUtc / endTimeUtc, stamped as the job's status moves."""
 
     # -- blob side -----------------------------------------------------------------------------
     def container_sas(self, container: str | None = None) -> str:
@@ -244,8 +246,18 @@ class WorkspaceModel:
             "tags": props.get("tags", {}),
         }
 
-    def set_job_status(self, job: str, status: str) -> None:
+    def set_job_status(self, job: str, status: str, at: datetime.datetime | None = None) -> None:
+        """Move a job to ``status``; the run history stamps startTimeUtc when it first runs (or at ``at``, given)
+        and endTimeUtc when it ends (``at``, default now), as Azure ML's run history reports them."""
         self.jobs[job]["properties"]["status"] = status
+        when = (at or datetime.datetime.now(datetime.timezone.utc)).isoformat()
+        times = self.run_times.setdefault(job, {})
+        if status in ("Running", "Finalizing"):
+            times["startTimeUtc"] = when if at is not None else times.get("startTimeUtc", when)
+            times.pop("endTimeUtc", None)
+        elif status in ("Completed", "Failed", "Canceled"):
+            times.setdefault("startTimeUtc", when)
+            times["endTimeUtc"] = when
 
     def fail_job(self, job: str, message: str, code: str = "UserError") -> None:
         """The job fails with ``message``, which its run history reports as Azure ML does (``error.error``)."""
@@ -312,6 +324,7 @@ class WorkspaceAdapter(BaseAdapter):
                     "status": m.jobs[job]["properties"]["status"],
                     "logFiles": m.log_files.get(job, {}),
                     "warnings": [],
+                    **m.run_times.get(job, {}),
                 }
                 if job in m.errors:
                     details["error"] = m.errors[job]
@@ -492,7 +505,7 @@ class WorkspaceAdapter(BaseAdapter):
         if name not in m.jobs:
             return self._not_found(f"job {name}")
         if method == "POST" and parts[-1] == "cancel":
-            m.jobs[name]["properties"]["status"] = "Canceled"
+            m.set_job_status(name, "Canceled")
             return 202, None, {"Location": f"https://management.azure.com{WS_PATH}/operations/cancel-{name}"}
         if method == "GET" and len(parts) == 2:
             return 200, m.jobs[name], {}
@@ -618,7 +631,7 @@ def serve(model: WorkspaceModel) -> Iterator[str]:
 
         do_GET = do_PUT = do_POST = do_PATCH = do_DELETE = answer
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 from cloudddp.api import Job
 from cloudddp.backends import get_backend
 from cloudddp.backends.base import Backend
 
 from .cli import FIXTURES
+
+if TYPE_CHECKING:
+    from .slurm_cluster import SlurmCluster
 
 TINY = FIXTURES / "tinyjob" / "job.yaml"
 
@@ -151,3 +155,25 @@ class AzureMLHarness(Harness):
             "MSI_ENDPOINT": "",
             "HOME": "/nonexistent",
         }
+
+
+class SlurmHarness(Harness):
+    """The Slurm backend against the real two-node cluster (tests/support/slurm_cluster.py), reached as a user
+    reaches theirs: Slurm's commands on PATH and SLURM_CONF in the environment."""
+
+    name = "slurm"
+    # The nodes run this interpreter (torch is in it); the test cluster's KillWait is 5 s.
+    overrides = [f"slurm.python={sys.executable}", "slurm.kill_wait=5"]
+
+    def __init__(self, cluster: SlurmCluster) -> None:
+        self.cluster = cluster
+        self.backend = get_backend("slurm", poll_seconds=0.2)
+
+    def start(self) -> str:
+        return self.launch("code.args=[--epochs, 1000, --sleep, 0.3]")
+
+    def end(self, run_id: str) -> None:
+        raise AssertionError("a Slurm run ends when its script does: use short()")
+
+    def short(self) -> str:
+        return self.launch("code.args=[--epochs, 2, --sleep, 0.05]")

@@ -333,7 +333,8 @@ def _stubs(folder: Path, python: Path, gpus: int, smddp: bool) -> Path | None:
                     "import json, os, sys\n"
                     f"with open({str(calls / (program + '.jsonl'))!r}, 'a') as f:\n"
                     "    f.write(json.dumps({'argv': sys.argv, 'env': dict(os.environ)}) + '\\n')\n"
-                    f"print('rehearsal: {program} stops the job here (smddp needs its closed-source library and GPUs)')\n"
+                    f"print('rehearsal: {program} stops the job here "
+                    "(smddp needs its closed-source library and GPUs)')\n"
                     f"sys.exit({STUB_EXIT})\n"
                 ),
             )
@@ -397,7 +398,7 @@ def _run_hosts(argvs: list[list[str]], logs: list[Path], deadline: float) -> lis
     """Start every host, wait for all; stop the rest (exit None) at the deadline, or FAIL_GRACE seconds
     after one host failed (SageMaker ends the job when one host fails)."""
     procs = []
-    for argv, path in zip(argvs, logs):
+    for argv, path in zip(argvs, logs, strict=True):
         with path.open("wb") as log:
             procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
     failed_at = None
@@ -461,7 +462,7 @@ def rehearse(
         )
     hosts = [
         HostRun(name, config.parent, code, (config.parent / "container.log").read_text(errors="replace"))
-        for name, config, code in zip(names, configs, codes)
+        for name, config, code in zip(names, configs, codes, strict=True)
     ]
     checkpoint = request.get("CheckpointConfig")
     if checkpoint:

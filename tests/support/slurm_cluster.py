@@ -121,7 +121,8 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 # Both "nodes" claim 2 CPUs of the same host, whatever it has.
 SlurmdParameters=config_overrides
-# Pings every SlurmdTimeout/3 s; a node unanswered for SlurmdTimeout s goes DOWN (default 300); it rejoins when slurmd registers.
+# Pings every SlurmdTimeout/3 s; a node unanswered for SlurmdTimeout s goes DOWN (default 300);
+# it rejoins when slurmd registers.
 SlurmdTimeout=5
 # RPC timeout; a dead slurmd is noticed after ~SlurmdTimeout + 2 x MessageTimeout (~10 s here, ~5 min by default).
 MessageTimeout=3
@@ -314,7 +315,7 @@ class SlurmCluster:
                 f"--seed-file={self.root}/munge/munged.seed",
             ],
         )
-        _wait_for(lambda: self.munge_socket.exists(), 10, "munged socket", self._check_alive)
+        _wait_for(self.munge_socket.exists, 10, "munged socket", self._check_alive)
         self._procs["slurmctld"] = self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
         for name in self.nodes:
             self.start_node(name)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ...billing import Bill, Figure, catalog_price, gpus_of, priced
 from ...errors import BackendUnavailable, CloudDDPError, UserError
 from ...metrics import MetricRecord, metrics_from_lines
 from ...plan import Plan
@@ -71,6 +72,7 @@ class AzureMLBackend(Backend[AzureMLOptions]):
     cloud: ClassVar[str | None] = "azure"
     needs_credentials: ClassVar[bool] = True
     sigterm_grace: ClassVar[int] = 30  # low-priority eviction notice (Azure Scheduled Events: at least 30 s)
+    spend_while_running: ClassVar[bool] = True  # the run history's start time × nodes × price, while the job runs
     capabilities: ClassVar[Capabilities] = Capabilities(
         unsupported={
             Feature.SMDDP: "the SageMaker data-parallel library runs only on SageMaker; "
@@ -423,6 +425,98 @@ class AzureMLBackend(Backend[AzureMLOptions]):
 
     def _cancel(self, run_id: str) -> None:
         self._client(self._workspace_of(run_id)).jobs.begin_cancel(run_id).result()
+
+    def _bill(self, run_id: str) -> Bill | None:
+        """An AmlCompute node is billed from allocation to release: the run history's start to end on the nodes the
+        job asked for, then the cluster's idle time before scale-down, which the job's end causes."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        client = self._client(self._workspace_of(run_id))
+        try:
+            job = client.jobs.get(run_id)
+        except ResourceNotFoundError:
+            return None
+        final = _STATES.get(str(getattr(job.status, "value", job.status) or ""), RunState.UNKNOWN).terminal
+        nodes = int(getattr(job.resources, "instance_count", None) or 1)
+        processes = getattr(job.distribution, "process_count_per_instance", None)
+        cluster_name = str(job.compute or "").rsplit("/", 1)[-1].removeprefix("azureml:")
+        try:
+            cluster = client.compute.get(cluster_name)
+        except ResourceNotFoundError:  # deleted since: its size, and so the price, are no longer known
+            cluster = None
+        size = str(getattr(cluster, "size", "") or "") or f"(cluster {cluster_name} no longer exists)"
+        idle = int(getattr(cluster, "idle_time_before_scale_down", None) or 0)
+        kept = int(getattr(cluster, "min_instances", None) or 0) >= nodes  # nodes stay up: no scale-down to cause
+        details = client.jobs._runs_operations.get_run_details(run_id)  # the run history, as _log_iter reads it
+        start, end = details.start_time_utc, details.end_time_utc
+        figures = [
+            Figure(
+                "nodes",
+                nodes,
+                f"× {size}",
+                f"the job's resources.instance_count; cluster {cluster_name}'s size (compute get)",
+            )
+        ]
+        if start is None:
+            ran = 0.0
+            figures.append(Figure("nodes held", 0, "s", "the run history has no startTimeUtc yet (queued)"))
+        else:
+            until = end if final and end is not None else datetime.datetime.now(start.tzinfo)
+            ran = max(0.0, (until - start).total_seconds())
+            figures.append(
+                Figure(
+                    "run time",
+                    round(ran, 3),
+                    "s",
+                    "run history endTimeUtc − startTimeUtc"
+                    if final and end is not None
+                    else "now − run history startTimeUtc (running)",
+                )
+            )
+        pending = 0.0 if kept or start is None else float(idle)
+        if not kept and start is not None:
+            figures.append(
+                Figure(
+                    "idle before scale-down",
+                    idle,
+                    "s per node",
+                    f"cluster {cluster_name}'s idle_time_before_scale_down (compute get): billed after "
+                    "the job ends" + (" (included)" if final else " (to come)"),
+                )
+            )
+        billed = ran + (pending if final else 0.0)
+        price, price_figure = catalog_price(size)
+        figures.append(price_figure)
+        gpus = gpus_of(size)
+        notes = [
+            "node allocation before the run history's startTimeUtc is billed but not reported, so not included",
+            "disks, storage and network are billed apart and not included",
+        ]
+        if kept:
+            notes.append(
+                f"cluster {cluster_name} keeps at least {nodes} node(s) up (min_instances): they are billed "
+                "whether or not a job runs"
+            )
+        spot_tier = getattr(getattr(job, "queue_settings", None), "job_tier", None) == "spot"
+        if spot_tier or str(getattr(cluster, "tier", "")).lower() == "low_priority":
+            notes.append(
+                "low priority: priced here at the catalog's on-demand price (the catalog has no low-priority prices)"
+            )
+        return Bill(
+            final=final,
+            size=size,
+            nodes=nodes,
+            processes_per_node=processes,
+            billed_s=billed,
+            price_per_hour=price * nodes if price is not None else None,
+            cost=priced(billed, nodes, price),
+            resource_hours=billed * nodes * gpus / 3600 if gpus else None,
+            resource_unit="GPU-hours" if gpus else "",
+            ran_s=ran,
+            pending_s=0.0 if final else pending,
+            figures=tuple(figures),
+            notes=tuple(notes),
+        )
 
     def _preflight(self, plan: Plan) -> list[Check]:
         """Workspace and credentials reachable; the size offered in the region; family quota enough."""

@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from ... import requirements
 from ...catalog import azure_rdma_by_name, disables_rdma, nccl_env_presets
 from ...errors import UserError
 from ...plan import EnvSource, substitute
@@ -62,13 +63,20 @@ def _command(spec: JobSpec, args: list[str], bindings: dict[str, str]) -> str:
     """The shell command Azure ML runs on each process. Variables whose value is an Azure ML binding
     (``${{outputs.model}}``) are set in front of it, because only the command is resolved by Azure ML;
     ${{...}} references are left unquoted, everything else is shlex-quoted. A job that declares metrics
-    runs under the shipped launcher, which logs them to the job's MLflow run (Studio's metrics)."""
+    or requirements runs under the shipped launcher, which logs the metrics to the job's MLflow run
+    (Studio's metrics) and installs the requirements on each node before the program starts."""
     if spec.code.command is not None:
         program = list(spec.code.command)
     else:
         program = ["python", spec.code.entry or "train.py", *spec.code.args]
+    shim: dict[str, Any] = {}
     if spec.metrics:
-        payload = json.dumps({"metrics": [m.model_dump() for m in spec.metrics]}, separators=(",", ":"))
+        shim["metrics"] = [m.model_dump() for m in spec.metrics]
+    reqs = requirements.of(spec)
+    if reqs is not None:
+        shim["requirements"] = {"file": requirements.FILE, "digest": reqs.digest}
+    if shim:
+        payload = json.dumps(shim, separators=(",", ":"))
         program = ["python", SHIPPED_AS, "--cloudddp-00", payload, "--", *program]
     quoted = [a if a.startswith("${{") else shlex.quote(a) for a in [*program, *args]]
     return " ".join([f"{k}={v}" for k, v in bindings.items()] + quoted)
@@ -95,6 +103,13 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         f"{human_bytes(snapshot.size)}), the same bytes every backend runs"
     )
     docs.warnings += snapshot_warnings(snapshot)
+    reqs = requirements.of(spec)
+    if reqs is not None:
+        docs.decisions.append(
+            f"requirements ({len(reqs.lines)} from {reqs.source}): installed by the shipped launcher on each node, "
+            "before the program starts, into an environment over the image's Python (every job pays the install; "
+            "an image with them in azureml.environment starts faster)"
+        )
     sizing = decide(spec, target, "VM size")
     size, sku = sizing.size, sizing.sku
     docs.decisions += sizing.decisions
@@ -143,6 +158,7 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
     places = Places(
         model_dir="${{outputs.model}}",
         checkpoint_dir="${{outputs.checkpoints}}" if spec.checkpoint.enabled else None,
+        tensorboard_dir="${{outputs.tensorboard}}",
         inputs={name: f"${{{{inputs.{name}}}}}" for name in spec.inputs},
     )
     all_env, docs.env_sources = job_env(
@@ -151,10 +167,12 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
     bindings = {k: v for k, v in all_env.items() if "${{" in v}
     env = {k: v for k, v in all_env.items() if k not in bindings}
 
-    output = spec.outputs.get("model")
-    outputs: dict[str, Any] = {"model": {"type": "uri_folder", "mode": "rw_mount"}}
-    if output and output.path:
-        outputs["model"]["path"] = output.path
+    outputs: dict[str, Any] = {}
+    for name in ("model", *(["tensorboard"] if "tensorboard" in spec.outputs else [])):
+        outputs[name] = {"type": "uri_folder", "mode": "rw_mount"}
+        output = spec.outputs.get(name)
+        if output and output.path:
+            outputs[name]["path"] = output.path
     if spec.checkpoint.enabled:
         ckpt = checkpoint_folder(spec, f"{DEFAULT_DATASTORE}/cloudddp/checkpoints").rstrip("/") + "/"
         outputs["checkpoints"] = {"type": "uri_folder", "mode": "rw_mount", "path": ckpt}

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ... import requirements
+from ...billing import Bill, Figure
 from ...errors import UserError
 from ...metrics import MetricRecord, record_from_dict
 from ...plan import Plan, late
@@ -85,6 +86,9 @@ class LocalBackend(Backend[LocalOptions]):
     description: ClassVar[str] = "torchrun on this machine (CPU or GPUs), multi-node simulated with N torchrun agents"
     options_model = LocalOptions
     sigterm_grace: ClassVar[int] = int(CANCEL_GRACE_SECONDS)
+    no_budget_reason: ClassVar[str] = (
+        "this machine has no price: a local run's cost is its GPU-hours (or CPU-hours), which `cloudddp cost` reports"
+    )
     capabilities: ClassVar[Capabilities] = Capabilities(
         unsupported={
             Feature.REMOTE_INPUTS: "the local backend reads local folders only; copy s3:// or azureml:// data "
@@ -137,6 +141,12 @@ class LocalBackend(Backend[LocalOptions]):
             pg_backend = "gloo"
             warnings.append("distribution.backend nccl needs CUDA; this machine has none, so gloo is used here")
         decisions.append(f"{nnodes} node(s) × {nproc} process(es) on {device}, process group {pg_backend}")
+        estimate = _time_estimate(spec, device, nnodes, nproc)
+        if estimate is not None:
+            decisions.append(
+                f"estimate: {estimate['training_s']:,.0f} s of training ({estimate['steps']:,.0f} steps "
+                f"of {estimate['step_s']:.4g} s; step time from {estimate['step_basis']})"
+            )
         if spec.resources.nodes > 1 and nnodes == 1:
             decisions.append(
                 f"resources.nodes={spec.resources.nodes} is for the cloud; here 1 node "
@@ -219,6 +229,7 @@ class LocalBackend(Backend[LocalOptions]):
             documents={"torchrun.sh": _shell_script(request, snapshot.path)},
             decisions=decisions,
             warnings=warnings,
+            estimate=estimate,
             uploads=[snapshot_upload(spec, snapshot, f"{RUN_DIR}/code")],
             job=redacted_spec_data(spec),
             late=("RUN_DIR", "PORT", "RUN_ID", *(["PYTHON"] if reqs else [])),
@@ -364,6 +375,62 @@ class LocalBackend(Backend[LocalOptions]):
             if record is not None:
                 yield record
 
+    def _bill(self, run_id: str) -> Bill | None:
+        """Held time from the supervisor's clock, as GPU-hours (one GPU per process) or the CPU time the run's
+        processes used; there is no price on this machine."""
+        run = self._run(run_id)
+        st = run.read_status()
+        req = json.loads(run.plan.read_text())["request"]
+        device, nodes, procs = req["device"], int(req["nnodes"]), int(req["nproc_per_node"])
+        final = self.status(run_id).state.terminal
+        started, ended = st.get("started_at"), st.get("ended_at")
+        until = ended if ended is not None else (None if final else time.time())
+        ran = max(0.0, until - started) if started is not None and until is not None else 0.0
+        figures = [
+            Figure(
+                "processes ran",
+                round(ran, 3),
+                "s",
+                "status.json: started_at (torchrun started) → "
+                + ("ended_at (the supervisor recorded the end)" if ended is not None else "now (running)"),
+            ),
+            Figure("nodes × processes", f"{nodes} × {procs}", "", "plan.json: torchrun agents on this machine"),
+        ]
+        notes = ["no price: this machine's cost is not in dollars"]
+        hours: float | None
+        if device == "cuda":
+            hours, unit = ran * nodes * procs / 3600, "GPU-hours"
+            figures.append(Figure("GPU-hours", round(hours, 6), "h", "wall time × processes (one GPU per process)"))
+        else:
+            cpu = st.get("cpu_s")
+            hours, unit = None, "CPU-hours"
+            if isinstance(cpu, (int, float)):
+                hours = cpu / 3600
+                figures.append(
+                    Figure(
+                        "CPU time",
+                        round(cpu, 3),
+                        "s",
+                        "getrusage of the run's processes (user + system CPU time), recorded when the run ended",
+                    )
+                )
+            else:
+                figures.append(Figure("CPU time", None, "s", "known when the run ends"))
+        return Bill(
+            final=final,
+            size=f"local:{device}",
+            nodes=nodes,
+            processes_per_node=procs,
+            billed_s=ran,
+            price_per_hour=None,
+            cost=None,
+            resource_hours=hours,
+            resource_unit=unit,
+            ran_s=ran,
+            figures=tuple(figures),
+            notes=tuple(notes),
+        )
+
     def _cancel(self, run_id: str) -> None:
         run = self._run(run_id)
         st = run.read_status()
@@ -379,6 +446,37 @@ class LocalBackend(Backend[LocalOptions]):
             _killpg(pgid, signal.SIGKILL)
         if not RunState(run.read_status().get("state", "unknown")).terminal:
             run.write_status(state=RunState.CANCELLED.value, message="cancelled", ended_at=time.time())
+
+
+def _time_estimate(spec: JobSpec, device: str, nodes: int, procs: int) -> dict[str, Any] | None:
+    """How long the training takes here, from a step time measured on an earlier run of this job at this shape,
+    else ``resources.step_time``; None without either (the catalog's model is for cloud GPUs, not this machine)."""
+    from ...stepstore import StepStore, job_key
+
+    measured = StepStore().for_shape(job_key(spec), nodes, procs).get(f"local:{device}")
+    if measured is None and spec.resources.step_time is None:
+        return None
+    from ...sizing import find_workload
+
+    workload = find_workload(spec).workload
+    epochs = workload.epochs or None
+    step = measured.step_time(epochs) if measured is not None else workload.step_time
+    if step is None:
+        return None
+    steps = workload.steps or step.steps or workload.steps_for(nodes * procs)
+    if steps is None:
+        return None
+    training = steps * step.seconds
+    hours = training * nodes * procs / 3600 if device == "cuda" else None
+    return {
+        "step_s": step.seconds,
+        "steps": steps,
+        "training_s": training,
+        "step_basis": step.basis,
+        "price_per_hour": None,
+        "total_cost": None,
+        "gpu_hours": hours,
+    }
 
 
 def _local_output(spec: JobSpec, name: str, default: str) -> str:

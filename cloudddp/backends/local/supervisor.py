@@ -233,8 +233,28 @@ def main(argv: list[str]) -> int:
             "cause": "infrastructure" if failure.get("lost") else "user error",
         }
     redact_files(run.ranks, sup.secrets)
-    run.write_status(state=state.value, message=message, ended_at=time.time(), **extra)
+    run.write_status(state=state.value, message=message, ended_at=time.time(), cpu_s=_children_cpu_seconds(), **extra)
+    _learn_step_time(run)
     return 0
+
+
+def _children_cpu_seconds() -> float:
+    """User + system CPU time of every process of the run (torchrun waits for its workers, this for torchrun)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _learn_step_time(run: RunDir) -> None:
+    """Keep the run's measured step time for the next estimate of the same job here (cloudddp.stepstore)."""
+    try:
+        from ...stepstore import learn
+        from . import LocalBackend
+
+        learn(LocalBackend(), run.run_id)
+    except Exception as e:  # noqa: BLE001 - the run has ended and is recorded; this is a bonus
+        print(f"the run's step time was not kept: {e}", flush=True)
 
 
 if __name__ == "__main__":

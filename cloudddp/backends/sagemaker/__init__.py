@@ -8,6 +8,7 @@ CloudWatch Logs (every ``algo-N`` host), metrics from the same lines.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import threading
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ...billing import Bill, Figure, catalog_price, gpus_of, priced
 from ...errors import BackendUnavailable, CloudDDPError, UserError
 from ...plan import Plan
 from ...runtime import packed
@@ -82,6 +84,7 @@ class SageMakerBackend(Backend[SageMakerOptions]):
     cloud: ClassVar[str | None] = "aws"
     needs_credentials: ClassVar[bool] = True
     sigterm_grace: ClassVar[int] = 120  # StopTrainingJob: SIGTERM, then 120 s (SageMaker API reference)
+    spend_while_running: ClassVar[bool] = True  # TrainingStartTime × instances × price, while the job runs
     capabilities: ClassVar[Capabilities] = Capabilities(
         unsupported={
             Feature.CODE_COMMAND: "SageMaker's PyTorch containers start an entry script; use code.entry + code.args",
@@ -302,11 +305,14 @@ class SageMakerBackend(Backend[SageMakerOptions]):
             return False
 
     # -- run verbs ---------------------------------------------------------------------------
-    def _describe(self, run_id: str) -> RunStatus | None:
+    def _describe_job(self, run_id: str) -> dict[str, Any] | None:
+        """DescribeTrainingJob, or None when there is no such job."""
         from botocore.exceptions import ClientError
 
         try:
-            d = self._client("sagemaker", self._region_of(run_id)).describe_training_job(TrainingJobName=run_id)
+            found: dict[str, Any] = self._client("sagemaker", self._region_of(run_id)).describe_training_job(
+                TrainingJobName=run_id
+            )
         except ClientError as e:
             message = e.response.get("Error", {}).get("Message", "")
             if e.response.get("Error", {}).get("Code") in ("ValidationException", "ResourceNotFound") and any(
@@ -314,6 +320,12 @@ class SageMakerBackend(Backend[SageMakerOptions]):
             ):
                 return None
             raise
+        return found
+
+    def _describe(self, run_id: str) -> RunStatus | None:
+        d = self._describe_job(run_id)
+        if d is None:
+            return None
         native, secondary = d.get("TrainingJobStatus", ""), d.get("SecondaryStatus", "")
         state = _STATES.get(native, RunState.UNKNOWN)
         if state is RunState.RUNNING and secondary in _STARTING:
@@ -331,8 +343,8 @@ class SageMakerBackend(Backend[SageMakerOptions]):
             name=run_id.rsplit("-", 2)[0],
             native_state=f"{native}/{secondary}" if secondary else native,
             message=d.get("FailureReason") or secondary,
-            created_at=created.timestamp() if hasattr(created, "timestamp") else None,
-            ended_at=ended.timestamp() if hasattr(ended, "timestamp") else None,
+            created_at=created.timestamp() if isinstance(created, datetime.datetime) else None,
+            ended_at=ended.timestamp() if isinstance(ended, datetime.datetime) else None,
             details={
                 "instance_type": d.get("ResourceConfig", {}).get("InstanceType"),
                 "instance_count": d.get("ResourceConfig", {}).get("InstanceCount"),
@@ -380,6 +392,95 @@ class SageMakerBackend(Backend[SageMakerOptions]):
 
     def _cancel(self, run_id: str) -> None:
         self._client("sagemaker", self._region_of(run_id)).stop_training_job(TrainingJobName=run_id)
+
+    def _bill(self, run_id: str) -> Bill | None:
+        """SageMaker bills each instance from TrainingStartTime to TrainingEndTime (after the artifact upload), per
+        second; DescribeTrainingJob's BillableTimeInSeconds says how long, once the job has ended (managed spot:
+        less than TrainingTimeInSeconds by the saving). While it runs: the time since TrainingStartTime."""
+        d = self._describe_job(run_id)
+        if d is None:
+            return None
+        config = d.get("ResourceConfig", {})
+        itype, count = str(config.get("InstanceType", "")), int(config.get("InstanceCount", 1))
+        final = d.get("TrainingJobStatus") in ("Completed", "Failed", "Stopped")
+        start, end = d.get("TrainingStartTime"), d.get("TrainingEndTime")
+        billable, training = d.get("BillableTimeInSeconds"), d.get("TrainingTimeInSeconds")
+        figures = [Figure("instances", count, f"× {itype}", "DescribeTrainingJob ResourceConfig")]
+        if final and billable is not None:
+            billed = float(billable)
+            figures.append(
+                Figure("billable time per instance", billable, "s", "DescribeTrainingJob BillableTimeInSeconds")
+            )
+        elif isinstance(start, datetime.datetime):
+            until = end if final and isinstance(end, datetime.datetime) else datetime.datetime.now(start.tzinfo)
+            billed = max(0.0, (until - start).total_seconds())
+            source = (
+                "DescribeTrainingJob TrainingEndTime − TrainingStartTime (no BillableTimeInSeconds)"
+                if final
+                else "now − DescribeTrainingJob TrainingStartTime (running: SageMaker reports "
+                "BillableTimeInSeconds when the job ends)"
+            )
+            figures.append(Figure("billed time per instance", round(billed, 3), "s", source))
+        else:
+            billed = 0.0
+            figures.append(
+                Figure(
+                    "billed time per instance",
+                    0,
+                    "s",
+                    "no TrainingStartTime yet: billing starts there (instances are still being prepared)",
+                )
+            )
+        ran = float(training) if training is not None else None
+        if ran is not None:
+            figures.append(Figure("training time", training, "s", "DescribeTrainingJob TrainingTimeInSeconds"))
+        savings = None
+        if d.get("EnableManagedSpotTraining") and final and billable is not None and training:
+            savings = 1 - float(billable) / float(training)
+            figures.append(
+                Figure(
+                    "spot savings",
+                    f"{savings:.0%}",
+                    "",
+                    "1 − BillableTimeInSeconds / TrainingTimeInSeconds (the DescribeTrainingJob reference)",
+                )
+            )
+        retained = (d.get("WarmPoolStatus") or {}).get("ResourceRetainedBillableTimeInSeconds")
+        if retained:
+            billed += float(retained)
+            figures.append(
+                Figure(
+                    "warm pool kept per instance",
+                    retained,
+                    "s",
+                    "DescribeTrainingJob WarmPoolStatus.ResourceRetainedBillableTimeInSeconds",
+                )
+            )
+        price, price_figure = catalog_price(itype)
+        figures.append(price_figure)
+        gpus = gpus_of(itype)
+        processes = json.loads(d.get("HyperParameters", {}).get("sagemaker_mpi_num_of_processes_per_host", "null"))
+        notes = ["the ML storage volume, S3 and CloudWatch are billed apart and not included"]
+        if d.get("EnableManagedSpotTraining") and not final:
+            notes.append(
+                "a spot job's saving shows when it ends; until then every second since TrainingStartTime "
+                "counts at the on-demand price"
+            )
+        return Bill(
+            final=final,
+            size=itype,
+            nodes=count,
+            processes_per_node=processes if isinstance(processes, int) else None,
+            billed_s=billed,
+            price_per_hour=price * count if price is not None else None,
+            cost=priced(billed, count, price),
+            resource_hours=billed * count * gpus / 3600 if gpus else None,
+            resource_unit="GPU-hours" if gpus else "",
+            ran_s=ran,
+            savings=savings,
+            figures=tuple(figures),
+            notes=tuple(notes),
+        )
 
     def _preflight(self, plan: Plan) -> list[Check]:
         """Credentials, the inputs in S3 and the instance type's quota (Service Quotas)."""

@@ -304,7 +304,8 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     if spec.limits.max_restarts:
         request["RetryStrategy"] = {"MaximumRetryAttempts": min(30, spec.limits.max_restarts)}
         r.decisions.append(
-            f"SageMaker retries the job up to {min(30, spec.limits.max_restarts)} times; it resumes from {checkpoint_uri}"
+            f"SageMaker retries the job up to {min(30, spec.limits.max_restarts)} times; "
+            f"it resumes from {checkpoint_uri}"
         )
     r.request = substitute(request, {RUN_ID: name})
     check_limits(r.request)

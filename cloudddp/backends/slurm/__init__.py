@@ -1,0 +1,538 @@
+"""The Slurm backend: the job spec as an sbatch script, run through Slurm's own tools.
+
+``render`` writes the script offline (``#SBATCH`` lines from the spec, one ``srun`` starting a torchrun agent
+per node, or one task per process). ``launch`` puts the code snapshot on the cluster's shared filesystem
+(content-addressed, unpacked into the run's folder), writes the script there and submits it with
+``sbatch --parsable``; the job's name is the run id, so a retried launch finds its job instead of submitting
+another. Status comes from ``scontrol show job`` (then ``sacct``), logs and metrics from the per-node output
+files, cancel is ``scancel`` (SIGTERM first, KillWait seconds to checkpoint). Every command runs here or on
+``slurm.login_host`` through ssh, built the same way (:mod:`.shell`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import math
+import os
+import secrets as _random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ... import requirements
+from ...errors import CloudDDPError, UserError
+from ...packaging import human_bytes, snapshot_warnings
+from ...plan import Plan, substitute
+from ...registry import home
+from ...runtime import Places, checkpoint_folder, code_snapshot, input_args, job_env, packed, snapshot_upload
+from ...secrets import redacted_spec_data
+from ...spec import JobSpec
+from ..base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
+from ..features import Capabilities, Feature
+from .options import SlurmOptions
+from .script import Job, Layout, render_script
+from .logs import Labels, follow_batches
+from .shell import Shell
+from .state import LIVE, STATES, failure, from_sacct, parse_pairs, requeue_reason, root_cause, timestamp
+
+TORCHRUN_STOP_SECONDS = 30
+"""torchrun gives its workers this long after SIGTERM before it kills them (its agent's shutdown timeout)."""
+_UNPACK = (
+    'test -d "$1" || { mkdir -p "$1.tmp.$$" && tar --no-same-owner -xzf "$2" -C "$1.tmp.$$" && mv "$1.tmp.$$" "$1"; }'
+)
+
+
+class SlurmBackend(Backend[SlurmOptions]):
+    name: ClassVar[str] = "slurm"
+    description: ClassVar[str] = "sbatch on a Slurm cluster (here or through ssh): torchrun per node, c10d rendezvous"
+    options_model = SlurmOptions
+    cloud: ClassVar[str | None] = None  # the cluster's hardware is the cluster's: partitions and constraints say it
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        unsupported={
+            Feature.SMDDP: "the SageMaker data-parallel library runs only on SageMaker; "
+            "use -o distribution.backend=auto",
+            Feature.REMOTE_INPUTS: "jobs read inputs from the cluster's filesystem; give inputs.<name>.at.slurm: "
+            "/a/path/on/the/cluster",
+            Feature.PROVISION: "a Slurm cluster exists already; there is nothing to create or leave alone",
+        },
+        caveats={
+            Feature.SPOT: "Slurm has no spot capacity: a preemptible partition or QOS (slurm.partition, slurm.qos) "
+            "is the equivalent, and slurm.requeue resumes a preempted job from its checkpoint",
+            Feature.MPI: "on Slurm, distribution.launcher: mpi starts one srun task per process (Slurm's own "
+            "launcher); the script gets RANK/WORLD_SIZE from SLURM_PROCID/SLURM_NTASKS",
+            Feature.SECRET_ENV: "secrets reach the job through sbatch's environment, never the script or a file; "
+            "slurmctld keeps a job's environment in its state folder, which the cluster's "
+            "administrators can read",
+        },
+    )
+
+    def __init__(self, *, poll_seconds: float | None = None, token: str | None = None, **base: Any) -> None:
+        super().__init__(**base)
+        self.poll_seconds = poll_seconds or float(os.environ.get("CLOUDDDP_SLURM_POLL", "1"))
+        # seconds between reads of a followed run's logs: one command on the cluster each
+        self.token = token
+
+    # -- render ------------------------------------------------------------------------------
+    def _render(self, spec: JobSpec) -> Plan:
+        opts = self.options(spec)
+        decisions: list[str] = []
+        warnings: list[str] = []
+        snapshot = _checked_snapshot(spec)
+        shell = Shell(opts.login_host, tuple(opts.ssh_options))
+        run_id = f"{spec.name}-{self.token or time.strftime('%y%m%d-%H%M%S') + '-' + _random.token_hex(2)}"
+        layout = Layout(opts.workdir or str(home() / "slurm"), run_id)
+        res = spec.resources
+        launch = "srun" if spec.distribution.launcher == "mpi" else opts.launch
+        nproc = res.processes
+        on_gpu = res.gpus_per_node > 0
+        decisions.append(
+            f"{res.nodes} node(s) × {nproc} process(es) on {'GPU' if on_gpu else 'CPU'}, "
+            + (
+                "one torchrun agent per node, c10d rendezvous on the first node's address"
+                if launch == "torchrun"
+                else "one srun task per process, ranks from SLURM_PROCID"
+            )
+        )
+        decisions.append(f"Slurm's commands run {shell.where}; run folder {layout.run_dir} (a shared filesystem)")
+        decisions.append(
+            f"code snapshot {snapshot.sha256[:12]} ({len(snapshot.files)} files, "
+            f"{human_bytes(snapshot.size)}) kept once in {layout.workdir}/code, unpacked into the "
+            "run folder: the job never runs your source tree"
+        )
+        warnings += snapshot_warnings(snapshot)
+        warnings += _hardware_warnings(spec, opts)
+        if spec.limits.max_restarts and launch == "srun":
+            warnings.append(
+                "limits.max_restarts: restarting processes needs torchrun (slurm.launch: torchrun); "
+                "with srun a failed process fails the job (slurm.requeue resubmits after node failures)"
+            )
+
+        places = Places(
+            model_dir=_output_dir(spec, opts, "model", layout.model_dir) or layout.model_dir,
+            tensorboard_dir=_output_dir(spec, opts, "tensorboard", f"{layout.run_dir}/tensorboard"),
+            checkpoint_dir=_checkpoints(spec, opts, layout),
+            inputs={name: _input_path(spec, opts, name) for name in spec.inputs},
+        )
+        grace = min(opts.kill_wait, TORCHRUN_STOP_SECONDS) if launch == "torchrun" else opts.kill_wait
+        env, sources = job_env(spec, self.name, places, on_gpu=on_gpu, sigterm_grace=grace)
+        env["CLOUDDDP_RUN_ID"] = run_id
+        decisions.append(
+            f"SIGTERM grace {grace} s: slurm.kill_wait {opts.kill_wait} s"
+            + (
+                f", and torchrun stops its workers {TORCHRUN_STOP_SECONDS} s after SIGTERM"
+                if launch == "torchrun" and opts.kill_wait > TORCHRUN_STOP_SECONDS
+                else ""
+            )
+        )
+        if places.checkpoint_dir:
+            decisions.append(f"checkpoints in {places.checkpoint_dir}: a requeued or resubmitted job resumes there")
+        minutes = math.ceil(spec.limits.max_runtime / 60)
+        lead = min(opts.stop_before_limit, minutes * 60 // 2)
+        decisions.append(
+            f"time limit {minutes} min (Slurm counts minutes); the training is asked to checkpoint and "
+            f"stop {lead} s before it"
+        )
+        reqs = requirements.of(spec)
+        env_dir = None
+        if reqs is not None:
+            if opts.container is not None:
+                raise UserError(
+                    f"{reqs.source}: with slurm.container the job runs in its image; install the "
+                    "requirements in the image",
+                    hint="or leave slurm.container out",
+                )
+            digest = hashlib.sha256(f"{opts.python}\n{reqs.text}".encode()).hexdigest()[:16]
+            env_dir = f"{layout.workdir}/envs/{digest}"
+            decisions.append(
+                f"requirements ({len(reqs.lines)} from {reqs.source}): installed by the job into "
+                f"{env_dir} over {opts.python}'s packages, once per list"
+            )
+        if spec.code.command is None:
+            program = [spec.code.entry or "train.py", *spec.code.args, *input_args(spec, places)]
+        else:
+            program = [*spec.code.command, *input_args(spec, places)]
+        job = Job(
+            job_name=spec.name,
+            run_id=run_id,
+            layout=layout,
+            nodes=res.nodes,
+            processes_per_node=nproc,
+            gpus_per_node=res.gpus_per_node,
+            time_minutes=minutes,
+            stop_lead=lead,
+            max_restarts=spec.limits.max_restarts,
+            program=program,
+            command=spec.code.command is not None,
+            env=env,
+            launch=launch,
+            env_from_submit=tuple(sources),
+            mounts=(layout.workdir, *sorted(set(places.inputs.values()))),
+            requirements_env=env_dir,
+        )
+        script = render_script(job, opts)
+        request: dict[str, Any] = {
+            "run_id": run_id,
+            "script_path": layout.script,
+            "sbatch": ["sbatch", "--parsable", layout.script],
+            "workdir": layout.workdir,
+            "run_dir": layout.run_dir,
+            "code_dir": layout.code_dir,
+            "folders": [
+                f"{layout.run_dir}/logs",
+                places.model_dir,
+                *filter(None, [places.checkpoint_dir, places.tensorboard_dir]),
+            ],
+            "batch_log": layout.batch_log,
+            "node_logs": [layout.node_log(i) for i in range(res.nodes)],
+            "nodes": res.nodes,
+            "processes_per_node": nproc,
+            "launch": launch,
+            "kill_wait": opts.kill_wait,
+            "env": env,
+            "env_from_submit": list(sources),
+        }
+        return Plan(
+            backend=self.name,
+            job_name=spec.name,
+            request=request,
+            documents={"job.sbatch": script},
+            decisions=decisions,
+            warnings=warnings,
+            uploads=[snapshot_upload(spec, snapshot, layout.archive(snapshot.sha256))],
+            target=shell.to_dict(),
+            job=redacted_spec_data(spec),
+            env_sources=sources,
+        )
+
+    def for_attempt(self, plan: Plan, attempt: int) -> Plan:
+        """A recovery's next attempt: its own run id (the Slurm job name) and run folder; the same code,
+        checkpoints and everything else."""
+        old = plan.request["run_id"]
+        base = old.removesuffix(f"-r{attempt - 1}") if attempt > 2 else old
+        table = {old: f"{base}-r{attempt}"}
+        return dataclasses.replace(
+            plan, request=substitute(plan.request, table), documents=substitute(plan.documents, table)
+        )
+
+    # -- launch ------------------------------------------------------------------------------
+    def _launch(self, plan: Plan, *, provision: bool, progress: Progress | None) -> Launched:
+        req = plan.request
+        shell = Shell.of(plan.target)
+        info = {
+            **shell.to_dict(),
+            "name": plan.job_name,
+            **{
+                k: req[k]
+                for k in ("run_dir", "batch_log", "node_logs", "nodes", "processes_per_node", "launch", "kill_wait")
+            },
+        }
+        found = self._find(shell, req["run_id"])
+        if found:
+            if progress:
+                progress.step(f"Slurm job {found} is this plan's run already: not submitted again")
+            return Launched(req["run_id"], {**info, "job_id": found})
+        for upload in plan.uploads:
+            self._upload(shell, upload, progress)
+            shell.run(["bash", "-c", _UNPACK, "cloudddp-unpack", req["code_dir"], upload["destination"]], timeout=600)
+        shell.run(["mkdir", "-p", *req["folders"]])
+        shell.write(req["script_path"], plan.documents["job.sbatch"].encode())
+        carried = {name: plan.reveal(req["env"][name]) for name in req["env_from_submit"]}
+        job_id = shell.run_with_env(req["sbatch"], carried).split(";")[0].strip()
+        if progress:
+            progress.step(f"submitted Slurm job {job_id} ({req['run_id']}) {shell.where}")
+        return Launched(req["run_id"], {**info, "job_id": job_id})
+
+    def _find(self, shell: Shell, run_id: str) -> str | None:
+        """The Slurm job named ``run_id`` (pending, running or recently ended), if any."""
+        ids = shell.text(["squeue", "-h", "-t", "all", f"--name={run_id}", "-o", "%i"]).split()
+        return ids[0] if ids else None
+
+    def _upload(self, shell: Shell, upload: dict[str, Any], progress: Progress | None) -> None:
+        """The code snapshot into the working folder, unless it is there already (content-addressed)."""
+        destination = upload["destination"]
+        if shell.run(["test", "-f", destination], check=False).returncode == 0:
+            if progress:
+                progress.step(f"code snapshot {upload['sha256'][:12]} is on the cluster already: nothing to copy")
+            return
+        if progress:
+            progress.step(
+                f"copying code snapshot {upload['sha256'][:12]} ({human_bytes(upload['bytes'])}) to {destination}"
+            )
+        with open(packed(upload), "rb") as archive:
+            shell.write(destination, archive)
+
+    def _preflight(self, plan: Plan) -> list[Check]:
+        req = plan.request
+        shell = Shell.of(plan.target)
+        try:
+            version = shell.text(["sbatch", "--version"])
+        except CloudDDPError as e:
+            return [
+                Check(
+                    "Slurm reachable",
+                    False,
+                    str(e).splitlines()[0],
+                    fix="run on the cluster's login node, or set slurm.login_host",
+                )
+            ]
+        checks = [Check("Slurm reachable", True, f"{version} {shell.where}")]
+        config = dict(_config_pairs(shell.text(["scontrol", "show", "config"])))
+        kill_wait = int(config.get("KillWait", "30 sec").split()[0])
+        checks.append(
+            Check(
+                "SIGTERM grace",
+                kill_wait >= req["kill_wait"],
+                f"the cluster's KillWait is {kill_wait} s; slurm.kill_wait says {req['kill_wait']} s",
+                fix=f"set slurm.kill_wait: {kill_wait}",
+            )
+        )
+        partition = next(
+            (
+                line.split("=", 1)[1]
+                for line in plan.documents["job.sbatch"].splitlines()
+                if line.startswith("#SBATCH --partition=")
+            ),
+            None,
+        )
+        if partition:
+            known = shell.run(["scontrol", "show", "partition", partition.split(",")[0]], check=False)
+            checks.append(
+                Check(
+                    f"partition {partition}",
+                    known.returncode == 0,
+                    "exists" if known.returncode == 0 else "Slurm does not know it",
+                    fix="`sinfo -s` lists the partitions",
+                )
+            )
+        writable = shell.run(["bash", "-c", 'mkdir -p "$1" && test -w "$1"', "-", req["workdir"]], check=False)
+        checks.append(
+            Check(
+                "working folder writable",
+                writable.returncode == 0,
+                req["workdir"],
+                fix="set slurm.workdir to a folder you can write on the shared filesystem",
+            )
+        )
+        for name, value in req["env"].items():
+            if name.startswith("CLOUDDDP_INPUT_"):
+                there = shell.run(["test", "-e", value], check=False).returncode == 0
+                checks.append(
+                    Check(
+                        f"input {name[15:].lower()} exists",
+                        there,
+                        value,
+                        fix="put the data on the cluster's filesystem and give inputs.<name>.at.slurm",
+                    )
+                )
+        return checks
+
+    # -- run verbs ---------------------------------------------------------------------------
+    def _record(self, run_id: str) -> dict[str, Any] | None:
+        record = self.registry.get(run_id)
+        return record.info if record is not None and record.backend == self.name else None
+
+    def _job(self, shell: Shell, job_id: str) -> dict[str, str] | None:
+        """Slurm's record of the job: scontrol while slurmctld remembers it, else accounting (or jobcomp)."""
+        shown = shell.run(["scontrol", "-o", "show", "job", job_id], check=False)
+        lines = shown.stdout.decode(errors="replace").splitlines()
+        if shown.returncode == 0 and lines:
+            return parse_pairs(lines[0])
+        for completion in ([], ["--completion"]):
+            listed = shell.run(
+                ["sacct", *completion, "-j", job_id, "-n", "-P", "-o", "JobID,State,ExitCode,NodeList,Submit,End"],
+                check=False,
+            )
+            rows = [r for r in listed.stdout.decode(errors="replace").splitlines() if r.split("|")[0] == job_id]
+            if listed.returncode == 0 and rows:
+                return from_sacct(rows[-1])  # a requeued job has a row per run: the last is the latest
+        return None
+
+    def _describe(self, run_id: str) -> RunStatus | None:
+        info = self._record(run_id)
+        if info is None:
+            return None
+        shell = Shell.of(info)
+        job = self._job(shell, info["job_id"])
+        details: dict[str, Any] = {"job_id": info["job_id"], "run_dir": info["run_dir"]}
+        if job is None:
+            return RunStatus(
+                run_id,
+                self.name,
+                RunState.UNKNOWN,
+                name=info.get("name", run_id),
+                details=details,
+                message=f"Slurm no longer knows job {info['job_id']} (no accounting record)",
+            )
+        native = job.get("JobState", "")
+        state = STATES.get(native, RunState.UNKNOWN)
+        restarts = int(job.get("Restarts", "0") or 0)
+        details.update(
+            nodes=job.get("NodeList"), exit_code=job.get("ExitCode"), reason=job.get("Reason"), restarts=restarts
+        )
+        message = native.lower()
+        cause: Cause | None = None
+        if state is RunState.PENDING:
+            message = f"waiting in the queue ({job.get('Reason', '?')})"
+            if restarts:
+                why = requeue_reason(shell.tail(info["batch_log"], 65536))
+                message = f"requeued{f' after {why}' if why else ''} (restart {restarts}); " + message
+        elif state in (RunState.RUNNING, RunState.STARTING):
+            message = f"running on {job.get('NodeList')}" + (f" (restart {restarts})" if restarts else "")
+        elif state is RunState.SUCCEEDED:
+            message = "finished"
+        elif state is RunState.CANCELLED:
+            message, cause = "cancelled", Cause.CANCELLED
+        elif state is RunState.FAILED:
+            found = failure(job, shell.tail(info["batch_log"], 65536), tasks_are_ranks=info["launch"] == "srun")
+            failed = details["failure"] = self._failure_details(shell, info, found.node, found.task)
+            cause = found.cause
+            message = found.message + (
+                f"; torchrun: rank {failed['rank']} failed first (exit code {failed.get('exitcode', '?')})"
+                if "rank" in failed
+                else ""
+            )
+        return RunStatus(
+            run_id=run_id,
+            backend=self.name,
+            state=state,
+            name=info.get("name", run_id),
+            native_state=native,
+            message=message,
+            created_at=timestamp(job.get("SubmitTime")),
+            ended_at=timestamp(job.get("EndTime")) if state.terminal else None,
+            details=details,
+            cause=cause,
+        )
+
+    def _failure_details(
+        self, shell: Shell, info: dict[str, Any], node: str | None, task: int | None
+    ) -> dict[str, Any]:
+        """The failed node's log tail (and the rank torchrun names), for ``cloudddp status``."""
+        found: dict[str, Any] = {"node": node}
+        if task is None:
+            return found
+        index = task if info["launch"] == "torchrun" else task // max(1, info["processes_per_node"])
+        text = shell.tail(info["node_logs"][min(index, len(info["node_logs"]) - 1)], 65536)
+        found.update(task=task, node_index=index, **root_cause(text), log_tail=text.splitlines()[-20:])
+        return found
+
+    def _finished(self, run_id: str) -> bool:
+        return self.status(run_id).state.terminal
+
+    def _log_iter(self, run_id: str, *, follow: bool) -> Iterator[LogLine]:
+        info = self._record(run_id)
+        if info is None:
+            return
+        shell = Shell.of(info)
+        nodes = int(info["nodes"])
+        paths = [info["batch_log"], *info["node_logs"]]
+        labels = Labels(nodes, per_task=info["launch"] == "srun", per_node=int(info["processes_per_node"]))
+        finished = functools.partial(self._finished, run_id)
+        for batch in follow_batches(shell, paths, follow=follow, finished=finished, poll=self.poll_seconds):
+            yield from labels.ordered(batch)
+
+    def _cancel(self, run_id: str) -> None:
+        info = self._record(run_id)
+        if info is None:
+            return
+        shell = Shell.of(info)
+        shell.run(["scancel", info["job_id"]])  # SIGTERM to every process, SIGKILL KillWait later
+        deadline = time.monotonic() + float(info["kill_wait"]) + 15
+        while time.monotonic() < deadline:
+            job = self._job(shell, info["job_id"])
+            if job is None or job.get("JobState") not in LIVE:
+                return
+            time.sleep(0.2)
+
+
+def _config_pairs(text: str) -> Iterator[tuple[str, str]]:
+    """``scontrol show config`` lines (``Name = value``)."""
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep:
+            yield name.strip(), value.strip()
+
+
+def _checked_snapshot(spec: JobSpec) -> Any:
+    code_dir = spec.code_dir
+    if not code_dir.is_dir():
+        raise UserError(f"code.dir: {code_dir} is not a folder", hint="code.dir is relative to the spec file")
+    if spec.code.entry and not (code_dir / spec.code.entry).is_file():
+        raise UserError(f"code.entry: {spec.code.entry} is not a file in {code_dir}")
+    snapshot = code_snapshot(spec)
+    if spec.code.entry and Path(spec.code.entry).as_posix() not in snapshot.files:
+        raise UserError(
+            f"code.entry: {spec.code.entry} is left out of the code snapshot by an ignore rule",
+            hint="check code.ignore, .gitignore, .amlignore and .cloudddpignore in code.dir",
+        )
+    return snapshot
+
+
+def _cluster_path(spec: JobSpec, opts: SlurmOptions, where: str, field: str) -> str:
+    """A path the job uses: absolute as given; relative to the spec file when this machine is the login node."""
+    if "://" in where:
+        raise UserError(
+            f"{field}: {where} is not on the cluster's filesystem",
+            hint="give a path every node can read (a shared filesystem)",
+        )
+    if where.startswith("/"):
+        return where
+    if opts.login_host:
+        raise UserError(
+            f"{field}: {where} is relative, and the cluster is reached through ssh",
+            hint="give an absolute path on the cluster's shared filesystem",
+        )
+    return str((spec.base_dir / where).resolve())
+
+
+def _input_path(spec: JobSpec, opts: SlurmOptions, name: str) -> str:
+    item = spec.inputs[name]
+    field = f"inputs.{name}.at.slurm" if "slurm" in item.at else f"inputs.{name}.path"
+    return _cluster_path(spec, opts, spec.input_location(name, "slurm"), field)
+
+
+def _output_dir(spec: JobSpec, opts: SlurmOptions, name: str, default: str) -> str | None:
+    """Where output ``name`` goes: its path on the cluster, else ``default`` (None: TensorBoard not declared)."""
+    output = spec.outputs.get(name)
+    if output is None and name != "model":
+        return None
+    if output is None or output.path is None:
+        return default
+    return _cluster_path(spec, opts, output.path, f"outputs.{name}.path")
+
+
+def _checkpoints(spec: JobSpec, opts: SlurmOptions, layout: Layout) -> str | None:
+    if not spec.checkpoint.enabled:
+        return None
+    folder = checkpoint_folder(spec, f"{layout.workdir}/checkpoints")
+    return _cluster_path(spec, opts, folder, "checkpoint.path") if spec.checkpoint.path else folder
+
+
+def _hardware_warnings(spec: JobSpec, opts: SlurmOptions) -> list[str]:
+    """What cloudddp cannot check on a cluster it does not know, said once at render."""
+    res = spec.resources
+    found = []
+    rdma = res.interconnect == "rdma" or (res.interconnect == "auto" and res.nodes > 1 and res.gpus_per_node > 0)
+    if rdma and not (opts.constraint or opts.partition):
+        if res.interconnect == "rdma":
+            raise UserError(
+                "resources.interconnect: rdma, but nothing tells Slurm to place the job on InfiniBand nodes",
+                hint="set slurm.constraint (e.g. ib) or slurm.partition to where the cluster's InfiniBand nodes are",
+            )
+        found.append(
+            f"{res.nodes} GPU nodes want InfiniBand between them, and cloudddp cannot see this cluster's "
+            "fabric: name the nodes that have it (slurm.constraint, e.g. ib, or slurm.partition), or set "
+            "resources.interconnect: any"
+        )
+    if res.accelerator and not (opts.gpu_type or opts.constraint):
+        found.append(
+            f"resources.accelerator {res.accelerator} is not sent to Slurm: set slurm.gpu_type (the "
+            "cluster's GRES type name) or slurm.constraint"
+        )
+    return found
+
+
+__all__ = ["SlurmBackend", "SlurmOptions"]

@@ -1,0 +1,177 @@
+"""The ``slurm:`` section of a job spec: what only a Slurm cluster needs.
+
+cloudddp does not guess a cluster's hardware: partitions, constraints (an InfiniBand feature, say), GPU
+type names and memory are the cluster's own words, given here and rendered as ``#SBATCH`` lines.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ...spec import Duration, Strict
+
+_TOKEN = re.compile(r"^[^\s'\"\\]+$")
+_MEMORY = re.compile(r"^[0-9]+[KMGT]?$")
+# Options the rendered script sets itself: giving them in sbatch_options would break the run's bookkeeping.
+OWNED_OPTIONS = (
+    "--job-name",
+    "-J",
+    "--output",
+    "-o",
+    "--error",
+    "-e",
+    "--open-mode",
+    "--chdir",
+    "-D",
+    "--nodes",
+    "-N",
+    "--ntasks-per-node",
+    "--ntasks",
+    "-n",
+    "--signal",
+    "--requeue",
+    "--no-requeue",
+    "--time",
+    "-t",
+    "--export",
+    "--export-file",
+    "--parsable",
+    "--wrap",
+)
+
+
+class Container(Strict):
+    """Run every training process in a container image on the nodes."""
+
+    image: str = Field(
+        description="Image: for pyxis an enroot URI (nvcr.io#nvidia/pytorch:24.05-py3), "
+        "for Apptainer a .sif path or docker:// URI."
+    )
+    runtime: Literal["pyxis", "apptainer"] = Field(
+        "pyxis", description="pyxis: srun --container-image (NVIDIA's Slurm plugin); apptainer: apptainer exec."
+    )
+    mounts: list[str] = Field(
+        default_factory=list,
+        description="More host folders the container sees (host[:container]); the working "
+        "folder and the inputs are mounted already.",
+    )
+
+    @field_validator("image")
+    @classmethod
+    def _one_token(cls, v: str) -> str:
+        return _token(v)
+
+
+class SlurmOptions(Strict):
+    """Only the Slurm backend reads this."""
+
+    login_host: str | None = Field(
+        None,
+        description="Submit through `ssh <login_host>` (BatchMode; your ssh config and agent apply). "
+        "Default: Slurm's commands run on this machine.",
+    )
+    ssh_options: list[str] = Field(default_factory=list, description="Extra ssh arguments, e.g. [-p, '2222'].")
+    workdir: str | None = Field(
+        None,
+        description="A folder every node sees (shared filesystem): code snapshots, run folders, "
+        "checkpoints. Default: $CLOUDDDP_HOME/slurm here; required with login_host.",
+    )
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = Field(
+        None, description="Node features, e.g. 'ib' for an InfiniBand island (the cluster's own feature names)."
+    )
+    exclusive: bool = Field(False, description="Whole nodes for this job (#SBATCH --exclusive).")
+    requeue: bool = Field(
+        True, description="A preempted or failed-node job goes back to the queue and resumes from its checkpoint."
+    )
+    gpu_option: Literal["gpus-per-node", "gres"] = Field(
+        "gpus-per-node", description="How GPUs are asked for: --gpus-per-node=N or --gres=gpu:N (older clusters)."
+    )
+    gpu_type: str | None = Field(None, description="The cluster's GRES type name, e.g. a100 (--gpus-per-node=a100:8).")
+    cpus_per_task: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="CPUs per Slurm task: a node's torchrun agent and its processes (launch: torchrun), or one "
+        "process (launch: srun). Default: one per training process.",
+    )
+    mem: str | None = Field(None, description="Memory per node in Slurm's words: 64G, 500000M, 0 (all of it).")
+    launch: Literal["torchrun", "srun"] = Field(
+        "torchrun",
+        description="torchrun: one agent per node with a c10d rendezvous (restarts work); srun: one "
+        "Slurm task per process, distributed variables from SLURM_*.",
+    )
+    python: str = Field("python3", description="The interpreter on the nodes (after modules and setup).")
+    modules: list[str] = Field(default_factory=list, description="Environment modules to load, e.g. [cuda/12.4].")
+    setup: list[str] = Field(
+        default_factory=list, description="Shell lines run before training, e.g. ['source ~/venv/bin/activate']."
+    )
+    container: Container | None = None
+    kill_wait: int = Field(
+        30,
+        ge=1,
+        le=65535,
+        description="The cluster's KillWait: seconds between SIGTERM and SIGKILL (`scontrol show config`).",
+    )
+    stop_before_limit: Duration = Field(
+        180,
+        description="How long before the time limit (limits.max_runtime) the training is asked to checkpoint "
+        "and stop; Slurm's timer may fire up to a minute late.",
+    )
+    rendezvous_port: int | None = Field(
+        None, ge=1024, le=65535, description="Port on the first node for the rendezvous; default: from the job id."
+    )
+    sbatch_options: list[str] = Field(
+        default_factory=list, description="More #SBATCH options as written, e.g. [--reservation=ml, --mail-type=END]."
+    )
+
+    @field_validator("partition", "account", "qos", "constraint", "gpu_type", "login_host", "python")
+    @classmethod
+    def _single_token(cls, v: str | None) -> str | None:
+        return None if v is None else _token(v)
+
+    @field_validator("mem", mode="before")
+    @classmethod
+    def _memory(cls, v: object) -> object:
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = str(v)  # `mem: 0` in YAML
+        if isinstance(v, str) and not _MEMORY.match(v):
+            raise ValueError("write memory as Slurm does: a number with K, M, G or T (64G), or 0 for all of it")
+        return v
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("/") or "\n" in v):
+            raise ValueError("give an absolute path on the cluster's shared filesystem")
+        return v
+
+    @field_validator("sbatch_options")
+    @classmethod
+    def _not_owned(cls, v: list[str]) -> list[str]:
+        for option in v:
+            if not option.startswith("-") or "\n" in option:
+                raise ValueError(f"{option!r}: write each as on sbatch's command line, e.g. --reservation=ml")
+            name = option.split("=", 1)[0]
+            if name in OWNED_OPTIONS:
+                raise ValueError(
+                    f"{name} is set by cloudddp from the spec (nodes, limits, ...); change the spec instead"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _remote_needs_workdir(self) -> SlurmOptions:
+        if self.login_host and not self.workdir:
+            raise ValueError("with login_host, give workdir: a folder on the cluster's shared filesystem")
+        return self
+
+
+def _token(v: str) -> str:
+    if not _TOKEN.match(v):
+        raise ValueError("one word without spaces or quotes, as Slurm's commands take it")
+    return v

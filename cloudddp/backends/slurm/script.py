@@ -1,0 +1,292 @@
+"""The sbatch script of a job: ``#SBATCH`` lines, the environment, one ``srun`` that starts the training.
+
+Pure text from decided values (no spec, no cluster): what ``cloudddp render -b slurm`` prints is what
+``sbatch`` gets. How it behaves on Slurm 22.05 (tests/support/SLURM.md):
+
+- node names need not resolve as host names, so the rendezvous address is the first node's ``NodeAddr``
+  (``scontrol show node``), and each torchrun agent announces its own node's address (``--local-addr``);
+- cancel, requeue, preemption and the time limit send SIGTERM to every process of the job, the training
+  processes included, and SIGKILL KillWait seconds later; this script keeps waiting for srun meanwhile, so
+  the training can checkpoint;
+- ``--signal=B:USR1@<lead>`` reaches only this script, ``lead`` seconds before the time limit: it asks the
+  training to stop (``scancel --signal=TERM``, which reaches the tasks directly; srun itself would kill
+  them on SIGTERM) and exits 124, so the run reads as stopped by ``limits.max_runtime``;
+- a requeued job runs this script again from the top with ``SLURM_RESTART_COUNT`` set; logs are appended
+  (``--open-mode=append``) and the training resumes from its checkpoint folder.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .options import SlurmOptions
+
+LIMIT_EXIT = 124
+"""The script's exit code when it stopped the training ahead of the time limit."""
+START_MARK = "cloudddp: run "
+LIMIT_MARK = "cloudddp: the time limit (limits.max_runtime) is"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a run's files are on the cluster's shared filesystem."""
+
+    workdir: str
+    run_id: str
+
+    @property
+    def run_dir(self) -> str:
+        return f"{self.workdir}/runs/{self.run_id}"
+
+    @property
+    def code_dir(self) -> str:
+        return f"{self.run_dir}/code"
+
+    @property
+    def script(self) -> str:
+        return f"{self.run_dir}/job.sbatch"
+
+    @property
+    def batch_log(self) -> str:
+        return f"{self.run_dir}/batch.log"
+
+    @property
+    def model_dir(self) -> str:
+        return f"{self.run_dir}/outputs"
+
+    def node_log(self, node: int | str) -> str:
+        return f"{self.run_dir}/logs/node{node}.log"
+
+    def archive(self, sha256: str) -> str:
+        return f"{self.workdir}/code/{sha256}.tar.gz"
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the script runs, decided by the backend's render."""
+
+    job_name: str
+    run_id: str
+    layout: Layout
+    nodes: int
+    processes_per_node: int
+    gpus_per_node: int
+    time_minutes: int
+    stop_lead: int
+    max_restarts: int
+    program: Sequence[str]
+    """The training program: ``[entry, args...]`` run by python, or a command (``command`` True)."""
+    command: bool
+    env: Mapping[str, str]
+    launch: str = "torchrun"
+    """torchrun: one agent per node; srun: one Slurm task per process."""
+    env_from_submit: Sequence[str] = ()
+    """Names whose values sbatch's environment carries (secrets, values read at submit): never in the script."""
+    mounts: Sequence[str] = field(default_factory=tuple)
+    """Host folders a container must see (the working folder, inputs)."""
+    requirements_env: str | None = None
+    """Where the job's requirements are installed (a venv over slurm.python's packages), or None."""
+
+    def python(self, opts: SlurmOptions) -> str:
+        """The interpreter the training runs with."""
+        return f"{self.requirements_env}/bin/python" if self.requirements_env else opts.python
+
+
+def sbatch_lines(job: Job, opts: SlurmOptions) -> list[str]:
+    """The ``#SBATCH`` options, in the order a person reads them."""
+    per_node_tasks = job.processes_per_node if job.launch == "srun" else 1
+    cpus = opts.cpus_per_task or (job.processes_per_node if job.launch == "torchrun" else None)
+    lines = [f"--job-name={job.run_id}", f"--nodes={job.nodes}", f"--ntasks-per-node={per_node_tasks}"]
+    if cpus:
+        lines.append(f"--cpus-per-task={cpus}")
+    if job.gpus_per_node:
+        gpus = f"{opts.gpu_type}:{job.gpus_per_node}" if opts.gpu_type else str(job.gpus_per_node)
+        lines.append(f"--gpus-per-node={gpus}" if opts.gpu_option == "gpus-per-node" else f"--gres=gpu:{gpus}")
+    if opts.mem is not None:
+        lines.append(f"--mem={opts.mem}")
+    lines += [
+        f"--time={_duration(job.time_minutes)}",
+        f"--signal=B:USR1@{job.stop_lead}",
+        "--requeue" if opts.requeue else "--no-requeue",
+    ]
+    for name, value in (
+        ("partition", opts.partition),
+        ("account", opts.account),
+        ("qos", opts.qos),
+        ("constraint", opts.constraint),
+    ):
+        if value:
+            lines.append(f"--{name}={value}")
+    if opts.exclusive:
+        lines.append("--exclusive")
+    lines += [
+        f"--output={job.layout.batch_log}",
+        "--open-mode=append",
+        f"--chdir={job.layout.code_dir}",
+        "--export=ALL",
+        *opts.sbatch_options,
+    ]
+    return lines
+
+
+def render_script(job: Job, opts: SlurmOptions) -> str:
+    q = shlex.quote
+    out = [
+        "#!/bin/bash",
+        f"# cloudddp job {job.job_name}, run {job.run_id}: `cloudddp submit` sends this file to sbatch unchanged.",
+    ]
+    out += [f"#SBATCH {line}" for line in sbatch_lines(job, opts)]
+    out += ["", "set -e  # a failing module load or setup line ends the job here, with its message in batch.log"]
+    out += [f"module load {q(module)}" for module in opts.modules]
+    out += list(opts.setup)
+    if job.requirements_env:
+        out += _requirements_lines(job.requirements_env, opts.python)
+    out += ["", "# The job's environment: the spec's env, then the runtime contract (cloudddp/runtime.py)."]
+    out += [f"export {name}={q(value)}" for name, value in job.env.items() if name not in job.env_from_submit]
+    out += [
+        f"# {name}: from the submitting shell or a secret; sbatch's environment carries it, never this file"
+        for name in job.env_from_submit
+    ]
+    out += [
+        "set +e",
+        "",
+        f'echo "{START_MARK}${{SLURM_RESTART_COUNT:-0}} of Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST '
+        '($(date -u +%FT%TZ))"',
+        "# Node names need not resolve: each node's address is the NodeAddr Slurm knows (name=address pairs).",
+        'nodes=$(scontrol -o show node "$SLURM_JOB_NODELIST" \\',
+        "  | sed -E 's/^NodeName=([^ ]+) .* NodeAddr=([^ ]+) .*/\\1=\\2/')",
+        'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        'for pair in $nodes; do [ "${pair%%=*}" = "$first" ] && rdzv_host=${pair#*=}; done',
+        _port_line(opts),
+        "",
+        "# SIGTERM (cancel, requeue, preemption, the time limit) reaches the training processes from Slurm itself;",
+        "# this script waits for them to checkpoint. USR1 comes from --signal above, before the time limit.",
+        "stopped=0",
+        "trap 'echo \"cloudddp: SIGTERM: the training checkpoints and stops\"' TERM",
+        f'trap \'stopped=1; echo "{LIMIT_MARK} {job.stop_lead} s away: asking the training to checkpoint and stop"; '
+        'scancel --signal=TERM "$SLURM_JOB_ID"\' USR1',
+        "",
+    ]
+    out += _launch_lines(job, opts)
+    out += [
+        "training=$!",
+        'wait "$training"; code=$?',
+        'while kill -0 "$training" 2>/dev/null; do wait "$training"; code=$?; done',
+        f'[ "$stopped" = 1 ] && exit {LIMIT_EXIT}',
+        'exit "$code"',
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _requirements_lines(env: str, python: str) -> list[str]:
+    q = shlex.quote
+    build = f'{q(env)}".$SLURM_JOB_ID.${{SLURM_RESTART_COUNT:-0}}"'
+    layer = (
+        'import sysconfig; paths = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")); '
+        'print("import site; " + "; ".join(f"site.addsitedir({p!r})" for p in paths))'
+    )
+    return [
+        "",
+        "# The job's requirements (requirements.txt in the code): installed once per list into an environment on",
+        f"# the shared filesystem that sees {python}'s own packages after its own (torch is not installed twice);",
+        "# a finished build is published by renaming a link, so jobs running at once never see half of one.",
+        f"if [ ! -f {q(env)}/.installed ]; then",
+        f"  build={build}",
+        '  rm -rf "$build"',
+        f'  {q(python)} -m venv --without-pip "$build"',
+        '  site=$("$build/bin/python" -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')',
+        f'  {q(python)} -c {q(layer)} > "$site/_cloudddp_layer.pth"',
+        f'  {q(python)} -m pip --python "$build/bin/python" install -q --disable-pip-version-check -r requirements.txt',
+        '  touch "$build/.installed"',
+        f'  ln -sfn "$build" "$build.link" && mv -T "$build.link" {q(env)}',
+        "fi",
+        f'export PATH={q(env)}/bin:"$PATH"  # `python` in code.command is this environment\'s too',
+    ]
+
+
+def _port_line(opts: SlurmOptions) -> str:
+    if opts.rendezvous_port:
+        return f"rdzv_port={opts.rendezvous_port}"
+    # Distinct per job and per requeued run, so two jobs sharing a node (or a port still in TIME_WAIT) differ.
+    return "rdzv_port=$(( 20000 + (SLURM_JOB_ID * 10 + ${SLURM_RESTART_COUNT:-0}) % 40000 ))"
+
+
+def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
+    q = shlex.quote
+    python = job.python(opts)
+    if job.launch == "torchrun":
+        program = list(job.program) if job.command else [python, *job.program]
+        body = [
+            "# Each training process first says its global rank (torchrun's output prefix is the local rank).",
+            'announce=\'echo "cloudddp: rank $RANK of $WORLD_SIZE (local rank $LOCAL_RANK)"; exec "$@"\'',
+            "# One torchrun agent per node: $1 the rendezvous host:port, $2 the nodes' addresses, $3 the",
+            "# announcement, then the program.",
+            "per_node='",
+            "addr=$SLURMD_NODENAME",
+            'for pair in $2; do [ "${pair%%=*}" = "$SLURMD_NODENAME" ] && addr=${pair#*=}; done',
+            "rdzv=$1; announce=$3; shift 3",
+            f'exec {q(python)} -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" '
+            f"--nproc-per-node={job.processes_per_node} \\",
+            '  --rdzv-backend=c10d --rdzv-endpoint="$rdzv" --rdzv-id="$SLURM_JOB_ID" '
+            "--rdzv-conf=is_host=$(( SLURM_NODEID == 0 )) \\",
+            f'  --local-addr="$addr" --max-restarts={job.max_restarts} --tee=3 '
+            '--no-python bash -c "$announce" cloudddp-rank "$@"',
+            "'",
+        ]
+        tasks, label, name, extra = 1, [], "cloudddp-node", ['"$announce"']
+    else:
+        program = list(job.program) if job.command else [python, *job.program]
+        body = [
+            "# One Slurm task per training process: the distributed variables from SLURM_*; $1 is host:port.",
+            "per_node='",
+            "export MASTER_ADDR=${1%:*} MASTER_PORT=${1##*:} RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID",
+            f"export WORLD_SIZE=$SLURM_NTASKS LOCAL_WORLD_SIZE={job.processes_per_node} GROUP_RANK=$SLURM_NODEID",
+            "shift 2",
+            'echo "cloudddp: rank $RANK of $WORLD_SIZE (local rank $LOCAL_RANK)"',
+            'exec "$@"',
+            "'",
+        ]
+        tasks, label, name, extra = job.processes_per_node, ["--label"], "cloudddp-task", []
+    srun = [
+        "srun",
+        "--export=ALL",
+        f"--ntasks-per-node={tasks}",
+        "--kill-on-bad-exit=1",
+        *label,
+        f"--output={job.layout.node_log('%n')}",
+        "--open-mode=append",
+    ]
+    inner = ["bash", "-c", '"$per_node"', name, '"$rdzv_host:$rdzv_port"', '"$nodes"', *extra]
+    container = opts.container
+    if container is not None and container.runtime == "pyxis":
+        mounts = ",".join([*job.mounts, *container.mounts])
+        srun += [
+            f"--container-image={container.image}",
+            f"--container-mounts={mounts}",
+            f"--container-workdir={job.layout.code_dir}",
+        ]
+    elif container is not None:
+        binds = ",".join([*job.mounts, *container.mounts])
+        gpu = ["--nv"] if job.gpus_per_node else []
+        inner = ["apptainer", "exec", *gpu, f"--bind={binds}", f"--pwd={job.layout.code_dir}", container.image, *inner]
+    words = [q(w) for w in srun] + [w if w.startswith('"') else q(w) for w in inner] + [q(w) for w in program]
+    return [*body, _wrap(words) + " &"]
+
+
+def _wrap(words: list[str], width: int = 110) -> str:
+    """Shell words joined, continued over lines with backslashes near ``width`` characters."""
+    lines, current = [], ""
+    for word in words:
+        if current and len(current) + 1 + len(word) > width:
+            lines.append(current + " \\")
+            current = "  " + word
+        else:
+            current = f"{current} {word}" if current else word
+    return "\n".join([*lines, current])
+
+
+def _duration(minutes: int) -> str:
+    days, rest = divmod(minutes, 24 * 60)
+    return f"{days}-{rest // 60:02d}:{rest % 60:02d}:00"

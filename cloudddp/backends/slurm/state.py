@@ -1,0 +1,150 @@
+"""Reading Slurm's answers: ``scontrol -o show job`` and ``sacct`` records, job states as cloudddp's, and what a
+failed run's batch log says about which node failed and why (tests/support/SLURM.md lists what 22.05 prints).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..base import Cause, RunState
+from .script import LIMIT_EXIT, LIMIT_MARK, START_MARK
+
+_PAIR = re.compile(r"(\S+?)=(.*?)(?= \S+?=|$)")
+_NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
+_TASK_ERROR = re.compile(r"srun: error: (\S+): tasks? ([0-9,-]+): (.+)")
+_CANCELLED_DUE = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+ DUE TO ([A-Z ]+?) \*\*\*")
+_ROOT_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank\s*:\s*(\d+)\)")
+_ROOT_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)")
+
+STATES: Mapping[str, RunState] = {
+    **dict.fromkeys(
+        ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT", "SUSPENDED", "STOPPED", "RESV_DEL_HOLD"),
+        RunState.PENDING,
+    ),
+    "CONFIGURING": RunState.STARTING,
+    **dict.fromkeys(("RUNNING", "RESIZING", "SIGNALING", "STAGE_OUT"), RunState.RUNNING),
+    "COMPLETING": RunState.STOPPING,
+    "COMPLETED": RunState.SUCCEEDED,
+    "CANCELLED": RunState.CANCELLED,
+    **dict.fromkeys(
+        ("FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED"),
+        RunState.FAILED,
+    ),
+}
+LIVE = frozenset(name for name, state in STATES.items() if not state.terminal)
+_ENDINGS = {
+    "TIMEOUT": "Slurm's time limit (limits.max_runtime) ended it",
+    "OUT_OF_MEMORY": "a process ran out of memory: raise slurm.mem",
+    "BOOT_FAIL": "Slurm could not boot its nodes",
+    "DEADLINE": "its deadline passed before it could run",
+    "PREEMPTED": "the cluster preempted it (slurm.requeue: true puts a preempted job back in the queue)",
+    "REVOKED": "the cluster revoked it",
+}
+
+_CAUSES = {
+    "TIMEOUT": Cause.LIMIT,
+    "DEADLINE": Cause.LIMIT,
+    "OUT_OF_MEMORY": Cause.USER_ERROR,
+    "BOOT_FAIL": Cause.INFRASTRUCTURE,
+    "PREEMPTED": Cause.PREEMPTED,
+}
+
+
+def parse_pairs(line: str) -> dict[str, str]:
+    """``Key=Value Key2=Value two`` (``scontrol -o``, jobcomp records) as a dict; values may hold spaces."""
+    return {m.group(1): m.group(2) for m in _PAIR.finditer(line.strip())}
+
+
+def from_sacct(line: str) -> dict[str, str]:
+    """A ``sacct -P -o JobID,State,ExitCode,NodeList,Submit,End`` row with scontrol's key names."""
+    job_id, state, exit_code, nodes, submit, end = (line.split("|") + [""] * 6)[:6]
+    return {
+        "JobId": job_id,
+        "JobState": state.split(" ")[0],
+        "ExitCode": exit_code,
+        "NodeList": nodes,
+        "SubmitTime": submit,
+        "EndTime": end,
+        "Reason": "None",
+        "Restarts": "0",
+        "FromAccounting": "1",
+    }
+
+
+def timestamp(value: str | None) -> float | None:
+    """Slurm's local ``YYYY-MM-DDTHH:MM:SS`` as epoch seconds (None for Unknown/None)."""
+    try:
+        return time.mktime(time.strptime(value or "", "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def latest_run(batch_log: str) -> str:
+    """The part of a batch log written by the job's latest run (a requeued job appends a run per start)."""
+    at = batch_log.rfind(START_MARK)
+    return batch_log[at:] if at >= 0 else batch_log
+
+
+@dataclass
+class Failure:
+    """Why a run failed, from Slurm's record and the batch log's srun lines."""
+
+    message: str
+    cause: Cause
+    node: str | None = None
+    task: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def failure(job: Mapping[str, str], batch_log: str, *, tasks_are_ranks: bool = False) -> Failure:
+    """What ended a FAILED/TIMEOUT/NODE_FAIL/... run, naming the node where Slurm says which one. A task is a
+    node's torchrun agent, or a training process whose task id is its rank (``tasks_are_ranks``)."""
+    state = job.get("JobState", "")
+    exit_code = job.get("ExitCode", "")
+    run = latest_run(batch_log)
+    lost = _NODE_FAILURE.search(run)
+    if state == "NODE_FAIL" or lost:
+        node = lost.group(1) if lost else None
+        where = f"node {node}" if node else "a node of the job"
+        message = f"{where} failed: Slurm lost it mid-run (NODE_FAIL, Reason={job.get('Reason', '?')})"
+        return Failure(message, Cause.INFRASTRUCTURE, node)
+    if state == "FAILED" and exit_code.split(":")[0] == str(LIMIT_EXIT) and LIMIT_MARK in run:
+        return Failure(
+            "stopped ahead of limits.max_runtime: the training was asked to checkpoint and stop; "
+            "submit again to continue from its checkpoint",
+            Cause.LIMIT,
+        )
+    if state in _ENDINGS:
+        return Failure(_ENDINGS[state], _CAUSES.get(state, Cause.UNKNOWN))
+    task_error = _TASK_ERROR.search(run)
+    if task_error:
+        node, tasks, what = task_error.groups()
+        first = int(re.split(r"[,-]", tasks)[0])
+        who = f"rank {first}" if tasks_are_ranks else f"task {first}"
+        return Failure(f"node {node} ({who}) failed: {what[0].lower()}{what[1:]}", Cause.USER_ERROR, node, first)
+    code, _, signal = exit_code.partition(":")
+    why = f"killed by signal {signal}" if signal not in ("", "0") else f"exit code {code or '?'}"
+    return Failure(f"the job failed: {why} (Reason={job.get('Reason', '?')})", Cause.USER_ERROR)
+
+
+def root_cause(node_log: str) -> dict[str, int]:
+    """The failed rank torchrun's error summary names in a node's log (rank, local_rank, exitcode)."""
+    summary = node_log[node_log.rfind("Root Cause") :] if "Root Cause" in node_log else ""
+    found: dict[str, int] = {}
+    rank, code = _ROOT_RANK.search(summary), _ROOT_EXIT.search(summary)
+    if rank:
+        found.update(rank=int(rank.group(1)), local_rank=int(rank.group(2)))
+    if code:
+        found["exitcode"] = int(code.group(1))
+    return found
+
+
+def requeue_reason(batch_log: str) -> str:
+    """Why the job's latest interrupted run stopped (``job requeue``, ``preemption``, a node failure), or ''."""
+    found = [(m.start(), f"node failure on {m.group(1)}") for m in _NODE_FAILURE.finditer(batch_log)]
+    found += [(m.start(), m.group(1).lower()) for m in _CANCELLED_DUE.finditer(batch_log)]
+    return max(found)[1] if found else ""

@@ -1,0 +1,153 @@
+"""What a run cost, next to what was estimated when it was submitted.
+
+A backend reports a :class:`Bill` from its own figures (the ``_bill`` hook of the backend contract): the time
+each node was billed or held, the nodes, the price where there is one, and every figure with where it came
+from (an API field, a clock, the catalog). :class:`CostReport` puts it next to the estimate the plan had at
+submit (kept in the run's registry info at launch). A backend that cannot say reports no bill, and the report
+says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One number of a bill and where it came from."""
+
+    name: str
+    value: float | int | str | None
+    unit: str
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Bill:
+    """What a run cost (so far, while it is going), from what its backend reports."""
+
+    final: bool
+    """The run has ended: nothing more is billed except ``pending_s``."""
+    size: str
+    """What it ran on: an instance type, a VM size, ``local:cpu`` / ``local:cuda``."""
+    nodes: int
+    processes_per_node: int | None
+    billed_s: float
+    """Per node: the time each node is billed for (or, with no price, held)."""
+    price_per_hour: float | None
+    """All nodes together, USD/h; None where there is no price (this machine)."""
+    cost: float | None
+    """USD; None where there is no price."""
+    resource_hours: float | None = None
+    resource_unit: str = ""
+    """``GPU-hours`` or ``CPU-hours``."""
+    ran_s: float | None = None
+    """Wall time the training processes ran (what a measured step time is divided from)."""
+    pending_s: float = 0.0
+    """Per node, still to be billed after the run's end (an autoscaling cluster's idle time before scale-down)."""
+    savings: float | None = None
+    """Fraction saved by spot capacity, where the backend reports it."""
+    figures: tuple[Figure, ...] = ()
+    notes: tuple[str, ...] = ()
+    """What the figures leave out."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["figures"] = [f.to_dict() for f in self.figures]
+        data["notes"] = list(self.notes)
+        return data
+
+
+def priced(seconds_per_node: float, nodes: int, price_per_node_hour: float | None) -> float | None:
+    return price_per_node_hour * nodes * seconds_per_node / 3600 if price_per_node_hour is not None else None
+
+
+def catalog_price(size: str) -> tuple[float | None, Figure]:
+    """The catalog's hourly price of one ``size`` node (the one estimates use), as a figure with its source."""
+    from .catalog import CATALOG_DATE, find
+
+    sku = find(size)
+    if sku is None or sku.price_per_hour is None:
+        why = "not in the GPU catalog" if sku is None else "the catalog has no price for it"
+        return None, Figure("price per node", None, "USD/h", f"{size}: {why}")
+    kind = (
+        "EC2 on-demand price, a lower bound for SageMaker's"
+        if sku.price_kind == "ec2-proxy"
+        else "list price, on-demand"
+    )
+    return sku.price_per_hour, Figure(
+        "price per node",
+        sku.price_per_hour,
+        "USD/h",
+        f"catalog of {CATALOG_DATE}: {kind} in {sku.price_region} ({sku.price_date})",
+    )
+
+
+def gpus_of(size: str) -> int | None:
+    """GPUs of one node of ``size``, from the catalog."""
+    from .catalog import find
+
+    sku = find(size)
+    return sku.gpus if sku is not None else None
+
+
+@dataclass
+class CostReport:
+    """A run's bill next to the estimate its plan had at submit."""
+
+    run_id: str
+    backend: str
+    state: str
+    estimate: dict[str, Any] | None
+    bill: Bill | None
+    reason: str = ""
+    """Why there is no bill (or no estimate)."""
+    max_cost: float | None = None
+    budget: dict[str, Any] = field(default_factory=dict)
+    """What the budget watch did: started (pid), stopped the run (at what spend), or why it could not watch."""
+    measured: dict[str, Any] | None = None
+    """The step time kept from this run for the next estimate, or why none."""
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    """A run under recovery: every attempt's ``run_id``, ``state`` and ``cost`` (``bill`` is the current one's)."""
+
+    @property
+    def actual_cost(self) -> float | None:
+        """What the job cost: the bill's, or every attempt's together under recovery (None if one is unknown)."""
+        if self.attempts:
+            costs = [a["cost"] for a in self.attempts]
+            return None if any(c is None for c in costs) else float(sum(costs))
+        return self.bill.cost if self.bill else None
+
+    @property
+    def estimated_cost(self) -> float | None:
+        value = (self.estimate or {}).get("total_cost")
+        return float(value) if isinstance(value, (int, float)) else None
+
+    @property
+    def difference(self) -> float | None:
+        """Actual over estimated cost, minus one (0.1: 10 % over the estimate)."""
+        est, actual = self.estimated_cost, self.actual_cost
+        if actual is None or not est:
+            return None
+        return actual / est - 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "backend": self.backend,
+            "state": self.state,
+            "estimate": self.estimate,
+            "actual": self.bill.to_dict() if self.bill else None,
+            "reason": self.reason,
+            "estimated_cost": self.estimated_cost,
+            "actual_cost": self.actual_cost,
+            "attempts": self.attempts,
+            "difference": self.difference,
+            "max_cost": self.max_cost,
+            "budget": self.budget,
+            "measured": self.measured,
+        }
