@@ -102,7 +102,6 @@ class AzureMLBackend(Backend[AzureMLOptions]):
         self.token = token
         self.poll_seconds = poll_seconds
         self._clients: dict[tuple[str, str, str], Any] = {}
-        self._histories: dict[tuple[str, str, str], Any] = {}
         self._failures: dict[str, tuple[Cause, str, dict[str, str]]] = {}
 
     def size_target(self, spec: JobSpec) -> SizeTarget:
@@ -359,27 +358,22 @@ class AzureMLBackend(Backend[AzureMLOptions]):
         )
 
     def _failure(self, run_id: str, workspace: dict[str, str]) -> tuple[Cause, str, dict[str, str]]:
-        """Why a failed job failed, from its run history's error (kept once read: it does not change); an unknown
-        cause, saying why, when the run history cannot be read or has no error yet."""
+        """Why a failed job failed, from the error in its run history (where ``az ml job show`` and Studio read it;
+        kept once read: it does not change); an unknown cause, saying why, when the run history cannot be read
+        or has no error yet."""
         from azure.core.exceptions import AzureError
 
         from .failures import failure_cause, failure_message, root_error
-        from .history import RunHistory
-        from .workspace import require_workspace
 
         if run_id in self._failures:
             return self._failures[run_id]
-        ws = require_workspace(workspace)
-        key = (ws.subscription_id, ws.resource_group, ws.name)
-        try:
-            if key not in self._histories:
-                found = self._client(workspace).workspaces.get(ws.name)
-                self._histories[key] = RunHistory(ws, str(found.discovery_url), self._credential(), self.transport)
-            error = root_error(self._histories[key].details(run_id))
-        except (AzureError, KeyError, ValueError) as e:
+        try:  # the run history, as _bill reads it
+            details = self._client(workspace).jobs._runs_operations.get_run_details(run_id).as_dict()
+        except AzureError as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             return Cause.UNKNOWN, f"Failed (why could not be read from the run history: {first})", {}
-        if error is None:  # not cached: the error may be recorded a moment after the status
+        error = root_error(details)
+        if error is None:  # not kept: the error may be recorded a moment after the status
             return Cause.UNKNOWN, "Failed (the run history gives no error yet; the job's logs may say why)", {}
         failure = {"code": str(error.get("code", "")), "message": failure_message(error, limit=4000)}
         self._failures[run_id] = (failure_cause(error), failure_message(error), failure)
