@@ -195,8 +195,18 @@ class Started:
         while time.monotonic() < deadline and not self.ended():
             time.sleep(0.1)
 
-    def stop(self) -> None:
-        """Kill every process still running, with its children, as a node that goes away does."""
+    def stop(self, grace: float = 0) -> None:
+        """Kill every process still running, with its children, as a node that goes away does; with ``grace``,
+        SIGTERM first and SIGKILL what still runs ``grace`` seconds later (a low-priority node's eviction
+        notice)."""
+        if grace:
+            for proc in self.procs.values():
+                if proc.poll() is None:
+                    with suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and any(p.poll() is None for p in self.procs.values()):
+                time.sleep(0.1)
         for proc in self.procs.values():
             if proc.poll() is None:
                 with suppress(ProcessLookupError):

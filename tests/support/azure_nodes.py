@@ -2,10 +2,12 @@
 
 The job is what the service received (``WorkspaceModel.submitted_job``: its command, variables, outputs and
 the code snapshot from the blob store), started under Azure ML's PyTorch distribution with real processes
-(azure_launchers.py). While they run, each process's output is appended to the job's
+(azure_launchers.py), with ``MLFLOW_TRACKING_URI``/``MLFLOW_RUN_ID`` set as Azure ML sets them when the
+workspace has an MLflow server. While they run, each process's output is appended to the job's
 ``user_logs/std_log_process_<rank>.txt`` in the artifact store, as Azure ML uploads it, so the backend reads
 it where it reads a real job's. The job then ends as Azure would end it: completed, failed by its own
-code, or preempted (its processes killed, and the run history's error saying so).
+code, or preempted (its processes told with SIGTERM, as a low-priority node's eviction notice tells them, then
+killed, and the run history's error saying so).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ class AzureNodes:
     def __init__(self, model: WorkspaceModel, job_name: str, work: Path, stores: Datastores) -> None:
         self.model, self.name = model, job_name
         self.job: dict[str, Any] = model.submitted_job(job_name, work / "snapshot")
-        self.started: Started = start_pytorch(self.job, work, stores)
+        mlflow = {"MLFLOW_TRACKING_URI": model.mlflow.url, "MLFLOW_RUN_ID": job_name} if model.mlflow else {}
+        self.started: Started = start_pytorch(self.job, work, stores, mlflow)
         model.set_job_status(job_name, "Running")
         self.offsets: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -48,8 +51,8 @@ class AzureNodes:
         while not self._stop.wait(0.2):
             self._copy_new_output()
 
-    def _end(self) -> AzureRun:
-        self.started.stop()
+    def _end(self, grace: float = 0) -> AzureRun:
+        self.started.stop(grace)
         self._stop.set()
         self._pump.join(timeout=10)
         self._copy_new_output()  # the last lines, written before the processes ended
@@ -65,9 +68,10 @@ class AzureNodes:
             self.model.fail_job(self.name, SCRIPT_FAILED)
         return run
 
-    def preempt(self) -> AzureRun:
-        """The low-priority nodes are taken back: every process killed, the job failed with Azure's error."""
-        run = self._end()
+    def preempt(self, notice: float = 30) -> AzureRun:
+        """The low-priority nodes are taken back: every process told (SIGTERM), killed ``notice`` seconds later
+        if still running, and the job failed with Azure's error."""
+        run = self._end(notice)
         self.model.fail_job(self.name, PREEMPTED)
         return run
 
