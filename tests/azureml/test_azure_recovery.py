@@ -77,12 +77,12 @@ def submitted(path: Path) -> str:
 def test_a_preempted_low_priority_job_is_resubmitted_after_the_cli_exits_and_resumes_from_its_checkpoint(
     rig: WorkspaceModel, tmp_path: Path
 ) -> None:
-    first = submitted(spot_job(tmp_path, "digits-spot", ["--dataset", "digits", "--model", "cnn", "--epochs", "3"]))
+    first = submitted(spot_job(tmp_path, "digits-spot", ["--dataset", "digits", "--model", "cnn", "--epochs", "4"]))
     assert rig.computes["cpu-cluster"]["properties"]["properties"]["vmPriority"] == "LowPriority"
     run, stores = Run.attach(first), Datastores(tmp_path / "blob")
     nodes = AzureNodes(rig, first, tmp_path / "attempt1", stores)
-    try:  # once epoch 1 is in the job's MLflow run (and checkpointed), Azure takes the nodes back
-        wait_until(lambda: any(r.epoch == 1 and "test_acc" in r.values for r in run.backend.metrics(first)), 180)
+    try:  # once epoch 1 is checkpointed, Azure takes the nodes back
+        wait_until(lambda: list(nodes.checkpoints.glob("ckpt-e0001-*.pt.sha256")), 180, poll=0.05)
         preempted = nodes.preempt()
     finally:
         nodes.stop()
@@ -103,8 +103,13 @@ def test_a_preempted_low_priority_job_is_resubmitted_after_the_cli_exits_and_res
         (second, "succeeded", None),
     ]
     assert "PreemptionError: Nodes of this job got pre-empted" in attempts[0]["reason"]
-    # The chain's metric stream, from the two jobs' MLflow runs: every epoch exactly once.
-    assert [r.epoch for r in run.metrics() if "test_acc" in r.values] == [1, 2, 3]
+    # The chain's metric stream, from the two jobs' MLflow runs (which have steps, not epochs): every epoch's
+    # evaluation exactly once, at the step each attempt's metric lines give for that epoch's end.
+    ends = {r.epoch: r.step for attempt in (preempted, finished) for r in attempt.metrics() if "test_acc" in r.values}
+    assert sorted(ends) == [1, 2, 3, 4]
+    records = list(run.metrics())
+    assert {r.source for r in records} == {"mlflow"}
+    assert [r.step for r in records if "test_acc" in r.values] == [ends[epoch] for epoch in (1, 2, 3, 4)]
     shown = cli("status", first)
     assert shown.returncode == 0 and "preempted" in shown.stdout and second in shown.stdout, shown.stdout
 
