@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from cloudddp.api import Run
-from cloudddp.backends.base import RunState
+from cloudddp.backends.base import Cause, RunState
 
 from ..support.azure_launchers import Datastores
 from ..support.azure_nodes import AzureNodes
@@ -127,3 +127,20 @@ def test_a_failure_of_the_scripts_own_code_on_azure_ml_is_not_resubmitted(rig: W
     assert list(rig.jobs) == [first]
     shown = cli("status", first)
     assert "not recovered" in shown.stdout and "user error" in shown.stdout, shown.stdout
+
+
+def test_status_gives_the_cause_the_run_history_reports_and_cancelled_for_a_canceled_job(blob_endpoint: str) -> None:
+    from ..support.azure_rig import PREEMPTED
+
+    harness = AzureMLHarness(blob_endpoint)
+    backend, model = harness.backend, harness.model
+    job = harness.launch()
+    model.set_job_status(job, "Failed")
+    st = backend.status(job)  # no error recorded (yet): unknown, and not kept
+    assert st.cause is Cause.UNKNOWN and "gives no error yet" in st.message
+    model.fail_job(job, PREEMPTED)
+    st = backend.status(job)
+    assert st.cause is Cause.PREEMPTED and st.message.startswith("AzureMLCompute job failed. PreemptionError")
+    assert st.details["failure"]["code"] == "UserError"
+    model.set_job_status(job, "Canceled")
+    assert backend.status(job).cause is Cause.CANCELLED
