@@ -67,6 +67,11 @@ SYSTEM = details(
     "SystemError",
     "AzureMLCompute job failed.\nJobFailed: The job failed due to an internal error; please resubmit.",
 )
+SCRIPT_SAYS_EVICTED = details(
+    "UserError",
+    "AzureMLCompute job failed\nExecutionFailed: [REDACTED]\n\texit_codes: 1\n\tError: KeyError: entry evicted "
+    "from the cache; QuotaExceeded by the model's own counter",
+)
 NODE = details("UserError", "AzureMLCompute job failed.\nNodeUnusable: node tvmps_123 became unusable during the job")
 
 
@@ -76,6 +81,7 @@ NODE = details("UserError", "AzureMLCompute job failed.\nNodeUnusable: node tvmp
         (PREEMPTED, Cause.PREEMPTED),  # filed as UserError by Azure, yet not the job's doing
         (SCRIPT, Cause.USER_ERROR),
         (SCRIPT_V1, Cause.USER_ERROR),
+        (SCRIPT_SAYS_EVICTED, Cause.USER_ERROR),  # the script's own words do not make it a preemption
         (ALLOCATION, Cause.CAPACITY),
         (QUOTA, Cause.CAPACITY),
         (SYSTEM, Cause.INFRASTRUCTURE),

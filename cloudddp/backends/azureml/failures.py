@@ -6,11 +6,13 @@ A failed job's run details carry ``error.error``: a ``code`` (Azure's category: 
 ``innerError`` codes and ``details``. The category alone is not the cause: Azure files a preempted
 low-priority job as a ``UserError``. So the kinds named anywhere in the error decide, in this order:
 
+0. the script's own failure named as such (``ExecutionFailed``, ``UserProcessFailed``): first, because the
+   message then goes on with the script's own output, which may say anything ("evicted", "quota");
 1. preemption (``PreemptionError``, "pre-empted", an eviction): the capacity was taken back;
 2. capacity (allocation failures, quota reached, a size not available): no nodes for the job now;
 3. infrastructure (a node failed or became unusable, the service's own internal error);
 4. limit (the job ran past ``limits.timeout``);
-5. the job's own code (``ExecutionFailed``, a non-zero exit of the command);
+5. the job's own code, in other words (a non-zero exit of the command);
 6. then the category: ``SystemError``/``ServiceError``/``InternalServerError`` is infrastructure,
    ``UserError`` the job's own; anything else is unknown (never recovered).
 """
@@ -26,6 +28,7 @@ from ..base import Cause
 _KINDS: tuple[tuple[Cause, re.Pattern[str]], ...] = tuple(
     (cause, re.compile(pattern, re.IGNORECASE))
     for cause, pattern in (
+        (Cause.USER_ERROR, r"\bExecutionFailed\b|\bUserProcessFailed\b"),
         (Cause.PREEMPTED, r"PreemptionError|pre-?empt(ed|ion)|\bevict(ed|ion)\b"),
         (
             Cause.CAPACITY,
@@ -45,7 +48,7 @@ _KINDS: tuple[tuple[Cause, re.Pattern[str]], ...] = tuple(
         ),
         (
             Cause.USER_ERROR,
-            r"ExecutionFailed|UserProcessFailed|non-zero exit|exit_?codes?:? *[1-9]|exited with "
+            r"non-zero exit|exit_?codes?:? *[1-9]|exited with "
             r"(status|exit) code|Submitted script failed",
         ),
     )
