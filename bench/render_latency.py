@@ -47,8 +47,8 @@ def measure(tiny: bool) -> list[Result]:
                 ratio=t / o,
                 better="higher ratio",
                 baseline=label,
-                target="≥ 5× faster",
-                passed=t / o >= 5,
+                target="≥ 10× faster",
+                passed=t / o >= 10,
                 details={"reps": reps},
             )
         )

@@ -22,6 +22,7 @@ from cloudddp.specload import load_spec
 
 from ..support.azure_rig import FakeCredential, WorkspaceModel, create_container, ml_transport
 from ..support.cli import ROOT
+from ..support.mlflow_server import MlflowServer
 
 pytestmark = pytest.mark.slow
 JOB = ROOT / "jobs" / "cifar10-azureml.yaml"  # the shared script, 2 × Standard_ND96asr_v4, 300 s idle scale-down
@@ -47,7 +48,12 @@ def ago(minutes: float) -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=minutes)
 
 
-def test_the_bill_is_the_run_time_on_every_node_plus_the_idle_scale_down(model: WorkspaceModel) -> None:
+def test_the_bill_is_the_run_time_on_every_node_plus_the_idle_scale_down(
+    model: WorkspaceModel, mlflow_server: MlflowServer
+) -> None:
+    model.mlflow = (
+        mlflow_server  # the step time comes from the job's metrics: its metric lines, as it logged none to MLflow
+    )
     b = backend(model, "bill")
     plan = b.render(load_spec(JOB))
     assert plan.estimate is not None and plan.estimate["idle_s"] == 300

@@ -108,8 +108,10 @@ class Supervisor:
                 break
             failed = [i for i, p in enumerate(self.procs) if p.returncode not in (None, 0)]
             if failed:
-                # One node failed for good (its restarts are used up): the others cannot finish alone.
-                self.first_failed = failed[0]
+                # One node failed for good (its restarts are used up): the others cannot finish alone. An agent
+                # killed by a signal is the cause when several have ended by now: torchrun itself exits 1 when
+                # its ranks fail (here: because that node went away), it is never killed by a signal itself.
+                self.first_failed = next((i for i in failed if (self.procs[i].returncode or 0) < 0), failed[0])
                 self._stop_nodes(grace=5.0)
                 break
         for p in self.procs:
@@ -136,12 +138,15 @@ class Supervisor:
         """Which rank failed and why, from torchrun's error summary, with the tail of its log; or which
         node was lost, when its agent itself was killed (a machine gone, out of memory)."""
         info: dict[str, Any] = {"exit_codes": codes}
-        order = [self.first_failed] if self.first_failed is not None else []
+        first = self.first_failed
+        if first is None:  # every node had ended by the time they were polled: an agent killed by a signal first
+            first = next((node for node, code in enumerate(codes) if code < 0), None)
+        order = [first] if first is not None else []
         for node in [*order, *range(len(codes))]:
             code = codes[node]
             if code == 0:
                 continue
-            if code < 0 and node == self.first_failed:  # the agent died, not a rank under it
+            if code < 0 and node == first:  # the agent died, not a rank under it
                 info.update(
                     node=node,
                     exitcode=code,
