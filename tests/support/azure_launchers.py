@@ -171,24 +171,72 @@ def _base_env(job: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def launch_pytorch(job: dict[str, Any], work: Path, stores: Datastores, timeout: float = 300) -> AzureRun:
-    """Azure ML's PyTorch distribution: every process started directly with the torch.distributed variables.
-    As on Azure ML, the first process that fails fails the job: the others are stopped."""
+@dataclass
+class Started:
+    """A job started by :func:`start_pytorch`: its processes, running, each writing its own log file."""
+
+    job_name: str
+    procs: dict[int, subprocess.Popen[bytes]]
+    envs: dict[int, dict[str, str]]
+    logs_dir: Path
+    inputs: dict[str, Path]
+    outputs: dict[str, Path]
+
+    def log_file(self, rank: int) -> Path:
+        return self.logs_dir / f"std_log_process_{rank}.txt"
+
+    def ended(self) -> bool:
+        """Every process has exited, or one has failed (which ends the job on Azure ML)."""
+        polled = [p.poll() for p in self.procs.values()]  # every process polled, each round
+        return None not in polled or any(polled)
+
+    def wait(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.ended():
+            time.sleep(0.1)
+
+    def stop(self, grace: float = 0) -> None:
+        """Kill every process still running, with its children, as a node that goes away does; with ``grace``,
+        SIGTERM first and SIGKILL what still runs ``grace`` seconds later (a low-priority node's eviction
+        notice)."""
+        if grace:
+            for proc in self.procs.values():
+                if proc.poll() is None:
+                    with suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and any(p.poll() is None for p in self.procs.values()):
+                time.sleep(0.1)
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def result(self) -> AzureRun:
+        logs = {rank: self.log_file(rank).read_text(errors="replace") for rank in self.procs}
+        codes = {rank: proc.returncode for rank, proc in self.procs.items()}
+        return AzureRun(self.job_name, codes, logs, self.inputs, self.outputs, self.envs)
+
+
+def start_pytorch(
+    job: dict[str, Any], work: Path, stores: Datastores, platform_env: dict[str, str] | None = None
+) -> Started:
+    """Azure ML's PyTorch distribution, started: every process launched directly with the torch.distributed
+    variables (and ``platform_env``, what the platform adds, e.g. MLFLOW_*); returns without waiting."""
     if job["distribution"]["type"] != "pytorch":
         raise ValueError(f"distribution.type is {job['distribution']['type']!r}, not pytorch")
     nodes = int(job["resources"]["instance_count"])
     per_node = int(job["distribution"].get("process_count_per_instance", 1))
     code_dirs, commands, inputs, outputs = _prepare_nodes(job, work, stores)
-    base, port = _base_env(job), free_port()
-    logs_dir = work / "user_logs"
-    logs_dir.mkdir(parents=True, exist_ok=True)
-    procs: dict[int, subprocess.Popen[bytes]] = {}
-    envs: dict[int, dict[str, str]] = {}
+    base, port = {**_base_env(job), **(platform_env or {})}, free_port()
+    started = Started(job["name"], {}, {}, work / "user_logs", inputs, outputs)
+    started.logs_dir.mkdir(parents=True, exist_ok=True)
     try:
         for node in range(nodes):
             for local in range(per_node):
                 rank = node * per_node + local
-                envs[rank] = {
+                started.envs[rank] = {
                     **base,
                     "MASTER_ADDR": "127.0.0.1",
                     "MASTER_PORT": str(port),
@@ -197,31 +245,31 @@ def launch_pytorch(job: dict[str, Any], work: Path, stores: Datastores, timeout:
                     "RANK": str(rank),
                     "LOCAL_RANK": str(local),
                 }
-                with open(logs_dir / f"std_log_process_{rank}.txt", "wb") as log:
-                    procs[rank] = subprocess.Popen(
+                with open(started.log_file(rank), "wb") as log:
+                    started.procs[rank] = subprocess.Popen(
                         ["bash", "-c", commands[node]],
                         cwd=code_dirs[node],
-                        env=envs[rank],
+                        env=started.envs[rank],
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
                         start_new_session=True,
                     )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            polled = [p.poll() for p in procs.values()]  # every process polled, each round
-            if None not in polled or any(polled):
-                break
-            time.sleep(0.1)
+    except BaseException:
+        started.stop()
+        raise
+    return started
+
+
+def launch_pytorch(job: dict[str, Any], work: Path, stores: Datastores, timeout: float = 300) -> AzureRun:
+    """Azure ML's PyTorch distribution, run to its end. As on Azure ML, the first process that fails fails the
+    job: the others are stopped."""
+    started = start_pytorch(job, work, stores)
+    try:
+        started.wait(timeout)
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                with suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)  # the whole process group, as a stopped node would
-            proc.wait()
-    logs = {rank: (logs_dir / f"std_log_process_{rank}.txt").read_text(errors="replace") for rank in procs}
-    codes = {rank: proc.returncode for rank, proc in procs.items()}
-    return AzureRun(job["name"], codes, logs, inputs, outputs, envs)
+        started.stop()
+    return started.result()
 
 
 def mpirun_unavailable() -> str | None:

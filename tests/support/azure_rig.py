@@ -11,7 +11,12 @@ URL (``http://devstoreaccount1.blob.rig.invalid``) is forwarded to it by ``BlobF
 As on Azure ML, a job's logs are written under its ``default`` output
 (``azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.<job>``, container ``azureml``), and
 when the model has an MLflow server (a real ``mlflow server``) the workspace reports it as its
-``mlFlowTrackingUri`` and every submitted job gets an MLflow run whose id is the job's name.
+``mlFlowTrackingUri`` and every submitted job gets an MLflow run whose id is the job's name. A job failed
+with ``fail_job`` has its error in its run history's details, where Azure ML reports why a job failed.
+
+For other processes (the CLI, a recovery watcher), ``serve`` answers the same routes over HTTP on
+127.0.0.1 and ``served_transport`` (named by ``CLOUDDDP_AZURE_TRANSPORT``, with the rig's credential by
+``CLOUDDDP_AZURE_CREDENTIAL``: ``served_environment``) sends the SDK's requests there.
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ import copy
 import datetime
 import io
 import json
+import os
 import re
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -53,6 +60,19 @@ STORAGE_ENDPOINT = "rig.invalid"  # a datastore's account URL is http://<account
 ACCOUNT_URL = f"http://{ACCOUNT}.blob.{STORAGE_ENDPOINT}"
 ARTIFACT_CONTAINER = "azureml"  # the workspace storage container behind workspaceartifactstore
 Answer = tuple[int, Any, dict[str, str]]  # status, JSON body, headers
+ML_HOSTS = ("https://management.azure.com", DISCOVERY.rsplit("/discovery", 1)[0], RUN_HISTORY)
+OUTPUT_MODES = {"ReadWriteMount": "rw_mount", "Upload": "upload", "Direct": "direct"}  # REST -> CLI v2
+HOST_HEADER = "X-Rig-Host"  # the host a forwarded request was for
+RIG_URL, RIG_BLOB = "CLOUDDDP_TEST_AZURE_RIG", "CLOUDDDP_TEST_AZURE_BLOB"
+PREEMPTED = (
+    "AzureMLCompute job failed.\nPreemptionError: Nodes of this job got pre-empted. Check if the run has "
+    "failed or restarted.\n\tReason: Received pre-emption warning signal"
+)
+"""What Azure ML reports for a preempted low-priority job (its code: UserError)."""
+SCRIPT_FAILED = (
+    "AzureMLCompute job failed\nExecutionFailed: [REDACTED]\n\texit_codes: 1\n\tAppinsights Reachable: Some(true)"
+)
+"""What Azure ML reports when the command exits non-zero (its code: UserError)."""
 
 
 def free_port() -> int:
@@ -130,6 +150,8 @@ class WorkspaceModel:
     """(method, path fragment, status) answered once, before the real route: throttling and 5xx."""
     compute_updates: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     """(cluster, body) of every PATCH of a compute: what an update of an existing cluster carried."""
+    errors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """job -> the error its run history reports (``fail_job``)."""
     mlflow: MlflowServer | None = None
     """The workspace's MLflow (its tracking URI); every submitted job gets a run there named by the job."""
     tracking_uri: str | None = None
@@ -188,6 +210,42 @@ class WorkspaceModel:
         with mock.patch.object(sqlalchemy_store.uuid, "uuid4", return_value=mock.Mock(hex=job)):
             store.create_run(experiment_id, "rig", get_current_time_millis(), [], job)
 
+    def submitted_job(self, job: str, into: Path) -> dict[str, Any]:
+        """The job as a node gets it: what the service received, in the CLI v2 shape the launchers of
+        azure_launchers.py take, with its code snapshot downloaded from the blob store into ``into``."""
+        props = self.jobs[job]["properties"]
+        assert not props.get("inputs"), "submitted_job does not rebuild inputs: give the job none"
+        code_id = props["codeId"].split("/")
+        code_uri = urlparse(self.codes[f"{code_id[-3]}/{code_id[-1]}"]["properties"]["codeUri"])
+        container, prefix = code_uri.path.split("/", 3)[2:]
+        client = self.container_client(container)
+        for blob in client.list_blobs(name_starts_with=prefix + "/"):
+            target = into / blob.name[len(prefix) + 1 :]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(client.download_blob(blob.name).readall())
+        outputs = {
+            name: {
+                "type": out["jobOutputType"],
+                "mode": OUTPUT_MODES[out["mode"]],
+                **({"path": out["uri"]} if out.get("uri") else {}),
+            }
+            for name, out in props.get("outputs", {}).items()
+            if name != "default"
+        }
+        return {
+            "name": job,
+            "code": str(into),
+            "command": props["command"],
+            "environment_variables": props.get("environmentVariables", {}),
+            "distribution": {
+                "type": props["distribution"]["distributionType"].lower(),
+                "process_count_per_instance": props["distribution"]["processCountPerInstance"],
+            },
+            "resources": {"instance_count": props["resources"]["instanceCount"]},
+            "outputs": outputs,
+            "tags": props.get("tags", {}),
+        }
+
     def set_job_status(self, job: str, status: str, at: datetime.datetime | None = None) -> None:
         """Move a job to ``status``; the run history stamps startTimeUtc when it first runs (or at ``at``, given)
         and endTimeUtc when it ends (``at``, default now), as Azure ML's run history reports them."""
@@ -201,6 +259,15 @@ class WorkspaceModel:
             times.setdefault("startTimeUtc", when)
             times["endTimeUtc"] = when
 
+    def fail_job(self, job: str, message: str, code: str = "UserError") -> None:
+        """The job fails with ``message``, which its run history reports as Azure ML does (``error.error``)."""
+        self.errors[job] = {
+            "error": {"code": code, "message": message, "messageParameters": {}, "details": []},
+            "time": _now(),
+            "componentName": "CommonRuntime",
+        }
+        self.set_job_status(job, "Failed")
+
 
 class WorkspaceAdapter(BaseAdapter):
     def __init__(self, model: WorkspaceModel) -> None:
@@ -213,22 +280,23 @@ class WorkspaceAdapter(BaseAdapter):
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
         url = urlparse(request.url)
         body = json.loads(request.body) if request.body else None
-        self.model.calls.append((request.method or "", url.path))
-        fault = next((f for f in self.model.faults if f[0] == request.method and f[1] in url.path), None)
-        if fault is not None:
-            self.model.faults.remove(fault)
-            code = "TooManyRequests" if fault[2] == 429 else "ServerError"
-            status, payload, headers = fault[2], {"error": {"code": code, "message": "injected"}}, {"Retry-After": "0"}
-        else:
-            status, payload, headers = self.route(
-                request.method or "GET", url.netloc, url.path, parse_qs(url.query), body
-            )
+        status, payload, headers = self.answer(request.method or "GET", url.netloc, url.path, parse_qs(url.query), body)
         content = json.dumps(payload).encode() if payload is not None else b""
         all_headers = {"Content-Type": "application/json", "Content-Length": str(len(content)), **headers}
         raw = urllib3.HTTPResponse(
             body=io.BytesIO(content), headers=all_headers, status=status, preload_content=False, decode_content=False
         )
         return self.build_response(request, raw)
+
+    def answer(self, method: str, host: str, path: str, query: dict[str, list[str]], body: Any) -> Answer:
+        """A request to the workspace: recorded, answered by an injected fault once, else by its route."""
+        self.model.calls.append((method, path))
+        fault = next((f for f in self.model.faults if f[0] == method and f[1] in path), None)
+        if fault is None:
+            return self.route(method, host, path, query, body)
+        self.model.faults.remove(fault)
+        code = "TooManyRequests" if fault[2] == 429 else "ServerError"
+        return fault[2], {"error": {"code": code, "message": "injected"}}, {"Retry-After": "0"}
 
     def build_response(self, request: requests.PreparedRequest, raw: Any) -> requests.Response:
         resp = requests.Response()
@@ -251,16 +319,16 @@ class WorkspaceAdapter(BaseAdapter):
             match = re.search(r"/runs/([^/]+)/details$", path)
             if match and match.group(1) in m.jobs:
                 job = match.group(1)
-                return (
-                    200,
-                    {
-                        "runId": job,
-                        "status": m.jobs[job]["properties"]["status"],
-                        "logFiles": m.log_files.get(job, {}),
-                        **m.run_times.get(job, {}),
-                    },
-                    {},
-                )
+                details = {
+                    "runId": job,
+                    "status": m.jobs[job]["properties"]["status"],
+                    "logFiles": m.log_files.get(job, {}),
+                    "warnings": [],
+                    **m.run_times.get(job, {}),
+                }
+                if job in m.errors:
+                    details["error"] = m.errors[job]
+                return 200, details, {}
             return self._not_found(path)
         if path.endswith("/vmSizes"):
             return (
@@ -281,6 +349,14 @@ class WorkspaceAdapter(BaseAdapter):
                             "vCPUs": 96,
                             "gpus": 4,
                             "memoryGB": 880,
+                            "lowPriorityCapable": True,
+                        },
+                        {
+                            "name": "Standard_D4s_v3",
+                            "family": "standardDSv3Family",
+                            "vCPUs": 4,
+                            "gpus": 0,
+                            "memoryGB": 16,
                             "lowPriorityCapable": True,
                         },
                     ]
@@ -493,6 +569,109 @@ class BlobForwarder(BaseAdapter):
         )
 
 
+class RigForwarder(BaseAdapter):
+    """Azure ML's hosts (management, discovery, run history), forwarded to the workspace served over HTTP by
+    :func:`serve`, with the host the SDK asked for in a header (the workspace answers by host)."""
+
+    def __init__(self, rig_url: str) -> None:
+        super().__init__()
+        self.rig_url = rig_url.rstrip("/")
+        self.session = requests.Session()
+
+    def close(self) -> None:
+        self.session.close()
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        url = urlparse(request.url)
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
+        headers[HOST_HEADER] = url.netloc
+        target = f"{self.rig_url}{url.path}" + (f"?{url.query}" if url.query else "")
+        return self.session.request(
+            request.method or "GET",
+            target,
+            headers=headers,
+            data=request.body,
+            timeout=kwargs.get("timeout") or 30,
+            stream=bool(kwargs.get("stream")),
+            allow_redirects=False,
+        )
+
+
+@contextmanager
+def serve(model: WorkspaceModel) -> Iterator[str]:
+    """The workspace over HTTP on 127.0.0.1 (a thread of this process), for the SDK in other processes: each
+    request is answered by the same routes the in-process adapter uses, one at a time. Yields its URL."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    adapter = WorkspaceAdapter(model)
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            url = urlparse(self.path)
+            with lock:
+                status, payload, headers = adapter.answer(
+                    self.command,
+                    self.headers.get(HOST_HEADER, ""),
+                    url.path,
+                    parse_qs(url.query),
+                    json.loads(raw) if raw else None,
+                )
+            content = json.dumps(payload).encode() if payload is not None else b""
+            self.send_response(status)
+            for key, value in {"Content-Type": "application/json", **headers}.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(content)))
+            self.end_headers()
+            self.wfile.write(content)
+
+        do_GET = do_PUT = do_POST = do_PATCH = do_DELETE = answer
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="azure-rig", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def served_transport() -> Any:
+    """The transport factory for ``CLOUDDDP_AZURE_TRANSPORT``: Azure ML's hosts go to the served workspace
+    (``CLOUDDDP_TEST_AZURE_RIG``), the datastores' account to Azurite (``CLOUDDDP_TEST_AZURE_BLOB``); other
+    URLs (Azurite's SAS URLs) go out for real."""
+    from azure.core.pipeline.transport import RequestsTransport
+
+    session = requests.Session()
+    forwarder = RigForwarder(os.environ[RIG_URL])
+    for prefix in ML_HOSTS:
+        session.mount(prefix, forwarder)
+    session.mount(ACCOUNT_URL, BlobForwarder(os.environ[RIG_BLOB]))
+    return RequestsTransport(session=session, session_owner=False)
+
+
+def served_environment(rig_url: str, model: WorkspaceModel) -> dict[str, str]:
+    """What a ``cloudddp`` process (the CLI, a recovery watcher) needs to use the served workspace through the
+    Azure ML backend's two extension points, with no credential or transport passed in code."""
+    return {
+        **env_for_rig(),
+        "CLOUDDDP_AZURE_CREDENTIAL": "tests.support.azure_rig:FakeCredential",
+        "CLOUDDDP_AZURE_TRANSPORT": "tests.support.azure_rig:served_transport",
+        RIG_URL: rig_url,
+        RIG_BLOB: model.blob_endpoint,
+    }
+
+
 def ml_transport(model: WorkspaceModel) -> Any:
     """A RequestsTransport whose session answers Azure ML from ``model`` and forwards the datastores' account
     to Azurite; other URLs (Azurite's SAS URLs) go out for real."""
@@ -500,7 +679,7 @@ def ml_transport(model: WorkspaceModel) -> Any:
 
     session = requests.Session()
     adapter = WorkspaceAdapter(model)
-    for prefix in ("https://management.azure.com", DISCOVERY.rsplit("/discovery", 1)[0], RUN_HISTORY):
+    for prefix in ML_HOSTS:
         session.mount(prefix, adapter)
     session.mount(ACCOUNT_URL, BlobForwarder(model.blob_endpoint))
     return RequestsTransport(session=session, session_owner=False)

@@ -25,7 +25,7 @@ from ...plan import Plan
 from ...secrets import redacted_spec_data
 from ...sizing import SizeTarget
 from ...spec import JobSpec
-from ..base import Backend, Check, Launched, LogLine, Progress, RunState, RunStatus
+from ..base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from ..features import Capabilities, Feature
 from .options import AzureMLOptions
 
@@ -97,10 +97,12 @@ class AzureMLBackend(Backend[AzureMLOptions]):
     ) -> None:
         super().__init__(**base)
         self.credential = credential
-        self.transport = transport
+        self._transport = transport
+        self._transport_read = transport is not None
         self.token = token
         self.poll_seconds = poll_seconds
         self._clients: dict[tuple[str, str, str], Any] = {}
+        self._failures: dict[str, tuple[Cause, str, dict[str, str]]] = {}
 
     def size_target(self, spec: JobSpec) -> SizeTarget:
         az = self.options(spec)  # the cluster stays up (billed) for its scale-down delay after the job
@@ -126,6 +128,17 @@ class AzureMLBackend(Backend[AzureMLOptions]):
             env_sources=docs.env_sources,
         )
 
+    def for_attempt(self, plan: Plan, attempt: int) -> Plan:
+        """Job names are unique in a workspace: the attempt gets ``-rN`` and a ``cloudddp:attempt`` tag, and its
+        ``job.yml`` is dumped again, so what is submitted is still the plan's document. The code, data and
+        checkpoint folder (named after the training, not the job) stay the same."""
+        base = plan.job_name.removesuffix(f"-r{attempt - 1}") if attempt > 2 else plan.job_name
+        again = plan.renamed(f"{base}-r{attempt}")
+        job = again.request["job"]
+        job["tags"] = {**job.get("tags", {}), "cloudddp:attempt": str(attempt)}
+        again.documents["job.yml"] = _yaml(job)
+        return again
+
     # -- the SDK (imported here only) ------------------------------------------------------------
     def _client(self, workspace: dict[str, str]) -> Any:
         from .workspace import require_workspace
@@ -143,8 +156,23 @@ class AzureMLBackend(Backend[AzureMLOptions]):
             self._clients[key] = MLClient(self._credential(), ws.subscription_id, ws.resource_group, ws.name, **kwargs)
         return self._clients[key]
 
+    @property
+    def transport(self) -> Any:
+        """The transport given, else the one ``CLOUDDDP_AZURE_TRANSPORT`` names (made once), else None:
+        azure-core's default."""
+        if not self._transport_read:
+            from .extensions import transport_from_environment
+
+            self._transport, self._transport_read = transport_from_environment(), True
+        return self._transport
+
     def _credential(self) -> Any:
-        """The credential given, else ``DefaultAzureCredential`` (made once: it caches its tokens)."""
+        """The credential given, else the one ``CLOUDDDP_AZURE_CREDENTIAL`` names, else
+        ``DefaultAzureCredential`` (made once: it caches its tokens)."""
+        if self.credential is None:
+            from .extensions import credential_from_environment
+
+            self.credential = credential_from_environment()
         if self.credential is None:
             from azure.identity import DefaultAzureCredential
 
@@ -299,28 +327,57 @@ class AzureMLBackend(Backend[AzureMLOptions]):
     def _describe(self, run_id: str) -> RunStatus | None:
         from azure.core.exceptions import ResourceNotFoundError
 
+        workspace = self._workspace_of(run_id)
         try:
-            job = self._client(self._workspace_of(run_id)).jobs.get(run_id)
+            job = self._client(workspace).jobs.get(run_id)
         except ResourceNotFoundError:
             return None
         native = str(getattr(job.status, "value", job.status) or "")
         state = _STATES.get(native, RunState.UNKNOWN)
         ctx = getattr(job, "creation_context", None)
         created = getattr(ctx, "created_at", None)
+        details = {
+            "studio_url": job.studio_url,
+            "compute": job.compute,
+            "instance_count": getattr(job.resources, "instance_count", None),
+        }
+        cause, message = (Cause.CANCELLED if state is RunState.CANCELLED else None), native
+        if state is RunState.FAILED:
+            cause, message, failure = self._failure(run_id, workspace)
+            details["failure"] = failure
         return RunStatus(
             run_id=run_id,
             backend=self.name,
             state=state,
             name=str(job.display_name or run_id),
             native_state=native,
-            message=native,
+            message=message,
             created_at=created.timestamp() if isinstance(created, datetime.datetime) else None,
-            details={
-                "studio_url": job.studio_url,
-                "compute": job.compute,
-                "instance_count": getattr(job.resources, "instance_count", None),
-            },
+            details=details,
+            cause=cause,
         )
+
+    def _failure(self, run_id: str, workspace: dict[str, str]) -> tuple[Cause, str, dict[str, str]]:
+        """Why a failed job failed, from the error in its run history (where ``az ml job show`` and Studio read it;
+        kept once read: it does not change); an unknown cause, saying why, when the run history cannot be read
+        or has no error yet."""
+        from azure.core.exceptions import AzureError
+
+        from .failures import failure_cause, failure_message, root_error
+
+        if run_id in self._failures:
+            return self._failures[run_id]
+        try:  # the run history, as _bill reads it
+            details = self._client(workspace).jobs._runs_operations.get_run_details(run_id).as_dict()
+        except AzureError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return Cause.UNKNOWN, f"Failed (why could not be read from the run history: {first})", {}
+        error = root_error(details)
+        if error is None:  # not kept: the error may be recorded a moment after the status
+            return Cause.UNKNOWN, "Failed (the run history gives no error yet; the job's logs may say why)", {}
+        failure = {"code": str(error.get("code", "")), "message": failure_message(error, limit=4000)}
+        self._failures[run_id] = (failure_cause(error), failure_message(error), failure)
+        return self._failures[run_id]
 
     def _log_iter(self, run_id: str, *, follow: bool) -> Iterator[LogLine]:
         """Each process's log file in the job's artifact store, reading only the bytes added since the last poll."""
