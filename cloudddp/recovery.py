@@ -33,6 +33,7 @@ from .registry import home
 from .spec import JobSpec
 
 POLL_SECONDS = float(os.environ.get("CLOUDDDP_RECOVERY_POLL", "10"))
+SETTLE_SECONDS = float(os.environ.get("CLOUDDDP_RECOVERY_SETTLE", "60"))
 WATCHING, SUCCEEDED, GAVE_UP, CANCELLED = "watching", "succeeded", "gave up", "cancelled"
 
 
@@ -193,9 +194,10 @@ def watch(chain_id: str, literals: dict[str, str], poll: float = POLL_SECONDS) -
     backend = get_backend(chain.backend)
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    ended_at: dict[str, float] = {}
     while chain.status == WATCHING and not stop["now"]:
         status = backend.status(chain.current.run_id)
-        if not status.state.terminal:
+        if not status.state.terminal or _reason_may_follow(status, ended_at):
             time.sleep(poll)
             continue
         chain = Chain.load(chain_id)  # a cancel may have changed it meanwhile
@@ -203,6 +205,16 @@ def watch(chain_id: str, literals: dict[str, str], poll: float = POLL_SECONDS) -
         decide(chain, status, backend, literals)
         chain.save()
     return chain
+
+
+def _reason_may_follow(status: RunStatus, ended_at: dict[str, float]) -> bool:
+    """A failure without a known cause, seen less than :data:`SETTLE_SECONDS` ago: a cloud may record why a job
+    failed a moment after its status says so (Azure ML's run history), so the watcher asks again before
+    deciding that an unknown failure is not to be recovered."""
+    if status.state is not RunState.FAILED or status.cause not in (None, Cause.UNKNOWN):
+        return False
+    first_seen = ended_at.setdefault(status.run_id, time.monotonic())
+    return time.monotonic() - first_seen < SETTLE_SECONDS
 
 
 def _record(chain: Chain, status: RunStatus) -> None:
