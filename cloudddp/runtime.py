@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +37,6 @@ from .secrets import rendered_env
 from .spec import JobSpec
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from .packaging import Snapshot
 
 PREFIX = "CLOUDDDP_"
@@ -133,6 +132,23 @@ def code_snapshot(spec: JobSpec) -> Snapshot:
     reqs = requirements.of(spec)
     extra = {**shipped_files(), **({requirements.FILE: reqs.text.encode()} if reqs and reqs.shipped else {})}
     return pack(spec.code_dir, spec.code.ignore, extra=extra, max_bytes=spec.code.max_size_mb * 1_000_000)
+
+
+def checked_snapshot(spec: JobSpec) -> Snapshot:
+    """:func:`code_snapshot` for a backend that runs ``code.entry`` from it: the folder and the entry exist, and
+    no ignore rule leaves the entry out; a UserError naming the field otherwise."""
+    code_dir = spec.code_dir
+    if not code_dir.is_dir():
+        raise UserError(f"code.dir: {code_dir} is not a folder", hint="code.dir is relative to the spec file")
+    if spec.code.entry and not (code_dir / spec.code.entry).is_file():
+        raise UserError(f"code.entry: {spec.code.entry} is not a file in {code_dir}")
+    snapshot = code_snapshot(spec)
+    if spec.code.entry and Path(spec.code.entry).as_posix() not in snapshot.files:
+        raise UserError(
+            f"code.entry: {spec.code.entry} is left out of the code snapshot by an ignore rule",
+            hint="check code.ignore, .gitignore, .amlignore and .cloudddpignore in code.dir",
+        )
+    return snapshot
 
 
 def shipped_files() -> dict[str, bytes]:

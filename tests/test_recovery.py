@@ -5,7 +5,6 @@ job's own code is never retried."""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -20,20 +19,11 @@ from .support.aws_emulator import aws_environment, put_logs, set_status
 from .support.cli import ROOT, cli
 from .support.faults import kill_node
 from .support.harnesses import SageMakerHarness, TINY
+from .support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 DIGITS = ROOT / "jobs" / "digits-local.yaml"
 FAST = {"CLOUDDDP_RECOVERY_POLL": "0.5"}
-
-
-def wait_until(predicate, timeout: float = 180, poll: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll)
-    raise TimeoutError("condition not met in time")
 
 
 def model_of(run_dir: str) -> dict[str, torch.Tensor]:

@@ -183,6 +183,52 @@ def test_a_dead_node_fails_the_attempt_naming_it_and_recovery_submits_it_again(
     cluster.wait_nodes("idle", ("node2",), timeout=30)
 
 
+def test_a_lost_node_is_recovered_and_the_model_is_bitwise_equal_to_an_uninterrupted_run(
+    cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shared script on 2 nodes, slurm.requeue off: node2 dies once epoch 2 is checkpointed; the attempt
+    ends NODE_FAIL, the recovery watcher submits it again once node2 is back, the new attempt resumes from the
+    checkpoint, and the model equals that of a run nobody interrupted, bit for bit."""
+    import torch
+
+    monkeypatch.setenv("CLOUDDDP_RECOVERY_POLL", "0.5")
+    args = [
+        "resources.nodes=2",
+        "checkpoint.resume=auto",
+        "slurm.requeue=false",
+        "code.args=[--dataset, digits, --epochs, '3', --deterministic, --batch-size, '128', --log-every, '1']",
+    ]
+    clean = submit(DIGITS, "name=slurm-clean", *args)
+    assert clean.wait(timeout=180, poll=0.5).state is RunState.SUCCEEDED
+    run = submit(DIGITS, "name=slurm-lost", "limits.max_recoveries=1", *args)
+    first = run.run_id
+    for record in run.backend.metrics(first, follow=True):
+        if record.epoch == 2 and "test_acc" in record.values:
+            break
+    cluster.kill_node("node2")
+    try:
+        deadline = time.monotonic() + 60
+        while not run.backend.status(first).state.terminal:
+            assert time.monotonic() < deadline, run.backend.status(first)
+            time.sleep(0.5)
+    finally:
+        cluster.start_node("node2")
+    status = run.wait(timeout=240, poll=0.5)
+    assert status.state is RunState.SUCCEEDED, status
+    attempts = status.details["attempts"]
+    assert [(a["state"], a["cause"]) for a in attempts] == [("failed", "infrastructure"), ("succeeded", None)]
+    second = Run(attempts[1]["run_id"], run.backend)
+    assert any("resumed from" in line.text for line in second.logs())
+    assert [r.epoch for r in run.metrics() if "test_acc" in r.values] == [1, 2, 3]
+
+    def model_of(of: Run) -> dict[str, torch.Tensor]:
+        return torch.load(Path(of.status().details["run_dir"]) / "outputs" / "model.pt", map_location="cpu")
+
+    want, got = model_of(clean), model_of(second)
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in got)
+    cluster.wait_nodes("idle", ("node2",), timeout=30)
+
+
 def test_the_time_limit_signal_stops_the_training_cleanly_and_says_so(cluster: SlurmCluster) -> None:
     """What ``--signal=B:USR1@<lead>`` does before the time limit, sent now (a real limit takes minutes)."""
     run = submit(

@@ -6,10 +6,9 @@ every attempt mounts. Nothing of cloudddp is stubbed."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -23,19 +22,9 @@ from ..support.azure_rig import WorkspaceModel, create_container, serve, served_
 from ..support.cli import ROOT, cli
 from ..support.harnesses import AzureMLHarness
 from ..support.mlflow_server import MlflowServer
+from ..support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
-T = TypeVar("T")
-
-
-def wait_until(predicate: Callable[[], T], timeout: float = 120, poll: float = 0.2) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll)
-    raise TimeoutError("condition not met in time")
 
 
 @pytest.fixture()

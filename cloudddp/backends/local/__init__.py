@@ -29,7 +29,16 @@ from ...metrics import MetricRecord, record_from_dict
 from ...plan import Plan, late
 from ...registry import home
 from ...packaging import human_bytes, snapshot_warnings
-from ...runtime import Places, checkpoint_folder, code_snapshot, extract, input_args, job_env, packed, snapshot_upload
+from ...runtime import (
+    Places,
+    checked_snapshot,
+    checkpoint_folder,
+    extract,
+    input_args,
+    job_env,
+    packed,
+    snapshot_upload,
+)
 from ...secrets import redacted_spec_data
 from ...spec import JobSpec
 from ...tail import follow_lines
@@ -109,17 +118,7 @@ class LocalBackend(Backend[LocalOptions]):
         opts = self.options(spec)
         decisions: list[str] = []
         warnings: list[str] = []
-        code_dir = spec.code_dir
-        if not code_dir.is_dir():
-            raise UserError(f"code.dir: {code_dir} is not a folder", hint="code.dir is relative to the spec file")
-        if spec.code.entry and not (code_dir / spec.code.entry).is_file():
-            raise UserError(f"code.entry: {spec.code.entry} is not a file in {code_dir}")
-        snapshot = code_snapshot(spec)
-        if spec.code.entry and Path(spec.code.entry).as_posix() not in snapshot.files:
-            raise UserError(
-                f"code.entry: {spec.code.entry} is left out of the code snapshot by an ignore rule",
-                hint="check code.ignore, .gitignore, .amlignore and .cloudddpignore in code.dir",
-            )
+        snapshot = checked_snapshot(spec)
         decisions.append(
             f"runs code snapshot {snapshot.sha256[:12]} ({len(snapshot.files)} files, "
             f"{human_bytes(snapshot.size)}) unpacked in the run folder: the bytes a cloud job gets"

@@ -19,7 +19,6 @@ import os
 import secrets as _random
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, ClassVar
 
 from ... import requirements
@@ -27,7 +26,7 @@ from ...errors import CloudDDPError, UserError
 from ...packaging import human_bytes, snapshot_warnings
 from ...plan import Plan, substitute
 from ...registry import home
-from ...runtime import Places, checkpoint_folder, code_snapshot, input_args, job_env, packed, snapshot_upload
+from ...runtime import Places, checked_snapshot, checkpoint_folder, input_args, job_env, packed, snapshot_upload
 from ...secrets import redacted_spec_data
 from ...spec import JobSpec
 from ..base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
@@ -80,7 +79,7 @@ class SlurmBackend(Backend[SlurmOptions]):
         opts = self.options(spec)
         decisions: list[str] = []
         warnings: list[str] = []
-        snapshot = _checked_snapshot(spec)
+        snapshot = checked_snapshot(spec)
         shell = Shell(opts.login_host, tuple(opts.ssh_options))
         run_id = f"{spec.name}-{self.token or time.strftime('%y%m%d-%H%M%S') + '-' + _random.token_hex(2)}"
         layout = Layout(opts.workdir or str(home() / "slurm"), run_id)
@@ -454,21 +453,6 @@ def _config_pairs(text: str) -> Iterator[tuple[str, str]]:
         name, sep, value = line.partition("=")
         if sep:
             yield name.strip(), value.strip()
-
-
-def _checked_snapshot(spec: JobSpec) -> Any:
-    code_dir = spec.code_dir
-    if not code_dir.is_dir():
-        raise UserError(f"code.dir: {code_dir} is not a folder", hint="code.dir is relative to the spec file")
-    if spec.code.entry and not (code_dir / spec.code.entry).is_file():
-        raise UserError(f"code.entry: {spec.code.entry} is not a file in {code_dir}")
-    snapshot = code_snapshot(spec)
-    if spec.code.entry and Path(spec.code.entry).as_posix() not in snapshot.files:
-        raise UserError(
-            f"code.entry: {spec.code.entry} is left out of the code snapshot by an ignore rule",
-            hint="check code.ignore, .gitignore, .amlignore and .cloudddpignore in code.dir",
-        )
-    return snapshot
 
 
 def _cluster_path(spec: JobSpec, opts: SlurmOptions, where: str, field: str) -> str:
