@@ -16,11 +16,14 @@ from cloudddp.registry import Registry
 pytestmark = pytest.mark.slow
 
 
-def test_twenty_parallel_submissions_are_all_registered_once() -> None:
+def test_twenty_parallel_submissions_are_all_registered_once(tmp_path: Path) -> None:
     job = Job.from_dict(
         {
             "name": "parallel",
-            "code": {"dir": ".", "command": [sys.executable, "-c", "import os; print('rank', os.environ['RANK'])"]},
+            "code": {
+                "dir": str(tmp_path),
+                "command": [sys.executable, "-c", "import os; print('rank', os.environ['RANK'])"],
+            },
             "local": {"processes_per_node": 1},
             "checkpoint": {"enabled": False},
         }
