@@ -62,37 +62,46 @@ class Bill:
         return data
 
 
-def priced(seconds_per_node: float, nodes: int, price_per_node_hour: float | None) -> float | None:
-    return price_per_node_hour * nodes * seconds_per_node / 3600 if price_per_node_hour is not None else None
-
-
-def catalog_price(size: str) -> tuple[float | None, Figure]:
-    """The catalog's hourly price of one ``size`` node (the one estimates use), as a figure with its source."""
+def catalog_bill(
+    *,
+    size: str,
+    nodes: int,
+    billed_s: float,
+    figures: list[Figure],
+    notes: list[str],
+    **rest: Any,
+) -> Bill:
+    """The bill of ``nodes`` cloud nodes of ``size``, each billed ``billed_s``, at the catalog's price (the one
+    estimates use, added to ``figures`` with its source), with GPU-hours where the catalog knows the GPUs.
+    ``rest``: the other :class:`Bill` fields (final, processes_per_node, ran_s, ...)."""
     from .catalog import CATALOG_DATE, find
 
     sku = find(size)
-    if sku is None or sku.price_per_hour is None:
+    price = sku.price_per_hour if sku is not None else None
+    if sku is None or price is None:
         why = "not in the GPU catalog" if sku is None else "the catalog has no price for it"
-        return None, Figure("price per node", None, "USD/h", f"{size}: {why}")
-    kind = (
-        "EC2 on-demand price, a lower bound for SageMaker's"
-        if sku.price_kind == "ec2-proxy"
-        else "list price, on-demand"
+        price_figure = Figure("price per node", None, "USD/h", f"{size}: {why}")
+    else:
+        kind = (
+            "EC2 on-demand price, a lower bound for SageMaker's"
+            if sku.price_kind == "ec2-proxy"
+            else "list price, on-demand"
+        )
+        where = f"catalog of {CATALOG_DATE}: {kind} in {sku.price_region} ({sku.price_date})"
+        price_figure = Figure("price per node", price, "USD/h", where)
+    gpus = sku.gpus if sku is not None else 0
+    return Bill(
+        size=size,
+        nodes=nodes,
+        billed_s=billed_s,
+        price_per_hour=price * nodes if price is not None else None,
+        cost=price * nodes * billed_s / 3600 if price is not None else None,
+        resource_hours=billed_s * nodes * gpus / 3600 if gpus else None,
+        resource_unit="GPU-hours" if gpus else "",
+        figures=(*figures, price_figure),
+        notes=tuple(notes),
+        **rest,
     )
-    return sku.price_per_hour, Figure(
-        "price per node",
-        sku.price_per_hour,
-        "USD/h",
-        f"catalog of {CATALOG_DATE}: {kind} in {sku.price_region} ({sku.price_date})",
-    )
-
-
-def gpus_of(size: str) -> int | None:
-    """GPUs of one node of ``size``, from the catalog."""
-    from .catalog import find
-
-    sku = find(size)
-    return sku.gpus if sku is not None else None
 
 
 @dataclass

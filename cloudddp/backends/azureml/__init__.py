@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...billing import Bill, Figure, catalog_price, gpus_of, priced
+from ...billing import Bill, Figure, catalog_bill
 from ...errors import BackendUnavailable, CloudDDPError, UserError
 from ...metrics import MetricRecord, metrics_from_lines
 from ...plan import Plan
@@ -479,9 +479,6 @@ class AzureMLBackend(Backend[AzureMLOptions]):
                 )
             )
         billed = ran + (pending if final else 0.0)
-        price, price_figure = catalog_price(size)
-        figures.append(price_figure)
-        gpus = gpus_of(size)
         notes = [
             "node allocation before the run history's startTimeUtc is billed but not reported, so not included",
             "disks, storage and network are billed apart and not included",
@@ -496,20 +493,16 @@ class AzureMLBackend(Backend[AzureMLOptions]):
             notes.append(
                 "low priority: priced here at the catalog's on-demand price (the catalog has no low-priority prices)"
             )
-        return Bill(
-            final=final,
+        return catalog_bill(
             size=size,
             nodes=nodes,
-            processes_per_node=processes,
             billed_s=billed,
-            price_per_hour=price * nodes if price is not None else None,
-            cost=priced(billed, nodes, price),
-            resource_hours=billed * nodes * gpus / 3600 if gpus else None,
-            resource_unit="GPU-hours" if gpus else "",
+            figures=figures,
+            notes=notes,
+            final=final,
+            processes_per_node=processes,
             ran_s=ran,
             pending_s=0.0 if final else pending,
-            figures=tuple(figures),
-            notes=tuple(notes),
         )
 
     def _preflight(self, plan: Plan) -> list[Check]:

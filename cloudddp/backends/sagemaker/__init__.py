@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...billing import Bill, Figure, catalog_price, gpus_of, priced
+from ...billing import Bill, Figure, catalog_bill
 from ...errors import BackendUnavailable, CloudDDPError, UserError
 from ...plan import Plan
 from ...runtime import packed
@@ -456,9 +456,6 @@ class SageMakerBackend(Backend[SageMakerOptions]):
                     "DescribeTrainingJob WarmPoolStatus.ResourceRetainedBillableTimeInSeconds",
                 )
             )
-        price, price_figure = catalog_price(itype)
-        figures.append(price_figure)
-        gpus = gpus_of(itype)
         processes = json.loads(d.get("HyperParameters", {}).get("sagemaker_mpi_num_of_processes_per_host", "null"))
         notes = ["the ML storage volume, S3 and CloudWatch are billed apart and not included"]
         if d.get("EnableManagedSpotTraining") and not final:
@@ -466,20 +463,16 @@ class SageMakerBackend(Backend[SageMakerOptions]):
                 "a spot job's saving shows when it ends; until then every second since TrainingStartTime "
                 "counts at the on-demand price"
             )
-        return Bill(
-            final=final,
+        return catalog_bill(
             size=itype,
             nodes=count,
-            processes_per_node=processes if isinstance(processes, int) else None,
             billed_s=billed,
-            price_per_hour=price * count if price is not None else None,
-            cost=priced(billed, count, price),
-            resource_hours=billed * count * gpus / 3600 if gpus else None,
-            resource_unit="GPU-hours" if gpus else "",
+            figures=figures,
+            notes=notes,
+            final=final,
+            processes_per_node=processes if isinstance(processes, int) else None,
             ran_s=ran,
             savings=savings,
-            figures=tuple(figures),
-            notes=tuple(notes),
         )
 
     def _preflight(self, plan: Plan) -> list[Check]:
