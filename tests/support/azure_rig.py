@@ -537,64 +537,55 @@ class WorkspaceAdapter(BaseAdapter):
         return self._not_found(f"compute {name}")
 
 
-class BlobForwarder(BaseAdapter):
+class _Forwarder(BaseAdapter):
+    """Sends each request the SDK makes to ``base`` (same path and query) over a real HTTP session."""
+
+    def __init__(self, base: str) -> None:
+        super().__init__()
+        self.base = base.rstrip("/")
+        self.session = requests.Session()
+
+    def close(self) -> None:
+        self.session.close()
+
+    def _headers(self, request: requests.PreparedRequest) -> dict[str, str]:
+        return {k: v for k, v in request.headers.items() if k.lower() != "host"}
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        url = urlparse(request.url)
+        return self.session.request(
+            request.method or "GET",
+            f"{self.base}{url.path}" + (f"?{url.query}" if url.query else ""),
+            headers=self._headers(request),
+            data=request.body,
+            timeout=kwargs.get("timeout") or 30,
+            stream=bool(kwargs.get("stream")),
+            allow_redirects=False,
+        )
+
+
+class BlobForwarder(_Forwarder):
     """The storage account of the workspace's datastores (``http://devstoreaccount1.blob.rig.invalid``),
     forwarded to Azurite (path-style, the account in the path); requests are signed with a SAS, which
     does not depend on the URL's style."""
 
     def __init__(self, blob_endpoint: str) -> None:
-        super().__init__()
-        self.blob_endpoint = blob_endpoint
-        self.session = requests.Session()
+        super().__init__(blob_endpoint)
         self.ranges: list[tuple[str, str]] = []
         """(path, x-ms-range) of every ranged blob read: what each read asked for."""
 
-    def close(self) -> None:
-        self.session.close()
-
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
-        url = urlparse(request.url)
         if request.method == "GET" and "x-ms-range" in request.headers:
-            self.ranges.append((url.path, request.headers["x-ms-range"]))
-        headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
-        target = f"{self.blob_endpoint}{url.path}" + (f"?{url.query}" if url.query else "")
-        return self.session.request(
-            request.method or "GET",
-            target,
-            headers=headers,
-            data=request.body,
-            timeout=kwargs.get("timeout") or 30,
-            stream=bool(kwargs.get("stream")),
-            allow_redirects=False,
-        )
+            self.ranges.append((urlparse(request.url).path, request.headers["x-ms-range"]))
+        return super().send(request, **kwargs)
 
 
-class RigForwarder(BaseAdapter):
+class RigForwarder(_Forwarder):
     """Azure ML's hosts (management, discovery, run history), forwarded to the workspace served over HTTP by
     :func:`serve`, with the host the SDK asked for in a header (the workspace answers by host)."""
 
-    def __init__(self, rig_url: str) -> None:
-        super().__init__()
-        self.rig_url = rig_url.rstrip("/")
-        self.session = requests.Session()
-
-    def close(self) -> None:
-        self.session.close()
-
-    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
-        url = urlparse(request.url)
-        headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
-        headers[HOST_HEADER] = url.netloc
-        target = f"{self.rig_url}{url.path}" + (f"?{url.query}" if url.query else "")
-        return self.session.request(
-            request.method or "GET",
-            target,
-            headers=headers,
-            data=request.body,
-            timeout=kwargs.get("timeout") or 30,
-            stream=bool(kwargs.get("stream")),
-            allow_redirects=False,
-        )
+    def _headers(self, request: requests.PreparedRequest) -> dict[str, str]:
+        return {**super()._headers(request), HOST_HEADER: urlparse(request.url).netloc}
 
 
 @contextmanager
