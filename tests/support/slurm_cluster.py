@@ -423,7 +423,7 @@ def cluster_fixture(root: Path) -> Iterator[SlurmCluster]:
     try:
         cluster = start_cluster(root)
     except SlurmUnavailable as e:
-        pytest.skip(str(e))
+        pytest.skip(f"no Slurm cluster on this machine, so the Slurm tests cannot run: {e}")
     try:
         yield cluster
     finally:
