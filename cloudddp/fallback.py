@@ -42,14 +42,15 @@ def ranked_sizes(backend: Backend[Any], spec: JobSpec) -> tuple[str | None, list
     """The size ``spec`` runs on at ``backend`` and the other sizes that fit it, best first; (None, []) for a
     backend that chooses no size."""
     from .catalog.select import select
-    from .sizing import choose, requirements_for
+    from .sizing import requirements_for
 
     target = backend.size_target(spec)
     if target is None or spec.resources.gpus_per_node == 0:
         return None, []
-    current = target.named or (sel.chosen.sku.size if (sel := choose(spec, target)).chosen else None)
     ranking = select(requirements_for(spec, dataclasses.replace(target, named=None))).candidates
-    return current, [c.sku.size for c in ranking if c.ok and c.sku.size != current]
+    fits = [c.sku.size for c in ranking if c.ok]
+    current = target.named or (fits[0] if fits else None)
+    return current, [size for size in fits if size != current]
 
 
 def plan_fallback(backend: Backend[Any], spec: JobSpec) -> Fallback:
