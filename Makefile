@@ -35,11 +35,13 @@ system-deps:
 		&& apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null 2>&1; } \
 	|| echo "system-deps: could not install" $$missing "with apt-get (needs root and Debian's archive): tests that need them skip and say why"
 
-# Lint first (seconds): ruff's rules and format check on everything, mypy (strict) on the package.
+# Lint first (seconds): ruff's rules and format check on everything, mypy (strict) on the package, and the
+# import layers (import-linter: a module imports only from layers below its own; docs/architecture.md).
 lint: venv
 	$(BIN)/ruff check cloudddp tests bench src_train
 	$(BIN)/ruff format --check cloudddp tests bench src_train
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 test: venv azurite system-deps lint
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q

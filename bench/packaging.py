@@ -18,7 +18,7 @@ from .process_stats import how_memory_is_measured, measured
 sys.path.insert(0, str(ROOT))
 
 WORK = Path(tempfile.gettempdir()) / "cloudddp-bench"
-PACK = "import sys; from pathlib import Path; from cloudddp.packaging import pack; pack(Path(sys.argv[1]))"
+PACK = "import sys; from pathlib import Path; from cloudddp.code.snapshot import pack; pack(Path(sys.argv[1]))"
 
 
 def tree(kind: str, tiny: bool) -> tuple[Path, str]:

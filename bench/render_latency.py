@@ -1,15 +1,25 @@
-"""Render latency: `cloudddp render` per cloud vs. a plain script building the same job with that cloud's SDK.
+"""Render latency: `cloudddp render` per cloud vs. a plain script building the same job with that cloud's SDK,
+and the Azure ML render vs. the same render by the first round's code (commit FIRST_ROUND), side by side.
 
-Both are timed as whole processes (interpreter start, imports, build, print), which is what a person
-waits for. The SDK scripts are in bench/baselines/.
+All are timed as whole processes (interpreter start, imports, build, print), which is what a person
+waits for. The SDK scripts are in bench/baselines/; the first round's package is taken from git history into a
+temporary folder and run with the same interpreter and packages. The Azure ML row also records the import
+profile of a render (``python -X importtime``): the modules whose own import took longest.
 """
 
 from __future__ import annotations
 
 import functools
+import re
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 from .common import ROOT, Result, cloudddp, median, run, timed
+
+FIRST_ROUND = "7e7a2a5"
+"""The end of the first round, whose render time the architecture issue asked to get back under."""
 
 CASES = {
     "azureml": ("jobs/cifar10-azureml.yaml", "baselines/azureml_sdk_job.py", "azure-ai-ml command() + dump"),
@@ -52,4 +62,54 @@ def measure(tiny: bool) -> list[Result]:
                 details={"reps": reps},
             )
         )
+    results += _against_first_round(reps)
     return results
+
+
+def _against_first_round(reps: int) -> list[Result]:
+    """The Azure ML render now vs. at :data:`FIRST_ROUND`, alternating, in one run; [] without git history."""
+    job = "jobs/cifar10-azureml.yaml"
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "archive", FIRST_ROUND, "cloudddp", "jobs", "src_train"], cwd=ROOT, capture_output=True
+        )
+        if archive.returncode != 0:
+            print(f"render: no {FIRST_ROUND} in this clone's history; the comparison row is left out", file=sys.stderr)
+            return []
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        ours_cmd = cloudddp("render", str(ROOT / job), "--backend", "azureml")
+        then_cmd = [sys.executable, "-m", "cloudddp", "render", str(Path(tmp) / job), "--backend", "azureml"]
+        then_env = {"PYTHONPATH": tmp}
+        run(ours_cmd)
+        run(then_cmd, env=then_env, cwd=Path(tmp))
+        ours, then = [], []
+        for _ in range(reps):
+            ours.append(timed(functools.partial(run, ours_cmd)))
+            then.append(timed(functools.partial(run, then_cmd, env=then_env, cwd=Path(tmp))))
+    o, t = median(ours), median(then)
+    return [
+        Result(
+            case="render latency",
+            metric="azureml: whole process, against the first round",
+            ours=o,
+            theirs=t,
+            unit="s",
+            ratio=t / o,
+            better="higher ratio",
+            baseline=f"cloudddp at {FIRST_ROUND}",
+            target="≤ the first round's time",
+            passed=o <= t,
+            details={"reps": reps, "slowest imports": import_profile(ours_cmd)},
+        )
+    ]
+
+
+def import_profile(argv: list[str], top: int = 8) -> list[str]:
+    """The modules whose own import time (``-X importtime``'s self column) was longest, as 'module: N ms'."""
+    result = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], capture_output=True, text=True, cwd=ROOT)
+    rows = []
+    for line in result.stderr.splitlines():
+        match = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|(\s*)(\S+)", line)
+        if match:
+            rows.append((int(match.group(1)), match.group(4)))
+    return [f"{name}: {us / 1000:.1f} ms" for us, name in sorted(rows, reverse=True)[:top]]

@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def _sagemaker(tiny: bool) -> Result:
+    from cloudddp.backends.registry import spec_from_dict
     from cloudddp.backends.sagemaker import SageMakerBackend
-    from cloudddp.specload import spec_from_dict
     from tests.support.aws_emulator import moto_server
 
     with moto_server() as url, tempfile.TemporaryDirectory() as tmp:
@@ -80,7 +80,7 @@ def _sagemaker(tiny: bool) -> Result:
 
 def _azureml(tiny: bool) -> Result:
     from cloudddp.backends.azureml import AzureMLBackend
-    from cloudddp.specload import load_spec
+    from cloudddp.backends.registry import load_spec
     from tests.support.azure_rig import FakeCredential, WorkspaceModel, azurite, create_container, ml_transport
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 def _registry_home(parent: Path, runs: int) -> tuple[dict[str, str], str]:
     """A cloudddp home with ``runs`` runs; the newest is a finished local run (so `status` can read it)."""
     from cloudddp.backends.local.rundir import RunDir
-    from cloudddp.registry import Registry
+    from cloudddp.runs.registry import Registry
     from tests.support.runs import fill
 
     home = parent / f"home-{runs}"
@@ -34,7 +34,7 @@ def _registry_home(parent: Path, runs: int) -> tuple[dict[str, str], str]:
 
 def _metrics_home(parent: Path, lines: int) -> tuple[dict[str, str], str]:
     from cloudddp.backends.local.rundir import RunDir
-    from cloudddp.registry import Registry
+    from cloudddp.runs.registry import Registry
 
     home, run_id = parent / "home-metrics", "long-20250101-000000-abcd"
     Registry(home / "runs.db").add(run_id, "local", "long", "succeeded")

@@ -6,31 +6,29 @@ until a backend talks to its cloud or a job trains.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .api import Job, Run
-    from .backends.base import RunState, RunStatus
-    from .plan import Plan
+    from cloudddp.api import Job, Run
+    from cloudddp.backends.base import RunState, RunStatus
+    from cloudddp.plan import Plan
 
 _LAZY = {"Job": "api", "Run": "api", "Plan": "plan", "RunState": "backends.base", "RunStatus": "backends.base"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'cloudddp' has no attribute {name!r}")
 
 
 def load(path: str, overrides: list[str] | None = None) -> Job:
     """Read a job spec: ``cloudddp.load("job.yaml", ["resources.nodes=2"])``."""
-    from .api import Job
-
-    return Job.load(path, overrides or [])
+    job: type[Job] = __getattr__("Job")  # the API module, imported on first use like the names above
+    return job.load(path, overrides or [])
 
 
 __all__ = ["Job", "Plan", "Run", "RunState", "RunStatus", "__version__", "load"]

@@ -1,3 +1,3 @@
-from .cli import main
+from cloudddp.cli.app import main
 
 main()

@@ -17,16 +17,19 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import recovery
-from .backends import get_backend
-from .backends.base import Backend, LogLine, Progress, RunState, RunStatus, Submission
-from .billing import CostReport
-from .errors import CloudDDPError, RunNotFound, UserError
-from .metrics import MetricRecord, parse_line
-from .plan import Plan
-from .registry import Registry
-from .spec import JobSpec
-from .specload import load_spec, spec_from_dict, spec_to_data
+from cloudddp.backends.base import Backend, LogLine, Progress, RunState, RunStatus
+from cloudddp.backends.registry import backend_class, load_spec, spec_from_dict
+from cloudddp.errors import CloudDDPError, RunNotFound, UserError
+from cloudddp.observe.metrics import MetricRecord, parse_line
+from cloudddp.observe.notebook import watch
+from cloudddp.observe.plotting import plot_metrics
+from cloudddp.plan import Plan
+from cloudddp.runs import recovery
+from cloudddp.runs.cost import CostReport
+from cloudddp.runs.registry import Registry
+from cloudddp.runs.runner import Runner, get_backend
+from cloudddp.spec.load import spec_to_data
+from cloudddp.spec.model import JobSpec
 
 
 class Job:
@@ -56,7 +59,7 @@ class Job:
 
     def render(self, backend: str = "local", **options: Any) -> Plan:
         """What ``backend`` would send for this job (``options`` construct the backend, e.g. a credential)."""
-        return get_backend(backend, **options).render(self.spec)
+        return backend_class(backend)(**options).render(self.spec)
 
     def submit(
         self,
@@ -75,12 +78,12 @@ class Job:
         faults (default: ``limits.max_recoveries``), done by a detached watcher. ``options`` construct the
         backend (e.g. a credential; the watcher uses the backend's defaults).
         """
-        impl = get_backend(backend, **options)
-        submission: Submission = impl.submit(self.spec, checks=checks, provision=provision, progress=progress)
+        runner = Runner.open(backend, **options)
+        submission = runner.submit(self.spec, checks=checks, provision=provision, progress=progress)
         budget = self.spec.limits.max_recoveries if recover is None else recover
         if budget > 0:
-            recovery.start_for(impl, self.spec, submission, budget)
-        return Run(submission.run_id, impl, plan=submission.plan)
+            recovery.start_for(runner, self.spec, submission, budget)
+        return Run(submission.run_id, runner.backend, plan=submission.plan)
 
     def to_dict(self) -> dict[str, Any]:
         return spec_to_data(self.spec)
@@ -122,7 +125,7 @@ class Run:
 
     def status(self) -> RunStatus:
         """The run's status now; the registry of this machine is brought up to date with it, and when a run
-        has just ended its measured step time is kept for the next estimate of the job (cloudddp.stepstore). For
+        has just ended its measured step time is kept for the next estimate of the job (cloudddp.catalog.stepstore). For
         a run under recovery: the chain's state, with every attempt and why it ended in ``details["attempts"]``."""
         chain = self.chain
         if chain is None:
@@ -161,15 +164,15 @@ class Run:
 
     def cost(self) -> CostReport:
         """What the run cost (so far, while it goes) next to the estimate its plan had at submit, every figure with
-        its source; without figures from the backend, the reason. See :meth:`Backend.cost`. For a run under
-        recovery: the current attempt's bill, and every attempt's cost with their total in ``attempts``."""
-        chain = self.chain
+        its source; without figures from the backend, the reason (:meth:`cloudddp.runs.runner.Runner.cost`). For a
+        run under recovery: the current attempt's bill, and every attempt's cost with their total in ``attempts``."""
+        chain, runner = self.chain, Runner(self.backend)
         if chain is None:
-            report = self.backend.cost(self.run_id)
+            report = runner.cost(self.run_id)
             if report.measured is None and report.bill is not None and report.bill.final:
                 report.measured = self._learn(self.run_id)
             return report
-        reports = [self.backend.cost(attempt.run_id) for attempt in chain.attempts]
+        reports = [runner.cost(attempt.run_id) for attempt in chain.attempts]
         report = dataclasses.replace(reports[-1], run_id=self.run_id, estimate=reports[0].estimate)
         report.attempts = [
             {"run_id": r.run_id, "state": r.state, "cost": r.bill.cost if r.bill else None} for r in reports
@@ -177,10 +180,8 @@ class Run:
         return report
 
     def _learn(self, run_id: str) -> dict[str, Any] | None:
-        from .stepstore import learn
-
         try:
-            return learn(self.backend, run_id)
+            return Runner(self.backend).learn(run_id)
         except CloudDDPError:  # the logs are not readable now: a later status or cost tries again
             return None
 
@@ -279,14 +280,11 @@ class Run:
 
     def watch(self, poll: float = 1.0) -> RunStatus:
         """In a notebook: status and a live loss/accuracy plot until the run ends (needs matplotlib)."""
-        from .notebook import watch
-
-        return watch(self, poll=poll)
+        status: RunStatus = watch(self, poll=poll)
+        return status
 
     def plot(self, path: str | Path | None = None) -> Any:
         """A matplotlib figure of every metric over steps; saved as PNG when ``path`` is given."""
-        from .plotting import plot_metrics
-
         return plot_metrics(list(self.metrics()), title=f"{self.run_id} ({self.status().state.value})", path=path)
 
     def _repr_html_(self) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import UserError
+from cloudddp.errors import UserError
 
 SECRET_PLACEHOLDER = "<secret:{name}>"
 FROM_ENV_PLACEHOLDER = "<from_env:{var}>"
@@ -83,7 +83,7 @@ class Plan:
     metrics: list[dict[str, str]] = field(default_factory=list)
     """Metrics the job declares by regular expression (``{"name", "regex"}``), read from its log lines."""
     step_key: str = ""
-    """Which measured step times this job's runs teach and use (:func:`cloudddp.stepstore.job_key`)."""
+    """Which measured step times this job's runs teach and use (:func:`cloudddp.catalog.stepstore.job_key`)."""
     max_cost: float | None = None
     """The job's budget in USD (``resources.max_cost``), kept with the run for ``cloudddp cost`` and the budget
     watch."""

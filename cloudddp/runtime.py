@@ -27,17 +27,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
-from .errors import UserError
-from .plan import EnvSource, late
-from .secrets import rendered_env
-from .spec import JobSpec
-
-if TYPE_CHECKING:
-    from .packaging import Snapshot
+from cloudddp.code import requirements
+from cloudddp.code.requirements import FILE, file_text
+from cloudddp.code.shim import SHIPPED_AS
+from cloudddp.code.snapshot import Snapshot, pack
+from cloudddp.errors import UserError
+from cloudddp.plan import EnvSource, late
+from cloudddp.spec.model import JobSpec
+from cloudddp.spec.secrets import rendered_env
 
 PREFIX = "CLOUDDDP_"
 INPUT_PREFIX = "CLOUDDDP_INPUT_"
@@ -124,10 +125,8 @@ def job_env(
 
 def code_snapshot(spec: JobSpec) -> Snapshot:
     """The job's code as every backend ships it: ``code.dir`` with its ignore rules, plus the files
-    cloudddp ships with it (the launcher of :mod:`cloudddp.shim`; ``requirements.txt`` when the spec lists
+    cloudddp ships with it (the launcher of :mod:`cloudddp.code.shim`; ``requirements.txt`` when the spec lists
     ``code.requirements``), as one deterministic, content-addressed archive."""
-    from . import requirements
-    from .packaging import pack
 
     reqs = requirements.of(spec)
     extra = {**shipped_files(), **({requirements.FILE: reqs.text.encode()} if reqs and reqs.shipped else {})}
@@ -155,9 +154,7 @@ def shipped_files() -> dict[str, bytes]:
     """Files cloudddp adds to every code snapshot, by their name there."""
     from importlib import resources
 
-    from .shim import SHIPPED_AS
-
-    return {SHIPPED_AS: resources.files("cloudddp").joinpath("shim.py").read_bytes()}
+    return {SHIPPED_AS: resources.files("cloudddp.code").joinpath("shim.py").read_bytes()}
 
 
 def unpacked(archive: Path) -> Path:
@@ -197,7 +194,6 @@ def extract(archive: Path, folder: Path) -> None:
 
 def snapshot_upload(spec: JobSpec, snapshot: Snapshot, destination: str) -> dict[str, Any]:
     """The plan's record of the code snapshot: where the archive is here, where it goes, what it holds."""
-    from . import requirements
 
     reqs = requirements.of(spec)
     return {
@@ -219,15 +215,11 @@ def packed(upload: Mapping[str, Any]) -> Path:
     (the cache may have been pruned since render); an error when the folder changed in between."""
     from pathlib import Path
 
-    from .packaging import pack
-
     path = Path(upload["path"])
     if path.is_file() and path.name == f"{upload['sha256']}.tar.gz":
         return path
     extra = shipped_files()
     if upload["requirements"]:
-        from .requirements import FILE, file_text
-
         extra[FILE] = file_text(upload["requirements"]).encode()
     again = pack(Path(upload["source"]), upload["ignore"], extra=extra, max_bytes=upload["max_bytes"])
     if again.sha256 != upload["sha256"]:

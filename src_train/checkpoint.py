@@ -19,9 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
 import storage
+import torch
 
 _NAME = re.compile(r"^ckpt-e(\d{4,})-s(\d{7,})\.pt$")
 

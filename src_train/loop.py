@@ -15,15 +15,14 @@ import signal
 import time
 from dataclasses import dataclass
 
-import torch
-import torch.nn.functional as F
-from torch import nn
-
 import augment
 import distributed
+import torch
+import torch.nn.functional as F
 from data import Dataset
 from distributed import Context
 from metrics import Reporter
+from torch import nn
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@
 Compact JSON (no spaces), so a SageMaker MetricDefinition such as
 ``CLOUDDDP_METRIC .*"test_acc":(-?[0-9]+(?:\\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)`` captures a value.
 ``step`` is the global optimizer step, ``epoch`` the 1-based epoch the values belong to, ``time`` the
-Unix time the line was written. This file must stay in step with ``cloudddp/metrics.py`` (a test
+Unix time the line was written. This file must stay in step with ``cloudddp/observe/metrics.py`` (a test
 checks it); it cannot import cloudddp because it runs inside stock cloud images.
 
 :class:`Reporter` prints the lines and hands the same values to MLflow when the environment names a

@@ -34,23 +34,22 @@ import random
 import sys
 from pathlib import Path
 
-import numpy as np
-import torch
-from torch import nn
-
 import checkpoint
 import config
 import distributed
 import loop
+import numpy as np
 import storage
+import torch
 import user
 from distributed import Context, UsageError
 from loop import EpochEnd, Schedule, StopFlag, Training
 from metrics import Reporter
 from mlflow_log import MlflowLogger
+from torch import nn
 
 # cloudddp's cost estimate reads this script's --model/--dataset/--epochs/--batch-size because of this line
-# (cloudddp/sizing.py). Remove it if you make a step do other work than those arguments say.
+# (cloudddp/catalog/sizing.py). Remove it if you make a step do other work than those arguments say.
 SHARED_SCRIPT = "cloudddp-shared-train"
 MLFLOW_WAIT_S = 30.0  # at the end, how long the last metrics may take to reach an MLflow server
 MLFLOW_WAIT_AFTER_SIGTERM_S = 5.0  # shorter: the platform's SIGKILL is coming

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import argparse
 
-from torch import nn
-
 import data
 import models
+from torch import nn
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:

@@ -12,9 +12,9 @@ import threading
 
 import pytest
 
-from cloudddp.backends import backend_class, names
 from cloudddp.backends.base import RunState
 from cloudddp.backends.features import Feature
+from cloudddp.backends.registry import backend_class, names
 from cloudddp.errors import RunNotFound
 
 from .support.cli import ROOT, cli

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cloudddp.backends.registry import spec_from_bytes
 from cloudddp.errors import UserError
-from cloudddp.spec import JobSpec
-from cloudddp.specload import spec_from_bytes
+from cloudddp.spec.model import JobSpec
 
 from .support.cli import cli
 

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cloudddp.backends.registry import load_spec
 from cloudddp.catalog import (
     CATALOG_DATE,
     Requirements,
@@ -27,8 +28,7 @@ from cloudddp.catalog import (
     workload_for_model,
 )
 from cloudddp.errors import UserError
-from cloudddp.backends import get_backend
-from cloudddp.specload import load_spec
+from cloudddp.runs.runner import get_backend
 
 from .support.cli import ROOT, cli
 

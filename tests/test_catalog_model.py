@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from cloudddp.backends.registry import load_spec
 from cloudddp.catalog import (
     Requirements,
     find,
@@ -18,10 +19,9 @@ from cloudddp.catalog import (
 )
 from cloudddp.catalog.model import DATASET_BYTES, Estimate, Workload, estimate
 from cloudddp.catalog.overheads import Overheads
+from cloudddp.catalog.sizing import requirements_for
 from cloudddp.catalog.speed import gpu_key, measured_speed, rule_speed
-from cloudddp.backends import get_backend
-from cloudddp.sizing import requirements_for
-from cloudddp.specload import load_spec
+from cloudddp.runs.runner import get_backend
 
 from .support.cli import ROOT
 

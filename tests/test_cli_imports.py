@@ -12,7 +12,7 @@ HEAVY = ("torch", "numpy", "azure", "boto3", "botocore", "sagemaker", "moto")
 PROBE = """
 import sys
 sys.argv = ["cloudddp", *{args!r}]
-from cloudddp.cli import main
+from cloudddp.cli.app import main
 try:
     main()
 except SystemExit:

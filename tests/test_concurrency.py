@@ -11,7 +11,7 @@ import pytest
 
 from cloudddp.api import Job
 from cloudddp.backends.base import RunState
-from cloudddp.registry import Registry
+from cloudddp.runs.registry import Registry
 
 pytestmark = pytest.mark.slow
 
@@ -76,6 +76,6 @@ def test_parallel_packs_of_one_folder_share_one_snapshot(tmp_path: Path, clouddd
 
 
 def _pack(code: str) -> str:
-    from cloudddp.packaging import pack
+    from cloudddp.code.snapshot import pack
 
     return pack(Path(code)).sha256

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job, Run
-from cloudddp.billing import Bill
-from cloudddp.budget import over_budget, stop_cost
 from cloudddp.catalog import find
-from cloudddp.metrics import MetricRecord
-from cloudddp.sizing import is_shared_script
-from cloudddp.stepstore import Measured, StepStore, job_key, measure, size_key
+from cloudddp.catalog.bill import Bill
+from cloudddp.catalog.sizing import is_shared_script
+from cloudddp.catalog.stepstore import Measured, StepStore, measure, size_key
+from cloudddp.observe.metrics import MetricRecord
+from cloudddp.runs.budget import over_budget, stop_cost
+from cloudddp.spec.model import job_key
 
 from .support.cli import FIXTURES, ROOT, cli
 

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from cloudddp import recovery
 from cloudddp.api import Job
-from cloudddp.backends import get_backend
 from cloudddp.backends.base import Cause, Check, PreflightFailed, RunState, RunStatus
-from cloudddp.fallback import NEXT_SIZES, plan_fallback, ranked_sizes
+from cloudddp.catalog.ranking import NEXT_SIZES, ranked_sizes
+from cloudddp.runs import recovery
+from cloudddp.runs.fallback import plan_fallback
+from cloudddp.runs.runner import get_backend
 
 from .support.harnesses import TINY, SageMakerHarness
 
@@ -32,6 +33,7 @@ class Launcher:
         self.refused = refused or set()
         self.launched: list[str] = []
         self.registry = self
+        self.backend = self  # the runner's backend, too
 
     def update(self, run_id: str, info: dict[str, Any]) -> None:
         pass
@@ -76,7 +78,7 @@ def end_attempt(chain: recovery.Chain, status: RunStatus, backend: Launcher) -> 
 def test_the_next_sizes_are_the_rankings_rendered_with_only_the_size_changed() -> None:
     job = Job.load(TINY, GPU)
     backend = get_backend("sagemaker")
-    current, ranking = ranked_sizes(backend, job.spec)
+    current, ranking = ranked_sizes(backend.size_target(job.spec), job.spec)
     fallback = plan_fallback(backend, job.spec)
     assert current == "ml.g5.xlarge" and current not in ranking
     assert fallback.sizes == ranking[:NEXT_SIZES]

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job, Run
-from cloudddp.backends import get_backend
 from cloudddp.backends.base import RunState
+from cloudddp.code.shim import read_payload
+from cloudddp.runs.runner import get_backend
 from cloudddp.runtime import NAMES
-from cloudddp.shim import read_payload
 
 from .support.cli import FIXTURES, ROOT, cli
 from .support.harnesses import AzureMLHarness, SageMakerHarness

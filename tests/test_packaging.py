@@ -15,9 +15,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cloudddp import filestate, packaging
+from cloudddp.code import filestate
+from cloudddp.code import snapshot as packaging
+from cloudddp.code.snapshot import collect, folder_digest, ignore_line, pack, safe_member, snapshot_warnings
 from cloudddp.errors import UserError
-from cloudddp.packaging import collect, folder_digest, ignore_line, pack, safe_member, snapshot_warnings
 
 from .support.trees import age, pinned_tree
 

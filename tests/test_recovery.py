@@ -11,14 +11,14 @@ import pytest
 import torch
 
 from cloudddp.api import Job, Run
-from cloudddp.backends import get_backend
 from cloudddp.backends.base import RunState
-from cloudddp.fallback import ranked_sizes
+from cloudddp.catalog.ranking import ranked_sizes
+from cloudddp.runs.runner import get_backend
 
 from .support.aws_emulator import aws_environment, put_logs, set_status
 from .support.cli import ROOT, cli
 from .support.faults import kill_node
-from .support.harnesses import SageMakerHarness, TINY
+from .support.harnesses import TINY, SageMakerHarness
 from .support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -149,7 +149,8 @@ def test_capacity_failures_move_a_sagemaker_recovery_to_the_next_size_of_the_ran
         "limits.capacity_tries=1",
     ]
     job = Job.load(TINY, overrides)
-    _, ranking = ranked_sizes(get_backend("sagemaker"), job.spec)
+    sagemaker = get_backend("sagemaker")
+    _, ranking = ranked_sizes(sagemaker.size_target(job.spec), job.spec)
     result = cli(
         "submit",
         str(TINY),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cloudddp import recovery
 from cloudddp.backends.base import Cause, RunState, RunStatus
+from cloudddp.runs import recovery
 
 
 def failed(cause: Cause | None) -> RunStatus:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudddp.registry import Registry
+from cloudddp.runs.registry import Registry
 
 from .support.cli import cli
 from .support.runs import STATES, fill

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job, Run
-from cloudddp.backends import get_backend
 from cloudddp.backends.base import Cause, RunState
-from cloudddp.registry import home
+from cloudddp.paths import home
+from cloudddp.runs.runner import get_backend
 
 from .support.cli import FIXTURES, ROOT, cli
 from .support.slurm_cluster import SlurmCluster

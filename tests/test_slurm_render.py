@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends import get_backend
 from cloudddp.backends.base import Cause
 from cloudddp.backends.slurm import SlurmBackend
 from cloudddp.backends.slurm.logs import Labels
@@ -20,6 +19,7 @@ from cloudddp.backends.slurm.script import LIMIT_EXIT, LIMIT_MARK
 from cloudddp.backends.slurm.shell import READ_CAP, Shell
 from cloudddp.backends.slurm.state import STATES, failure, from_sacct, parse_pairs, requeue_reason
 from cloudddp.plan import Plan
+from cloudddp.runs.runner import get_backend
 
 from .support.cli import FIXTURES, ROOT, cli
 from .support.slurm_cluster import TERMINAL

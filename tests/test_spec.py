@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from cloudddp.backends.registry import load_spec, spec_from_dict
 from cloudddp.errors import SpecError, UserError
-from cloudddp.spec import JobSpec, parse_duration
-from cloudddp.specload import load_spec, spec_from_dict
+from cloudddp.spec.model import JobSpec, parse_duration
 
 from .support.cli import ROOT, cli
 

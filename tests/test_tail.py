@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cloudddp import tail
 from cloudddp.backends.local import LocalBackend
 from cloudddp.backends.local.rundir import RunDir
-from cloudddp.tail import follow_lines
+from cloudddp.observe import tail
+from cloudddp.observe.tail import follow_lines
 
 
 def reference_lines(data: bytes) -> list[str]:

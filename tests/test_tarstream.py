@@ -14,7 +14,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cloudddp.tarstream import Member, header, write_targz
+from cloudddp.code.tarstream import Member, header, write_targz
 
 names = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), min_size=1, max_size=150)
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from cloudddp import metrics as cloud_metrics
+from cloudddp.observe import metrics as cloud_metrics
 
 from .support.cli import ROOT
 from .support.train_helpers import train, write_cifar10_batches

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.live import sparkline
+from cloudddp.observe.live import sparkline
 
 from .support.cli import FIXTURES, ROOT, cli
 

@@ -1,4 +1,4 @@
-"""The backend contract: what every backend does, with the same meaning everywhere.
+"""The backend contract: what every backend does, with the same meaning everywhere — mechanism only.
 
 A backend subclasses :class:`Backend`, declares what it is (``name``, ``description``, ``cloud``,
 ``options_model``, ``capabilities``, ``sigterm_grace``) and implements the private hooks. The public verbs
@@ -6,13 +6,14 @@ live here, once, with their written semantics:
 
 ``render(spec) -> Plan``
     Pure: no network, no credentials, no cloud SDK import. Refuses, in one message, every feature the spec
-    uses that the backend declares unsupported (with the backend's reason); caveats become plan warnings.
-``submit(spec, checks=True, provision=True, progress=None) -> Submission``
-    ``render`` + preflight checks (a failed check raises :class:`PreflightFailed` unless ``checks=False``)
-    + ``launch``. The CLI and the Python API both submit through it.
+    uses that the backend declares unsupported (with the backend's reason); caveats become plan warnings, and
+    so do the estimate against ``resources.max_cost`` and, with ``limits.recover_to: next_size``, the sizes a
+    recovery would move to (the catalog's ranking).
 ``launch(plan, ...) -> run id``
-    Sends exactly the plan; never reads the spec again. Records the run in the registry. Idempotent where
-    the target allows it: a retried launch of the same plan finds its run instead of starting another.
+    Preflight checks (a failed check raises :class:`PreflightFailed` unless ``checks=False``), then sends
+    exactly the plan; never reads the spec again. Records the run in the run records the backend was given
+    (what it needs to find the run again, and the plan's estimate, metrics and step key). Idempotent where the
+    target allows it: a retried launch of the same plan finds its run instead of starting another.
 ``status(run_id) -> RunStatus``
     Free of side effects. An unknown id raises :class:`~cloudddp.errors.RunNotFound` (the same on every
     backend).
@@ -29,14 +30,14 @@ live here, once, with their written semantics:
     What the run cost so far (final once it has ended), from the backend's own figures, each with its source;
     None when the backend cannot say (``no_bill_reason`` says why). Free of side effects; an unknown id raises
     :class:`~cloudddp.errors.RunNotFound`. Implemented by the optional ``_bill`` hook.
-``cost(run_id) -> CostReport``
-    ``bill`` next to the estimate the plan had at submit (kept in the registry by ``launch``), the budget and
-    what the budget watch did; without a bill, the reason.
 
-Budgets: ``render`` warns when the estimate is over ``resources.max_cost``, and when the backend cannot
-enforce it. A backend whose ``_bill`` reports spend while a run is going sets ``spend_while_running``; then
-``launch`` starts the budget watch (:mod:`cloudddp.budget`), a detached process that cancels the run — so it
-checkpoints first — when its spend and what stopping still costs reach the budget.
+The verbs with policy — ``submit`` (render, preflight, launch, the budget watch), ``cost``, ``list``,
+recovery and the next-size fallback — are the runner's (:mod:`cloudddp.runs`), above every backend: nothing
+here imports it. A backend is given the run records to keep (``registry=``, any :class:`RunRecords`: the
+runner passes this machine's registry); without one it keeps them in memory for its own lifetime.
+
+Budgets: a backend whose ``_bill`` reports spend while a run is going sets ``spend_while_running``; the runner
+then starts the budget watch at launch.
 
 Each backend maps its SDK's exceptions to cloudddp's in one place (:meth:`Backend._translate`); every
 verb runs its hook under that mapping, so a missing credential is a message with exit code 2, never a
@@ -46,24 +47,68 @@ traceback.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from ..errors import CloudDDPError, RunNotFound, UserError
-from ..metrics import MetricRecord, Pattern, metrics_from_lines, patterns_from
-from ..plan import Plan
-from ..registry import Registry
-from ..spec import JobSpec
-from .features import Capabilities, Feature, features_used
+from cloudddp.backends.features import Capabilities, Feature, features_used
+from cloudddp.catalog.bill import Bill
+from cloudddp.catalog.ranking import next_size_notes
+from cloudddp.catalog.sizing import SizeTarget
+from cloudddp.errors import CloudDDPError, RunNotFound, UserError
+from cloudddp.observe.metrics import MetricRecord, Pattern, metrics_from_lines, patterns_from
+from cloudddp.plan import Plan
+from cloudddp.spec.model import JobSpec, job_key
 
-if TYPE_CHECKING:
-    from ..billing import Bill, CostReport
-    from ..sizing import SizeTarget  # the catalog is imported only by backends that choose sizes
+
+@dataclass
+class RunRecord:
+    """What is kept about a run on this machine: how to find it again, and what its plan said at launch."""
+
+    run_id: str
+    backend: str
+    name: str
+    state: str
+    created_at: float
+    updated_at: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class RunRecords(Protocol):
+    """Where a backend keeps its runs' records (the runner gives it :class:`cloudddp.runs.registry.Registry`)."""
+
+    def get(self, run_id: str) -> RunRecord | None: ...
+
+    def add(self, run_id: str, backend: str, name: str, state: str, info: dict[str, Any] | None = None) -> None: ...
+
+    def update(self, run_id: str, *, state: str | None = None, info: dict[str, Any] | None = None) -> None: ...
+
+
+class MemoryRecords:
+    """Run records kept in memory: a backend constructed without a registry (a plugin's test, a render)."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, RunRecord] = {}
+
+    def get(self, run_id: str) -> RunRecord | None:
+        return self._records.get(run_id)
+
+    def add(self, run_id: str, backend: str, name: str, state: str, info: dict[str, Any] | None = None) -> None:
+        now = time.time()
+        self._records.setdefault(run_id, RunRecord(run_id, backend, name, state, now, now, dict(info or {})))
+
+    def update(self, run_id: str, *, state: str | None = None, info: dict[str, Any] | None = None) -> None:
+        record = self._records.get(run_id)
+        if record is None:
+            return
+        record.state = state or record.state
+        record.info.update(info or {})
+        record.updated_at = time.time()
 
 
 class RunState(str, Enum):
@@ -178,12 +223,6 @@ class Launched:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Submission:
-    plan: Plan
-    run_id: str
-
-
 class Progress(Protocol):
     """What long work reports to; the CLI draws it, the API may pass nothing."""
 
@@ -215,12 +254,10 @@ class Backend(abc.ABC, Generic[OptionsT]):
     """What ``cost`` says when ``_bill`` returns None."""
     no_budget_reason: ClassVar[str] = "it cannot report what a run spends while it is going"
     """Why ``resources.max_cost`` is not enforced here, when ``spend_while_running`` is False."""
-    registry: Registry
+    registry: RunRecords
 
-    def __init__(self, *, registry: Registry | None = None, watch_budget: bool = True) -> None:
-        self.registry = registry or Registry()
-        self.watch_budget = watch_budget
-        """Start the detached budget watch at launch (False: the caller watches, e.g. ``cloudddp.budget.watch``)."""
+    def __init__(self, *, registry: RunRecords | None = None) -> None:
+        self.registry = registry if registry is not None else MemoryRecords()
 
     # -- what a backend implements -------------------------------------------------------------
     @abc.abstractmethod
@@ -288,15 +325,10 @@ class Backend(abc.ABC, Generic[OptionsT]):
             plan = self._render(spec)
         plan.warnings += [f"{f.value}: {why}" for f, why in self.capabilities.caveats.items() if f in used]
         plan.metrics = [m.model_dump() for m in spec.metrics]
-        from ..stepstore import job_key
-
         plan.step_key = job_key(spec)
-        if spec.limits.recover_to == "next_size":
-            from ..fallback import describe
-
-            decisions, warnings = describe(self, spec)
-            plan.decisions += decisions
-            plan.warnings += warnings
+        decisions, warnings = next_size_notes(self.name, self.size_target(spec), spec)
+        plan.decisions += decisions
+        plan.warnings += warnings
         plan.max_cost = spec.resources.max_cost
         plan.warnings += self._budget_warnings(plan)
         return plan
@@ -319,21 +351,12 @@ class Backend(abc.ABC, Generic[OptionsT]):
             out.append(f"resources.max_cost is not enforced by the {self.name} backend: {self.no_budget_reason}")
         return out
 
-    def submit(
-        self, spec: JobSpec, *, checks: bool = True, provision: bool = True, progress: Progress | None = None
-    ) -> Submission:
-        self._check_launch_options(provision)
-        plan = self.render(spec)
-        if progress is not None:
-            progress.planned(plan)
-        return Submission(plan, self.launch(plan, checks=checks, provision=provision, progress=progress))
-
     def launch(
         self, plan: Plan, *, checks: bool = True, provision: bool = True, progress: Progress | None = None
     ) -> str:
         if plan.backend != self.name:
             raise UserError(f"this plan was rendered for the {plan.backend} backend, not {self.name}")
-        self._check_launch_options(provision)
+        self.check_launch_options(provision)
         if checks:
             failed = [c for c in self.preflight(plan) if c.ok is False]
             if failed:
@@ -349,10 +372,6 @@ class Backend(abc.ABC, Generic[OptionsT]):
                 **({"max_cost": plan.max_cost} if plan.max_cost is not None else {}),
             }
             self.registry.add(launched.run_id, self.name, plan.job_name, RunState.PENDING.value, info)
-            if plan.max_cost is not None and self.spend_while_running and self.watch_budget:
-                from ..budget import start_watch
-
-                self.registry.update(launched.run_id, info={"budget": start_watch(launched.run_id)})
         return launched.run_id
 
     def preflight(self, plan: Plan) -> list[Check]:
@@ -391,45 +410,9 @@ class Backend(abc.ABC, Generic[OptionsT]):
         with self._errors():
             return self._bill(run_id)
 
-    def cost(self, run_id: str) -> CostReport:
-        from ..billing import CostReport
-
-        status = self.status(run_id)
-        record = self.registry.get(run_id)
-        info = record.info if record else {}
-        bill = self.bill(run_id)
-        reasons = [] if bill is not None else [self.no_bill_reason]
-        if record is None:
-            reasons.append("this machine's registry does not have the run, so its estimate at submit is unknown")
-        elif info.get("estimate") is None:
-            reasons.append(
-                "the plan had no estimate at submit (its warnings say why; the next run of this job is "
-                "estimated from this one's measured step time)"
-            )
-        return CostReport(
-            run_id,
-            self.name,
-            status.state.value,
-            info.get("estimate"),
-            bill,
-            "; ".join(reasons),
-            max_cost=info.get("max_cost"),
-            budget=info.get("budget", {}),
-            measured=info.get("measured"),
-        )
-
-    def list(self, limit: int = 100) -> list[RunStatus]:
-        """This backend's runs from this machine's registry, each with its current status."""
-        out = []
-        for record in self.registry.list(backend=self.name, limit=limit):
-            try:
-                out.append(self.status(record.run_id))
-            except RunNotFound:
-                continue
-        return out
-
     # -- shared machinery -----------------------------------------------------------------------
-    def _check_launch_options(self, provision: bool) -> None:
+    def check_launch_options(self, provision: bool) -> None:
+        """A UserError for ``provision=False`` on a backend that cannot leave its clusters alone."""
         if not provision and not self.capabilities.supports(Feature.PROVISION):
             raise UserError(
                 f"--no-provision: {self.capabilities.unsupported[Feature.PROVISION]}",

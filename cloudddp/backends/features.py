@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from ..spec import JobSpec
+from cloudddp.spec.model import JobSpec
 
 
 class Feature(str, Enum):

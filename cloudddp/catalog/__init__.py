@@ -1,9 +1,16 @@
 """GPU sizes as data, InfiniBand/EFA-aware selection, and a cost and scaling model.
 
-Nothing here imports torch or a cloud SDK; the data is read on first use.
+Owns the dated size catalog (:mod:`~cloudddp.catalog.skus`), selection (:mod:`~cloudddp.catalog.select`), the
+cost and scaling model (:mod:`~cloudddp.catalog.model`, :mod:`~cloudddp.catalog.speed`,
+:mod:`~cloudddp.catalog.overheads`), sizing a job spec (:mod:`~cloudddp.catalog.sizing`), the ranking a recovery
+moves along (:mod:`~cloudddp.catalog.ranking`), step times measured on finished runs
+(:mod:`~cloudddp.catalog.stepstore`) and a run's bill as backends report it (:mod:`~cloudddp.catalog.bill`).
+
+May import: ``spec``, ``observe`` (metric records), ``paths`` and ``errors``. Nothing here imports torch or a
+cloud SDK; the data is read on first use.
 """
 
-from .model import (
+from cloudddp.catalog.model import (
     Estimate,
     StepTime,
     Workload,
@@ -12,10 +19,10 @@ from .model import (
     peak_tflops,
     workload_for_model,
 )
-from .overheads import Overheads, overheads
-from .presets import disables_rdma, nccl_env_presets
-from .select import Candidate, Requirements, Selection, select, smddp_types
-from .skus import (
+from cloudddp.catalog.overheads import Overheads, overheads
+from cloudddp.catalog.presets import disables_rdma, nccl_env_presets
+from cloudddp.catalog.select import Candidate, Requirements, Selection, select, smddp_types
+from cloudddp.catalog.skus import (
     CATALOG_DATE,
     Sku,
     all_skus,
@@ -27,7 +34,7 @@ from .skus import (
     replacement_for,
     skus,
 )
-from .speed import gpu_key, speed, speed_basis
+from cloudddp.catalog.speed import gpu_key, speed, speed_basis
 
 __all__ = [
     "CATALOG_DATE",

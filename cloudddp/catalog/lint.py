@@ -9,7 +9,7 @@ import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable
 
-from .skus import CATALOG_DATE, LIFECYCLES, RDMA_FABRICS, Sku
+from cloudddp.catalog.skus import CATALOG_DATE, LIFECYCLES, RDMA_FABRICS, Sku
 
 FABRICS = ("infiniband", "efa", "ethernet")
 PRICE_KINDS = ("list", "ec2-proxy")

@@ -21,7 +21,7 @@ download), training, checkpoint writes, shutdown (model upload, teardown) and id
 scale-down, each priced at the size's hourly price × nodes; see overheads.py for what each cloud bills.
 
 A :class:`StepTime` replaces the modelled step with a figure from elsewhere: the step time measured on a
-finished run of the same job on the same size (cloudddp.stepstore), or ``resources.step_time`` for a
+finished run of the same job on the same size (cloudddp.catalog.stepstore), or ``resources.step_time`` for a
 script whose speed the model cannot know. Its ``basis`` says which, and the estimate carries it.
 """
 
@@ -33,8 +33,8 @@ import math
 from dataclasses import dataclass
 from importlib import resources
 
-from .overheads import Overheads
-from .speed import anchor
+from cloudddp.catalog.overheads import Overheads
+from cloudddp.catalog.speed import anchor
 
 FABRIC_EFFICIENCY = 0.80
 OVERLAP = 0.9

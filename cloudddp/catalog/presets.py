@@ -8,7 +8,7 @@ FI_EFA_USE_DEVICE_RDMA=1 harmless on p4/p5).
 
 from __future__ import annotations
 
-from .skus import Sku
+from cloudddp.catalog.skus import Sku
 
 _AZURE_TOPO = {
     "Standard_ND96asr_v4": "/opt/microsoft/ndv4-topo.xml",

@@ -15,18 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .model import Estimate, StepTime, Workload, estimate
-from .overheads import overheads
-from .skus import (
-    CATALOG_DATE,
-    RETIRING_WARN_DAYS,
-    Sku,
-    azure_ib_alternative,
-    check_cloud,
-    find,
-    skus,
-)
-from .speed import gpu_key, speed, speed_basis
+from cloudddp.catalog.model import Estimate, StepTime, Workload, estimate
+from cloudddp.catalog.overheads import overheads
+from cloudddp.catalog.skus import CATALOG_DATE, RETIRING_WARN_DAYS, Sku, azure_ib_alternative, check_cloud, find, skus
+from cloudddp.catalog.speed import gpu_key, speed, speed_basis
 
 SMDDP_SOURCE = "SM_DATAPARALLEL_SUPPORTED_INSTANCE_TYPES in the SageMaker Python SDK (sagemaker/core/fw_utils.py)"
 

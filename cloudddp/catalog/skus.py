@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from ..errors import UserError
-from .model import peak_tflops
+from cloudddp.catalog.model import peak_tflops
+from cloudddp.errors import UserError
 
 CATALOG_DATE = "2026-11-09"
 """The newest dated price in the catalog (Azure retail API via datareceipts); lifecycles are judged on it."""

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from cloudddp.backends.azureml import AzureMLBackend
-from cloudddp.specload import spec_from_dict
+from cloudddp.backends.registry import spec_from_dict
 
-from ..support.cli import ROOT
 from ..support.azure_launchers import AzureRun, Datastores, launch_mpi, launch_pytorch, mpirun_unavailable, substitute
+from ..support.cli import ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -14,9 +14,9 @@ import yaml
 from cloudddp.backends.azureml import AzureMLBackend
 from cloudddp.backends.azureml.environment import DEFAULT_ENVIRONMENT, environment_field
 from cloudddp.backends.azureml.inputs import uri_is_file
+from cloudddp.backends.registry import load_spec, spec_from_dict
 from cloudddp.errors import UserError
 from cloudddp.plan import Plan
-from cloudddp.specload import load_spec, spec_from_dict
 
 from ..support.cli import ROOT
 

@@ -19,8 +19,9 @@ from click.testing import CliRunner
 import cloudddp.api
 from cloudddp.api import Run
 from cloudddp.backends.azureml import AzureMLBackend
-from cloudddp.cli import app
-from cloudddp.specload import load_spec
+from cloudddp.backends.registry import load_spec
+from cloudddp.cli.app import app
+from cloudddp.runs.registry import Registry
 
 from ..support.azure_rig import (
     ACCOUNT_URL,
@@ -48,7 +49,9 @@ def model(blob_endpoint: str) -> WorkspaceModel:
 
 
 def backend(model: WorkspaceModel, token: str, poll: float = 0.05) -> AzureMLBackend:
-    return AzureMLBackend(credential=FakeCredential(), transport=ml_transport(model), poll_seconds=poll, token=token)
+    return AzureMLBackend(
+        registry=Registry(), credential=FakeCredential(), transport=ml_transport(model), poll_seconds=poll, token=token
+    )
 
 
 class Steps:

@@ -15,9 +15,9 @@ import pytest
 from cloudddp.backends.azureml import AzureMLBackend
 from cloudddp.backends.azureml.workspace import find_workspace
 from cloudddp.backends.base import RunState
+from cloudddp.backends.registry import load_spec
 from cloudddp.errors import UserError
-from cloudddp.registry import Registry
-from cloudddp.specload import load_spec
+from cloudddp.runs.registry import Registry
 
 from ..support.azure_rig import FakeCredential, WorkspaceModel, create_container, ml_transport
 from ..support.cli import ROOT
@@ -105,7 +105,8 @@ def test_secrets_stay_out_of_the_rendered_yaml(monkeypatch: pytest.MonkeyPatch) 
 
 def test_render_imports_no_azure_sdk() -> None:
     code = (
-        "import sys; from cloudddp.specload import load_spec; from cloudddp.backends.azureml import AzureMLBackend;"
+        "import sys; from cloudddp.backends.registry import load_spec;"
+        "from cloudddp.backends.azureml import AzureMLBackend;"
         f"AzureMLBackend().render(load_spec({str(AZURE_JOB)!r}));"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('azure','torch','boto3')))"
     )
@@ -137,7 +138,9 @@ def model(blob_endpoint: str) -> WorkspaceModel:
 
 
 def backend(model: WorkspaceModel, **kw: object) -> AzureMLBackend:
-    return AzureMLBackend(credential=FakeCredential(), transport=ml_transport(model), poll_seconds=0.05, **kw)  # type: ignore[arg-type]
+    return AzureMLBackend(
+        registry=Registry(), credential=FakeCredential(), transport=ml_transport(model), poll_seconds=0.05, **kw
+    )  # type: ignore[arg-type]
 
 
 class Steps:

@@ -14,11 +14,11 @@ from rich.console import Console
 from cloudddp.api import Run
 from cloudddp.backends.azureml import AzureMLBackend
 from cloudddp.backends.base import RunState
-from cloudddp.budget import watch
+from cloudddp.backends.registry import load_spec
 from cloudddp.catalog import find
-from cloudddp.cli import _cost_text
-from cloudddp.registry import Registry
-from cloudddp.specload import load_spec
+from cloudddp.cli.cmd_runs import cost_text
+from cloudddp.runs.budget import watch
+from cloudddp.runs.registry import Registry
 
 from ..support.azure_rig import FakeCredential, WorkspaceModel, create_container, ml_transport
 from ..support.cli import ROOT
@@ -40,7 +40,7 @@ def model(blob_endpoint: str) -> WorkspaceModel:
 
 def backend(model: WorkspaceModel, token: str) -> AzureMLBackend:
     return AzureMLBackend(
-        credential=FakeCredential(), transport=ml_transport(model), poll_seconds=0.05, token=token, watch_budget=False
+        credential=FakeCredential(), transport=ml_transport(model), poll_seconds=0.05, token=token, registry=Registry()
     )
 
 
@@ -89,7 +89,7 @@ def test_the_bill_is_the_run_time_on_every_node_plus_the_idle_scale_down(
     assert report.measured is not None and report.measured["step_s"] == pytest.approx(0.055)  # epochs 2-3
 
     console = Console(width=200, record=True)
-    console.print(_cost_text(report))
+    console.print(cost_text(report))
     text = console.export_text()
     for words in ("estimate at submit", f"{plan.estimate['total_cost']:,.2f}", "idle before scale-down", "GPU-hours"):
         assert words in text, text

@@ -19,14 +19,15 @@ import boto3
 import numpy as np
 import pytest
 
+from cloudddp.backends.registry import spec_from_dict
 from cloudddp.backends.sagemaker import SageMakerBackend
-from cloudddp.shim import read_payload
-from cloudddp.specload import spec_from_dict
+from cloudddp.code.shim import read_payload
+from cloudddp.runs.registry import Registry
 
 from ..support.aws_emulator import aws_environment
 from ..support.cli import ROOT
-from ..support.wheels import wheel
 from ..support.sagemaker_container import Aws, Rehearsal, RehearsalUnavailable, record_create_training_job, rehearse
+from ..support.wheels import wheel
 
 pytestmark = pytest.mark.slow
 BUCKET = "cloudddp-rehearsals"
@@ -84,7 +85,7 @@ def launch(spec: dict[str, Any], token: str) -> dict[str, Any]:
     """Submit ``spec`` to moto through cloudddp; the CreateTrainingJob request exactly as it was sent."""
     session = boto3.session.Session(region_name=REGION)
     sent = record_create_training_job(session)
-    backend = SageMakerBackend(session=session, token=token)
+    backend = SageMakerBackend(registry=Registry(), session=session, token=token)
     backend.launch(backend.render(spec_from_dict(spec)))
     assert len(sent) == 1
     return sent[0]

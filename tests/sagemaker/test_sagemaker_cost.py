@@ -15,11 +15,12 @@ import pytest
 
 from cloudddp.api import Run
 from cloudddp.backends.base import RunState
+from cloudddp.backends.registry import load_spec
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.catalog import find
-from cloudddp.registry import Registry
-from cloudddp.spec import JobSpec
-from cloudddp.specload import load_spec
+from cloudddp.runs.registry import Registry
+from cloudddp.runs.runner import Runner
+from cloudddp.spec.model import JobSpec
 
 from ..support.aws_emulator import aws_environment, put_logs, set_status
 from ..support.cli import ROOT, cli
@@ -39,7 +40,7 @@ def aws_env(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def backend(token: str) -> SageMakerBackend:
-    return SageMakerBackend(poll_seconds=0.1, token=f"{token}{time.time_ns() % 10**8}")
+    return SageMakerBackend(registry=Registry(), poll_seconds=0.1, token=f"{token}{time.time_ns() % 10**8}")
 
 
 def spec(*extra: str) -> JobSpec:
@@ -109,7 +110,7 @@ def test_the_budget_watch_process_stops_a_job_whose_spend_reaches_the_budget(mon
     b = backend("budget")
     plan = b.render(spec("resources.max_cost=20"))
     assert not any("max_cost" in w for w in plan.warnings)  # the estimate is under it; SageMaker enforces it
-    name = b.launch(plan, checks=False)  # starts the detached watch
+    name = Runner(b).launch(plan, checks=False)  # starts the detached watch
     watch = Registry().get(name).info["budget"]  # type: ignore[union-attr]
     assert watch["watch_pid"] > 0 and watch["poll_s"] == 0.2
     time.sleep(1.0)

@@ -14,10 +14,11 @@ import boto3
 import pytest
 
 from cloudddp.backends.base import RunState
+from cloudddp.backends.registry import spec_from_dict
 from cloudddp.backends.sagemaker import SageMakerBackend
-from cloudddp.packaging import pack
+from cloudddp.code.snapshot import pack
+from cloudddp.runs.registry import Registry
 from cloudddp.runtime import checkpoint_key, shipped_files
-from cloudddp.specload import spec_from_dict
 
 from ..support.aws_emulator import FaultProxy, aws_environment, put_logs, set_status
 from ..support.cli import ROOT, cli
@@ -128,12 +129,12 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
 
 def test_second_submit_of_unchanged_code_and_data_uploads_nothing(tmp_path: Path) -> None:
     spec = spec_from_dict(job(tmp_path, name="repeat-sm"))
-    backend = SageMakerBackend(token="a1")
+    backend = SageMakerBackend(registry=Registry(), token="a1")
     first = backend.render(spec)
     first_id = backend.launch(first)
     assert [u["kind"] for u in first.uploads] == ["code", "input"]
     assert backend.registry.get(first_id).info["uploaded_bytes"][1] == 2048
-    second = SageMakerBackend(token="a2")
+    second = SageMakerBackend(registry=Registry(), token="a2")
     second_id = second.launch(second.render(spec))
     assert second.registry.get(second_id).info["uploaded_bytes"] == [0, 0]
 
@@ -142,7 +143,7 @@ def test_a_retried_submit_does_not_start_a_second_job(tmp_path: Path) -> None:
     session = boto3.session.Session(region_name="us-east-1")
     creates = []
     session.events.register("before-call.sagemaker.CreateTrainingJob", lambda **kw: creates.append(1))
-    backend = SageMakerBackend(session=session, token="same")
+    backend = SageMakerBackend(registry=Registry(), session=session, token="same")
     plan = backend.render(spec_from_dict(job(tmp_path, name="idem-sm")))
     assert backend.launch(plan) == backend.launch(plan)  # the retry finds the job by its deterministic name
     assert len(creates) == 1
@@ -163,7 +164,7 @@ def test_throttling_5xx_and_a_lost_response_are_survived_without_a_duplicate(
     proxy = FaultProxy(aws_env, rule)
     with proxy.running() as url:
         monkeypatch.setenv("AWS_ENDPOINT_URL", url)
-        backend = SageMakerBackend(token="faulty")
+        backend = SageMakerBackend(registry=Registry(), token="faulty")
         name = backend.launch(backend.render(spec_from_dict(job(tmp_path, name="fault-sm"))))
     monkeypatch.setenv("AWS_ENDPOINT_URL", aws_env)
     assert proxy.seen["CreateTrainingJob"] == 2 and proxy.seen["DescribeTrainingJob"] >= 3
@@ -172,7 +173,7 @@ def test_throttling_5xx_and_a_lost_response_are_survived_without_a_duplicate(
 
 
 def test_status_reaches_the_cli_for_each_state(tmp_path: Path) -> None:
-    backend = SageMakerBackend(token="st")
+    backend = SageMakerBackend(registry=Registry(), token="st")
     name = backend.launch(backend.render(spec_from_dict(job(tmp_path, name="states-sm"))))
     for native, secondary, expected in (
         ("InProgress", "Downloading", RunState.STARTING),

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from cloudddp.backends.registry import load_spec
 from cloudddp.backends.sagemaker import SageMakerBackend
-from cloudddp.backends.sagemaker.images import official_image, offered_versions, registry, smddp_versions
+from cloudddp.backends.sagemaker.images import offered_versions, official_image, registry, smddp_versions
 from cloudddp.errors import UserError
-from cloudddp.specload import load_spec
 
 from ..support.cli import ROOT, cli
 

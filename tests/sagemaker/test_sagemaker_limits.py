@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
+from cloudddp.backends.registry import load_spec
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.sagemaker.limits import LIMITS, MAX_RUNTIME_SECONDS, Count, Number, Text, check
 from cloudddp.errors import UserError
-from cloudddp.specload import load_spec
 
 from ..support.cli import ROOT, cli
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cloudddp.metrics import MetricRecord, metrics_from_lines
+from cloudddp.observe.metrics import MetricRecord, metrics_from_lines
 
 _REFERENCE = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z0-9_]+)\s*\}\}")
 _DATASTORE_URI = re.compile(r"^azureml://datastores/([^/]+)/paths/(.*)$")

@@ -5,13 +5,13 @@ checks through each of them."""
 from __future__ import annotations
 
 import os
-import time
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from cloudddp.api import Job
-from cloudddp.backends import get_backend
 from cloudddp.backends.base import Backend
+from cloudddp.runs.runner import get_backend
 
 from .cli import FIXTURES
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cloudddp.registry import Registry
+from cloudddp.runs.registry import Registry
 
 STATES = ("succeeded", "failed", "running", "cancelled")
 BACKENDS = ("local", "sagemaker", "azureml")

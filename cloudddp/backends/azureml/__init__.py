@@ -18,16 +18,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...billing import Bill, Figure, catalog_bill
-from ...errors import BackendUnavailable, CloudDDPError, UserError
-from ...metrics import MetricRecord, metrics_from_lines
-from ...plan import Plan
-from ...secrets import redacted_spec_data
-from ...sizing import SizeTarget
-from ...spec import JobSpec
-from ..base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
-from ..features import Capabilities, Feature
-from .options import AzureMLOptions
+from cloudddp.backends.azureml.cluster import compute_url, grow, scale_settings, tier_mismatch
+from cloudddp.backends.azureml.document import build
+from cloudddp.backends.azureml.extensions import credential_from_environment, transport_from_environment
+from cloudddp.backends.azureml.failures import failure_cause, failure_message, root_error
+from cloudddp.backends.azureml.logs import LogFiles
+from cloudddp.backends.azureml.mlflow_metrics import MlflowMetrics, tracking_uri
+from cloudddp.backends.azureml.options import AzureMLOptions
+from cloudddp.backends.azureml.workspace import require_workspace, workspace_fields
+from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
+from cloudddp.backends.features import Capabilities, Feature
+from cloudddp.catalog.bill import Bill, Figure, catalog_bill
+from cloudddp.catalog.sizing import SizeTarget
+from cloudddp.errors import BackendUnavailable, CloudDDPError, UserError
+from cloudddp.observe.metrics import MetricRecord, metrics_from_lines
+from cloudddp.plan import Plan
+from cloudddp.spec.model import JobSpec
+from cloudddp.spec.secrets import redacted_spec_data
 
 POLL_SECONDS = float(os.environ.get("CLOUDDDP_AZUREML_POLL", "5"))
 SIGN_IN_FIX = "run `az login`, or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET (or use a managed identity)"
@@ -110,8 +117,6 @@ class AzureMLBackend(Backend[AzureMLOptions]):
 
     # -- render ------------------------------------------------------------------------------
     def _render(self, spec: JobSpec) -> Plan:
-        from .document import build
-        from .workspace import workspace_fields
 
         az = self.options(spec)
         docs = build(spec, az, self.size_target(spec), self.token or time.strftime("%y%m%d%H%M%S"), self.sigterm_grace)
@@ -141,7 +146,6 @@ class AzureMLBackend(Backend[AzureMLOptions]):
 
     # -- the SDK (imported here only) ------------------------------------------------------------
     def _client(self, workspace: dict[str, str]) -> Any:
-        from .workspace import require_workspace
 
         ws = require_workspace(workspace)
         key = (ws.subscription_id, ws.resource_group, ws.name)
@@ -161,8 +165,6 @@ class AzureMLBackend(Backend[AzureMLOptions]):
         """The transport given, else the one ``CLOUDDDP_AZURE_TRANSPORT`` names (made once), else None:
         azure-core's default."""
         if not self._transport_read:
-            from .extensions import transport_from_environment
-
             self._transport, self._transport_read = transport_from_environment(), True
         return self._transport
 
@@ -170,8 +172,6 @@ class AzureMLBackend(Backend[AzureMLOptions]):
         """The credential given, else the one ``CLOUDDDP_AZURE_CREDENTIAL`` names, else
         ``DefaultAzureCredential`` (made once: it caches its tokens)."""
         if self.credential is None:
-            from .extensions import credential_from_environment
-
             self.credential = credential_from_environment()
         if self.credential is None:
             from azure.identity import DefaultAzureCredential
@@ -180,7 +180,6 @@ class AzureMLBackend(Backend[AzureMLOptions]):
         return self.credential
 
     def _workspace_of(self, run_id: str) -> dict[str, str]:
-        from .workspace import workspace_fields
 
         record = self.registry.get(run_id)
         if record and record.info.get("workspace"):
@@ -208,8 +207,6 @@ class AzureMLBackend(Backend[AzureMLOptions]):
     # -- launch ------------------------------------------------------------------------------
     def _launch(self, plan: Plan, *, provision: bool, progress: Progress | None) -> Launched:
         from azure.core.exceptions import ResourceNotFoundError
-
-        from .workspace import require_workspace
 
         workspace = plan.target["workspace"]
         info = {"workspace": require_workspace(workspace).to_dict()}
@@ -258,7 +255,6 @@ class AzureMLBackend(Backend[AzureMLOptions]):
     @staticmethod
     def _warn_on_tier(plan: Plan, cluster: Any, progress: Progress | None) -> None:
         """A dedicated cluster for a spot job (or the reverse) runs it, but not as the spec asked: say so."""
-        from .cluster import tier_mismatch
 
         wanted = plan.request["compute"]
         warning = tier_mismatch(wanted["name"], cluster, spot=wanted["tier"] == "low_priority")
@@ -284,8 +280,6 @@ class AzureMLBackend(Backend[AzureMLOptions]):
             if progress:
                 progress.step(f"cluster {wanted['name']} is ready ({wanted['size']}, up to {have} nodes)")
             return
-        from .cluster import compute_url, grow, scale_settings
-        from .workspace import require_workspace
 
         if progress:
             progress.step(
@@ -363,8 +357,6 @@ class AzureMLBackend(Backend[AzureMLOptions]):
         or has no error yet."""
         from azure.core.exceptions import AzureError
 
-        from .failures import failure_cause, failure_message, root_error
-
         if run_id in self._failures:
             return self._failures[run_id]
         try:  # the run history, as _bill reads it
@@ -381,7 +373,6 @@ class AzureMLBackend(Backend[AzureMLOptions]):
 
     def _log_iter(self, run_id: str, *, follow: bool) -> Iterator[LogLine]:
         """Each process's log file in the job's artifact store, reading only the bytes added since the last poll."""
-        from .logs import LogFiles
 
         client = self._client(self._workspace_of(run_id))
         files = LogFiles.of_job(client, client.jobs.get(run_id), self._credential(), self.transport)
@@ -399,8 +390,6 @@ class AzureMLBackend(Backend[AzureMLOptions]):
         """The job's MLflow metrics (Azure ML's own record, what Studio charts), new points on each poll. A run
         that logged nothing to MLflow by its end (a script that only prints metric lines) has its metrics read
         from its log lines instead."""
-        from .mlflow_metrics import MlflowMetrics, tracking_uri
-        from .workspace import require_workspace
 
         workspace = self._workspace_of(run_id)
         client = self._client(workspace)
@@ -507,7 +496,6 @@ class AzureMLBackend(Backend[AzureMLOptions]):
 
     def _preflight(self, plan: Plan) -> list[Check]:
         """Workspace and credentials reachable; the size offered in the region; family quota enough."""
-        from .workspace import require_workspace
 
         workspace = plan.target["workspace"]
         ws = require_workspace(workspace)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ...errors import CloudDDPError
+from cloudddp.errors import CloudDDPError
 
 ARM = "https://management.azure.com"
 API_VERSION = "2024-04-01"  # a GA version of Microsoft.MachineLearningServices that has Compute - Update

@@ -15,19 +15,19 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from ... import requirements
-from ...catalog import azure_rdma_by_name, disables_rdma, nccl_env_presets
-from ...errors import UserError
-from ...plan import EnvSource, substitute
-from ...packaging import human_bytes, snapshot_warnings
-from ...runtime import RUN_ID, Places, checkpoint_folder, code_snapshot, input_args, job_env, unpacked
-from ...shim import SHIPPED_AS
-from ...sizing import SizeTarget, decide
-from ...spec import JobSpec
-from .environment import DEFAULT_ENVIRONMENT, environment_field
-from .environment import describe as describe_environment
-from .inputs import job_inputs
-from .options import AzureMLOptions
+from cloudddp.backends.azureml.environment import DEFAULT_ENVIRONMENT, environment_field
+from cloudddp.backends.azureml.environment import describe as describe_environment
+from cloudddp.backends.azureml.inputs import job_inputs
+from cloudddp.backends.azureml.options import AzureMLOptions
+from cloudddp.catalog import azure_rdma_by_name, disables_rdma, nccl_env_presets
+from cloudddp.catalog.sizing import SizeTarget, decide
+from cloudddp.code import requirements
+from cloudddp.code.shim import SHIPPED_AS
+from cloudddp.code.snapshot import human_bytes, snapshot_warnings
+from cloudddp.errors import UserError
+from cloudddp.plan import EnvSource, substitute
+from cloudddp.runtime import RUN_ID, Places, checkpoint_folder, code_snapshot, input_args, job_env, unpacked
+from cloudddp.spec.model import JobSpec
 
 JOB_SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
 COMPUTE_SCHEMA = "https://azuremlschemas.azureedge.net/latest/amlCompute.schema.json"

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ...errors import UserError
+from cloudddp.errors import UserError
 
 DEFAULT_ENVIRONMENT = "azureml://registries/azureml/environments/acpt-pytorch-2.8-cuda12.6/versions/14"
 DEFAULT_HOLDS = "PyTorch 2.8, CUDA 12.6, Python 3.10, Ubuntu 22.04, mlflow + azureml-mlflow"

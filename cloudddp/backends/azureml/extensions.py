@@ -22,7 +22,7 @@ import importlib
 import os
 from typing import Any
 
-from ...errors import UserError
+from cloudddp.errors import UserError
 
 CREDENTIAL = "CLOUDDDP_AZURE_CREDENTIAL"
 TRANSPORT = "CLOUDDDP_AZURE_TRANSPORT"

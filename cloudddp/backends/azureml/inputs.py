@@ -12,8 +12,8 @@ import re
 from typing import Any
 from urllib.parse import urlparse
 
-from ...errors import UserError
-from ...spec import Input, JobSpec
+from cloudddp.errors import UserError
+from cloudddp.spec.model import Input, JobSpec
 
 MODES = {"mount": "ro_mount", "download": "download"}
 _EXTENSION = re.compile(r"\.[A-Za-z0-9]*[A-Za-z][A-Za-z0-9]*$")  # .gz, .csv, .h5, not .2 (a version)

@@ -16,8 +16,8 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
-from ...errors import CloudDDPError
-from ..base import LogLine
+from cloudddp.backends.base import LogLine
+from cloudddp.errors import CloudDDPError
 
 ARTIFACT_STORE = "workspaceartifactstore"
 _DATASTORE_URI = re.compile(r"^azureml://datastores/(?P<store>[^/]+)/(?:paths/)?(?P<prefix>.+?)/*$")

@@ -21,8 +21,8 @@ import importlib.util
 from collections import defaultdict
 from typing import Any
 
-from ...errors import BackendUnavailable, CloudDDPError
-from ...metrics import MetricRecord
+from cloudddp.errors import BackendUnavailable, CloudDDPError
+from cloudddp.observe.metrics import MetricRecord
 
 INSTALL = "pip install 'cloudddp[azure-mlflow]' (mlflow and Microsoft's azureml-mlflow plugin)"
 

@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from ...spec import Strict
-from .environment import DEFAULT_ENVIRONMENT
+from cloudddp.backends.azureml.environment import DEFAULT_ENVIRONMENT
+from cloudddp.spec.model import Strict
 
 
 class AzureMLOptions(Strict):

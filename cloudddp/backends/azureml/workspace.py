@@ -7,8 +7,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ...errors import UserError
-from .options import AzureMLOptions
+from cloudddp.backends.azureml.options import AzureMLOptions
+from cloudddp.errors import UserError
 
 ENV = {
     "subscription_id": "AZURE_SUBSCRIPTION_ID",

@@ -22,14 +22,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ... import requirements
-from ...billing import Bill, Figure
-from ...errors import UserError
-from ...metrics import MetricRecord, record_from_dict
-from ...plan import Plan, late
-from ...registry import home
-from ...packaging import human_bytes, snapshot_warnings
-from ...runtime import (
+from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
+from cloudddp.backends.features import Capabilities, Feature
+from cloudddp.backends.local.options import LocalOptions
+from cloudddp.backends.local.rundir import RunDir, write_json_atomic
+from cloudddp.catalog.bill import Bill, Figure
+from cloudddp.catalog.sizing import find_workload
+from cloudddp.catalog.stepstore import StepStore
+from cloudddp.code import requirements
+from cloudddp.code.snapshot import human_bytes, snapshot_warnings
+from cloudddp.errors import UserError
+from cloudddp.observe.metrics import MetricRecord, record_from_dict
+from cloudddp.observe.tail import follow_lines
+from cloudddp.paths import home
+from cloudddp.plan import Plan, late
+from cloudddp.runtime import (
     Places,
     checked_snapshot,
     checkpoint_folder,
@@ -39,13 +46,8 @@ from ...runtime import (
     packed,
     snapshot_upload,
 )
-from ...secrets import redacted_spec_data
-from ...spec import JobSpec
-from ...tail import follow_lines
-from ..base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
-from ..features import Capabilities, Feature
-from .options import LocalOptions
-from .rundir import RunDir, write_json_atomic
+from cloudddp.spec.model import JobSpec, job_key
+from cloudddp.spec.secrets import redacted_spec_data
 
 RUN_DIR, PORT, PYTHON = late("RUN_DIR"), late("PORT"), late("PYTHON")
 CANCEL_GRACE_SECONDS = float(os.environ.get("CLOUDDDP_CANCEL_GRACE", "30"))
@@ -450,12 +452,10 @@ class LocalBackend(Backend[LocalOptions]):
 def _time_estimate(spec: JobSpec, device: str, nodes: int, procs: int) -> dict[str, Any] | None:
     """How long the training takes here, from a step time measured on an earlier run of this job at this shape,
     else ``resources.step_time``; None without either (the catalog's model is for cloud GPUs, not this machine)."""
-    from ...stepstore import StepStore, job_key
 
     measured = StepStore().for_shape(job_key(spec), nodes, procs).get(f"local:{device}")
     if measured is None and spec.resources.step_time is None:
         return None
-    from ...sizing import find_workload
 
     workload = find_workload(spec).workload
     epochs = workload.epochs or None

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ...spec import Strict
+from cloudddp.spec.model import Strict
 
 
 class LocalOptions(Strict):

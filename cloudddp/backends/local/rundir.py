@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...registry import home
+from cloudddp.paths import home
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,12 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from ...metrics import PREFIX, parse_line, patterns_from
-from ...secrets import redact
-from ..base import RunState
-from .rundir import RunDir
+from cloudddp.backends.base import RunState
+from cloudddp.backends.local import LocalBackend
+from cloudddp.backends.local.rundir import RunDir
+from cloudddp.catalog.stepstore import keep_measured
+from cloudddp.observe.metrics import PREFIX, parse_line, patterns_from
+from cloudddp.spec.secrets import redact
 
 GRACE_SECONDS = float(os.environ.get("CLOUDDDP_CANCEL_GRACE", "30"))
 _FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank\s*:\s*(\d+)\)")
@@ -252,12 +254,14 @@ def _children_cpu_seconds() -> float:
 
 
 def _learn_step_time(run: RunDir) -> None:
-    """Keep the run's measured step time for the next estimate of the same job here (cloudddp.stepstore)."""
+    """Keep the run's measured step time for the next estimate of the same job here, also when nobody looks at
+    the run again (the runner records it in the run's registry info when it next reads the run's status)."""
     try:
-        from ...stepstore import learn
-        from . import LocalBackend
-
-        learn(LocalBackend(), run.run_id)
+        step_key = json.loads(run.plan.read_text()).get("step_key")
+        backend = LocalBackend()
+        bill = backend.bill(run.run_id)
+        if step_key and bill is not None and bill.final:
+            keep_measured(run.run_id, step_key, bill, backend.metrics(run.run_id))
     except Exception as e:  # noqa: BLE001 - the run has ended and is recorded; this is a bonus
         print(f"the run's step time was not kept: {e}", flush=True)
 

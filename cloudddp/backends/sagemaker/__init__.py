@@ -17,16 +17,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...billing import Bill, Figure, catalog_bill
-from ...errors import BackendUnavailable, CloudDDPError, UserError
-from ...plan import Plan
-from ...runtime import packed
-from ...secrets import redacted_spec_data
-from ...sizing import SizeTarget
-from ...spec import JobSpec
-from ..base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
-from ..features import Capabilities, Feature
-from .options import SageMakerOptions
+from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
+from cloudddp.backends.features import Capabilities, Feature
+from cloudddp.backends.sagemaker.options import SageMakerOptions
+from cloudddp.backends.sagemaker.request import ACCOUNT, build, encode, shim_hyperparameters
+from cloudddp.catalog.bill import Bill, Figure, catalog_bill
+from cloudddp.catalog.sizing import SizeTarget
+from cloudddp.code.snapshot import collect, folder_digest
+from cloudddp.errors import BackendUnavailable, CloudDDPError, UserError
+from cloudddp.plan import Plan
+from cloudddp.runtime import packed
+from cloudddp.spec.model import JobSpec
+from cloudddp.spec.secrets import redacted_spec_data
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 POLL_SECONDS = float(os.environ.get("CLOUDDDP_SAGEMAKER_POLL", "5"))
@@ -110,7 +112,6 @@ class SageMakerBackend(Backend[SageMakerOptions]):
 
     # -- render ------------------------------------------------------------------------------
     def _render(self, spec: JobSpec) -> Plan:
-        from .request import ACCOUNT, build
 
         token = self.token or time.strftime("%y%m%d%H%M%S")
         r = build(spec, self.options(spec), self.size_target(spec), token, self.sigterm_grace)
@@ -131,7 +132,6 @@ class SageMakerBackend(Backend[SageMakerOptions]):
 
     def for_attempt(self, plan: Plan, attempt: int) -> Plan:
         """Training job names are unique: the attempt gets ``-rN`` (and a ``cloudddp:attempt`` tag)."""
-        from .request import encode, shim_hyperparameters
 
         suffix = f"-r{attempt}"
         base = plan.job_name.removesuffix(f"-r{attempt - 1}") if attempt > 2 else plan.job_name
@@ -212,7 +212,6 @@ class SageMakerBackend(Backend[SageMakerOptions]):
 
     def _upload(self, s3: Any, up: dict[str, Any], progress: Progress | None) -> int:
         """Upload one snapshot unless it is already there; the bytes sent."""
-        from ...packaging import collect, folder_digest
 
         bucket, _, key = up["destination"].removeprefix("s3://").partition("/")
         self._ensure_bucket(s3, bucket)

@@ -15,7 +15,7 @@ import re
 from importlib import resources
 from typing import Any
 
-from ...errors import UserError
+from cloudddp.errors import UserError
 
 DATA_FILE = "sagemaker_pytorch_training.json"
 DEFAULT_DOMAIN = "amazonaws.com"

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import UserError
+from cloudddp.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from ...spec import Duration, Strict
+from cloudddp.spec.model import Duration, Strict
 
 
 class SageMakerOptions(Strict):

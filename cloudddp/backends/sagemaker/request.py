@@ -16,20 +16,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ... import requirements
-from ...catalog import nccl_env_presets
-from ...errors import UserError
-from ...metrics import STANDARD_METRICS, metric_regex
-from ...packaging import collect, folder_digest, snapshot_warnings
-from ...plan import EnvSource, late, substitute
-from ...runtime import RUN_ID, Places, checkpoint_folder, code_snapshot, input_args, job_env, snapshot_upload
-from ...shim import SHIPPED_AS
-from ...sizing import SizeTarget, decide
-from ...spec import JobSpec
-from .images import training_image
-from .limits import LIMITS
-from .limits import check as check_limits
-from .options import SageMakerOptions
+from cloudddp.backends.sagemaker.images import training_image
+from cloudddp.backends.sagemaker.limits import LIMITS
+from cloudddp.backends.sagemaker.limits import check as check_limits
+from cloudddp.backends.sagemaker.options import SageMakerOptions
+from cloudddp.catalog import nccl_env_presets
+from cloudddp.catalog.sizing import SizeTarget, decide
+from cloudddp.code import requirements
+from cloudddp.code.shim import SHIPPED_AS
+from cloudddp.code.snapshot import collect, folder_digest, snapshot_warnings
+from cloudddp.errors import UserError
+from cloudddp.observe.metrics import STANDARD_METRICS, metric_regex
+from cloudddp.plan import EnvSource, late, substitute
+from cloudddp.runtime import RUN_ID, Places, checkpoint_folder, code_snapshot, input_args, job_env, snapshot_upload
+from cloudddp.spec.model import JobSpec
 
 ACCOUNT = late("ACCOUNT")  # filled in at launch from STS when the spec names no bucket
 CHECKPOINT_LOCAL = "/opt/ml/checkpoints"

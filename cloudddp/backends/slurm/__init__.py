@@ -21,21 +21,30 @@ import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from ... import requirements
-from ...errors import CloudDDPError, UserError
-from ...packaging import human_bytes, snapshot_warnings
-from ...plan import Plan, substitute
-from ...registry import home
-from ...runtime import Places, checked_snapshot, checkpoint_folder, input_args, job_env, packed, snapshot_upload
-from ...secrets import redacted_spec_data
-from ...spec import JobSpec
-from ..base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
-from ..features import Capabilities, Feature
-from .options import SlurmOptions
-from .script import Job, Layout, render_script
-from .logs import Labels, follow_batches
-from .shell import Shell
-from .state import LIVE, STATES, failure, from_sacct, parse_pairs, requeue_reason, root_cause, timestamp
+from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
+from cloudddp.backends.features import Capabilities, Feature
+from cloudddp.backends.slurm.logs import Labels, follow_batches
+from cloudddp.backends.slurm.options import SlurmOptions
+from cloudddp.backends.slurm.script import Job, Layout, render_script
+from cloudddp.backends.slurm.shell import Shell
+from cloudddp.backends.slurm.state import (
+    LIVE,
+    STATES,
+    failure,
+    from_sacct,
+    parse_pairs,
+    requeue_reason,
+    root_cause,
+    timestamp,
+)
+from cloudddp.code import requirements
+from cloudddp.code.snapshot import human_bytes, snapshot_warnings
+from cloudddp.errors import CloudDDPError, UserError
+from cloudddp.paths import home
+from cloudddp.plan import Plan, substitute
+from cloudddp.runtime import Places, checked_snapshot, checkpoint_folder, input_args, job_env, packed, snapshot_upload
+from cloudddp.spec.model import JobSpec
+from cloudddp.spec.secrets import redacted_spec_data
 
 TORCHRUN_STOP_SECONDS = 30
 """torchrun gives its workers this long after SIGTERM before it kills them (its agent's shutdown timeout)."""

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...spec import Duration, Strict
+from cloudddp.spec.model import Duration, Strict
 
 _TOKEN = re.compile(r"^[^\s'\"\\]+$")
 _MEMORY = re.compile(r"^[0-9]+[KMGT]?$")

@@ -21,7 +21,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .options import SlurmOptions
+from cloudddp.backends.slurm.options import SlurmOptions
 
 LIMIT_EXIT = 124
 """The script's exit code when it stopped the training ahead of the time limit."""

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from ...errors import BackendUnavailable, CloudDDPError
+from cloudddp.errors import BackendUnavailable, CloudDDPError
 
 READ_CAP = 1 << 20
 """The most bytes one poll reads from one file (the rest comes with the next poll)."""

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..base import Cause, RunState
-from .script import LIMIT_EXIT, LIMIT_MARK, START_MARK
+from cloudddp.backends.base import Cause, RunState
+from cloudddp.backends.slurm.script import LIMIT_EXIT, LIMIT_MARK, START_MARK
 
 _PAIR = re.compile(r"(\S+?)=(.*?)(?= \S+?=|$)")
 _NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")

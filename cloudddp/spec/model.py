@@ -1,23 +1,39 @@
 """The job spec: one declarative description of a DDP training job that every backend reads.
 
 The model is strict (unknown keys are errors) so that a typo never silently changes a job. Paths in
-the spec are relative to the spec file; :func:`cloudddp.specload.load_spec` resolves them.
+the spec are relative to the spec file; :func:`cloudddp.spec.load.load_spec` resolves them.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
+import hashlib
+import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
+
+from cloudddp.errors import UserError
 
 _DURATION = re.compile(r"^\s*(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?\s*(?:(\d+)\s*s?)?\s*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_SECONDS = 28 * 24 * 3600  # SageMaker's and Azure ML's longest job runtime
+
+
+def validate_regex(regex: str) -> str:
+    """``regex`` if it compiles with at least one group (the value); else a ValueError saying why."""
+    try:
+        compiled = re.compile(regex)
+    except re.error as e:
+        raise ValueError(f"not a regular expression: {e}") from None
+    if compiled.groups < 1:
+        raise ValueError("needs one group, the value: e.g. 'loss=([0-9.eE+-]+)'")
+    return regex
 
 
 def parse_duration(value: Any) -> int:
@@ -113,21 +129,6 @@ class Input(Strict):
     arg: str | None = Field(
         None, description="Script argument that receives the input's path in the job, e.g. `--data-dir`."
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _backend_keys_into_at(cls, data: Any) -> Any:
-        """The earlier form ``inputs.X.<backend>: URI`` is read as ``inputs.X.at.<backend>: URI``."""
-        if not isinstance(data, dict):
-            return data
-        from .backends import names
-
-        moved = {k: v for k, v in data.items() if k in names() and k not in cls.model_fields}
-        if not moved:
-            return data
-        rest = {k: v for k, v in data.items() if k not in moved}
-        at = rest.get("at")
-        return {**rest, "at": {**moved, **(at if isinstance(at, dict) else {})}}
 
     @model_validator(mode="after")
     def _somewhere(self) -> Input:
@@ -257,8 +258,6 @@ class MetricSpec(Strict):
     @field_validator("regex")
     @classmethod
     def _compiles(cls, v: str) -> str:
-        from .metrics import validate_regex
-
         return validate_regex(v)
 
 
@@ -292,6 +291,23 @@ class Limits(Strict):
     )
 
 
+class Sections(Protocol):
+    """Where the backends' sections of the spec come from. The spec does not know which backends exist: the
+    backend registry, above it, passes itself (:data:`cloudddp.backends.registry.SECTIONS`)."""
+
+    def names(self) -> list[str]:
+        """Every registered backend's name, sorted."""
+        ...
+
+    def options_model(self, name: str) -> type[BaseModel]:
+        """The options model of backend ``name`` (its ``<name>:`` section)."""
+        ...
+
+    def __hash__(self) -> int:
+        """Composed models are cached per source of sections."""
+        ...
+
+
 class JobSpec(Strict):
     """A DDP training job. The same spec runs on every backend."""
 
@@ -315,6 +331,8 @@ class JobSpec(Strict):
 
     # Set by the loader: the folder relative paths are resolved against. Not part of the schema.
     _base_dir: Path = Path(".")
+    _sections: ClassVar[Sections | None] = None
+    """The backends' sections this model was composed with (set by :func:`spec_model`)."""
 
     @field_validator("metrics")
     @classmethod
@@ -391,17 +409,15 @@ class JobSpec(Strict):
         """The options section of ``backend`` (``<backend>:`` in the spec; its defaults when left out)."""
         if backend in type(self).model_fields:
             return getattr(self, backend)
-        from .backends import backend_class
-
-        return backend_class(backend).options_model()
+        if self._sections is None:
+            raise ValueError(f"this spec's model has no backend sections to read {backend!r} from")
+        return self._sections.options_model(backend)()
 
     def input_location(self, name: str, backend: str) -> str:
         """Where input ``name`` is for ``backend``: its ``at.<backend>`` entry, else its ``path``."""
         item = self.inputs[name]
         where = item.at.get(backend) or item.path
         if where is None:
-            from .errors import UserError
-
             raise UserError(
                 f"inputs.{name} has no location for the {backend} backend",
                 hint=f"give inputs.{name}.path or inputs.{name}.at.{backend}",
@@ -410,8 +426,6 @@ class JobSpec(Strict):
 
     def input_folder(self, name: str, where: str) -> Path:
         """A local input's folder, resolved against the spec file; a user error when it is not a folder."""
-        from .errors import UserError
-
         folder = (self._base_dir / where).resolve()
         if not folder.is_dir():
             raise UserError(
@@ -420,38 +434,38 @@ class JobSpec(Strict):
         return folder
 
 
-def spec_model(sections: Iterable[str] | None = None) -> type[JobSpec]:
+def spec_model(sections: Sections, wanted: Iterable[str] | None = None) -> type[JobSpec]:
     """The job spec with a section for registered backends (``<name>:`` validated by its options model):
-    those named in ``sections`` that are registered, or every registered one (None, for the JSON Schema).
+    those named in ``wanted`` that are registered, or every registered one (None, for the JSON Schema).
 
     A document is validated with the sections it uses only, so loading a spec builds and imports no more
-    than that; a section it leaves out reads as its backend's defaults (:meth:`JobSpec.section`). A
-    plugin's section is validated, completed and reported on exactly like a built-in one.
+    than that; a section it leaves out reads as its backend's defaults. A plugin's section is validated,
+    completed and reported on exactly like a built-in one.
     """
-    from .backends import names
-
-    registered = names()
-    wanted = registered if sections is None else [n for n in registered if n in set(sections)]
-    return _spec_model(tuple(wanted), tuple(registered))
+    registered = tuple(sections.names())
+    chosen = registered if wanted is None else tuple(n for n in registered if n in set(wanted))
+    return _spec_model(sections, chosen, registered)
 
 
 @functools.cache
-def _spec_model(wanted: tuple[str, ...], registered: tuple[str, ...]) -> type[JobSpec]:
-    from .backends import backend_class
-
+def _spec_model(sections: Sections, wanted: tuple[str, ...], registered: tuple[str, ...]) -> type[JobSpec]:
     fields: dict[str, Any] = {}
     for name in wanted:
         if name in JobSpec.model_fields:
             raise ValueError(f"backend {name!r} clashes with the spec field of the same name")
-        options = backend_class(name).options_model
+        options = sections.options_model(name)
         fields[name] = (options, Field(default_factory=options, description=f"Only the {name} backend reads this."))
+
+    def backend_keys_into_at(value: Any) -> Any:
+        """The earlier form ``inputs.X.<backend>: URI`` is read as ``inputs.X.at.<backend>: URI``."""
+        if not isinstance(value, dict):
+            return value
+        return {name: _keys_into_at(item, registered) for name, item in value.items()}
 
     def check_at(value: dict[str, Input]) -> dict[str, Input]:
         for input_name, item in value.items():
             for backend in item.at:
                 if backend not in registered:
-                    import difflib
-
                     guess = difflib.get_close_matches(backend, registered, n=1)
                     tip = f"; did you mean '{guess[0]}'?" if guess else ""
                     raise ValueError(
@@ -459,18 +473,60 @@ def _spec_model(wanted: tuple[str, ...], registered: tuple[str, ...]) -> type[Jo
                     )
         return value
 
-    return create_model(
+    composed = create_model(
         "JobSpec",
         __base__=JobSpec,
         __module__=__name__,
-        __validators__={"_inputs_at_known_backends": field_validator("inputs")(check_at)},
+        __validators__={
+            "_inputs_backend_keys": field_validator("inputs", mode="before")(backend_keys_into_at),
+            "_inputs_at_known_backends": field_validator("inputs")(check_at),
+        },
         **fields,
     )
+    composed._sections = sections
+    return composed
 
 
-def json_schema() -> dict[str, Any]:
+def _keys_into_at(item: Any, registered: tuple[str, ...]) -> Any:
+    if not isinstance(item, dict):
+        return item
+    moved = {k: v for k, v in item.items() if k in registered and k not in Input.model_fields}
+    if not moved:
+        return item
+    rest = {k: v for k, v in item.items() if k not in moved}
+    at = rest.get("at")
+    return {**rest, "at": {**moved, **(at if isinstance(at, dict) else {})}}
+
+
+def json_schema(sections: Sections) -> dict[str, Any]:
     """The JSON Schema editors use to complete and check job files."""
-    schema = spec_model().model_json_schema()
+    schema = spec_model(sections).model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://cloudddp.dev/schema/job.json"
     return schema
+
+
+EPOCHS_FLAG = "--epochs"
+
+
+def _without_flag(args: list[str], flag: str) -> list[str]:
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == flag:
+            skip = True
+        elif not a.startswith(flag + "="):
+            out.append(a)
+    return out
+
+
+def job_key(spec: JobSpec) -> str:
+    """What makes two runs the same training for their step time: name, program and arguments but ``--epochs``."""
+    what = {
+        "name": spec.name,
+        "entry": spec.code.entry,
+        "command": spec.code.command,
+        "args": _without_flag(list(spec.code.args), EPOCHS_FLAG),
+    }
+    return f"{spec.name}-{hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]}"

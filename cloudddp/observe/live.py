@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .metrics import MetricRecord
+from cloudddp.observe.console import out
+from cloudddp.observe.metrics import MetricRecord
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -34,8 +35,6 @@ def table(history: dict[str, list[float]], last: MetricRecord | None, state: str
 def follow_table(records: Iterable[MetricRecord], state: Callable[[], str], run_id: str) -> None:
     """Redraw the table on every record until the stream ends."""
     from rich.live import Live
-
-    from .console import out
 
     history: dict[str, list[float]] = {}
     last = None

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
-from .metrics import MetricRecord
+from cloudddp.errors import UserError
+from cloudddp.observe.metrics import MetricRecord
 
 # Panels: which metrics share axes, and the y label with its unit.
 PANELS = (

@@ -18,7 +18,7 @@ training take as long per step; another batch size or model does not), and the s
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import fcntl
 import json
 import os
 import statistics
@@ -26,40 +26,12 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .metrics import MetricRecord
-from .registry import home
-
-if TYPE_CHECKING:
-    from .backends.base import Backend
-    from .catalog.model import StepTime
-    from .spec import JobSpec
-
-EPOCHS_FLAG = "--epochs"
-
-
-def _without_flag(args: list[str], flag: str) -> list[str]:
-    out, skip = [], False
-    for a in args:
-        if skip:
-            skip = False
-        elif a == flag:
-            skip = True
-        elif not a.startswith(flag + "="):
-            out.append(a)
-    return out
-
-
-def job_key(spec: JobSpec) -> str:
-    """What makes two runs the same training for their step time: name, program and arguments but ``--epochs``."""
-    what = {
-        "name": spec.name,
-        "entry": spec.code.entry,
-        "command": spec.code.command,
-        "args": _without_flag(list(spec.code.args), EPOCHS_FLAG),
-    }
-    return f"{spec.name}-{hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]}"
+from cloudddp.catalog.bill import Bill
+from cloudddp.catalog.model import StepTime
+from cloudddp.observe.metrics import MetricRecord
+from cloudddp.paths import home
 
 
 def size_key(job: str, size: str, nodes: int, processes_per_node: int | None) -> str:
@@ -90,8 +62,6 @@ class Measured:
 
     def step_time(self, epochs: int | None) -> StepTime:
         """As an estimate's step time for a job of ``epochs`` epochs (the steps it implies, where it can)."""
-        from .catalog.model import StepTime
-
         when = time.strftime("%Y-%m-%d", time.localtime(self.measured_at)) if self.measured_at else "earlier"
         steps: float | None = None
         if self.steps_per_epoch and epochs:
@@ -183,29 +153,19 @@ class StepStore:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        import fcntl
-
         with open(self.path.with_name(self.path.name + ".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
 
-def learn(backend: Backend[Any], run_id: str) -> dict[str, Any] | None:
-    """Keep the step time of finished run ``run_id`` for the next estimate (once per run; what was learned, or why
-    nothing, goes into the run's registry info as ``measured``). Needs the key the plan had at launch."""
-    record = backend.registry.get(run_id)
-    if record is None or "measured" in record.info or not record.info.get("step_key"):
-        return None
-    bill = backend.bill(run_id)
-    if bill is None or not bill.final:
-        return None
-    found = measure(backend.metrics(run_id), bill.ran_s)
-    key = size_key(record.info["step_key"], bill.size, bill.nodes, bill.processes_per_node)
+def keep_measured(run_id: str, step_key: str, bill: Bill, records: Iterable[MetricRecord]) -> dict[str, Any]:
+    """Measure finished run ``run_id`` from its metric ``records`` and final ``bill``, keep the step time under
+    the run's size and shape, and say what was kept (or why nothing): what a run's info records as
+    ``measured``."""
+    found = measure(records, bill.ran_s)
+    key = size_key(step_key, bill.size, bill.nodes, bill.processes_per_node)
     if isinstance(found, str):
-        info: dict[str, Any] = {"none": found, "key": key}
-    else:
-        found = Measured(**{**found.to_dict(), "run_id": run_id, "measured_at": time.time()})
-        StepStore().put(key, found)
-        info = {**found.to_dict(), "key": key}
-    backend.registry.update(run_id, info={"measured": info})
-    return info
+        return {"none": found, "key": key}
+    found = Measured(**{**found.to_dict(), "run_id": run_id, "measured_at": time.time()})
+    StepStore().put(key, found)
+    return {**found.to_dict(), "key": key}

@@ -17,9 +17,11 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from cloudddp.backends.base import RunRecord
+from cloudddp.paths import home
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -40,24 +42,9 @@ CREATE INDEX IF NOT EXISTS runs_name ON runs (name, created_at, run_id);
 _WILDCARDS = frozenset("*?[")
 
 
-def home() -> Path:
-    path = Path(os.environ.get("CLOUDDDP_HOME") or Path.home() / ".cloudddp")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@dataclass
-class RunRecord:
-    run_id: str
-    backend: str
-    name: str
-    state: str
-    created_at: float
-    updated_at: float
-    info: dict[str, Any] = field(default_factory=dict)
-
-
 class Registry:
+    """This machine's runs (:class:`~cloudddp.backends.base.RunRecords` for the backends the runner opens)."""
+
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or home() / "runs.db"
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 submitted again — same job, same code, same checkpoint folder — until it succeeds or the budget is spent.
 
 A *chain* is the attempts of one recovered job. It is kept in ``$CLOUDDDP_HOME/chains/<first run id>.json``
-and watched by a detached process (``python -m cloudddp.recovery <chain id>``), so the terminal that
+and watched by a detached process (``python -m cloudddp.runs.recovery <chain id>``), so the terminal that
 submitted the job can close. The watcher polls the newest attempt's status; when it failed for a reason
 the job did not cause (:attr:`~cloudddp.backends.base.Cause.recoverable`), it launches the next attempt
 (the backend renames what must differ, :meth:`~cloudddp.backends.base.Backend.for_attempt`); a failure of
@@ -10,7 +10,7 @@ the job's own code is never retried. The script resumes from its checkpoint, bec
 the same checkpoint folder. If the watcher is gone (its machine restarted), ``cloudddp recover`` or any
 ``status`` of the run starts it again. With ``limits.recover_to: next_size``, after ``limits.capacity_tries``
 capacity failures on one size the next attempt takes the next size of the plan's ranking that passes the
-preflight checks (:mod:`cloudddp.fallback` renders them at submit).
+preflight checks (:mod:`cloudddp.runs.fallback` renders them at submit).
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .backends import get_backend
-from .backends.base import Backend, Cause, PreflightFailed, RunState, RunStatus, Submission
-from .fallback import Fallback, failures
-from .plan import Plan
-from .registry import home
-from .spec import JobSpec
+from cloudddp.backends.base import Backend, Cause, PreflightFailed, RunState, RunStatus
+from cloudddp.catalog.ranking import failures
+from cloudddp.runs.fallback import Fallback, plan_fallback
+from cloudddp.paths import home
+from cloudddp.plan import Plan
+from cloudddp.runs.runner import Runner, Submission
+from cloudddp.spec.model import JobSpec
 
 POLL_SECONDS = float(os.environ.get("CLOUDDDP_RECOVERY_POLL", "10"))
 SETTLE_SECONDS = float(os.environ.get("CLOUDDDP_RECOVERY_SETTLE", "60"))
@@ -62,7 +63,7 @@ class Chain:
     capacity_tries: int = 0
     """Capacity failures on one size before moving to the next of ``fallbacks`` (0: never moves)."""
     fallbacks: list[dict[str, Any]] = field(default_factory=list)
-    """The next sizes' plans (:class:`~cloudddp.fallback.Fallback`), taken in order."""
+    """The next sizes' plans (:class:`~cloudddp.runs.fallback.Fallback`), taken in order."""
 
     # -- storage ---------------------------------------------------------------------------------
     @staticmethod
@@ -147,10 +148,9 @@ def start(
     return chain
 
 
-def start_for(backend: Backend[Any], spec: JobSpec, submission: Submission, max_recoveries: int) -> Chain:
+def start_for(runner: Runner, spec: JobSpec, submission: Submission, max_recoveries: int) -> Chain:
     """:func:`start` for a run just submitted from ``spec``, with the sizes ``limits.recover_to`` moves to."""
-    from .fallback import plan_fallback
-
+    backend = runner.backend
     return start(
         backend,
         submission.plan,
@@ -166,7 +166,7 @@ def spawn_watcher(chain: Chain, literals: dict[str, str] | None = None) -> None:
     log = Chain.path_of(chain.chain_id).with_suffix(".log")
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cloudddp.recovery", chain.chain_id],
+            [sys.executable, "-m", "cloudddp.runs.recovery", chain.chain_id],
             stdin=subprocess.PIPE,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -191,7 +191,8 @@ def ensure_watched(chain: Chain) -> bool:
 def watch(chain_id: str, literals: dict[str, str], poll: float = POLL_SECONDS) -> Chain:
     """Follow the chain until it succeeds, fails for a reason recovery does not cover, or the budget ends."""
     chain = Chain.load(chain_id)
-    backend = get_backend(chain.backend)
+    runner = Runner.open(chain.backend)
+    backend = runner.backend
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     ended_at: dict[str, float] = {}
@@ -202,7 +203,7 @@ def watch(chain_id: str, literals: dict[str, str], poll: float = POLL_SECONDS) -
             continue
         chain = Chain.load(chain_id)  # a cancel may have changed it meanwhile
         _record(chain, status)
-        decide(chain, status, backend, literals)
+        decide(chain, status, runner, literals)
         chain.save()
     return chain
 
@@ -223,7 +224,7 @@ def _record(chain: Chain, status: RunStatus) -> None:
     attempt.cause = status.cause.value if status.cause else None
 
 
-def decide(chain: Chain, status: RunStatus, backend: Backend[Any], literals: dict[str, str]) -> None:
+def decide(chain: Chain, status: RunStatus, runner: Runner, literals: dict[str, str]) -> None:
     """After an attempt ended: done, given up (with the reason), or the next attempt launched (on the next size
     when this one has failed for capacity ``capacity_tries`` times)."""
     cause = status.cause or Cause.UNKNOWN
@@ -240,10 +241,10 @@ def decide(chain: Chain, status: RunStatus, backend: Backend[Any], literals: dic
         chain.status = GAVE_UP
         chain.message = f"recovery budget spent: {chain.max_recoveries} recoveries, the last ended by {cause.value}"
     elif cause is Cause.CAPACITY and chain.capacity_tries and _capacity_failures(chain) >= chain.capacity_tries:
-        _move_on(chain, backend, literals, status)
+        _move_on(chain, runner, literals, status)
     else:
         size = chain.current.size
-        _launch(chain, backend, Plan.from_state(chain.plan, literals), checks=False, size=size)
+        _launch(chain, runner, Plan.from_state(chain.plan, literals), checks=False, size=size)
         chain.message = f"attempt {chain.current.number} after {cause.value}: {status.message}"
 
 
@@ -257,21 +258,21 @@ def _capacity_failures(chain: Chain) -> int:
     return count
 
 
-def _launch(chain: Chain, backend: Backend[Any], plan: Plan, *, checks: bool, size: str | None) -> None:
+def _launch(chain: Chain, runner: Runner, plan: Plan, *, checks: bool, size: str | None) -> None:
     number = chain.current.number + 1
-    run_id = backend.launch(backend.for_attempt(plan, number), checks=checks)
-    backend.registry.update(run_id, info={"chain": chain.chain_id, "attempt": number})
+    run_id = runner.launch(runner.backend.for_attempt(plan, number), checks=checks)
+    runner.backend.registry.update(run_id, info={"chain": chain.chain_id, "attempt": number})
     chain.attempts.append(Attempt(number, run_id, time.time(), size=size))
 
 
-def _move_on(chain: Chain, backend: Backend[Any], literals: dict[str, str], status: RunStatus) -> None:
+def _move_on(chain: Chain, runner: Runner, literals: dict[str, str], status: RunStatus) -> None:
     """Launch the next size that passes the preflight checks; give up naming each size's reason if none does."""
     old, tries = chain.current.size, _capacity_failures(chain)
     skipped = []
     while chain.fallbacks:
         nxt = chain.fallbacks.pop(0)
         try:
-            _launch(chain, backend, Plan.from_state(nxt["plan"], literals), checks=True, size=nxt["size"])
+            _launch(chain, runner, Plan.from_state(nxt["plan"], literals), checks=True, size=nxt["size"])
         except PreflightFailed as e:
             skipped.append(f"{nxt['size']} ({'; '.join(f'{c.name}: {c.detail}' for c in e.checks)})")
             continue

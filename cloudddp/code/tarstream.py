@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import IO
 
-from .errors import UserError
+from cloudddp.errors import UserError
 
 CHUNK = 1 << 20
 BLOCK = tarfile.BLOCKSIZE

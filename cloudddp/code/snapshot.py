@@ -6,9 +6,9 @@ uploaded twice. Ignore rules: ``.gitignore``, ``.amlignore`` and ``.cloudddpigno
 the spec's ``code.ignore``, and defaults (VCS folders, caches, checkpoints). Nothing outside the
 folder gets in: ``..``, absolute paths and symlinks that point outside are refused.
 
-The archive is written in one streaming pass (see :mod:`cloudddp.tarstream`) to
+The archive is written in one streaming pass (see :mod:`cloudddp.code.tarstream`) to
 ``$CLOUDDDP_HOME/snapshots/<sha256>.tar.gz``, so memory stays small whatever the folder
-holds. A stat index (see :mod:`cloudddp.filestate`) then recognises the unchanged folder on the next
+holds. A stat index (see :mod:`cloudddp.code.filestate`) then recognises the unchanged folder on the next
 render without reading or packing it again; data folders get the same treatment file by file.
 """
 
@@ -27,9 +27,10 @@ from typing import Any, BinaryIO
 
 import pathspec
 
-from .errors import UserError
-from .filestate import DigestCache, Stamp, file_sha256, key_of, read_record, write_record
-from .tarstream import Member, write_targz
+from cloudddp.code.filestate import DigestCache, Stamp, file_sha256, key_of, read_record, write_record
+from cloudddp.code.tarstream import Member, write_targz
+from cloudddp.errors import UserError
+from cloudddp.paths import home
 
 DEFAULT_IGNORES = (
     ".git/",
@@ -83,7 +84,6 @@ class _Entry:
 
 
 def cache_dir() -> Path:
-    from .registry import home
 
     return home() / "snapshots"
 
@@ -392,9 +392,8 @@ def _prune(directory: Path, keep: str) -> None:
 def folder_digest(root: Path, files: Iterable[str]) -> str:
     """A content hash over relative paths and bytes (for data folders uploaded file by file).
 
-    Files whose stamps match the last digest are not read again (see :class:`cloudddp.filestate.DigestCache`).
+    Files whose stamps match the last digest are not read again (see :class:`cloudddp.code.filestate.DigestCache`).
     """
-    from .registry import home
 
     now_ns = time.time_ns()
     cache = DigestCache(root.resolve(), home() / "digests")

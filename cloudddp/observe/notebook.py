@@ -4,21 +4,33 @@ from __future__ import annotations
 
 import html
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
-from .errors import UserError
-from .metrics import MetricRecord
-from .plotting import plot_metrics
-
-if TYPE_CHECKING:
-    from .api import Run
-    from .backends.base import RunStatus
-
+from cloudddp.errors import UserError
+from cloudddp.observe.metrics import MetricRecord
+from cloudddp.observe.plotting import plot_metrics
 
 LOG_LINES = 20
 
 
-def watch(run: Run, poll: float = 1.0) -> RunStatus:
+class Watched(Protocol):
+    """What the widget needs of a run (:class:`cloudddp.api.Run` is one): its id, status, events and an end."""
+
+    run_id: str
+
+    def status(self) -> Any:
+        """The run's status (with ``state`` and ``_repr_html_``)."""
+
+    def events(self, follow: bool = False, all_ranks: bool = False) -> Iterator[Any]:
+        """Metric records and log lines as they come."""
+
+    def wait(self, timeout: float | None = None, poll: float = 1.0) -> Any:
+        """Block until the run ends; its status."""
+
+
+def watch(run: Watched, poll: float = 1.0) -> Any:
+    """Draw ``run``'s status, its output and a live plot of its metrics in the notebook until it ends; its status."""
     try:
         import matplotlib.pyplot as plt
         from IPython.display import HTML, display

@@ -5,7 +5,7 @@ The workload for the cost model comes from the shared training script's argument
 script *is* the shared script, which carries a marker line (:data:`SHARED_SCRIPT_MARKER`). For any other
 script the model cannot know the speed, so the estimate says so and asks for the figures it needs:
 ``resources.step_time`` (seconds per optimizer step, measured) and ``resources.steps`` (steps of the whole
-job). A step time measured on a finished run of the same job on the same size (:mod:`cloudddp.stepstore`)
+job). A step time measured on a finished run of the same job on the same size (:mod:`cloudddp.catalog.stepstore`)
 replaces the model's (or the given) figure on that size, and the plan says so.
 
 A backend says where its sizes come from with a :class:`SizeTarget` (the catalog's cloud, the size the
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .catalog import (
+from cloudddp.catalog import (
     Requirements,
     Selection,
     Sku,
@@ -29,10 +29,10 @@ from .catalog import (
     select,
     workload_for_model,
 )
-from .catalog.model import DATASET_BYTES, DATASET_SAMPLES
-from .errors import UserError
-from .spec import JobSpec
-from .stepstore import Measured, StepStore, job_key
+from cloudddp.catalog.model import DATASET_BYTES, DATASET_SAMPLES
+from cloudddp.catalog.stepstore import Measured, StepStore
+from cloudddp.errors import UserError
+from cloudddp.spec.model import JobSpec, job_key
 
 SHARED_SCRIPT_MARKER = b'SHARED_SCRIPT = "cloudddp-shared-train"'
 """The line that marks ``src_train/train.py`` (and copies of it) as the shared script whose arguments the cost

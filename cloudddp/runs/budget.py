@@ -1,13 +1,13 @@
 """The budget watch: stops a run when what it spends reaches ``resources.max_cost``.
 
-``Backend.launch`` starts it for a job with a budget on a backend whose bill reports spend while a run is
+The runner's ``launch`` (:mod:`cloudddp.runs.runner`) starts it for a job with a budget on a backend whose bill reports spend while a run is
 going (``spend_while_running``: SageMaker and Azure ML here), as a detached process on the submitting
-machine — ``python -m cloudddp.budget RUN_ID`` — so it goes on after the CLI exits. Every
+machine — ``python -m cloudddp.runs.budget RUN_ID`` — so it goes on after the CLI exits. Every
 ``CLOUDDDP_BUDGET_POLL`` seconds (default 60) it reads the run's bill; when the spend so far plus what
 stopping still costs (the backend's SIGTERM grace, and the idle time an autoscaling cluster still bills after
 the run, on every node) reaches the budget, it cancels the run — a cancel: SIGTERM, the script checkpoints,
 then the backend's grace — and records the spend it stopped at in the run's registry info (``cloudddp cost``
-shows it). It ends by itself when the run ends. Under recovery (:mod:`cloudddp.recovery`) the budget is the
+shows it). It ends by itself when the run ends. Under recovery (:mod:`cloudddp.runs.recovery`) the budget is the
 whole job's: what the earlier attempts cost counts, and a stop ends the recovery too.
 
 What it cannot do: watch while this machine is off or asleep, or once the credentials it started with
@@ -17,24 +17,18 @@ price, a lower bound, so the real spend at the stop is higher).
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .errors import CloudDDPError
-from .registry import Registry, home
-
-if TYPE_CHECKING:
-    from .backends.base import Backend
-    from .billing import Bill
-
-
-def poll_seconds() -> float:
-    """Seconds between two looks at a run's bill: ``CLOUDDDP_BUDGET_POLL``, default 60."""
-    return float(os.environ.get("CLOUDDDP_BUDGET_POLL", "60"))
+from cloudddp.backends.base import Backend
+from cloudddp.catalog.bill import Bill
+from cloudddp.errors import CloudDDPError
+from cloudddp.runs.recovery import chain_of
+from cloudddp.runs.recovery import cancel as stop_recovering
+from cloudddp.runs.registry import Registry
+from cloudddp.runs.runner import budget_poll_seconds, get_backend
 
 
 def stop_cost(bill: Bill, grace_s: float) -> float:
@@ -48,15 +42,9 @@ def over_budget(bill: Bill, max_cost: float, grace_s: float, spent_before: float
     return bill.cost is not None and spent_before + bill.cost + stop_cost(bill, grace_s) >= max_cost
 
 
-def _chain(backend: Backend[Any], run_id: str) -> Any:
-    from .recovery import chain_of
-
-    return chain_of(run_id, backend)
-
-
 def spent_before(backend: Backend[Any], run_id: str) -> float:
     """What the attempts before ``run_id`` of its recovery chain cost (0 for a run not under recovery)."""
-    chain = _chain(backend, run_id)
+    chain = chain_of(run_id, backend)
     total = 0.0
     for attempt in chain.attempts if chain is not None else []:
         if attempt.run_id == run_id:
@@ -82,7 +70,7 @@ def watch(
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """Poll ``run_id``'s bill until the run ends, or cancel it when the budget is reached; what happened."""
-    poll = poll_seconds() if poll is None else poll
+    poll = budget_poll_seconds() if poll is None else poll
     while True:
         status = backend.status(run_id)
         if status.state.terminal:
@@ -92,11 +80,9 @@ def watch(
         before = spent_before(backend, run_id) if bill is not None else 0.0
         if bill is not None and over_budget(bill, max_cost, backend.sigterm_grace, before):
             tail = stop_cost(bill, backend.sigterm_grace)
-            chain = _chain(backend, run_id)
+            chain = chain_of(run_id, backend)
             if chain is not None:  # stopped for the budget: not a fault for recovery to undo
-                from .recovery import cancel
-
-                cancel(chain)
+                stop_recovering(chain)
             backend.cancel(run_id)
             spend = before + (bill.cost or 0.0)
             outcome = {
@@ -113,25 +99,7 @@ def watch(
     return outcome
 
 
-def start_watch(run_id: str) -> dict[str, Any]:
-    """Start the detached watch of ``run_id`` (its backend and budget are read from the registry)."""
-    folder = home() / "budget"
-    folder.mkdir(exist_ok=True)
-    log_path = folder / f"{run_id}.log"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cloudddp.budget", run_id],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    return {"watch_pid": proc.pid, "log": str(log_path), "poll_s": poll_seconds()}
-
-
 def main(argv: list[str]) -> int:
-    from .backends import get_backend
-
     run_id = argv[0]
     record = Registry().get(run_id)
     if record is None or record.info.get("max_cost") is None:

@@ -10,17 +10,15 @@ size offered in the region) is left to the preflight checks at the moment the wa
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backends.base import Backend
-from .errors import UserError
-from .spec import JobSpec
-from .specload import spec_from_dict, spec_to_data
-
-NEXT_SIZES = 3
-"""How many sizes after the first are rendered for a recovery to move to."""
+from cloudddp.backends.base import Backend
+from cloudddp.backends.registry import spec_from_dict
+from cloudddp.catalog.ranking import NEXT_SIZES, ranked_sizes
+from cloudddp.errors import UserError
+from cloudddp.spec.load import spec_to_data
+from cloudddp.spec.model import JobSpec
 
 
 @dataclass
@@ -38,25 +36,10 @@ class Fallback:
         return [p["size"] for p in self.plans]
 
 
-def ranked_sizes(backend: Backend[Any], spec: JobSpec) -> tuple[str | None, list[str]]:
-    """The size ``spec`` runs on at ``backend`` and the other sizes that fit it, best first; (None, []) for a
-    backend that chooses no size."""
-    from .catalog.select import select
-    from .sizing import requirements_for
-
-    target = backend.size_target(spec)
-    if target is None or spec.resources.gpus_per_node == 0:
-        return None, []
-    ranking = select(requirements_for(spec, dataclasses.replace(target, named=None))).candidates
-    fits = [c.sku.size for c in ranking if c.ok]
-    current = target.named or (fits[0] if fits else None)
-    return current, [size for size in fits if size != current]
-
-
 def plan_fallback(backend: Backend[Any], spec: JobSpec) -> Fallback:
     """Render ``spec`` at each of the next :data:`NEXT_SIZES` sizes of its ranking (nothing when ``spec``
     keeps recovering on one size)."""
-    current, others = ranked_sizes(backend, spec)
+    current, others = ranked_sizes(backend.size_target(spec), spec)
     fallback = Fallback(current)
     if spec.limits.recover_to != "next_size" or current is None:
         return fallback
@@ -72,25 +55,3 @@ def plan_fallback(backend: Backend[Any], spec: JobSpec) -> Fallback:
         except UserError as e:
             fallback.skipped.append(f"{size}: {str(e).splitlines()[0]}")
     return fallback
-
-
-def describe(backend: Backend[Any], spec: JobSpec) -> tuple[list[str], list[str]]:
-    """What a plan says about ``limits.recover_to`` (its decisions, its warnings): where a recovery would move,
-    or why it cannot."""
-    if spec.limits.recover_to != "next_size":
-        return [], []
-    current, others = ranked_sizes(backend, spec)
-    if current is None:
-        return [], [f"limits.recover_to: next_size has no effect on the {backend.name} backend: it chooses no size"]
-    if not others:
-        return [], [f"limits.recover_to: next_size: no other size fits this job; a recovery stays on {current}"]
-    nxt = ", then ".join(others[:NEXT_SIZES])
-    return [
-        f"recovery: after {failures(spec.limits.capacity_tries)} on {current} an attempt moves to {nxt} "
-        "(the first that passes the preflight checks)"
-    ], []
-
-
-def failures(count: int) -> str:
-    """ "1 capacity failure", "2 capacity failures": for messages."""
-    return "1 capacity failure" if count == 1 else f"{count} capacity failures"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .plan import SECRET_PLACEHOLDER, EnvSource
-from .spec import JobSpec
+from cloudddp.plan import SECRET_PLACEHOLDER, EnvSource
+from cloudddp.spec.model import JobSpec
 
 
 def rendered_env(spec: JobSpec) -> tuple[dict[str, str], dict[str, EnvSource]]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+from typing import Any
 
-from .errors import UserError
+from cloudddp.errors import UserError
 
 TEMPLATE = """\
 # yaml-language-server: $schema={schema}
@@ -72,7 +74,7 @@ local:
 
 def shared_script_dir() -> Path:
     """The shared training script next to the package (source checkouts and editable installs)."""
-    path = Path(__file__).resolve().parents[1] / "src_train"
+    path = Path(__file__).resolve().parents[2] / "src_train"
     if not (path / "train.py").is_file():
         raise UserError(
             "the shared training script (src_train/) ships with the cloudddp source repository, "
@@ -81,7 +83,9 @@ def shared_script_dir() -> Path:
     return path
 
 
-def init(path: Path, *, name: str | None, with_script: bool, force: bool) -> list[Path]:
+def init(path: Path, *, schema: dict[str, Any], name: str | None, with_script: bool, force: bool) -> list[Path]:
+    """Write the job spec at ``path`` (a folder gets ``job.yaml``) and ``schema``, the JSON Schema of job files
+    (the caller's: the spec does not know the registered backends' sections), next to it as ``job.schema.json``."""
     path = path if path.suffix in (".yaml", ".yml") else path / "job.yaml"
     if path.exists() and not force:
         raise UserError(f"{path} exists; pass --force to overwrite it")
@@ -90,13 +94,9 @@ def init(path: Path, *, name: str | None, with_script: bool, force: bool) -> lis
     job_name = name or (folder.resolve().name if path.stem == "job" else path.stem)
     job_name = "".join(c if c.isalnum() or c == "-" else "-" for c in job_name).strip("-")[:63] or "my-job"
     written = [path]
-    schema = folder / "job.schema.json"
-    import json
-
-    from .spec import json_schema
-
-    schema.write_text(json.dumps(json_schema(), indent=2) + "\n")
-    written.append(schema)
+    schema_path = folder / "job.schema.json"
+    schema_path.write_text(json.dumps(schema, indent=2) + "\n")
+    written.append(schema_path)
     code_dir = "src_train" if with_script else "."
     if with_script:
         target = folder / "src_train"
@@ -106,5 +106,5 @@ def init(path: Path, *, name: str | None, with_script: bool, force: bool) -> lis
             shared_script_dir(), target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
         )
         written.append(target)
-    path.write_text(TEMPLATE.format(schema=schema.name, file=path.name, name=job_name, code_dir=code_dir))
+    path.write_text(TEMPLATE.format(schema=schema_path.name, file=path.name, name=job_name, code_dir=code_dir))
     return written

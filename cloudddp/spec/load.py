@@ -7,6 +7,7 @@ or non-UTF-8 files, huge files, and YAML whose aliases expand into millions of n
 
 from __future__ import annotations
 
+import copy
 import difflib
 import types
 import typing
@@ -17,8 +18,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .errors import SpecError, UserError
-from .spec import JobSpec, spec_model
+from cloudddp.errors import SpecError, UserError
+from cloudddp.spec.model import JobSpec, Sections, spec_model
 
 MAX_BYTES = 1 << 20
 MAX_NODES = 20_000  # nodes after alias expansion; a real spec has a few hundred
@@ -219,13 +220,11 @@ def _model_in(annotation: Any) -> Any:
     return None
 
 
-def _allowed_keys(loc: Loc) -> list[str]:
+def _allowed_keys(loc: Loc, sections: Sections) -> list[str]:
     """Valid keys of the section at ``loc`` (a data path), or [] when it is not a model."""
     if not loc:
-        from .backends import names
-
-        return [*JobSpec.model_fields, *names()]
-    current: Any = spec_model([str(loc[0])])
+        return [*JobSpec.model_fields, *sections.names()]
+    current: Any = spec_model(sections, [str(loc[0])])
     expect_key = False
     for part in loc:
         if expect_key:
@@ -258,13 +257,13 @@ def _data_loc(loc: Sequence[str | int], data: Any, *, key_may_be_absent: bool) -
     return tuple(out)
 
 
-def _describe(err: Any, data: Any, positions: _Positions) -> str:
+def _describe(err: Any, data: Any, positions: _Positions, sections: Sections) -> str:
     kind = err["type"]
     loc = _data_loc(err["loc"], data, key_may_be_absent=kind in ("missing", "extra_forbidden"))
     where = positions.where(loc)
     field = _dotted(loc)
     if kind == "extra_forbidden":
-        allowed = _allowed_keys(loc[:-1])
+        allowed = _allowed_keys(loc[:-1], sections)
         guess = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
         tip = f"; did you mean '{guess[0]}'?" if guess else ""
         return f"{where}: {field}: unknown key{tip} (valid here: {', '.join(allowed)})"
@@ -281,6 +280,7 @@ def spec_from_data(
     *,
     base_dir: Path,
     positions: _Positions,
+    sections: Sections,
     overrides: Sequence[str] = (),
     problems: Sequence[str] = (),
 ) -> JobSpec:
@@ -289,11 +289,11 @@ def spec_from_data(
     issues = list(problems)
     spec = None
     try:
-        spec = spec_model(data).model_validate(data)
+        spec = spec_model(sections, data).model_validate(data)
     except ValidationError as e:
         seen: set[str] = set()
         for err in e.errors():
-            line = _describe(err, data, positions)
+            line = _describe(err, data, positions, sections)
             if line not in seen:
                 seen.add(line)
                 issues.append(line)
@@ -306,16 +306,26 @@ def spec_from_data(
 
 
 def spec_from_bytes(
-    raw: bytes, *, source: str = "<text>", base_dir: str | Path = ".", overrides: Sequence[str] = ()
+    raw: bytes,
+    *,
+    sections: Sections,
+    source: str = "<text>",
+    base_dir: str | Path = ".",
+    overrides: Sequence[str] = (),
 ) -> JobSpec:
     """Check and return the job spec in ``raw`` (YAML bytes), as if read from a file named ``source``."""
     data, positions, problems = parse_yaml(_decode(raw, source), source)
     return spec_from_data(
-        data, base_dir=Path(base_dir).resolve(), positions=positions, overrides=overrides, problems=problems
+        data,
+        base_dir=Path(base_dir).resolve(),
+        positions=positions,
+        sections=sections,
+        overrides=overrides,
+        problems=problems,
     )
 
 
-def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
+def load_spec(path: str | Path, overrides: Sequence[str] = (), *, sections: Sections) -> JobSpec:
     """Read, check and return the job spec at ``path`` with ``key.path=value`` overrides applied."""
     path = Path(path)
     source = str(path)
@@ -329,17 +339,24 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
         raise UserError(f"{source}: is a directory, not a job spec file") from None
     except OSError as e:
         raise UserError(f"{source}: cannot read: {e.strerror}") from None
-    return spec_from_bytes(raw, source=source, base_dir=path.resolve().parent, overrides=overrides)
+    return spec_from_bytes(raw, sections=sections, source=source, base_dir=path.resolve().parent, overrides=overrides)
 
 
 def spec_from_dict(
-    data: Mapping[str, Any], *, base_dir: str | Path = ".", overrides: Sequence[str] = (), source: str = "<dict>"
+    data: Mapping[str, Any],
+    *,
+    sections: Sections,
+    base_dir: str | Path = ".",
+    overrides: Sequence[str] = (),
+    source: str = "<dict>",
 ) -> JobSpec:
     """Build a job spec from a mapping (the Python API), with the same checks and messages as a file."""
-    import copy
-
     return spec_from_data(
-        copy.deepcopy(dict(data)), base_dir=Path(base_dir).resolve(), positions=_Positions(source), overrides=overrides
+        copy.deepcopy(dict(data)),
+        base_dir=Path(base_dir).resolve(),
+        positions=_Positions(source),
+        sections=sections,
+        overrides=overrides,
     )
 
 

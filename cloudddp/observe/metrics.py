@@ -136,17 +136,6 @@ def metrics_from_lines(lines: Iterable[Any], patterns: Sequence[Pattern] = ()) -
             yield record
 
 
-def validate_regex(regex: str) -> str:
-    """``regex`` if it compiles with at least one group (the value); else a ValueError saying why."""
-    try:
-        compiled = re.compile(regex)
-    except re.error as e:
-        raise ValueError(f"not a regular expression: {e}") from None
-    if compiled.groups < 1:
-        raise ValueError("needs one group, the value: e.g. 'loss=([0-9.eE+-]+)'")
-    return regex
-
-
 def metric_regex(name: str) -> str:
     """A regex whose first group captures ``name``'s value in a metric line (SageMaker MetricDefinitions)."""
     return f'{re.escape(PREFIX.strip())} .*"{re.escape(name)}":{_NUMBER}'

@@ -1,16 +1,16 @@
-"""What a run cost, next to what was estimated when it was submitted.
+"""What a run cost, from its backend's own figures.
 
-A backend reports a :class:`Bill` from its own figures (the ``_bill`` hook of the backend contract): the time
-each node was billed or held, the nodes, the price where there is one, and every figure with where it came
-from (an API field, a clock, the catalog). :class:`CostReport` puts it next to the estimate the plan had at
-submit (kept in the run's registry info at launch). A backend that cannot say reports no bill, and the report
-says why.
+A backend reports a :class:`Bill` (the ``_bill`` hook of the backend contract): the time each node was billed
+or held, the nodes, the price where there is one, and every figure with where it came from (an API field, a
+clock, the catalog). The runner's cost report (:mod:`cloudddp.runs.cost`) puts it next to the estimate.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
+
+from cloudddp.catalog.skus import CATALOG_DATE, find
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,6 @@ def catalog_bill(
     """The bill of ``nodes`` cloud nodes of ``size``, each billed ``billed_s``, at the catalog's price (the one
     estimates use, added to ``figures`` with its source), with GPU-hours where the catalog knows the GPUs.
     ``rest``: the other :class:`Bill` fields (final, processes_per_node, ran_s, ...)."""
-    from .catalog import CATALOG_DATE, find
-
     sku = find(size)
     price = sku.price_per_hour if sku is not None else None
     if sku is None or price is None:
@@ -102,61 +100,3 @@ def catalog_bill(
         notes=tuple(notes),
         **rest,
     )
-
-
-@dataclass
-class CostReport:
-    """A run's bill next to the estimate its plan had at submit."""
-
-    run_id: str
-    backend: str
-    state: str
-    estimate: dict[str, Any] | None
-    bill: Bill | None
-    reason: str = ""
-    """Why there is no bill (or no estimate)."""
-    max_cost: float | None = None
-    budget: dict[str, Any] = field(default_factory=dict)
-    """What the budget watch did: started (pid), stopped the run (at what spend), or why it could not watch."""
-    measured: dict[str, Any] | None = None
-    """The step time kept from this run for the next estimate, or why none."""
-    attempts: list[dict[str, Any]] = field(default_factory=list)
-    """A run under recovery: every attempt's ``run_id``, ``state`` and ``cost`` (``bill`` is the current one's)."""
-
-    @property
-    def actual_cost(self) -> float | None:
-        """What the job cost: the bill's, or every attempt's together under recovery (None if one is unknown)."""
-        if self.attempts:
-            costs = [a["cost"] for a in self.attempts]
-            return None if any(c is None for c in costs) else float(sum(costs))
-        return self.bill.cost if self.bill else None
-
-    @property
-    def estimated_cost(self) -> float | None:
-        value = (self.estimate or {}).get("total_cost")
-        return float(value) if isinstance(value, (int, float)) else None
-
-    @property
-    def difference(self) -> float | None:
-        """Actual over estimated cost, minus one (0.1: 10 % over the estimate)."""
-        est, actual = self.estimated_cost, self.actual_cost
-        if actual is None or not est:
-            return None
-        return actual / est - 1
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "backend": self.backend,
-            "state": self.state,
-            "estimate": self.estimate,
-            "actual": self.bill.to_dict() if self.bill else None,
-            "reason": self.reason,
-            "estimated_cost": self.estimated_cost,
-            "actual_cost": self.actual_cost,
-            "attempts": self.attempts,
-            "difference": self.difference,
-            "max_cost": self.max_cost,
-            "budget": self.budget,
-            "measured": self.measured,
-        }

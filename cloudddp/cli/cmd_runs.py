@@ -1,0 +1,314 @@
+"""Looking after runs: ``status``, ``cost``, ``recover``, ``logs``, ``metrics``, ``cancel`` and ``list``."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cloudddp.api import Run
+from cloudddp.cli.options import follow_option, format_record, json_option, money, print_json, run_arguments
+from cloudddp.errors import UserError
+from cloudddp.observe.console import err, escape, out
+from cloudddp.observe.live import follow_table
+from cloudddp.observe.plotting import plot_metrics
+from cloudddp.paths import home
+from cloudddp.runs import recovery
+from cloudddp.runs.cost import CostReport
+from cloudddp.runs.registry import Registry
+
+
+def when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else ""
+
+
+@click.command()
+@run_arguments
+@json_option
+def status(run: str, backend: str | None, json_: bool) -> None:
+    """Show a run's state."""
+    st = Run.attach(run, backend).status()
+    if json_:
+        print_json(st.to_dict())
+        return
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None)
+    for key, value in (
+        ("run", st.run_id),
+        ("backend", st.backend),
+        ("state", st.state.value),
+        ("message", st.message),
+        ("cause", st.cause.value if st.cause else ""),
+        ("created", when(st.created_at)),
+        ("ended", when(st.ended_at)),
+    ):
+        if value:
+            table.add_row(f"[bold]{key}[/]", escape(str(value)))
+    for key, value in st.details.items():
+        if key not in ("failure", "attempts"):
+            table.add_row(f"[bold]{key}[/]", escape(str(value)))
+    out().print(table)
+    if st.details.get("attempts"):
+        attempts = Table("attempt", "run", "started", "state", "cause", "why", title="attempts")
+        for a in st.details["attempts"]:
+            attempts.add_row(
+                str(a["number"]),
+                a["run_id"],
+                when(a["started"]),
+                a["state"],
+                a["cause"] or "",
+                escape(a["reason"] or ""),
+            )
+        out().print(attempts)
+    failure = st.details.get("failure")
+    if failure:
+        out().print("[bold red]failure[/]")
+        for k, v in failure.items():
+            if k != "log_tail":
+                out().print(f"  {k}: {v}")
+        for line in failure.get("log_tail", [])[-20:]:
+            out().print(f"  | {escape(line)}")
+
+
+@click.command()
+@run_arguments
+@json_option
+def cost(run: str, backend: str | None, json_: bool) -> None:
+    """What a run cost (so far, while it goes) next to what was estimated at submit, each figure with its source."""
+    report = Run.attach(run, backend).cost()
+    if json_:
+        print_json(report.to_dict())
+        return
+    out().print(cost_text(report))
+
+
+def seconds(v: Any) -> str:
+    if not isinstance(v, (int, float)):
+        return ""
+    return f"{v:,.0f} s" if v < 7200 else f"{v / 3600:,.2f} h"
+
+
+def cost_text(report: CostReport) -> Any:
+    """The report as a table of estimate vs actual, then where each actual figure came from."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    est, bill = report.estimate or {}, report.bill
+    head = Text.from_markup(f"[bold]{escape(report.run_id)}[/] ({report.backend}, {report.state})")
+    table = Table("", "estimate at submit", "actual" + ("" if bill is None or bill.final else " so far"), box=None)
+    priced = bill is not None and bill.price_per_hour is not None
+    price = est.get("price_per_hour")
+    actual = money(report.actual_cost) if report.actual_cost is not None else ""
+    if report.attempts:
+        actual += f" over {len(report.attempts)} attempts"
+    if report.difference is not None:
+        actual += f" ({report.difference:+.0%})"
+    rows = [
+        ("on", "", f"{bill.size} × {bill.nodes}" if bill else ""),
+        ("training (est.) / processes ran", seconds(est.get("training_s")), seconds(bill.ran_s) if bill else ""),
+        ("billed per node", seconds(est.get("billed_s")), seconds(bill.billed_s) if bill and priced else ""),
+        ("still to be billed per node", "", seconds(bill.pending_s) if bill and bill.pending_s else ""),
+        (
+            "price, all nodes",
+            f"{money(price)}/h" if price is not None else "",
+            f"{money(bill.price_per_hour)}/h" if bill and bill.price_per_hour is not None else "",
+        ),
+        ("[bold]cost[/]", money(report.estimated_cost) if report.estimated_cost is not None else "", actual),
+        (
+            bill.resource_unit if bill else "",
+            "",
+            f"{bill.resource_hours:,.4g}" if bill and bill.resource_hours is not None else "",
+        ),
+        ("spot savings", "", f"{bill.savings:.0%}" if bill and bill.savings is not None else ""),
+    ]
+    for name, estimated, measured_value in rows:
+        if estimated or measured_value:
+            table.add_row(name, estimated, measured_value)
+    parts: list[Any] = [head, table]
+    for attempt in report.attempts:
+        parts.append(Text(f"attempt {attempt['run_id']} ({attempt['state']}): {money(attempt['cost'])}"))
+    if bill is not None:
+        title = "[dim]the actual figures" + (" of the current attempt" if report.attempts else "") + "[/]"
+        sources = Table("figure", "value", "where it comes from", box=None, title_justify="left", title=title)
+        for f in bill.figures:
+            value = "?" if f.value is None else f"{f.value:,}" if isinstance(f.value, (int, float)) else str(f.value)
+            sources.add_row(f.name, f"{value} {f.unit}".strip(), escape(f.source))
+        parts.append(sources)
+        parts += [Text(f"not in these figures: {n}", style="dim") for n in bill.notes]
+    if est.get("step_basis"):
+        basis = "the cost model's" if est["step_basis"] == "model" else est["step_basis"]
+        parts.append(Text(f"the estimate's step time: {basis}", style="dim"))
+    if report.reason:
+        parts.append(Text(report.reason, style="yellow"))
+    if report.max_cost is not None:
+        watch = report.budget
+        what = (
+            watch.get("message")
+            or (f"the watch could not go on: {watch['failed']}" if "failed" in watch else "")
+            or (
+                f"watched (pid {watch['watch_pid']}, every {watch.get('poll_s', 0):g} s)"
+                if "watch_pid" in watch
+                else "not enforced on this backend"
+            )
+        )
+        parts.append(Text(f"budget {money(report.max_cost)}: {what}"))
+    measured = report.measured or {}
+    if "step_s" in measured:
+        parts.append(
+            Text(
+                f"step time kept for the next estimate on {measured['key'].split('|', 1)[1]}: "
+                f"{measured['step_s']:.4g} s ({measured['how']})",
+                style="dim",
+            )
+        )
+    elif "none" in measured:
+        parts.append(Text(f"no step time kept: {measured['none']}", style="dim"))
+    return Group(*parts)
+
+
+@click.command()
+@click.argument("run", required=False)
+def recover(run: str | None) -> None:
+    """Pick up recovery where it stopped: start the watcher again for RUN (or for every run still under
+    recovery whose watcher is gone, e.g. after this machine restarted)."""
+    if run is not None:
+        chains = [c for c in [Run.attach(run).chain] if c is not None]
+        if not chains:
+            raise UserError(f"{run} was not submitted with recovery", hint="submit it with --recover")
+    else:
+        chains = [recovery.Chain.load(p.stem) for p in sorted((home() / "chains").glob("*.json"))]
+    for chain in chains:
+        restarted = recovery.ensure_watched(chain)
+        what = (
+            "watcher started again" if restarted else ("watched" if chain.status == recovery.WATCHING else chain.status)
+        )
+        err().print(f"{chain.chain_id}: attempt {chain.current.number}, {what}")
+
+
+@click.command()
+@run_arguments
+@follow_option
+@json_option
+def logs(run: str, follow: bool, backend: str | None, json_: bool) -> None:
+    """Print a run's logs, each line prefixed by the rank or host it came from."""
+    handle = Run.attach(run, backend)
+    try:
+        for line in handle.logs(follow=follow):
+            if json_:
+                sys.stdout.write(json.dumps({"source": line.source, "text": line.text, "time": line.time}) + "\n")
+            else:
+                sys.stdout.write(f"[{line.source}] {line.text}\n" if line.source else f"{line.text}\n")
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+@click.command()
+@run_arguments
+@follow_option
+@json_option
+@click.option(
+    "--plot",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Write a PNG chart of every metric over steps (needs matplotlib).",
+)
+def metrics(run: str, follow: bool, backend: str | None, json_: bool, plot: Path | None) -> None:
+    """Print a run's metrics (from the training script's metric lines); a live table with -f on a terminal."""
+    handle = Run.attach(run, backend)
+    if plot is not None:
+        plot_metrics(
+            list(handle.metrics(follow=follow)), title=f"{handle.run_id} ({handle.status().state.value})", path=plot
+        )
+        err().print(f"wrote {plot}")
+        return
+    try:
+        if follow and not json_ and sys.stdout.isatty():
+            follow_table(handle.metrics(follow=True), lambda: handle.status().state.value, handle.run_id)
+            return
+        for record in handle.metrics(follow=follow):
+            if json_:
+                sys.stdout.write(json.dumps(record.to_dict()) + "\n")
+            else:
+                out().print(format_record(record))
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+@click.command()
+@run_arguments
+def cancel(run: str, backend: str | None) -> None:
+    """Stop a run: the training script checkpoints, then every process of the run ends."""
+    handle = Run.attach(run, backend)
+    requested = handle.cancel()
+    st = handle.status()
+    if requested:
+        err().print(f"{st.run_id}: {st.state.value}")
+    else:
+        err().print(f"{st.run_id} had already ended ({st.state.value}): nothing to cancel")
+
+
+@click.command("list")
+@click.option("--backend", "-b", default=None, help="Only runs of this backend.")
+@click.option("--state", "-s", default=None, help="Only runs in this state (as last seen: running, failed...).")
+@click.option("--name", default=None, help="Only runs of this job name; wildcards allowed: --name 'cifar*'.")
+@click.option(
+    "--limit", "-n", default=50, show_default=True, type=click.IntRange(min=0), help="At most this many runs (0: all)."
+)
+@click.option("--before", default=None, metavar="RUN", help="Only runs submitted before RUN: the next page after it.")
+@json_option
+def list_(
+    backend: str | None, state: str | None, name: str | None, limit: int, before: str | None, json_: bool
+) -> None:
+    """Runs submitted from this machine, newest first, a page at a time."""
+    registry = Registry()
+    after = None
+    if before is not None:
+        found = registry.find(before)
+        exact = [r for r in found if r.run_id == before]
+        if len(exact or found) != 1:
+            raise UserError(
+                f"--before {before}: "
+                + (
+                    "no such run in this machine's registry"
+                    if not found
+                    else f"matches {len(found)} runs; give more of the id"
+                )
+            )
+        after = (exact or found)[0]
+    records = registry.list(backend=backend, limit=limit + 1 if limit else None, state=state, name=name, before=after)
+    more = bool(limit) and len(records) > limit
+    records = records[:limit] if limit else records
+    if json_:
+        print_json(
+            [
+                {"run_id": r.run_id, "backend": r.backend, "name": r.name, "state": r.state, "created_at": r.created_at}
+                for r in records
+            ]
+        )
+        return
+    from rich.table import Table
+
+    table = Table("run", "backend", "state", "created")
+    for r in records:
+        table.add_row(r.run_id, r.backend, r.state, when(r.created_at))
+    out().print(table)
+    if more:
+        total = registry.count(backend=backend, state=state, name=name)
+        again = " ".join(
+            f"{flag} {shlex.quote(str(value))}"
+            for flag, value in (("--backend", backend), ("--state", state), ("--name", name), ("--limit", limit))
+            if value
+        )
+        err().print(
+            f"[dim]{len(records)} shown of {total:,} matching runs; the next page: "
+            f"cloudddp list {escape(again)} --before {records[-1].run_id}[/]"
+        )

@@ -1,0 +1,86 @@
+"""The commands about a job spec itself, offline: ``validate``, ``render``, ``schema`` and ``init``.
+
+No network, no credentials, no run registry: nothing here imports :mod:`cloudddp.api` or :mod:`cloudddp.runs`,
+and ``render`` imports only the backend it renders for.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from cloudddp.backends.registry import backend_class, json_schema
+from cloudddp.cli.options import (
+    backend_option,
+    job_argument,
+    json_option,
+    load_job,
+    override_option,
+    print_json,
+    print_plan,
+)
+from cloudddp.observe.console import err, escape, out
+from cloudddp.spec.scaffold import init as scaffold
+
+
+@click.command()
+@job_argument
+@override_option
+@json_option
+def validate(job: Path, override: tuple[str, ...], json_: bool) -> None:
+    """Check a job spec and report every problem with its line."""
+    spec = load_job(job, override)
+    if json_:
+        print_json({"ok": True, "spec": spec.model_dump(mode="json", exclude_defaults=True)})
+        return
+    r = spec.resources
+    where = f"{r.gpus_per_node} GPU(s) per node" if r.gpus_per_node else "CPU"
+    out().print(f"[green]ok[/] {escape(str(job))}: job {spec.name!r}, {r.nodes} node(s), {where}")
+
+
+@click.command()
+@job_argument
+@backend_option()
+@override_option
+@json_option
+@click.option(
+    "--output-dir",
+    "output",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Also write each document into this folder.",
+)
+def render(job: Path, backend: str, override: tuple[str, ...], json_: bool, output: Path | None) -> None:
+    """Print exactly what a backend would send (no network, no credentials)."""
+    spec = load_job(job, override)
+    plan = backend_class(backend)().render(spec)
+    if output is not None:
+        output.mkdir(parents=True, exist_ok=True)
+        for name, body in plan.documents.items():
+            (output / name).write_text(body)
+    print_plan(plan, json_=json_)
+
+
+@click.command()
+@click.option("--output", "-O", type=click.Path(path_type=Path, dir_okay=False), help="Write to this file.")
+def schema(output: Path | None) -> None:
+    """The JSON Schema of job specs, for editors (yaml-language-server: $schema=...)."""
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if output:
+        output.write_text(text)
+        err().print(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+
+
+@click.command()
+@click.argument("path", type=click.Path(path_type=Path), default=Path("."))
+@click.option("--name", default=None, help="Job name (default: the folder's name).")
+@click.option("--with-script", is_flag=True, help="Also copy the shared DDP training script into ./src_train.")
+@click.option("--force", is_flag=True, help="Overwrite existing files.")
+def init(path: Path, name: str | None, with_script: bool, force: bool) -> None:
+    """Write a commented job spec (and its JSON Schema for editors) to start from."""
+    for written in scaffold(path, schema=json_schema(), name=name, with_script=with_script, force=force):
+        click.echo(f"wrote {written}")

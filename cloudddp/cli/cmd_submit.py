@@ -1,0 +1,183 @@
+"""Launching a job: ``submit`` (then following the run until it ends) and ``doctor`` (the checks before)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from cloudddp.api import Job, Run
+from cloudddp.backends.base import Check, LogLine, PreflightFailed, RunStatus
+from cloudddp.backends.registry import backend_class
+from cloudddp.catalog.sizing import script_arg
+from cloudddp.cli.options import (
+    backend_option,
+    format_record,
+    job_argument,
+    json_option,
+    load_job,
+    override_option,
+    plan_notes,
+    print_json,
+    print_plan,
+)
+from cloudddp.errors import RunFailed
+from cloudddp.observe.console import Progress, err, escape, note, out
+from cloudddp.observe.metrics import MetricRecord
+from cloudddp.runs.runner import get_backend
+from cloudddp.spec.model import JobSpec
+
+
+@click.command()
+@job_argument
+@backend_option()
+@override_option
+@click.option("--dry-run", is_flag=True, help="Render only; send nothing.")
+@click.option("--detach", "-d", is_flag=True, help="Return after launching.")
+@json_option
+@click.option("--quiet", "-q", is_flag=True, help="Print only the run id.")
+@click.option("--no-provision", is_flag=True, help="Leave clusters alone (backends that create or resize them).")
+@click.option("--skip-checks", is_flag=True, help="Launch even when preflight checks fail.")
+@click.option("--all-ranks", is_flag=True, help="Show every process's output while following (default: rank 0's).")
+@click.option(
+    "--recover",
+    "recover",
+    type=int,
+    default=None,
+    is_flag=False,
+    flag_value=3,
+    metavar="[N]",
+    help="Resubmit up to N times (3) after preemption, lost capacity or an infrastructure fault.",
+)
+def submit(
+    job: Path,
+    backend: str,
+    override: tuple[str, ...],
+    dry_run: bool,
+    detach: bool,
+    json_: bool,
+    quiet: bool,
+    no_provision: bool,
+    skip_checks: bool,
+    all_ranks: bool,
+    recover: int | None,
+) -> None:
+    """Render the job and launch it; follow its metrics until it ends unless --detach."""
+    spec = load_job(job, override)
+    if dry_run:
+        print_plan(backend_class(backend)().render(spec), json_=json_)
+        return
+    try:
+        run = Job(spec).submit(
+            backend,
+            checks=not skip_checks,
+            provision=not no_provision,
+            recover=recover,
+            progress=None if (quiet or json_) else Progress(plan_notes),
+        )
+    except PreflightFailed as e:
+        print_checks(e.checks)
+        err().print("[bold red]error:[/] preflight checks failed; fix them or pass --skip-checks")
+        sys.exit(e.exit_code)
+    chain = run.chain
+    if chain is not None and not (quiet or json_):
+        moves = f"; after {chain.capacity_tries} capacity failure(s) on a size it moves to " + ", then ".join(
+            f["size"] for f in chain.fallbacks
+        )
+        note(
+            f"recovery: up to {chain.max_recoveries} resubmissions after preemption or infrastructure faults, by a "
+            "watcher that outlives this terminal" + (moves if chain.fallbacks else "")
+        )
+    if json_:
+        print_json({"run_id": run.run_id, "backend": backend})
+    elif quiet:
+        out().print(run.run_id)
+    else:
+        err().print(f"[bold]submitted[/] {run.run_id} ({backend})")
+    if detach:
+        return
+    follow_run(run, quiet=quiet or json_, epochs=epochs_of(spec), all_ranks=all_ranks)
+
+
+def epochs_of(spec: JobSpec) -> int | None:
+    value = script_arg(list(spec.code.args), "--epochs")
+    return int(value) if value and value.isdigit() else None
+
+
+def event_text(event: MetricRecord | LogLine) -> str:
+    """A metric record in cyan; a log line as the script printed it, with where it came from."""
+    if isinstance(event, MetricRecord):
+        return f"[cyan]{escape(format_record(event))}[/]"
+    return f"[dim]\\[{escape(event.source)}][/] {escape(event.text)}"
+
+
+def follow_run(run: Run, *, quiet: bool, epochs: int | None = None, all_ranks: bool = False) -> None:
+    """Print what the run reports as it arrives: metric records, and the script's own output (rank 0's
+    unless ``all_ranks``); on a terminal, above an epoch bar with the elapsed time."""
+    try:
+        if quiet:
+            for _ in run.metrics(follow=True):
+                pass
+        elif sys.stderr.isatty() and epochs:
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bar
+
+            with Bar(TextColumn("epoch"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err()) as bar:
+                task = bar.add_task("epochs", total=epochs)
+                for event in run.events(follow=True, all_ranks=all_ranks):
+                    bar.console.print(event_text(event))
+                    if isinstance(event, MetricRecord) and event.epoch is not None and "epoch_time" in event.values:
+                        bar.update(task, completed=event.epoch)
+        else:
+            for event in run.events(follow=True, all_ranks=all_ranks):
+                out().print(event_text(event))
+        status = run.wait(poll=0.2)
+    except KeyboardInterrupt:
+        err().print(
+            f"\ndetached; the run goes on. Follow it: cloudddp metrics {run.run_id} -f   "
+            f"stop it: cloudddp cancel {run.run_id}"
+        )
+        sys.exit(130)
+    print_end(status, quiet=quiet)
+    if status.state.value == "failed":
+        sys.exit(RunFailed.exit_code)
+
+
+def print_end(status: RunStatus, *, quiet: bool) -> None:
+    colour = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}.get(status.state.value, "white")
+    if quiet:
+        return
+    err().print(f"[bold {colour}]{status.state.value}[/] {status.run_id}: {escape(status.message)}")
+    failure = status.details.get("failure")
+    if failure and failure.get("log_tail"):
+        err().print("[dim]last lines of the failed rank:[/]")
+        for line in failure["log_tail"][-10:]:
+            err().print(f"  {escape(line)}")
+
+
+@click.command()
+@job_argument
+@backend_option()
+@override_option
+@json_option
+def doctor(job: Path, backend: str, override: tuple[str, ...], json_: bool) -> None:
+    """Check before launching: the plan's own checks, then credentials, quota, sizes and data at the target."""
+    impl = get_backend(backend)
+    plan = impl.render(load_job(job, override))
+    checks = impl.preflight(plan)
+    if json_:
+        print_json({"warnings": plan.warnings, "checks": [c.to_dict() for c in checks]})
+    else:
+        plan_notes(plan)
+        print_checks(checks)
+    if any(c.ok is False for c in checks):
+        sys.exit(2)
+
+
+def print_checks(checks: list[Check]) -> None:
+    for c in checks:
+        mark = {True: "[green]✓[/]", False: "[red]✗[/]", None: "[yellow]?[/]"}[c.ok]
+        out().print(f"{mark} {escape(c.name)}" + (f" [dim]— {escape(c.detail)}[/]" if c.detail else ""))
+        if c.ok is False and c.fix:
+            out().print(f"    [bold]fix:[/] {escape(c.fix)}")

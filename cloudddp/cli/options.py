@@ -1,0 +1,135 @@
+"""What the command modules share: the options and arguments they declare alike, reading the job spec, failing
+with a message, and printing a plan, JSON, a metric record or money."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+from click.shell_completion import CompletionItem
+
+from cloudddp.backends.registry import load_spec, names
+from cloudddp.errors import CloudDDPError
+from cloudddp.observe.console import note
+from cloudddp.observe.metrics import MetricRecord
+from cloudddp.plan import Plan
+from cloudddp.spec.model import JobSpec
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+# -- options and arguments -------------------------------------------------------------------------
+
+
+def job_argument(f: F) -> F:
+    return click.argument("job", type=click.Path(path_type=Path, dir_okay=False))(f)
+
+
+def registered(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Shell completion of ``--backend``: the registered backends' names."""
+    return [CompletionItem(name) for name in names() if name.startswith(incomplete)]
+
+
+class BackendOption(click.Option):
+    """``--backend``: its help lists the registered backends, read only when help is shown."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        self.help = f"{self.help} One of: {', '.join(names())}."
+        return super().get_help_record(ctx)
+
+
+def backend_option(default: str | None = "local", help: str = "The backend to use.") -> Callable[[F], F]:
+    return click.option(
+        "--backend",
+        "-b",
+        cls=BackendOption,
+        default=default,
+        show_default=default is not None,
+        envvar="CLOUDDDP_BACKEND" if default else None,
+        help=help,
+        shell_complete=registered,
+    )
+
+
+def override_option(f: F) -> F:
+    return click.option(
+        "--override",
+        "-o",
+        "override",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override a spec field: -o resources.nodes=2 (repeatable).",
+    )(f)
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "json_", is_flag=True, help="Print machine-readable JSON.")(f)
+
+
+def run_arguments(f: F) -> F:
+    f = backend_option(None, "Look the run up at this backend (runs started elsewhere).")(f)
+    return click.argument("run")(f)
+
+
+def follow_option(f: F) -> F:
+    return click.option("--follow", "-f", is_flag=True, help="Keep printing until the run ends.")(f)
+
+
+# -- input and failure -----------------------------------------------------------------------------
+
+
+def fail(e: CloudDDPError) -> NoReturn:
+    """The error's message on stderr, no traceback, and its exit code."""
+    click.secho("error: ", fg="red", bold=True, nl=False, err=True)
+    click.echo(str(e), err=True)
+    sys.exit(e.exit_code)
+
+
+def load_job(path: Path, overrides: Sequence[str] | None) -> JobSpec:
+    """The job spec at ``path`` with ``-o`` overrides, checked against the registered backends' sections."""
+    return load_spec(path, overrides or [])
+
+
+# -- output ----------------------------------------------------------------------------------------
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def plan_notes(plan: Plan) -> None:
+    """The plan's decisions and warnings, on stderr."""
+    for d in plan.decisions:
+        note(d)
+    for w in plan.warnings:
+        note(w, warning=True)
+
+
+def print_plan(plan: Plan, *, json_: bool) -> None:
+    """What a backend would send: its documents on stdout (or the plan as JSON), then the plan's notes."""
+    if json_:
+        print_json(plan.to_dict())
+        return
+    sys.stdout.write(plan.text())
+    plan_notes(plan)
+
+
+def format_record(record: MetricRecord) -> str:
+    parts = []
+    if record.epoch is not None:
+        parts.append(f"epoch {record.epoch}")
+    if record.step is not None:
+        parts.append(f"step {record.step}")
+    for k, v in record.values.items():
+        parts.append(f"{k}={v:.4g}")
+    return "  ".join(parts)
+
+
+def money(v: float | None) -> str:
+    if v is None:
+        return "?"
+    return f"${v:,.2f}" if abs(v) >= 1 or v == 0 else f"${v:.2g}"

@@ -1,0 +1,8 @@
+"""The job spec: the model (:mod:`~cloudddp.spec.model`), YAML loading with errors a person can act on and
+``-o`` overrides (:mod:`~cloudddp.spec.load`), secrets in the environment (:mod:`~cloudddp.spec.secrets`) and the
+starter files of ``cloudddp init`` (:mod:`~cloudddp.spec.scaffold`).
+
+May import: ``plan``, ``paths`` and ``errors`` only. The spec does not know which backends exist: whoever
+composes the full model passes the backends' sections in (:class:`~cloudddp.spec.model.Sections`; the backend
+registry does).
+"""
