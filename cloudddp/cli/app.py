@@ -10,7 +10,6 @@ their SDK only where they talk to the cloud.
 from __future__ import annotations
 
 import importlib
-import logging
 from typing import Any
 
 import click
@@ -72,8 +71,6 @@ def app() -> None:
 
 
 def main() -> None:
-    # The clouds' SDKs log every failed sign-in attempt at length; the error cloudddp prints says what to do.
-    logging.getLogger("azure.identity").setLevel(logging.ERROR)
     try:
         app.main(prog_name="cloudddp", standalone_mode=True)
     except CloudDDPError as e:

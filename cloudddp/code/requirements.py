@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
-import venv
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,6 +123,8 @@ def python_for(reqs: Requirements | None, base: Path, home: Path) -> tuple[str, 
     done = env / ".installed"
     if done.is_file():
         return str(python), f"requirements installed earlier in {env}"
+    import venv  # with the logging package it brings, ~2 ms that only building an environment needs
+
     venv.EnvBuilder(with_pip=False, clear=True).create(env)
     layer_over_this_python(python)
     listing = env / FILE

@@ -84,7 +84,6 @@ class _Entry:
 
 
 def cache_dir() -> Path:
-
     return home() / "snapshots"
 
 

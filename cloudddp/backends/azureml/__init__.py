@@ -117,7 +117,6 @@ class AzureMLBackend(Backend[AzureMLOptions]):
 
     # -- render ------------------------------------------------------------------------------
     def _render(self, spec: JobSpec) -> Plan:
-
         az = self.options(spec)
         docs = build(spec, az, self.size_target(spec), self.token or time.strftime("%y%m%d%H%M%S"), self.sigterm_grace)
         return Plan(
@@ -146,7 +145,6 @@ class AzureMLBackend(Backend[AzureMLOptions]):
 
     # -- the SDK (imported here only) ------------------------------------------------------------
     def _client(self, workspace: dict[str, str]) -> Any:
-
         ws = require_workspace(workspace)
         key = (ws.subscription_id, ws.resource_group, ws.name)
         if key not in self._clients:
@@ -174,13 +172,16 @@ class AzureMLBackend(Backend[AzureMLOptions]):
         if self.credential is None:
             self.credential = credential_from_environment()
         if self.credential is None:
+            import logging
+
             from azure.identity import DefaultAzureCredential
 
+            # azure.identity logs every failed sign-in attempt at length; the error cloudddp prints says what to do.
+            logging.getLogger("azure.identity").setLevel(logging.ERROR)
             self.credential = DefaultAzureCredential()
         return self.credential
 
     def _workspace_of(self, run_id: str) -> dict[str, str]:
-
         record = self.registry.get(run_id)
         if record and record.info.get("workspace"):
             return dict(record.info["workspace"])

@@ -112,7 +112,6 @@ class SageMakerBackend(Backend[SageMakerOptions]):
 
     # -- render ------------------------------------------------------------------------------
     def _render(self, spec: JobSpec) -> Plan:
-
         token = self.token or time.strftime("%y%m%d%H%M%S")
         r = build(spec, self.options(spec), self.size_target(spec), token, self.sigterm_grace)
         return Plan(

@@ -1,0 +1,157 @@
+"""The runner: the verbs with policy, above every backend.
+
+A backend (:mod:`cloudddp.backends.base`) is mechanism: render, launch, describe, logs, cancel, bill. The
+runner adds what a person means by submitting and looking after a run, the same for every backend:
+
+``submit(spec, checks=True, provision=True, progress=None) -> Submission``
+    ``render`` + preflight checks (a failed check raises :class:`~cloudddp.backends.base.PreflightFailed`
+    unless ``checks=False``) + ``launch``. The CLI and the Python API both submit through it.
+``launch(plan, ...) -> run id``
+    The backend's launch (which records the run in this machine's registry), then, for a plan with
+    ``resources.max_cost`` on a backend whose bill reports spend while a run is going, the budget watch: a
+    detached ``python -m cloudddp.runs.budget RUN_ID`` that cancels the run — so it checkpoints first — when its
+    spend and what stopping still costs reach the budget. The recovery watcher launches its attempts here too.
+``cost(run_id) -> CostReport``
+    The backend's ``bill`` next to the estimate the plan had at submit (kept in the registry at launch), the
+    budget and what the budget watch did; without a bill, the reason.
+``list(limit) -> list[RunStatus]``
+    This backend's runs from this machine's registry, each with its current status.
+``learn(run_id)``
+    Keep a finished run's measured step time for the next estimate (:mod:`cloudddp.runs.steptimes`).
+
+Recovery (:mod:`cloudddp.runs.recovery`) sits on top of the runner: it resubmits through :meth:`Runner.launch`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from cloudddp.backends.base import Backend, Progress, RunStatus
+from cloudddp.backends.registry import backend_class
+from cloudddp.errors import RunNotFound
+from cloudddp.paths import home
+from cloudddp.plan import Plan
+from cloudddp.runs import steptimes
+from cloudddp.runs.cost import CostReport
+from cloudddp.runs.registry import Registry
+from cloudddp.spec.model import JobSpec
+
+BUDGET_POLL_ENV = "CLOUDDDP_BUDGET_POLL"
+
+
+@dataclass(frozen=True)
+class Submission:
+    plan: Plan
+    run_id: str
+
+
+def get_backend(name: str, *, registry: Registry | None = None, **options: Any) -> Backend[Any]:
+    """The backend called ``name``, keeping its runs in ``registry`` (this machine's by default), constructed
+    with its own ``options`` (e.g. a credential for a cloud)."""
+    return backend_class(name)(registry=registry if registry is not None else Registry(), **options)
+
+
+class Runner:
+    """The policies over one backend: submit, launch with the budget watch, cost, list, learn."""
+
+    def __init__(self, backend: Backend[Any], *, watch_budget: bool = True) -> None:
+        self.backend = backend
+        self.watch_budget = watch_budget
+        """Start the detached budget watch at launch (False: the caller watches, e.g. ``budget.watch``)."""
+
+    @classmethod
+    def open(cls, name: str, *, watch_budget: bool = True, **options: Any) -> Runner:
+        """The runner of backend ``name`` (see :func:`get_backend` for ``options``)."""
+        return cls(get_backend(name, **options), watch_budget=watch_budget)
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+    def render(self, spec: JobSpec) -> Plan:
+        return self.backend.render(spec)
+
+    def submit(
+        self, spec: JobSpec, *, checks: bool = True, provision: bool = True, progress: Progress | None = None
+    ) -> Submission:
+        self.backend.check_launch_options(provision)
+        plan = self.backend.render(spec)
+        if progress is not None:
+            progress.planned(plan)
+        return Submission(plan, self.launch(plan, checks=checks, provision=provision, progress=progress))
+
+    def launch(
+        self, plan: Plan, *, checks: bool = True, provision: bool = True, progress: Progress | None = None
+    ) -> str:
+        backend = self.backend
+        run_id = backend.launch(plan, checks=checks, provision=provision, progress=progress)
+        record = backend.registry.get(run_id)
+        watched = record is not None and "budget" in record.info  # a retried launch found its run again
+        if plan.max_cost is not None and backend.spend_while_running and self.watch_budget and not watched:
+            backend.registry.update(run_id, info={"budget": start_budget_watch(run_id)})
+        return run_id
+
+    def cost(self, run_id: str) -> CostReport:
+        backend = self.backend
+        status = backend.status(run_id)
+        record = backend.registry.get(run_id)
+        info = record.info if record else {}
+        bill = backend.bill(run_id)
+        reasons = [] if bill is not None else [backend.no_bill_reason]
+        if record is None:
+            reasons.append("this machine's registry does not have the run, so its estimate at submit is unknown")
+        elif info.get("estimate") is None:
+            reasons.append(
+                "the plan had no estimate at submit (its warnings say why; the next run of this job is "
+                "estimated from this one's measured step time)"
+            )
+        return CostReport(
+            run_id,
+            backend.name,
+            status.state.value,
+            info.get("estimate"),
+            bill,
+            "; ".join(reasons),
+            max_cost=info.get("max_cost"),
+            budget=info.get("budget", {}),
+            measured=info.get("measured"),
+        )
+
+    def list(self, registry: Registry, limit: int = 100) -> list[RunStatus]:
+        """This backend's runs from ``registry``, each with its current status."""
+        out = []
+        for record in registry.list(backend=self.backend.name, limit=limit):
+            try:
+                out.append(self.backend.status(record.run_id))
+            except RunNotFound:
+                continue
+        return out
+
+    def learn(self, run_id: str) -> dict[str, Any] | None:
+        """Keep finished run ``run_id``'s measured step time (see :func:`cloudddp.runs.steptimes.learn`)."""
+        return steptimes.learn(self.backend, run_id)
+
+
+def start_budget_watch(run_id: str) -> dict[str, Any]:
+    """Start the detached budget watch of ``run_id`` (its backend and budget are read from the registry)."""
+    folder = home() / "budget"
+    folder.mkdir(exist_ok=True)
+    log_path = folder / f"{run_id}.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cloudddp.runs.budget", run_id],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return {"watch_pid": proc.pid, "log": str(log_path), "poll_s": budget_poll_seconds()}
+
+
+def budget_poll_seconds() -> float:
+    """Seconds between two looks at a run's bill: ``CLOUDDDP_BUDGET_POLL``, default 60."""
+    return float(os.environ.get(BUDGET_POLL_ENV, "60"))
