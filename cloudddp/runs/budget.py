@@ -1,8 +1,8 @@
 """The budget watch: stops a run when what it spends reaches ``resources.max_cost``.
 
-The runner's ``launch`` (:mod:`cloudddp.runs.runner`) starts it for a job with a budget on a backend whose bill reports spend while a run is
-going (``spend_while_running``: SageMaker and Azure ML here), as a detached process on the submitting
-machine — ``python -m cloudddp.runs.budget RUN_ID`` — so it goes on after the CLI exits. Every
+The runner's ``launch`` (:mod:`cloudddp.runs.runner`) starts it for a job with a budget on a backend whose bill
+reports spend while a run is going (``spend_while_running``: SageMaker and Azure ML here), as a detached process
+on the submitting machine — ``python -m cloudddp.runs.budget RUN_ID`` — so it goes on after the CLI exits. Every
 ``CLOUDDDP_BUDGET_POLL`` seconds (default 60) it reads the run's bill; when the spend so far plus what
 stopping still costs (the backend's SIGTERM grace, and the idle time an autoscaling cluster still bills after
 the run, on every node) reaches the budget, it cancels the run — a cancel: SIGTERM, the script checkpoints,
@@ -25,8 +25,8 @@ from typing import Any
 from cloudddp.backends.base import Backend
 from cloudddp.catalog.bill import Bill
 from cloudddp.errors import CloudDDPError
-from cloudddp.runs.recovery import chain_of
 from cloudddp.runs.recovery import cancel as stop_recovering
+from cloudddp.runs.recovery import chain_of
 from cloudddp.runs.registry import Registry
 from cloudddp.runs.runner import budget_poll_seconds, get_backend
 

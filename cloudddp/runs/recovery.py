@@ -27,9 +27,9 @@ from typing import Any
 
 from cloudddp.backends.base import Backend, Cause, PreflightFailed, RunState, RunStatus
 from cloudddp.catalog.ranking import failures
-from cloudddp.runs.fallback import Fallback, plan_fallback
 from cloudddp.paths import home
 from cloudddp.plan import Plan
+from cloudddp.runs.fallback import Fallback, plan_fallback
 from cloudddp.runs.runner import Runner, Submission
 from cloudddp.spec.model import JobSpec
 

@@ -12,7 +12,6 @@ run ids by prefix), and ``list`` pages by position (``before`` a run) rather tha
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
