@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 EXTRAS  := train,aws,azure,notebook,dev
 
-.PHONY: demo test test-fast lint bench bench-gpu venv azurite system-deps gnu-time clean
+.PHONY: demo test test-fast lint bench bench-gpu venv azurite system-deps sdk-data gnu-time clean
 
 venv: $(STAMP)
 
@@ -26,14 +26,16 @@ demo: venv
 # Debian packages that tests drive for real: tmux (the live-metrics terminal), Open MPI's mpirun (Azure ML's
 # MPI distribution), Slurm and munge (a two-node cluster on this machine), OpenSSH's server (a login node
 # for the Slurm backend's ssh path). Installed only when
-# missing (~20 s here); without root or apt-get it says so in one line and the tests that need them skip.
+# missing (~20 s here); without root or apt-get it says so in one line and the tests that need them skip (on CI,
+# CI=true, it fails instead: a green CI must not hide a missing proof).
 SYSTEM_PKGS := tmux openmpi-bin slurm-wlm munge openssh-server
 
 system-deps:
 	@missing=$$(for p in $(SYSTEM_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q ' installed$$' || echo $$p; done); \
 	[ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 		&& apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null 2>&1; } \
-	|| echo "system-deps: could not install" $$missing "with apt-get (needs root and Debian's archive): tests that need them skip and say why"
+	|| { echo "system-deps: could not install" $$missing "with apt-get (needs root and Debian's archive): tests that need them skip and say why"; \
+	     case "$$CI" in 1|true|TRUE|True|yes) echo "system-deps: CI=true, so a missing package fails the run"; exit 1;; esac; }
 
 # Lint first (seconds): ruff's rules and format check on everything, mypy (strict) on the package, and the
 # import layers (import-linter: a module imports only from layers below its own; docs/architecture.md).
@@ -43,12 +45,20 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 
-test: venv azurite system-deps lint
+test: venv azurite system-deps sdk-data lint
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q
 
 # The quick loop: no torchrun, no emulators.
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The SageMaker SDK's own image table (sagemaker-core's pytorch.json), to cross-check cloudddp's image data: the
+# wheel of the release the data names (cloudddp/data/sagemaker_pytorch_training.json), downloaded, not installed.
+SDK_DATA := $(VENV)/sdk-data
+sdk-data: venv
+	@version=$$($(BIN)/python -c "import json,re; print(re.search(r'sagemaker-core (\S+)', json.load(open('cloudddp/data/sagemaker_pytorch_training.json'))['source']).group(1))"); \
+	test -f $(SDK_DATA)/sagemaker_core-$$version-py3-none-any.whl \
+	|| $(BIN)/python -m pip download -q --no-deps -d $(SDK_DATA) "sagemaker-core==$$version"
 
 # The SageMaker SDK (~1 GB) is only the render benchmark's baseline: it lives in its own venv.
 .venv-sdk/.installed:

@@ -12,6 +12,7 @@ import pytest
 
 from .support.cli import ROOT
 from .support.leftovers import stop_leftovers
+from .support.rigs import allowed_on_ci, on_ci, rig_unavailable
 
 if TYPE_CHECKING:
     from .support.mlflow_server import MlflowServer
@@ -44,7 +45,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
     from .support.mlflow_server import running_mlflow_server
 
     if importlib.util.find_spec("mlflow") is None:
-        pytest.skip("mlflow is not installed (it is in the dev extra: pip install -e '.[dev]')")
+        rig_unavailable("mlflow is not installed (it is in the dev extra: pip install -e '.[dev]')")
     with running_mlflow_server(tmp_path_factory.mktemp("mlflow")) as server:
         yield server
 
@@ -55,7 +56,7 @@ def blob_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from .support.azure_rig import azurite, azurite_binary
 
     if azurite_binary() is None:
-        pytest.skip("Azurite is not installed: `make test` installs it with `npm install`")
+        rig_unavailable("Azurite is not installed: `make test` installs it with `npm install`")
     with azurite(tmp_path_factory.mktemp("azurite")) as endpoint:
         yield endpoint
 
@@ -66,3 +67,24 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     from .support.slurm_cluster import cluster_fixture
 
     yield from cluster_fixture(tmp_path_factory.mktemp("slurm"))
+
+
+# -- on CI, a skip is a missing proof -------------------------------------------------------------
+_unexpected_skips: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Remember every skip whose reason is not one of those allowed on CI (:data:`support.rigs.ALLOWED_ON_CI`)."""
+    if report.skipped and on_ci():
+        reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if not allowed_on_ci(reason):
+            _unexpected_skips.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A CI run that skipped a test for a reason not allowed on CI fails, naming each skip."""
+    if _unexpected_skips and exitstatus == 0:
+        print("\nCI=true and these tests were skipped (each is a proof missing from this run):", flush=True)
+        for line in _unexpected_skips:
+            print(f"  {line}", flush=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -22,6 +22,7 @@ from cloudddp.paths import home
 from cloudddp.runs.runner import get_backend
 
 from .support.cli import FIXTURES, ROOT, cli
+from .support.rigs import rig_unavailable
 from .support.slurm_cluster import SlurmCluster
 from .support.ssh_server import SshServer, SshUnavailable, ssh_server
 from .support.wheels import wheel
@@ -341,7 +342,7 @@ def login_node(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFac
         with ssh_server(tmp_path_factory.mktemp("sshd"), {"SLURM_CONF": str(slurm_cluster.conf)}) as server:
             yield server
     except SshUnavailable as e:
-        pytest.skip(f"no sshd to stand in for a login node, so the ssh path is not tested here: {e}")
+        rig_unavailable(f"no sshd to stand in for a login node, so the ssh path is not tested here: {e}")
 
 
 def test_through_ssh_to_a_login_node_the_same_verbs_work(

@@ -165,8 +165,14 @@ def test_scontrol_output_parses_values_with_spaces() -> None:
     }
 
 
-def test_without_the_packages_the_fixture_skips_and_says_why(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_without_the_packages_the_fixture_skips_and_says_why_and_on_ci_fails(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setattr(rig, "which", lambda tool: None if tool in ("slurmd", "munged") else f"/usr/bin/{tool}")
+    monkeypatch.delenv("CI", raising=False)
     with pytest.raises(pytest.skip.Exception, match=r"munged, slurmd missing.*make system-deps"):
         next(cluster_fixture(tmp_path))
     assert not (tmp_path / "slurm.conf").exists()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match=r"munged, slurmd missing.*make system-deps.*CI=true"):
+        next(cluster_fixture(tmp_path))

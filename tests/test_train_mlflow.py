@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import uuid
@@ -13,6 +14,7 @@ import pytest
 
 from .support.cli import ROOT
 from .support.mlflow_server import MlflowServer, free_port
+from .support.rigs import rig_unavailable
 from .support.train_helpers import train
 
 sys.path.insert(0, str(ROOT / "src_train"))
@@ -109,7 +111,8 @@ def test_without_a_run_id_the_logger_starts_a_run_named_after_the_job_and_ends_i
 def test_an_unreachable_tracking_server_gives_one_warning_and_nothing_waits_on_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("mlflow", reason="mlflow is not installed (it is in the dev extra)")
+    if importlib.util.find_spec("mlflow") is None:
+        rig_unavailable("mlflow is not installed (it is in the dev extra)")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")  # nothing listens there
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)

@@ -21,6 +21,7 @@ from cloudddp.backends.registry import spec_from_dict
 
 from ..support.azure_launchers import AzureRun, Datastores, launch_mpi, launch_pytorch, mpirun_unavailable, substitute
 from ..support.cli import ROOT
+from ..support.rigs import rig_unavailable
 
 pytestmark = pytest.mark.slow
 
@@ -113,7 +114,7 @@ def test_pytorch_distribution_trains_checkpoints_and_resumes(stores: Datastores,
 def test_mpi_distribution_under_real_mpirun_trains_checkpoints_and_resumes(stores: Datastores, tmp_path: Path) -> None:
     reason = mpirun_unavailable()
     if reason:
-        pytest.skip(reason)
+        rig_unavailable(reason)
     job = cpu_job("mpi", epochs=2, token="probe")
     assert "torchrun" not in job["command"], "under MPI every rank runs the command itself"
     check_trains_checkpoints_and_resumes(launch_mpi, "mpi", stores, tmp_path)
@@ -164,7 +165,7 @@ def test_pytorch_launcher_sets_the_documented_variables_and_a_failed_process_fai
 def test_mpirun_gives_every_rank_the_open_mpi_variables(tmp_path: Path) -> None:
     reason = mpirun_unavailable()
     if reason:
-        pytest.skip(reason)
+        rig_unavailable(reason)
     command = (
         "echo rank=$OMPI_COMM_WORLD_RANK size=$OMPI_COMM_WORLD_SIZE local=$OMPI_COMM_WORLD_LOCAL_RANK "
         "master=$AZ_BATCHAI_MPI_MASTER_NODE from_job=$FROM_JOB"

@@ -120,7 +120,8 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
     put_logs(name, "algo-1", [metric(2, train_loss=0.5, test_acc=0.8)], 5_000)
     set_status(name, "Completed", "Completed")
     out, errs = follower.communicate(timeout=120)
-    assert "[algo-1] starting" in out, errs[-2000:] and "[algo-2] hello from algo-2" in out
+    assert "[algo-1] starting" in out, errs[-2000:]
+    assert "[algo-2] hello from algo-2" in out, out[-2000:]  # the second host's stream is followed too
     assert '"test_acc":0.8' in out, out  # arrived while following, before the job ended
     metrics = [json.loads(line) for line in cli("metrics", name, "--json").stdout.splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2] and metrics[1]["test_acc"] == 0.8

@@ -1,10 +1,12 @@
 """The official PyTorch training image from cloudddp's own data: no SageMaker SDK at render, and the data
-checked against the SDK's file (when the SDK is installed) and botocore's ECR endpoints."""
+checked against the SDK's own file (from the sagemaker-core wheel the data names, which `make test` downloads
+without installing it) and botocore's ECR endpoints."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import re
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from cloudddp.backends.sagemaker.images import offered_versions, official_image,
 from cloudddp.errors import UserError
 
 from ..support.cli import ROOT, cli
+from ..support.rigs import rig_unavailable
 
 SMDDP_JOB = ROOT / "jobs" / "cifar10-smddp.yaml"
 
@@ -109,24 +112,27 @@ def test_an_unquoted_version_is_refused_before_yaml_turns_2_10_into_2_1() -> Non
     assert result.returncode == 2 and 'in quotes, e.g. "2.10"' in result.stderr
 
 
-def _sdk_pytorch_json() -> Path | None:
-    """The SDK's bundled file, found without importing the SDK (its import costs seconds)."""
-    try:
-        spec = importlib.util.find_spec("sagemaker")
-    except (ImportError, ValueError):
-        return None
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        for rel in ("core/image_uri_config/pytorch.json", "image_uri_config/pytorch.json"):
-            if (Path(location) / rel).is_file():
-                return Path(location) / rel
-    return None
+SDK_WHEELS = ROOT / ".venv" / "sdk-data"
+"""Where `make sdk-data` (part of `make test`) downloads the sagemaker-core wheel the image data was taken from."""
+SDK_FILE = "sagemaker/core/image_uri_config/pytorch.json"
 
 
-def test_data_agrees_with_the_installed_sagemaker_sdk() -> None:
-    sdk_file = _sdk_pytorch_json()
-    if sdk_file is None:
-        pytest.skip("the SageMaker SDK (sagemaker / sagemaker-core) is not installed here: nothing to cross-check")
-    sdk = json.loads(sdk_file.read_text())["training"]
+def _sdk_pytorch_json() -> tuple[str, bytes]:
+    """The SDK's own pytorch.json, read from the wheel of the version the data names (no import, no install)."""
+    source = registry()["source"]
+    version = re.search(r"sagemaker-core (\S+)", source)
+    assert version, f"the image data does not name the sagemaker-core release it came from: {source}"
+    wheel = SDK_WHEELS / f"sagemaker_core-{version.group(1)}-py3-none-any.whl"
+    if not wheel.is_file():
+        rig_unavailable(f"{wheel.name} is not downloaded (`make sdk-data`): the image data is not cross-checked")
+    with zipfile.ZipFile(wheel) as archive:
+        return wheel.name, archive.read(SDK_FILE)
+
+
+def test_data_agrees_with_the_sagemaker_sdks_own_file() -> None:
+    wheel, raw = _sdk_pytorch_json()
+    sdk_file = f"{wheel}:{SDK_FILE}"
+    sdk = json.loads(raw)["training"]
     ours = registry()
     oldest = _version_key(offered_versions()[0])
     newer_in_sdk = {v for v in sdk["versions"] if _version_key(v) >= oldest}

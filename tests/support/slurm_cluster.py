@@ -417,13 +417,14 @@ def start_cluster(root: Path) -> SlurmCluster:
 
 
 def cluster_fixture(root: Path) -> Iterator[SlurmCluster]:
-    """Body of a pytest fixture: yields the running cluster, skips with the reason when it cannot run."""
-    import pytest
+    """Body of a pytest fixture: yields the running cluster; when it cannot run, skips with the reason (on CI:
+    fails with it)."""
+    from .rigs import rig_unavailable
 
     try:
         cluster = start_cluster(root)
     except SlurmUnavailable as e:
-        pytest.skip(f"no Slurm cluster on this machine, so the Slurm tests cannot run: {e}")
+        rig_unavailable(f"no Slurm cluster on this machine, so the Slurm tests cannot run: {e}")
     try:
         yield cluster
     finally:

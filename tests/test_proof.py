@@ -1,0 +1,107 @@
+"""Green means proven: on CI a skip is a failure unless its reason is allowed, every test the README's
+guarantees table cites exists, and no assertion hides a check in its message."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .support.cli import ROOT
+
+SKIPPING = """
+import pytest
+
+def test_needs_a_rig():
+    pytest.skip("the rig did not start")
+
+def test_plain():
+    assert 1 + 1 == 2
+"""
+
+
+@pytest.mark.parametrize(("ci", "code"), [("true", 1), ("", 0)])
+def test_on_ci_a_skip_for_a_missing_rig_fails_the_run(tmp_path: Path, ci: str, code: int) -> None:
+    (tmp_path / "test_probe.py").write_text(SKIPPING)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "CI": ci},
+        timeout=120,
+    )
+    assert result.returncode == code, result.stdout[-2000:]
+    named = "test_probe.py::test_needs_a_rig: Skipped: the rig did not start" in result.stdout
+    assert named == bool(ci), result.stdout[-2000:]
+
+
+def _guarantee_citations() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Guarantees", 1)[1].split("\n## ", 1)[0]
+    cells = [row.rsplit("|", 2)[1] for row in table.splitlines() if row.startswith("| ") and "`tests/" in row]
+    return [cell for cell in cells]
+
+
+def _test_names(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name.startswith("test")}
+
+
+def _resolve(reference: str, previous: Path | None) -> tuple[Path | None, str | None]:
+    """``tests/x.py::name``, ``tests/x.py``, ``::name`` (the file before), ``tests/dir/…::name`` (a file there)."""
+    where, _, name = reference.partition("::")
+    if not where:
+        return previous, name
+    if where.endswith("…"):
+        folder = ROOT / where.rstrip("…").rstrip("/")
+        found = [p for p in sorted(folder.rglob("test_*.py")) if name in _test_names(p)]
+        return (found[0] if found else None), name
+    return ROOT / where, name or None
+
+
+def test_every_test_the_guarantees_table_cites_exists() -> None:
+    cells = _guarantee_citations()
+    assert len(cells) >= 10, "the guarantees table was not found"
+    missing = []
+    for cell in cells:
+        previous: Path | None = None
+        for reference in re.findall(r"`(tests/[^`]+|::[^`]+)`", cell):
+            path, name = _resolve(reference, previous)
+            if path is None or not path.is_file():
+                missing.append(f"{reference}: no such file")
+                continue
+            if name and name not in _test_names(path):
+                missing.append(f"{reference}: no test {name} in {path.relative_to(ROOT)}")
+            previous = path
+    assert missing == []
+
+
+def test_the_citation_check_finds_a_missing_test() -> None:
+    path, name = _resolve("tests/test_proof.py::test_that_does_not_exist", None)
+    assert path is not None and name not in _test_names(path)
+    assert _resolve("::test_every_test_the_guarantees_table_cites_exists", path)[0] == path
+
+
+def _asserts_hiding_a_check(source: str) -> list[int]:
+    """``assert a, b and c`` / ``assert a, b or c``: the second check is only the message, never asserted."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Assert) and isinstance(node.msg, (ast.BoolOp, ast.Compare))
+    ]
+
+
+def test_no_assertion_hides_a_check_in_its_message() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for folder in ("tests", "cloudddp", "src_train", "bench")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for line in _asserts_hiding_a_check(path.read_text())
+    ]
+    assert found == []
+    assert _asserts_hiding_a_check('assert "a" in out, errs and "b" in out\n') == [1]
