@@ -131,7 +131,7 @@ def test_rendering_imports_the_spec_the_plan_and_one_backend_never_the_runner() 
     code = (
         "import sys; sys.argv = ['cloudddp', 'render', sys.argv[1], '--backend', 'azureml']\n"
         "from cloudddp.cli.app import main\n"
-        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
         "mods = sorted(m for m in sys.modules if m.startswith('cloudddp'))\n"
         "print('MODULES=' + ','.join(mods), file=sys.stderr)\n"
     )

@@ -13,11 +13,13 @@ PROBE = """
 import sys
 sys.argv = ["cloudddp", *{args!r}]
 from cloudddp.cli.app import main
+code = 0
 try:
     main()
-except SystemExit:
-    pass
+except SystemExit as e:
+    code = e.code or 0
 heavy = sorted({{m.split(".")[0] for m in sys.modules}} & set({heavy!r}))
+print("EXIT=" + str(code), file=sys.stderr)
 print("HEAVY=" + ",".join(heavy), file=sys.stderr)
 """
 
@@ -27,6 +29,7 @@ def imported_heavy(*args: str) -> list[str]:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     line = [ln for ln in result.stderr.splitlines() if ln.startswith("HEAVY=")]
     assert line, result.stderr
+    assert "EXIT=0" in result.stderr.splitlines(), result.stderr  # the command itself worked
     return [m for m in line[-1].removeprefix("HEAVY=").split(",") if m]
 
 
