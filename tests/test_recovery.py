@@ -4,7 +4,9 @@ job's own code is never retried."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import torch
 from cloudddp.api import Job, Run
 from cloudddp.backends.base import RunState
 from cloudddp.catalog.ranking import ranked_sizes
+from cloudddp.runs import recovery
 from cloudddp.runs.runner import get_backend
 
 from .support.aws_emulator import aws_environment, put_logs, set_status
@@ -182,3 +185,19 @@ def test_capacity_failures_move_a_sagemaker_recovery_to_the_next_size_of_the_ran
     status = wait_until(lambda: (s := run.status()).state.terminal and s, timeout=60)
     assert status.state is RunState.SUCCEEDED
     assert [a["size"] for a in status.details["attempts"]] == ["ml.g5.xlarge", ranking[0], ranking[1]]
+
+
+@pytest.mark.slow
+def test_a_watcher_that_died_is_started_again_by_recover_and_finishes_the_chain() -> None:
+    run = Job.load(TINY, ["code.args=[--epochs, 6, --sleep, 0.3]", "limits.max_recoveries=1"]).submit("local")
+    chain = run.chain
+    assert chain is not None and chain.watcher_pid
+    os.kill(chain.watcher_pid, signal.SIGKILL)  # what a reboot or an OOM kill does to it
+    wait_until(lambda: not recovery.Chain.load(chain.chain_id).watcher_alive(), timeout=30)
+    result = cli("recover", run.run_id)
+    assert result.returncode == 0 and "watcher started again" in result.stderr, result.stderr
+    again = recovery.Chain.load(chain.chain_id)
+    assert again.watcher_pid not in (None, chain.watcher_pid) and again.watcher_alive()
+    assert run.wait(timeout=180, poll=0.5).state is RunState.SUCCEEDED
+    ended = wait_until(lambda: (c := recovery.Chain.load(chain.chain_id)).status != recovery.WATCHING and c, timeout=60)
+    assert ended.status == recovery.SUCCEEDED and "succeeded on attempt 1" in ended.message
