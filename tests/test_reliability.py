@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ import torch
 
 from cloudddp.api import Job, Run
 from cloudddp.backends.base import RunState
+from cloudddp.backends.registry import backend_class, load_spec
 
 from .support.cli import ROOT, cli
 from .support.faults import rank_processes, wait_for_rank
@@ -104,3 +106,19 @@ def test_a_rank_that_stops_participating_fails_the_run_within_the_collective_tim
     assert time.monotonic() - frozen_at < 90, "it did not hang"
     text = "\n".join(line.text for line in run.logs())
     assert "timed out" in text.lower() or "timeout" in text.lower(), text[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("backend", "job"),
+    [
+        ("local", "digits-local"),
+        ("sagemaker", "cifar10-smddp"),
+        ("azureml", "cifar10-azureml"),
+        ("slurm", "cifar10-slurm"),
+    ],
+)
+def test_the_collective_timeout_is_rendered_to_every_backend(backend: str, job: str) -> None:
+    """What the timeout test above proves locally, every backend tells its processes the same way."""
+    spec = load_spec(ROOT / "jobs" / f"{job}.yaml", ["distribution.collective_timeout=97"])
+    text = backend_class(backend)().render(spec).text()
+    assert re.search(r"CLOUDDDP_COLLECTIVE_TIMEOUT\W+97\b", text), text[:3000]
