@@ -1,7 +1,9 @@
 """Bad input never crashes cloudddp: exit code 2, a one-screen message, no traceback.
 
 A corpus of broken specs goes through the real CLI; a property-based test throws ≥ 10,000 mutated
-specs at the loader and accepts only two outcomes: a valid JobSpec or a UserError.
+specs at the loader and accepts only two outcomes: a valid JobSpec or a UserError. Mutated specs also go
+through render on every registered backend (a plan or a UserError) and through the CLI (exit 0 or 2, never a
+traceback).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cloudddp.backends.registry import spec_from_bytes
+from cloudddp.backends.registry import backend_class, names, spec_from_bytes
 from cloudddp.errors import UserError
 from cloudddp.spec.model import JobSpec
 
@@ -155,3 +157,47 @@ def test_ten_thousand_mutated_specs_raise_nothing_but_user_errors(data: st.DataO
         assert len(str(e).splitlines()) <= 24
     else:
         assert isinstance(spec, JobSpec)
+
+
+@pytest.fixture(scope="module")
+def fuzz_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A code folder the mutated specs can render from: its train.py and its data input."""
+    folder = tmp_path_factory.mktemp("fuzz")
+    (folder / "train.py").write_text("print('hello')\n")
+    (folder / "data").mkdir()
+    (folder / "data" / "part-0.bin").write_bytes(b"\0" * 64)
+    return folder
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(data=st.data())
+def test_mutated_specs_that_load_render_on_every_backend_or_raise_a_user_error(
+    data: st.DataObject, fuzz_folder: Path
+) -> None:
+    raw = mutate(data)
+    try:
+        spec = spec_from_bytes(raw, source="mutated.yaml", base_dir=fuzz_folder)
+    except UserError:
+        return
+    for name in names():
+        try:
+            plan = backend_class(name)().render(spec)
+        except UserError as e:
+            assert str(e).strip() and len(str(e).splitlines()) <= 40, (name, str(e))
+        else:
+            assert plan.backend == name and plan.text()
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(data=st.data())
+def test_mutated_specs_through_the_cli_exit_0_or_2_never_with_a_traceback(
+    data: st.DataObject, fuzz_folder: Path
+) -> None:
+    path = fuzz_folder / "mutated.yaml"
+    path.write_bytes(mutate(data))
+    backend = data.draw(st.sampled_from(names()))
+    result = cli("render", str(path), "--backend", backend, timeout=60)
+    assert result.returncode in (0, 2), (backend, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr[-3000:]
+    if result.returncode == 2:
+        assert result.stderr.startswith("error:"), result.stderr[:500]
