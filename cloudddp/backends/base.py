@@ -58,8 +58,7 @@ from pydantic import BaseModel
 
 from cloudddp.backends.features import Capabilities, Feature, features_used
 from cloudddp.catalog.bill import Bill
-from cloudddp.catalog.ranking import next_size_notes
-from cloudddp.catalog.sizing import SizeTarget
+from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import CloudDDPError, RunNotFound, UserError
 from cloudddp.observe.metrics import MetricRecord, Pattern, metrics_from_lines, patterns_from
 from cloudddp.plan import Plan
@@ -303,6 +302,13 @@ class Backend(abc.ABC, Generic[OptionsT]):
         A backend whose run ids are fresh at every launch needs nothing (the default)."""
         return plan
 
+    def _recovery_notes(self, spec: JobSpec) -> tuple[list[str], list[str]]:
+        """What the plan says about ``limits.recover_to: next_size`` (decisions, warnings): here, that it has no
+        effect; a backend that chooses sizes names where a recovery would move (:class:`~.sized.SizedBackend`)."""
+        if spec.limits.recover_to != "next_size":
+            return [], []
+        return [], [f"limits.recover_to: next_size has no effect on the {self.name} backend: it chooses no size"]
+
     def size_target(self, spec: JobSpec) -> SizeTarget | None:
         """Where this backend's sizes come from for ``spec`` (None: the backend chooses no size)."""
         return None
@@ -326,7 +332,7 @@ class Backend(abc.ABC, Generic[OptionsT]):
         plan.warnings += [f"{f.value}: {why}" for f, why in self.capabilities.caveats.items() if f in used]
         plan.metrics = [m.model_dump() for m in spec.metrics]
         plan.step_key = job_key(spec)
-        decisions, warnings = next_size_notes(self.name, self.size_target(spec), spec)
+        decisions, warnings = self._recovery_notes(spec)
         plan.decisions += decisions
         plan.warnings += warnings
         plan.max_cost = spec.resources.max_cost

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 from cloudddp.catalog.select import select
-from cloudddp.catalog.sizing import SizeTarget, requirements_for
+from cloudddp.catalog.sizing import requirements_for
+from cloudddp.catalog.target import SizeTarget
 from cloudddp.spec.model import JobSpec
 
 NEXT_SIZES = 3

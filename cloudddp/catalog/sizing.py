@@ -31,6 +31,7 @@ from cloudddp.catalog import (
 )
 from cloudddp.catalog.model import DATASET_BYTES, DATASET_SAMPLES
 from cloudddp.catalog.stepstore import Measured, StepStore
+from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import UserError
 from cloudddp.spec.model import JobSpec, job_key
 
@@ -41,20 +42,6 @@ GIVEN_STEP_BASIS = (
     "resources.step_time, applied as given on every size (the model does not know this "
     "script: neither another GPU's speed nor the all-reduce across GPUs is accounted for)"
 )
-
-
-@dataclass(frozen=True)
-class SizeTarget:
-    """Where a backend's sizes come from, and what the spec says about them."""
-
-    cloud: str
-    """A cloud of the catalog ("azure", "aws"); the catalog checks it."""
-    named: str | None
-    """The size the spec names, if any."""
-    field: str
-    """The spec field that names it, for messages (e.g. ``azureml.vm_size``)."""
-    idle_s: float | None = None
-    """Time the cloud bills after the job ends (an autoscaling cluster's scale-down delay)."""
 
 
 def script_arg(args: list[str], name: str) -> str | None:

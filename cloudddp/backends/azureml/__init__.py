@@ -26,10 +26,11 @@ from cloudddp.backends.azureml.logs import LogFiles
 from cloudddp.backends.azureml.mlflow_metrics import MlflowMetrics, tracking_uri
 from cloudddp.backends.azureml.options import AzureMLOptions
 from cloudddp.backends.azureml.workspace import require_workspace, workspace_fields
-from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
+from cloudddp.backends.base import Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
+from cloudddp.backends.sized import SizedBackend
 from cloudddp.catalog.bill import Bill, Figure, catalog_bill
-from cloudddp.catalog.sizing import SizeTarget
+from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import BackendUnavailable, CloudDDPError, UserError
 from cloudddp.observe.metrics import MetricRecord, metrics_from_lines
 from cloudddp.plan import Plan
@@ -70,7 +71,7 @@ def _yaml(data: dict[str, Any]) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
 
 
-class AzureMLBackend(Backend[AzureMLOptions]):
+class AzureMLBackend(SizedBackend[AzureMLOptions]):
     name: ClassVar[str] = "azureml"
     description: ClassVar[str] = (
         "Azure ML command job with PyTorch/MPI distribution on an autoscaling AmlCompute cluster"

@@ -20,7 +20,8 @@ from cloudddp.backends.azureml.environment import describe as describe_environme
 from cloudddp.backends.azureml.inputs import job_inputs
 from cloudddp.backends.azureml.options import AzureMLOptions
 from cloudddp.catalog import azure_rdma_by_name, disables_rdma, nccl_env_presets
-from cloudddp.catalog.sizing import SizeTarget, decide
+from cloudddp.catalog.sizing import decide
+from cloudddp.catalog.target import SizeTarget
 from cloudddp.code import requirements
 from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.code.snapshot import human_bytes, snapshot_warnings

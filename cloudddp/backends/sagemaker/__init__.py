@@ -17,12 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
+from cloudddp.backends.base import Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sagemaker.options import SageMakerOptions
 from cloudddp.backends.sagemaker.request import ACCOUNT, build, encode, shim_hyperparameters
+from cloudddp.backends.sized import SizedBackend
 from cloudddp.catalog.bill import Bill, Figure, catalog_bill
-from cloudddp.catalog.sizing import SizeTarget
+from cloudddp.catalog.target import SizeTarget
 from cloudddp.code.snapshot import collect, folder_digest
 from cloudddp.errors import BackendUnavailable, CloudDDPError, UserError
 from cloudddp.plan import Plan
@@ -79,7 +80,7 @@ def failure_cause(reason: str) -> Cause:
     return next((cause for prefix, cause in _CAUSES if reason.startswith(prefix)), Cause.UNKNOWN)
 
 
-class SageMakerBackend(Backend[SageMakerOptions]):
+class SageMakerBackend(SizedBackend[SageMakerOptions]):
     name: ClassVar[str] = "sagemaker"
     description: ClassVar[str] = "SageMaker training job on an official PyTorch container (torchrun or smddp)"
     options_model = SageMakerOptions

@@ -21,7 +21,8 @@ from cloudddp.backends.sagemaker.limits import LIMITS
 from cloudddp.backends.sagemaker.limits import check as check_limits
 from cloudddp.backends.sagemaker.options import SageMakerOptions
 from cloudddp.catalog import nccl_env_presets
-from cloudddp.catalog.sizing import SizeTarget, decide
+from cloudddp.catalog.sizing import decide
+from cloudddp.catalog.target import SizeTarget
 from cloudddp.code import requirements
 from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.code.snapshot import collect, folder_digest, snapshot_warnings

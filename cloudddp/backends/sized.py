@@ -1,0 +1,25 @@
+"""A backend whose sizes come from the catalog (SageMaker's instance types, Azure ML's VM sizes).
+
+It says where its sizes come from (:meth:`SizedBackend.size_target`), and its plans name the sizes a recovery
+with ``limits.recover_to: next_size`` would move to, from the catalog's ranking. Backends that choose no size
+(local, Slurm) stay on :class:`~cloudddp.backends.base.Backend`, which imports nothing of the catalog's
+selection, cost model or measured step times.
+"""
+
+from __future__ import annotations
+
+import abc
+
+from cloudddp.backends.base import Backend, OptionsT
+from cloudddp.catalog.ranking import next_size_notes
+from cloudddp.catalog.target import SizeTarget
+from cloudddp.spec.model import JobSpec
+
+
+class SizedBackend(Backend[OptionsT]):
+    @abc.abstractmethod
+    def size_target(self, spec: JobSpec) -> SizeTarget:
+        """Where this backend's sizes come from for ``spec``: the catalog's cloud and the size the spec names."""
+
+    def _recovery_notes(self, spec: JobSpec) -> tuple[list[str], list[str]]:
+        return next_size_notes(self.name, self.size_target(spec), spec)
