@@ -153,14 +153,7 @@ class Run:
         )
 
     def _status_of(self, run_id: str) -> RunStatus:
-        status = self.backend.status(run_id)
-        registry = self.backend.registry
-        record = registry.get(run_id)
-        if record is not None and record.state != status.state.value:
-            registry.update(run_id, state=status.state.value)
-            if status.state.terminal:
-                self._learn(run_id)
-        return status
+        return Runner(self.backend).status(run_id)
 
     def cost(self) -> CostReport:
         """What the run cost (so far, while it goes) next to the estimate its plan had at submit, every figure with

@@ -21,6 +21,7 @@ from cloudddp.paths import home
 from cloudddp.runs import recovery
 from cloudddp.runs.cost import CostReport
 from cloudddp.runs.registry import Registry
+from cloudddp.runs.runner import current_states
 
 
 def when(ts: float | None) -> str:
@@ -268,7 +269,8 @@ def cancel(run: str, backend: str | None) -> None:
 def list_(
     backend: str | None, state: str | None, name: str | None, limit: int, before: str | None, json_: bool
 ) -> None:
-    """Runs submitted from this machine, newest first, a page at a time."""
+    """Runs submitted from this machine, newest first, a page at a time. The state of a run that had not ended is
+    asked of its backend now; when it cannot be asked, the state last seen is shown with when and why."""
     registry = Registry()
     after = None
     if before is not None:
@@ -287,19 +289,31 @@ def list_(
     records = registry.list(backend=backend, limit=limit + 1 if limit else None, state=state, name=name, before=after)
     more = bool(limit) and len(records) > limit
     records = records[:limit] if limit else records
+    seen = current_states(records)  # a run that had not ended is asked of its backend now
     if json_:
         print_json(
             [
-                {"run_id": r.run_id, "backend": r.backend, "name": r.name, "state": r.state, "created_at": r.created_at}
-                for r in records
+                {
+                    "run_id": s.record.run_id,
+                    "backend": s.record.backend,
+                    "name": s.record.name,
+                    "state": s.state,
+                    "created_at": s.record.created_at,
+                    "refreshed": s.refreshed,
+                    **({} if s.refreshed else {"last_seen": s.record.updated_at, "why_not_refreshed": s.reason}),
+                }
+                for s in seen
             ]
         )
         return
     from rich.table import Table
 
     table = Table("run", "backend", "state", "created")
-    for r in records:
-        table.add_row(r.run_id, r.backend, r.state, when(r.created_at))
+    for s in seen:
+        state = (
+            s.state if s.refreshed else f"{s.state} [dim](last seen {when(s.record.updated_at)}: {escape(s.reason)})[/]"
+        )
+        table.add_row(s.record.run_id, s.record.backend, state, when(s.record.created_at))
     out().print(table)
     if more:
         total = registry.count(backend=backend, state=state, name=name)

@@ -14,6 +14,9 @@ runner adds what a person means by submitting and looking after a run, the same 
 ``cost(run_id) -> CostReport``
     The backend's ``bill`` next to the estimate the plan had at submit (kept in the registry at launch), the
     budget and what the budget watch did; without a bill, the reason.
+``status(run_id) -> RunStatus``
+    The backend's status, with this machine's record brought up to date (and a run seen ending teaches its
+    step time); :func:`current_states` does it for many runs at once, for ``cloudddp list``.
 ``list(limit) -> list[RunStatus]``
     This backend's runs from this machine's registry, each with its current status.
 ``learn(run_id)``
@@ -24,15 +27,19 @@ Recovery (:mod:`cloudddp.runs.recovery`) sits on top of the runner: it resubmits
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from cloudddp.backends.base import Backend, Progress, RunStatus
+from cloudddp.backends.base import Backend, Progress, RunRecord, RunState, RunStatus
 from cloudddp.backends.registry import backend_class
-from cloudddp.errors import RunNotFound
+from cloudddp.errors import CloudDDPError, RunNotFound
 from cloudddp.paths import home
 from cloudddp.plan import Plan
 from cloudddp.runs import steptimes
@@ -41,6 +48,7 @@ from cloudddp.runs.registry import Registry
 from cloudddp.spec.model import JobSpec
 
 BUDGET_POLL_ENV = "CLOUDDDP_BUDGET_POLL"
+TERMINAL_STATES = frozenset(s.value for s in RunState if s.terminal)
 
 
 @dataclass(frozen=True)
@@ -121,6 +129,18 @@ class Runner:
             measured=info.get("measured"),
         )
 
+    def status(self, run_id: str) -> RunStatus:
+        """The run's status now. This machine's record follows it, and a run seen ending here teaches its step
+        time (:meth:`learn`; when its logs cannot be read now, a later status or cost tries again)."""
+        status = self.backend.status(run_id)
+        record = self.backend.registry.get(run_id)
+        if record is not None and record.state != status.state.value:
+            self.backend.registry.update(run_id, state=status.state.value)
+            if status.state.terminal:
+                with contextlib.suppress(CloudDDPError):
+                    self.learn(run_id)
+        return status
+
     def list(self, registry: Registry, limit: int = 100) -> list[RunStatus]:
         """This backend's runs from ``registry``, each with its current status."""
         out = []
@@ -134,6 +154,44 @@ class Runner:
     def learn(self, run_id: str) -> dict[str, Any] | None:
         """Keep finished run ``run_id``'s measured step time (see :func:`cloudddp.runs.steptimes.learn`)."""
         return steptimes.learn(self.backend, run_id)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A run of the registry with the state it has now, or the state last seen when it could not be asked."""
+
+    record: RunRecord
+    state: str
+    refreshed: bool
+    """False: the backend could not be asked now (``reason`` says why); ``state`` is the one last seen."""
+    reason: str = ""
+
+
+def current_states(records: Sequence[RunRecord], *, workers: int = 8) -> list[Seen]:
+    """``records`` with their current states: each run that had not ended when last seen is asked of its backend
+    (concurrently, at most ``workers`` at a time), and its record follows the answer. A run whose backend cannot
+    answer now (no credentials here, the cloud unreachable, the run gone) keeps its last seen state, marked."""
+    live = [r for r in records if r.state not in TERMINAL_STATES]
+    runners: dict[str, Runner] = {}
+    lock = threading.Lock()
+
+    def runner_of(backend: str) -> Runner:
+        with lock:
+            if backend not in runners:
+                runners[backend] = Runner.open(backend)
+            return runners[backend]
+
+    def look(record: RunRecord) -> Seen:
+        try:
+            return Seen(record, runner_of(record.backend).status(record.run_id).state.value, True)
+        except CloudDDPError as e:
+            return Seen(record, record.state, False, str(e).splitlines()[0])
+
+    if not live:
+        return [Seen(r, r.state, True) for r in records]
+    with ThreadPoolExecutor(max_workers=min(workers, len(live))) as pool:
+        found = {seen.record.run_id: seen for seen in pool.map(look, live)}
+    return [found.get(r.run_id, Seen(r, r.state, True)) for r in records]
 
 
 def start_budget_watch(run_id: str) -> dict[str, Any]:
