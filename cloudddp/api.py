@@ -104,7 +104,7 @@ class Run:
 
     @classmethod
     def attach(cls, run_id: str, backend: str | None = None, **options: Any) -> Run:
-        """The run ``run_id`` (or a unique prefix of it) from the registry, or at ``backend``."""
+        """The run ``run_id`` (or a unique prefix or suffix of it) from the registry, or at ``backend``."""
         matches = Registry().find(run_id)
         exact = [m for m in matches if m.run_id == run_id]
         if exact:

@@ -28,12 +28,24 @@ def when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else ""
 
 
+def attach(run: str | None, backend: str | None) -> Run:
+    """The run RUN names (an id, or a unique prefix or suffix of one); without RUN the latest run submitted from
+    this machine, named on stderr so the output says which run it is about."""
+    if run is None:
+        latest = Registry().latest()
+        if latest is None:
+            raise UserError("no runs submitted from this machine yet", hint="cloudddp submit job.yaml")
+        err().print(f"[dim]latest run: {latest.run_id} ({latest.backend})[/]")
+        run = latest.run_id
+    return Run.attach(run, backend)
+
+
 @click.command()
 @run_arguments
 @json_option
-def status(run: str, backend: str | None, json_: bool) -> None:
+def status(run: str | None, backend: str | None, json_: bool) -> None:
     """Show a run's state."""
-    st = Run.attach(run, backend).status()
+    st = attach(run, backend).status()
     if json_:
         print_json(st.to_dict())
         return
@@ -80,9 +92,9 @@ def status(run: str, backend: str | None, json_: bool) -> None:
 @click.command()
 @run_arguments
 @json_option
-def cost(run: str, backend: str | None, json_: bool) -> None:
+def cost(run: str | None, backend: str | None, json_: bool) -> None:
     """What a run cost (so far, while it goes) next to what was estimated at submit, each figure with its source."""
-    report = Run.attach(run, backend).cost()
+    report = attach(run, backend).cost()
     if json_:
         print_json(report.to_dict())
         return
@@ -197,9 +209,9 @@ def recover(run: str | None) -> None:
 @run_arguments
 @follow_option
 @json_option
-def logs(run: str, follow: bool, backend: str | None, json_: bool) -> None:
+def logs(run: str | None, follow: bool, backend: str | None, json_: bool) -> None:
     """Print a run's logs, each line prefixed by the rank or host it came from."""
-    handle = Run.attach(run, backend)
+    handle = attach(run, backend)
     try:
         for line in handle.logs(follow=follow):
             if json_:
@@ -221,9 +233,9 @@ def logs(run: str, follow: bool, backend: str | None, json_: bool) -> None:
     default=None,
     help="Write a PNG chart of every metric over steps (needs matplotlib).",
 )
-def metrics(run: str, follow: bool, backend: str | None, json_: bool, plot: Path | None) -> None:
+def metrics(run: str | None, follow: bool, backend: str | None, json_: bool, plot: Path | None) -> None:
     """Print a run's metrics (from the training script's metric lines); a live table with -f on a terminal."""
-    handle = Run.attach(run, backend)
+    handle = attach(run, backend)
     if plot is not None:
         plot_metrics(
             list(handle.metrics(follow=follow)), title=f"{handle.run_id} ({handle.status().state.value})", path=plot
@@ -246,9 +258,9 @@ def metrics(run: str, follow: bool, backend: str | None, json_: bool, plot: Path
 
 @click.command()
 @run_arguments
-def cancel(run: str, backend: str | None) -> None:
+def cancel(run: str | None, backend: str | None) -> None:
     """Stop a run: the training script checkpoints, then every process of the run ends."""
-    handle = Run.attach(run, backend)
+    handle = attach(run, backend)
     requested = handle.cancel()
     st = handle.status()
     if requested:

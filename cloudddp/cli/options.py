@@ -71,8 +71,9 @@ def json_option(f: F) -> F:
 
 
 def run_arguments(f: F) -> F:
+    """``RUN`` (an id, a unique prefix or suffix of one; the latest run when left out) and ``--backend``."""
     f = backend_option(None, "Look the run up at this backend (runs started elsewhere).")(f)
-    return click.argument("run")(f)
+    return click.argument("run", required=False)(f)
 
 
 def follow_option(f: F) -> F:

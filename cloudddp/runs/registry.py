@@ -88,8 +88,27 @@ class Registry:
             row = db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return _record(row) if row else None
 
-    def find(self, prefix: str) -> list[RunRecord]:
-        """Runs whose id starts with ``prefix`` (so a unique prefix is enough on the CLI), newest first."""
+    def find(self, part: str) -> list[RunRecord]:
+        """Runs whose id starts with ``part``, newest first; when none does, those whose id ends with it (the
+        random tail of an id is the easiest part to type: ``cloudddp status 6c6a``)."""
+        return self._starting(part) or self._ending(part)
+
+    def _ending(self, suffix: str) -> list[RunRecord]:
+        if not suffix:
+            return []
+        escaped = suffix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT * FROM runs WHERE run_id LIKE ? ESCAPE '\\' ORDER BY created_at DESC", ["%" + escaped]
+            ).fetchall()
+        return [_record(r) for r in rows if r[0].endswith(suffix)]  # LIKE ignores ASCII case
+
+    def latest(self) -> RunRecord | None:
+        """The newest run submitted from this machine."""
+        newest = self.list(limit=1)
+        return newest[0] if newest else None
+
+    def _starting(self, prefix: str) -> list[RunRecord]:
         query, args = "SELECT * FROM runs WHERE run_id >= ?", [prefix]
         if prefix and ord(prefix[-1]) < 0x10FFFF:  # ids in [prefix, prefix with its last character bumped)
             query, args = query + " AND run_id < ?", [prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)]
