@@ -25,6 +25,7 @@ plus the launcher's standard variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -133,14 +134,43 @@ def code_snapshot(spec: JobSpec) -> Snapshot:
     return pack(spec.code_dir, spec.code.ignore, extra=extra, max_bytes=spec.code.max_size_mb * 1_000_000)
 
 
+def code_problem(spec: JobSpec) -> tuple[tuple[str, str], UserError] | None:
+    """What keeps the job's code from running, found without packing it, with the spec field at fault:
+    ``code.dir`` is not a folder, or ``code.entry`` is not a file in it (with the closest file's name). None when
+    both are there."""
+    code_dir = spec.code_dir
+    if not code_dir.is_dir():
+        return ("code", "dir"), UserError(
+            f"code.dir: {code_dir} is not a folder", hint="code.dir is relative to the spec file"
+        )
+    entry = spec.code.entry
+    if entry and not (code_dir / entry).is_file():
+        guess = difflib.get_close_matches(entry, _script_files(code_dir), n=1, cutoff=0.6)
+        tip = f"; did you mean '{guess[0]}'?" if guess else ""
+        return ("code", "entry"), UserError(
+            f"code.entry: {entry} is not a file in {code_dir}{tip}",
+            hint="code.entry is relative to code.dir (`cloudddp init --with-script` copies the shared script)",
+        )
+    return None
+
+
+def _script_files(folder: Path, limit: int = 5000) -> list[str]:
+    """The Python files under ``folder`` (relative, posix), hidden folders and virtual environments left out."""
+    found: list[str] = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("node_modules", "__pycache__", "venv")]
+        found += [Path(root, f).relative_to(folder).as_posix() for f in files if f.endswith(".py")]
+        if len(found) >= limit:
+            break
+    return found
+
+
 def checked_snapshot(spec: JobSpec) -> Snapshot:
     """:func:`code_snapshot` for a backend that runs ``code.entry`` from it: the folder and the entry exist, and
     no ignore rule leaves the entry out; a UserError naming the field otherwise."""
-    code_dir = spec.code_dir
-    if not code_dir.is_dir():
-        raise UserError(f"code.dir: {code_dir} is not a folder", hint="code.dir is relative to the spec file")
-    if spec.code.entry and not (code_dir / spec.code.entry).is_file():
-        raise UserError(f"code.entry: {spec.code.entry} is not a file in {code_dir}")
+    problem = code_problem(spec)
+    if problem is not None:
+        raise problem[1]
     snapshot = code_snapshot(spec)
     if spec.code.entry and Path(spec.code.entry).as_posix() not in snapshot.files:
         raise UserError(

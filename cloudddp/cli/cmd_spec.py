@@ -22,7 +22,10 @@ from cloudddp.cli.options import (
     print_json,
     print_plan,
 )
+from cloudddp.errors import SpecError, UserError
 from cloudddp.observe.console import err, escape, out
+from cloudddp.runtime import code_problem
+from cloudddp.spec.load import where_set
 from cloudddp.spec.scaffold import init as scaffold
 
 
@@ -31,8 +34,20 @@ from cloudddp.spec.scaffold import init as scaffold
 @override_option
 @json_option
 def validate(job: Path, override: tuple[str, ...], json_: bool) -> None:
-    """Check a job spec and report every problem with its line."""
-    spec = load_job(job, override)
+    """Check a job spec and report every problem with its line: the fields, and that the code it runs is there.
+    With --json, one JSON document on stdout whether it is valid or not."""
+    try:
+        spec = load_job(job, override)
+        problem = code_problem(spec)
+        if problem is not None:
+            field, error = problem
+            raise UserError(f"{where_set(job, field, override)}: {error.args[0]}", hint=error.hint)
+    except UserError as e:
+        if not json_:
+            raise
+        problems = e.problems if isinstance(e, SpecError) else [e.args[0]]
+        print_json({"ok": False, "problems": problems, **({"hint": e.hint} if e.hint else {})})
+        sys.exit(e.exit_code)
     if json_:
         print_json({"ok": True, "spec": spec.model_dump(mode="json", exclude_defaults=True)})
         return

@@ -30,7 +30,10 @@ class Watched(Protocol):
 
 
 def watch(run: Watched, poll: float = 1.0) -> Any:
-    """Draw ``run``'s status, its output and a live plot of its metrics in the notebook until it ends; its status."""
+    """Draw ``run``'s status, its output and a live plot of its metrics in the notebook until it ends; its status.
+    Outside a notebook (a script, a plain Python shell) the same follows as text lines."""
+    if not _in_a_notebook():
+        return _watch_as_text(run)
     try:
         import matplotlib.pyplot as plt
         from IPython.display import HTML, display
@@ -68,4 +71,27 @@ def watch(run: Watched, poll: float = 1.0) -> Any:
         else:
             plot_handle.update(fig)
     status_handle.update(HTML(status._repr_html_()))
+    return status
+
+
+def _in_a_notebook() -> bool:
+    """A kernel that draws HTML and figures (Jupyter, VS Code), not a terminal shell or a plain interpreter."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+def _watch_as_text(run: Watched) -> Any:
+    """The run's metric records and its first process's output as lines on stdout, then its end state."""
+    for event in run.events(follow=True):
+        if isinstance(event, MetricRecord):
+            values = "  ".join(f"{k}={v:.4g}" for k, v in event.values.items())
+            print(f"epoch {event.epoch}  {values}" if event.epoch is not None else values, flush=True)
+        else:
+            print(f"[{event.source}] {event.text}", flush=True)
+    status = run.wait(poll=0.2)
+    print(f"{status.state.value} {run.run_id}: {status.message}", flush=True)
     return status

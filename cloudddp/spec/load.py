@@ -360,6 +360,16 @@ def spec_from_dict(
     )
 
 
+def where_set(path: str | Path, loc: Loc, overrides: Sequence[str] = ()) -> str:
+    """Where field ``loc`` of the spec file at ``path`` is set: ``job.yaml:3``, ``override code.entry=x``, or the
+    file's name when the field is left to its default (for messages about a spec that loaded)."""
+    source = str(path)
+    data, positions, _ = parse_yaml(_decode(Path(path).read_bytes(), source), source)
+    for assignment in overrides:
+        apply_override(data, assignment, positions)
+    return positions.where(loc)
+
+
 def spec_to_data(spec: JobSpec) -> dict[str, Any]:
     """The spec as plain data with defaults left out (what a person would write)."""
     return spec.model_dump(mode="json", exclude_defaults=True)

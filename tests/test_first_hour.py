@@ -1,0 +1,64 @@
+"""A newcomer's first hour without a dead end: `validate` finds what `submit` would, `--json` is one document on
+success and on failure, and `run.watch()` works outside a notebook."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .support.cli import FIXTURES, ROOT, cli
+
+TINY = FIXTURES / "tinyjob" / "job.yaml"
+
+
+def project(tmp_path: Path, entry: str) -> Path:
+    (tmp_path / "train.py").write_text("print('hello')\n")
+    (tmp_path / "job.yaml").write_text(f"name: first\ncode:\n  dir: .\n  entry: {entry}\n")
+    return tmp_path / "job.yaml"
+
+
+def test_validate_names_a_missing_entry_file_with_its_line_and_the_closest_file(tmp_path: Path) -> None:
+    result = cli("validate", str(project(tmp_path, "trian.py")))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "job.yaml:4: code.entry: trian.py is not a file" in result.stderr, result.stderr
+    assert "did you mean 'train.py'?" in result.stderr
+    fixed = cli("validate", str(tmp_path / "job.yaml"), "-o", "code.entry=train.py")
+    assert fixed.returncode == 0, fixed.stderr
+    overridden = cli("validate", str(tmp_path / "job.yaml"), "-o", "code.entry=nope.py")
+    assert "override -o code.entry=nope.py: code.entry: nope.py is not a file" in overridden.stderr, overridden.stderr
+
+
+def test_validate_json_is_one_document_on_stdout_whether_the_spec_is_valid_or_not(tmp_path: Path) -> None:
+    bad = cli("validate", str(project(tmp_path, "trian.py")), "--json")
+    assert bad.returncode == 2
+    document = json.loads(bad.stdout)
+    assert document["ok"] is False and "trian.py" in document["problems"][0] and document["hint"]
+    (tmp_path / "typo.yaml").write_text("name: x\nresorces: {nodes: 2}\n")
+    typo = json.loads(cli("validate", str(tmp_path / "typo.yaml"), "--json").stdout)
+    assert typo["ok"] is False and any("did you mean 'resources'" in p for p in typo["problems"])
+    good = json.loads(cli("validate", str(TINY), "--json").stdout)
+    assert good["ok"] is True and good["spec"]["name"] == "tiny"
+
+
+WATCH = """
+import sys
+from cloudddp.api import Job
+run = Job.load(sys.argv[1], ["code.args=[--epochs, 2, --sleep, 0.1]"]).submit("local")
+status = run.watch()
+print("RETURNED", status.state.value)
+"""
+
+
+@pytest.mark.slow
+def test_run_watch_outside_a_notebook_follows_as_text_and_returns_the_status(cloudddp_home: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", WATCH, str(TINY)], capture_output=True, text=True, cwd=ROOT, timeout=180
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "IPython.core.display" not in result.stdout
+    assert "[rank0]" in result.stdout or "[node0/rank0]" in result.stdout, result.stdout[-2000:]
+    assert "epoch 2" in result.stdout and "RETURNED succeeded" in result.stdout, result.stdout[-2000:]
