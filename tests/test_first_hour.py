@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from cloudddp.cli.options import format_record
+from cloudddp.observe.live import EpochProgress, position
+from cloudddp.observe.metrics import MetricRecord
+
 from .support.cli import FIXTURES, ROOT, cli
 
 TINY = FIXTURES / "tinyjob" / "job.yaml"
@@ -62,3 +66,23 @@ def test_run_watch_outside_a_notebook_follows_as_text_and_returns_the_status(clo
     assert "IPython.core.display" not in result.stdout
     assert "[rank0]" in result.stdout or "[node0/rank0]" in result.stdout, result.stdout[-2000:]
     assert "epoch 2" in result.stdout and "RETURNED succeeded" in result.stdout, result.stdout[-2000:]
+
+
+def record(epoch: int | None, step: int | None = None, **values: float) -> MetricRecord:
+    return MetricRecord(epoch=epoch, step=step, time=None, values=dict(values))
+
+
+def test_the_epoch_bar_follows_any_scripts_epochs_and_the_shared_scripts_epoch_ends() -> None:
+    own = EpochProgress()  # an own script counting from 0, one line per epoch: 3 epochs reach 3/3
+    assert [own.update(record(e, loss=1.0)) for e in (0, 1, 2)] == [1, 2, 3]
+    assert own.update(record(None, loss=0.5)) == 3  # a record naming no epoch moves nothing
+    shared = EpochProgress()  # the shared script: progress records inside an epoch, epoch_time at its end
+    reached = [shared.update(r) for r in (record(1, 10, loss=2.0), record(1, 20, epoch_time=3.0), record(2, 30))]
+    assert reached == [1, 1, 1]  # epoch 2 has begun, not ended
+    assert EpochProgress().update(record(None, 5, loss=1.0)) is None
+
+
+def test_records_show_what_they_know_and_a_zero_loss_reads_as_a_number() -> None:
+    assert position(record(2)) == "epoch 2" and position(record(None, 7)) == "step 7"
+    assert format_record(record(1, loss=0.0)) == "epoch 1  loss=0.0"
+    assert format_record(record(None, 3, acc=0.91234, n=5)) == "step 3  acc=0.9123  n=5"

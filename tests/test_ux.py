@@ -116,3 +116,33 @@ def test_live_metrics_table_updates_in_a_real_terminal(cloudddp_home: Path) -> N
     finally:
         subprocess.run([*tmux, "kill-server"])
         run.cancel()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
+def test_the_attached_views_epoch_bar_reaches_the_end_for_a_script_that_is_not_the_shared_one(
+    cloudddp_home: Path,
+) -> None:
+    session = f"cloudddp-{uuid.uuid4().hex[:8]}"
+    tmux = ["tmux", "-L", session]
+    cmd = (
+        f"cd {shlex.quote(str(ROOT))} && CLOUDDDP_HOME={shlex.quote(str(cloudddp_home))} "
+        f"PYTHONPATH={shlex.quote(str(ROOT))} {shlex.quote(sys.executable)} -m cloudddp submit "
+        f"{shlex.quote(str(TINY))} -o 'code.args=[--epochs, 3, --sleep, 0.3]'; echo SUBMIT-$((1+1))-ENDED"
+    )
+    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", "50"], check=True)
+    try:
+        subprocess.run([*tmux, "send-keys", "-t", session, cmd, "Enter"], check=True)
+
+        def screen() -> str:
+            return subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+
+        deadline = time.monotonic() + 120
+        text = screen()
+        while "SUBMIT-2-ENDED" not in text and time.monotonic() < deadline:  # the typed line says $((1+1))
+            time.sleep(0.5)
+            text = screen()
+        assert "succeeded" in text, text
+        assert "3/3" in text, text  # the bar followed the script's own epochs to the end
+    finally:
+        subprocess.run([*tmux, "kill-server"])

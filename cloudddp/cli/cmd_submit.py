@@ -24,6 +24,7 @@ from cloudddp.cli.options import (
 )
 from cloudddp.errors import RunFailed
 from cloudddp.observe.console import Progress, err, escape, note, out
+from cloudddp.observe.live import EpochProgress
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.runs.runner import get_backend
 from cloudddp.spec.model import JobSpec
@@ -114,21 +115,24 @@ def event_text(event: MetricRecord | LogLine) -> str:
 
 def follow_run(run: Run, *, quiet: bool, epochs: int | None = None, all_ranks: bool = False) -> None:
     """Print what the run reports as it arrives: metric records, and the script's own output (rank 0's
-    unless ``all_ranks``); on a terminal, above an epoch bar with the elapsed time."""
+    unless ``all_ranks``); on a terminal, above a bar of the epochs reached (of the script's ``--epochs`` when it
+    has one) with the elapsed time."""
     try:
         if quiet:
             for _ in run.metrics(follow=True):
                 pass
-        elif sys.stderr.isatty() and epochs:
+        elif sys.stderr.isatty():
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as Bar
 
+            progress = EpochProgress()
             with Bar(TextColumn("epoch"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err()) as bar:
-                task = bar.add_task("epochs", total=epochs)
+                task = bar.add_task("epochs", total=epochs)  # no total: a count of the epochs reached
                 for event in run.events(follow=True, all_ranks=all_ranks):
                     bar.console.print(event_text(event))
-                    if isinstance(event, MetricRecord) and event.epoch is not None and "epoch_time" in event.values:
-                        bar.update(task, completed=event.epoch)
+                    reached = progress.update(event) if isinstance(event, MetricRecord) else None
+                    if reached is not None:
+                        bar.update(task, completed=reached)
         else:
             for event in run.events(follow=True, all_ranks=all_ranks):
                 out().print(event_text(event))

@@ -126,8 +126,14 @@ def format_record(record: MetricRecord) -> str:
     if record.step is not None:
         parts.append(f"step {record.step}")
     for k, v in record.values.items():
-        parts.append(f"{k}={v:.4g}")
+        parts.append(f"{k}={number(v)}")
     return "  ".join(parts)
+
+
+def number(value: float) -> str:
+    """Four significant digits; a float that is exactly zero stays a float (``0.0``, not ``0``)."""
+    text = f"{value:.4g}"
+    return text + ".0" if isinstance(value, float) and text.lstrip("-").isdigit() and "e" not in text else text
 
 
 def money(v: float | None) -> str:

@@ -20,10 +20,36 @@ def sparkline(values: list[float], width: int = 32) -> str:
     return "".join(BLOCKS[min(len(BLOCKS) - 1, int((v - lo) / span * (len(BLOCKS) - 1) + 0.5))] for v in values)
 
 
+def position(record: MetricRecord) -> str:
+    """``epoch 3  step 120``, each part only when the record knows it."""
+    parts = [f"{name} {value}" for name, value in (("epoch", record.epoch), ("step", record.step)) if value is not None]
+    return "  ".join(parts) or "a metric line"
+
+
+class EpochProgress:
+    """How many epochs a run has reached, for the attached view's bar, from any script's records: the shared
+    script's epoch ends (records with ``epoch_time``) when it reports them, else the epochs seen so far (a
+    script's records say which epoch it is in, counted from 0 or 1 alike)."""
+
+    def __init__(self) -> None:
+        self.ended: int | None = None
+        self.seen: set[int] = set()
+
+    def update(self, record: MetricRecord) -> int | None:
+        """The epochs reached after ``record``; None while no record has named an epoch."""
+        if record.epoch is not None:
+            if "epoch_time" in record.values:
+                self.ended = max(self.ended or 0, record.epoch)
+            self.seen.add(record.epoch)
+        if self.ended is not None:
+            return self.ended
+        return len(self.seen) or None
+
+
 def table(history: dict[str, list[float]], last: MetricRecord | None, state: str, run_id: str) -> Any:
     from rich.table import Table
 
-    where = f"epoch {last.epoch}  step {last.step}" if last else "waiting for the first metric line"
+    where = position(last) if last else "waiting for the first metric line"
     t = Table(title=f"{run_id} — {state} — {where}", title_justify="left")
     for column in ("metric", "last", "min", "max", "history"):
         t.add_column(column, justify="right" if column in ("last", "min", "max") else "left")
