@@ -86,3 +86,14 @@ def test_records_show_what_they_know_and_a_zero_loss_reads_as_a_number() -> None
     assert position(record(2)) == "epoch 2" and position(record(None, 7)) == "step 7"
     assert format_record(record(1, loss=0.0)) == "epoch 1  loss=0.0"
     assert format_record(record(None, 3, acc=0.91234, n=5)) == "step 3  acc=0.9123  n=5"
+
+
+def test_override_mistakes_are_reported_at_the_override_with_what_to_do() -> None:
+    typo = cli("validate", str(TINY), "-o", "resorces.nodes=2")
+    assert typo.returncode == 2 and "override -o resorces.nodes=2: resorces: unknown key" in typo.stderr, typo.stderr
+    assert "did you mean 'resources'?" in typo.stderr and "job.yaml:1" not in typo.stderr
+    unclosed = cli("validate", str(TINY), "-o", "code.args=[--epochs, 3")
+    assert unclosed.returncode == 2 and "is not valid YAML" in unclosed.stderr, unclosed.stderr
+    assert "-o 'code.args=[--epochs, 3]'" in unclosed.stderr and "valid list" not in unclosed.stderr
+    word = cli("validate", str(TINY), "-o", "tags.url=http://x/y?a=b")  # YAML punctuation in a plain value
+    assert word.returncode == 0, word.stderr

@@ -37,6 +37,10 @@ class _Positions:
         self.overrides: dict[Loc, str] = {}
 
     def where(self, loc: Loc) -> str:
+        if loc and loc not in self.lines:
+            made = [text for path, text in self.overrides.items() if path[: len(loc)] == loc]
+            if made:  # a key only an override wrote (a typo in -o): the override, not the top of the file
+                return f"override {made[0]}"
         for n in range(len(loc), -1, -1):
             prefix = loc[:n]
             if prefix in self.overrides:
@@ -172,8 +176,14 @@ def apply_override(data: dict[str, Any], assignment: str, positions: _Positions 
         raise UserError(f"override {assignment!r}: empty part in the key path {key!r}")
     try:
         value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        value = text
+    except yaml.YAMLError as e:
+        if text.lstrip()[:1] in ("[", "{", '"', "'"):  # meant as a list, a mapping or a quoted string
+            problem = getattr(e, "problem", None) or "not valid YAML"
+            raise UserError(
+                f"override -o {assignment}: the value {text.strip()!r} is not valid YAML ({problem})",
+                hint="close what you opened and quote the whole option: -o 'code.args=[--epochs, 3]'",
+            ) from None
+        value = text  # a plain word with YAML punctuation in it, e.g. a URL: taken as the string it is
     node: Any = data
     for i, part in enumerate(parts[:-1]):
         nxt = parts[i + 1]
