@@ -16,6 +16,7 @@ import pytest
 from cloudddp.backends.base import RunState
 from cloudddp.backends.registry import spec_from_dict
 from cloudddp.backends.sagemaker import SageMakerBackend
+from cloudddp.backends.sagemaker.request import shim_payload
 from cloudddp.code.snapshot import pack
 from cloudddp.runs.registry import Registry
 from cloudddp.runtime import checkpoint_key, shipped_files
@@ -90,7 +91,7 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
     assert d["AlgorithmSpecification"]["TrainingImage"].endswith("pytorch-training:2.4-gpu-py311")
     assert d["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge" and d["ResourceConfig"]["InstanceCount"] == 2
     assert d["HyperParameters"]["sagemaker_torch_distributed_enabled"] == "true"
-    payload = json.loads(json.loads(d["HyperParameters"]["cloudddp-00"]))  # what the shipped launcher gets
+    payload = shim_payload(d["HyperParameters"])  # what the shipped launcher gets
     assert payload["argv"] == [
         "train.py",
         "--dataset",

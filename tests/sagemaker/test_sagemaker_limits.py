@@ -121,10 +121,10 @@ def _pairs(n: int, prefix: str, value: str = "v") -> str:
 
 
 OVER_THE_LIMIT = {
-    "hyperparameter value length": (
+    "code channel uri length": (  # the code arrives as the 'code' channel under the prefix
         ["sagemaker.prefix=" + "p" * 2500],
-        "HyperParameters['sagemaker_submit_directory']",
-        "at most 2500",
+        "InputDataConfig['code'].DataSource.S3DataSource.S3Uri",
+        "at most 1024",
     ),
     "environment count": (["env=" + _pairs(100, "E")], "Environment: 1", "at most 100"),
     "environment key length": ([f"env.{'K' * 513}=v"], "Environment key", "at most 512"),
@@ -152,7 +152,8 @@ OVER_THE_LIMIT = {
     "kms key pattern": (["sagemaker.volume_kms_key=alias/my key"], "ResourceConfig.VolumeKmsKeyId", "does not match"),
     "input uri length": (["inputs.train.path=s3://bucket/" + "d" * 1100], "S3Uri", "at most 1024"),
     "channel count": (
-        ["inputs=" + "{" + ", ".join(f"c{i}: {{path: 's3://b/c{i}/'}}" for i in range(21)) + "}"],
+        # 20 inputs and the code channel
+        ["inputs=" + "{" + ", ".join(f"c{i}: {{path: 's3://b/c{i}/'}}" for i in range(20)) + "}"],
         "InputDataConfig: 21",
         "at most 20",
     ),

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sagemaker.options import SageMakerOptions
-from cloudddp.backends.sagemaker.request import ACCOUNT, build, encode, shim_hyperparameters
+from cloudddp.backends.sagemaker.request import ACCOUNT, build, encode, shim_hyperparameters, shim_payload
 from cloudddp.catalog.bill import Bill, Figure, catalog_bill
 from cloudddp.catalog.sizing import SizeTarget
 from cloudddp.code.snapshot import collect, folder_digest
@@ -138,7 +138,7 @@ class SageMakerBackend(Backend[SageMakerOptions]):
         name = base[: 63 - len(suffix)] + suffix
         hyper = plan.request["HyperParameters"]
         parts = sorted(k for k in hyper if k.startswith("cloudddp-"))
-        payload = json.loads("".join(json.loads(hyper[k]) for k in parts))  # whole, so the name is found whole
+        payload = shim_payload(hyper)  # whole, so the name is found whole
         again = plan.renamed(name)
         rest = {k: v for k, v in again.request["HyperParameters"].items() if k not in parts}
         launcher = encode(shim_hyperparameters(json.loads(json.dumps(payload).replace(plan.job_name, name))))
