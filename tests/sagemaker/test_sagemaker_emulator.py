@@ -199,3 +199,68 @@ def test_doctor_checks_credentials_and_that_s3_inputs_exist(tmp_path: Path) -> N
     boto3.client("s3").put_object(Bucket="cloudddp-doctor-data", Key="cifar10/data_batch_1", Body=b"x")
     ok = cli("doctor", str(spec_path), "-b", "sagemaker", "--json")
     assert {c["name"]: c for c in json.loads(ok.stdout)["checks"]}["input train reachable"]["ok"] is True
+
+
+# -- S3 as an expert writes it ------------------------------------------------------------------------
+def s3_calls(session: boto3.session.Session) -> list[tuple[str, dict]]:
+    """Every S3 call made through ``session``: the operation and its parameters as the caller passed them."""
+    calls: list[tuple[str, dict]] = []
+
+    def record(params: dict, model: object, **_: object) -> None:
+        calls.append((getattr(model, "name", "?"), dict(params)))
+
+    session.events.register("before-parameter-build.s3", record)
+    return calls
+
+
+def test_the_default_bucket_is_created_in_eu_west_1_and_every_call_to_it_names_its_owner(tmp_path: Path) -> None:
+    spec = job(tmp_path)
+    spec["sagemaker"] = {**spec["sagemaker"], "region": "eu-west-1", "bucket": None, "image": None}
+    session = boto3.session.Session(region_name="eu-west-1")
+    calls = s3_calls(session)
+    backend = SageMakerBackend(registry=Registry(), session=session, token="eu1")
+    run_id = backend.launch(backend.render(spec_from_dict(spec)))
+    account = boto3.client("sts").get_caller_identity()["Account"]
+    bucket = f"sagemaker-eu-west-1-{account}"
+    s3 = boto3.client("s3", region_name="eu-west-1")
+    assert s3.get_bucket_location(Bucket=bucket)["LocationConstraint"] == "eu-west-1"
+    to_bucket = [(op, params) for op, params in calls if params.get("Bucket") == bucket]
+    assert {op for op, _ in to_bucket} >= {"CreateBucket", "HeadBucket", "HeadObject", "PutObject"}
+    for op, params in to_bucket:
+        if op != "CreateBucket":  # CreateBucket has no such parameter: it creates the bucket as this account's
+            assert params.get("ExpectedBucketOwner") == account, (op, params)
+    [create] = [params for op, params in to_bucket if op == "CreateBucket"]
+    assert create["CreateBucketConfiguration"] == {"LocationConstraint": "eu-west-1"}
+    assert boto3.client("sagemaker", region_name="eu-west-1").describe_training_job(TrainingJobName=run_id)
+
+
+def test_a_code_object_that_does_not_hold_the_snapshot_is_replaced_never_run(tmp_path: Path) -> None:
+    spec = spec_from_dict(job(tmp_path, name="planted-sm"))
+    backend = SageMakerBackend(registry=Registry(), token="pl1")
+    plan = backend.render(spec)
+    [code] = [up for up in plan.uploads if up["kind"] == "code"]
+    bucket, _, key = code["destination"].removeprefix("s3://").partition("/")
+    s3 = boto3.client("s3")
+    if BUCKET not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+        s3.create_bucket(Bucket=BUCKET)
+    s3.put_object(Bucket=bucket, Key=key, Body=b"#!/bin/sh\necho planted\n")  # someone got there first
+    run_id = backend.launch(plan)
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    assert hashlib.sha256(body).hexdigest() == code["sha256"]  # what the job runs is the snapshot
+    assert backend.registry.get(run_id).info["uploaded_bytes"][0] == len(body)
+    again = SageMakerBackend(registry=Registry(), token="pl2")
+    second = again.launch(again.render(spec))
+    assert again.registry.get(second).info["uploaded_bytes"][0] == 0  # the snapshot itself is reused
+
+
+def test_uploads_use_the_output_kms_key(tmp_path: Path) -> None:
+    spec = job(tmp_path, name="kms-sm")
+    spec["sagemaker"] = {**spec["sagemaker"], "output_kms_key": "alias/cloudddp-test"}
+    session = boto3.session.Session(region_name="us-east-1")
+    calls = s3_calls(session)
+    backend = SageMakerBackend(registry=Registry(), session=session, token="km1")
+    backend.launch(backend.render(spec_from_dict(spec)))
+    writes = [params for op, params in calls if op in ("PutObject", "CreateMultipartUpload")]
+    assert writes
+    for params in writes:
+        assert params.get("SSEKMSKeyId") == "alias/cloudddp-test" and params["ServerSideEncryption"] == "aws:kms"

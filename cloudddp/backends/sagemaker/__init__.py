@@ -11,22 +11,19 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, ClassVar
 
 from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
+from cloudddp.backends.sagemaker import storage
 from cloudddp.backends.sagemaker.options import SageMakerOptions
 from cloudddp.backends.sagemaker.request import ACCOUNT, build, encode, shim_hyperparameters, shim_payload
 from cloudddp.catalog.bill import Bill, Figure, catalog_bill
 from cloudddp.catalog.sizing import SizeTarget
-from cloudddp.code.snapshot import collect, folder_digest
 from cloudddp.errors import BackendUnavailable, CloudDDPError, UserError
 from cloudddp.plan import Plan
-from cloudddp.runtime import packed
 from cloudddp.spec.model import JobSpec
 from cloudddp.spec.secrets import redacted_spec_data
 
@@ -205,73 +202,10 @@ class SageMakerBackend(Backend[SageMakerOptions]):
             values["ACCOUNT"] = self._client("sts", region).get_caller_identity()["Account"]
         bound = plan.bind(values)
         s3 = self._client("s3", region)
-        uploaded = [self._upload(s3, up, progress) for up in bound.uploads]
+        uploaded = [storage.upload(s3, up, region, progress) for up in bound.uploads]
         request = dict(bound.request, Environment=bound.reveal(bound.request["Environment"]))
         name = self._create(self._client("sagemaker", region), request, progress)
         return Launched(name, {"region": region, "uploaded_bytes": uploaded})
-
-    def _upload(self, s3: Any, up: dict[str, Any], progress: Progress | None) -> int:
-        """Upload one snapshot unless it is already there; the bytes sent."""
-
-        bucket, _, key = up["destination"].removeprefix("s3://").partition("/")
-        self._ensure_bucket(s3, bucket)
-        if up["kind"] == "code":
-            return self._put(s3, bucket, key, [("sourcedir.tar.gz", packed(up))], up, progress, whole=True)
-        folder = Path(up["source"])
-        files = collect(folder)
-        if folder_digest(folder, files) != up["sha256"]:
-            raise UserError(f"inputs.{up['name']} ({folder}) changed between render and launch; render again")
-        return self._put(s3, bucket, key, [(rel, folder / rel) for rel in files], up, progress, whole=False)
-
-    def _ensure_bucket(self, s3: Any, bucket: str) -> None:
-        from botocore.exceptions import ClientError
-
-        try:
-            s3.head_bucket(Bucket=bucket)
-        except ClientError as e:
-            if e.response["Error"].get("Code") not in ("404", "NoSuchBucket"):
-                raise
-            s3.create_bucket(Bucket=bucket)
-
-    def _put(
-        self,
-        s3: Any,
-        bucket: str,
-        key: str,
-        files: list[tuple[str, Path]],
-        up: dict[str, Any],
-        progress: Progress | None,
-        *,
-        whole: bool,
-    ) -> int:
-        """Upload unless the content-addressed marker shows it is already there; the bytes sent.
-        Files stream from disk (boto3 reads them in parts), with progress as the parts go."""
-        from botocore.exceptions import ClientError
-
-        marker = key if whole else key.rstrip("/") + "/.cloudddp-complete"
-        try:
-            s3.head_object(Bucket=bucket, Key=marker)
-            if progress:
-                progress.step(f"{up['kind']} snapshot {up['sha256'][:12]} already in s3://{bucket}: nothing to upload")
-            return 0
-        except ClientError as e:
-            if e.response["Error"].get("Code") not in ("404", "NoSuchKey", "NotFound"):
-                raise
-        total, done, lock = sum(path.stat().st_size for _, path in files), 0, threading.Lock()
-
-        def advance(sent: int) -> None:  # called from boto3's transfer threads
-            nonlocal done
-            with lock:
-                done += sent
-                if progress:
-                    progress.advance(f"uploading {up['kind']} to s3://{bucket}/{key}", done, total)
-
-        for rel, path in files:
-            target = key if whole else key.rstrip("/") + "/" + rel
-            s3.upload_file(str(path), bucket, target, Callback=advance)
-        if not whole:
-            s3.put_object(Bucket=bucket, Key=marker, Body=up["sha256"].encode())
-        return total
 
     def _create(self, sm: Any, request: dict[str, Any], progress: Progress | None) -> str:
         from botocore.exceptions import ClientError

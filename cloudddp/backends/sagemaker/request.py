@@ -339,6 +339,13 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
             "it fails with InternalServerError (SageMaker's own fault), resuming from "
             f"{checkpoint_uri}; a failing script is not retried (torchrun's --max-restarts stays the toolkit's 0)"
         )
+    for up in r.uploads:  # how launch writes them (cloudddp.backends.sagemaker.storage)
+        if not sm.bucket:  # the default bucket's name is anyone's to take: S3 checks the owner on every call
+            up["expected_owner"] = ACCOUNT
+        if sm.output_kms_key:
+            up["kms_key"] = sm.output_kms_key
+    if sm.output_kms_key:
+        r.decisions.append("uploads (code, inputs) encrypted with sagemaker.output_kms_key (SSE-KMS)")
     r.request = substitute(request, {RUN_ID: name})
     check_limits(r.request)
     return r
