@@ -27,6 +27,7 @@ from cloudddp.backends.sagemaker.images import training_image
 from cloudddp.backends.sagemaker.limits import LIMITS
 from cloudddp.backends.sagemaker.limits import check as check_limits
 from cloudddp.backends.sagemaker.options import SageMakerOptions
+from cloudddp.backends.sagemaker.volumes import check_isolation, check_volume
 from cloudddp.catalog import nccl_env_presets
 from cloudddp.catalog.sizing import SizeTarget, decide
 from cloudddp.code import requirements
@@ -170,6 +171,7 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
 
     snapshot = code_snapshot(spec)
     reqs = requirements.of(spec)
+    check_isolation(sm.network_isolation, reqs.lines if reqs else None)
     if reqs is not None:
         r.decisions.append(
             f"requirements ({len(reqs.lines)} from {reqs.source}): the container installs the "
@@ -276,6 +278,7 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
         if spec.resources.spot:
             raise UserError(WARM_POOL_WITH_SPOT, hint="drop sagemaker.keep_alive, or set resources.spot: false")
         resource["KeepAlivePeriodInSeconds"] = sm.keep_alive
+    r.decisions += check_volume(instance_type, sm.volume_kms_key, resource["VolumeSizeInGB"])
     if sm.volume_kms_key:
         resource["VolumeKmsKeyId"] = sm.volume_kms_key
     stopping: dict[str, Any] = {"MaxRuntimeInSeconds": spec.limits.max_runtime}
