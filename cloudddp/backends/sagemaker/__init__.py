@@ -19,6 +19,7 @@ from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Pro
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sagemaker import storage
 from cloudddp.backends.sagemaker.options import SageMakerOptions
+from cloudddp.backends.sagemaker.quotas import quota_check
 from cloudddp.backends.sagemaker.request import ACCOUNT, build, encode, shim_hyperparameters, shim_payload
 from cloudddp.catalog.bill import Bill, Figure, catalog_bill
 from cloudddp.catalog.sizing import SizeTarget
@@ -444,25 +445,8 @@ class SageMakerBackend(Backend[SageMakerOptions]):
                 )
         itype = plan.request["ResourceConfig"]["InstanceType"]
         count = plan.request["ResourceConfig"]["InstanceCount"]
-        try:
-            quotas = self._client("service-quotas", region, attempts=2).list_service_quotas(ServiceCode="sagemaker")[
-                "Quotas"
-            ]
-            wanted = f"{itype} for training job usage"
-            quota = next((q for q in quotas if q.get("QuotaName") == wanted), None)
-            if quota is None:
-                checks.append(Check(f"quota for {itype}", None, "no such quota listed for this account/region"))
-            else:
-                checks.append(
-                    Check(
-                        f"quota for {itype}",
-                        quota["Value"] >= count,
-                        f"{quota['Value']:g} allowed, the job needs {count}",
-                        fix="request an increase in the Service Quotas console (SageMaker)",
-                    )
-                )
-        except Exception as e:  # noqa: BLE001
-            checks.append(Check(f"quota for {itype}", None, f"could not read Service Quotas: {str(e).splitlines()[0]}"))
+        spot = bool(plan.request.get("EnableManagedSpotTraining"))
+        checks.append(quota_check(self._client("service-quotas", region, attempts=2), itype, count, spot))
         return checks
 
 
