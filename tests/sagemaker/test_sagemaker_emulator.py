@@ -264,3 +264,21 @@ def test_uploads_use_the_output_kms_key(tmp_path: Path) -> None:
     assert writes
     for params in writes:
         assert params.get("SSEKMSKeyId") == "alias/cloudddp-test" and params["ServerSideEncryption"] == "aws:kms"
+
+
+def test_a_non_secret_from_env_value_reaches_the_launcher_with_its_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ..support.sagemaker_container import record_create_training_job
+
+    monkeypatch.setenv("CLOUDDDP_TEST_RUN_TAG", "blue sky")
+    spec = job(tmp_path, name="fromenv-sm", env={"RUN_TAG": {"from_env": "CLOUDDDP_TEST_RUN_TAG"}})
+    session = boto3.session.Session(region_name="us-east-1")
+    sent = record_create_training_job(session)
+    backend = SageMakerBackend(registry=Registry(), session=session, token="fe1")
+    plan = backend.render(spec_from_dict(spec))
+    assert "blue sky" not in json.dumps(plan.request)  # the plan keeps the placeholder
+    backend.launch(plan)
+    [request] = sent
+    assert request["Environment"]["RUN_TAG"] == "blue sky"
+    assert shim_payload(request["HyperParameters"])["env"]["RUN_TAG"] == "blue sky"  # what the launcher sets

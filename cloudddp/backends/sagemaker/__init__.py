@@ -77,6 +77,18 @@ def failure_cause(reason: str) -> Cause:
     return next((cause for prefix, cause in _CAUSES if reason.startswith(prefix)), Cause.UNKNOWN)
 
 
+def revealed_launcher(hyper: dict[str, str], reveal: Any) -> dict[str, str]:
+    """The hyperparameters with the launcher's payload holding the ``from_env`` values of the submitting
+    shell (its environment has no secrets: they go only in ``Environment``), to send only; the plan keeps
+    the placeholders. The payload is base64, where the placeholders cannot be substituted as text."""
+    payload = shim_payload(hyper)
+    revealed = reveal(payload)
+    if revealed == payload:
+        return hyper
+    rest = {k: v for k, v in hyper.items() if not k.startswith("cloudddp-")}
+    return {**encode(shim_hyperparameters(revealed)), **rest}
+
+
 class SageMakerBackend(Backend[SageMakerOptions]):
     name: ClassVar[str] = "sagemaker"
     description: ClassVar[str] = "SageMaker training job on an official PyTorch container (torchrun or smddp)"
@@ -205,6 +217,7 @@ class SageMakerBackend(Backend[SageMakerOptions]):
         s3 = self._client("s3", region)
         uploaded = [storage.upload(s3, up, region, progress) for up in bound.uploads]
         request = dict(bound.request, Environment=bound.reveal(bound.request["Environment"]))
+        request["HyperParameters"] = revealed_launcher(bound.request["HyperParameters"], bound.reveal)
         name = self._create(self._client("sagemaker", region), request, progress)
         return Launched(name, {"region": region, "uploaded_bytes": uploaded})
 
