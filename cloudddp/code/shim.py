@@ -18,7 +18,8 @@ from raw JSON; base64 has no character the shell changes)::
   positional arguments, flags, repeated options and values such as ``0.10`` or ``"a b"`` would not
   survive it; its ``mpirun`` (smddp) forwards only a fixed list of environment variables to ranks on
   other hosts, so what a rank must know travels here, in its argv.
-- ``env`` is set over what the platform set (the spec wins, NCCL settings included).
+- ``env`` is set over what the platform set (the spec wins, NCCL settings included); ``unset`` names
+  variables the platform set that the program must not get (SageMaker's forced ``NCCL_PROTO``).
 - ``metrics``: the metrics the job declares by regular expression. The program then runs as a child
   whose output is copied through line by line; on rank 0 each line a pattern matches is also logged to
   MLflow when the platform names a tracking server (``MLFLOW_TRACKING_URI``; Azure ML sets it and the
@@ -264,6 +265,8 @@ def main() -> None:
             raise SystemExit(f"usage: {SHIPPED_AS} --init COMMAND [ARGS...]")
         sys.exit(init(sys.argv[2:]))
     payload = read_payload(sys.argv[1:])
+    for name in payload.get("unset", []):  # what the platform set and the job must not get
+        os.environ.pop(str(name), None)
     os.environ.update({str(k): str(v) for k, v in payload.get("env", {}).items()})
     python = sys.executable
     if payload.get("requirements"):

@@ -201,3 +201,18 @@ def test_network_isolation_with_requirements_from_an_index_exits_2(tmp_path: Pat
     assert "sagemaker.network_isolation with requirements" in result.stderr and "--no-index" in result.stderr
     (code / "requirements.txt").write_text("--no-index\n./wheels/dep-1.0-py3-none-any.whl\n")  # from the snapshot
     assert render_cli(f"code.dir={code}", "sagemaker.network_isolation=true").returncode == 0
+
+
+def test_efa_settings_follow_sagemakers_own_list_of_efa_types() -> None:
+    on_p4d = SageMakerBackend().render(load_spec(SMDDP_JOB, ["distribution.backend=nccl"]))
+    assert on_p4d.request["Environment"]["FI_PROVIDER"] == "efa"
+    g5 = [
+        "distribution.backend=nccl",
+        "resources.accelerator=null",
+        "resources.gpus_per_node=4",
+        "resources.interconnect=any",
+        "sagemaker.instance_type=ml.g5.12xlarge",
+    ]
+    on_g5 = SageMakerBackend().render(load_spec(SMDDP_JOB, g5))
+    assert "FI_PROVIDER" not in on_g5.request["Environment"]
+    assert any("SM_EFA_NCCL_INSTANCES" in w for w in on_g5.warnings), on_g5.warnings

@@ -115,3 +115,28 @@ def test_sigterm_to_pid_1_checkpoints_and_a_second_job_resumes_from_it(
     succeeded(second)
     assert any(f"resumed from /opt/ml/checkpoints/{newest}" in line for line in second.host("algo-1").lines)
     assert (second.host("algo-1").opt_ml / "model" / "model.pt").is_file()
+
+
+AL2023_CPU_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13-cpu-amzn2023-sagemaker"
+
+
+@pytest.mark.parametrize(
+    ("image", "proto"),
+    [
+        (AL2023_CPU_IMAGE, None),
+        ("763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-cpu-py311", "simple"),
+    ],
+    ids=["al2023-plugin-picks", "older-image-keeps-the-toolkits"],
+)
+def test_the_toolkits_nccl_proto_is_removed_where_the_images_plugin_picks_the_protocol(
+    image: str,
+    proto: str | None,
+    tmp_path: Path,
+    aws: Aws,  # noqa: F811 - the fixture
+) -> None:
+    job = probe_job(tmp_path, "shipped-proto", ["x"])
+    job["sagemaker"]["image"] = image
+    rehearsal = run(launch(job, "np" + str(len(image))), tmp_path / "box", aws, toolkit=TOOLKITS[0])
+    succeeded(rehearsal)
+    [record] = records(rehearsal)
+    assert record["env"].get("NCCL_PROTO") == proto

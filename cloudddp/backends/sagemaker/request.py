@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from cloudddp.backends.sagemaker.efa import plugin_picks_protocol, sagemaker_efa
 from cloudddp.backends.sagemaker.images import training_image
 from cloudddp.backends.sagemaker.limits import LIMITS
 from cloudddp.backends.sagemaker.limits import check as check_limits
@@ -220,6 +221,12 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
         inputs={name: f"/opt/ml/input/data/{name}" for name in spec.inputs},
     )
     presets = nccl_env_presets(sku) if sku is not None and spec.resources.nodes > 1 else {}
+    if presets.get("FI_PROVIDER") == "efa" and not sagemaker_efa(instance_type):
+        presets = {}
+        r.warnings.append(
+            f"{instance_type}: EC2 gives this size EFA, but SageMaker's training toolkit does not use it there "
+            "(SM_EFA_NCCL_INSTANCES): no EFA settings, NCCL runs over TCP between the hosts"
+        )
     env, r.env_sources = job_env(
         spec, "sagemaker", places, on_gpu=gpus > 0, sigterm_grace=sigterm_grace, presets=presets
     )
@@ -241,7 +248,13 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     else:
         program = {"argv": [*spec.code.command, *input_args(spec, places)], "python": False}
     secret = {name for name, source in r.env_sources.items() if source.secret}
-    payload = {**program, "env": {k: v for k, v in env.items() if k not in secret}}
+    payload: dict[str, Any] = {**program, "env": {k: v for k, v in env.items() if k not in secret}}
+    if plugin_picks_protocol(image) and "NCCL_PROTO" not in env:
+        payload["unset"] = ["NCCL_PROTO"]
+        r.decisions.append(
+            "NCCL_PROTO: the toolkit forces 'simple'; this image's aws-ofi-nccl (>= 1.6) picks the protocol "
+            "itself, so the launcher removes it"
+        )
     hyper: dict[str, Any] = {
         **shim_hyperparameters(payload),
         "sagemaker_program": SHIPPED_AS,
