@@ -140,3 +140,16 @@ def test_the_toolkits_nccl_proto_is_removed_where_the_images_plugin_picks_the_pr
     succeeded(rehearsal)
     [record] = records(rehearsal)
     assert record["env"].get("NCCL_PROTO") == proto
+
+
+def test_a_code_command_runs_with_its_exact_argv(tmp_path: Path, aws: Aws) -> None:  # noqa: F811 - the fixture
+    """``code.command`` (a program, not an entry script): the launcher runs it instead of ``python entry``."""
+    job = probe_job(tmp_path, "shipped-command", [])
+    job["code"] = {"dir": job["code"]["dir"], "command": ["python", "-u", "probe.py", "it's", "$HOME"]}
+    job["resources"].update(processes_per_node=2)
+    rehearsal = run(launch(job, "cm1"), tmp_path / "box", aws, toolkit=TOOLKITS[0])
+    succeeded(rehearsal)
+    found = records(rehearsal)
+    assert len(found) == 2
+    for record in found:
+        assert record["argv"] == ["probe.py", "it's", "$HOME", "--data-dir", "/opt/ml/input/data/train"]

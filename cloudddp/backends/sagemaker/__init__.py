@@ -99,7 +99,6 @@ class SageMakerBackend(Backend[SageMakerOptions]):
     spend_while_running: ClassVar[bool] = True  # TrainingStartTime × instances × price, while the job runs
     capabilities: ClassVar[Capabilities] = Capabilities(
         unsupported={
-            Feature.CODE_COMMAND: "SageMaker's PyTorch containers start an entry script; use code.entry + code.args",
             Feature.PROVISION: "SageMaker starts the instances of each job itself; there is no cluster to create "
             "or leave alone",
         },
