@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 EXTRAS  := train,aws,azure,notebook,dev
 
-.PHONY: demo test test-fast lint bench bench-gpu venv azurite system-deps sdk-data gnu-time clean
+.PHONY: demo test test-fast lint bench bench-gpu venv azurite system-deps sdk-data toolkits gnu-time clean
 
 venv: $(STAMP)
 
@@ -45,7 +45,12 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 
-test: venv azurite system-deps sdk-data lint
+# The sagemaker-training versions the PyTorch images carry (tests/support/image/toolkits.json: 5.1.1 in the
+# AL2023 images), each in .cache/toolkits for the SageMaker rehearsal (~5 s each, once; the newest is the venv's).
+toolkits: venv
+	$(BIN)/python -c "from tests.support.sagemaker_container import TOOLKITS, toolkit_folder; [toolkit_folder(v) for v in TOOLKITS]"
+
+test: venv azurite system-deps sdk-data toolkits lint
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q
 
 # The quick loop: no torchrun, no emulators.
@@ -77,4 +82,4 @@ bench-gpu: venv
 	$(BIN)/python -m bench.gpu
 
 clean:
-	rm -rf $(VENV) .venv-sdk node_modules .cloudddp
+	rm -rf $(VENV) .venv-sdk node_modules .cloudddp .cache

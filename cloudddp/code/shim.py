@@ -5,7 +5,9 @@ it once per process instead of the job's program::
 
     python _cloudddp_launch.py --cloudddp-00 <part> [--cloudddp-01 <part> ...] [-- program args...]
 
-The parts, joined in order, are one JSON document::
+The parts, joined in order, are one JSON document, or its standard base64 (what SageMaker sends: the
+training toolkit up to 5.1.2 joins the command line and runs it through ``/bin/sh``, which strips quotes
+from raw JSON; base64 has no character the shell changes)::
 
     {"argv": [...], "python": true, "env": {...}, "metrics": [{"name": ..., "regex": ...}],
      "requirements": {"file": "requirements.txt", "digest": "..."}}
@@ -16,7 +18,8 @@ The parts, joined in order, are one JSON document::
   positional arguments, flags, repeated options and values such as ``0.10`` or ``"a b"`` would not
   survive it; its ``mpirun`` (smddp) forwards only a fixed list of environment variables to ranks on
   other hosts, so what a rank must know travels here, in its argv.
-- ``env`` is set over what the platform set (the spec wins, NCCL settings included).
+- ``env`` is set over what the platform set (the spec wins, NCCL settings included); ``unset`` names
+  variables the platform set that the program must not get (SageMaker's forced ``NCCL_PROTO``).
 - ``metrics``: the metrics the job declares by regular expression. The program then runs as a child
   whose output is copied through line by line; on rank 0 each line a pattern matches is also logged to
   MLflow when the platform names a tracking server (``MLFLOW_TRACKING_URI``; Azure ML sets it and the
@@ -28,12 +31,17 @@ The parts, joined in order, are one JSON document::
   file lock, so the other processes of the node wait and reuse it; the program then runs with that
   environment's ``python`` (first on ``PATH`` too, for a ``code.command``).
 
+``_cloudddp_launch.py --init COMMAND...`` is the container's PID 1 on SageMaker (see :func:`init`): it
+starts the image's own entry as its child and passes a stop's SIGTERM on to every process of the container.
+
 It needs nothing but Python's standard library (and mlflow only where the image has it), because it
 runs in stock images where cloudddp is not installed.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import re
@@ -64,12 +72,22 @@ def read_payload(args: list[str]) -> dict[str, Any]:
             i += 1
     if not parts or sorted(parts) != list(range(len(parts))):
         raise SystemExit(f"{SHIPPED_AS}: expected --cloudddp-00 ... arguments, got {args!r}")
-    payload = json.loads("".join(parts[n] for n in sorted(parts)))
+    payload = json.loads(decode("".join(parts[n] for n in sorted(parts))))
     if not isinstance(payload, dict):
         raise SystemExit(f"{SHIPPED_AS}: the payload is not a JSON object")
     if i < len(args):  # after --
         payload["argv"], payload["python"] = args[i + 1 :], False
     return payload
+
+
+def decode(text: str) -> str:
+    """The payload's JSON text from its parts joined: raw JSON as is, anything else read as base64."""
+    if text.lstrip().startswith("{"):
+        return text
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeError, ValueError) as e:
+        raise SystemExit(f"{SHIPPED_AS}: the payload is neither JSON nor base64 ({e})") from None
 
 
 def command(payload: dict[str, Any], python: str = sys.executable) -> list[str]:
@@ -177,8 +195,78 @@ def run_teed(argv: list[str], metrics: Metrics) -> int:
     return child.wait()
 
 
+def _parents() -> dict[int, int]:
+    """Every process's parent, from /proc (pid -> ppid)."""
+    found: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    found[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+    return found
+
+
+def stop_targets(entry: int, parents: dict[int, int]) -> list[int]:
+    """The processes a stop's signal goes to: all but this one, the image's entry (``entry``) and the
+    entry's own children (the toolkit's ``train``), which copy the program's output to the job's log and
+    report its exit; signalled too, they would die first and leave the program writing into a closed pipe."""
+    spared = {os.getpid(), entry} | {pid for pid, parent in parents.items() if parent == entry}
+    return sorted(pid for pid in parents if pid not in spared)
+
+
+def init(argv: list[str]) -> int:
+    """Be the container's PID 1: run ``argv`` (the image's own entry) as a child, reap every orphan, and pass
+    SIGTERM and SIGINT on to every training process in the container at once.
+
+    The PyTorch images' own PID 1 (``bash -m start_with_right_hostname.sh``) forwards no signal, so a
+    StopTrainingJob, a spot interruption or MaxRuntime would SIGKILL the script after the grace without its
+    final checkpoint. Here a signal goes to every process but the entry and the toolkit (see
+    :func:`stop_targets`; torchrun's workers run in sessions of their own, so a process group would not
+    do), and this process waits until they have all exited. Only as PID 1 of a container (a PID
+    namespace); anywhere else it signals its child's process group.
+
+    The exit status is the child's (128 + N when a signal N ended it).
+    """
+    child = os.posix_spawnp(argv[0], argv, dict(os.environ), setpgroup=0)
+    stopping = False
+
+    def forward(number: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        targets = stop_targets(child, _parents()) if os.getpid() == 1 else [-child]
+        for pid in targets:
+            try:
+                os.killpg(-pid, number) if pid < 0 else os.kill(pid, number)
+            except (ProcessLookupError, PermissionError):
+                continue
+        print(f"{SHIPPED_AS}: signal {number} passed on to {len(targets)} process(es)", file=sys.stderr, flush=True)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    status: int | None = None
+    while True:
+        try:
+            pid, raw = os.wait()
+        except ChildProcessError:  # nothing left to wait for
+            break
+        if pid == child:
+            code = os.waitstatus_to_exitcode(raw)
+            status = 128 - code if code < 0 else code
+            if not stopping:  # done; whatever is left (a daemon) ends with the container
+                break
+    return 0 if status is None else status
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--init"]:
+        if len(sys.argv) < 3:
+            raise SystemExit(f"usage: {SHIPPED_AS} --init COMMAND [ARGS...]")
+        sys.exit(init(sys.argv[2:]))
     payload = read_payload(sys.argv[1:])
+    for name in payload.get("unset", []):  # what the platform set and the job must not get
+        os.environ.pop(str(name), None)
     os.environ.update({str(k): str(v) for k, v in payload.get("env", {}).items()})
     python = sys.executable
     if payload.get("requirements"):

@@ -26,7 +26,14 @@ from cloudddp.runs.registry import Registry
 
 from ..support.aws_emulator import aws_environment
 from ..support.cli import ROOT
-from ..support.sagemaker_container import Aws, Rehearsal, RehearsalUnavailable, record_create_training_job, rehearse
+from ..support.sagemaker_container import (
+    TOOLKITS,
+    Aws,
+    Rehearsal,
+    RehearsalUnavailable,
+    record_create_training_job,
+    rehearse,
+)
 from ..support.wheels import wheel
 
 pytestmark = pytest.mark.slow
@@ -223,13 +230,14 @@ def test_a_network_isolated_job_gets_its_code_and_trains(tmp_path: Path, aws: Aw
 
 
 # -- smddp: up to the runner's command line ----------------------------------------------------------
-def test_smddp_is_rehearsed_up_to_the_toolkits_mpirun_smddprun_command(tmp_path: Path, aws: Aws) -> None:
+@pytest.mark.parametrize("toolkit", TOOLKITS)  # 5.1.1 runs mpirun's command line through /bin/sh
+def test_smddp_is_rehearsed_up_to_the_toolkits_mpirun_smddprun_command(toolkit: str, tmp_path: Path, aws: Aws) -> None:
     job = cpu_job(tmp_path, "rehearse-smddp", epochs=2)
     job["resources"] = {"nodes": 1, "gpus_per_node": 8}
     job["distribution"] = {"backend": "smddp"}
     job["sagemaker"].update(instance_type="ml.p4d.24xlarge", image=GPU_IMAGE)
-    request = launch(job, "s1")
-    rehearsal = run(request, tmp_path / "box", aws, gpus_per_host=8)
+    request = launch(job, "s" + toolkit.replace(".", ""))  # a job name per toolkit
+    rehearsal = run(request, tmp_path / "box", aws, gpus_per_host=8, toolkit=toolkit)
     host = rehearsal.host("algo-1")
     print(f"\nsmddp rehearsal: {rehearsal.seconds:.1f} s; patches: {rehearsal.patches}")
     assert host.returncode not in (0, None), host.log[-3000:]

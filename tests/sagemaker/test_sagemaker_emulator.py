@@ -16,6 +16,7 @@ import pytest
 from cloudddp.backends.base import RunState
 from cloudddp.backends.registry import spec_from_dict
 from cloudddp.backends.sagemaker import SageMakerBackend
+from cloudddp.backends.sagemaker.request import shim_payload
 from cloudddp.code.snapshot import pack
 from cloudddp.runs.registry import Registry
 from cloudddp.runtime import checkpoint_key, shipped_files
@@ -90,7 +91,7 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
     assert d["AlgorithmSpecification"]["TrainingImage"].endswith("pytorch-training:2.4-gpu-py311")
     assert d["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge" and d["ResourceConfig"]["InstanceCount"] == 2
     assert d["HyperParameters"]["sagemaker_torch_distributed_enabled"] == "true"
-    payload = json.loads(json.loads(d["HyperParameters"]["cloudddp-00"]))  # what the shipped launcher gets
+    payload = shim_payload(d["HyperParameters"])  # what the shipped launcher gets
     assert payload["argv"] == [
         "train.py",
         "--dataset",
@@ -199,3 +200,86 @@ def test_doctor_checks_credentials_and_that_s3_inputs_exist(tmp_path: Path) -> N
     boto3.client("s3").put_object(Bucket="cloudddp-doctor-data", Key="cifar10/data_batch_1", Body=b"x")
     ok = cli("doctor", str(spec_path), "-b", "sagemaker", "--json")
     assert {c["name"]: c for c in json.loads(ok.stdout)["checks"]}["input train reachable"]["ok"] is True
+
+
+# -- S3 as an expert writes it ------------------------------------------------------------------------
+def s3_calls(session: boto3.session.Session) -> list[tuple[str, dict]]:
+    """Every S3 call made through ``session``: the operation and its parameters as the caller passed them."""
+    calls: list[tuple[str, dict]] = []
+
+    def record(params: dict, model: object, **_: object) -> None:
+        calls.append((getattr(model, "name", "?"), dict(params)))
+
+    session.events.register("before-parameter-build.s3", record)
+    return calls
+
+
+def test_the_default_bucket_is_created_in_eu_west_1_and_every_call_to_it_names_its_owner(tmp_path: Path) -> None:
+    spec = job(tmp_path)
+    spec["sagemaker"] = {**spec["sagemaker"], "region": "eu-west-1", "bucket": None, "image": None}
+    session = boto3.session.Session(region_name="eu-west-1")
+    calls = s3_calls(session)
+    backend = SageMakerBackend(registry=Registry(), session=session, token="eu1")
+    run_id = backend.launch(backend.render(spec_from_dict(spec)))
+    account = boto3.client("sts").get_caller_identity()["Account"]
+    bucket = f"sagemaker-eu-west-1-{account}"
+    s3 = boto3.client("s3", region_name="eu-west-1")
+    assert s3.get_bucket_location(Bucket=bucket)["LocationConstraint"] == "eu-west-1"
+    to_bucket = [(op, params) for op, params in calls if params.get("Bucket") == bucket]
+    assert {op for op, _ in to_bucket} >= {"CreateBucket", "HeadBucket", "HeadObject", "PutObject"}
+    for op, params in to_bucket:
+        if op != "CreateBucket":  # CreateBucket has no such parameter: it creates the bucket as this account's
+            assert params.get("ExpectedBucketOwner") == account, (op, params)
+    [create] = [params for op, params in to_bucket if op == "CreateBucket"]
+    assert create["CreateBucketConfiguration"] == {"LocationConstraint": "eu-west-1"}
+    assert boto3.client("sagemaker", region_name="eu-west-1").describe_training_job(TrainingJobName=run_id)
+
+
+def test_a_code_object_that_does_not_hold_the_snapshot_is_replaced_never_run(tmp_path: Path) -> None:
+    spec = spec_from_dict(job(tmp_path, name="planted-sm"))
+    backend = SageMakerBackend(registry=Registry(), token="pl1")
+    plan = backend.render(spec)
+    [code] = [up for up in plan.uploads if up["kind"] == "code"]
+    bucket, _, key = code["destination"].removeprefix("s3://").partition("/")
+    s3 = boto3.client("s3")
+    if BUCKET not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+        s3.create_bucket(Bucket=BUCKET)
+    s3.put_object(Bucket=bucket, Key=key, Body=b"#!/bin/sh\necho planted\n")  # someone got there first
+    run_id = backend.launch(plan)
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    assert hashlib.sha256(body).hexdigest() == code["sha256"]  # what the job runs is the snapshot
+    assert backend.registry.get(run_id).info["uploaded_bytes"][0] == len(body)
+    again = SageMakerBackend(registry=Registry(), token="pl2")
+    second = again.launch(again.render(spec))
+    assert again.registry.get(second).info["uploaded_bytes"][0] == 0  # the snapshot itself is reused
+
+
+def test_uploads_use_the_output_kms_key(tmp_path: Path) -> None:
+    spec = job(tmp_path, name="kms-sm")
+    spec["sagemaker"] = {**spec["sagemaker"], "output_kms_key": "alias/cloudddp-test"}
+    session = boto3.session.Session(region_name="us-east-1")
+    calls = s3_calls(session)
+    backend = SageMakerBackend(registry=Registry(), session=session, token="km1")
+    backend.launch(backend.render(spec_from_dict(spec)))
+    writes = [params for op, params in calls if op in ("PutObject", "CreateMultipartUpload")]
+    assert writes
+    for params in writes:
+        assert params.get("SSEKMSKeyId") == "alias/cloudddp-test" and params["ServerSideEncryption"] == "aws:kms"
+
+
+def test_a_non_secret_from_env_value_reaches_the_launcher_with_its_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ..support.sagemaker_container import record_create_training_job
+
+    monkeypatch.setenv("CLOUDDDP_TEST_RUN_TAG", "blue sky")
+    spec = job(tmp_path, name="fromenv-sm", env={"RUN_TAG": {"from_env": "CLOUDDDP_TEST_RUN_TAG"}})
+    session = boto3.session.Session(region_name="us-east-1")
+    sent = record_create_training_job(session)
+    backend = SageMakerBackend(registry=Registry(), session=session, token="fe1")
+    plan = backend.render(spec_from_dict(spec))
+    assert "blue sky" not in json.dumps(plan.request)  # the plan keeps the placeholder
+    backend.launch(plan)
+    [request] = sent
+    assert request["Environment"]["RUN_TAG"] == "blue sky"
+    assert shim_payload(request["HyperParameters"])["env"]["RUN_TAG"] == "blue sky"  # what the launcher sets

@@ -39,7 +39,7 @@ def test_render_finds_the_official_image_with_the_sdk_unimportable(tmp_path: Pat
         request = json.loads(result.stdout)["request"]
         assert (
             request["AlgorithmSpecification"]["TrainingImage"]
-            == "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-gpu-py311"
+            == "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5-gpu-py311"  # newest with smddp
         )
 
 
@@ -65,7 +65,7 @@ def test_ecr_hosts_match_botocores_endpoints() -> None:
 @pytest.mark.parametrize(
     ("override", "named"),
     [
-        ("sagemaker.framework_version='2.11'", ["'2.11'", "1.13.1", "2.10.0"]),
+        ("sagemaker.framework_version='2.14'", ["'2.14'", "1.13.1", "2.13.0"]),
         ("sagemaker.py_version=py310", ["py310", "py311"]),
         ("sagemaker.region=xx-east-9", ["'xx-east-9'", "us-east-1", "eu-west-1"]),
     ],
@@ -134,13 +134,53 @@ def test_data_agrees_with_the_sagemaker_sdks_own_file() -> None:
     sdk_file = f"{wheel}:{SDK_FILE}"
     sdk = json.loads(raw)["training"]
     ours = registry()
+    al2023 = set(ours["al2023"]["versions"])  # from AWS's DLC docs; the SDK's file may not list them yet
     oldest = _version_key(offered_versions()[0])
     newer_in_sdk = {v for v in sdk["versions"] if _version_key(v) >= oldest}
-    assert newer_in_sdk == set(ours["versions"]), f"{sdk_file} offers other versions: refresh {ours['source']}"
+    assert newer_in_sdk - al2023 == set(ours["versions"]) - al2023, f"{sdk_file} offers other versions: refresh"
     for version, entry in ours["versions"].items():
+        if version in al2023 and version not in sdk["versions"]:
+            continue
         theirs = sdk["versions"][version]
         assert entry["py_versions"] == theirs["py_versions"], version
         assert entry["repository"] == theirs["repository"], version
         assert entry["registries"] == theirs["registries"], version
         assert entry["processors"] == theirs.get("processors", sdk["processors"]), version
-    assert ours["version_aliases"] == {a: f for a, f in sdk["version_aliases"].items() if f in ours["versions"]}
+    aliases = {a: f for a, f in ours["version_aliases"].items() if f not in al2023 or f in sdk["versions"]}
+    assert aliases == {a: f for a, f in sdk["version_aliases"].items() if f in ours["versions"]}
+
+
+def test_the_amazon_linux_2023_images_through_2_13_have_their_own_repository_and_tags() -> None:
+    assert official_image("us-east-1", "2.13", None, gpu=True) == (
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13-cu133-amzn2023-sagemaker"
+    )
+    assert official_image("eu-west-1", "2.11", None, gpu=True).endswith("/pytorch:2.11-cu130-amzn2023-sagemaker")
+    assert official_image("eu-west-1", "2.12.1", None, gpu=False).endswith("/pytorch:2.12.1-cpu-amzn2023-sagemaker")
+    assert official_image("af-south-1", "2.13", None, gpu=True).startswith("626614931356.dkr.ecr.af-south-1.")
+
+
+def test_the_default_is_the_newest_version_aws_still_patches_and_smddp_the_newest_with_the_library() -> None:
+    import datetime
+
+    from cloudddp.backends.sagemaker.images import default_version
+
+    assert default_version(False, datetime.date(2026, 11, 25))[0] == "2.13"
+    assert default_version(False, datetime.date(2027, 7, 21))[0] == "2.13"  # none patched: the newest, said so
+    version, why = default_version(True, datetime.date(2026, 11, 25))
+    assert version == "2.5" and "out of AWS patch support since 2025-10-29" in why
+    plan = SageMakerBackend().render(load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml", ["sagemaker.image="]))
+    default, _ = default_version(False)  # today's
+    assert plan.request["AlgorithmSpecification"]["TrainingImage"] == official_image("us-east-1", default, None, True)
+    assert any(f"PyTorch {default}: the newest official image" in d for d in plan.decisions), plan.decisions
+
+
+def test_smddp_on_an_al2023_image_is_refused() -> None:
+    result = cli(
+        "render",
+        str(SMDDP_JOB),
+        "-b",
+        "sagemaker",
+        "-o",
+        "sagemaker.image=763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13-cu133-amzn2023-sagemaker",
+    )
+    assert result.returncode == 2 and "has no SageMaker data-parallel library" in result.stderr, result.stderr

@@ -94,6 +94,7 @@ def test_every_limited_member_a_rendered_request_carries_is_checked() -> None:
             [
                 "resources.spot=false",
                 "sagemaker.keep_alive=600",
+                *EBS_CPU_JOB,
                 "sagemaker.volume_kms_key=alias/k",
                 "sagemaker.output_kms_key=alias/k",
                 "sagemaker.subnets=[subnet-1]",
@@ -116,15 +117,26 @@ def _render(*overrides: str) -> Any:
     return cli("render", str(SMDDP_JOB), "-b", "sagemaker", *args)
 
 
+# The smddp job on an EBS-only CPU type, which takes a volume KMS key (local-NVMe types refuse it).
+EBS_CPU_JOB = [
+    "distribution.backend=gloo",
+    "resources.gpus_per_node=0",
+    "resources.accelerator=null",
+    "resources.interconnect=any",
+    "sagemaker.instance_type=ml.m5.4xlarge",
+    "sagemaker.image=763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-cpu-py311",
+]
+
+
 def _pairs(n: int, prefix: str, value: str = "v") -> str:
     return "{" + ", ".join(f"{prefix}{i}: {value}" for i in range(n)) + "}"
 
 
 OVER_THE_LIMIT = {
-    "hyperparameter value length": (
+    "code channel uri length": (  # the code arrives as the 'code' channel under the prefix
         ["sagemaker.prefix=" + "p" * 2500],
-        "HyperParameters['sagemaker_submit_directory']",
-        "at most 2500",
+        "InputDataConfig['code'].DataSource.S3DataSource.S3Uri",
+        "at most 1024",
     ),
     "environment count": (["env=" + _pairs(100, "E")], "Environment: 1", "at most 100"),
     "environment key length": ([f"env.{'K' * 513}=v"], "Environment key", "at most 512"),
@@ -149,10 +161,15 @@ OVER_THE_LIMIT = {
         "VpcConfig.SecurityGroupIds[0]",
         "does not match",
     ),
-    "kms key pattern": (["sagemaker.volume_kms_key=alias/my key"], "ResourceConfig.VolumeKmsKeyId", "does not match"),
+    "kms key pattern": (
+        [*EBS_CPU_JOB, "sagemaker.volume_kms_key=alias/my key"],
+        "ResourceConfig.VolumeKmsKeyId",
+        "does not match",
+    ),
     "input uri length": (["inputs.train.path=s3://bucket/" + "d" * 1100], "S3Uri", "at most 1024"),
     "channel count": (
-        ["inputs=" + "{" + ", ".join(f"c{i}: {{path: 's3://b/c{i}/'}}" for i in range(21)) + "}"],
+        # 20 inputs and the code channel
+        ["inputs=" + "{" + ", ".join(f"c{i}: {{path: 's3://b/c{i}/'}}" for i in range(20)) + "}"],
         "InputDataConfig: 21",
         "at most 20",
     ),

@@ -147,3 +147,72 @@ def test_render_imports_no_aws_sdk() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.strip() == "[]"
+
+
+# -- what the service would refuse, refused at render ---------------------------------------------------
+SMDDP_JOB = ROOT / "jobs" / "cifar10-smddp.yaml"
+EBS_CPU_JOB = [  # the smddp job on an EBS-only CPU type
+    "distribution.backend=gloo",
+    "resources.gpus_per_node=0",
+    "resources.accelerator=null",
+    "resources.interconnect=any",
+    "sagemaker.instance_type=ml.m5.4xlarge",
+    "sagemaker.image=763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-cpu-py311",
+]
+
+
+def render_cli(*overrides: str) -> subprocess.CompletedProcess[str]:
+    args = [a for o in overrides for a in ("-o", o)]
+    return subprocess.run(
+        [sys.executable, "-m", "cloudddp", "render", str(SMDDP_JOB), "-b", "sagemaker", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def test_a_volume_kms_key_on_a_local_nvme_type_exits_2_naming_the_reason_and_the_types_that_take_it() -> None:
+    result = render_cli("sagemaker.volume_kms_key=alias/k")  # the job's ml.p4d.24xlarge
+    assert result.returncode == 2, result.stdout[-300:] + result.stderr
+    assert "sagemaker.volume_kms_key on ml.p4d.24xlarge" in result.stderr
+    assert "local NVMe" in result.stderr and "refuses VolumeKmsKeyId" in result.stderr
+    assert "ml.m5.*" in result.stderr  # the types that take it
+    assert "Traceback" not in result.stderr
+
+
+def test_a_volume_kms_key_on_an_ebs_type_is_sent() -> None:
+    plan = SageMakerBackend().render(load_spec(SMDDP_JOB, [*EBS_CPU_JOB, "sagemaker.volume_kms_key=alias/k"]))
+    assert plan.request["ResourceConfig"]["VolumeKmsKeyId"] == "alias/k"
+    assert not any("VolumeSizeInGB" in d for d in plan.decisions)
+
+
+def test_the_plan_says_volume_size_has_no_effect_on_local_nvme_types() -> None:
+    plan = SageMakerBackend().render(load_spec(SMDDP_JOB))
+    assert any("ml.p4d.24xlarge has local NVMe storage" in d and "VolumeSizeInGB" in d for d in plan.decisions)
+
+
+def test_network_isolation_with_requirements_from_an_index_exits_2(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('hi')\n")
+    (code / "requirements.txt").write_text("numpy\n")
+    result = render_cli(f"code.dir={code}", "sagemaker.network_isolation=true")
+    assert result.returncode == 2, result.stdout[-300:] + result.stderr
+    assert "sagemaker.network_isolation with requirements" in result.stderr and "--no-index" in result.stderr
+    (code / "requirements.txt").write_text("--no-index\n./wheels/dep-1.0-py3-none-any.whl\n")  # from the snapshot
+    assert render_cli(f"code.dir={code}", "sagemaker.network_isolation=true").returncode == 0
+
+
+def test_efa_settings_follow_sagemakers_own_list_of_efa_types() -> None:
+    on_p4d = SageMakerBackend().render(load_spec(SMDDP_JOB, ["distribution.backend=nccl"]))
+    assert on_p4d.request["Environment"]["FI_PROVIDER"] == "efa"
+    g5 = [
+        "distribution.backend=nccl",
+        "resources.accelerator=null",
+        "resources.gpus_per_node=4",
+        "resources.interconnect=any",
+        "sagemaker.instance_type=ml.g5.12xlarge",
+    ]
+    on_g5 = SageMakerBackend().render(load_spec(SMDDP_JOB, g5))
+    assert "FI_PROVIDER" not in on_g5.request["Environment"]
+    assert any("SM_EFA_NCCL_INSTANCES" in w for w in on_g5.warnings), on_g5.warnings

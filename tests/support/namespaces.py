@@ -224,7 +224,7 @@ def _host(config_path: str) -> None:
     _mount_opt_ml(Path(config["opt_ml"]), Path(config["scratch"]))
     socket.sethostname(config["hostname"])
     os.chdir(config["cwd"])
-    os.execve(config["argv"][0], config["argv"], config["env"])
+    os.execvpe(config["argv"][0], config["argv"], config["env"])  # found on the container's PATH
 
 
 if __name__ == "__main__":

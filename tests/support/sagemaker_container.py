@@ -9,13 +9,19 @@ what SageMaker does with it:
   of strings), ``resourceconfig.json`` and ``inputdataconfig.json``;
 - downloads every S3Prefix channel from moto's S3 into ``/opt/ml/input/data/<channel>`` and restores
   ``CheckpointConfig.S3Uri`` into ``CheckpointConfig.LocalPath``;
-- starts the container's entry point, ``train`` from AWS's ``sagemaker-training`` toolkit, with the
-  PyTorch image's ``SAGEMAKER_TRAINING_MODULE`` (``sagemaker_pytorch_container.training:main``), the
-  request's ``Environment`` and the platform's variables. The toolkit itself downloads
+- starts the container as SageMaker does: PID 1 runs the request's ``ContainerEntrypoint`` +
+  ``ContainerArguments`` when it has them, else the image's own ENTRYPOINT with SageMaker's argument
+  (``bash -m start_with_right_hostname.sh train``, the image's real script, ``image/``), which runs
+  ``train`` from AWS's ``sagemaker-training`` toolkit at the version the image carries (``toolkit``:
+  5.1.1 for the AL2023 images, see ``image/toolkits.json``), with the PyTorch image's
+  ``SAGEMAKER_TRAINING_MODULE`` (``sagemaker_pytorch_container.training:main``), the request's
+  ``Environment`` and the platform's variables. The toolkit itself downloads
   ``sagemaker_submit_directory`` from moto, installs ``requirements.txt`` and starts the runner the
   hyperparameters ask for (torchrun for ``sagemaker_torch_distributed_enabled``);
 - under ``EnableNetworkIsolation`` gives the containers no way out of their network and no credentials,
   while the platform's own steps (channels, checkpoints) still reach S3, as on SageMaker;
+- ``stop_on``: once a host's log shows that text, sends SIGTERM to every host's PID 1, as StopTrainingJob,
+  a spot interruption or MaxRuntime do, and SIGKILL after ``grace`` seconds;
 - afterwards uploads each host's checkpoints to ``CheckpointConfig.S3Uri`` (SageMaker syncs them while
   the job runs; the rehearsal syncs once, at the end).
 
@@ -38,9 +44,12 @@ under test is changed):
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -69,10 +78,54 @@ IMAGE_ENV = {
     "LC_ALL": "C.UTF-8",
 }
 _INVOCATION = "Invoking script with the following command:"
+IMAGE = Path(__file__).parent / "image"
+# The image's ENTRYPOINT and the argument SageMaker gives it (image/toolkits.json names the sources).
+IMAGE_ENTRY = ["bash", "-m", "start_with_right_hostname.sh", "train"]
+TOOLKIT_DATA = json.loads((IMAGE / "toolkits.json").read_text())
+TOOLKITS: list[str] = TOOLKIT_DATA["rehearse"]
+TOOLKIT_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "toolkits"
 
 
 class RehearsalUnavailable(Exception):
     """This machine cannot host a rehearsal (the message says why)."""
+
+
+def installed_toolkit() -> str:
+    from importlib.metadata import version
+
+    return version("sagemaker-training")
+
+
+def toolkit_folder(version: str) -> Path | None:
+    """A folder holding ``sagemaker-training==version`` to put before this venv's packages (None: this venv's
+    own is that version). Installed once from PyPI into ``.cache/toolkits`` (``make toolkits`` does it too)."""
+    if version == installed_toolkit():
+        return None
+    folder = TOOLKIT_CACHE / f"sagemaker-training-{version}"
+    TOOLKIT_CACHE.mkdir(parents=True, exist_ok=True)
+    with open(TOOLKIT_CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".installed").is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "--no-deps",
+                    "--target",
+                    str(folder),
+                    f"sagemaker-training=={version}",
+                ],
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode != 0:
+                raise RehearsalUnavailable(f"cannot install sagemaker-training=={version}: {done.stderr[-500:]}")
+            (folder / ".installed").write_text(version)
+    return folder
 
 
 def record_create_training_job(session: Any) -> list[dict[str, Any]]:
@@ -162,6 +215,7 @@ class Rehearsal:
     hosts: list[HostRun]
     seconds: float
     patches: list[str] = field(default_factory=list)
+    toolkit: str = ""  # the sagemaker-training version the hosts ran
 
     def host(self, name: str) -> HostRun:
         return next(h for h in self.hosts if h.name == name)
@@ -278,9 +332,9 @@ def _script(path: Path, python: Path, body: str) -> None:
     path.chmod(0o755)
 
 
-def _container_python(folder: Path, patch_sshd: bool) -> Path:
-    """A venv in the sandbox layered over this interpreter's packages, with the image's ``train`` and
-    ``torchrun`` commands; its bin folder."""
+def _container_python(folder: Path, patch_sshd: bool, toolkit: Path | None) -> Path:
+    """A venv in the sandbox layered over ``toolkit`` (a sagemaker-training version) and this interpreter's
+    packages, with the image's ``train`` and ``torchrun`` commands and its entry script; its bin folder."""
     venv = folder / "python"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
@@ -290,10 +344,11 @@ def _container_python(folder: Path, patch_sshd: bool) -> Path:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    layers = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    layers = [*([str(toolkit)] if toolkit else []), *sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})]
     (Path(site) / "_rehearsal_base.pth").write_text(
-        "".join(f"import site; site.addsitedir({layer!r})\n" for layer in sorted(layers))
+        "".join(f"import site; site.addsitedir({layer!r})\n" for layer in layers)
     )
+    shutil.copy(IMAGE / "start_with_right_hostname.sh", venv / "bin")
     patch = (
         (
             "import sagemaker_training.smdataparallel as smdataparallel\n"
@@ -359,13 +414,14 @@ def _prepare_host(
     gpus: int,
     smddp: bool,
     isolated: bool,
+    toolkit: Path | None,
 ) -> Path:
     """The host's sandbox folder (its /opt/ml, Python, stubs) and the namespaces.host_argv config; the config."""
     folder = sandbox / name
     for sub in ("home", "tmp", "opt-view"):
         (folder / sub).mkdir(parents=True)
     _opt_ml(request, name, names, folder / "opt-ml", s3)
-    bin_dir = _container_python(folder, patch_sshd=smddp)
+    bin_dir = _container_python(folder, patch_sshd=smddp, toolkit=toolkit)
     stubs = _stubs(folder, bin_dir / "python", gpus, smddp)
     env = {
         "PATH": ":".join(filter(None, [str(stubs) if stubs else "", str(bin_dir), CONTAINER_PATH])),
@@ -386,7 +442,7 @@ def _prepare_host(
                 "opt_ml": str(folder / "opt-ml"),
                 "scratch": str(folder / "opt-view"),
                 "cwd": "/",
-                "argv": [str(bin_dir / "train")],
+                "argv": _pid1(request),
                 "env": env,
             }
         )
@@ -394,9 +450,36 @@ def _prepare_host(
     return config
 
 
-def _run_hosts(argvs: list[list[str]], logs: list[Path], deadline: float) -> list[int | None]:
+def _pid1(request: dict[str, Any]) -> list[str]:
+    """What the container's PID 1 runs: the request's ContainerEntrypoint + ContainerArguments, else the
+    image's ENTRYPOINT with SageMaker's ``train``."""
+    spec = request["AlgorithmSpecification"]
+    if "ContainerEntrypoint" in spec:
+        return [*spec["ContainerEntrypoint"], *spec.get("ContainerArguments", [])]
+    return [*IMAGE_ENTRY[:-1], *spec.get("ContainerArguments", IMAGE_ENTRY[-1:])]
+
+
+def _pid1_of(host: subprocess.Popen[bytes]) -> int | None:
+    """This machine's pid of a host's PID 1 (the child of its ``unshare --fork``)."""
+    with contextlib.suppress(OSError, ValueError):
+        children = Path(f"/proc/{host.pid}/task/{host.pid}/children").read_text().split()
+        return int(children[0]) if children else None
+    return None
+
+
+@dataclass
+class Stop:
+    """A stop as SageMaker sends it: SIGTERM to every host's PID 1 once ``on`` shows in a log; SIGKILL after
+    ``grace`` seconds."""
+
+    on: str
+    grace: float
+    sent_at: float | None = None  # time.monotonic() of the SIGTERM
+
+
+def _run_hosts(argvs: list[list[str]], logs: list[Path], deadline: float, stop: Stop | None = None) -> list[int | None]:
     """Start every host, wait for all; stop the rest (exit None) at the deadline, or FAIL_GRACE seconds
-    after one host failed (SageMaker ends the job when one host fails)."""
+    after one host failed (SageMaker ends the job when one host fails), or ``stop.grace`` after a stop."""
     procs = []
     for argv, path in zip(argvs, logs, strict=True):
         with path.open("wb") as log:
@@ -406,7 +489,16 @@ def _run_hosts(argvs: list[list[str]], logs: list[Path], deadline: float) -> lis
         now = time.monotonic()
         if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
             failed_at = now
+        if stop and stop.sent_at is None and any(stop.on in path.read_text(errors="replace") for path in logs):
+            for proc in procs:
+                pid = _pid1_of(proc)
+                if pid is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGTERM)
+            stop.sent_at = now
         if now > deadline or (failed_at is not None and now > failed_at + FAIL_GRACE):
+            break
+        if stop and stop.sent_at is not None and now > stop.sent_at + stop.grace:
             break
         time.sleep(0.2)
     codes: list[int | None] = []
@@ -421,13 +513,22 @@ def _run_hosts(argvs: list[list[str]], logs: list[Path], deadline: float) -> lis
 
 
 def rehearse(
-    request: dict[str, Any], sandbox: Path, aws: Aws, *, gpus_per_host: int = 0, timeout: float = 240.0
+    request: dict[str, Any],
+    sandbox: Path,
+    aws: Aws,
+    *,
+    gpus_per_host: int = 0,
+    timeout: float = 240.0,
+    toolkit: str | None = None,
+    stop: Stop | None = None,
 ) -> Rehearsal:
     """Run ``request`` (a CreateTrainingJob as sent) on this machine, one namespace-isolated host per
-    instance; returns when every host's container has exited or was stopped (see :func:`_run_hosts`)."""
+    instance, with ``sagemaker-training`` at ``toolkit`` (None: this venv's); returns when every host's
+    container has exited or was stopped (see :func:`_run_hosts`)."""
     reason = namespaces.unavailable()
     if reason:
         raise RehearsalUnavailable(reason)
+    toolkit_dir = toolkit_folder(toolkit) if toolkit else None
     hyper = request.get("HyperParameters", {})
     if _decoded(hyper.get("sagemaker_mpi_enabled", "false")) is True:
         raise ValueError("the rehearsal runs torchrun and smddp jobs; sagemaker_mpi_enabled is not rehearsed")
@@ -450,7 +551,18 @@ def rehearse(
     s3 = aws.client("s3")
     (sandbox / "hosts").write_text(_hosts_file(names))
     configs = [
-        _prepare_host(request, name, names, sandbox, aws, s3, gpus=gpus_per_host, smddp=smddp, isolated=isolated)
+        _prepare_host(
+            request,
+            name,
+            names,
+            sandbox,
+            aws,
+            s3,
+            gpus=gpus_per_host,
+            smddp=smddp,
+            isolated=isolated,
+            toolkit=toolkit_dir,
+        )
         for name in names
     ]
     started = time.monotonic()
@@ -459,6 +571,7 @@ def rehearse(
             [namespaces.host_argv(network, config) for config in configs],
             [config.parent / "container.log" for config in configs],
             started + timeout,
+            stop,
         )
     hosts = [
         HostRun(name, config.parent, code, (config.parent / "container.log").read_text(errors="replace"))
@@ -468,4 +581,4 @@ def rehearse(
     if checkpoint:
         for host in hosts:
             _upload_folder(s3, _checkpoint_folder(host.opt_ml, checkpoint), checkpoint["S3Uri"])
-    return Rehearsal(request, hosts, time.monotonic() - started, patches)
+    return Rehearsal(request, hosts, time.monotonic() - started, patches, toolkit or installed_toolkit())

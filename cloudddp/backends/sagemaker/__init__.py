@@ -11,23 +11,21 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, ClassVar
 
 from cloudddp.backends.base import Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
+from cloudddp.backends.sagemaker import storage
 from cloudddp.backends.sagemaker.options import SageMakerOptions
-from cloudddp.backends.sagemaker.request import ACCOUNT, build, encode, shim_hyperparameters
+from cloudddp.backends.sagemaker.quotas import quota_check
+from cloudddp.backends.sagemaker.request import ACCOUNT, build, encode, shim_hyperparameters, shim_payload
 from cloudddp.backends.sized import SizedBackend
 from cloudddp.catalog.bill import Bill, Figure, catalog_bill
 from cloudddp.catalog.target import SizeTarget
-from cloudddp.code.snapshot import collect, folder_digest
 from cloudddp.errors import BackendUnavailable, CloudDDPError, UserError
 from cloudddp.plan import Plan
-from cloudddp.runtime import packed
 from cloudddp.spec.model import JobSpec
 from cloudddp.spec.secrets import redacted_spec_data
 
@@ -80,6 +78,18 @@ def failure_cause(reason: str) -> Cause:
     return next((cause for prefix, cause in _CAUSES if reason.startswith(prefix)), Cause.UNKNOWN)
 
 
+def revealed_launcher(hyper: dict[str, str], reveal: Any) -> dict[str, str]:
+    """The hyperparameters with the launcher's payload holding the ``from_env`` values of the submitting
+    shell (its environment has no secrets: they go only in ``Environment``), to send only; the plan keeps
+    the placeholders. The payload is base64, where the placeholders cannot be substituted as text."""
+    payload = shim_payload(hyper)
+    revealed = reveal(payload)
+    if revealed == payload:
+        return hyper
+    rest = {k: v for k, v in hyper.items() if not k.startswith("cloudddp-")}
+    return {**encode(shim_hyperparameters(revealed)), **rest}
+
+
 class SageMakerBackend(SizedBackend[SageMakerOptions]):
     name: ClassVar[str] = "sagemaker"
     description: ClassVar[str] = "SageMaker training job on an official PyTorch container (torchrun or smddp)"
@@ -90,7 +100,6 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
     spend_while_running: ClassVar[bool] = True  # TrainingStartTime × instances × price, while the job runs
     capabilities: ClassVar[Capabilities] = Capabilities(
         unsupported={
-            Feature.CODE_COMMAND: "SageMaker's PyTorch containers start an entry script; use code.entry + code.args",
             Feature.PROVISION: "SageMaker starts the instances of each job itself; there is no cluster to create "
             "or leave alone",
         },
@@ -138,7 +147,7 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
         name = base[: 63 - len(suffix)] + suffix
         hyper = plan.request["HyperParameters"]
         parts = sorted(k for k in hyper if k.startswith("cloudddp-"))
-        payload = json.loads("".join(json.loads(hyper[k]) for k in parts))  # whole, so the name is found whole
+        payload = shim_payload(hyper)  # whole, so the name is found whole
         again = plan.renamed(name)
         rest = {k: v for k, v in again.request["HyperParameters"].items() if k not in parts}
         launcher = encode(shim_hyperparameters(json.loads(json.dumps(payload).replace(plan.job_name, name))))
@@ -205,73 +214,11 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
             values["ACCOUNT"] = self._client("sts", region).get_caller_identity()["Account"]
         bound = plan.bind(values)
         s3 = self._client("s3", region)
-        uploaded = [self._upload(s3, up, progress) for up in bound.uploads]
+        uploaded = [storage.upload(s3, up, region, progress) for up in bound.uploads]
         request = dict(bound.request, Environment=bound.reveal(bound.request["Environment"]))
+        request["HyperParameters"] = revealed_launcher(bound.request["HyperParameters"], bound.reveal)
         name = self._create(self._client("sagemaker", region), request, progress)
         return Launched(name, {"region": region, "uploaded_bytes": uploaded})
-
-    def _upload(self, s3: Any, up: dict[str, Any], progress: Progress | None) -> int:
-        """Upload one snapshot unless it is already there; the bytes sent."""
-
-        bucket, _, key = up["destination"].removeprefix("s3://").partition("/")
-        self._ensure_bucket(s3, bucket)
-        if up["kind"] == "code":
-            return self._put(s3, bucket, key, [("sourcedir.tar.gz", packed(up))], up, progress, whole=True)
-        folder = Path(up["source"])
-        files = collect(folder)
-        if folder_digest(folder, files) != up["sha256"]:
-            raise UserError(f"inputs.{up['name']} ({folder}) changed between render and launch; render again")
-        return self._put(s3, bucket, key, [(rel, folder / rel) for rel in files], up, progress, whole=False)
-
-    def _ensure_bucket(self, s3: Any, bucket: str) -> None:
-        from botocore.exceptions import ClientError
-
-        try:
-            s3.head_bucket(Bucket=bucket)
-        except ClientError as e:
-            if e.response["Error"].get("Code") not in ("404", "NoSuchBucket"):
-                raise
-            s3.create_bucket(Bucket=bucket)
-
-    def _put(
-        self,
-        s3: Any,
-        bucket: str,
-        key: str,
-        files: list[tuple[str, Path]],
-        up: dict[str, Any],
-        progress: Progress | None,
-        *,
-        whole: bool,
-    ) -> int:
-        """Upload unless the content-addressed marker shows it is already there; the bytes sent.
-        Files stream from disk (boto3 reads them in parts), with progress as the parts go."""
-        from botocore.exceptions import ClientError
-
-        marker = key if whole else key.rstrip("/") + "/.cloudddp-complete"
-        try:
-            s3.head_object(Bucket=bucket, Key=marker)
-            if progress:
-                progress.step(f"{up['kind']} snapshot {up['sha256'][:12]} already in s3://{bucket}: nothing to upload")
-            return 0
-        except ClientError as e:
-            if e.response["Error"].get("Code") not in ("404", "NoSuchKey", "NotFound"):
-                raise
-        total, done, lock = sum(path.stat().st_size for _, path in files), 0, threading.Lock()
-
-        def advance(sent: int) -> None:  # called from boto3's transfer threads
-            nonlocal done
-            with lock:
-                done += sent
-                if progress:
-                    progress.advance(f"uploading {up['kind']} to s3://{bucket}/{key}", done, total)
-
-        for rel, path in files:
-            target = key if whole else key.rstrip("/") + "/" + rel
-            s3.upload_file(str(path), bucket, target, Callback=advance)
-        if not whole:
-            s3.put_object(Bucket=bucket, Key=marker, Body=up["sha256"].encode())
-        return total
 
     def _create(self, sm: Any, request: dict[str, Any], progress: Progress | None) -> str:
         from botocore.exceptions import ClientError
@@ -510,25 +457,8 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
                 )
         itype = plan.request["ResourceConfig"]["InstanceType"]
         count = plan.request["ResourceConfig"]["InstanceCount"]
-        try:
-            quotas = self._client("service-quotas", region, attempts=2).list_service_quotas(ServiceCode="sagemaker")[
-                "Quotas"
-            ]
-            wanted = f"{itype} for training job usage"
-            quota = next((q for q in quotas if q.get("QuotaName") == wanted), None)
-            if quota is None:
-                checks.append(Check(f"quota for {itype}", None, "no such quota listed for this account/region"))
-            else:
-                checks.append(
-                    Check(
-                        f"quota for {itype}",
-                        quota["Value"] >= count,
-                        f"{quota['Value']:g} allowed, the job needs {count}",
-                        fix="request an increase in the Service Quotas console (SageMaker)",
-                    )
-                )
-        except Exception as e:  # noqa: BLE001
-            checks.append(Check(f"quota for {itype}", None, f"could not read Service Quotas: {str(e).splitlines()[0]}"))
+        spot = bool(plan.request.get("EnableManagedSpotTraining"))
+        checks.append(quota_check(self._client("service-quotas", region, attempts=2), itype, count, spot))
         return checks
 
 

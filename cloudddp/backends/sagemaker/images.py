@@ -4,11 +4,15 @@ The image registry is data kept in the package, ``cloudddp/data/sagemaker_pytorc
 training scope of the SageMaker SDK's own ``image_uri_config/pytorch.json`` (its ``source`` and ``date``
 say which release), cut to the versions AWS still lists. Render reads it without the ~1 GB SDK, without
 network and without importing any cloud SDK. The same file says which versions ship the SageMaker
-data-parallel library (smddp) in their official image.
+data-parallel library (smddp) in their official image, the Amazon Linux 2023 images (2.11 and later:
+repository ``pytorch``, tags such as ``2.13-cu133-amzn2023-sagemaker``, from AWS's DLC documentation, which
+the SDK's file does not list yet), and each version's end of patch support (``support``), from which the
+default version is chosen: the newest AWS still patches.
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import re
@@ -20,7 +24,10 @@ from cloudddp.errors import UserError
 DATA_FILE = "sagemaker_pytorch_training.json"
 DEFAULT_DOMAIN = "amazonaws.com"
 # An official PyTorch training image names its version in the tag: .../pytorch-training:2.4-gpu-py311
-_OFFICIAL_TAG = re.compile(r"\.dkr\.ecr\.[^/]+/pytorch-training:(\d+\.\d+(?:\.\d+)?)-gpu-")
+# (or, for the Amazon Linux 2023 images, .../pytorch:2.13-cu133-amzn2023-sagemaker).
+_OFFICIAL_TAG = re.compile(
+    r"\.dkr\.ecr\.[^/]+/(?:pytorch-training:(\d+\.\d+(?:\.\d+)?)-gpu-|pytorch:(\d+\.\d+(?:\.\d+)?)-cu\d+-amzn2023)"
+)
 
 
 @functools.cache
@@ -45,6 +52,35 @@ def full_version(version: str) -> str | None:
     data = registry()
     full = data["version_aliases"].get(version, version)
     return full if full in data["versions"] else None
+
+
+def end_of_support(full: str) -> datetime.date | None:
+    """The last day AWS patches the images of this version (its minor version's ``eop``), if known."""
+    minor = ".".join(full.split(".")[:2])
+    entry = registry().get("support", {}).get("versions", {}).get(minor)
+    return datetime.date.fromisoformat(entry["eop"]) if entry else None
+
+
+def short_form(full: str) -> str:
+    """``2.13.0`` → ``2.13`` (the tag AWS moves with each patch release), when that alias exists."""
+    return next((alias for alias, target in registry()["version_aliases"].items() if target == full), full)
+
+
+def default_version(smddp: bool, today: datetime.date | None = None) -> tuple[str, str]:
+    """(version, why) when the spec names none: the newest with patch support on ``today``; for smddp the
+    newest whose image has the library (all of those may be past their patch support: the plan says so)."""
+    today = today or datetime.date.today()
+    if smddp:
+        full = smddp_versions()[-1]
+        end = end_of_support(full)
+        late = f", out of AWS patch support since {end}" if end and end < today else ""
+        return short_form(full), f"the newest official image with the smddp library{late}"
+    patched = [v for v in offered_versions() if (end_of_support(v) or datetime.date.min) >= today]
+    if patched:
+        return short_form(
+            patched[-1]
+        ), f"the newest official image AWS still patches (until {end_of_support(patched[-1])})"
+    return short_form(offered_versions()[-1]), "the newest official image (none is in patch support any more)"
 
 
 def smddp_versions() -> list[str]:
@@ -108,22 +144,27 @@ def official_image(region: str, version: str, py_version: str | None, gpu: bool)
             hint="pick one of those regions, or name your own image in sagemaker.image",
         )
     domain = data["ecr_domains"].get(region, DEFAULT_DOMAIN)
-    return f"{account}.dkr.ecr.{region}.{domain}/{entry['repository']}:{version}-{processor}-{py}"
+    tag = entry["tag"][processor].format(version=version) if "tag" in entry else f"{version}-{processor}-{py}"
+    return f"{account}.dkr.ecr.{region}.{domain}/{entry['repository']}:{tag}"
 
 
 def training_image(
-    image: str | None, region: str, version: str, py_version: str | None, gpu: bool, *, smddp: bool = False
+    image: str | None, region: str, version: str | None, py_version: str | None, gpu: bool, *, smddp: bool = False
 ) -> tuple[str, str]:
     """(image URI, how it was found). With ``smddp``, a framework version whose official image lacks the
     library is refused; a named image is checked when its tag shows an official version."""
     if image:
         tagged = _OFFICIAL_TAG.search(image)
-        full = full_version(tagged.group(1)) if tagged else None
+        full = full_version(tagged.group(1) or tagged.group(2)) if tagged else None
         if smddp and full is not None:
             _check_smddp(full, f"sagemaker.image {image}", "image")
         return image, "image named in the spec (sagemaker.image)"
+    chosen = ""
+    if version is None:
+        version, why = default_version(smddp)
+        chosen = f"; PyTorch {version}: {why} (set sagemaker.framework_version to choose)"
     uri = official_image(region, version, py_version, gpu)
     full = full_version(version)
     if smddp and full is not None:
         _check_smddp(full, f"sagemaker.framework_version {version}", "framework_version")
-    return uri, f"official PyTorch training image (cloudddp/data/{DATA_FILE} of {registry()['date']})"
+    return uri, f"official PyTorch training image (cloudddp/data/{DATA_FILE} of {registry()['date']}{chosen})"

@@ -18,7 +18,11 @@ class SageMakerOptions(Strict):
     prefix: str = "cloudddp"
     instance_type: str | None = Field(None, description="e.g. ml.p4d.24xlarge; default: chosen from resources.")
     image: str | None = Field(None, description="Training image URI; default: the official PyTorch DLC.")
-    framework_version: str = Field("2.4", description="PyTorch version of the official image, e.g. 2.4 or 2.5.1.")
+    framework_version: str | None = Field(
+        None,
+        description="PyTorch version of the official image, e.g. 2.13 or 2.5.1; default: the newest AWS still "
+        "patches (for smddp: the newest whose image has the library).",
+    )
     py_version: str | None = Field(
         None, description="Python of the official image, e.g. py311; default: the one AWS builds for framework_version."
     )

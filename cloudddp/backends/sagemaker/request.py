@@ -4,11 +4,18 @@ The SageMaker PyTorch containers run the SageMaker training toolkit, which start
 from these hyperparameters: ``sagemaker_program`` and ``sagemaker_submit_directory`` (the code
 archive), plus ``sagemaker_torch_distributed_enabled`` (torchrun on every node) or
 ``sagemaker_distributed_dataparallel_enabled`` (smddp under MPI). Every other hyperparameter reaches
-the script as ``--key value``, so the spec's ``--key value`` arguments map onto hyperparameters.
+the script as ``--key value``; cloudddp's launcher (``_cloudddp_launch.py``) is that script, and it runs
+the job's program with the exact argv carried in its ``cloudddp-NN`` hyperparameters.
+
+What starts the container is cloudddp's own (``ContainerEntrypoint``, as the SDK v3's ModelTrainer does):
+the launcher in ``--init`` mode is PID 1, runs the image's own entry (``bash -m
+start_with_right_hostname.sh train``, which runs the toolkit) as its child and passes a stop's SIGTERM
+on to every process. The image's own PID 1 forwards no signal.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -16,10 +23,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from cloudddp.backends.sagemaker.efa import plugin_picks_protocol, sagemaker_efa
 from cloudddp.backends.sagemaker.images import training_image
 from cloudddp.backends.sagemaker.limits import LIMITS
 from cloudddp.backends.sagemaker.limits import check as check_limits
 from cloudddp.backends.sagemaker.options import SageMakerOptions
+from cloudddp.backends.sagemaker.volumes import check_isolation, check_volume
 from cloudddp.catalog import nccl_env_presets
 from cloudddp.catalog.sizing import decide
 from cloudddp.catalog.target import SizeTarget
@@ -38,6 +47,16 @@ MODEL_DIR = "/opt/ml/model"
 TENSORBOARD_LOCAL = "/opt/ml/output/tensorboard"  # the SDK's default TensorBoardOutputConfig.LocalPath
 CODE_CHANNEL = "code"
 HYPERPARAMETER_VALUE_MAX = int(LIMITS["HyperParameters{value}"].max or 2500)
+CODE_ARCHIVE = f"/opt/ml/input/data/{CODE_CHANNEL}/sourcedir.tar.gz"
+# The PyTorch training images' ENTRYPOINT and SageMaker's argument (aws/deep-learning-containers,
+# docker/pytorch/Dockerfile.cuda and the older pytorch/training Dockerfiles): what PID 1 runs as its child.
+IMAGE_ENTRY = ["bash", "-m", "start_with_right_hostname.sh", "train"]
+# PID 1: take the launcher out of the code channel's archive and run it as the container's init. Each string
+# is at most 256 characters (TrainingContainerEntrypointString); python3 is on PATH in every PyTorch image.
+INIT_SCRIPT = (
+    "d=/tmp/cloudddp-init && mkdir -p $d && tar -xzf {archive} -C $d {shim} && "
+    'exec "$(command -v python3 || command -v python)" $d/{shim} --init "$@"'
+)
 _NAME_OK = re.compile(r"[^a-zA-Z0-9-]")
 # AWS, "Train Using SageMaker Managed Warm Pools", Considerations (cloudddp/data/SOURCES.md).
 WARM_POOL_WITH_SPOT = (
@@ -93,21 +112,31 @@ def encode(hyperparameters: dict[str, Any]) -> dict[str, str]:
 
 
 def shim_hyperparameters(payload: dict[str, Any]) -> dict[str, Any]:
-    """The launcher's payload as ``cloudddp-NN`` hyperparameters, each short enough once JSON-encoded.
+    """The launcher's payload as ``cloudddp-NN`` hyperparameters: its JSON in standard base64, in parts
+    short enough once JSON-encoded (base64 needs no escaping: each part is the limit less two quotes).
 
     The toolkit passes them to the shipped launcher as ``--cloudddp-NN <part>`` (keys sorted, hence the
     zero-padded numbers); the launcher joins the parts and runs the job's program with its exact argv.
+    Base64, because ``sagemaker-training`` up to 5.1.2 (the one the AL2023 images pin) runs that command
+    line through ``/bin/sh``, which would strip the quotes of raw JSON; base64 has no character it changes.
     """
-    text = json.dumps(payload, separators=(",", ":"))
-    parts: list[str] = []
-    start = 0
-    while start < len(text):
-        end = min(len(text), start + HYPERPARAMETER_VALUE_MAX - 2)
-        while len(json.dumps(text[start:end])) > HYPERPARAMETER_VALUE_MAX:  # escaping lengthens quotes
-            end -= max(1, (len(json.dumps(text[start:end])) - HYPERPARAMETER_VALUE_MAX) // 2)
-        parts.append(text[start:end])
-        start = end
-    return {f"cloudddp-{i:02d}": part for i, part in enumerate(parts)}
+    text = base64.b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode("ascii")
+    size = HYPERPARAMETER_VALUE_MAX - 2
+    return {f"cloudddp-{i:02d}": text[start : start + size] for i, start in enumerate(range(0, len(text), size))}
+
+
+def shim_payload(hyperparameters: dict[str, str]) -> dict[str, Any]:
+    """The launcher's payload back from a request's (JSON-encoded) ``cloudddp-NN`` hyperparameters."""
+    parts = sorted(k for k in hyperparameters if k.startswith("cloudddp-"))
+    text = "".join(json.loads(hyperparameters[k]) for k in parts)
+    payload: dict[str, Any] = json.loads(base64.b64decode(text))
+    return payload
+
+
+def container_entrypoint() -> dict[str, list[str]]:
+    """``ContainerEntrypoint`` and ``ContainerArguments``: cloudddp's init as PID 1, the image's entry as its child."""
+    script = INIT_SCRIPT.format(archive=CODE_ARCHIVE, shim=SHIPPED_AS)
+    return {"ContainerEntrypoint": ["/bin/bash", "-c", script, "cloudddp-init"], "ContainerArguments": IMAGE_ENTRY}
 
 
 def job_name(spec: JobSpec, content: dict[str, Any], token: str) -> str:
@@ -144,6 +173,7 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
 
     snapshot = code_snapshot(spec)
     reqs = requirements.of(spec)
+    check_isolation(sm.network_isolation, reqs.lines if reqs else None)
     if reqs is not None:
         r.decisions.append(
             f"requirements ({len(reqs.lines)} from {reqs.source}): the container installs the "
@@ -192,6 +222,12 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
         inputs={name: f"/opt/ml/input/data/{name}" for name in spec.inputs},
     )
     presets = nccl_env_presets(sku) if sku is not None and spec.resources.nodes > 1 else {}
+    if presets.get("FI_PROVIDER") == "efa" and not sagemaker_efa(instance_type):
+        presets = {}
+        r.warnings.append(
+            f"{instance_type}: EC2 gives this size EFA, but SageMaker's training toolkit does not use it there "
+            "(SM_EFA_NCCL_INSTANCES): no EFA settings, NCCL runs over TCP between the hosts"
+        )
     env, r.env_sources = job_env(
         spec, "sagemaker", places, on_gpu=gpus > 0, sigterm_grace=sigterm_grace, presets=presets
     )
@@ -204,19 +240,24 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     checkpoint_uri = checkpoint_folder(spec, f"{prefix}/checkpoints")
     r.decisions.append(f"checkpoints in {checkpoint_uri} (this training's own folder: a resubmit resumes from it)")
 
-    if sm.network_isolation:  # the container cannot reach S3: the code comes in as a channel, as the SDK does
-        channels.append(_channel(CODE_CHANNEL, code_uri, "File"))
-        submit_directory = f"/opt/ml/input/data/{CODE_CHANNEL}/sourcedir.tar.gz"
-        r.decisions.append(f"network isolation: the code arrives as the '{CODE_CHANNEL}' channel")
-    else:
-        submit_directory = code_uri
+    # The code arrives as a channel (as the SDK does under network isolation, and v3 always): it is in the
+    # container before PID 1 starts, which takes its init from it.
+    channels.append(_channel(CODE_CHANNEL, code_uri, "File"))
+    submit_directory = CODE_ARCHIVE
     if spec.code.command is None:
         program = {"argv": [spec.code.entry or "train.py", *spec.code.args, *input_args(spec, places)], "python": True}
     else:
         program = {"argv": [*spec.code.command, *input_args(spec, places)], "python": False}
     secret = {name for name, source in r.env_sources.items() if source.secret}
+    payload: dict[str, Any] = {**program, "env": {k: v for k, v in env.items() if k not in secret}}
+    if plugin_picks_protocol(image) and "NCCL_PROTO" not in env:
+        payload["unset"] = ["NCCL_PROTO"]
+        r.decisions.append(
+            "NCCL_PROTO: the toolkit forces 'simple'; this image's aws-ofi-nccl (>= 1.6) picks the protocol "
+            "itself, so the launcher removes it"
+        )
     hyper: dict[str, Any] = {
-        **shim_hyperparameters({**program, "env": {k: v for k, v in env.items() if k not in secret}}),
+        **shim_hyperparameters(payload),
         "sagemaker_program": SHIPPED_AS,
         "sagemaker_submit_directory": submit_directory,
         "sagemaker_region": region,
@@ -225,8 +266,9 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
         "sagemaker_mpi_num_of_processes_per_host": spec.resources.processes,
     }
     r.decisions.append(
-        f"the container's launcher starts {SHIPPED_AS}, which runs the job's program with the "
-        "spec's exact arguments and environment"
+        f"the container's PID 1 is cloudddp's init ({SHIPPED_AS} --init; ContainerEntrypoint): it runs the "
+        "image's entry and passes a stop's SIGTERM to every process; the image's toolkit starts "
+        f"{SHIPPED_AS}, which runs the job's program with the spec's exact arguments and environment"
     )
     if smddp:
         hyper.update(
@@ -250,6 +292,7 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
         if spec.resources.spot:
             raise UserError(WARM_POOL_WITH_SPOT, hint="drop sagemaker.keep_alive, or set resources.spot: false")
         resource["KeepAlivePeriodInSeconds"] = sm.keep_alive
+    r.decisions += check_volume(instance_type, sm.volume_kms_key, resource["VolumeSizeInGB"])
     if sm.volume_kms_key:
         resource["VolumeKmsKeyId"] = sm.volume_kms_key
     stopping: dict[str, Any] = {"MaxRuntimeInSeconds": spec.limits.max_runtime}
@@ -265,12 +308,16 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     content = {"resource": resource, "hyper": hyper, "image": image, "env": env, "channels": channels, "role": role}
     name = job_name(spec, content, token)
     hyper["sagemaker_job_name"] = name
+    # The payload is base64: the job's name goes in before it is encoded (substitute cannot see inside).
+    hyper = {k: v for k, v in hyper.items() if not k.startswith("cloudddp-")}
+    hyper.update(shim_hyperparameters(substitute(payload, {RUN_ID: name})))
     request: dict[str, Any] = {
         "TrainingJobName": name,
         "RoleArn": role,
         "AlgorithmSpecification": {
             "TrainingImage": image,
             "TrainingInputMode": "File",
+            **container_entrypoint(),
             # The shared script's metric lines, then what the job declares in its own words.
             "MetricDefinitions": [
                 *({"Name": m, "Regex": metric_regex(m)} for m in STANDARD_METRICS),
@@ -305,9 +352,17 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     if spec.limits.max_restarts:
         request["RetryStrategy"] = {"MaximumRetryAttempts": min(30, spec.limits.max_restarts)}
         r.decisions.append(
-            f"SageMaker retries the job up to {min(30, spec.limits.max_restarts)} times; "
-            f"it resumes from {checkpoint_uri}"
+            f"RetryStrategy: SageMaker restarts the job up to {min(30, spec.limits.max_restarts)} times only when "
+            "it fails with InternalServerError (SageMaker's own fault), resuming from "
+            f"{checkpoint_uri}; a failing script is not retried (torchrun's --max-restarts stays the toolkit's 0)"
         )
+    for up in r.uploads:  # how launch writes them (cloudddp.backends.sagemaker.storage)
+        if not sm.bucket:  # the default bucket's name is anyone's to take: S3 checks the owner on every call
+            up["expected_owner"] = ACCOUNT
+        if sm.output_kms_key:
+            up["kms_key"] = sm.output_kms_key
+    if sm.output_kms_key:
+        r.decisions.append("uploads (code, inputs) encrypted with sagemaker.output_kms_key (SSE-KMS)")
     r.request = substitute(request, {RUN_ID: name})
     check_limits(r.request)
     return r
