@@ -23,7 +23,8 @@ live here, once, with their written semantics:
 ``metrics(run_id, follow=False) -> Iterator[MetricRecord]``
     The metric records in those lines, with the same ending rule.
 ``cancel(run_id) -> bool``
-    Idempotent: True when a stop was requested, False when the run had already ended (not an error).
+    Idempotent: True when a stop was requested (or is already under way), False when the run had already ended
+    (not an error).
 ``preflight(plan) -> list[Check]``
     Checks that need the target (credentials, quota, data reachable); ``doctor`` prints them.
 ``bill(run_id) -> Bill | None``
@@ -405,8 +406,11 @@ class Backend(abc.ABC, Generic[OptionsT]):
 
     def cancel(self, run_id: str) -> bool:
         self._require(Feature.CANCEL)
-        if self.status(run_id).state.terminal:
+        state = self.status(run_id).state
+        if state.terminal:
             return False
+        if state is RunState.STOPPING:
+            return True  # a stop is under way: asked again, it is not sent again (a cloud refuses a second one)
         with self._errors():
             self._cancel(run_id)
         return True

@@ -6,6 +6,7 @@ import datetime
 import http.client
 import http.server
 import math
+import os
 import socket
 import threading
 import time
@@ -117,9 +118,13 @@ def put_logs(name: str, host: str, lines: list[str], start_ms: int) -> None:
     )
 
 
+STOP_GRACE_S = float(os.environ.get("CLOUDDDP_RIG_SAGEMAKER_STOP_S", "1.5"))
+"""How long a stopped job stays Stopping here (SageMaker: the container's SIGTERM, up to 120 s, then SIGKILL)."""
+
+
 def _stop_training_job(self: Any) -> Any:
-    """StopTrainingJob, which moto lacks, as SageMaker answers it: a job that is not in progress is refused;
-    one that is goes to Stopping, and (here at once) to Stopped."""
+    """StopTrainingJob, which moto lacks, as SageMaker answers it: a job that is not in progress (Stopping
+    included) is refused; one that is goes to Stopping, and after :data:`STOP_GRACE_S` to Stopped."""
     from moto.sagemaker.exceptions import ValidationError
     from moto.sagemaker.responses import ActionResult
 
@@ -131,8 +136,16 @@ def _stop_training_job(self: Any) -> Any:
         raise ValidationError(
             message=f"The request was rejected because the training job is in status {job.training_job_status}."
         )
-    job.training_job_status, job.secondary_status = "Stopped", "Stopped"
-    _end(job, datetime.datetime.now(datetime.timezone.utc))
+    job.training_job_status, job.secondary_status = "Stopping", "Stopping"
+
+    def stopped() -> None:
+        if job.training_job_status == "Stopping":
+            job.training_job_status, job.secondary_status = "Stopped", "Stopped"
+            _end(job, datetime.datetime.now(datetime.timezone.utc))
+
+    timer = threading.Timer(STOP_GRACE_S, stopped)
+    timer.daemon = True
+    timer.start()
     return ActionResult({})
 
 
