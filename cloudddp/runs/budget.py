@@ -94,6 +94,8 @@ def watch(
                 + f" + ${tail:,.2f} to stop reached the budget of ${max_cost:,.2f}",
             }
             break
+        spent = "no figures yet" if bill is None or bill.cost is None else f"spend ${before + bill.cost:,.2f}"
+        print(f"{time.strftime('%H:%M:%S')} {run_id}: {status.state.value}, {spent} of ${max_cost:,.2f}", flush=True)
         sleep(poll)
     _record(backend, run_id, outcome)
     return outcome

@@ -24,6 +24,7 @@ from cloudddp.spec.model import JobSpec
 
 from ..support.aws_emulator import aws_environment, put_logs, set_status
 from ..support.cli import ROOT, cli
+from ..support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 JOB = ROOT / "jobs" / "cifar10-smddp.yaml"  # the shared script, 2 × ml.p4d.24xlarge, managed spot
@@ -105,6 +106,11 @@ def test_while_a_job_runs_its_spend_counts_from_training_start() -> None:
     assert any("saving shows when it ends" in n for n in running.notes)  # a spot job: not yet known
 
 
+def watch_looks(log: str) -> int:
+    """How many times the budget watch has looked at the bill (one log line each)."""
+    return sum(" of $20.00" in line for line in Path(log).read_text().splitlines()) if Path(log).exists() else 0
+
+
 def test_the_budget_watch_process_stops_a_job_whose_spend_reaches_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CLOUDDDP_BUDGET_POLL", "0.2")
     b = backend("budget")
@@ -113,14 +119,16 @@ def test_the_budget_watch_process_stops_a_job_whose_spend_reaches_the_budget(mon
     name = Runner(b).launch(plan, checks=False)  # starts the detached watch
     watch = Registry().get(name).info["budget"]  # type: ignore[union-attr]
     assert watch["watch_pid"] > 0 and watch["poll_s"] == 0.2
-    time.sleep(1.0)
+    looks = watch_looks(watch["log"])
+    wait_until(lambda: watch_looks(watch["log"]) >= looks + 2, timeout=30)  # it has looked at the bill twice
     assert b.status(name).state is RunState.STARTING  # nothing billed yet: the watch lets it start
     # 20 minutes of 2 instances are about $14.6; stopping costs the 120 s grace on both (~$1.5): under $20.
     set_status(
         name, "InProgress", "Training", at=datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=20)
     )
-    time.sleep(1.0)
-    assert b.status(name).state is RunState.RUNNING
+    looks = watch_looks(watch["log"])
+    wait_until(lambda: watch_looks(watch["log"]) >= looks + 2, timeout=30)  # and twice more at $14.6
+    assert b.status(name).state is RunState.RUNNING  # under the budget: left running
     # Ten more minutes' worth ($7.32) reach it: the watch stops the job (StopTrainingJob: SIGTERM, then the grace).
     set_status(
         name, "InProgress", "Training", at=datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=30)
@@ -189,7 +197,9 @@ def test_under_recovery_the_budget_counts_every_attempt_and_a_budget_stop_ends_t
         "Training",
         at=datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=2),
     )
-    time.sleep(1.5)
+    log = wait_for(lambda: Registry().get(second).info.get("budget", {}).get("log"))  # type: ignore[union-attr]
+    looks = watch_looks(log)
+    wait_for(lambda: watch_looks(log) >= looks + 2)  # attempt 2's watch has looked at the bill twice since
     assert run.backend.status(second).state is RunState.RUNNING
     set_status(
         second,
