@@ -38,6 +38,7 @@ def cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Ite
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
     yield slurm_cluster
     cancel_leftovers(slurm_cluster)
+    slurm_cluster.restore_nodes()  # a test that killed a node and failed half-way gives it back too
 
 
 def cancel_leftovers(cluster: SlurmCluster) -> None:

@@ -253,6 +253,19 @@ class SlurmCluster:
                 os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=10)
 
+    def restore_nodes(self, timeout: float = 60) -> None:
+        """Every node back up and idle, whatever a test did to them (its slurmd killed, the node left down):
+        a test's finalizer calls it, so one failed test cannot leave the next without a node."""
+        for name in self.nodes:
+            if f"slurmd-{name}" not in self._procs:
+                self.start_node(name)
+        down = [
+            n for n in self.nodes if "DOWN" in self.node(n).get("State", "") or "DRAIN" in self.node(n).get("State", "")
+        ]
+        for name in down:
+            self.run("scontrol", "update", f"nodename={name}", "state=resume", check=False)
+        self.wait_nodes("idle", timeout=timeout)
+
     def start_node(self, name: str) -> None:
         """Start (again) the slurmd of ``name``; with ReturnToService=2 the node rejoins when it registers."""
         self._procs[f"slurmd-{name}"] = self._spawn(
