@@ -14,7 +14,7 @@ import pytest
 
 from cloudddp.backends.azureml import AzureMLBackend
 from cloudddp.backends.azureml.workspace import find_workspace
-from cloudddp.backends.base import RunState
+from cloudddp.backends.base import PreflightFailed, RunState
 from cloudddp.backends.registry import load_spec
 from cloudddp.errors import UserError
 from cloudddp.runs.registry import Registry
@@ -256,6 +256,27 @@ def test_preflight_checks_workspace_size_and_quota(model: WorkspaceModel) -> Non
     assert checks[family].ok and "needs 192" in checks[family].detail
     over = {c.name: c for c in b.preflight(b.render(load_spec(AZURE_JOB, ["resources.nodes=3"])))}
     assert over[family].ok is False and over[family].fix
+
+
+@pytest.mark.slow
+def test_a_spot_job_counts_against_the_regional_low_priority_quota_not_the_family(model: WorkspaceModel) -> None:
+    """Usages named as in ``Usage/list.json``; NDASv4_A100 at zero dedicated cores, as specialized families start."""
+    model.set_usage("Standard NDASv4_A100 Family Cluster Dedicated vCPUs", limit=0)
+    b = backend(model)
+    checks = {c.name: c for c in b.preflight(b.render(load_spec(AZURE_JOB, ["resources.spot=true"])))}
+    regional = checks["low-priority quota (regional)"]
+    assert regional.ok and "the job needs 192" in regional.detail, regional
+    assert not [c for c in checks.values() if c.ok is not True], checks  # the family's dedicated zero is not asked
+    dedicated = {c.name: c for c in b.preflight(b.render(load_spec(AZURE_JOB)))}
+    assert dedicated["quota for standardNDASv4_A100Family"].ok is False  # the same job on dedicated nodes: refused
+
+    model.set_usage("Total Cluster LowPriority Regional vCPUs", limit=200, current=18)
+    over = b.render(load_spec(AZURE_JOB, ["resources.spot=true"]))
+    with pytest.raises(PreflightFailed) as refused:
+        b.launch(over)
+    assert refused.value.exit_code == 2 and not model.jobs
+    named = "low-priority quota (regional): Total Cluster LowPriority Regional vCPUs: 182 vCPUs free"
+    assert named in str(refused.value)
 
 
 @pytest.mark.slow

@@ -131,6 +131,47 @@ class FakeCredential:
         return AccessToken("rig-token", int(time.time()) + 3600)
 
 
+REST_EXAMPLES = ROOT / "tests" / "fixtures" / "azure_rest"
+"""Responses from the REST spec's examples (with their source paths), in whose shape the rig answers."""
+
+
+def rest_example(name: str) -> dict[str, Any]:
+    """One stored REST example response: ``status``, ``headers``, ``body``."""
+    data: dict[str, Any] = json.loads((REST_EXAMPLES / f"{name}.json").read_text())
+    return data
+
+
+def usage_row(family: str, pool: str, current: int, limit: int) -> dict[str, Any]:
+    """A family's subscription-level usage row as ``Usage/list.json`` has them: ``family`` is the core of the
+    name ("NDASv4_A100"), ``pool`` ``Dedicated`` or ``LowPriority``."""
+    name = f"Standard {family} Family Cluster {pool} vCPUs"
+    return {
+        "id": f"/subscriptions/{SUB}/usages/{name.replace(' ', '_')}",
+        "type": "Microsoft.MachineLearningServices/vmFamily/usages",
+        "currentValue": current,
+        "limit": limit,
+        "name": {"value": name, "localizedValue": name},
+        "unit": "Count",
+    }
+
+
+def rig_usages() -> list[dict[str, Any]]:
+    """The region's usages: the REST example's rows, with room in the regional totals for the rig's jobs, and
+    the rows of the rig's families (NCADSA100v4 starts at zero dedicated cores, as specialized families do)."""
+    rows: list[dict[str, Any]] = copy.deepcopy(rest_example("usage_list")["body"]["value"])
+    for row in rows:
+        if row["name"]["value"].startswith("Total Cluster"):
+            row["limit"] = 400
+    rows += [
+        usage_row("NDASv4_A100", "Dedicated", 0, 192),
+        usage_row("NDASv4_A100", "LowPriority", 0, -1),
+        usage_row("NCADSA100v4", "Dedicated", 0, 0),
+        usage_row("NCADSA100v4", "LowPriority", 0, -1),
+        usage_row("DSv3", "Dedicated", 0, 24),
+    ]
+    return rows
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat()
 
@@ -159,6 +200,17 @@ class WorkspaceModel:
     _mlflow_store: Any = None
     run_times: dict[str, dict[str, str]] = field(default_factory=dict)
     """job -> the run history's startTimeUtc / endTimeUtc, stamped as the job's status moves."""
+    usages: list[dict[str, Any]] = field(default_factory=rig_usages)
+    """The region's quota rows, as ``Usages - List`` answers them (``set_usage`` changes one)."""
+
+    def set_usage(self, name: str, *, limit: int, current: int | None = None) -> None:
+        """Set the limit (and use) of the subscription-level usage row named ``name`` (its ``name.value``)."""
+        rows = [r for r in self.usages if r["name"]["value"] == name and "/workspaces/" not in r["id"]]
+        assert rows, f"no usage row named {name!r}"
+        for row in rows:
+            row["limit"] = limit
+            if current is not None:
+                row["currentValue"] = current
 
     # -- blob side -----------------------------------------------------------------------------
     def container_sas(self, container: str | None = None) -> str:
@@ -363,21 +415,8 @@ class WorkspaceAdapter(BaseAdapter):
                 },
                 {},
             )
-        if path.endswith("/usages"):
-            return (
-                200,
-                {
-                    "value": [
-                        {
-                            "name": {"value": "standardNDASv4_A100Family", "localizedValue": "NDASv4_A100"},
-                            "currentValue": 0,
-                            "limit": 192,
-                            "unit": "Count",
-                        }
-                    ]
-                },
-                {},
-            )
+        if path.endswith("/usages"):  # Usages - List, in the REST example's shape (long names, -1 = no limit)
+            return 200, {"value": copy.deepcopy(m.usages)}, {}
         if path.rstrip("/") == WS_PATH and method == "GET":
             props = {
                 "discoveryUrl": DISCOVERY,

@@ -25,6 +25,7 @@ from cloudddp.backends.azureml.failures import failure_cause, failure_message, r
 from cloudddp.backends.azureml.logs import LogFiles
 from cloudddp.backends.azureml.mlflow_metrics import MlflowMetrics, tracking_uri
 from cloudddp.backends.azureml.options import AzureMLOptions
+from cloudddp.backends.azureml.quota import quota_checks, usage_of
 from cloudddp.backends.azureml.workspace import require_workspace, workspace_fields
 from cloudddp.backends.base import Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
@@ -497,7 +498,8 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         )
 
     def _preflight(self, plan: Plan) -> list[Check]:
-        """Workspace and credentials reachable; the size offered in the region; family quota enough."""
+        """Workspace and credentials reachable; the size offered in the region; quota enough, counted as Azure
+        counts it (quota.py: spot against the regional low-priority pool, dedicated against the family's)."""
 
         workspace = plan.target["workspace"]
         ws = require_workspace(workspace)
@@ -523,24 +525,10 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             )
             vcpus = _field(sizes[size.lower()], "v_cp_us", "vCPUs") if offered else None
             family = _field(sizes[size.lower()], "family", "family") if offered else None
-            usage = next(
-                (
-                    u
-                    for u in client.compute.list_usage(location=found.location)
-                    if family and _field(u, "name", "name", {}).get("value") == family
-                ),
-                None,
-            )
-            if usage is not None and vcpus:
-                free = (_field(usage, "limit", "limit") or 0) - (_field(usage, "current_value", "currentValue") or 0)
-                checks.append(
-                    Check(
-                        f"quota for {family}",
-                        free >= vcpus * nodes,
-                        f"{free} vCPUs free, the job needs {vcpus * nodes}",
-                        fix="request more quota for the VM family in the Azure portal (Usage + quotas)",
-                    )
-                )
+            if offered and family and vcpus:
+                usages = [usage_of(u) for u in client.compute.list_usage(location=found.location)]
+                spot = plan.request["compute"]["tier"] == "low_priority"
+                checks += quota_checks(usages, str(family), int(vcpus), nodes, spot=spot)
         except Exception as e:  # noqa: BLE001
             checks.append(Check(f"{size} offered and quota", None, f"could not check: {str(e).splitlines()[0]}"))
         return checks
