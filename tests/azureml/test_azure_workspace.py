@@ -163,7 +163,7 @@ def test_following_logs_reads_only_the_bytes_added_since_the_last_poll(model: Wo
     model.set_job_status(name, "Completed")
     follower.join(timeout=30)
     assert seen == ["starting rank 0", "epoch 1 done", "half a line"]
-    reads = [r for path, r in forwarder.ranges if path.endswith("/std_log_process_0.txt")]
+    reads = [r for path, r in forwarder.ranges if path.endswith("/std_log_process_00.txt")]
     starts = [int(r.removeprefix("bytes=").split("-")[0]) for r in reads]
     assert starts == [0, len(first), len(first) + len("epoch 1 done\nhalf a li")], reads
 

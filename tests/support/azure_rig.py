@@ -45,6 +45,7 @@ import requests.structures
 import urllib3
 from requests.adapters import BaseAdapter
 
+from .azure_launchers import log_name
 from .cli import ROOT
 
 if TYPE_CHECKING:
@@ -234,9 +235,10 @@ class WorkspaceModel:
         return ContainerClient.from_connection_string(conn, container or self.container)
 
     def write_log(self, job: str, process: int, text: str) -> None:
-        """Append to a job's std_log_process_N.txt in its artifact folder on Azurite (an append blob, as Azure
-        ML writes them while the job runs) and list it in the run's log files."""
-        name = f"user_logs/std_log_process_{process}.txt"
+        """Append to a job's ``std_log_process_NN.txt`` (zero-padded, as the runtime names them) in its artifact
+        folder on Azurite (an append blob, as Azure ML writes them while the job runs) and list it in the run's
+        log files."""
+        name = f"user_logs/{log_name(process)}"
         blob = self.container_client(ARTIFACT_CONTAINER).get_blob_client(f"ExperimentRun/dcid.{job}/{name}")
         if not blob.exists():
             blob.create_append_blob()
