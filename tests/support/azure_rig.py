@@ -4,9 +4,11 @@
 ``azure.core.pipeline.transport.RequestsTransport``: it answers the Azure ML REST routes the SDK calls
 (workspace, code versions with the content-hash lookup and startPendingUpload, jobs, cancel, computes
 with async provisioning and the ``Compute - Update`` PATCH, datastores with their secrets, VM sizes,
-usages, the discovery document and run history) from an in-memory model. Blob traffic (code snapshots,
-log files) goes to Azurite over real HTTP: SAS URLs point at it directly, and the datastores' account
-URL (``http://devstoreaccount1.blob.rig.invalid``) is forwarded to it by ``BlobForwarder``.
+usages, the discovery document and run history) from an in-memory model. Where the REST spec has an example
+(tests/fixtures/azure_rest/: ``Usage/list.json``, ``Compute/patch.json``), the rig answers in its shape.
+Blob traffic (code snapshots, log files) goes to Azurite over real HTTP: SAS URLs point at it directly, and
+the datastores' account URL (``http://devstoreaccount1.blob.rig.invalid``) is forwarded to it by
+``BlobForwarder``.
 
 As on Azure ML, a job's logs are written under its ``default`` output
 (``azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.<job>``, container ``azureml``), and
@@ -201,6 +203,14 @@ class WorkspaceModel:
     _mlflow_store: Any = None
     run_times: dict[str, dict[str, str]] = field(default_factory=dict)
     """job -> the run history's startTimeUtc / endTimeUtc, stamped as the job's status moves."""
+    operations: dict[str, list[str]] = field(default_factory=dict)
+    """operation -> the states it still answers before ``Succeeded`` (cluster updates)."""
+    pending_scales: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    """operation -> (cluster, scale settings) applied when the update succeeds."""
+    update_polls: int = 2
+    """How many times a cluster update's operation answers ``InProgress`` first."""
+    update_outcome: str = "Succeeded"
+    """How a cluster update's operation ends (``Failed``: the scale settings stay as they were)."""
     usages: list[dict[str, Any]] = field(default_factory=rig_usages)
     """The region's quota rows, as ``Usages - List`` answers them (``set_usage`` changes one)."""
 
@@ -451,7 +461,7 @@ class WorkspaceAdapter(BaseAdapter):
         if parts[0] == "computes":
             return self.computes(method, parts, body)
         if parts[0] == "operations":
-            return 200, {"status": "Succeeded"}, {}
+            return self.operation(parts[1] if len(parts) > 1 else "")
         if parts[0] == "datastores":
             return self.datastores(method, parts)
         m.unhandled.append(f"{method} {path}")
@@ -568,14 +578,44 @@ class WorkspaceAdapter(BaseAdapter):
             op = f"https://management.azure.com{WS_PATH}/operations/compute-{name}"
             return 201, m.computes[name], {"Azure-AsyncOperation": op}
         if method == "PATCH" and name in m.computes:  # Compute - Update: only scale settings can change
-            m.compute_updates.append((name, copy.deepcopy(body)))
-            scale = body["properties"]["properties"]["scaleSettings"]
-            m.computes[name]["properties"]["properties"]["scaleSettings"] = copy.deepcopy(scale)
-            op = f"https://management.azure.com{WS_PATH}/operations/compute-update-{name}"
-            return 202, None, {"Azure-AsyncOperation": op}
+            return self.update_compute(name, body)
         if method == "GET" and name in m.computes:
             return 200, m.computes[name], {}
         return self._not_found(f"compute {name}")
+
+    def update_compute(self, name: str, body: Any) -> Answer:
+        """``Compute - Update`` as the REST example (``Compute/patch.json``) answers it: its status (200), the
+        cluster with ``provisioningState: Updating`` and an ``Azure-AsyncOperation`` header. The operation
+        answers ``InProgress`` ``update_polls`` times, then ``update_outcome``; on ``Succeeded`` the new scale settings
+        apply."""
+        m = self.model
+        m.compute_updates.append((name, copy.deepcopy(body)))
+        op = f"compute-update-{name}-{len(m.compute_updates)}"
+        m.operations[op] = ["InProgress"] * m.update_polls
+        m.pending_scales[op] = (name, copy.deepcopy(body["properties"]["properties"]["scaleSettings"]))
+        compute = m.computes[name]
+        compute["properties"]["provisioningState"] = "Updating"
+        example = rest_example("compute_patch")
+        answer = {key: compute[key] for key in example["body"] if key in compute}
+        answer["properties"] = {
+            "computeType": compute["properties"].get("computeType", "AmlCompute"),
+            "provisioningState": "Updating",
+        }
+        headers = {key: f"https://management.azure.com{WS_PATH}/operations/{op}" for key in example["headers"]}
+        return example["status"], answer, headers
+
+    def operation(self, op: str) -> Answer:
+        """An asynchronous operation's status: a cluster update's as ``update_compute`` queued it; others done."""
+        m = self.model
+        if m.operations.get(op):
+            return 200, {"name": op, "status": m.operations[op].pop(0)}, {}
+        if op not in m.pending_scales:
+            return 200, {"name": op, "status": "Succeeded"}, {}
+        name, scale = m.pending_scales.pop(op)
+        if m.update_outcome == "Succeeded":
+            m.computes[name]["properties"]["properties"]["scaleSettings"] = scale
+        m.computes[name]["properties"]["provisioningState"] = m.update_outcome
+        return 200, {"name": op, "status": m.update_outcome}, {}
 
 
 class _Forwarder(BaseAdapter):

@@ -297,6 +297,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             url,
             scale_settings(current, wanted["max_instances"]),
             poll_seconds=self.poll_seconds,
+            progress=progress.step if progress else None,
         )
 
     def _create_cluster(self, client: Any, plan: Plan, progress: Progress | None) -> None:
