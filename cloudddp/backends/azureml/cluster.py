@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from cloudddp.backends.azureml.limits import suggest_cluster
 from cloudddp.errors import CloudDDPError
 
 ARM = "https://management.azure.com"
@@ -37,19 +38,20 @@ def tier_of(cluster: Any) -> str:
 
 
 def tier_mismatch(name: str, cluster: Any, spot: bool) -> str | None:
-    """A warning when the cluster's tier is not the one the job asks for (``resources.spot``), else None."""
+    """A warning when the cluster's tier is not the one the job asks for (``resources.spot``), else None; the
+    cluster it suggests has a name Azure ML accepts (limits.py)."""
     tier = tier_of(cluster)
     if spot and tier == "dedicated":
         return (
             f"cluster {name} is dedicated but the job asks for spot (resources.spot: true): it runs at the "
             f"dedicated price; to run it on low priority, name a low-priority cluster in azureml.compute "
-            f"(e.g. azureml.compute={name}-lowpri: cloudddp creates it)"
+            f"(e.g. azureml.compute={suggest_cluster(name, '-lowpri')}: cloudddp creates it)"
         )
     if not spot and tier == "low_priority":
         return (
             f"cluster {name} is low priority but the job is not spot (resources.spot: false): it can be "
-            f"preempted; name a dedicated cluster in azureml.compute (e.g. azureml.compute={name}-dedicated: "
-            f"cloudddp creates it), or set resources.spot: true"
+            f"preempted; name a dedicated cluster in azureml.compute (e.g. "
+            f"azureml.compute={suggest_cluster(name, '-dedicated')}: cloudddp creates it), or set resources.spot: true"
         )
     return None
 
