@@ -57,7 +57,7 @@ def test_seed_scenario_two_ib_nodes_one_process_per_gpu_cluster_zero_to_four() -
     assert job["resources"]["instance_count"] == 2
     assert compute["size"] == "Standard_ND96asr_v4" and (compute["min_instances"], compute["max_instances"]) == (0, 4)
     assert job["environment_variables"]["NCCL_IB_PCI_RELAXED_ORDERING"] == "1"
-    assert job["environment_variables"]["NCCL_TOPO_FILE"] == "/opt/microsoft/ndv4-topo.xml"
+    assert "NCCL_TOPO_FILE" not in job["environment_variables"]  # /opt/microsoft/*-topo.xml is not in the container
     assert "${{inputs.cifar}}" in job["command"] and job["inputs"]["cifar"]["type"] == "uri_folder"
     assert not plan.warnings
 

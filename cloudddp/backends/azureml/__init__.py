@@ -80,7 +80,10 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
     options_model = AzureMLOptions
     cloud: ClassVar[str | None] = "azure"
     needs_credentials: ClassVar[bool] = True
-    sigterm_grace: ClassVar[int] = 30  # low-priority eviction notice (Azure Scheduled Events: at least 30 s)
+    # What CLOUDDDP_SIGTERM_GRACE says on Azure ML. Azure documents no signal to the job's processes on a
+    # low-priority eviction or a cancel (a preempted job fails with PreemptionError and is resubmitted from its
+    # checkpoints); 30 s is the VM's Scheduled Events notice, which a script may get, not a promise.
+    sigterm_grace: ClassVar[int] = 30
     spend_while_running: ClassVar[bool] = True  # the run history's start time × nodes × price, while the job runs
     capabilities: ClassVar[Capabilities] = Capabilities(
         unsupported={
