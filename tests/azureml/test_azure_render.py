@@ -280,3 +280,10 @@ def test_the_clusters_cloudddp_suggests_have_names_azure_ml_accepts() -> None:
     assert warning is not None
     suggested = warning.split("azureml.compute=", 1)[1].split(":", 1)[0]
     assert CLUSTER_NAME.match(suggested) and len(suggested) <= 24, suggested
+
+
+def test_each_warning_is_given_once() -> None:
+    plan = render("limits.max_restarts=2", "azureml.vm_size=Standard_NC16as_T4_v3", "resources.gpus_per_node=1")
+    restarts = [w for w in plan.warnings if "do not restart failed processes" in w]
+    assert len(restarts) == 1 and restarts[0].startswith("restarts: "), plan.warnings
+    assert len(plan.warnings) == len(set(plan.warnings)) >= 3, plan.warnings

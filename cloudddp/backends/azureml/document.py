@@ -204,11 +204,7 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         "process_count_per_instance": spec.resources.processes,
     }
     _check_distribution(distribution)
-    if spec.limits.max_restarts:
-        docs.warnings.append(
-            "Azure ML command jobs do not restart failed processes (limits.max_restarts); "
-            "resubmit the job and it resumes from its checkpoints"
-        )
+    # limits.max_restarts: the backend's capabilities (Feature.MAX_RESTARTS) say it once, as every caveat.
     if az.job_tier:
         raise UserError(
             f"azureml.job_tier: {az.job_tier} applies to serverless compute only "
