@@ -280,6 +280,20 @@ def test_a_spot_job_counts_against_the_regional_low_priority_quota_not_the_famil
 
 
 @pytest.mark.slow
+def test_a_quota_lookup_that_matches_nothing_is_said_at_submit_naming_what_was_looked_for(
+    model: WorkspaceModel,
+) -> None:
+    model.usages = [u for u in model.usages if "NDASv4_A100" not in u["name"]["value"]]
+    b = backend(model, token="nomatch")
+    steps = Steps()
+    b.launch(b.render(load_spec(AZURE_JOB)), progress=steps)  # not a failed check: the job is submitted
+    looked = "'Standard NDASv4_A100 Family Cluster Dedicated vCPUs' (or 'standardNDASv4_A100Family')"
+    said = [s for s in steps.lines if s.startswith("warning: not checked: quota for standardNDASv4_A100Family")]
+    assert len(said) == 1 and looked in said[0], steps.lines
+    assert len(model.jobs) == 1
+
+
+@pytest.mark.slow
 def test_throttling_and_server_errors_are_retried_by_the_sdk_without_a_duplicate_job(model: WorkspaceModel) -> None:
     model.faults += [("GET", "/computes/", 429), ("PUT", "/jobs/", 503), ("GET", "/jobs/", 500)]
     b = backend(model, token="faults")

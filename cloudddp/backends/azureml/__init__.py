@@ -115,6 +115,8 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         self.poll_seconds = poll_seconds
         self._clients: dict[tuple[str, str, str], Any] = {}
         self._failures: dict[str, tuple[Cause, str, dict[str, str]]] = {}
+        self._unchecked: dict[str, list[Check]] = {}
+        """job name -> its preflight checks that could not be made: said at launch, never passed in silence."""
 
     def size_target(self, spec: JobSpec) -> SizeTarget:
         az = self.options(spec)  # the cluster stays up (billed) for its scale-down delay after the job
@@ -225,6 +227,8 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             return Launched(name, info)
         except ResourceNotFoundError:
             pass
+        for check in self._unchecked.pop(name, []):
+            self._warn(f"not checked: {check.name}: {check.detail}", progress)
         cluster = self._existing_cluster(client, plan.request["compute"]["name"])
         if cluster is not None:
             self._warn_on_tier(plan, cluster, progress)
@@ -264,10 +268,16 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
 
         wanted = plan.request["compute"]
         warning = tier_mismatch(wanted["name"], cluster, spot=wanted["tier"] == "low_priority")
-        if warning and progress:
+        if warning:
+            AzureMLBackend._warn(warning, progress)
+
+    @staticmethod
+    def _warn(warning: str, progress: Progress | None) -> None:
+        """A warning at launch: on the progress when there is one, else as a Python warning."""
+        if progress:
             progress.step(f"warning: {warning}")
-        elif warning:
-            warnings.warn(warning, stacklevel=4)
+        else:
+            warnings.warn(warning, stacklevel=5)
 
     def _provision(self, client: Any, plan: Plan, current: Any, progress: Progress | None) -> None:
         """Create the cluster when it is missing; when it is smaller than the job, raise its max_instances
@@ -535,6 +545,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
                 checks += quota_checks(usages, str(family), int(vcpus), nodes, spot=spot)
         except Exception as e:  # noqa: BLE001
             checks.append(Check(f"{size} offered and quota", None, f"could not check: {str(e).splitlines()[0]}"))
+        self._unchecked[plan.request["job"]["name"]] = [c for c in checks if c.ok is None]
         return checks
 
 
