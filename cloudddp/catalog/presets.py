@@ -1,29 +1,23 @@
 """NCCL / EFA environment presets per interconnect, and variables that silently turn RDMA off.
 
-Sources (cloudddp/data/SOURCES.md): Azure azhpc-images NDv4 NCCL test (NCCL_IB_PCI_RELAXED_ORDERING,
-NCCL_SOCKET_IFNAME=eth0, CUDA_DEVICE_ORDER, NCCL_TOPO_FILE on ND v4/v5 images); AWS
-awsome-distributed-training efa-cheatsheet (FI_PROVIDER=efa, FI_EFA_USE_HUGE_PAGE=0,
-FI_EFA_USE_DEVICE_RDMA=1 harmless on p4/p5).
+Sources (cloudddp/data/SOURCES.md): Azure azhpc-images NDv4 NCCL test and the ACPT guide
+(NCCL_IB_PCI_RELAXED_ORDERING, NCCL_SOCKET_IFNAME=eth0, CUDA_DEVICE_ORDER); AWS awsome-distributed-training
+efa-cheatsheet (FI_PROVIDER=efa, FI_EFA_USE_HUGE_PAGE=0, FI_EFA_USE_DEVICE_RDMA=1 harmless on p4/p5).
+
+``NCCL_TOPO_FILE`` is not set on Azure: azhpc-images writes ``/opt/microsoft/ndv4-topo.xml`` (and ndv5) onto the
+host VM image, not into the containers Azure ML jobs run in, so the path would name a file the job does not
+have (NCCL warns and ignores it). A job whose image has a topology file sets ``env.NCCL_TOPO_FILE`` itself.
 """
 
 from __future__ import annotations
 
 from cloudddp.catalog.skus import Sku
 
-_AZURE_TOPO = {
-    "Standard_ND96asr_v4": "/opt/microsoft/ndv4-topo.xml",
-    "Standard_ND96amsr_A100_v4": "/opt/microsoft/ndv4-topo.xml",
-    "Standard_ND96isr_H100_v5": "/opt/microsoft/ndv5-topo.xml",
-}
-
 
 def nccl_env_presets(sku: Sku) -> dict[str, str]:
     """Variables a multi-node job on this size should carry (the user's own values win)."""
     if sku.fabric == "infiniband" and sku.cloud == "azure":
-        env = {"NCCL_IB_PCI_RELAXED_ORDERING": "1", "NCCL_SOCKET_IFNAME": "eth0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-        if sku.size in _AZURE_TOPO:
-            env["NCCL_TOPO_FILE"] = _AZURE_TOPO[sku.size]
-        return env
+        return {"NCCL_IB_PCI_RELAXED_ORDERING": "1", "NCCL_SOCKET_IFNAME": "eth0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     if sku.fabric == "efa":
         env = {"FI_PROVIDER": "efa", "FI_EFA_USE_HUGE_PAGE": "0"}
         if sku.rdma:

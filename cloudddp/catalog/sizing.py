@@ -206,7 +206,9 @@ def choose(spec: JobSpec, target: SizeTarget) -> Selection:
         )
     selection = select(requirements_for(spec, target))
     if selection.chosen is None:
-        reasons = [f"{c.sku.size}: {'; '.join(c.reasons)}" for c in selection.candidates[:6]]
+        reasons = [f"{c.sku.size}: {'; '.join(c.reasons)}" for c in selection.candidates[:6]] or [
+            f"no {target.cloud} size in the catalog matches resources.* (a refusal always says why)"
+        ]
         what = f"{target.named} cannot run this job" if target.named else "no size in the catalog fits this job"
         raise UserError(
             what + ":\n    " + "\n    ".join(reasons),

@@ -176,6 +176,9 @@ def test_mpirun_gives_every_rank_the_open_mpi_variables(tmp_path: Path) -> None:
         "rank=0 size=2 local=0 master=127.0.0.1 from_job=yes",
         "rank=1 size=2 local=1 master=127.0.0.1 from_job=yes",
     ]
+    files = sorted(p.name for p in (tmp_path / "run" / "user_logs").iterdir())  # named as the runtime names them
+    assert files == ["std_log_process_00.txt", "std_log_process_01.txt"]
+    assert (tmp_path / "run" / "user_logs" / files[1]).read_text().startswith("rank=1 ")
 
 
 @pytest.mark.parametrize("mode", ["download", "ro_mount"])

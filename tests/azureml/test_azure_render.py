@@ -12,13 +12,15 @@ import pytest
 import yaml
 
 from cloudddp.backends.azureml import AzureMLBackend
+from cloudddp.backends.azureml.cluster import tier_mismatch
 from cloudddp.backends.azureml.environment import DEFAULT_ENVIRONMENT, environment_field
 from cloudddp.backends.azureml.inputs import uri_is_file
+from cloudddp.backends.azureml.limits import CLUSTER_NAME, suggest_cluster
 from cloudddp.backends.registry import load_spec, spec_from_dict
 from cloudddp.errors import UserError
 from cloudddp.plan import Plan
 
-from ..support.cli import ROOT
+from ..support.cli import ROOT, cli
 
 AZURE_JOB = ROOT / "jobs" / "cifar10-azureml.yaml"
 CIFAR_TARBALL = "https://azuremlexamples.blob.core.windows.net/datasets/cifar-10-python.tar.gz"
@@ -143,6 +145,8 @@ def test_the_default_environment_is_pinned_and_says_what_it_holds() -> None:
             "myregistry.azurecr.io/train@sha256:" + "ab" * 32,
             {"image": "myregistry.azurecr.io/train@sha256:" + "ab" * 32},
         ),
+        ("pytorch/pytorch:latest", {"image": "pytorch/pytorch:latest"}),  # Docker Hub, as azureml-examples name it
+        ("python:3.11-slim", {"image": "python:3.11-slim"}),  # an official Docker Hub image, with its tag
     ],
 )
 def test_environment_references_azure_ml_accepts(reference: str, field: Any, tmp_path: Path) -> None:
@@ -214,3 +218,72 @@ def test_settings_azure_ml_would_not_honour_are_refused() -> None:
     assert plan.request["compute"]["idle_time_before_scale_down"] == 60
     assert any("scaling down after 60 s idle" in d for d in plan.decisions)
     assert "queue_settings" not in yaml.safe_load(plan.documents["job.yml"])
+
+
+def test_a_gpu_size_missing_from_the_catalog_renders_with_a_warning_naming_what_is_unknown(tmp_path: Path) -> None:
+    plan = render("azureml.vm_size=Standard_NC16as_T4_v3", "resources.gpus_per_node=1", "resources.nodes=1")
+    assert plan.request["compute"]["size"] == "Standard_NC16as_T4_v3"
+    (warning,) = [w for w in plan.warnings if "not in cloudddp's catalog" in w]
+    assert warning.startswith("azureml.vm_size: Standard_NC16as_T4_v3 is not in cloudddp's catalog")
+    assert "GPUs, memory and interconnect are unknown to cloudddp" in warning
+    job, compute = loads_with_the_sdk(plan, tmp_path)
+    assert compute.size == "Standard_NC16as_T4_v3" and job.resources.instance_count == 1
+    two = render("azureml.vm_size=Standard_NC16as_T4_v3", "resources.gpus_per_node=1")  # no 'r': no InfiniBand
+    assert any("multi-node DDP over Ethernet does not scale" in w for w in two.warnings), two.warnings
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        (
+            "azureml.compute=a-cluster-name-of-25chars",
+            "azureml.compute: 'a-cluster-name-of-25chars' (25 characters) is not a name Azure ML accepts for a "
+            "cluster: 3 to 24 characters, letters, digits and '-', starting with a letter",
+        ),
+        (
+            "azureml.compute=gpu_cluster",
+            "azureml.compute: 'gpu_cluster' (11 characters) is not a name Azure ML accepts",
+        ),
+        (
+            "limits.max_runtime=10d",
+            "limits.max_runtime: 10 days is over the 7-day limit for a job on low-priority nodes",
+        ),
+    ],
+)
+def test_what_the_service_would_refuse_exits_2_at_render_naming_the_rule(override: str, says: str) -> None:
+    result = cli("render", str(AZURE_JOB), "-b", "azureml", "-o", "resources.spot=true", "-o", override)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert says in " ".join(result.stderr.split()), result.stderr
+
+
+def test_the_job_lifetime_limits_and_cluster_names_azure_ml_sets() -> None:
+    assert render("limits.max_runtime=10d").request["job"]["limits"]["timeout"] == 10 * 86400  # dedicated: 21 days
+    with pytest.raises(UserError, match="over the 21-day limit for a job on Azure ML"):
+        render("limits.max_runtime=22d")
+    assert render("limits.max_runtime=7d", "resources.spot=true").request["compute"]["tier"] == "low_priority"
+    assert render("azureml.compute=" + "c" * 24).request["compute"]["name"] == "c" * 24
+    with pytest.raises(UserError, match=r"azureml.compute: 'c1' \(2 characters\)"):
+        render("azureml.compute=c1")
+
+
+def test_the_clusters_cloudddp_suggests_have_names_azure_ml_accepts() -> None:
+    long = "team-vision-a100-train"  # 22 characters: with -dedicated it would be 32
+    for suffix in ("-lowpri", "-dedicated"):
+        assert CLUSTER_NAME.match(suggest_cluster(long, suffix)) and suggest_cluster(long, suffix).endswith(suffix)
+    assert suggest_cluster("gpu", "-lowpri") == "gpu-lowpri"
+    assert CLUSTER_NAME.match(suggest_cluster("9_gpus", ""))
+
+    class Cluster:
+        tier = "low_priority"
+
+    warning = tier_mismatch(long, Cluster(), spot=False)
+    assert warning is not None
+    suggested = warning.split("azureml.compute=", 1)[1].split(":", 1)[0]
+    assert CLUSTER_NAME.match(suggested) and len(suggested) <= 24, suggested
+
+
+def test_each_warning_is_given_once() -> None:
+    plan = render("limits.max_restarts=2", "azureml.vm_size=Standard_NC16as_T4_v3", "resources.gpus_per_node=1")
+    restarts = [w for w in plan.warnings if "do not restart failed processes" in w]
+    assert len(restarts) == 1 and restarts[0].startswith("restarts: "), plan.warnings
+    assert len(plan.warnings) == len(set(plan.warnings)) >= 3, plan.warnings

@@ -21,6 +21,7 @@ from cloudddp.api import Run
 from cloudddp.backends.azureml import AzureMLBackend
 from cloudddp.backends.registry import load_spec
 from cloudddp.cli.app import app
+from cloudddp.errors import CloudDDPError
 from cloudddp.runs.registry import Registry
 
 from ..support.azure_rig import (
@@ -31,6 +32,7 @@ from ..support.azure_rig import (
     WorkspaceModel,
     create_container,
     ml_transport,
+    rest_example,
 )
 from ..support.cli import ROOT
 from ..support.mlflow_server import MlflowServer
@@ -118,6 +120,39 @@ def test_growing_an_existing_cluster_changes_its_max_instances_and_nothing_else(
     assert len(model.compute_updates) == 1  # big enough now: left alone
 
 
+def test_growing_a_cluster_waits_for_succeeded_when_the_patch_answers_200_with_an_async_operation(
+    model: WorkspaceModel,
+) -> None:
+    """The PATCH is answered as ``Compute/patch.json`` answers it (200, ``Updating``, ``Azure-AsyncOperation``); its
+    operation answers InProgress three times. The job is submitted only after it answered Succeeded."""
+    assert rest_example("compute_patch")["status"] == 200  # the example the rig answers with
+    users_cluster(model)
+    model.update_polls = 3
+    steps = Steps()
+    b = backend(model, "grow-200")
+    b.launch(b.render(load_spec(AZURE_JOB, ["resources.nodes=3"])), progress=steps, checks=False)
+
+    polls = [
+        i for i, (method, path) in enumerate(model.calls) if method == "GET" and "/operations/compute-update-" in path
+    ]
+    submitted = next(i for i, (method, path) in enumerate(model.calls) if method == "PUT" and "/jobs/" in path)
+    assert len(polls) == 4 and polls[-1] < submitted  # InProgress ×3, then Succeeded, then the job
+    cluster = model.computes["gpu-cluster"]["properties"]
+    assert cluster["provisioningState"] == "Succeeded" and cluster["properties"]["scaleSettings"]["maxNodeCount"] == 4
+    waiting = [s for s in steps.lines if s.startswith("growing cluster gpu-cluster: InProgress")]
+    assert len(waiting) == 3 and any(s.startswith("cluster gpu-cluster grown") for s in steps.lines), steps.lines
+
+
+def test_a_cluster_update_that_fails_stops_the_submit_naming_the_cluster(model: WorkspaceModel) -> None:
+    users_cluster(model)
+    model.update_polls = 1
+    b = backend(model, "grow-fails")
+    model.update_outcome = "Failed"
+    with pytest.raises(CloudDDPError, match="growing cluster gpu-cluster ended Failed"):
+        b.launch(b.render(load_spec(AZURE_JOB, ["resources.nodes=3"])), checks=False)
+    assert not [c for c in model.calls if c[0] == "PUT" and "/jobs/" in c[1]], "no job sent to a cluster that failed"
+
+
 @pytest.mark.parametrize(
     ("tier", "spot", "says"),
     [
@@ -163,7 +198,7 @@ def test_following_logs_reads_only_the_bytes_added_since_the_last_poll(model: Wo
     model.set_job_status(name, "Completed")
     follower.join(timeout=30)
     assert seen == ["starting rank 0", "epoch 1 done", "half a line"]
-    reads = [r for path, r in forwarder.ranges if path.endswith("/std_log_process_0.txt")]
+    reads = [r for path, r in forwarder.ranges if path.endswith("/std_log_process_00.txt")]
     starts = [int(r.removeprefix("bytes=").split("-")[0]) for r in reads]
     assert starts == [0, len(first), len(first) + len("epoch 1 done\nhalf a li")], reads
 

@@ -14,7 +14,7 @@ import pytest
 
 from cloudddp.backends.azureml import AzureMLBackend
 from cloudddp.backends.azureml.workspace import find_workspace
-from cloudddp.backends.base import RunState
+from cloudddp.backends.base import PreflightFailed, RunState
 from cloudddp.backends.registry import load_spec
 from cloudddp.errors import UserError
 from cloudddp.runs.registry import Registry
@@ -57,7 +57,7 @@ def test_seed_scenario_two_ib_nodes_one_process_per_gpu_cluster_zero_to_four() -
     assert job["resources"]["instance_count"] == 2
     assert compute["size"] == "Standard_ND96asr_v4" and (compute["min_instances"], compute["max_instances"]) == (0, 4)
     assert job["environment_variables"]["NCCL_IB_PCI_RELAXED_ORDERING"] == "1"
-    assert job["environment_variables"]["NCCL_TOPO_FILE"] == "/opt/microsoft/ndv4-topo.xml"
+    assert "NCCL_TOPO_FILE" not in job["environment_variables"]  # /opt/microsoft/*-topo.xml is not in the container
     assert "${{inputs.cifar}}" in job["command"] and job["inputs"]["cifar"]["type"] == "uri_folder"
     assert not plan.warnings
 
@@ -256,6 +256,41 @@ def test_preflight_checks_workspace_size_and_quota(model: WorkspaceModel) -> Non
     assert checks[family].ok and "needs 192" in checks[family].detail
     over = {c.name: c for c in b.preflight(b.render(load_spec(AZURE_JOB, ["resources.nodes=3"])))}
     assert over[family].ok is False and over[family].fix
+
+
+@pytest.mark.slow
+def test_a_spot_job_counts_against_the_regional_low_priority_quota_not_the_family(model: WorkspaceModel) -> None:
+    """Usages named as in ``Usage/list.json``; NDASv4_A100 at zero dedicated cores, as specialized families start."""
+    model.set_usage("Standard NDASv4_A100 Family Cluster Dedicated vCPUs", limit=0)
+    b = backend(model)
+    checks = {c.name: c for c in b.preflight(b.render(load_spec(AZURE_JOB, ["resources.spot=true"])))}
+    regional = checks["low-priority quota (regional)"]
+    assert regional.ok and "the job needs 192" in regional.detail, regional
+    assert not [c for c in checks.values() if c.ok is not True], checks  # the family's dedicated zero is not asked
+    dedicated = {c.name: c for c in b.preflight(b.render(load_spec(AZURE_JOB)))}
+    assert dedicated["quota for standardNDASv4_A100Family"].ok is False  # the same job on dedicated nodes: refused
+
+    model.set_usage("Total Cluster LowPriority Regional vCPUs", limit=200, current=18)
+    over = b.render(load_spec(AZURE_JOB, ["resources.spot=true"]))
+    with pytest.raises(PreflightFailed) as refused:
+        b.launch(over)
+    assert refused.value.exit_code == 2 and not model.jobs
+    named = "low-priority quota (regional): Total Cluster LowPriority Regional vCPUs: 182 vCPUs free"
+    assert named in str(refused.value)
+
+
+@pytest.mark.slow
+def test_a_quota_lookup_that_matches_nothing_is_said_at_submit_naming_what_was_looked_for(
+    model: WorkspaceModel,
+) -> None:
+    model.usages = [u for u in model.usages if "NDASv4_A100" not in u["name"]["value"]]
+    b = backend(model, token="nomatch")
+    steps = Steps()
+    b.launch(b.render(load_spec(AZURE_JOB)), progress=steps)  # not a failed check: the job is submitted
+    looked = "'Standard NDASv4_A100 Family Cluster Dedicated vCPUs' (or 'standardNDASv4_A100Family')"
+    said = [s for s in steps.lines if s.startswith("warning: not checked: quota for standardNDASv4_A100Family")]
+    assert len(said) == 1 and looked in said[0], steps.lines
+    assert len(model.jobs) == 1
 
 
 @pytest.mark.slow

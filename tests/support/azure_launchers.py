@@ -21,7 +21,9 @@ What Azure ML does with a command job, and what this module does instead:
   Azure adds AZ_BATCHAI_MPI_MASTER_NODE (the head node's address; what Microsoft's own examples read on
   one node) and, on more than one node, AZ_BATCH_MASTER_NODE=``addr:port``. No MASTER_PORT. Here: a real
   Open MPI ``mpirun`` on this host (all ranks local, so OMPI_COMM_WORLD_LOCAL_SIZE is the world size).
-- Each process's output is ``user_logs/std_log_process_<rank>.txt`` (here too); ``AzureRun.logs[rank]``.
+- Each process's output is ``user_logs/std_log_process_<rank>.txt`` with the rank zero-padded to two digits
+  (``std_log_process_00.txt``, as azure-ai-ml's ``test_job_ops_helper.py`` models the runtime's files), under
+  either distribution (here too: ``log_name``); ``AzureRun.logs[rank]``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ from cloudddp.observe.metrics import MetricRecord, metrics_from_lines
 _REFERENCE = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z0-9_]+)\s*\}\}")
 _DATASTORE_URI = re.compile(r"^azureml://datastores/([^/]+)/paths/(.*)$")
 SHARED_MODES = {"ro_mount", "rw_mount"}
+
+
+def log_name(rank: int) -> str:
+    """The file the runtime writes a process's output to: ``std_log_process_00.txt`` for rank 0."""
+    return f"std_log_process_{rank:02d}.txt"
 
 
 @dataclass
@@ -183,7 +190,7 @@ class Started:
     outputs: dict[str, Path]
 
     def log_file(self, rank: int) -> Path:
-        return self.logs_dir / f"std_log_process_{rank}.txt"
+        return self.logs_dir / log_name(rank)
 
     def ended(self) -> bool:
         """Every process has exited, or one has failed (which ends the job on Azure ML)."""
@@ -319,4 +326,8 @@ def launch_mpi(job: dict[str, Any], work: Path, stores: Datastores, timeout: flo
         codes[rank] = done.returncode
     if done.returncode != 0:
         logs[0] = logs.get(0, "") + f"\n[mpirun exited {done.returncode}]\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+    user_logs = work / "user_logs"  # each rank's output as the runtime names it, as under PyTorch
+    user_logs.mkdir(parents=True, exist_ok=True)
+    for rank, text in logs.items():
+        (user_logs / log_name(rank)).write_text(text)
     return AzureRun(job["name"], codes, logs, inputs, outputs, {rank: env for rank in range(ranks)})

@@ -4,9 +4,11 @@
 ``azure.core.pipeline.transport.RequestsTransport``: it answers the Azure ML REST routes the SDK calls
 (workspace, code versions with the content-hash lookup and startPendingUpload, jobs, cancel, computes
 with async provisioning and the ``Compute - Update`` PATCH, datastores with their secrets, VM sizes,
-usages, the discovery document and run history) from an in-memory model. Blob traffic (code snapshots,
-log files) goes to Azurite over real HTTP: SAS URLs point at it directly, and the datastores' account
-URL (``http://devstoreaccount1.blob.rig.invalid``) is forwarded to it by ``BlobForwarder``.
+usages, the discovery document and run history) from an in-memory model. Where the REST spec has an example
+(tests/fixtures/azure_rest/: ``Usage/list.json``, ``Compute/patch.json``), the rig answers in its shape.
+Blob traffic (code snapshots, log files) goes to Azurite over real HTTP: SAS URLs point at it directly, and
+the datastores' account URL (``http://devstoreaccount1.blob.rig.invalid``) is forwarded to it by
+``BlobForwarder``.
 
 As on Azure ML, a job's logs are written under its ``default`` output
 (``azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.<job>``, container ``azureml``), and
@@ -45,6 +47,7 @@ import requests.structures
 import urllib3
 from requests.adapters import BaseAdapter
 
+from .azure_launchers import log_name
 from .cli import ROOT
 
 if TYPE_CHECKING:
@@ -131,6 +134,47 @@ class FakeCredential:
         return AccessToken("rig-token", int(time.time()) + 3600)
 
 
+REST_EXAMPLES = ROOT / "tests" / "fixtures" / "azure_rest"
+"""Responses from the REST spec's examples (with their source paths), in whose shape the rig answers."""
+
+
+def rest_example(name: str) -> dict[str, Any]:
+    """One stored REST example response: ``status``, ``headers``, ``body``."""
+    data: dict[str, Any] = json.loads((REST_EXAMPLES / f"{name}.json").read_text())
+    return data
+
+
+def usage_row(family: str, pool: str, current: int, limit: int) -> dict[str, Any]:
+    """A family's subscription-level usage row as ``Usage/list.json`` has them: ``family`` is the core of the
+    name ("NDASv4_A100"), ``pool`` ``Dedicated`` or ``LowPriority``."""
+    name = f"Standard {family} Family Cluster {pool} vCPUs"
+    return {
+        "id": f"/subscriptions/{SUB}/usages/{name.replace(' ', '_')}",
+        "type": "Microsoft.MachineLearningServices/vmFamily/usages",
+        "currentValue": current,
+        "limit": limit,
+        "name": {"value": name, "localizedValue": name},
+        "unit": "Count",
+    }
+
+
+def rig_usages() -> list[dict[str, Any]]:
+    """The region's usages: the REST example's rows, with room in the regional totals for the rig's jobs, and
+    the rows of the rig's families (NCADSA100v4 starts at zero dedicated cores, as specialized families do)."""
+    rows: list[dict[str, Any]] = copy.deepcopy(rest_example("usage_list")["body"]["value"])
+    for row in rows:
+        if row["name"]["value"].startswith("Total Cluster"):
+            row["limit"] = 400
+    rows += [
+        usage_row("NDASv4_A100", "Dedicated", 0, 192),
+        usage_row("NDASv4_A100", "LowPriority", 0, -1),
+        usage_row("NCADSA100v4", "Dedicated", 0, 0),
+        usage_row("NCADSA100v4", "LowPriority", 0, -1),
+        usage_row("DSv3", "Dedicated", 0, 24),
+    ]
+    return rows
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat()
 
@@ -159,6 +203,25 @@ class WorkspaceModel:
     _mlflow_store: Any = None
     run_times: dict[str, dict[str, str]] = field(default_factory=dict)
     """job -> the run history's startTimeUtc / endTimeUtc, stamped as the job's status moves."""
+    operations: dict[str, list[str]] = field(default_factory=dict)
+    """operation -> the states it still answers before ``Succeeded`` (cluster updates)."""
+    pending_scales: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    """operation -> (cluster, scale settings) applied when the update succeeds."""
+    update_polls: int = 2
+    """How many times a cluster update's operation answers ``InProgress`` first."""
+    update_outcome: str = "Succeeded"
+    """How a cluster update's operation ends (``Failed``: the scale settings stay as they were)."""
+    usages: list[dict[str, Any]] = field(default_factory=rig_usages)
+    """The region's quota rows, as ``Usages - List`` answers them (``set_usage`` changes one)."""
+
+    def set_usage(self, name: str, *, limit: int, current: int | None = None) -> None:
+        """Set the limit (and use) of the subscription-level usage row named ``name`` (its ``name.value``)."""
+        rows = [r for r in self.usages if r["name"]["value"] == name and "/workspaces/" not in r["id"]]
+        assert rows, f"no usage row named {name!r}"
+        for row in rows:
+            row["limit"] = limit
+            if current is not None:
+                row["currentValue"] = current
 
     # -- blob side -----------------------------------------------------------------------------
     def container_sas(self, container: str | None = None) -> str:
@@ -182,9 +245,10 @@ class WorkspaceModel:
         return ContainerClient.from_connection_string(conn, container or self.container)
 
     def write_log(self, job: str, process: int, text: str) -> None:
-        """Append to a job's std_log_process_N.txt in its artifact folder on Azurite (an append blob, as Azure
-        ML writes them while the job runs) and list it in the run's log files."""
-        name = f"user_logs/std_log_process_{process}.txt"
+        """Append to a job's ``std_log_process_NN.txt`` (zero-padded, as the runtime names them) in its artifact
+        folder on Azurite (an append blob, as Azure ML writes them while the job runs) and list it in the run's
+        log files."""
+        name = f"user_logs/{log_name(process)}"
         blob = self.container_client(ARTIFACT_CONTAINER).get_blob_client(f"ExperimentRun/dcid.{job}/{name}")
         if not blob.exists():
             blob.create_append_blob()
@@ -363,21 +427,8 @@ class WorkspaceAdapter(BaseAdapter):
                 },
                 {},
             )
-        if path.endswith("/usages"):
-            return (
-                200,
-                {
-                    "value": [
-                        {
-                            "name": {"value": "standardNDASv4_A100Family", "localizedValue": "NDASv4_A100"},
-                            "currentValue": 0,
-                            "limit": 192,
-                            "unit": "Count",
-                        }
-                    ]
-                },
-                {},
-            )
+        if path.endswith("/usages"):  # Usages - List, in the REST example's shape (long names, -1 = no limit)
+            return 200, {"value": copy.deepcopy(m.usages)}, {}
         if path.rstrip("/") == WS_PATH and method == "GET":
             props = {
                 "discoveryUrl": DISCOVERY,
@@ -410,7 +461,7 @@ class WorkspaceAdapter(BaseAdapter):
         if parts[0] == "computes":
             return self.computes(method, parts, body)
         if parts[0] == "operations":
-            return 200, {"status": "Succeeded"}, {}
+            return self.operation(parts[1] if len(parts) > 1 else "")
         if parts[0] == "datastores":
             return self.datastores(method, parts)
         m.unhandled.append(f"{method} {path}")
@@ -527,14 +578,44 @@ class WorkspaceAdapter(BaseAdapter):
             op = f"https://management.azure.com{WS_PATH}/operations/compute-{name}"
             return 201, m.computes[name], {"Azure-AsyncOperation": op}
         if method == "PATCH" and name in m.computes:  # Compute - Update: only scale settings can change
-            m.compute_updates.append((name, copy.deepcopy(body)))
-            scale = body["properties"]["properties"]["scaleSettings"]
-            m.computes[name]["properties"]["properties"]["scaleSettings"] = copy.deepcopy(scale)
-            op = f"https://management.azure.com{WS_PATH}/operations/compute-update-{name}"
-            return 202, None, {"Azure-AsyncOperation": op}
+            return self.update_compute(name, body)
         if method == "GET" and name in m.computes:
             return 200, m.computes[name], {}
         return self._not_found(f"compute {name}")
+
+    def update_compute(self, name: str, body: Any) -> Answer:
+        """``Compute - Update`` as the REST example (``Compute/patch.json``) answers it: its status (200), the
+        cluster with ``provisioningState: Updating`` and an ``Azure-AsyncOperation`` header. The operation
+        answers ``InProgress`` ``update_polls`` times, then ``update_outcome``; on ``Succeeded`` the new scale settings
+        apply."""
+        m = self.model
+        m.compute_updates.append((name, copy.deepcopy(body)))
+        op = f"compute-update-{name}-{len(m.compute_updates)}"
+        m.operations[op] = ["InProgress"] * m.update_polls
+        m.pending_scales[op] = (name, copy.deepcopy(body["properties"]["properties"]["scaleSettings"]))
+        compute = m.computes[name]
+        compute["properties"]["provisioningState"] = "Updating"
+        example = rest_example("compute_patch")
+        answer = {key: compute[key] for key in example["body"] if key in compute}
+        answer["properties"] = {
+            "computeType": compute["properties"].get("computeType", "AmlCompute"),
+            "provisioningState": "Updating",
+        }
+        headers = {key: f"https://management.azure.com{WS_PATH}/operations/{op}" for key in example["headers"]}
+        return example["status"], answer, headers
+
+    def operation(self, op: str) -> Answer:
+        """An asynchronous operation's status: a cluster update's as ``update_compute`` queued it; others done."""
+        m = self.model
+        if m.operations.get(op):
+            return 200, {"name": op, "status": m.operations[op].pop(0)}, {}
+        if op not in m.pending_scales:
+            return 200, {"name": op, "status": "Succeeded"}, {}
+        name, scale = m.pending_scales.pop(op)
+        if m.update_outcome == "Succeeded":
+            m.computes[name]["properties"]["properties"]["scaleSettings"] = scale
+        m.computes[name]["properties"]["provisioningState"] = m.update_outcome
+        return 200, {"name": op, "status": m.update_outcome}, {}
 
 
 class _Forwarder(BaseAdapter):

@@ -25,6 +25,7 @@ from cloudddp.backends.azureml.failures import failure_cause, failure_message, r
 from cloudddp.backends.azureml.logs import LogFiles
 from cloudddp.backends.azureml.mlflow_metrics import MlflowMetrics, tracking_uri
 from cloudddp.backends.azureml.options import AzureMLOptions
+from cloudddp.backends.azureml.quota import quota_checks, usage_of
 from cloudddp.backends.azureml.workspace import require_workspace, workspace_fields
 from cloudddp.backends.base import Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
@@ -79,7 +80,10 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
     options_model = AzureMLOptions
     cloud: ClassVar[str | None] = "azure"
     needs_credentials: ClassVar[bool] = True
-    sigterm_grace: ClassVar[int] = 30  # low-priority eviction notice (Azure Scheduled Events: at least 30 s)
+    # What CLOUDDDP_SIGTERM_GRACE says on Azure ML. Azure documents no signal to the job's processes on a
+    # low-priority eviction or a cancel (a preempted job fails with PreemptionError and is resubmitted from its
+    # checkpoints); 30 s is the VM's Scheduled Events notice, which a script may get, not a promise.
+    sigterm_grace: ClassVar[int] = 30
     spend_while_running: ClassVar[bool] = True  # the run history's start time × nodes × price, while the job runs
     capabilities: ClassVar[Capabilities] = Capabilities(
         unsupported={
@@ -111,6 +115,8 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         self.poll_seconds = poll_seconds
         self._clients: dict[tuple[str, str, str], Any] = {}
         self._failures: dict[str, tuple[Cause, str, dict[str, str]]] = {}
+        self._unchecked: dict[str, list[Check]] = {}
+        """job name -> its preflight checks that could not be made: said at launch, never passed in silence."""
 
     def size_target(self, spec: JobSpec) -> SizeTarget:
         az = self.options(spec)  # the cluster stays up (billed) for its scale-down delay after the job
@@ -221,6 +227,8 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             return Launched(name, info)
         except ResourceNotFoundError:
             pass
+        for check in self._unchecked.pop(name, []):
+            self._warn(f"not checked: {check.name}: {check.detail}", progress)
         cluster = self._existing_cluster(client, plan.request["compute"]["name"])
         if cluster is not None:
             self._warn_on_tier(plan, cluster, progress)
@@ -260,10 +268,16 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
 
         wanted = plan.request["compute"]
         warning = tier_mismatch(wanted["name"], cluster, spot=wanted["tier"] == "low_priority")
-        if warning and progress:
+        if warning:
+            AzureMLBackend._warn(warning, progress)
+
+    @staticmethod
+    def _warn(warning: str, progress: Progress | None) -> None:
+        """A warning at launch: on the progress when there is one, else as a Python warning."""
+        if progress:
             progress.step(f"warning: {warning}")
-        elif warning:
-            warnings.warn(warning, stacklevel=4)
+        else:
+            warnings.warn(warning, stacklevel=5)
 
     def _provision(self, client: Any, plan: Plan, current: Any, progress: Progress | None) -> None:
         """Create the cluster when it is missing; when it is smaller than the job, raise its max_instances
@@ -296,6 +310,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             url,
             scale_settings(current, wanted["max_instances"]),
             poll_seconds=self.poll_seconds,
+            progress=progress.step if progress else None,
         )
 
     def _create_cluster(self, client: Any, plan: Plan, progress: Progress | None) -> None:
@@ -497,7 +512,8 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         )
 
     def _preflight(self, plan: Plan) -> list[Check]:
-        """Workspace and credentials reachable; the size offered in the region; family quota enough."""
+        """Workspace and credentials reachable; the size offered in the region; quota enough, counted as Azure
+        counts it (quota.py: spot against the regional low-priority pool, dedicated against the family's)."""
 
         workspace = plan.target["workspace"]
         ws = require_workspace(workspace)
@@ -523,26 +539,13 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             )
             vcpus = _field(sizes[size.lower()], "v_cp_us", "vCPUs") if offered else None
             family = _field(sizes[size.lower()], "family", "family") if offered else None
-            usage = next(
-                (
-                    u
-                    for u in client.compute.list_usage(location=found.location)
-                    if family and _field(u, "name", "name", {}).get("value") == family
-                ),
-                None,
-            )
-            if usage is not None and vcpus:
-                free = (_field(usage, "limit", "limit") or 0) - (_field(usage, "current_value", "currentValue") or 0)
-                checks.append(
-                    Check(
-                        f"quota for {family}",
-                        free >= vcpus * nodes,
-                        f"{free} vCPUs free, the job needs {vcpus * nodes}",
-                        fix="request more quota for the VM family in the Azure portal (Usage + quotas)",
-                    )
-                )
+            if offered and family and vcpus:
+                usages = [usage_of(u) for u in client.compute.list_usage(location=found.location)]
+                spot = plan.request["compute"]["tier"] == "low_priority"
+                checks += quota_checks(usages, str(family), int(vcpus), nodes, spot=spot)
         except Exception as e:  # noqa: BLE001
             checks.append(Check(f"{size} offered and quota", None, f"could not check: {str(e).splitlines()[0]}"))
+        self._unchecked[plan.request["job"]["name"]] = [c for c in checks if c.ok is None]
         return checks
 
 

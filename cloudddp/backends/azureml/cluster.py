@@ -8,13 +8,21 @@ the one PowerShell's ``Update-AzMLWorkspaceCompute -MaxNodeCount`` uses), whose 
 settings: ``maxNodeCount`` raised, ``minNodeCount`` and ``nodeIdleTimeBeforeScaleDown`` as the cluster
 has them (the REST model defaults a missing ``minNodeCount`` to 0, so it is sent unchanged, not left out).
 The request goes through azure-core's public pipeline with the MLClient's credential and transport.
+
+The update is asynchronous whatever the status code: the REST example (``Compute/patch.json``) answers **200**
+with ``provisioningState: Updating`` and an ``Azure-AsyncOperation`` header, which azure-ai-ml's
+``begin_update`` polls (ARMPolling). So the operation is polled until it ends (``Succeeded``), on 200 as on 202,
+and without an operation URL the cluster itself is read until its ``provisioningState`` is ``Succeeded``; the
+job is submitted only to a cluster that has finished growing.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
+from cloudddp.backends.azureml.limits import suggest_cluster
 from cloudddp.errors import CloudDDPError
 
 ARM = "https://management.azure.com"
@@ -30,19 +38,20 @@ def tier_of(cluster: Any) -> str:
 
 
 def tier_mismatch(name: str, cluster: Any, spot: bool) -> str | None:
-    """A warning when the cluster's tier is not the one the job asks for (``resources.spot``), else None."""
+    """A warning when the cluster's tier is not the one the job asks for (``resources.spot``), else None; the
+    cluster it suggests has a name Azure ML accepts (limits.py)."""
     tier = tier_of(cluster)
     if spot and tier == "dedicated":
         return (
             f"cluster {name} is dedicated but the job asks for spot (resources.spot: true): it runs at the "
             f"dedicated price; to run it on low priority, name a low-priority cluster in azureml.compute "
-            f"(e.g. azureml.compute={name}-lowpri: cloudddp creates it)"
+            f"(e.g. azureml.compute={suggest_cluster(name, '-lowpri')}: cloudddp creates it)"
         )
     if not spot and tier == "low_priority":
         return (
             f"cluster {name} is low priority but the job is not spot (resources.spot: false): it can be "
-            f"preempted; name a dedicated cluster in azureml.compute (e.g. azureml.compute={name}-dedicated: "
-            f"cloudddp creates it), or set resources.spot: true"
+            f"preempted; name a dedicated cluster in azureml.compute (e.g. "
+            f"azureml.compute={suggest_cluster(name, '-dedicated')}: cloudddp creates it), or set resources.spot: true"
         )
     return None
 
@@ -64,10 +73,17 @@ def compute_url(subscription_id: str, resource_group: str, workspace: str, name:
 
 
 def grow(
-    credential: Any, transport: Any, url: str, body: dict[str, Any], *, poll_seconds: float, timeout: float = 1800
+    credential: Any,
+    transport: Any,
+    url: str,
+    body: dict[str, Any],
+    *,
+    poll_seconds: float,
+    timeout: float = 1800,
+    progress: Callable[[str], None] | None = None,
 ) -> None:
-    """PATCH the scale settings and wait for the operation when the service answers 202 (async). A transport
-    that was passed in is shared with the MLClient and left open."""
+    """PATCH the scale settings and wait until the update has succeeded, saying so on ``progress`` each poll. A
+    transport that was passed in is shared with the MLClient and left open."""
     from azure.core import PipelineClient
     from azure.core.pipeline.policies import HeadersPolicy, RetryPolicy, UserAgentPolicy
     from azure.mgmt.core.policies import ARMChallengeAuthenticationPolicy
@@ -80,28 +96,51 @@ def grow(
     ]
     client: Any = PipelineClient(ARM, policies=policies, **({"transport": transport} if transport is not None else {}))
     try:
-        _patch_and_wait(client, url, body, poll_seconds, timeout)
+        _patch_and_wait(client, url, body, poll_seconds, timeout, progress or (lambda _: None))
     finally:
         if transport is None:
             client.close()
 
 
-def _patch_and_wait(client: Any, url: str, body: dict[str, Any], poll_seconds: float, timeout: float) -> None:
+def _json(response: Any) -> dict[str, Any]:
+    data = response.json() if response.text() else {}
+    return data if isinstance(data, dict) else {}
+
+
+def _state_of(client: Any, url: str, operation: str | None) -> str:
+    """The operation's ``status``, or (no operation URL) the cluster's ``provisioningState``."""
+    from azure.core.rest import HttpRequest
+
+    response = client.send_request(HttpRequest("GET", operation or url))
+    response.raise_for_status()
+    data = _json(response)
+    if operation:
+        return str(data.get("status", ""))
+    return str(data.get("properties", {}).get("provisioningState", ""))
+
+
+def _patch_and_wait(
+    client: Any, url: str, body: dict[str, Any], poll_seconds: float, timeout: float, progress: Callable[[str], None]
+) -> None:
     from azure.core.rest import HttpRequest
 
     response = client.send_request(HttpRequest("PATCH", url, json=body))
     response.raise_for_status()
     operation = response.headers.get("Azure-AsyncOperation") or response.headers.get("Location")
-    if response.status_code != 202 or not operation:
+    state = str(_json(response).get("properties", {}).get("provisioningState", "") or "Updating")
+    if not operation and state.lower() == "succeeded":
         return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = client.send_request(HttpRequest("GET", operation))
-        status.raise_for_status()
-        state = str((status.json() if status.text() else {}).get("status", "")).lower()
-        if state in _DONE:
-            if state != "succeeded":
-                raise CloudDDPError(f"growing the cluster ended {state}: {status.text()[:300]}")
+    name = url.split("?", 1)[0].rsplit("/", 1)[-1]
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        state = _state_of(client, url, operation)
+        if state.lower() in _DONE:
+            if state.lower() != "succeeded":
+                raise CloudDDPError(
+                    f"growing cluster {name} ended {state}; see the cluster in Azure ML studio",
+                )
+            progress(f"cluster {name} grown ({time.monotonic() - started:.0f} s)")
             return
+        progress(f"growing cluster {name}: {state or 'Updating'} ({time.monotonic() - started:.0f} s)")
         time.sleep(poll_seconds)
-    raise CloudDDPError(f"growing the cluster did not finish in {timeout:.0f} s; see the cluster in Azure ML studio")
+    raise CloudDDPError(f"growing cluster {name} did not finish in {timeout:.0f} s; see the cluster in Azure ML studio")

@@ -18,9 +18,10 @@ from typing import Any
 from cloudddp.backends.azureml.environment import DEFAULT_ENVIRONMENT, environment_field
 from cloudddp.backends.azureml.environment import describe as describe_environment
 from cloudddp.backends.azureml.inputs import job_inputs
+from cloudddp.backends.azureml.limits import check_cluster_name, check_runtime
 from cloudddp.backends.azureml.options import AzureMLOptions
-from cloudddp.catalog import azure_rdma_by_name, disables_rdma, nccl_env_presets
-from cloudddp.catalog.sizing import decide
+from cloudddp.catalog import azure_rdma_by_name, disables_rdma, find, nccl_env_presets
+from cloudddp.catalog.sizing import SizeDecision, decide
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.code import requirements
 from cloudddp.code.shim import SHIPPED_AS
@@ -94,9 +95,28 @@ def _check_distribution(distribution: dict[str, Any]) -> None:
         )
 
 
+def unknown_size(spec: JobSpec, target: SizeTarget) -> SizeDecision | None:
+    """A GPU size named in ``azureml.vm_size`` that the catalog does not have: Azure ML may well run it (the
+    region's list says, at preflight), so it renders, with a warning of what cloudddp cannot check."""
+    if not target.named or find(target.named) is not None or not spec.resources.gpus_per_node:
+        return None
+    return SizeDecision(
+        target.named,
+        None,
+        warnings=[
+            f"{target.field}: {target.named} is not in cloudddp's catalog: its GPUs, memory and interconnect are "
+            "unknown to cloudddp, so it does not check resources.gpus_per_node against its GPU count or whether "
+            "it has InfiniBand, and gives no cost estimate (the preflight checks that the region offers it; "
+            "`az ml compute list-sizes` lists its GPUs and memory)"
+        ],
+    )
+
+
 def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sigterm_grace: int) -> Documents:
     docs = Documents(job={}, compute={})
     gpus, nodes = spec.resources.gpus_per_node, spec.resources.nodes
+    check_cluster_name(cluster_name(az))
+    check_runtime(spec.limits.max_runtime, spot=spec.resources.spot)
 
     snapshot = code_snapshot(spec)
     docs.decisions.append(
@@ -111,7 +131,7 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
             "before the program starts, into an environment over the image's Python (every job pays the install; "
             "an image with them in azureml.environment starts faster)"
         )
-    sizing = decide(spec, target, "VM size")
+    sizing = unknown_size(spec, target) or decide(spec, target, "VM size")
     size, sku = sizing.size, sizing.sku
     docs.decisions += sizing.decisions
     docs.warnings += sizing.warnings
@@ -184,11 +204,7 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         "process_count_per_instance": spec.resources.processes,
     }
     _check_distribution(distribution)
-    if spec.limits.max_restarts:
-        docs.warnings.append(
-            "Azure ML command jobs do not restart failed processes (limits.max_restarts); "
-            "resubmit the job and it resumes from its checkpoints"
-        )
+    # limits.max_restarts: the backend's capabilities (Feature.MAX_RESTARTS) say it once, as every caveat.
     if az.job_tier:
         raise UserError(
             f"azureml.job_tier: {az.job_tier} applies to serverless compute only "

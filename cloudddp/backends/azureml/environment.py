@@ -8,7 +8,9 @@ environment built on a Docker image:
 - ``azureml://registries/<registry>/environments/<name>/versions/<version>`` or ``.../labels/<label>``
   (an environment in a registry; the curated ones live in the ``azureml`` registry),
 - a Docker image, ``<host>/<repository>[:<tag>|@sha256:<digest>]``, which the job document carries as
-  ``environment: {image: ...}`` (the image needs Python and the job's packages).
+  ``environment: {image: ...}`` (the image needs Python and the job's packages); a Docker Hub image may be
+  named without its host, as azureml-examples do (``pytorch/pytorch:latest``; an official image such as
+  ``python:3.11`` with its tag, so that a bare word is not taken for an image).
 
 The default is the curated ACPT environment Azure/azureml-examples runs its PyTorch jobs on
 (``acpt-pytorch-2.8-cuda12.6``), pinned: version 14 is the newest release that still holds PyTorch 2.8
@@ -35,11 +37,18 @@ _IMAGE = re.compile(
     r"^(?P<host>[a-z0-9.-]+(?::[0-9]+)?)/(?P<path>[a-z0-9._/-]+)"
     r"(?::[A-Za-z0-9_.-]{1,128}|@sha256:[0-9a-f]{64})?$"
 )
+# A Docker Hub reference without its host: <namespace>/<repository> (a tag optional), or <repository>:<tag>.
+_HUB_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HUB = re.compile(
+    rf"^(?:(?P<namespace>{_HUB_PART})/)?{_HUB_PART}(?:/{_HUB_PART})*"
+    r"(?P<ref>:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})?$"
+)
 EXAMPLES = (
     "azureml:AzureML-acpt-pytorch-2.8-cuda12.6:14",
     "azureml:my-env@latest",
     "azureml://registries/azureml/environments/acpt-pytorch-2.8-cuda12.6/versions/14",
     "mcr.microsoft.com/azureml/openmpi5.0-ubuntu24.04:latest",
+    "pytorch/pytorch:latest",
 )
 
 
@@ -50,6 +59,9 @@ def environment_field(reference: str) -> str | dict[str, Any]:
         return ref
     image = _IMAGE.match(ref)
     if image and ("." in image["host"] or ":" in image["host"] or image["host"] == "localhost"):
+        return {"image": ref}
+    hub = _HUB.match(ref)
+    if hub and (hub["namespace"] or hub["ref"]) and not ref.startswith("azureml"):
         return {"image": ref}
     if ref.startswith("azureml://registries/"):
         why = "a registry environment ends in /versions/<version> or /labels/<label>"

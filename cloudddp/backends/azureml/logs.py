@@ -1,7 +1,8 @@
 """A job's log files, read where Azure ML writes them, a few new bytes at a time.
 
 Azure ML uploads each process's output to the job's artifact store while the job runs
-(``user_logs/std_log_process_<rank>.txt``, ``user_logs/std_log.txt`` for a single process): a folder that
+(``user_logs/std_log_process_<rank>.txt`` with the rank zero-padded, ``std_log_process_00.txt``, ``…_01``, as
+azure-ai-ml's own tests model them; ``user_logs/std_log.txt`` for a single process): a folder that
 the job lists as its ``default`` output (``azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.<job>``),
 which is where azure-ai-ml's own ``jobs.stream`` and ``jobs.download`` look too. This reads it with public
 APIs only: ``jobs.get`` (the ``default`` output), ``datastores.get(include_secrets=True)`` (the storage
@@ -22,6 +23,7 @@ from cloudddp.errors import CloudDDPError
 ARTIFACT_STORE = "workspaceartifactstore"
 _DATASTORE_URI = re.compile(r"^azureml://datastores/(?P<store>[^/]+)/(?:paths/)?(?P<prefix>.+?)/*$")
 PRIMARY = {"process_0", "std_log"}
+_PROCESS = re.compile(r"^std_log_process_(?P<rank>\d+)(?P<ps>_ps)?$")
 
 
 def log_location(job: Any) -> tuple[str, str]:
@@ -35,8 +37,19 @@ def log_location(job: Any) -> tuple[str, str]:
 
 
 def source_of(name: str) -> str:
-    """``process_3`` for ``user_logs/std_log_process_3.txt``; ``std_log`` for a single process's file."""
-    return PurePosixPath(name).stem.removeprefix("std_log_")
+    """``process_3`` for ``user_logs/std_log_process_03.txt`` (or ``…_3.txt``): the rank read as an integer, so
+    however the runtime pads it, rank 0 is ``process_0``; ``std_log`` for a single process's file."""
+    stem = PurePosixPath(name).stem
+    match = _PROCESS.match(stem)
+    if match:
+        return f"process_{int(match['rank'])}" + ("_ps" if match["ps"] else "")
+    return stem.removeprefix("std_log_")
+
+
+def _order(name: str) -> tuple[int, str]:
+    """Files by rank as a number (``…_10`` after ``…_2``), then by name."""
+    match = _PROCESS.match(PurePosixPath(name).stem)
+    return (int(match["rank"]) if match else -1, name)
 
 
 class LogFiles:
@@ -78,7 +91,8 @@ class LogFiles:
     def read(self, final: bool) -> list[LogLine]:
         """The lines written since the last read; a last line without its newline waits unless ``final``."""
         lines: list[LogLine] = []
-        blobs = sorted(self.container.list_blobs(name_starts_with=self.prefix + "user_logs/"), key=lambda b: b.name)
+        listed = self.container.list_blobs(name_starts_with=self.prefix + "user_logs/")
+        blobs = sorted(listed, key=lambda b: _order(b.name))
         for blob in blobs:
             name = blob.name[len(self.prefix) :]
             done = self.offsets.get(name, 0)
