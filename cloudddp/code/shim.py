@@ -31,6 +31,9 @@ from raw JSON; base64 has no character the shell changes)::
   file lock, so the other processes of the node wait and reuse it; the program then runs with that
   environment's ``python`` (first on ``PATH`` too, for a ``code.command``).
 
+Under an MPI launcher (``mpirun``: Azure ML's MPI distribution) it sets the torch.distributed variables from
+Open MPI's (:func:`mpi_environment`), so every program sees the same runtime contract as under torchrun.
+
 ``_cloudddp_launch.py --init COMMAND...`` is the container's PID 1 on SageMaker (see :func:`init`): it
 starts the image's own entry as its child and passes a stop's SIGTERM on to every process of the container.
 
@@ -88,6 +91,28 @@ def decode(text: str) -> str:
         return base64.b64decode(text.encode("ascii"), validate=True).decode("utf-8")
     except (binascii.Error, UnicodeError, ValueError) as e:
         raise SystemExit(f"{SHIPPED_AS}: the payload is neither JSON nor base64 ({e})") from None
+
+
+MPI_PORT = "29500"
+"""The rendezvous port when an MPI launcher names only the head node (torch's own default)."""
+
+
+def mpi_environment(env: dict[str, str]) -> dict[str, str]:
+    """The torch.distributed variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
+    ``MASTER_ADDR``, ``MASTER_PORT``) for a process an MPI launcher started, from what it set (Open MPI's
+    ``OMPI_COMM_WORLD_*``; Azure ML's ``AZ_BATCHAI_MPI_MASTER_NODE`` for the head node), so a script's
+    ``init_process_group("env://")`` works unchanged. What is set already is kept; nothing without MPI."""
+    if "OMPI_COMM_WORLD_RANK" not in env:
+        return {}
+    derived = {
+        "RANK": env["OMPI_COMM_WORLD_RANK"],
+        "WORLD_SIZE": env.get("OMPI_COMM_WORLD_SIZE", "1"),
+        "LOCAL_RANK": env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0"),
+        "LOCAL_WORLD_SIZE": env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1"),
+        "MASTER_ADDR": env.get("AZ_BATCHAI_MPI_MASTER_NODE", "127.0.0.1"),
+        "MASTER_PORT": MPI_PORT,
+    }
+    return {name: value for name, value in derived.items() if name not in env}
 
 
 def command(payload: dict[str, Any], python: str = sys.executable) -> list[str]:
@@ -268,6 +293,7 @@ def main() -> None:
     for name in payload.get("unset", []):  # what the platform set and the job must not get
         os.environ.pop(str(name), None)
     os.environ.update({str(k): str(v) for k, v in payload.get("env", {}).items()})
+    os.environ.update(mpi_environment(dict(os.environ)))
     python = sys.executable
     if payload.get("requirements"):
         python = environment_for(payload["requirements"]["file"], payload["requirements"]["digest"])

@@ -207,3 +207,61 @@ def test_a_uri_file_input_is_the_files_own_path_in_the_job(tmp_path: Path, mode:
     assert run.ok, run.describe()
     assert run.logs[0].splitlines()[0] == "a,b"
     assert run.logs[0].splitlines()[1].endswith("/labels.csv")
+
+
+ENV_SCRIPT = """
+import os
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")  # env://, as a tutorial script does: RANK, WORLD_SIZE, MASTER_ADDR/PORT
+total = torch.tensor([float(dist.get_rank())])
+dist.all_reduce(total)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()}, local {os.environ['LOCAL_RANK']} of "
+      f"{os.environ['LOCAL_WORLD_SIZE']}, sum {total.item():.0f}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_an_own_script_using_env_init_runs_under_the_mpi_distribution(stores: Datastores, tmp_path: Path) -> None:
+    reason = mpirun_unavailable()
+    if reason:
+        rig_unavailable(reason)
+    code = tmp_path / "own"
+    code.mkdir()
+    (code / "train.py").write_text(ENV_SCRIPT)
+    spec = spec_from_dict(
+        {
+            "name": "own-mpi",
+            "code": {"dir": str(code), "entry": "train.py"},
+            "resources": {"nodes": 2, "gpus_per_node": 0},  # one process per CPU node
+            "distribution": {"launcher": "mpi"},
+            "azureml": {"compute": "cpu-cluster", "vm_size": "Standard_D4s_v3"},
+        },
+        base_dir=tmp_path,
+    )
+    job: dict[str, Any] = AzureMLBackend(token="own").render(spec).request["job"]
+    assert "_cloudddp_launch.py" in job["command"], "under mpirun the launcher sets the torch.distributed variables"
+    run = launch_mpi(job, tmp_path / "run", stores)
+    assert run.ok, run.describe()
+    # The rig's one mpirun runs both "nodes" on this host, so Open MPI counts them as local to each other.
+    assert "rank 0 of 2, local 0 of 2, sum 1" in run.logs[0], run.describe()
+    assert "rank 1 of 2, local 1 of 2, sum 1" in run.logs[1], run.describe()
+
+
+def test_the_launcher_derives_the_torch_variables_from_open_mpis_and_keeps_what_is_set() -> None:
+    from cloudddp.code.shim import MPI_PORT, mpi_environment
+
+    ompi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
+    derived = mpi_environment({**ompi, "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "AZ_BATCHAI_MPI_MASTER_NODE": "10.0.0.4"})
+    assert derived == {
+        "RANK": "3",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "10.0.0.4",
+        "MASTER_PORT": MPI_PORT,
+    }
+    assert mpi_environment({**ompi, "MASTER_PORT": "7000"}).get("MASTER_PORT") is None  # set: kept
+    assert mpi_environment({"RANK": "0"}) == {}  # not under MPI: nothing

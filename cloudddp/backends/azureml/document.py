@@ -66,7 +66,8 @@ def _command(spec: JobSpec, args: list[str], bindings: dict[str, str]) -> str:
     (``${{outputs.model}}``) are set in front of it, because only the command is resolved by Azure ML;
     ${{...}} references are left unquoted, everything else is shlex-quoted. A job that declares metrics
     or requirements runs under the shipped launcher, which logs the metrics to the job's MLflow run
-    (Studio's metrics) and installs the requirements on each node before the program starts."""
+    (Studio's metrics) and installs the requirements on each node before the program starts; so does every job
+    of the MPI distribution, where the launcher sets the torch.distributed variables from Open MPI's."""
     if spec.code.command is not None:
         program = list(spec.code.command)
     else:
@@ -77,7 +78,7 @@ def _command(spec: JobSpec, args: list[str], bindings: dict[str, str]) -> str:
     reqs = requirements.of(spec)
     if reqs is not None:
         shim["requirements"] = {"file": requirements.FILE, "digest": reqs.digest}
-    if shim:
+    if shim or spec.distribution.launcher == "mpi":  # under mpirun the launcher sets RANK, WORLD_SIZE, ...
         payload = json.dumps(shim, separators=(",", ":"))
         program = ["python", SHIPPED_AS, "--cloudddp-00", payload, "--", *program]
     quoted = [a if a.startswith("${{") else shlex.quote(a) for a in [*program, *args]]
