@@ -12,11 +12,10 @@ import pytest
 from cloudddp.api import Job, Run
 from cloudddp.catalog import find
 from cloudddp.catalog.bill import Bill
-from cloudddp.catalog.sizing import is_shared_script
 from cloudddp.catalog.stepstore import Measured, StepStore, measure, size_key
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.runs.budget import over_budget, stop_cost
-from cloudddp.spec.model import job_key
+from cloudddp.spec.model import is_shared_script, job_key
 
 from .support.cli import FIXTURES, ROOT, cli
 

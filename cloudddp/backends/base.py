@@ -63,7 +63,7 @@ from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import CloudDDPError, RunNotFound, UserError
 from cloudddp.observe.metrics import MetricRecord, Pattern, metrics_from_lines, patterns_from
 from cloudddp.plan import Plan
-from cloudddp.spec.model import JobSpec, job_key
+from cloudddp.spec.model import JobSpec, is_shared_script, job_key
 
 
 @dataclass
@@ -303,6 +303,16 @@ class Backend(abc.ABC, Generic[OptionsT]):
         A backend whose run ids are fresh at every launch needs nothing (the default)."""
         return plan
 
+    def _resume_notes(self, spec: JobSpec) -> list[str]:
+        """For a script other than the shared one (which checkpoints by itself), what makes a resubmit resume:
+        its own saves, only where they outlive the run."""
+        if not spec.checkpoint.enabled or is_shared_script(spec):
+            return []
+        return [
+            "your script: a resubmit resumes only if it saves its progress under $CLOUDDDP_CHECKPOINT_DIR and "
+            "loads it from there at start; what it writes in its working folder is discarded with the run"
+        ]
+
     def _recovery_notes(self, spec: JobSpec) -> tuple[list[str], list[str]]:
         """What the plan says about ``limits.recover_to: next_size`` (decisions, warnings): here, that it has no
         effect; a backend that chooses sizes names where a recovery would move (:class:`~.sized.SizedBackend`)."""
@@ -331,6 +341,7 @@ class Backend(abc.ABC, Generic[OptionsT]):
         with self._errors():
             plan = self._render(spec)
         plan.warnings += [f"{f.value}: {why}" for f, why in self.capabilities.caveats.items() if f in used]
+        plan.decisions += self._resume_notes(spec)
         plan.metrics = [m.model_dump() for m in spec.metrics]
         plan.step_key = job_key(spec)
         decisions, warnings = self._recovery_notes(spec)

@@ -2,8 +2,8 @@
 
 The workload for the cost model comes from the shared training script's arguments (``--model``,
 ``--dataset``, ``--epochs``, ``--batch-size``) and the spec's checkpoint settings — only when the entry
-script *is* the shared script, which carries a marker line (:data:`SHARED_SCRIPT_MARKER`). For any other
-script the model cannot know the speed, so the estimate says so and asks for the figures it needs:
+script *is* the shared script, which carries a marker line (:data:`cloudddp.spec.model.SHARED_SCRIPT_MARKER`).
+For any other script the model cannot know the speed, so the estimate says so and asks for the figures it needs:
 ``resources.step_time`` (seconds per optimizer step, measured) and ``resources.steps`` (steps of the whole
 job). A step time measured on a finished run of the same job on the same size (:mod:`cloudddp.catalog.stepstore`)
 replaces the model's (or the given) figure on that size, and the plan says so.
@@ -33,11 +33,8 @@ from cloudddp.catalog.model import DATASET_BYTES, DATASET_SAMPLES
 from cloudddp.catalog.stepstore import Measured, StepStore
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import UserError
-from cloudddp.spec.model import JobSpec, job_key
+from cloudddp.spec.model import JobSpec, is_shared_script, job_key
 
-SHARED_SCRIPT_MARKER = b'SHARED_SCRIPT = "cloudddp-shared-train"'
-"""The line that marks ``src_train/train.py`` (and copies of it) as the shared script whose arguments the cost
-model reads."""
 GIVEN_STEP_BASIS = (
     "resources.step_time, applied as given on every size (the model does not know this "
     "script: neither another GPU's speed nor the all-reduce across GPUs is accounted for)"
@@ -52,17 +49,6 @@ def script_arg(args: list[str], name: str) -> str | None:
         if a.startswith(name + "="):
             return a.split("=", 1)[1]
     return None
-
-
-def is_shared_script(spec: JobSpec) -> bool:
-    """The entry script is cloudddp's shared training script (it carries :data:`SHARED_SCRIPT_MARKER`)."""
-    if spec.code.command is not None or not spec.code.entry:
-        return False
-    try:
-        with open(spec.code_dir / spec.code.entry, "rb") as f:
-            return SHARED_SCRIPT_MARKER in f.read(65_536)
-    except OSError:
-        return False
 
 
 @dataclass(frozen=True)

@@ -530,3 +530,19 @@ def job_key(spec: JobSpec) -> str:
         "args": _without_flag(list(spec.code.args), EPOCHS_FLAG),
     }
     return f"{spec.name}-{hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]}"
+
+
+SHARED_SCRIPT_MARKER = b'SHARED_SCRIPT = "cloudddp-shared-train"'
+"""The line that marks ``src_train/train.py`` (and copies of it) as cloudddp's shared script: the one whose
+arguments the cost model reads and which checkpoints into ``CLOUDDDP_CHECKPOINT_DIR`` by itself."""
+
+
+def is_shared_script(spec: JobSpec) -> bool:
+    """The entry script is cloudddp's shared training script (it carries :data:`SHARED_SCRIPT_MARKER`)."""
+    if spec.code.command is not None or not spec.code.entry:
+        return False
+    try:
+        with open(spec.code_dir / spec.code.entry, "rb") as f:
+            return SHARED_SCRIPT_MARKER in f.read(65_536)
+    except OSError:
+        return False

@@ -46,7 +46,7 @@ from cloudddp.runtime import (
     packed,
     snapshot_upload,
 )
-from cloudddp.spec.model import JobSpec, job_key
+from cloudddp.spec.model import JobSpec, is_shared_script, job_key
 from cloudddp.spec.secrets import redacted_spec_data
 
 RUN_DIR, PORT, PYTHON = late("RUN_DIR"), late("PORT"), late("PYTHON")
@@ -222,6 +222,7 @@ class LocalBackend(Backend[LocalOptions]):
             "env": env,
             "nodes": nodes,
             "requirements": list(reqs.lines) if reqs else [],
+            "own_script": not is_shared_script(spec),  # name the files it leaves in its working folder
         }
         return Plan(
             backend=self.name,
@@ -292,6 +293,8 @@ class LocalBackend(Backend[LocalOptions]):
         code = run.path / "code"  # where the plan's code upload goes: {RUN_DIR}/code
         for upload in plan.uploads:
             extract(packed(upload), code)  # the code snapshot, as a cloud job gets it
+        if plan.request.get("own_script"):
+            run.remember_code_files()
         if "PYTHON" in plan.late:
             reqs = requirements.Requirements(tuple(plan.request["requirements"]), "requirements", shipped=False)
             if progress:
@@ -344,6 +347,14 @@ class LocalBackend(Backend[LocalOptions]):
             # The supervisor is gone without writing an end state (killed -9, machine rebooted).
             state, message = RunState.FAILED, "the run's supervisor exited unexpectedly"
             cause = Cause.INFRASTRUCTURE
+        details = {k: st[k] for k in ("exit_codes", "failure", "restarts") if k in st} | {"run_dir": str(run.path)}
+        left = run.left_behind() if state.terminal else []
+        if left:
+            details["left_behind"] = left
+            message += (
+                f"; {', '.join(left)} {'was' if len(left) == 1 else 'were'} written in the working folder and "
+                "discarded with the run: save what must last under $CLOUDDDP_CHECKPOINT_DIR"
+            )
         return RunStatus(
             run_id=run_id,
             backend=self.name,
@@ -353,7 +364,7 @@ class LocalBackend(Backend[LocalOptions]):
             message=message,
             created_at=st.get("created_at"),
             ended_at=st.get("ended_at"),
-            details={k: st[k] for k in ("exit_codes", "failure", "restarts") if k in st} | {"run_dir": str(run.path)},
+            details=details,
             cause=cause,
         )
 

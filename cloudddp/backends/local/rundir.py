@@ -7,6 +7,8 @@ runs/<run_id>/
     logs/node<i>.log what each torchrun "node" printed, rank-prefixed
     ranks/           torchrun's per-rank stdout/stderr files, by attempt
     metrics.jsonl    rank 0's metric records, one JSON object a line
+    code/            the code snapshot, unpacked: the processes' working folder
+    code-files.json  what the snapshot held, for a script other than the shared one (to name what it left there)
     outputs/         CLOUDDDP_OUTPUT_DIR: the final model
     supervisor.log   the supervisor's own messages
 """
@@ -55,6 +57,23 @@ class RunDir:
     def ranks(self) -> Path:
         return self.path / "ranks"
 
+    @property
+    def code(self) -> Path:
+        return self.path / "code"
+
+    def remember_code_files(self) -> None:
+        """Note what the unpacked snapshot holds, so files the script writes next to it can be named later."""
+        (self.path / "code-files.json").write_text(json.dumps(sorted(_files(self.code))))
+
+    def left_behind(self, limit: int = 5) -> list[str]:
+        """Files the script wrote into its working folder (not in the snapshot, not Python's caches): discarded
+        with the run. [] when the snapshot's files were not noted (the shared script, which checkpoints)."""
+        noted = self.path / "code-files.json"
+        if not noted.is_file() or not self.code.is_dir():
+            return []
+        shipped = set(json.loads(noted.read_text()))
+        return sorted(_files(self.code) - shipped)[:limit]
+
     def node_log(self, node: int) -> Path:
         return self.path / "logs" / f"node{node}.log"
 
@@ -87,3 +106,11 @@ def write_json_atomic(path: Path, data: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _files(folder: Path) -> set[str]:
+    found = set()
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        found |= {Path(root, f).relative_to(folder).as_posix() for f in files if not f.endswith(".pyc")}
+    return found
