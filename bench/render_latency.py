@@ -3,8 +3,9 @@ and the Azure ML render vs. the same render by the first round's code (commit FI
 
 All are timed as whole processes (interpreter start, imports, build, print), which is what a person
 waits for. The SDK scripts are in bench/baselines/; the first round's package is taken from git history into a
-temporary folder and run with the same interpreter and packages. The Azure ML row also records the import
-profile of a render (``python -X importtime``): the modules whose own import took longest.
+temporary folder and run with the same interpreter and packages, both with their bytecode compiled first (as
+an installed package has it). The Azure ML row also records the import profile of a render (``python -X
+importtime``): the modules whose own import took longest.
 """
 
 from __future__ import annotations
@@ -77,6 +78,10 @@ def _against_first_round(reps: int) -> list[Result]:
             print(f"render: no {FIRST_ROUND} in this clone's history; the comparison row is left out", file=sys.stderr)
             return []
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        # Both trees with their bytecode, as an installed package has it (pip compiles at install): with
+        # PYTHONDONTWRITEBYTECODE set, every import would otherwise compile the source again on each run.
+        for tree in (ROOT / "cloudddp", Path(tmp) / "cloudddp"):
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree)], check=True, capture_output=True)
         ours_cmd = cloudddp("render", str(ROOT / job), "--backend", "azureml")
         then_cmd = [sys.executable, "-m", "cloudddp", "render", str(Path(tmp) / job), "--backend", "azureml"]
         then_env = {"PYTHONPATH": tmp}
