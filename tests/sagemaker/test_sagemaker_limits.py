@@ -15,7 +15,15 @@ import yaml
 
 from cloudddp.backends.registry import load_spec
 from cloudddp.backends.sagemaker import SageMakerBackend
-from cloudddp.backends.sagemaker.limits import LIMITS, MAX_RUNTIME_SECONDS, Count, Number, Text, check
+from cloudddp.backends.sagemaker.limits import (
+    LIMITS,
+    MAX_RUNTIME_SECONDS,
+    Count,
+    Number,
+    Text,
+    check,
+    training_instance_types,
+)
 from cloudddp.errors import UserError
 
 from ..support.cli import ROOT, cli
@@ -248,3 +256,37 @@ def test_unicode_letters_and_spaces_are_valid_in_tags() -> None:
     request = _request()
     request["Tags"].append({"Key": "équipe ml", "Value": "données: 日本 = 1+1 @ /x_y.z-w"})
     check(request)
+
+
+def test_the_training_instance_types_are_botocores_enum() -> None:
+    """Equal to the enum of the botocore the data was taken from; a newer botocore (a fresh venv) may list types
+    AWS added since: those are named in a warning (refresh the data), and none of ours may have gone."""
+    import warnings
+
+    import botocore
+
+    enum = set(_model().shape_for("TrainingInstanceType").enum)
+    ours = set(training_instance_types())
+    data = json.loads((ROOT / "cloudddp" / "data" / "sagemaker_training_instance_types.json").read_text())
+    taken_from = tuple(int(p) for p in re.findall(r"botocore (\d+)\.(\d+)\.(\d+)", data["source"])[0])
+    installed = tuple(int(p) for p in botocore.__version__.split(".")[:3])
+    assert ours <= enum, f"types botocore {botocore.__version__} no longer lists: {sorted(ours - enum)}"
+    if installed == taken_from:
+        assert ours == enum
+    elif enum - ours:
+        warnings.warn(
+            f"botocore {botocore.__version__} lists newer training types: {sorted(enum - ours)}", stacklevel=1
+        )
+
+
+def test_a_mistyped_instance_type_exits_2_at_render_naming_the_closest_type() -> None:
+    result = cli(
+        "render",
+        str(SMDDP_JOB),
+        "-b",
+        "sagemaker",
+        "-o",
+        "sagemaker.instance_type=ml.c5.xlarg",
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "'ml.c5.xlarg' is not a SageMaker training instance type; did you mean 'ml.c5.xlarge'?" in result.stderr

@@ -11,13 +11,19 @@ field, the limit and the spec field that feeds it.
 
 from __future__ import annotations
 
+import difflib
+import functools
+import json
 import re
 import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 from cloudddp.errors import UserError
+
+TYPES_FILE = "sagemaker_training_instance_types.json"
 
 
 @dataclass(frozen=True)
@@ -210,3 +216,24 @@ def check(request: Mapping[str, Any]) -> None:
             raise _fail(
                 "Tags", f"Tags key {tag['Key']!r}: the prefix {RESERVED_TAG_PREFIX!r} (in any case) is reserved for AWS"
             )
+
+
+@functools.cache
+def training_instance_types() -> tuple[str, ...]:
+    """The instance types CreateTrainingJob accepts (botocore's ``TrainingInstanceType`` enum, kept as dated data
+    in ``cloudddp/data/sagemaker_training_instance_types.json``; a test holds it equal to the installed botocore's)."""
+    data = json.loads(resources.files("cloudddp").joinpath("data").joinpath(TYPES_FILE).read_text())
+    return tuple(data["types"])
+
+
+def check_instance_type(name: str) -> None:
+    """A UserError (exit 2) naming the closest real type when ``name`` is no SageMaker training instance type."""
+    known = training_instance_types()
+    if name in known:
+        return
+    guess = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+    tip = f"; did you mean '{guess[0]}'?" if guess else ""
+    raise UserError(
+        f"sagemaker.instance_type: {name!r} is not a SageMaker training instance type{tip}",
+        hint="`cloudddp skus --backend sagemaker` ranks the types that fit the job",
+    )

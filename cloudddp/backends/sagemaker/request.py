@@ -25,7 +25,7 @@ from typing import Any
 
 from cloudddp.backends.sagemaker.efa import plugin_picks_protocol, sagemaker_efa
 from cloudddp.backends.sagemaker.images import training_image
-from cloudddp.backends.sagemaker.limits import LIMITS
+from cloudddp.backends.sagemaker.limits import LIMITS, check_instance_type
 from cloudddp.backends.sagemaker.limits import check as check_limits
 from cloudddp.backends.sagemaker.options import SageMakerOptions
 from cloudddp.backends.sagemaker.volumes import check_isolation, check_volume
@@ -154,6 +154,8 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     prefix = f"s3://{bucket}/{sm.prefix.strip('/')}"
 
     gpus = spec.resources.gpus_per_node
+    if sm.instance_type:
+        check_instance_type(sm.instance_type)  # before the catalog: a typo is named as one, with the closest type
     sizing = decide(spec, target, "instance type")
     instance_type, sku = sizing.size, sizing.sku
     r.decisions += sizing.decisions
