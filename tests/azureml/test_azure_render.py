@@ -287,3 +287,10 @@ def test_each_warning_is_given_once() -> None:
     restarts = [w for w in plan.warnings if "do not restart failed processes" in w]
     assert len(restarts) == 1 and restarts[0].startswith("restarts: "), plan.warnings
     assert len(plan.warnings) == len(set(plan.warnings)) >= 3, plan.warnings
+
+
+def test_a_vm_size_one_character_off_a_catalog_size_is_named_as_a_likely_typo() -> None:
+    plan = AzureMLBackend(token="t").render(load_spec(AZURE_JOB, ["azureml.vm_size=Standard_ND96asr_v44"]))
+    assert any("Standard_ND96asr_v44 (did you mean 'Standard_ND96asr_v4'?)" in w for w in plan.warnings), plan.warnings
+    real = AzureMLBackend(token="t").render(load_spec(AZURE_JOB, ["azureml.vm_size=Standard_NC16as_T4_v3"]))
+    assert not any("did you mean" in w for w in real.warnings)  # a real size of another shape is no typo
