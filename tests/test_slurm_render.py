@@ -285,9 +285,12 @@ def test_the_rendered_script_runs_under_bash_with_slurm_variables(tmp_path: Path
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]"}
-    done = subprocess.run(
-        ["bash", "-c", plan.documents["job.sbatch"]], capture_output=True, text=True, env=env, cwd=tmp_path
-    )
+    script = plan.documents["job.sbatch"]
+    assert "--rdzv-id" not in script  # the id is not in any argv (ps); torchrun reads PET_RDZV_ID
+    unnamed = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert unnamed.returncode != 0 and "PET_RDZV_ID" in unnamed.stderr and not (tmp_path / "srun.args").exists()
+    env["PET_RDZV_ID"] = "0123456789abcdef0123456789abcdef"  # what submit puts in sbatch's environment
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     srun_args = (tmp_path / "srun.args").read_text().split("\0")[:-1]
     at = srun_args.index("cloudddp-node")

@@ -1,7 +1,8 @@
 """The local backend: torchrun on this machine, supervised by a detached process.
 
 ``launch`` starts ``python -m cloudddp.backends.local.supervisor`` in a new session; the supervisor
-starts one ``python -m torch.distributed.run`` per "node" (c10d rendezvous on 127.0.0.1), tees their
+starts one ``python -m torch.distributed.run`` per "node" (c10d rendezvous through a store it hosts on
+127.0.0.1 only, joined by a random id from the environment: see ``rendezvous.py``), tees their
 output into the run folder, enforces the runtime limit and records how the run ended. So ``status``,
 ``logs``, ``metrics`` and ``cancel`` work from any shell, after the submitting CLI has exited.
 """
@@ -25,6 +26,7 @@ from typing import Any, ClassVar
 from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.local.options import LocalOptions
+from cloudddp.backends.local.rendezvous import ID_VARIABLE, LOOPBACK
 from cloudddp.backends.local.rundir import RunDir, write_json_atomic
 from cloudddp.catalog.bill import Bill, Figure
 from cloudddp.catalog.sizing import find_workload
@@ -199,11 +201,10 @@ class LocalBackend(Backend[LocalOptions]):
                 "--rdzv-backend",
                 "c10d",
                 "--rdzv-endpoint",
-                f"127.0.0.1:{PORT}",
-                "--rdzv-id",
-                spec.name,
+                f"{LOOPBACK}:{PORT}",
+                # no --rdzv-id: the supervisor passes a random one in PET_RDZV_ID, never in argv
                 "--rdzv-conf",
-                f"is_host={int(node == 0)}",
+                "is_host=0",  # the supervisor hosts the store, on loopback only
                 "--max-restarts",
                 str(spec.limits.max_restarts),
                 "--log-dir",
@@ -219,6 +220,7 @@ class LocalBackend(Backend[LocalOptions]):
             "nnodes": nnodes,
             "nproc_per_node": nproc,
             "max_runtime": spec.limits.max_runtime,
+            "rendezvous_port": PORT,
             "env": env,
             "nodes": nodes,
             "requirements": list(reqs.lines) if reqs else [],
@@ -507,6 +509,11 @@ def _shell_script(request: dict[str, Any], archive: Path) -> str:
     code = shlex.quote(request["cwd"])
     lines = ["#!/usr/bin/env bash", f"mkdir -p {code} && tar xzf {shlex.quote(str(archive))} -C {code}", f"cd {code}"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in request["env"].items()]
+    lines += [
+        f"export {ID_VARIABLE}=$(python -c 'import secrets; print(secrets.token_hex(16))')",
+        f"python -m cloudddp.backends.local.rendezvous {shlex.quote(str(request['rendezvous_port']))} &"
+        "  # the rendezvous store, on 127.0.0.1 only",
+    ]
     for node in request["nodes"]:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in node["env"].items())
         amp = " &" if len(request["nodes"]) > 1 else ""

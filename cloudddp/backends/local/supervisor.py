@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from cloudddp.backends.base import RunState
 from cloudddp.backends.local import LocalBackend
+from cloudddp.backends.local.rendezvous import ID_VARIABLE, host_store, new_rdzv_id
 from cloudddp.backends.local.rundir import RunDir
 from cloudddp.catalog.stepstore import keep_measured
 from cloudddp.observe.metrics import PREFIX, parse_line, patterns_from
@@ -44,6 +45,7 @@ class Supervisor:
         self.stop_reason: str | None = None
         self.stopping = threading.Event()
         self.procs: list[subprocess.Popen[str]] = []
+        self.store: Any = None
         self.patterns = patterns_from(self.plan.get("metrics", []))
         self.first_failed: int | None = None
         """The node whose agent failed first (the others were stopped because of it)."""
@@ -68,7 +70,9 @@ class Supervisor:
                         metrics.flush()
 
     def start(self) -> None:
-        base_env = {**os.environ, **self.env}
+        # The store lives as long as this process; its id reaches the agents' environment only.
+        self.store = host_store(int(self.request["rendezvous_port"]))
+        base_env = {**os.environ, **self.env, ID_VARIABLE: new_rdzv_id()}
         for node in self.request["nodes"]:
             proc = subprocess.Popen(
                 node["argv"],

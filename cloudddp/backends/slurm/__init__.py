@@ -25,7 +25,7 @@ from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Pro
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.slurm.logs import Labels, follow_batches
 from cloudddp.backends.slurm.options import SlurmOptions
-from cloudddp.backends.slurm.script import Job, Layout, render_script
+from cloudddp.backends.slurm.script import RDZV_ID_VARIABLE, Job, Layout, render_script
 from cloudddp.backends.slurm.shell import Shell
 from cloudddp.backends.slurm.state import (
     LIVE,
@@ -248,6 +248,8 @@ class SlurmBackend(Backend[SlurmOptions]):
         shell.run(["mkdir", "-p", *req["folders"]])
         shell.write(req["script_path"], plan.documents["job.sbatch"].encode())
         carried = {name: plan.reveal(req["env"][name]) for name in req["env_from_submit"]}
+        if req["launch"] == "torchrun":
+            carried[RDZV_ID_VARIABLE] = _random.token_hex(16)  # a rendezvous only the job can name
         job_id = shell.run_with_env(req["sbatch"], carried).split(";")[0].strip()
         if progress:
             progress.step(f"submitted Slurm job {job_id} ({req['run_id']}) {shell.where}")
