@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import stat
 import tarfile
 import time
 import zlib
@@ -329,3 +330,18 @@ def test_an_ignore_line_whose_range_is_reversed_is_a_user_error(tmp_path: Path) 
     (root / "train.py").write_text("print('train')\n")
     with pytest.raises(UserError, match="not a valid pattern"):
         pack(root, ["[z-a].py"])  # pathspec's regex fails to compile (re.error, not ValueError)
+
+
+def test_a_fifo_or_device_in_the_folder_is_refused_by_name_without_being_opened(tmp_path: Path) -> None:
+    """Opening a FIFO with no writer blocks forever (render hung); it is refused from its stat alone."""
+    (tmp_path / "train.py").write_text("print(1)\n")
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(UserError, match=r"pipe in .* is a FIFO \(named pipe\), not a regular file") as refused:
+        pack(tmp_path)
+    assert "/pipe" in (refused.value.hint or "")  # the ignore line that leaves it out
+    (tmp_path / ".cloudddpignore").write_text("/pipe\n")
+    assert pack(tmp_path).files == (".cloudddpignore", "train.py")
+    if os.geteuid() == 0:  # only root may make a device node
+        os.mknod(tmp_path / "null", stat.S_IFCHR | 0o600, os.makedev(1, 3))  # what /dev/null is
+        with pytest.raises(UserError, match=r"null in .* is a character device, not a regular file"):
+            pack(tmp_path)

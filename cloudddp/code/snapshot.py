@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import tempfile
 import time
 import warnings
@@ -159,11 +160,17 @@ def _scan(root: Path, lines: Sequence[str]) -> list[_Entry]:
             if entry.is_symlink():
                 _check_link(root, Path(entry.path), rel)
             try:
-                stamp = Stamp.of(entry.stat())
+                st = entry.stat()
             except FileNotFoundError:
                 raise UserError(
                     f"{rel} in {root} is a broken symlink", hint="fix or delete the link, or add it to .cloudddpignore"
                 ) from None
+            if not stat.S_ISREG(st.st_mode):  # a FIFO would block the packer forever; a device, read endlessly
+                raise UserError(
+                    f"{rel} in {root} is a {_kind(st.st_mode)}, not a regular file: a code snapshot holds files only",
+                    hint=f"delete it, or add the line {ignore_line(rel)} to .cloudddpignore",
+                )
+            stamp = Stamp.of(st)
             found.append(_Entry(rel, stamp))
             if len(found) > MAX_FILES:
                 raise UserError(
@@ -172,6 +179,17 @@ def _scan(root: Path, lines: Sequence[str]) -> list[_Entry]:
                 )
     found.sort(key=lambda e: e.rel)
     return found
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    kinds = [
+        (stat.S_ISFIFO, "FIFO (named pipe)"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "special file")
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:

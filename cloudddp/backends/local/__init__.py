@@ -373,7 +373,7 @@ class LocalBackend(Backend[LocalOptions]):
         for _, line in follow_lines([metrics], follow=follow, finished=lambda: self._finished(run_id)):
             try:
                 record = record_from_dict(json.loads(line), "rank0")
-            except ValueError:
+            except (ValueError, RecursionError):  # a damaged line of the file: skipped
                 continue
             if record is not None:
                 yield record

@@ -10,6 +10,7 @@ and records how the run ended in ``status.json`` (the registry follows it when t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -57,17 +59,44 @@ class Supervisor:
 
     def _pump(self, node: int, stream: IO[str]) -> None:
         """Copy one node's output to its log file; the first process's metric lines (CLOUDDDP_METRIC lines,
-        and lines the job's declared patterns match) also go to metrics.jsonl."""
-        with open(self.run.node_log(node), "a", encoding="utf-8") as log, open(self.run.metrics, "a") as metrics:
-            for line in stream:
-                line = redact(line, self.secrets)
-                log.write(line)
+        and lines the job's declared patterns match) also go to metrics.jsonl.
+
+        The stream is drained to its end whatever happens here: a node whose pipe is not read blocks on its
+        next print, and the run would hang until limits.max_runtime. A line that fails to parse is skipped
+        with one warning; a line that cannot be recorded is warned about (once) and dropped."""
+        failed: set[str] = set()
+        with contextlib.ExitStack() as files:
+            try:
+                log = files.enter_context(open(self.run.node_log(node), "a", encoding="utf-8"))
+                metrics = files.enter_context(open(self.run.metrics, "a"))
+            except OSError as e:
+                print(f"warning: node {node}'s output is not recorded: {e}", flush=True)
+                for _ in stream:  # drained, not recorded
+                    pass
+                return
+
+            def warn(message: str) -> None:
+                print(f"node {node}: {message}", flush=True)  # supervisor.log
+                log.write(f"cloudddp: {message}\n")  # and where `cloudddp logs` shows it
                 log.flush()
-                if line.startswith(FIRST) and (PREFIX in line or self.patterns):
-                    record = parse_line(line.removeprefix(FIRST).rstrip("\n"), self.patterns)
-                    if record is not None:
-                        metrics.write(json.dumps({**record.to_dict(), "received": time.time()}) + "\n")
-                        metrics.flush()
+
+            for line in stream:
+                try:
+                    self._record(line, log, metrics, warn)
+                except Exception as e:  # noqa: BLE001 - keep draining; say so once per kind of failure
+                    if type(e).__name__ not in failed:
+                        failed.add(type(e).__name__)
+                        print(f"warning: node {node}: a line of output was not recorded: {e!r}", flush=True)
+
+    def _record(self, line: str, log: IO[str], metrics: IO[str], warn: Callable[[str], None]) -> None:
+        line = redact(line, self.secrets)
+        log.write(line)
+        log.flush()
+        if line.startswith(FIRST) and (PREFIX in line or self.patterns):
+            record = parse_line(line.removeprefix(FIRST).rstrip("\n"), self.patterns, warn=warn)
+            if record is not None:
+                metrics.write(json.dumps({**record.to_dict(), "received": time.time()}) + "\n")
+                metrics.flush()
 
     def start(self) -> None:
         # The store lives as long as this process; its id reaches the agents' environment only.
