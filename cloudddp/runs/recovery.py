@@ -171,6 +171,7 @@ def spawn_watcher(chain: Chain, literals: dict[str, str] | None = None) -> None:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            umask=0o077,  # what it and its children write is private to this user
         )
     chain.watcher_pid = proc.pid
     chain.save()

@@ -319,6 +319,7 @@ class LocalBackend(Backend[LocalOptions]):
                 stderr=subprocess.STDOUT,
                 cwd=bound.request["cwd"],
                 start_new_session=True,
+                umask=0o077,  # what it and its children write is private to this user
             )
         # The supervisor waits for its stdin to close before it touches status.json, so this write
         # cannot race with its own.

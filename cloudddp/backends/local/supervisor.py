@@ -29,7 +29,7 @@ from cloudddp.backends.local.rendezvous import ID_VARIABLE, host_store, new_rdzv
 from cloudddp.backends.local.rundir import RunDir
 from cloudddp.catalog.stepstore import keep_measured
 from cloudddp.observe.metrics import PREFIX, parse_line, patterns_from
-from cloudddp.spec.secrets import redact
+from cloudddp.spec.secrets import redact, redaction_forms
 
 GRACE_SECONDS = float(os.environ.get("CLOUDDDP_CANCEL_GRACE", "30"))
 _FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank\s*:\s*(\d+)\)")
@@ -43,7 +43,7 @@ class Supervisor:
         self.plan = json.loads(run.plan.read_text())
         self.request = self.plan["request"]
         self.env = env
-        self.secrets = secrets
+        self.secrets = redaction_forms(secrets)  # every form a secret may be printed in
         self.stop_reason: str | None = None
         self.stopping = threading.Event()
         self.procs: list[subprocess.Popen[str]] = []
@@ -223,13 +223,18 @@ def run_processes(run_id: str) -> list[int]:
     return found
 
 
-def redact_files(folder: Path, secrets: list[str]) -> None:
-    """torchrun's per-rank files hold the job's raw output; take secret values out of them."""
-    if not secrets or not folder.exists():
+def redact_files(folder: Path, forms: list[str]) -> None:
+    """torchrun's per-rank files (output, error files) hold the job's raw output; take secret values out of them.
+
+    torchrun writes these files itself, so they are redacted when the run ends, not as they are written; until
+    then they are private to the job's user (umask 077 in a 0700 home)."""
+    if not forms or not folder.exists():
         return
-    for path in folder.rglob("*.log"):
+    for path in folder.rglob("*"):
+        if not path.is_file() or path.is_symlink():
+            continue
         text = path.read_text(errors="replace")
-        clean = redact(text, secrets)
+        clean = redact(text, forms)
         if clean != text:
             path.write_text(clean)
 
@@ -245,6 +250,7 @@ def describe_failure(info: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    os.umask(0o077)  # what the run writes (and its processes, which inherit it) is the job user's alone
     run = RunDir(Path(argv[0]))
     given = json.loads(sys.stdin.read() or "{}")
     sup = Supervisor(run, given.get("env", {}), given.get("secrets", []))
