@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cloudddp.api import Job, Run
+from cloudddp.backends.base import RunState
+from cloudddp.backends.local.procs import Process, boot_id, start_time
 
 from .support import users
 from .support.cli import FIXTURES
@@ -96,4 +101,58 @@ def test_another_user_cannot_reach_the_rendezvous_store_and_ps_shows_no_rdzv_id(
     assert len(rdzv_id) == 32 and int(rdzv_id, 16) >= 0 and rdzv_id != "tiny"
     ps = other.run(["ps", "-eww", "-o", "args"])
     assert ps.returncode == 0 and "torch.distributed.run" in ps.stdout  # the other user sees the agents ...
-    assert rdzv_id not in ps.stdout and "--rdzv-id" not in ps.stdout  # ... but not the id
+    leaked = [line for line in ps.stdout.splitlines() if rdzv_id in line or ("--rdzv-id" in line and run_dir in line)]
+    assert not leaked, leaked  # ... but not the id
+
+
+_VICTIM = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: (open(sys.argv[1], "w").write("TERM"), sys.exit(0)))
+time.sleep(120)
+"""
+
+
+def test_cancel_of_a_run_whose_recorded_pids_now_belong_to_another_process_signals_nothing(tmp_path: Path) -> None:
+    """The run's supervisor and agent have exited; their pids now name another process (a reboot, or the kernel
+    handing the numbers out again) and status.json still says running, as after a supervisor killed with -9."""
+    run = Job.load(TINY, ["code.args=[--epochs, 1]"]).submit("local")
+    assert run.wait(timeout=120, poll=0.2).state is RunState.SUCCEEDED
+    status_file = Path(run.status().details["run_dir"]) / "status.json"
+    recorded = json.loads(status_file.read_text())
+    assert recorded["supervisor"]["start"] > 0 and len(recorded["node_processes"]) == 1
+
+    marker = tmp_path / "victim-signalled"
+    victim = subprocess.Popen([sys.executable, "-c", _VICTIM, str(marker)], start_new_session=True)
+    try:
+        wait_until(lambda: start_time(victim.pid), timeout=10)
+        status_file.write_text(
+            json.dumps({**recorded, "state": "running", "supervisor_pid": victim.pid, "node_pgids": [victim.pid]})
+        )
+        status = run.status()
+        assert status.state is RunState.FAILED and "exited unexpectedly" in status.message  # not "running"
+        run.cancel()
+        time.sleep(0.5)
+        assert victim.poll() is None and not marker.exists()  # neither SIGTERM nor SIGKILL reached it
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_pids_up_to_1_and_processes_we_may_not_signal_are_never_ours(monkeypatch: pytest.MonkeyPatch) -> None:
+    boot = boot_id()
+    assert boot is not None
+    for pid in (-1, 0, 1, True, "42"):
+        assert Process.from_record(pid, {"start": 1, "boot": boot}) is None
+    init = Process(1, start_time(1) or 0, boot)  # init's true start time: refused for its pid alone
+    assert start_time(1) is not None
+    assert not init.current() and not init.alive() and not init.signal(0) and not init.signal_group(0)
+    me = Process.of(os.getpid())
+    assert me is not None and me.alive() and me.signal(0)
+    assert not Process(me.pid, me.start + 1, boot).signal(0)  # the same pid, started at another time
+    assert not Process(me.pid, me.start, "another-boot").signal(0)
+
+    def refused(pid: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "kill", refused)  # another user's process: not ours, so not alive
+    assert not me.alive()

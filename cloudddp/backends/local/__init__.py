@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.local.options import LocalOptions
+from cloudddp.backends.local.procs import Process
 from cloudddp.backends.local.rendezvous import ID_VARIABLE, LOOPBACK
 from cloudddp.backends.local.rundir import RunDir, write_json_atomic
 from cloudddp.catalog.bill import Bill, Figure
@@ -323,7 +324,8 @@ class LocalBackend(Backend[LocalOptions]):
             )
         # The supervisor waits for its stdin to close before it touches status.json, so this write
         # cannot race with its own.
-        run.write_status(supervisor_pid=proc.pid)
+        started = Process.of(proc.pid)  # with its start time: cancel signals this process, never a reused pid
+        run.write_status(supervisor_pid=proc.pid, supervisor=started.record() if started else None)
         assert proc.stdin is not None
         proc.stdin.write(json.dumps({"env": env, "secrets": secrets}).encode())
         proc.stdin.close()
@@ -343,7 +345,8 @@ class LocalBackend(Backend[LocalOptions]):
         state = RunState(st.get("state", "unknown"))
         message = st.get("message", "")
         cause = Cause(st["cause"]) if st.get("cause") else None
-        if not state.terminal and not _alive(st.get("supervisor_pid")):
+        supervisor = Process.from_record(st.get("supervisor_pid"), st.get("supervisor"))
+        if not state.terminal and not (supervisor is not None and supervisor.alive()):
             # The supervisor is gone without writing an end state (killed -9, machine rebooted).
             state, message = RunState.FAILED, "the run's supervisor exited unexpectedly"
             cause = Cause.INFRASTRUCTURE
@@ -439,15 +442,22 @@ class LocalBackend(Backend[LocalOptions]):
         run = self._run(run_id)
         st = run.read_status()
         run.write_status(cancel_requested=True)
-        pid = st.get("supervisor_pid")
-        if pid and _alive(pid):
-            os.kill(pid, signal.SIGTERM)  # the supervisor stops the nodes, waits for checkpoints, records the end
+        supervisor = Process.from_record(st.get("supervisor_pid"), st.get("supervisor"))
+        if supervisor is not None and supervisor.alive() and supervisor.signal(signal.SIGTERM):
+            # the supervisor stops the nodes, waits for checkpoints, records the end
             deadline = time.time() + CANCEL_GRACE_SECONDS + 10
-            while time.time() < deadline and _alive(pid):
+            while time.time() < deadline and supervisor.alive():
                 time.sleep(0.1)
-        # Whatever is left (a supervisor killed -9, a hung worker) goes now, process group by process group.
-        for pgid in [*run.read_status().get("node_pgids", []), pid]:
-            _killpg(pgid, signal.SIGKILL)
+        # Whatever is left (a supervisor killed -9, a hung worker) goes now, process group by process group:
+        # only groups whose recorded leader is still that process (or gone, its group left behind).
+        st = run.read_status()
+        nodes = [
+            Process.from_record(pid, record)
+            for pid, record in zip(st.get("node_pgids", []), st.get("node_processes", []), strict=False)
+        ]
+        for process in [*nodes, supervisor]:
+            if process is not None:
+                process.signal_group(signal.SIGKILL)
         if not RunState(run.read_status().get("state", "unknown")).terminal:
             run.write_status(state=RunState.CANCELLED.value, message="cancelled", ended_at=time.time())
 
@@ -522,41 +532,6 @@ def _shell_script(request: dict[str, Any], archive: Path) -> str:
     if len(request["nodes"]) > 1:
         lines.append("wait")
     return "\n".join(lines) + "\n"
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)  # reap it if it is our own child
-        if waited == pid:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return _not_zombie(pid)
-
-
-def _not_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def _killpg(pgid: int | None, sig: int) -> None:
-    if not pgid:
-        return
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 __all__ = ["LocalBackend", "LocalOptions"]

@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from cloudddp.backends.base import RunState
 from cloudddp.backends.local import LocalBackend
+from cloudddp.backends.local.procs import Process
 from cloudddp.backends.local.rendezvous import ID_VARIABLE, host_store, new_rdzv_id
 from cloudddp.backends.local.rundir import RunDir
 from cloudddp.catalog.stepstore import keep_measured
@@ -120,6 +121,7 @@ class Supervisor:
             state=RunState.RUNNING.value,
             started_at=time.time(),
             node_pgids=[p.pid for p in self.procs],
+            node_processes=[(Process.of(p.pid) or Process(p.pid, -1, "")).record() for p in self.procs],
         )
 
     def _signal_nodes(self, sig: int) -> None:
@@ -166,7 +168,7 @@ class Supervisor:
         for pid in run_processes(self.run.run_id):
             try:
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):  # gone, or another user's that copied the marker
                 pass
 
     def failure(self, codes: list[int]) -> dict[str, Any]:
