@@ -5,7 +5,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import shutil
 import stat
+import subprocess
 import tarfile
 import time
 import zlib
@@ -345,3 +347,47 @@ def test_a_fifo_or_device_in_the_folder_is_refused_by_name_without_being_opened(
         os.mknod(tmp_path / "null", stat.S_IFCHR | 0o600, os.makedev(1, 3))  # what /dev/null is
         with pytest.raises(UserError, match=r"null in .* is a character device, not a regular file"):
             pack(tmp_path)
+
+
+def _tree_with_rules_everywhere(repo: Path) -> Path:
+    """A code folder inside a larger repository, with something for each of git's rule sources to ignore."""
+    code = repo / "proj"
+    files = {
+        ".gitignore": "creds.json\n",  # the enclosing repository's rule, above the code folder
+        "proj/train.py": "print(1)\n",
+        "proj/creds.json": "{}\n",
+        "proj/local-notes.txt": "mine\n",  # .git/info/exclude
+        "proj/sub/.gitignore": "secrets.yaml\n",  # a nested rule
+        "proj/sub/secrets.yaml": "token: x\n",
+        "proj/sub/keep.py": "x = 1\n",
+        "proj/.env": "TOKEN=x\n",  # credential defaults
+        "proj/certs/server.pem": "-----BEGIN-----\n",
+        "proj/keys/id_ed25519": "key\n",
+        "proj/id_utils.py": "y = 2\n",  # not a key: shipped
+    }
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    return code
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git to make the enclosing repository")
+def test_every_git_ignore_rule_and_credential_defaults_leave_files_out(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    code = _tree_with_rules_everywhere(repo)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".git" / "info" / "exclude").write_text("local-notes.txt\n")
+    snapshot = pack(code)
+    assert snapshot.files == ("id_utils.py", "sub/.gitignore", "sub/keep.py", "train.py")
+    assert snapshot.left_out == (".env", "certs/server.pem", "keys/id_ed25519")
+    (note,) = snapshot_warnings(snapshot)
+    assert "look like credentials: .env, certs/server.pem, keys/id_ed25519" in note
+    (code / ".cloudddpignore").write_text("!/.env\n")  # shipping one anyway
+    assert ".env" in pack(code).files
+
+
+def test_outside_a_git_work_tree_nested_gitignore_files_still_apply(tmp_path: Path) -> None:
+    code = _tree_with_rules_everywhere(tmp_path / "plain")
+    assert packaging.git_ignored(code) is None  # no repository here
+    files = pack(code).files
+    assert "sub/secrets.yaml" not in files and "sub/keep.py" in files and ".env" not in files
