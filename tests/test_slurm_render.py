@@ -166,6 +166,7 @@ def test_secrets_stay_out_of_the_script_and_the_plan(tmp_path: Path) -> None:
         (["slurm.sbatch_options=[--time=5]"], "slurm.sbatch_options", "set by cloudddp"),
         (["slurm.mem=lots"], "slurm.mem", "64G"),
         (["slurm.partition=gpu a100"], "slurm.partition", "one word"),
+        (['slurm.partition="gpu\\n"'], "slurm.partition", "one word"),  # a final newline would end the #SBATCH line
         (["inputs.cifar.at.slurm=s3://bucket/cifar/"], "remote inputs", "inputs.<name>.at.slurm"),
         (["inputs.cifar.at.slurm=data/cifar"], "inputs.cifar.at.slurm", "relative"),
         (["checkpoint.path=s3://bucket/ckpt"], "checkpoint.path", "filesystem"),

@@ -56,6 +56,7 @@ def test_good_spec_loads_with_defaults_and_paths_relative_to_the_file(tmp_path: 
         (GOOD + "env: {1BAD: x}\n", ["env", "not a valid environment variable name"]),
         (GOOD + "env: {TOKEN: {value: s3cr3t, secret: true}}\n", ["env.TOKEN", "8 characters or more"]),
         (GOOD.replace("name: demo", "name: 'bad name!'"), ["job.yaml:1", "name", "letters, digits"]),
+        (GOOD.replace("name: demo", 'name: "demo\\n"'), ["job.yaml:1", "name", "letters, digits"]),  # not `$`
         (GOOD + "distribution: {backend: smddp}\nresources: {gpus_per_node: 0}\n", ["smddp needs GPUs"]),
     ],
 )

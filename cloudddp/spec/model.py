@@ -29,9 +29,9 @@ from pydantic import (
 
 from cloudddp.errors import UserError
 
-_DURATION = re.compile(r"^\s*(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?\s*(?:(\d+)\s*s?)?\s*$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DURATION = re.compile(r"^\s*(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?\s*(?:(\d+)\s*s?)?\s*\Z")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}\Z")  # \Z: `$` also matches before a final newline
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_SECONDS = 28 * 24 * 3600  # SageMaker's and Azure ML's longest job runtime
 
 
@@ -398,7 +398,7 @@ class JobSpec(Strict):
     @classmethod
     def _channel_names(cls, v: dict[str, Any]) -> dict[str, Any]:
         for key in v:
-            if not re.match(r"^[A-Za-z][A-Za-z0-9_]{0,63}$", key):
+            if not re.match(r"^[A-Za-z][A-Za-z0-9_]{0,63}\Z", key):
                 raise ValueError(f"name {key!r}: use letters, digits and '_', starting with a letter")
         return v
 
