@@ -152,6 +152,11 @@ class Plan:
                     missing.append(f"env.{name} reads ${source.var}, which is not set in this shell")
                     continue
                 table[source.placeholder] = environ[source.var]
+            elif source.value is None and source.secret:  # never "": a relaunch without it would run wrongly
+                missing.append(
+                    f"env.{name} is a secret given as a literal in the spec, and this process was not given it "
+                    "(secrets are never stored)"
+                )
             else:
                 table[source.placeholder] = source.value or ""
         if missing:
@@ -210,6 +215,10 @@ class Plan:
             step_key=state.get("step_key", ""),
             max_cost=state.get("max_cost"),
         )
+
+    def literal_secret_names(self) -> list[str]:
+        """The secrets this plan sends that were given as literals in the spec (what a relaunch must be given)."""
+        return [s.name for s in self.env_sources.values() if s.secret and s.var is None]
 
     def literal_secrets(self) -> dict[str, str]:
         """The secrets given as literals in the spec (not read from the shell), by name: what

@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from cloudddp.backends.base import Backend, Cause, PreflightFailed, RunState, RunStatus
@@ -36,6 +37,9 @@ from cloudddp.spec.model import JobSpec
 POLL_SECONDS = float(os.environ.get("CLOUDDDP_RECOVERY_POLL", "10"))
 SETTLE_SECONDS = float(os.environ.get("CLOUDDDP_RECOVERY_SETTLE", "60"))
 WATCHING, SUCCEEDED, GAVE_UP, CANCELLED = "watching", "succeeded", "gave up", "cancelled"
+NEEDS_SECRETS = "needs secrets"
+"""The watcher was started again without the literal secrets the next attempt needs (they are never stored):
+the chain waits for ``cloudddp recover RUN --spec FILE``."""
 
 
 @dataclass
@@ -180,11 +184,40 @@ def spawn_watcher(chain: Chain, literals: dict[str, str] | None = None) -> None:
     proc.stdin.close()
 
 
-def ensure_watched(chain: Chain) -> bool:
-    """Start a watcher again for a chain still being watched whose watcher is gone; True if it did."""
-    if chain.status != WATCHING or chain.watcher_alive():
+def missing_secrets(chain: Chain, literals: Mapping[str, str]) -> list[str]:
+    """The literal secrets the chain's next attempts need that ``literals`` lacks."""
+    plans = [chain.plan, *(nxt["plan"] for nxt in chain.fallbacks)]
+    needed = {name for state in plans for name in Plan.from_state(state).literal_secret_names()}
+    return sorted(needed - set(literals))
+
+
+def needs_secrets(chain: Chain, missing: list[str]) -> None:
+    """Stop the chain until the missing literal secrets are supplied, saying how."""
+    chain.status = NEEDS_SECRETS
+    chain.message = (
+        f"recovery stopped: the next attempt needs the secret{'s' if len(missing) > 1 else ''} "
+        f"{', '.join('env.' + name for name in missing)}, given as literals in the spec, and this watcher was "
+        f"started again without them (secrets are never stored); run `cloudddp recover {chain.chain_id} --spec "
+        "<the spec file>` to go on"
+    )
+    chain.save()
+
+
+def ensure_watched(chain: Chain, literals: Mapping[str, str] | None = None) -> bool:
+    """Start a watcher again for a chain still being watched whose watcher is gone (or one that waits for its
+    literal secrets, when ``literals`` has them); True if it did. Without the literal secrets it needs, the chain
+    is stopped as :data:`NEEDS_SECRETS` instead: a relaunch never sends an empty secret."""
+    literals = dict(literals or {})
+    waiting = chain.status == NEEDS_SECRETS
+    if not (waiting or chain.status == WATCHING) or (not waiting and chain.watcher_alive()):
         return False
-    spawn_watcher(chain)
+    missing = missing_secrets(chain, literals)
+    if missing:
+        if not waiting:
+            needs_secrets(chain, missing)
+        return False
+    chain.status, chain.message = WATCHING, "watcher started again"
+    spawn_watcher(chain, literals)
     return True
 
 
@@ -241,6 +274,8 @@ def decide(chain: Chain, status: RunStatus, runner: Runner, literals: dict[str, 
     elif chain.recoveries_left <= 0:
         chain.status = GAVE_UP
         chain.message = f"recovery budget spent: {chain.max_recoveries} recoveries, the last ended by {cause.value}"
+    elif missing := missing_secrets(chain, literals):
+        needs_secrets(chain, missing)
     elif cause is Cause.CAPACITY and chain.capacity_tries and _capacity_failures(chain) >= chain.capacity_tries:
         _move_on(chain, runner, literals, status)
     else:
