@@ -18,7 +18,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cloudddp.code import filestate
+from cloudddp.code import filestate, shim
 from cloudddp.code import snapshot as packaging
 from cloudddp.code.snapshot import collect, folder_digest, ignore_line, pack, safe_member, snapshot_warnings
 from cloudddp.errors import UserError
@@ -391,3 +391,18 @@ def test_outside_a_git_work_tree_nested_gitignore_files_still_apply(tmp_path: Pa
     assert packaging.git_ignored(code) is None  # no repository here
     files = pack(code).files
     assert "sub/secrets.yaml" not in files and "sub/keep.py" in files and ".env" not in files
+
+
+def test_the_launchers_environment_folder_is_private_and_a_planted_one_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shim.tempfile, "tempdir", str(tmp_path))
+    made = shim.private_folder()
+    assert made == tmp_path / f"cloudddp-{os.getuid()}" and stat.S_IMODE(made.stat().st_mode) == 0o700
+    made.chmod(0o777)  # others may write in it: someone could have put an environment there
+    other = shim.private_folder()
+    assert other != made and other.parent == tmp_path and stat.S_IMODE(other.stat().st_mode) == 0o700
+    made.rmdir()
+    made.symlink_to(tmp_path / "elsewhere", target_is_directory=True)  # a planted link
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    assert shim.private_folder() not in (made, tmp_path / "elsewhere")
