@@ -7,9 +7,11 @@ SLURM_CONF in the environment."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,7 +95,25 @@ def test_a_requeued_two_node_job_resumes_from_its_checkpoint_and_runs_every_step
     assert model.is_file()
 
 
-def test_the_shared_script_on_one_node_with_two_processes_through_the_cli(cluster: SlurmCluster) -> None:
+def _plant(archive: Path, marker: Path) -> None:
+    """A snapshot under the name the job's own will have, whose train.py would leave ``marker`` behind."""
+    script = f"open({str(marker)!r}, 'w').write('planted code ran')\n".encode()
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("train.py")
+        info.size = len(script)
+        tar.addfile(info, io.BytesIO(script))
+
+
+def test_the_shared_script_on_one_node_with_two_processes_through_the_cli(
+    cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """... with a snapshot planted in the shared working folder under the name this commit's snapshot has: it is
+    replaced (its sha256 is checked on the cluster) and never runs."""
+    args = ["resources.processes_per_node=2", "code.args=[--dataset, digits, --epochs, '1', --batch-size, '128']"]
+    (upload,) = Job.load(DIGITS, [*ON_CLUSTER, *args]).render("slurm").uploads
+    marker = tmp_path / "planted-code-ran"
+    _plant(Path(upload["destination"]), marker)
     result = cli(
         "submit",
         str(DIGITS),
@@ -118,6 +138,9 @@ def test_the_shared_script_on_one_node_with_two_processes_through_the_cli(cluste
     assert "[slurm] cloudddp: run 0 of Slurm job" in logs
     script = Path(json.loads(status.stdout)["details"]["run_dir"]) / "job.sbatch"
     assert "#SBATCH --nodes=1" in script.read_text() and "--nproc-per-node=2" in script.read_text()
+    said = " ".join(result.stderr.split())  # however the console wrapped it
+    assert re.search(r"is not snapshot [0-9a-f]{12}: replacing it", said) and not marker.exists(), said[-2000:]
+    assert hashlib.sha256(Path(upload["destination"]).read_bytes()).hexdigest() == upload["sha256"]
 
 
 def test_a_tutorial_script_runs_on_two_nodes_with_its_own_metrics_and_leaves_its_folder_alone(

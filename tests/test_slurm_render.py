@@ -4,14 +4,17 @@ offset, Slurm's answers) against a real shell. The cluster itself: tests/test_sl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
 
 from cloudddp.api import Job
+from cloudddp.backends import slurm as slurm_backend
 from cloudddp.backends.base import Cause
 from cloudddp.backends.slurm import SlurmBackend
 from cloudddp.backends.slurm.logs import Labels
@@ -380,3 +383,16 @@ def test_log_lines_of_several_nodes_come_in_the_order_of_the_starts_they_belong_
         ("rank0", "there", True),
         ("node0", "srun: x", False),
     ]
+
+
+def test_a_snapshot_whose_sha256_is_not_the_plans_is_not_unpacked(tmp_path: Path) -> None:
+    """The unpack step on the cluster checks the archive against the plan's sha256 before extracting it."""
+    archive = tmp_path / "code.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(__file__, arcname="train.py")
+    right = hashlib.sha256(archive.read_bytes()).hexdigest()
+    unpack = ["bash", "-c", slurm_backend._UNPACK, "cloudddp-unpack"]
+    wrong = subprocess.run([*unpack, str(tmp_path / "a"), str(archive), "0" * 64], capture_output=True, text=True)
+    assert wrong.returncode == 3 and "is not the one uploaded" in wrong.stderr and not (tmp_path / "a").exists()
+    ok = subprocess.run([*unpack, str(tmp_path / "b"), str(archive), right], capture_output=True, text=True)
+    assert ok.returncode == 0 and (tmp_path / "b" / "train.py").is_file(), ok.stderr

@@ -48,9 +48,16 @@ from cloudddp.spec.secrets import redacted_spec_data
 
 TORCHRUN_STOP_SECONDS = 30
 """torchrun gives its workers this long after SIGTERM before it kills them (its agent's shutdown timeout)."""
+_SHA256 = 'sha256sum "$1" 2>/dev/null | cut -d" " -f1'
+"""The sha256 of a file on the cluster (nothing when it is missing)."""
 _UNPACK = (
-    'test -d "$1" || { mkdir -p "$1.tmp.$$" && tar --no-same-owner -xzf "$2" -C "$1.tmp.$$" && mv "$1.tmp.$$" "$1"; }'
+    'test -d "$1" && exit 0; got=$(sha256sum "$2" | cut -d" " -f1); '
+    'if [ "$got" != "$3" ]; then echo "the code snapshot $2 is not the one uploaded: sha256 $got, expected $3" >&2; '
+    "exit 3; fi; "
+    'mkdir -p "$1.tmp.$$" && tar --no-same-owner -xzf "$2" -C "$1.tmp.$$" && mv "$1.tmp.$$" "$1"'
 )
+"""Unpack the snapshot into the run's code folder, once its sha256 is the one the plan names: the archive sits
+in a shared working folder under a name anyone on the same commit computes, so its content is checked."""
 
 
 class SlurmBackend(Backend[SlurmOptions]):
@@ -244,7 +251,8 @@ class SlurmBackend(Backend[SlurmOptions]):
             return Launched(req["run_id"], {**info, "job_id": found})
         for upload in plan.uploads:
             self._upload(shell, upload, progress)
-            shell.run(["bash", "-c", _UNPACK, "cloudddp-unpack", req["code_dir"], upload["destination"]], timeout=600)
+            where = [req["code_dir"], upload["destination"], upload["sha256"]]
+            shell.run(["bash", "-c", _UNPACK, "cloudddp-unpack", *where], timeout=600)
         shell.run(["mkdir", "-p", *req["folders"]])
         shell.write(req["script_path"], plan.documents["job.sbatch"].encode())
         carried = {name: plan.reveal(req["env"][name]) for name in req["env_from_submit"]}
@@ -263,10 +271,13 @@ class SlurmBackend(Backend[SlurmOptions]):
     def _upload(self, shell: Shell, upload: dict[str, Any], progress: Progress | None) -> None:
         """The code snapshot into the working folder, unless it is there already (content-addressed)."""
         destination = upload["destination"]
-        if shell.run(["test", "-f", destination], check=False).returncode == 0:
+        there = shell.text(["bash", "-c", _SHA256, "cloudddp-sha256", destination], timeout=600).strip()
+        if there == upload["sha256"]:
             if progress:
                 progress.step(f"code snapshot {upload['sha256'][:12]} is on the cluster already: nothing to copy")
             return
+        if there and progress:  # same name, other bytes: a torn copy, or one planted by someone else
+            progress.step(f"{destination} on the cluster is not snapshot {upload['sha256'][:12]}: replacing it")
         if progress:
             progress.step(
                 f"copying code snapshot {upload['sha256'][:12]} ({human_bytes(upload['bytes'])}) to {destination}"
