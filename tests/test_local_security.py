@@ -14,7 +14,7 @@ import pytest
 
 from cloudddp.api import Job, Run
 from cloudddp.backends.base import RunState
-from cloudddp.backends.local.procs import Process, boot_id, start_time
+from cloudddp.backends.procs import Process, boot_id, start_time
 
 from .support import users
 from .support.cli import FIXTURES

@@ -4,11 +4,16 @@ without the secrets it needs."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from cloudddp.api import Job
 from cloudddp.backends.base import Cause, RunState, RunStatus
+from cloudddp.backends.procs import Process
 from cloudddp.errors import UserError
 from cloudddp.plan import Plan
 from cloudddp.runs import recovery
@@ -16,6 +21,12 @@ from cloudddp.runs import recovery
 from .support.cli import FIXTURES
 
 TINY = FIXTURES / "tinyjob" / "job.yaml"
+_VICTIM = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: (open(sys.argv[1], "w").write("TERM"), sys.exit(0)))
+print("ready", flush=True)
+time.sleep(120)
+"""
 
 
 def failed(cause: Cause | None) -> RunStatus:
@@ -58,3 +69,28 @@ def test_a_watcher_without_the_literal_secrets_stops_the_chain_saying_how_never_
     assert not recovery.ensure_watched(chain, {}) and chain.status == recovery.NEEDS_SECRETS and not spawned
     assert recovery.ensure_watched(chain, {"PEM": "literal-secret-value"})
     assert chain.status == recovery.WATCHING and spawned == [{"PEM": "literal-secret-value"}]
+
+
+def test_cancel_signals_the_watcher_only_while_its_pid_is_still_that_process(tmp_path: Path) -> None:
+    """A chain whose recorded watcher pid now names another process (a victim that notes a SIGTERM)."""
+    marker = tmp_path / "signalled"
+    victim = subprocess.Popen(
+        [sys.executable, "-c", _VICTIM, str(marker)], start_new_session=True, stdout=subprocess.PIPE
+    )
+    try:
+        assert victim.stdout is not None and victim.stdout.readline()  # its handler is in place
+        chain = recovery.Chain("tiny-2", "local", "tiny", {}, 1, [recovery.Attempt(1, "tiny-2", 0.0)])
+        real = Process.of(victim.pid)
+        assert real is not None
+        chain.watcher_pid, chain.watcher = victim.pid, {**real.record(), "start": real.start - 1}  # another start
+        assert not chain.watcher_alive()
+        recovery.cancel(chain)
+        time.sleep(0.3)
+        assert chain.status == recovery.CANCELLED and victim.poll() is None and not marker.exists()
+        chain.watcher = real.record()  # the watcher we started: signalled
+        assert chain.watcher_alive()
+        recovery.cancel(chain)
+        assert victim.wait(timeout=10) == 0 and marker.read_text() == "TERM"
+    finally:
+        victim.kill()
+        victim.wait()

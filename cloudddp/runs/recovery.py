@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cloudddp.backends.base import Backend, Cause, PreflightFailed, RunState, RunStatus
+from cloudddp.backends.procs import Process
 from cloudddp.catalog.ranking import failures
 from cloudddp.runs.fallback import Fallback, plan_fallback
 from cloudddp.paths import home
@@ -64,6 +65,9 @@ class Chain:
     status: str = WATCHING
     message: str = ""
     watcher_pid: int | None = None
+    watcher: dict[str, Any] | None = None
+    """The watcher process's start time and boot (:class:`~cloudddp.backends.procs.Process`): its pid is trusted
+    only while it still names that process."""
     capacity_tries: int = 0
     """Capacity failures on one size before moving to the next of ``fallbacks`` (0: never moves)."""
     fallbacks: list[dict[str, Any]] = field(default_factory=list)
@@ -97,18 +101,12 @@ class Chain:
         return self.max_recoveries - (len(self.attempts) - 1)
 
     def watcher_alive(self) -> bool:
-        if not self.watcher_pid:
-            return False
-        try:
-            os.kill(self.watcher_pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        try:
-            return Path(f"/proc/{self.watcher_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except OSError:
-            return True
+        process = self.watcher_process()
+        return process is not None and process.alive()
+
+    def watcher_process(self) -> Process | None:
+        """The watcher, as recorded when it started (None for a chain that names none we can verify)."""
+        return Process.from_record(self.watcher_pid, self.watcher)
 
     def summary(self) -> list[dict[str, Any]]:
         return [asdict(a) for a in self.attempts]
@@ -178,6 +176,8 @@ def spawn_watcher(chain: Chain, literals: dict[str, str] | None = None) -> None:
             umask=0o077,  # what it and its children write is private to this user
         )
     chain.watcher_pid = proc.pid
+    started = Process.of(proc.pid)
+    chain.watcher = started.record() if started else None
     chain.save()
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(literals or {}).encode())
@@ -327,8 +327,9 @@ def cancel(chain: Chain) -> None:
     """Stop recovering (the current attempt is cancelled by the caller)."""
     chain.status, chain.message = CANCELLED, "cancelled"
     chain.save()
-    if chain.watcher_alive() and chain.watcher_pid:
-        os.kill(chain.watcher_pid, signal.SIGTERM)
+    watcher = chain.watcher_process()
+    if watcher is not None and watcher.alive():
+        watcher.signal(signal.SIGTERM)  # only if its pid still names the watcher we started
 
 
 def main(argv: list[str]) -> int:

@@ -26,9 +26,9 @@ from typing import Any, ClassVar
 from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.local.options import LocalOptions
-from cloudddp.backends.local.procs import Process
 from cloudddp.backends.local.rendezvous import ID_VARIABLE, LOOPBACK
 from cloudddp.backends.local.rundir import RunDir, write_json_atomic
+from cloudddp.backends.procs import Process
 from cloudddp.catalog.bill import Bill, Figure
 from cloudddp.catalog.sizing import find_workload
 from cloudddp.catalog.stepstore import StepStore

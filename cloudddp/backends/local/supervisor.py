@@ -25,9 +25,9 @@ from typing import IO, Any
 
 from cloudddp.backends.base import RunState
 from cloudddp.backends.local import LocalBackend
-from cloudddp.backends.local.procs import Process
 from cloudddp.backends.local.rendezvous import ID_VARIABLE, host_store, new_rdzv_id
 from cloudddp.backends.local.rundir import RunDir
+from cloudddp.backends.procs import Process
 from cloudddp.catalog.stepstore import keep_measured
 from cloudddp.observe.metrics import PREFIX, parse_line, patterns_from
 from cloudddp.spec.secrets import redact, redaction_forms

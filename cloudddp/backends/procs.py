@@ -1,11 +1,13 @@
-"""Signals only to the run's own processes: each pid is recorded with its start time and the boot it ran in.
+"""Signals only to our own processes: each pid is recorded with its start time and the boot it ran in.
 
-A pid in ``status.json`` may belong to another process by the time someone reads it: after a reboot, or once
-the run's process has exited and the kernel handed the number out again. So a pid is recorded with its start
-time (``/proc/<pid>/stat`` field 22, clock ticks since boot) and the machine's boot id, and a signal goes only
-to a process that still matches both, through a pidfd opened before the check (so the pid cannot change hands
-between the check and the signal). Pids <= 1 are never signalled: 0 and -1 mean a whole group or every process
-we may signal. A process we may not signal (another user's) is not ours, so it is not "alive" either.
+Shared by the processes cloudddp starts on this machine (the local backend's supervisor and node agents, the
+recovery watcher). A pid in ``status.json`` or a chain file may belong to another process by the time someone
+reads it: after a reboot, or once the process has exited and the kernel handed the number out again. So a pid
+is recorded with its start time (``/proc/<pid>/stat`` field 22, clock ticks since boot) and the machine's boot
+id, and a signal goes only to a process that still matches both, through a pidfd opened before the check (so
+the pid cannot change hands between the check and the signal). Pids <= 1 are never signalled: 0 and -1 mean a
+whole group or every process we may signal. A process we may not signal (another user's) is not ours, so it
+is not "alive" either.
 """
 
 from __future__ import annotations
