@@ -119,6 +119,8 @@ def test_secret_values_stay_out_of_the_run_folder_and_registry(tmp_path: Path, m
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     files = [path for path in home.rglob("*") if path.is_file()]
     assert any("ranks" in path.parts for path in files)  # torchrun's per-rank files were searched too
+    written_by_the_run = [path for path in files if {"ranks", "logs"} & set(path.parts)]
+    assert written_by_the_run and all(stat.S_IMODE(path.stat().st_mode) == 0o600 for path in written_by_the_run)
     leaks = [(path, f) for path in files for f in forms if f.encode() in path.read_bytes()]
     assert not leaks, leaks
 
