@@ -333,13 +333,29 @@ def test_a_failed_rank_is_named_with_its_node_and_the_tail_of_its_output(cluster
     assert "node node2 (rank 1) failed" in shown.stdout and "boom" in shown.stdout, shown.stdout + shown.stderr
 
 
-def test_doctor_checks_the_cluster_and_a_retried_launch_finds_its_job(cluster: SlurmCluster) -> None:
+def test_doctor_checks_the_cluster_and_a_retried_launch_finds_its_job(cluster: SlurmCluster, tmp_path: Path) -> None:
     told = cli("doctor", str(FIXTURES / "tinyjob" / "job.yaml"), "-b", "slurm")
     assert told.returncode == 2, told.stdout + told.stderr
     assert "the cluster's KillWait is 5 s; slurm.kill_wait says 30 s" in told.stdout
     assert "fix: set slurm.kill_wait: 5" in told.stdout and "Slurm reachable" in told.stdout
     fixed = cli("doctor", str(FIXTURES / "tinyjob" / "job.yaml"), "-b", "slurm", "-o", "slurm.kill_wait=5")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # a working folder others may write in: they could change what the jobs run
+    open_to_all = cli(
+        "doctor",
+        str(FIXTURES / "tinyjob" / "job.yaml"),
+        "-b",
+        "slurm",
+        "-o",
+        "slurm.kill_wait=5",
+        "-o",
+        f"slurm.workdir={shared}",
+    )
+    said = " ".join(open_to_all.stdout.split())
+    assert open_to_all.returncode == 2 and "working folder yours alone" in said, said
+    assert "others may write in it" in said and f"chmod go-w {shared}" in said, said
 
     job = Job.load(
         FIXTURES / "tinyjob" / "job.yaml",

@@ -48,6 +48,11 @@ from cloudddp.spec.secrets import redacted_spec_data
 
 TORCHRUN_STOP_SECONDS = 30
 """torchrun gives its workers this long after SIGTERM before it kills them (its agent's shutdown timeout)."""
+_PRIVATE = (
+    'test -O "$1" || { echo "owned by another user"; exit 1; }; '
+    'if [ -n "$(find "$1" -maxdepth 0 -perm /022)" ]; then echo "others may write in it"; exit 1; fi'
+)
+"""The working folder is the user's and nobody else may write in it."""
 _SHA256 = 'sha256sum "$1" 2>/dev/null | cut -d" " -f1'
 """The sha256 of a file on the cluster (nothing when it is missing)."""
 _UNPACK = (
@@ -328,7 +333,7 @@ class SlurmBackend(Backend[SlurmOptions]):
                     fix="`sinfo -s` lists the partitions",
                 )
             )
-        writable = shell.run(["bash", "-c", 'mkdir -p "$1" && test -w "$1"', "-", req["workdir"]], check=False)
+        writable = shell.run(["bash", "-c", 'mkdir -p -m 700 "$1" && test -w "$1"', "-", req["workdir"]], check=False)
         checks.append(
             Check(
                 "working folder writable",
@@ -337,6 +342,20 @@ class SlurmBackend(Backend[SlurmOptions]):
                 fix="set slurm.workdir to a folder you can write on the shared filesystem",
             )
         )
+        if writable.returncode == 0:
+            # Its code snapshots (checked by sha256), unpacked run folders and requirements environments run as
+            # you: whoever else may write in it could change them.
+            private = shell.run(["bash", "-c", _PRIVATE, "-", req["workdir"]], check=False)
+            why = private.stdout.decode(errors="replace").strip() or "others may write in it"
+            checks.append(
+                Check(
+                    "working folder yours alone",
+                    private.returncode == 0,
+                    req["workdir"] if private.returncode == 0 else f"{req['workdir']}: {why}",
+                    fix=f"chmod go-w {req['workdir']} (it must be yours, and only yours to write), or set "
+                    "slurm.workdir to a folder of your own",
+                )
+            )
         for name, value in req["env"].items():
             if name.startswith("CLOUDDDP_INPUT_"):
                 there = shell.run(["test", "-e", value], check=False).returncode == 0
