@@ -23,6 +23,7 @@ from cloudddp.code import snapshot as packaging
 from cloudddp.code.snapshot import collect, folder_digest, ignore_line, pack, safe_member, snapshot_warnings
 from cloudddp.errors import UserError
 
+from .support.cli import cli
 from .support.trees import age, pinned_tree
 
 # Recorded from the in-memory pack() (tar into BytesIO, then gzip) before packaging became a streaming
@@ -382,6 +383,17 @@ def test_every_git_ignore_rule_and_credential_defaults_leave_files_out(tmp_path:
     assert snapshot.left_out == (".env", "certs/server.pem", "keys/id_ed25519")
     (note,) = snapshot_warnings(snapshot)
     assert "look like credentials: .env, certs/server.pem, keys/id_ed25519" in note
+    (code / "job.yaml").write_text("name: rules\ncode: {dir: ., entry: train.py}\n")
+    listed = cli("render", str(code / "job.yaml"), "--list-files")  # what a person sees before shipping
+    assert listed.returncode == 0 and listed.stdout.split() == [
+        "_cloudddp_launch.py",
+        "id_utils.py",
+        "job.yaml",
+        "sub/.gitignore",
+        "sub/keep.py",
+        "train.py",
+    ], listed.stdout + listed.stderr
+    assert "look like credentials: .env, certs/server.pem, keys/id_ed25519" in " ".join(listed.stderr.split())
     (code / ".cloudddpignore").write_text("!/.env\n")  # shipping one anyway
     assert ".env" in pack(code).files
 
