@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 from typing import Any
 
 import click
@@ -73,7 +72,6 @@ def app() -> None:
 
 
 def main() -> None:
-    os.umask(0o077)  # runs, plans, snapshots and checkpoints this command writes are its user's alone
     # The clouds' SDKs log every failed sign-in attempt at length; the error cloudddp prints says what to do.
     logging.getLogger("azure.identity").setLevel(logging.ERROR)
     try:
