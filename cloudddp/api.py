@@ -54,7 +54,7 @@ class Job:
 
     def override(self, *assignments: str, **fields: Any) -> Job:
         """A new Job with ``key.path=value`` assignments and/or top-level fields replaced."""
-        data = {**spec_to_data(self.spec), **fields}
+        data = {**spec_to_data(self.spec, reveal_secrets=True), **fields}
         return Job(spec_from_dict(data, base_dir=self.spec.base_dir, overrides=assignments))
 
     def render(self, backend: str = "local", **options: Any) -> Plan:

@@ -12,7 +12,11 @@ from pathlib import Path
 
 
 def home() -> Path:
-    """The state folder, created on first use."""
+    """The state folder, created on first use, private to its owner (0700): it holds run folders, plans,
+    logs and checkpoints. An existing one of ours that others could enter is closed too."""
     path = Path(os.environ.get("CLOUDDDP_HOME") or Path.home() / ".cloudddp")
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.stat()
+    if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+        path.chmod(0o700)
     return path

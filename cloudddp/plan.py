@@ -24,6 +24,9 @@ from typing import Any
 from cloudddp.errors import UserError
 
 SECRET_PLACEHOLDER = "<secret:{name}>"
+MIN_SECRET_CHARS = 8
+"""A shorter secret cannot be told apart from ordinary output (redacting it would blank common words), so
+it is refused instead of being left in the logs."""
 FROM_ENV_PLACEHOLDER = "<from_env:{var}>"
 
 
@@ -127,8 +130,15 @@ class Plan:
     def secret_values(self, environ: Mapping[str, str] | None = None) -> list[str]:
         """The secret values this plan sends (for redacting output), longest first."""
         table = self._env_table(environ)
-        values = [table[s.placeholder] for s in self.env_sources.values() if s.secret and table.get(s.placeholder)]
-        return sorted(values, key=len, reverse=True)
+        secret = [s for s in self.env_sources.values() if s.secret and table.get(s.placeholder)]
+        short = [s.name for s in secret if len(table[s.placeholder]) < MIN_SECRET_CHARS]
+        if short:
+            raise UserError(
+                f"env.{short[0]}: the secret's value has fewer than {MIN_SECRET_CHARS} characters, too few to "
+                "tell it apart from ordinary output, so it could not be kept out of the logs",
+                hint=f"use a secret of {MIN_SECRET_CHARS} characters or more, or drop `secret: true` if it is not one",
+            )
+        return sorted((table[s.placeholder] for s in secret), key=len, reverse=True)
 
     def _env_table(self, environ: Mapping[str, str] | None) -> dict[str, str]:
         import os
@@ -142,6 +152,11 @@ class Plan:
                     missing.append(f"env.{name} reads ${source.var}, which is not set in this shell")
                     continue
                 table[source.placeholder] = environ[source.var]
+            elif source.value is None and source.secret:  # never "": a relaunch without it would run wrongly
+                missing.append(
+                    f"env.{name} is a secret given as a literal in the spec, and this process was not given it "
+                    "(secrets are never stored)"
+                )
             else:
                 table[source.placeholder] = source.value or ""
         if missing:
@@ -200,6 +215,10 @@ class Plan:
             step_key=state.get("step_key", ""),
             max_cost=state.get("max_cost"),
         )
+
+    def literal_secret_names(self) -> list[str]:
+        """The secrets this plan sends that were given as literals in the spec (what a relaunch must be given)."""
+        return [s.name for s in self.env_sources.values() if s.secret and s.var is None]
 
     def literal_secrets(self) -> dict[str, str]:
         """The secrets given as literals in the spec (not read from the shell), by name: what

@@ -6,6 +6,11 @@ that refuse renames; read back and checked either way). A checkpoint counts only
 exists and matches: a process killed mid-write leaves at worst a stray temporary file, a torn payload
 or a payload without its checksum, and the previous checkpoint is used. The newest ``keep`` are kept.
 
+Checkpoints hold tensors and plain data only (dicts, lists, numbers, strings: RNG state as a tensor) and
+are loaded with ``torch.load(weights_only=True)``: whoever can write the checkpoint folder (a datastore's
+contributors, a shared workdir's group) could otherwise plant a file, with a matching checksum, that runs
+code when it is unpickled. Such a file is refused by name and skipped.
+
 A checkpoint that cannot be written is reported and skipped: training goes on, and the newest valid
 checkpoint stays the one a restart resumes from.
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import pickle
 import re
 import sys
 from pathlib import Path
@@ -101,7 +107,17 @@ def load_latest(folder: Path) -> tuple[Path, dict[str, Any]] | None:
             )
             continue
         try:
-            state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+            # weights_only: tensors and plain data only. The checksum proves the file is whole, not who wrote
+            # it; a full unpickle of a planted file would run its code as this job's user.
+            state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            why = str(e).splitlines()[-1][:200] if str(e) else type(e).__name__
+            print(
+                f"warning: refusing checkpoint {path.name}: it holds more than tensors and plain data, which could "
+                f"run code when loaded; it was not loaded ({why})",
+                file=sys.stderr,
+            )
+            continue
         except Exception as e:  # noqa: BLE001  # a file that hashes right but does not load is still not usable
             print(f"warning: skipping checkpoint {path.name}: cannot load ({e})", file=sys.stderr)
             continue

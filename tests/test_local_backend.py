@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import os
+import json
+import stat
 import time
 from pathlib import Path
 
@@ -98,19 +99,30 @@ def test_detach_returns_at_once_and_status_works_from_another_process() -> None:
     assert follow.returncode == 0 and follow.stdout.count("\n") == 2
 
 
-def test_secret_values_stay_out_of_the_run_folder_and_registry(cloudddp_home: Path) -> None:
-    canary = "canary-7f3a9c1e5b"
-    os.environ["TINY_TOKEN"] = canary
-    try:
-        job = Job.load(TINY, ["env.TOKEN.from_env=TINY_TOKEN", "env.TOKEN.secret=true", "code.args=[--epochs, 1]"])
-        assert canary not in job.render("local").to_json()
-        run = job.submit("local")
-        assert run.wait(timeout=120, poll=0.2).state is RunState.SUCCEEDED
-    finally:
-        del os.environ["TINY_TOKEN"]
-    for path in cloudddp_home.rglob("*"):
-        if path.is_file():
-            assert canary.encode() not in path.read_bytes(), path
+def test_secret_values_stay_out_of_the_run_folder_and_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two secrets, one read from the shell and one a multi-line literal (a PEM-like key), printed by rank 0 raw,
+    JSON- and repr-escaped: no line of either, in any of those forms, is in any file of a home made by the run,
+    and that home is private (0700)."""
+    home = tmp_path / "fresh-home"  # created by cloudddp itself
+    monkeypatch.setenv("CLOUDDDP_HOME", str(home))
+    monkeypatch.setenv("TINY_TOKEN", "canary-7f3a9c1e5b")
+    pem = "-----BEGIN CANARY KEY-----\nQ2FuYXJ5TGluZU9uZQ8x\nQ2FuYXJ5TGluZVR3bw9y\n-----END CANARY KEY-----"
+    job = Job.load(TINY, ["code.args=[--epochs, 1, --print-env, 'TOKEN,PEM']"]).override(
+        env={"TOKEN": {"from_env": "TINY_TOKEN", "secret": True}, "PEM": {"value": pem, "secret": True}}
+    )
+    forms = {"canary-7f3a9c1e5b", *pem.splitlines(), json.dumps(pem)[1:-1], repr(pem)[1:-1]}
+    shown = [repr(job.spec), job.spec.model_dump_json(), json.dumps(job.to_dict()), job.render("local").to_json()]
+    assert not [f for f in forms for text in shown if f in text]
+    run = job.submit("local")
+    assert run.wait(timeout=120, poll=0.2).state is RunState.SUCCEEDED
+    assert sum("***" in line.text for line in run.logs()) >= 5  # the script did print them
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    files = [path for path in home.rglob("*") if path.is_file()]
+    assert any("ranks" in path.parts for path in files)  # torchrun's per-rank files were searched too
+    written_by_the_run = [path for path in files if {"ranks", "logs"} & set(path.parts)]
+    assert written_by_the_run and all(stat.S_IMODE(path.stat().st_mode) == 0o600 for path in written_by_the_run)
+    leaks = [(path, f) for path in files for f in forms if f.encode() in path.read_bytes()]
+    assert not leaks, leaks
 
 
 def test_doctor_names_each_failed_check_and_what_to_do() -> None:

@@ -39,3 +39,14 @@ def test_killed_rank_restarts_the_group_then_fails_fast_when_restarts_are_used_u
     assert "rank 1" in status.message and "signal 9" in status.message
     assert any("rank 1/2" in line for line in failure["log_tail"]), failure["log_tail"]
     assert rank_processes(run_dir) == {}
+
+
+def test_metric_lines_no_parser_can_hold_are_skipped_with_a_warning_and_the_run_finishes() -> None:
+    """A 400-digit number (OverflowError) and nesting deeper than the decoder goes (RecursionError), printed
+    before the first epoch: each is one warning, and every later line still reaches the log and the metrics."""
+    run = Job.load(TINY, ["code.args=[--epochs, 2, --bad-metrics]"]).submit("local")
+    status = run.wait(timeout=90, poll=0.2)
+    assert status.state is RunState.SUCCEEDED, status
+    assert [r.epoch for r in run.metrics()] == [1, 2]
+    warned = [line.text for line in run.logs() if "a metric line was skipped" in line.text]
+    assert len(warned) == 2 and "does not fit a float" in warned[0] and "RecursionError" in warned[1], warned

@@ -5,6 +5,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import shutil
+import stat
+import subprocess
 import tarfile
 import time
 import zlib
@@ -15,11 +18,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cloudddp.code import filestate
+from cloudddp.code import filestate, shim
 from cloudddp.code import snapshot as packaging
 from cloudddp.code.snapshot import collect, folder_digest, ignore_line, pack, safe_member, snapshot_warnings
 from cloudddp.errors import UserError
 
+from .support.cli import cli
 from .support.trees import age, pinned_tree
 
 # Recorded from the in-memory pack() (tar into BytesIO, then gzip) before packaging became a streaming
@@ -329,3 +333,88 @@ def test_an_ignore_line_whose_range_is_reversed_is_a_user_error(tmp_path: Path) 
     (root / "train.py").write_text("print('train')\n")
     with pytest.raises(UserError, match="not a valid pattern"):
         pack(root, ["[z-a].py"])  # pathspec's regex fails to compile (re.error, not ValueError)
+
+
+def test_a_fifo_or_device_in_the_folder_is_refused_by_name_without_being_opened(tmp_path: Path) -> None:
+    """Opening a FIFO with no writer blocks forever (render hung); it is refused from its stat alone."""
+    (tmp_path / "train.py").write_text("print(1)\n")
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(UserError, match=r"pipe in .* is a FIFO \(named pipe\), not a regular file") as refused:
+        pack(tmp_path)
+    assert "/pipe" in (refused.value.hint or "")  # the ignore line that leaves it out
+    (tmp_path / ".cloudddpignore").write_text("/pipe\n")
+    assert pack(tmp_path).files == (".cloudddpignore", "train.py")
+    if os.geteuid() == 0:  # only root may make a device node
+        os.mknod(tmp_path / "null", stat.S_IFCHR | 0o600, os.makedev(1, 3))  # what /dev/null is
+        with pytest.raises(UserError, match=r"null in .* is a character device, not a regular file"):
+            pack(tmp_path)
+
+
+def _tree_with_rules_everywhere(repo: Path) -> Path:
+    """A code folder inside a larger repository, with something for each of git's rule sources to ignore."""
+    code = repo / "proj"
+    files = {
+        ".gitignore": "creds.json\n",  # the enclosing repository's rule, above the code folder
+        "proj/train.py": "print(1)\n",
+        "proj/creds.json": "{}\n",
+        "proj/local-notes.txt": "mine\n",  # .git/info/exclude
+        "proj/sub/.gitignore": "secrets.yaml\n",  # a nested rule
+        "proj/sub/secrets.yaml": "token: x\n",
+        "proj/sub/keep.py": "x = 1\n",
+        "proj/.env": "TOKEN=x\n",  # credential defaults
+        "proj/certs/server.pem": "-----BEGIN-----\n",
+        "proj/keys/id_ed25519": "key\n",
+        "proj/id_utils.py": "y = 2\n",  # not a key: shipped
+    }
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    return code
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git to make the enclosing repository")
+def test_every_git_ignore_rule_and_credential_defaults_leave_files_out(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    code = _tree_with_rules_everywhere(repo)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".git" / "info" / "exclude").write_text("local-notes.txt\n")
+    snapshot = pack(code)
+    assert snapshot.files == ("id_utils.py", "sub/.gitignore", "sub/keep.py", "train.py")
+    assert snapshot.left_out == (".env", "certs/server.pem", "keys/id_ed25519")
+    (note,) = snapshot_warnings(snapshot)
+    assert "look like credentials: .env, certs/server.pem, keys/id_ed25519" in note
+    (code / "job.yaml").write_text("name: rules\ncode: {dir: ., entry: train.py}\n")
+    listed = cli("render", str(code / "job.yaml"), "--list-files")  # what a person sees before shipping
+    assert listed.returncode == 0 and listed.stdout.split() == [
+        "_cloudddp_launch.py",
+        "id_utils.py",
+        "job.yaml",
+        "sub/.gitignore",
+        "sub/keep.py",
+        "train.py",
+    ], listed.stdout + listed.stderr
+    assert "look like credentials: .env, certs/server.pem, keys/id_ed25519" in " ".join(listed.stderr.split())
+    (code / ".cloudddpignore").write_text("!/.env\n")  # shipping one anyway
+    assert ".env" in pack(code).files
+
+
+def test_outside_a_git_work_tree_nested_gitignore_files_still_apply(tmp_path: Path) -> None:
+    code = _tree_with_rules_everywhere(tmp_path / "plain")
+    assert packaging.git_ignored(code) is None  # no repository here
+    files = pack(code).files
+    assert "sub/secrets.yaml" not in files and "sub/keep.py" in files and ".env" not in files
+
+
+def test_the_launchers_environment_folder_is_private_and_a_planted_one_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shim.tempfile, "tempdir", str(tmp_path))
+    made = shim.private_folder()
+    assert made == tmp_path / f"cloudddp-{os.getuid()}" and stat.S_IMODE(made.stat().st_mode) == 0o700
+    made.chmod(0o777)  # others may write in it: someone could have put an environment there
+    other = shim.private_folder()
+    assert other != made and other.parent == tmp_path and stat.S_IMODE(other.stat().st_mode) == 0o700
+    made.rmdir()
+    made.symlink_to(tmp_path / "elsewhere", target_is_directory=True)  # a planted link
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    assert shim.private_folder() not in (made, tmp_path / "elsewhere")

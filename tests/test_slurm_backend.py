@@ -7,9 +7,11 @@ SLURM_CONF in the environment."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,7 +97,25 @@ def test_a_requeued_two_node_job_resumes_from_its_checkpoint_and_runs_every_step
     assert model.is_file()
 
 
-def test_the_shared_script_on_one_node_with_two_processes_through_the_cli(cluster: SlurmCluster) -> None:
+def _plant(archive: Path, marker: Path) -> None:
+    """A snapshot under the name the job's own will have, whose train.py would leave ``marker`` behind."""
+    script = f"open({str(marker)!r}, 'w').write('planted code ran')\n".encode()
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("train.py")
+        info.size = len(script)
+        tar.addfile(info, io.BytesIO(script))
+
+
+def test_the_shared_script_on_one_node_with_two_processes_through_the_cli(
+    cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """... with a snapshot planted in the shared working folder under the name this commit's snapshot has: it is
+    replaced (its sha256 is checked on the cluster) and never runs."""
+    args = ["resources.processes_per_node=2", "code.args=[--dataset, digits, --epochs, '1', --batch-size, '128']"]
+    (upload,) = Job.load(DIGITS, [*ON_CLUSTER, *args]).render("slurm").uploads
+    marker = tmp_path / "planted-code-ran"
+    _plant(Path(upload["destination"]), marker)
     result = cli(
         "submit",
         str(DIGITS),
@@ -120,6 +140,9 @@ def test_the_shared_script_on_one_node_with_two_processes_through_the_cli(cluste
     assert "[slurm] cloudddp: run 0 of Slurm job" in logs
     script = Path(json.loads(status.stdout)["details"]["run_dir"]) / "job.sbatch"
     assert "#SBATCH --nodes=1" in script.read_text() and "--nproc-per-node=2" in script.read_text()
+    said = " ".join(result.stderr.split())  # however the console wrapped it
+    assert re.search(r"is not snapshot [0-9a-f]{12}: replacing it", said) and not marker.exists(), said[-2000:]
+    assert hashlib.sha256(Path(upload["destination"]).read_bytes()).hexdigest() == upload["sha256"]
 
 
 def test_a_tutorial_script_runs_on_two_nodes_with_its_own_metrics_and_leaves_its_folder_alone(
@@ -312,13 +335,29 @@ def test_a_failed_rank_is_named_with_its_node_and_the_tail_of_its_output(cluster
     assert "node node2 (rank 1) failed" in shown.stdout and "boom" in shown.stdout, shown.stdout + shown.stderr
 
 
-def test_doctor_checks_the_cluster_and_a_retried_launch_finds_its_job(cluster: SlurmCluster) -> None:
+def test_doctor_checks_the_cluster_and_a_retried_launch_finds_its_job(cluster: SlurmCluster, tmp_path: Path) -> None:
     told = cli("doctor", str(FIXTURES / "tinyjob" / "job.yaml"), "-b", "slurm")
     assert told.returncode == 2, told.stdout + told.stderr
     assert "the cluster's KillWait is 5 s; slurm.kill_wait says 30 s" in told.stdout
     assert "fix: set slurm.kill_wait: 5" in told.stdout and "Slurm reachable" in told.stdout
     fixed = cli("doctor", str(FIXTURES / "tinyjob" / "job.yaml"), "-b", "slurm", "-o", "slurm.kill_wait=5")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # a working folder others may write in: they could change what the jobs run
+    open_to_all = cli(
+        "doctor",
+        str(FIXTURES / "tinyjob" / "job.yaml"),
+        "-b",
+        "slurm",
+        "-o",
+        "slurm.kill_wait=5",
+        "-o",
+        f"slurm.workdir={shared}",
+    )
+    said = " ".join(open_to_all.stdout.split())
+    assert open_to_all.returncode == 2 and "working folder yours alone" in said, said
+    assert "others may write in it" in said and f"chmod go-w {shared}" in said, said
 
     job = Job.load(
         FIXTURES / "tinyjob" / "job.yaml",

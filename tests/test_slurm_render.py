@@ -4,14 +4,17 @@ offset, Slurm's answers) against a real shell. The cluster itself: tests/test_sl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
 
 from cloudddp.api import Job
+from cloudddp.backends import slurm as slurm_backend
 from cloudddp.backends.base import Cause
 from cloudddp.backends.slurm import SlurmBackend
 from cloudddp.backends.slurm.logs import Labels
@@ -166,6 +169,7 @@ def test_secrets_stay_out_of_the_script_and_the_plan(tmp_path: Path) -> None:
         (["slurm.sbatch_options=[--time=5]"], "slurm.sbatch_options", "set by cloudddp"),
         (["slurm.mem=lots"], "slurm.mem", "64G"),
         (["slurm.partition=gpu a100"], "slurm.partition", "one word"),
+        (['slurm.partition="gpu\\n"'], "slurm.partition", "one word"),  # a final newline would end the #SBATCH line
         (["inputs.cifar.at.slurm=s3://bucket/cifar/"], "remote inputs", "inputs.<name>.at.slurm"),
         (["inputs.cifar.at.slurm=data/cifar"], "inputs.cifar.at.slurm", "relative"),
         (["checkpoint.path=s3://bucket/ckpt"], "checkpoint.path", "filesystem"),
@@ -285,9 +289,12 @@ def test_the_rendered_script_runs_under_bash_with_slurm_variables(tmp_path: Path
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]"}
-    done = subprocess.run(
-        ["bash", "-c", plan.documents["job.sbatch"]], capture_output=True, text=True, env=env, cwd=tmp_path
-    )
+    script = plan.documents["job.sbatch"]
+    assert "--rdzv-id" not in script  # the id is not in any argv (ps); torchrun reads PET_RDZV_ID
+    unnamed = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert unnamed.returncode != 0 and "PET_RDZV_ID" in unnamed.stderr and not (tmp_path / "srun.args").exists()
+    env["PET_RDZV_ID"] = "0123456789abcdef0123456789abcdef"  # what submit puts in sbatch's environment
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     srun_args = (tmp_path / "srun.args").read_text().split("\0")[:-1]
     at = srun_args.index("cloudddp-node")
@@ -376,3 +383,16 @@ def test_log_lines_of_several_nodes_come_in_the_order_of_the_starts_they_belong_
         ("rank0", "there", True),
         ("node0", "srun: x", False),
     ]
+
+
+def test_a_snapshot_whose_sha256_is_not_the_plans_is_not_unpacked(tmp_path: Path) -> None:
+    """The unpack step on the cluster checks the archive against the plan's sha256 before extracting it."""
+    archive = tmp_path / "code.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(__file__, arcname="train.py")
+    right = hashlib.sha256(archive.read_bytes()).hexdigest()
+    unpack = ["bash", "-c", slurm_backend._UNPACK, "cloudddp-unpack"]
+    wrong = subprocess.run([*unpack, str(tmp_path / "a"), str(archive), "0" * 64], capture_output=True, text=True)
+    assert wrong.returncode == 3 and "is not the one uploaded" in wrong.stderr and not (tmp_path / "a").exists()
+    ok = subprocess.run([*unpack, str(tmp_path / "b"), str(archive), right], capture_output=True, text=True)
+    assert ok.returncode == 0 and (tmp_path / "b" / "train.py").is_file(), ok.stderr

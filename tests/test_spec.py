@@ -9,7 +9,9 @@ import pytest
 
 from cloudddp.backends.registry import load_spec, spec_from_dict
 from cloudddp.errors import SpecError, UserError
+from cloudddp.plan import Plan
 from cloudddp.spec.model import JobSpec, parse_duration
+from cloudddp.spec.secrets import rendered_env
 
 from .support.cli import ROOT, cli
 
@@ -52,7 +54,9 @@ def test_good_spec_loads_with_defaults_and_paths_relative_to_the_file(tmp_path: 
         (GOOD + "limits: {max_runtime: 3 weeks}\n", ["job.yaml:9", "limits.max_runtime", "duration"]),
         (GOOD + "env: {SECRET: {secret: true}}\n", ["env.SECRET", "exactly one of `value` or `from_env`"]),
         (GOOD + "env: {1BAD: x}\n", ["env", "not a valid environment variable name"]),
+        (GOOD + "env: {TOKEN: {value: s3cr3t, secret: true}}\n", ["env.TOKEN", "8 characters or more"]),
         (GOOD.replace("name: demo", "name: 'bad name!'"), ["job.yaml:1", "name", "letters, digits"]),
+        (GOOD.replace("name: demo", 'name: "demo\\n"'), ["job.yaml:1", "name", "letters, digits"]),  # not `$`
         (GOOD + "distribution: {backend: smddp}\nresources: {gpus_per_node: 0}\n", ["smddp needs GPUs"]),
     ],
 )
@@ -151,3 +155,21 @@ def test_every_job_in_jobs_validates() -> None:
     assert jobs, "jobs/ holds the example specs"
     for path in jobs:
         load_spec(path)
+
+
+def test_a_short_secret_is_refused_and_secret_values_stay_out_of_reprs_dumps_and_errors(tmp_path: Path) -> None:
+    with pytest.raises(UserError) as short:
+        load_spec(write(tmp_path, GOOD + "env: {TOKEN: {value: s3cr3t, secret: true}}\n"))
+    assert "s3cr3t" not in str(short.value)
+    spec = load_spec(
+        write(
+            tmp_path, GOOD + "env: {TOKEN: {value: hunter2-hunter2, secret: true}, READ: {from_env: X, secret: true}}\n"
+        )
+    )
+    assert "hunter2" not in repr(spec) + spec.model_dump_json() + str(spec.model_dump()) + repr(spec.env["TOKEN"])
+    env, sources = rendered_env(spec)
+    plan = Plan(backend="local", job_name="demo", request={"env": env}, env_sources=sources)
+    with pytest.raises(UserError, match=r"env\.READ: the secret's value has fewer than 8 characters") as refused:
+        plan.secret_values({"X": "abc"})  # from the shell: known only at launch
+    assert "abc" not in str(refused.value)
+    assert plan.secret_values({"X": "long-enough-value"}) == ["long-enough-value", "hunter2-hunter2"]

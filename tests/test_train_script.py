@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -22,6 +24,16 @@ import data as datasets
 import metrics as script_metrics
 
 pytestmark = pytest.mark.slow
+
+
+class RunsCommand:
+    """What a planted checkpoint may hold: an object whose unpickling runs a shell command."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return os.system, (self.command,)
 
 
 def records(stdout: str) -> list[dict]:
@@ -100,8 +112,14 @@ def test_resume_continues_at_the_next_epoch_and_corrupt_checkpoints_are_skipped(
     # Truncate the newest: the script must warn and resume from the one before.
     newest = tmp_path / "ck" / names[0]
     newest.write_bytes(newest.read_bytes()[:100])
+    # And plant a newer one that runs a command when unpickled, with a checksum that matches: refused by name.
+    marker = tmp_path / "planted-code-ran"
+    planted = tmp_path / "ck" / "ckpt-e9999-s0000000.pt"
+    torch.save({"model": RunsCommand(f"touch {marker}"), "epoch": 9999}, planted)
+    checkpoint.digest_file(planted).write_text(hashlib.sha256(planted.read_bytes()).hexdigest())
     second = train(1, *common, "--epochs", "5", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
+    assert "refusing checkpoint ckpt-e9999-s0000000.pt" in second.stderr and not marker.exists()
     assert "checksum mismatch" in second.stderr
     assert "resumed from" in second.stdout and "at epoch 3" in second.stdout
     assert [r["epoch"] for r in records(second.stdout) if "train_loss" in r] == [3, 4, 5]

@@ -3,7 +3,8 @@
 Owns :mod:`~cloudddp.backends.base` (the contract: render, launch, describe, logs, cancel, bill, preflight,
 translate, with their written semantics), :mod:`~cloudddp.backends.features` (what a backend cannot do, with
 the reason), :mod:`~cloudddp.backends.registry` (the ``cloudddp.backends`` entry-point group, and the full spec
-model composed from the registered backends' sections) and one subpackage per built-in backend.
+model composed from the registered backends' sections), :mod:`~cloudddp.backends.procs` (signalling only the
+processes cloudddp started: a pid with its start time and boot) and one subpackage per built-in backend.
 
 May import: the runtime contract, ``code``, ``catalog``, ``observe``, ``spec``, ``plan``, ``paths`` and
 ``errors``. Never ``runs`` (the policies above), the faces, or another backend: a backend package imports only

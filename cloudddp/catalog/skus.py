@@ -185,7 +185,7 @@ def replacement_for(sku: Sku) -> Sku | None:
     )
 
 
-_AZURE_SIZE = re.compile(r"^Standard_([A-Z]+)(\d+)([a-z]*)(?:_(.*))?$")
+_AZURE_SIZE = re.compile(r"^Standard_([A-Z]+)(\d+)([a-z]*)(?:_(.*))?\Z")
 
 
 def azure_rdma_by_name(size: str) -> tuple[bool, str]:

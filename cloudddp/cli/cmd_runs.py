@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from cloudddp.api import Run
+from cloudddp.backends.registry import load_spec
 from cloudddp.cli.options import follow_option, format_record, json_option, money, print_json, run_arguments
 from cloudddp.errors import UserError
 from cloudddp.observe.console import err, escape, out
@@ -188,7 +189,14 @@ def cost_text(report: CostReport) -> Any:
 
 @click.command()
 @click.argument("run", required=False)
-def recover(run: str | None) -> None:
+@click.option(
+    "--spec",
+    "spec_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The job's spec file, to give a restarted watcher the secrets the spec holds as literals "
+    "(they are never stored).",
+)
+def recover(run: str | None, spec_file: Path | None) -> None:
     """Pick up recovery where it stopped: start the watcher again for RUN (or for every run still under
     recovery whose watcher is gone, e.g. after this machine restarted)."""
     if run is not None:
@@ -197,12 +205,21 @@ def recover(run: str | None) -> None:
             raise UserError(f"{run} was not submitted with recovery", hint="submit it with --recover")
     else:
         chains = [recovery.Chain.load(p.stem) for p in sorted((home() / "chains").glob("*.json"))]
+    literals = _literal_secrets(spec_file) if spec_file is not None else {}
     for chain in chains:
-        restarted = recovery.ensure_watched(chain)
+        restarted = recovery.ensure_watched(chain, literals)
         what = (
             "watcher started again" if restarted else ("watched" if chain.status == recovery.WATCHING else chain.status)
         )
         err().print(f"{chain.chain_id}: attempt {chain.current.number}, {what}")
+        if chain.status == recovery.NEEDS_SECRETS:
+            err().print(f"  {escape(chain.message)}")
+
+
+def _literal_secrets(spec_file: Path) -> dict[str, str]:
+    """The secret values ``spec_file`` gives as literals, by variable name."""
+    spec = load_spec(spec_file)
+    return {name: e.value for name, e in spec.env.items() if e.secret and e.from_env is None and e.value is not None}
 
 
 @click.command()

@@ -22,9 +22,10 @@ from cloudddp.cli.options import (
     print_json,
     print_plan,
 )
+from cloudddp.code.snapshot import snapshot_warnings
 from cloudddp.errors import SpecError, UserError
 from cloudddp.observe.console import err, escape, out
-from cloudddp.runtime import code_problem
+from cloudddp.runtime import code_problem, code_snapshot
 from cloudddp.spec.load import where_set
 from cloudddp.spec.scaffold import init as scaffold
 
@@ -67,9 +68,25 @@ def validate(job: Path, override: tuple[str, ...], json_: bool) -> None:
     type=click.Path(path_type=Path, file_okay=False),
     help="Also write each document into this folder.",
 )
-def render(job: Path, backend: str, override: tuple[str, ...], json_: bool, output: Path | None) -> None:
+@click.option(
+    "--list-files",
+    is_flag=True,
+    help="List the files the code snapshot holds (after every ignore rule) instead of the plan.",
+)
+def render(
+    job: Path, backend: str, override: tuple[str, ...], json_: bool, output: Path | None, list_files: bool
+) -> None:
     """Print exactly what a backend would send (no network, no credentials)."""
     spec = load_job(job, override)
+    if list_files:
+        snapshot = code_snapshot(spec)
+        if json_:
+            print_json({"files": list(snapshot.files), "left_out_as_credentials": list(snapshot.left_out)})
+            return
+        sys.stdout.write("".join(f"{name}\n" for name in snapshot.files))
+        for line in snapshot_warnings(snapshot):
+            err().print(f"warning: {escape(line)}")
+        return
     plan = backend_class(backend)().render(spec)
     if output is not None:
         output.mkdir(parents=True, exist_ok=True)

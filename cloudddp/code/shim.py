@@ -26,7 +26,8 @@ from raw JSON; base64 has no character the shell changes)::
   run, ``MLFLOW_RUN_ID``), so Azure ML Studio shows a script's own metrics. Without ``metrics`` this file
   replaces itself with the program (same process id), so the platform's launcher supervises it directly.
 - ``requirements``: the job's requirements file, for a platform that does not install it (Azure ML). The
-  first process of a node installs it into an environment made for it in the node's temporary folder,
+  first process of a node installs it into an environment made for it in the node's temporary folder (in a
+  folder private to the user, checked before it is trusted),
   layered over this Python (its packages first, then this Python's: torch is not installed twice), under a
   file lock, so the other processes of the node wait and reuse it; the program then runs with that
   environment's ``python`` (first on ``PATH`` too, for a ``code.command``).
@@ -143,13 +144,32 @@ def layer_over_this_python(python: Path) -> None:
     (Path(own) / "_cloudddp_layer.pth").write_text(line + "\n")
 
 
+def private_folder() -> Path:
+    """Where this user's job environments go on this node: ``<tmp>/cloudddp-<uid>``, created 0700 and used only
+    while it is a real folder of this user's that nobody else may enter (a fixed name in a shared /tmp could be
+    made first by someone else, with an environment of their choosing in it); otherwise a fresh private folder
+    for this process alone."""
+    import stat
+
+    base = Path(tempfile.gettempdir()) / f"cloudddp-{os.getuid()}"
+    try:
+        os.mkdir(base, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(base)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077:
+        return base
+    print(f"{SHIPPED_AS}: not using {base}: it is not this user's alone", file=sys.stderr, flush=True)
+    return Path(tempfile.mkdtemp(prefix="cloudddp-env-"))
+
+
 def environment_for(listing: str, digest: str) -> str:
     """The ``python`` of this node's environment for the requirements in ``listing``, built by the first
     process that gets here (the others wait on the lock, then reuse it)."""
     import fcntl
     import venv
 
-    root = Path(tempfile.gettempdir()) / f"cloudddp-env-{digest}"
+    root = private_folder() / f"env-{digest}"
     python = root / "bin" / "python"
     with open(f"{root}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

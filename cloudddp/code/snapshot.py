@@ -3,8 +3,11 @@
 The same folder always packs to the same bytes (sorted entries, fixed mtime, uid/gid 0, fixed modes,
 gzip header without a name or timestamp), so its sha256 names it and an unchanged snapshot is never
 uploaded twice. Ignore rules: ``.gitignore``, ``.amlignore`` and ``.cloudddpignore`` in the folder,
-the spec's ``code.ignore``, and defaults (VCS folders, caches, checkpoints). Nothing outside the
-folder gets in: ``..``, absolute paths and symlinks that point outside are refused.
+the spec's ``code.ignore``, and defaults (VCS folders, caches, checkpoints, files that look like
+credentials); and all of git's rules: in a git work tree git itself says what it ignores (nested
+``.gitignore`` files, the enclosing repository's, ``.git/info/exclude``, ``core.excludesFile``), elsewhere
+``.gitignore`` files in subfolders apply to their subfolder. Nothing outside the folder gets in: ``..``,
+absolute paths and symlinks that point outside are refused; neither do FIFOs or devices.
 
 The archive is written in one streaming pass (see :mod:`cloudddp.code.tarstream`) to
 ``$CLOUDDDP_HOME/snapshots/<sha256>.tar.gz``, so memory stays small whatever the folder
@@ -17,6 +20,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
+import stat
+import subprocess
 import tempfile
 import time
 import warnings
@@ -47,6 +53,9 @@ DEFAULT_IGNORES = (
     ".cloudddp/",
     ".DS_Store",
 )
+SECRET_IGNORES = (".env", "*.pem", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*")
+"""Files that look like credentials (dotenv files, PEM keys and certificates, SSH keys): left out by default,
+each named in a note; a ``!<path>`` line in .cloudddpignore (or code.ignore) ships one anyway."""
 IGNORE_FILES = (".gitignore", ".amlignore", ".cloudddpignore")
 MAX_FILES = 20_000
 WARN_BYTES = 50_000_000
@@ -71,6 +80,7 @@ class Snapshot:
     path: Path  # the .tar.gz, in the snapshot cache
     file_bytes: int = 0  # bytes of the files before compression
     largest: tuple[tuple[str, int], ...] = ()  # the biggest files and their sizes, biggest first
+    left_out: tuple[str, ...] = ()  # files left out only because they look like credentials
 
     def open(self) -> BinaryIO:
         """The archive for reading (to upload it as a stream)."""
@@ -88,7 +98,7 @@ def cache_dir() -> Path:
 
 
 def _ignore_lines(root: Path, extra: Sequence[str]) -> list[str]:
-    lines = list(DEFAULT_IGNORES)
+    lines = [*DEFAULT_IGNORES, *SECRET_IGNORES]  # first, so the folder's own negations can ship one
     for name in IGNORE_FILES:
         path = root / name
         if path.is_file():
@@ -126,17 +136,78 @@ class _Ignored:
         return self.spec.match_file(rel)
 
 
-def _scan(root: Path, lines: Sequence[str]) -> list[_Entry]:
-    """The files to pack with their stamps, sorted; refuses anything that would escape ``root``.
+def git_ignored(root: Path) -> set[str] | None:
+    """What git ignores under ``root`` (paths relative to it; a wholly ignored folder as ``dir/``), when
+    ``root`` is in a git work tree and git is installed; None otherwise. Git's answer covers every rule it
+    has: nested ``.gitignore`` files, the enclosing repository's, ``.git/info/exclude``, ``core.excludesFile``."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    base = [git, "-C", str(root)]
+    try:
+        inside = subprocess.run([*base, "rev-parse", "--is-inside-work-tree"], capture_output=True, timeout=60)
+        if inside.returncode != 0 or inside.stdout.strip() != b"true":
+            return None
+        listed = subprocess.run(
+            [*base, "ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z", "--", "."],
+            capture_output=True,
+            timeout=300,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if listed.returncode != 0:
+        return None
+    return {os.fsdecode(path) for path in listed.stdout.split(b"\0") if path}
+
+
+class _Rules:
+    """Whether the scan leaves a path out: the folder's own rules (:class:`_Ignored`) and git's. In a git work
+    tree git's list answers; elsewhere each ``.gitignore`` below the top applies to its own folder (pathspec's
+    gitignore semantics within it; a deeper file cannot re-include what a shallower one ignores)."""
+
+    def __init__(self, root: Path, lines: Sequence[str]) -> None:
+        self.own = _Ignored(lines)
+        self.git = git_ignored(root)
+        self.nested: dict[str, _Ignored] = {}  # folder ("sub/") -> its .gitignore, outside a git work tree
+        self._secret = pathspec.GitIgnoreSpec.from_lines(SECRET_IGNORES)
+        self._lines = lines
+        self._without_secret: _Ignored | None = None
+
+    def enter(self, rel_dir: str, here: str) -> None:
+        """Note the ``.gitignore`` of folder ``rel_dir`` (outside a git work tree; git reads its own)."""
+        if self.git is None and rel_dir:
+            path = Path(here) / ".gitignore"
+            if path.is_file():
+                self.nested[rel_dir] = _Ignored(path.read_text(encoding="utf-8", errors="replace").splitlines())
+
+    def __call__(self, rel: str) -> bool:
+        if self.own(rel) or (self.git is not None and rel in self.git):
+            return True
+        return any(rel.startswith(folder) and rules(rel[len(folder) :]) for folder, rules in self.nested.items())
+
+    def looks_secret(self, rel: str) -> bool:
+        """Left out by the credential defaults alone (not by a rule of the folder's or git's)."""
+        if not self._secret.match_file(rel):
+            return False
+        if self._without_secret is None:
+            secret = set(SECRET_IGNORES)
+            self._without_secret = _Ignored([line for line in self._lines if line not in secret])
+        return not self._without_secret(rel) and not (self.git is not None and rel in self.git)
+
+
+def _scan(root: Path, lines: Sequence[str], left_out: list[str] | None = None) -> list[_Entry]:
+    """The files to pack with their stamps, sorted; refuses anything that would escape ``root``. Files left
+    out only because they look like credentials are added to ``left_out``.
 
     Symlinks inside the folder are followed for files; a symlinked folder is checked but not entered."""
     if not root.is_dir():
         raise UserError(f"{root} is not a folder")
-    ignored = _Ignored(lines)
+    ignored = _Rules(root, lines)
     found: list[_Entry] = []
     pending = [("", str(root))]
     while pending:
         rel_dir, here = pending.pop()
+        ignored.enter(rel_dir, here)
         try:
             with os.scandir(here) as listing:
                 entries = sorted(listing, key=lambda e: e.name)
@@ -154,15 +225,23 @@ def _scan(root: Path, lines: Sequence[str]) -> list[_Entry]:
                         pending.append((rel + "/", entry.path))
                 continue
             if ignored(rel):
+                if left_out is not None and ignored.looks_secret(rel):
+                    left_out.append(rel)
                 continue
             if entry.is_symlink():
                 _check_link(root, Path(entry.path), rel)
             try:
-                stamp = Stamp.of(entry.stat())
+                st = entry.stat()
             except FileNotFoundError:
                 raise UserError(
                     f"{rel} in {root} is a broken symlink", hint="fix or delete the link, or add it to .cloudddpignore"
                 ) from None
+            if not stat.S_ISREG(st.st_mode):  # a FIFO would block the packer forever; a device, read endlessly
+                raise UserError(
+                    f"{rel} in {root} is a {_kind(st.st_mode)}, not a regular file: a code snapshot holds files only",
+                    hint=f"delete it, or add the line {ignore_line(rel)} to .cloudddpignore",
+                )
+            stamp = Stamp.of(st)
             found.append(_Entry(rel, stamp))
             if len(found) > MAX_FILES:
                 raise UserError(
@@ -171,6 +250,17 @@ def _scan(root: Path, lines: Sequence[str]) -> list[_Entry]:
                 )
     found.sort(key=lambda e: e.rel)
     return found
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    kinds = [
+        (stat.S_ISFIFO, "FIFO (named pipe)"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "special file")
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
@@ -235,11 +325,18 @@ def _advice(root: Path, largest: Sequence[tuple[str, int]]) -> str:
 
 
 def snapshot_warnings(snapshot: Snapshot, threshold: int = WARN_BYTES) -> list[str]:
-    """What a plan should say about a snapshot: nothing, or, above ``threshold`` bytes, how big it is,
-    its largest files and how to leave each out."""
+    """What a plan should say about a snapshot: the files left out because they look like credentials, and,
+    above ``threshold`` bytes, how big it is, its largest files and how to leave each out."""
+    notes = []
+    if snapshot.left_out:
+        shown = ", ".join(snapshot.left_out[:10]) + (" ..." if len(snapshot.left_out) > 10 else "")
+        notes.append(
+            f"left out of the code snapshot because they look like credentials: {shown} "
+            f"(to ship one anyway, add a line !{ignore_line(snapshot.left_out[0])} to .cloudddpignore)"
+        )
     if snapshot.size <= threshold or not snapshot.largest:
-        return []
-    return [
+        return notes
+    return notes + [
         f"the code snapshot of {snapshot.root} is {human_bytes(snapshot.size)} compressed "
         f"({human_bytes(snapshot.file_bytes)} in {len(snapshot.files):,} files, warned above "
         f"{human_bytes(threshold)}); all of it is uploaded again whenever the code changes. "
@@ -268,7 +365,8 @@ def pack(
     root = root.resolve()
     started_ns = time.time_ns()
     lines = _ignore_lines(root, ignore)
-    entries = _scan(root, lines)
+    left_out: list[str] = []
+    entries = _scan(root, lines, left_out)
     extra = dict(extra or {})
     taken = sorted(set(extra) & {e.rel for e in entries})
     if taken:
@@ -301,7 +399,9 @@ def pack(
     if found is None or racy != checked:
         write_record(index, {"root": str(root), "sha256": sha256, "size": size, "stamps": stamps, "racy": racy})
     files = tuple(sorted([*(e.rel for e in entries), *extra]))
-    return Snapshot(root, files, sha256, size, directory / f"{sha256}.tar.gz", file_bytes, largest)
+    return Snapshot(
+        root, files, sha256, size, directory / f"{sha256}.tar.gz", file_bytes, largest, tuple(sorted(left_out))
+    )
 
 
 def _lookup(

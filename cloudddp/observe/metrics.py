@@ -15,7 +15,8 @@ import functools
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,24 +59,33 @@ def parse_metric_line(line: str, source: str = "") -> MetricRecord | None:
     return record_from_dict(obj, source)
 
 
+def _number(value: Any) -> float | None:
+    """``value`` as a finite float, None for a bool, a non-number or an infinity; ValueError for an integer
+    too large for a float (the record is refused rather than silently missing a value)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ValueError(f"an integer of {int(value).bit_length():,} bits does not fit a float") from None
+    return number if math.isfinite(number) else None
+
+
 def record_from_dict(obj: Any, source: str = "") -> MetricRecord | None:
-    """A record from a decoded metric object; keys other than step/epoch/time are values."""
+    """A record from a decoded metric object; keys other than step/epoch/time are values. ValueError for a
+    number that no float can hold."""
     if not isinstance(obj, dict):
         return None
     values = {
-        k: float(v)
+        k: number
         for k, v in obj.items()
-        if k not in RESERVED
-        and k != "received"
-        and isinstance(v, (int, float))
-        and not isinstance(v, bool)
-        and math.isfinite(v)
+        if k not in RESERVED and k != "received" and (number := _number(v)) is not None
     }
-    step, epoch, when = obj.get("step"), obj.get("epoch"), obj.get("time")
+    step, epoch = obj.get("step"), obj.get("epoch")
     return MetricRecord(
-        step=step if isinstance(step, int) else None,
-        epoch=epoch if isinstance(epoch, int) else None,
-        time=float(when) if isinstance(when, (int, float)) else None,
+        step=step if isinstance(step, int) and not isinstance(step, bool) else None,
+        epoch=epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
+        time=_number(obj.get("time")),
         values=values,
         source=source,
     )
@@ -101,9 +111,33 @@ def patterns_from(data: Iterable[dict[str, str]]) -> list[Pattern]:
     return [Pattern(d["name"], d["regex"]) for d in data]
 
 
-def parse_line(line: str, patterns: Sequence[Pattern] = (), source: str = "") -> MetricRecord | None:
+def skipped_line_warning(line: str, error: BaseException) -> str:
+    """The one warning for a line whose parsing failed (the line itself is not repeated: it may be huge)."""
+    return (
+        f"warning: a metric line was skipped ({len(line):,} characters): {type(error).__name__}: "
+        f"{str(error).splitlines()[0][:200] if str(error) else 'no details'}"
+    )
+
+
+def parse_line(
+    line: str, patterns: Sequence[Pattern] = (), source: str = "", *, warn: Callable[[str], None] | None = None
+) -> MetricRecord | None:
     """The record in one log line: a ``CLOUDDDP_METRIC`` line, else the values of every declared pattern
-    that matches it (None when nothing does)."""
+    that matches it (None when nothing does). Whatever goes wrong in parsing (a number too large for a float,
+    nesting too deep for the decoder, ...) skips the line with one warning (to ``warn``, else to stderr):
+    one bad line never stops the stream it is in."""
+    try:
+        return _parse_line(line, patterns, source)
+    except Exception as e:  # noqa: BLE001 - any failure is a skipped record, never a dead log pump
+        message = skipped_line_warning(line, e)
+        if warn is None:
+            print(message, file=sys.stderr, flush=True)
+        else:
+            warn(message)
+        return None
+
+
+def _parse_line(line: str, patterns: Sequence[Pattern], source: str) -> MetricRecord | None:
     record = parse_metric_line(line, source)
     if record is not None or not patterns:
         return record

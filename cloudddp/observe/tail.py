@@ -23,7 +23,7 @@ def follow_lines(
     """``(index of the file, line)`` for every complete line; with ``follow``, wait for more until
     ``finished()`` is true, then drain what is left. Files that do not exist yet are waited for."""
     offsets = [0] * len(paths)
-    partial = [b""] * len(paths)
+    splitters = [LineSplitter() for _ in paths]
     while True:
         done = finished() if follow else True  # read the flag before draining, so nothing is lost
         got = False
@@ -31,13 +31,13 @@ def follow_lines(
             for chunk in _chunks(path, offsets[i]):
                 offsets[i] += len(chunk)
                 got = True
-                lines, partial[i] = _split(partial[i] + chunk)
-                for line in lines:
+                for line in splitters[i].feed(chunk):
                     yield i, line.decode("utf-8", errors="replace")
         if done and not got:
-            for i, rest in enumerate(partial):
-                if rest:  # the last line, unterminated (or ended by a lone \r)
-                    yield i, rest.removesuffix(b"\r").decode("utf-8", errors="replace")
+            for i, splitter in enumerate(splitters):
+                rest = splitter.rest()
+                if rest is not None:  # the last line, unterminated (or ended by a lone \r)
+                    yield i, rest.decode("utf-8", errors="replace")
             return
         if not got:
             time.sleep(poll)
@@ -54,8 +54,32 @@ def _chunks(path: Path, offset: int) -> Iterator[bytes]:
         return
 
 
-def _split(buffer: bytes) -> tuple[list[bytes], bytes]:
-    """Complete lines, and the rest; a final ``\r`` waits, as it may be the first half of ``\r\n``."""
-    held = buffer.endswith(b"\r")
-    *lines, rest = _NEWLINE.split(buffer[:-1] if held else buffer)
-    return lines, (rest + b"\r" if held else rest)
+class LineSplitter:
+    """Bytes in, complete lines out, in time linear in the bytes: each chunk is searched for line ends once,
+    so a line longer than a chunk is never searched again (appending to the unfinished line and searching
+    all of it per chunk made a 32 MB line take seconds). A final ``\r`` waits: it may be half of ``\r\n``."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        start_search = len(self._buffer) - 1 if self._buffer.endswith(b"\r") else len(self._buffer)
+        self._buffer += chunk
+        lines: list[bytes] = []
+        start = 0
+        for end in _NEWLINE.finditer(self._buffer, start_search):
+            if end.group() == b"\r" and end.end() == len(self._buffer):
+                break
+            lines.append(bytes(self._buffer[start : end.start()]))
+            start = end.end()
+        if start:
+            del self._buffer[:start]
+        return lines
+
+    def rest(self) -> bytes | None:
+        """The unfinished last line (a lone final ``\r`` ends it), None when there is none."""
+        if not self._buffer:
+            return None
+        rest = bytes(self._buffer).removesuffix(b"\r")
+        self._buffer.clear()
+        return rest

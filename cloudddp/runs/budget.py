@@ -17,6 +17,7 @@ price, a lower bound, so the real spend at the stop is higher).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -102,6 +103,7 @@ def watch(
 
 
 def main(argv: list[str]) -> int:
+    os.umask(0o077)  # what the watch writes is its user's alone
     run_id = argv[0]
     record = Registry().get(run_id)
     if record is None or record.info.get("max_cost") is None:

@@ -21,11 +21,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cloudddp.backends.base import Backend, Cause, PreflightFailed, RunState, RunStatus
+from cloudddp.backends.procs import Process
 from cloudddp.catalog.ranking import failures
 from cloudddp.paths import home
 from cloudddp.plan import Plan
@@ -36,6 +38,9 @@ from cloudddp.spec.model import JobSpec
 POLL_SECONDS = float(os.environ.get("CLOUDDDP_RECOVERY_POLL", "10"))
 SETTLE_SECONDS = float(os.environ.get("CLOUDDDP_RECOVERY_SETTLE", "60"))
 WATCHING, SUCCEEDED, GAVE_UP, CANCELLED = "watching", "succeeded", "gave up", "cancelled"
+NEEDS_SECRETS = "needs secrets"
+"""The watcher was started again without the literal secrets the next attempt needs (they are never stored):
+the chain waits for ``cloudddp recover RUN --spec FILE``."""
 
 
 @dataclass
@@ -60,6 +65,9 @@ class Chain:
     status: str = WATCHING
     message: str = ""
     watcher_pid: int | None = None
+    watcher: dict[str, Any] | None = None
+    """The watcher process's start time and boot (:class:`~cloudddp.backends.procs.Process`): its pid is trusted
+    only while it still names that process."""
     capacity_tries: int = 0
     """Capacity failures on one size before moving to the next of ``fallbacks`` (0: never moves)."""
     fallbacks: list[dict[str, Any]] = field(default_factory=list)
@@ -93,18 +101,12 @@ class Chain:
         return self.max_recoveries - (len(self.attempts) - 1)
 
     def watcher_alive(self) -> bool:
-        if not self.watcher_pid:
-            return False
-        try:
-            os.kill(self.watcher_pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        try:
-            return Path(f"/proc/{self.watcher_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except OSError:
-            return True
+        process = self.watcher_process()
+        return process is not None and process.alive()
+
+    def watcher_process(self) -> Process | None:
+        """The watcher, as recorded when it started (None for a chain that names none we can verify)."""
+        return Process.from_record(self.watcher_pid, self.watcher)
 
     def summary(self) -> list[dict[str, Any]]:
         return [asdict(a) for a in self.attempts]
@@ -171,19 +173,51 @@ def spawn_watcher(chain: Chain, literals: dict[str, str] | None = None) -> None:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            umask=0o077,  # what it and its children write is private to this user
         )
     chain.watcher_pid = proc.pid
+    started = Process.of(proc.pid)
+    chain.watcher = started.record() if started else None
     chain.save()
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(literals or {}).encode())
     proc.stdin.close()
 
 
-def ensure_watched(chain: Chain) -> bool:
-    """Start a watcher again for a chain still being watched whose watcher is gone; True if it did."""
-    if chain.status != WATCHING or chain.watcher_alive():
+def missing_secrets(chain: Chain, literals: Mapping[str, str]) -> list[str]:
+    """The literal secrets the chain's next attempts need that ``literals`` lacks."""
+    plans = [chain.plan, *(nxt["plan"] for nxt in chain.fallbacks)]
+    needed = {name for state in plans for name in Plan.from_state(state).literal_secret_names()}
+    return sorted(needed - set(literals))
+
+
+def needs_secrets(chain: Chain, missing: list[str]) -> None:
+    """Stop the chain until the missing literal secrets are supplied, saying how."""
+    chain.status = NEEDS_SECRETS
+    chain.message = (
+        f"recovery stopped: the next attempt needs the secret{'s' if len(missing) > 1 else ''} "
+        f"{', '.join('env.' + name for name in missing)}, given as literals in the spec, and this watcher was "
+        f"started again without them (secrets are never stored); run `cloudddp recover {chain.chain_id} --spec "
+        "<the spec file>` to go on"
+    )
+    chain.save()
+
+
+def ensure_watched(chain: Chain, literals: Mapping[str, str] | None = None) -> bool:
+    """Start a watcher again for a chain still being watched whose watcher is gone (or one that waits for its
+    literal secrets, when ``literals`` has them); True if it did. Without the literal secrets it needs, the chain
+    is stopped as :data:`NEEDS_SECRETS` instead: a relaunch never sends an empty secret."""
+    literals = dict(literals or {})
+    waiting = chain.status == NEEDS_SECRETS
+    if not (waiting or chain.status == WATCHING) or (not waiting and chain.watcher_alive()):
         return False
-    spawn_watcher(chain)
+    missing = missing_secrets(chain, literals)
+    if missing:
+        if not waiting:
+            needs_secrets(chain, missing)
+        return False
+    chain.status, chain.message = WATCHING, "watcher started again"
+    spawn_watcher(chain, literals)
     return True
 
 
@@ -240,6 +274,8 @@ def decide(chain: Chain, status: RunStatus, runner: Runner, literals: dict[str, 
     elif chain.recoveries_left <= 0:
         chain.status = GAVE_UP
         chain.message = f"recovery budget spent: {chain.max_recoveries} recoveries, the last ended by {cause.value}"
+    elif missing := missing_secrets(chain, literals):
+        needs_secrets(chain, missing)
     elif cause is Cause.CAPACITY and chain.capacity_tries and _capacity_failures(chain) >= chain.capacity_tries:
         _move_on(chain, runner, literals, status)
     else:
@@ -291,8 +327,9 @@ def cancel(chain: Chain) -> None:
     """Stop recovering (the current attempt is cancelled by the caller)."""
     chain.status, chain.message = CANCELLED, "cancelled"
     chain.save()
-    if chain.watcher_alive() and chain.watcher_pid:
-        os.kill(chain.watcher_pid, signal.SIGTERM)
+    watcher = chain.watcher_process()
+    if watcher is not None and watcher.alive():
+        watcher.signal(signal.SIGTERM)  # only if its pid still names the watcher we started
 
 
 def main(argv: list[str]) -> int:

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from cloudddp.errors import SpecError, UserError
-from cloudddp.spec.model import JobSpec, Sections, spec_model
+from cloudddp.spec.model import REVEAL_SECRETS, JobSpec, Sections, spec_model
 
 MAX_BYTES = 1 << 20
 MAX_NODES = 20_000  # nodes after alias expansion; a real spec has a few hundred
@@ -380,6 +380,7 @@ def where_set(path: str | Path, loc: Loc, overrides: Sequence[str] = ()) -> str:
     return positions.where(loc)
 
 
-def spec_to_data(spec: JobSpec) -> dict[str, Any]:
-    """The spec as plain data with defaults left out (what a person would write)."""
-    return spec.model_dump(mode="json", exclude_defaults=True)
+def spec_to_data(spec: JobSpec, *, reveal_secrets: bool = False) -> dict[str, Any]:
+    """The spec as plain data with defaults left out (what a person would write); literal secret values
+    hidden unless ``reveal_secrets`` (to rebuild the spec in memory, never to show or store)."""
+    return spec.model_dump(mode="json", exclude_defaults=True, context={REVEAL_SECRETS: reveal_secrets})

@@ -15,13 +15,23 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    create_model,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from cloudddp.errors import UserError
 
-_DURATION = re.compile(r"^\s*(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?\s*(?:(\d+)\s*s?)?\s*$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DURATION = re.compile(r"^\s*(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?\s*(?:(\d+)\s*s?)?\s*\Z")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}\Z")  # \Z: `$` also matches before a final newline
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_SECONDS = 28 * 24 * 3600  # SageMaker's and Azure ML's longest job runtime
 
 
@@ -218,8 +228,16 @@ class Distribution(Strict):
     )
 
 
+REVEAL_SECRETS = "reveal_secrets"
+"""Serialization context key: ``model_dump(context={REVEAL_SECRETS: True})`` keeps literal secret values
+(only to rebuild a spec in memory); every other dump shows :data:`HIDDEN` in their place."""
+HIDDEN = "<secret>"
+MIN_SECRET_CHARS = 8  # as cloudddp.plan.MIN_SECRET_CHARS
+
+
 class EnvValue(Strict):
-    """An environment variable given in full form; ``secret: true`` keeps it out of every artefact."""
+    """An environment variable given in full form; ``secret: true`` keeps it out of every artefact,
+    this object's repr and its dumps included."""
 
     value: str | None = None
     from_env: str | None = Field(None, description="Read the value from this variable of the submitting shell.")
@@ -229,7 +247,22 @@ class EnvValue(Strict):
     def _one_source(self) -> EnvValue:
         if (self.value is None) == (self.from_env is None):
             raise ValueError("give exactly one of `value` or `from_env`")
+        if self.secret and self.value is not None and len(self.value) < MIN_SECRET_CHARS:
+            raise ValueError(
+                f"a secret value needs {MIN_SECRET_CHARS} characters or more: a shorter one cannot be told apart "
+                "from ordinary output to keep it out of the logs (or drop `secret: true` if it is not one)"
+            )
         return self
+
+    @field_serializer("value")
+    def _hide_secret(self, value: str | None, info: SerializationInfo) -> str | None:
+        if self.secret and value is not None and not (info.context or {}).get(REVEAL_SECRETS):
+            return HIDDEN
+        return value
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        for name, shown in super().__repr_args__():
+            yield name, HIDDEN if name == "value" and self.secret and shown is not None else shown
 
 
 def _env_value(v: Any) -> Any:
@@ -365,7 +398,7 @@ class JobSpec(Strict):
     @classmethod
     def _channel_names(cls, v: dict[str, Any]) -> dict[str, Any]:
         for key in v:
-            if not re.match(r"^[A-Za-z][A-Za-z0-9_]{0,63}$", key):
+            if not re.match(r"^[A-Za-z][A-Za-z0-9_]{0,63}\Z", key):
                 raise ValueError(f"name {key!r}: use letters, digits and '_', starting with a letter")
         return v
 

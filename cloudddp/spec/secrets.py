@@ -7,9 +7,11 @@ when the request is sent.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from typing import Any
 
-from cloudddp.plan import SECRET_PLACEHOLDER, EnvSource
+from cloudddp.plan import MIN_SECRET_CHARS, SECRET_PLACEHOLDER, EnvSource
 from cloudddp.spec.model import JobSpec
 
 
@@ -27,10 +29,28 @@ def rendered_env(spec: JobSpec) -> tuple[dict[str, str], dict[str, EnvSource]]:
     return env, sources
 
 
-def redact(text: str, secrets: list[str]) -> str:
-    for value in secrets:
-        if len(value) >= 4:
-            text = text.replace(value, "***")
+def redaction_forms(values: Iterable[str]) -> list[str]:
+    """Every form in which a secret value may reach output: the value, each of its lines (a PEM key is printed
+    line by line), and the JSON and repr escapes of each (``\\n``, ``\\u00e9``, quotes); longest first, so a
+    longer form is replaced before a part of it. Pieces under :data:`MIN_SECRET_CHARS` are left alone (a
+    whole secret that short is refused before launch)."""
+    forms: set[str] = set()
+    for value in values:
+        for piece in {value, *(line.strip() for line in value.splitlines())}:
+            if len(piece) >= MIN_SECRET_CHARS:
+                forms |= {
+                    piece,
+                    json.dumps(piece)[1:-1],
+                    json.dumps(piece, ensure_ascii=False)[1:-1],
+                    repr(piece)[1:-1],
+                }
+    return sorted(forms, key=len, reverse=True)
+
+
+def redact(text: str, forms: Iterable[str]) -> str:
+    """``text`` with each of ``forms`` (see :func:`redaction_forms`) replaced by ``***``."""
+    for form in forms:
+        text = text.replace(form, "***")
     return text
 
 

@@ -4,6 +4,7 @@ against an in-memory workspace (REST routes) with code snapshots and log files o
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -301,3 +302,17 @@ def test_throttling_and_server_errors_are_retried_by_the_sdk_without_a_duplicate
     assert model.faults == []  # every injected fault was hit, and retried past
     assert list(model.jobs) == [name]
     assert sum(1 for c in model.calls if c[0] == "PUT" and c[1].endswith(f"/jobs/{name}")) == 2
+
+
+def test_text_around_a_binding_in_an_argument_is_quoted(tmp_path: Path) -> None:
+    """``${{outputs.model}}/my results; touch x`` is one argument once Azure ML has replaced the reference (as
+    the README says), not a second command."""
+    marker = tmp_path / "touched"
+    plan = render(AZURE_JOB, f"code.args=['--out', '${{{{outputs.model}}}}/my results; touch {marker}']")
+    command = plan.request["job"]["command"]
+    assert f"${{{{outputs.model}}}}'/my results; touch {marker}'" in command
+    resolved = re.sub(r"\$\{\{[^}]*\}\}", "/mnt/azureml/model", command)  # what Azure ML does with a reference
+    argv = subprocess.run(
+        ["bash", "-c", 'python() { printf "%s\\n" "$@"; }; ' + resolved], capture_output=True, text=True
+    )
+    assert argv.returncode == 0 and "/mnt/azureml/model/my results; touch" in argv.stdout and not marker.exists()

@@ -61,10 +61,15 @@ def job_name(spec: JobSpec, content: dict[str, Any], token: str) -> str:
     return f"{base}-{digest}-{token}".lower()
 
 
+_BINDING = re.compile(r"\$\{\{[A-Za-z0-9_.]+\}\}")
+"""An Azure ML binding in a command (``${{inputs.data}}``, ``${{outputs.model}}``): Azure ML replaces it."""
+
+
 def _command(spec: JobSpec, args: list[str], bindings: dict[str, str]) -> str:
     """The shell command Azure ML runs on each process. Variables whose value is an Azure ML binding
     (``${{outputs.model}}``) are set in front of it, because only the command is resolved by Azure ML;
-    ${{...}} references are left unquoted, everything else is shlex-quoted. A job that declares metrics
+    ${{...}} references are left unquoted, every other character is shlex-quoted (the text around a reference
+    too). A job that declares metrics
     or requirements runs under the shipped launcher, which logs the metrics to the job's MLflow run
     (Studio's metrics) and installs the requirements on each node before the program starts; so does every job
     of the MPI distribution, where the launcher sets the torch.distributed variables from Open MPI's."""
@@ -81,8 +86,23 @@ def _command(spec: JobSpec, args: list[str], bindings: dict[str, str]) -> str:
     if shim or spec.distribution.launcher == "mpi":  # under mpirun the launcher sets RANK, WORLD_SIZE, ...
         payload = json.dumps(shim, separators=(",", ":"))
         program = ["python", SHIPPED_AS, "--cloudddp-00", payload, "--", *program]
-    quoted = [a if a.startswith("${{") else shlex.quote(a) for a in [*program, *args]]
-    return " ".join([f"{k}={v}" for k, v in bindings.items()] + quoted)
+    quoted = [quote_around_bindings(a) for a in [*program, *args]]
+    return " ".join([f"{k}={quote_around_bindings(v)}" for k, v in bindings.items()] + quoted)
+
+
+def quote_around_bindings(text: str) -> str:
+    """``text`` for the shell, its ``${{...}}`` references left for Azure ML to replace and every other character
+    shlex-quoted: ``${{outputs.model}}/my results; touch x`` is one argument, not a second command."""
+    parts: list[str] = []
+    at = 0
+    for binding in _BINDING.finditer(text):
+        if binding.start() > at:
+            parts.append(shlex.quote(text[at : binding.start()]))
+        parts.append(binding.group())
+        at = binding.end()
+    if at < len(text) or not parts:
+        parts.append(shlex.quote(text[at:]))
+    return "".join(parts)
 
 
 def _check_distribution(distribution: dict[str, Any]) -> None:

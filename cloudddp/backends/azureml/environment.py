@@ -30,12 +30,12 @@ DEFAULT_HOLDS = "PyTorch 2.8, CUDA 12.6, Python 3.10, Ubuntu 22.04, mlflow + azu
 FIELD = "azureml.environment"
 
 _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}"
-_WORKSPACE = re.compile(rf"^azureml:(?P<name>{_NAME})(?::(?P<version>[A-Za-z0-9._-]+)|@(?P<label>latest))$")
-_REGISTRY = re.compile(rf"^azureml://registries/{_NAME}/environments/{_NAME}/(?:versions|labels)/[A-Za-z0-9._-]+$")
+_WORKSPACE = re.compile(rf"^azureml:(?P<name>{_NAME})(?::(?P<version>[A-Za-z0-9._-]+)|@(?P<label>latest))\Z")
+_REGISTRY = re.compile(rf"^azureml://registries/{_NAME}/environments/{_NAME}/(?:versions|labels)/[A-Za-z0-9._-]+\Z")
 # A Docker reference with a registry host (a dot, a port or localhost before the first slash), lower-case path.
 _IMAGE = re.compile(
     r"^(?P<host>[a-z0-9.-]+(?::[0-9]+)?)/(?P<path>[a-z0-9._/-]+)"
-    r"(?::[A-Za-z0-9_.-]{1,128}|@sha256:[0-9a-f]{64})?$"
+    r"(?::[A-Za-z0-9_.-]{1,128}|@sha256:[0-9a-f]{64})?\Z"
 )
 # A Docker Hub reference without its host: <namespace>/<repository> (a tag optional), or <repository>:<tag>.
 _HUB_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"

@@ -1,7 +1,8 @@
 """The local backend: torchrun on this machine, supervised by a detached process.
 
 ``launch`` starts ``python -m cloudddp.backends.local.supervisor`` in a new session; the supervisor
-starts one ``python -m torch.distributed.run`` per "node" (c10d rendezvous on 127.0.0.1), tees their
+starts one ``python -m torch.distributed.run`` per "node" (c10d rendezvous through a store it hosts on
+127.0.0.1 only, joined by a random id from the environment: see ``rendezvous.py``), tees their
 output into the run folder, enforces the runtime limit and records how the run ended. So ``status``,
 ``logs``, ``metrics`` and ``cancel`` work from any shell, after the submitting CLI has exited.
 """
@@ -25,7 +26,9 @@ from typing import Any, ClassVar
 from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.local.options import LocalOptions
+from cloudddp.backends.local.rendezvous import ID_VARIABLE, LOOPBACK
 from cloudddp.backends.local.rundir import RunDir, write_json_atomic
+from cloudddp.backends.procs import Process
 from cloudddp.catalog.bill import Bill, Figure
 from cloudddp.catalog.sizing import find_workload
 from cloudddp.catalog.stepstore import StepStore
@@ -199,11 +202,10 @@ class LocalBackend(Backend[LocalOptions]):
                 "--rdzv-backend",
                 "c10d",
                 "--rdzv-endpoint",
-                f"127.0.0.1:{PORT}",
-                "--rdzv-id",
-                spec.name,
+                f"{LOOPBACK}:{PORT}",
+                # no --rdzv-id: the supervisor passes a random one in PET_RDZV_ID, never in argv
                 "--rdzv-conf",
-                f"is_host={int(node == 0)}",
+                "is_host=0",  # the supervisor hosts the store, on loopback only
                 "--max-restarts",
                 str(spec.limits.max_restarts),
                 "--log-dir",
@@ -219,6 +221,7 @@ class LocalBackend(Backend[LocalOptions]):
             "nnodes": nnodes,
             "nproc_per_node": nproc,
             "max_runtime": spec.limits.max_runtime,
+            "rendezvous_port": PORT,
             "env": env,
             "nodes": nodes,
             "requirements": list(reqs.lines) if reqs else [],
@@ -320,10 +323,12 @@ class LocalBackend(Backend[LocalOptions]):
                 stderr=subprocess.STDOUT,
                 cwd=bound.request["cwd"],
                 start_new_session=True,
+                umask=0o077,  # what it and its children write is private to this user
             )
         # The supervisor waits for its stdin to close before it touches status.json, so this write
         # cannot race with its own.
-        run.write_status(supervisor_pid=proc.pid)
+        started = Process.of(proc.pid)  # with its start time: cancel signals this process, never a reused pid
+        run.write_status(supervisor_pid=proc.pid, supervisor=started.record() if started else None)
         assert proc.stdin is not None
         proc.stdin.write(json.dumps({"env": env, "secrets": secrets}).encode())
         proc.stdin.close()
@@ -343,7 +348,8 @@ class LocalBackend(Backend[LocalOptions]):
         state = RunState(st.get("state", "unknown"))
         message = st.get("message", "")
         cause = Cause(st["cause"]) if st.get("cause") else None
-        if not state.terminal and not _alive(st.get("supervisor_pid")):
+        supervisor = Process.from_record(st.get("supervisor_pid"), st.get("supervisor"))
+        if not state.terminal and not (supervisor is not None and supervisor.alive()):
             # The supervisor is gone without writing an end state (killed -9, machine rebooted).
             state, message = RunState.FAILED, "the run's supervisor exited unexpectedly"
             cause = Cause.INFRASTRUCTURE
@@ -382,7 +388,7 @@ class LocalBackend(Backend[LocalOptions]):
         for _, line in follow_lines([metrics], follow=follow, finished=lambda: self._finished(run_id)):
             try:
                 record = record_from_dict(json.loads(line), "rank0")
-            except ValueError:
+            except (ValueError, RecursionError):  # a damaged line of the file: skipped
                 continue
             if record is not None:
                 yield record
@@ -447,15 +453,22 @@ class LocalBackend(Backend[LocalOptions]):
         run = self._run(run_id)
         st = run.read_status()
         run.write_status(cancel_requested=True)
-        pid = st.get("supervisor_pid")
-        if pid and _alive(pid):
-            os.kill(pid, signal.SIGTERM)  # the supervisor stops the nodes, waits for checkpoints, records the end
+        supervisor = Process.from_record(st.get("supervisor_pid"), st.get("supervisor"))
+        if supervisor is not None and supervisor.alive() and supervisor.signal(signal.SIGTERM):
+            # the supervisor stops the nodes, waits for checkpoints, records the end
             deadline = time.time() + CANCEL_GRACE_SECONDS + 10
-            while time.time() < deadline and _alive(pid):
+            while time.time() < deadline and supervisor.alive():
                 time.sleep(0.1)
-        # Whatever is left (a supervisor killed -9, a hung worker) goes now, process group by process group.
-        for pgid in [*run.read_status().get("node_pgids", []), pid]:
-            _killpg(pgid, signal.SIGKILL)
+        # Whatever is left (a supervisor killed -9, a hung worker) goes now, process group by process group:
+        # only groups whose recorded leader is still that process (or gone, its group left behind).
+        st = run.read_status()
+        nodes = [
+            Process.from_record(pid, record)
+            for pid, record in zip(st.get("node_pgids", []), st.get("node_processes", []), strict=False)
+        ]
+        for process in [*nodes, supervisor]:
+            if process is not None:
+                process.signal_group(signal.SIGKILL)
         if not RunState(run.read_status().get("state", "unknown")).terminal:
             run.write_status(state=RunState.CANCELLED.value, message="cancelled", ended_at=time.time())
 
@@ -518,6 +531,11 @@ def _shell_script(request: dict[str, Any], archive: Path) -> str:
     code = shlex.quote(request["cwd"])
     lines = ["#!/usr/bin/env bash", f"mkdir -p {code} && tar xzf {shlex.quote(str(archive))} -C {code}", f"cd {code}"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in request["env"].items()]
+    lines += [
+        f"export {ID_VARIABLE}=$(python -c 'import secrets; print(secrets.token_hex(16))')",
+        f"python -m cloudddp.backends.local.rendezvous {shlex.quote(str(request['rendezvous_port']))} &"
+        "  # the rendezvous store, on 127.0.0.1 only",
+    ]
     for node in request["nodes"]:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in node["env"].items())
         amp = " &" if len(request["nodes"]) > 1 else ""
@@ -525,41 +543,6 @@ def _shell_script(request: dict[str, Any], archive: Path) -> str:
     if len(request["nodes"]) > 1:
         lines.append("wait")
     return "\n".join(lines) + "\n"
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)  # reap it if it is our own child
-        if waited == pid:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return _not_zombie(pid)
-
-
-def _not_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def _killpg(pgid: int | None, sig: int) -> None:
-    if not pgid:
-        return
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 __all__ = ["LocalBackend", "LocalOptions"]

@@ -10,6 +10,7 @@ and records how the run ended in ``status.json`` (the registry follows it when t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,15 +19,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 from cloudddp.backends.base import RunState
 from cloudddp.backends.local import LocalBackend
+from cloudddp.backends.local.rendezvous import ID_VARIABLE, host_store, new_rdzv_id
 from cloudddp.backends.local.rundir import RunDir
+from cloudddp.backends.procs import Process
 from cloudddp.catalog.stepstore import keep_measured
 from cloudddp.observe.metrics import PREFIX, parse_line, patterns_from
-from cloudddp.spec.secrets import redact
+from cloudddp.spec.secrets import redact, redaction_forms
 
 GRACE_SECONDS = float(os.environ.get("CLOUDDDP_CANCEL_GRACE", "30"))
 _FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank\s*:\s*(\d+)\)")
@@ -40,10 +44,11 @@ class Supervisor:
         self.plan = json.loads(run.plan.read_text())
         self.request = self.plan["request"]
         self.env = env
-        self.secrets = secrets
+        self.secrets = redaction_forms(secrets)  # every form a secret may be printed in
         self.stop_reason: str | None = None
         self.stopping = threading.Event()
         self.procs: list[subprocess.Popen[str]] = []
+        self.store: Any = None
         self.patterns = patterns_from(self.plan.get("metrics", []))
         self.first_failed: int | None = None
         """The node whose agent failed first (the others were stopped because of it)."""
@@ -55,20 +60,49 @@ class Supervisor:
 
     def _pump(self, node: int, stream: IO[str]) -> None:
         """Copy one node's output to its log file; the first process's metric lines (CLOUDDDP_METRIC lines,
-        and lines the job's declared patterns match) also go to metrics.jsonl."""
-        with open(self.run.node_log(node), "a", encoding="utf-8") as log, open(self.run.metrics, "a") as metrics:
-            for line in stream:
-                line = redact(line, self.secrets)
-                log.write(line)
+        and lines the job's declared patterns match) also go to metrics.jsonl.
+
+        The stream is drained to its end whatever happens here: a node whose pipe is not read blocks on its
+        next print, and the run would hang until limits.max_runtime. A line that fails to parse is skipped
+        with one warning; a line that cannot be recorded is warned about (once) and dropped."""
+        failed: set[str] = set()
+        with contextlib.ExitStack() as files:
+            try:
+                log = files.enter_context(open(self.run.node_log(node), "a", encoding="utf-8"))
+                metrics = files.enter_context(open(self.run.metrics, "a"))
+            except OSError as e:
+                print(f"warning: node {node}'s output is not recorded: {e}", flush=True)
+                for _ in stream:  # drained, not recorded
+                    pass
+                return
+
+            def warn(message: str) -> None:
+                print(f"node {node}: {message}", flush=True)  # supervisor.log
+                log.write(f"cloudddp: {message}\n")  # and where `cloudddp logs` shows it
                 log.flush()
-                if line.startswith(FIRST) and (PREFIX in line or self.patterns):
-                    record = parse_line(line.removeprefix(FIRST).rstrip("\n"), self.patterns)
-                    if record is not None:
-                        metrics.write(json.dumps({**record.to_dict(), "received": time.time()}) + "\n")
-                        metrics.flush()
+
+            for line in stream:
+                try:
+                    self._record(line, log, metrics, warn)
+                except Exception as e:  # noqa: BLE001 - keep draining; say so once per kind of failure
+                    if type(e).__name__ not in failed:
+                        failed.add(type(e).__name__)
+                        print(f"warning: node {node}: a line of output was not recorded: {e!r}", flush=True)
+
+    def _record(self, line: str, log: IO[str], metrics: IO[str], warn: Callable[[str], None]) -> None:
+        line = redact(line, self.secrets)
+        log.write(line)
+        log.flush()
+        if line.startswith(FIRST) and (PREFIX in line or self.patterns):
+            record = parse_line(line.removeprefix(FIRST).rstrip("\n"), self.patterns, warn=warn)
+            if record is not None:
+                metrics.write(json.dumps({**record.to_dict(), "received": time.time()}) + "\n")
+                metrics.flush()
 
     def start(self) -> None:
-        base_env = {**os.environ, **self.env}
+        # The store lives as long as this process; its id reaches the agents' environment only.
+        self.store = host_store(int(self.request["rendezvous_port"]))
+        base_env = {**os.environ, **self.env, ID_VARIABLE: new_rdzv_id()}
         for node in self.request["nodes"]:
             proc = subprocess.Popen(
                 node["argv"],
@@ -87,6 +121,7 @@ class Supervisor:
             state=RunState.RUNNING.value,
             started_at=time.time(),
             node_pgids=[p.pid for p in self.procs],
+            node_processes=[(Process.of(p.pid) or Process(p.pid, -1, "")).record() for p in self.procs],
         )
 
     def _signal_nodes(self, sig: int) -> None:
@@ -133,7 +168,7 @@ class Supervisor:
         for pid in run_processes(self.run.run_id):
             try:
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):  # gone, or another user's that copied the marker
                 pass
 
     def failure(self, codes: list[int]) -> dict[str, Any]:
@@ -190,13 +225,18 @@ def run_processes(run_id: str) -> list[int]:
     return found
 
 
-def redact_files(folder: Path, secrets: list[str]) -> None:
-    """torchrun's per-rank files hold the job's raw output; take secret values out of them."""
-    if not secrets or not folder.exists():
+def redact_files(folder: Path, forms: list[str]) -> None:
+    """torchrun's per-rank files (output, error files) hold the job's raw output; take secret values out of them.
+
+    torchrun writes these files itself, so they are redacted when the run ends, not as they are written; until
+    then they are private to the job's user (umask 077 in a 0700 home)."""
+    if not forms or not folder.exists():
         return
-    for path in folder.rglob("*.log"):
+    for path in folder.rglob("*"):
+        if not path.is_file() or path.is_symlink():
+            continue
         text = path.read_text(errors="replace")
-        clean = redact(text, secrets)
+        clean = redact(text, forms)
         if clean != text:
             path.write_text(clean)
 
@@ -212,6 +252,7 @@ def describe_failure(info: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    os.umask(0o077)  # what the run writes (and its processes, which inherit it) is the job user's alone
     run = RunDir(Path(argv[0]))
     given = json.loads(sys.stdin.read() or "{}")
     sup = Supervisor(run, given.get("env", {}), given.get("secrets", []))

@@ -25,7 +25,7 @@ from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Pro
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.slurm.logs import Labels, follow_batches
 from cloudddp.backends.slurm.options import SlurmOptions
-from cloudddp.backends.slurm.script import Job, Layout, render_script
+from cloudddp.backends.slurm.script import RDZV_ID_VARIABLE, Job, Layout, render_script
 from cloudddp.backends.slurm.shell import Shell
 from cloudddp.backends.slurm.state import (
     LIVE,
@@ -48,9 +48,21 @@ from cloudddp.spec.secrets import redacted_spec_data
 
 TORCHRUN_STOP_SECONDS = 30
 """torchrun gives its workers this long after SIGTERM before it kills them (its agent's shutdown timeout)."""
-_UNPACK = (
-    'test -d "$1" || { mkdir -p "$1.tmp.$$" && tar --no-same-owner -xzf "$2" -C "$1.tmp.$$" && mv "$1.tmp.$$" "$1"; }'
+_PRIVATE = (
+    'test -O "$1" || { echo "owned by another user"; exit 1; }; '
+    'if [ -n "$(find "$1" -maxdepth 0 -perm /022)" ]; then echo "others may write in it"; exit 1; fi'
 )
+"""The working folder is the user's and nobody else may write in it."""
+_SHA256 = 'sha256sum "$1" 2>/dev/null | cut -d" " -f1'
+"""The sha256 of a file on the cluster (nothing when it is missing)."""
+_UNPACK = (
+    'test -d "$1" && exit 0; got=$(sha256sum "$2" | cut -d" " -f1); '
+    'if [ "$got" != "$3" ]; then echo "the code snapshot $2 is not the one uploaded: sha256 $got, expected $3" >&2; '
+    "exit 3; fi; "
+    'mkdir -p "$1.tmp.$$" && tar --no-same-owner -xzf "$2" -C "$1.tmp.$$" && mv "$1.tmp.$$" "$1"'
+)
+"""Unpack the snapshot into the run's code folder, once its sha256 is the one the plan names: the archive sits
+in a shared working folder under a name anyone on the same commit computes, so its content is checked."""
 
 
 class SlurmBackend(Backend[SlurmOptions]):
@@ -244,10 +256,13 @@ class SlurmBackend(Backend[SlurmOptions]):
             return Launched(req["run_id"], {**info, "job_id": found})
         for upload in plan.uploads:
             self._upload(shell, upload, progress)
-            shell.run(["bash", "-c", _UNPACK, "cloudddp-unpack", req["code_dir"], upload["destination"]], timeout=600)
+            where = [req["code_dir"], upload["destination"], upload["sha256"]]
+            shell.run(["bash", "-c", _UNPACK, "cloudddp-unpack", *where], timeout=600)
         shell.run(["mkdir", "-p", *req["folders"]])
         shell.write(req["script_path"], plan.documents["job.sbatch"].encode())
         carried = {name: plan.reveal(req["env"][name]) for name in req["env_from_submit"]}
+        if req["launch"] == "torchrun":
+            carried[RDZV_ID_VARIABLE] = _random.token_hex(16)  # a rendezvous only the job can name
         job_id = shell.run_with_env(req["sbatch"], carried).split(";")[0].strip()
         if progress:
             progress.step(f"submitted Slurm job {job_id} ({req['run_id']}) {shell.where}")
@@ -261,10 +276,13 @@ class SlurmBackend(Backend[SlurmOptions]):
     def _upload(self, shell: Shell, upload: dict[str, Any], progress: Progress | None) -> None:
         """The code snapshot into the working folder, unless it is there already (content-addressed)."""
         destination = upload["destination"]
-        if shell.run(["test", "-f", destination], check=False).returncode == 0:
+        there = shell.text(["bash", "-c", _SHA256, "cloudddp-sha256", destination], timeout=600).strip()
+        if there == upload["sha256"]:
             if progress:
                 progress.step(f"code snapshot {upload['sha256'][:12]} is on the cluster already: nothing to copy")
             return
+        if there and progress:  # same name, other bytes: a torn copy, or one planted by someone else
+            progress.step(f"{destination} on the cluster is not snapshot {upload['sha256'][:12]}: replacing it")
         if progress:
             progress.step(
                 f"copying code snapshot {upload['sha256'][:12]} ({human_bytes(upload['bytes'])}) to {destination}"
@@ -315,7 +333,7 @@ class SlurmBackend(Backend[SlurmOptions]):
                     fix="`sinfo -s` lists the partitions",
                 )
             )
-        writable = shell.run(["bash", "-c", 'mkdir -p "$1" && test -w "$1"', "-", req["workdir"]], check=False)
+        writable = shell.run(["bash", "-c", 'mkdir -p -m 700 "$1" && test -w "$1"', "-", req["workdir"]], check=False)
         checks.append(
             Check(
                 "working folder writable",
@@ -324,6 +342,20 @@ class SlurmBackend(Backend[SlurmOptions]):
                 fix="set slurm.workdir to a folder you can write on the shared filesystem",
             )
         )
+        if writable.returncode == 0:
+            # Its code snapshots (checked by sha256), unpacked run folders and requirements environments run as
+            # you: whoever else may write in it could change them.
+            private = shell.run(["bash", "-c", _PRIVATE, "-", req["workdir"]], check=False)
+            why = private.stdout.decode(errors="replace").strip() or "others may write in it"
+            checks.append(
+                Check(
+                    "working folder yours alone",
+                    private.returncode == 0,
+                    req["workdir"] if private.returncode == 0 else f"{req['workdir']}: {why}",
+                    fix=f"chmod go-w {req['workdir']} (it must be yours, and only yours to write), or set "
+                    "slurm.workdir to a folder of your own",
+                )
+            )
         for name, value in req["env"].items():
             if name.startswith("CLOUDDDP_INPUT_"):
                 there = shell.run(["test", "-e", value], check=False).returncode == 0

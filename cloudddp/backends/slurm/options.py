@@ -13,8 +13,8 @@ from pydantic import Field, field_validator, model_validator
 
 from cloudddp.spec.model import Duration, Strict
 
-_TOKEN = re.compile(r"^[^\s'\"\\]+$")
-_MEMORY = re.compile(r"^[0-9]+[KMGT]?$")
+_TOKEN = re.compile(r"^[^\s'\"\\]+\Z")  # \Z: `$` also matches before a final newline
+_MEMORY = re.compile(r"^[0-9]+[KMGT]?\Z")
 # Options the rendered script sets itself: giving them in sbatch_options would break the run's bookkeeping.
 OWNED_OPTIONS = (
     "--job-name",

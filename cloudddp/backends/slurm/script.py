@@ -94,6 +94,10 @@ class Job:
         return f"{self.requirements_env}/bin/python" if self.requirements_env else opts.python
 
 
+RDZV_ID_VARIABLE = "PET_RDZV_ID"
+"""torchrun's environment name for ``--rdzv-id``."""
+
+
 def sbatch_lines(job: Job, opts: SlurmOptions) -> list[str]:
     """The ``#SBATCH`` options, in the order a person reads them."""
     per_node_tasks = job.processes_per_node if job.launch == "srun" else 1
@@ -149,6 +153,12 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
         f"# {name}: from the submitting shell or a secret; sbatch's environment carries it, never this file"
         for name in job.env_from_submit
     ]
+    if job.launch == "torchrun":
+        out += [
+            f"# {RDZV_ID_VARIABLE}: the rendezvous id, 128 random bits made at submit; sbatch's environment carries it",
+            "# (torchrun reads it there), never an argv: with it in `ps` anyone who reaches the port could join",
+            f': "${{{RDZV_ID_VARIABLE}:?no rendezvous id: sbatch is given one by cloudddp submit}}"',
+        ]
     out += [
         "set +e",
         "",
@@ -229,8 +239,7 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
             "rdzv=$1; announce=$3; shift 3",
             f'exec {q(python)} -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" '
             f"--nproc-per-node={job.processes_per_node} \\",
-            '  --rdzv-backend=c10d --rdzv-endpoint="$rdzv" --rdzv-id="$SLURM_JOB_ID" '
-            "--rdzv-conf=is_host=$(( SLURM_NODEID == 0 )) \\",
+            '  --rdzv-backend=c10d --rdzv-endpoint="$rdzv" --rdzv-conf=is_host=$(( SLURM_NODEID == 0 )) \\',
             f'  --local-addr="$addr" --max-restarts={job.max_restarts} --tee=3 '
             '--no-python bash -c "$announce" cloudddp-rank "$@"',
             "'",
