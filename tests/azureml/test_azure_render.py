@@ -294,3 +294,13 @@ def test_a_vm_size_one_character_off_a_catalog_size_is_named_as_a_likely_typo() 
     assert any("Standard_ND96asr_v44 (did you mean 'Standard_ND96asr_v4'?)" in w for w in plan.warnings), plan.warnings
     real = AzureMLBackend(token="t").render(load_spec(AZURE_JOB, ["azureml.vm_size=Standard_NC16as_T4_v3"]))
     assert not any("did you mean" in w for w in real.warnings)  # a real size of another shape is no typo
+
+
+def test_local_world_size_is_in_the_job_environment_under_the_pytorch_distribution_only() -> None:
+    """Azure's PyTorch distribution sets RANK, LOCAL_RANK, WORLD_SIZE... but not LOCAL_WORLD_SIZE; under MPI the
+    launcher derives it from Open MPI's variables (tests/azureml/test_azure_launchers.py)."""
+    job = AzureMLBackend(token="t").render(load_spec(AZURE_JOB)).request["job"]
+    assert job["distribution"]["type"] == "pytorch"
+    assert job["environment_variables"]["LOCAL_WORLD_SIZE"] == str(job["distribution"]["process_count_per_instance"])
+    mpi = AzureMLBackend(token="t").render(load_spec(AZURE_JOB, ["distribution.launcher=mpi"])).request["job"]
+    assert "LOCAL_WORLD_SIZE" not in mpi["environment_variables"]

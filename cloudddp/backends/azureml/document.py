@@ -235,6 +235,8 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         "process_count_per_instance": spec.resources.processes,
     }
     _check_distribution(distribution)
+    if distribution["type"] == "pytorch":  # Azure's PyTorch distribution sets no LOCAL_WORLD_SIZE: the contract does
+        env.setdefault("LOCAL_WORLD_SIZE", str(spec.resources.processes))
     # limits.max_restarts: the backend's capabilities (Feature.MAX_RESTARTS) say it once, as every caveat.
     if az.job_tier:
         raise UserError(
