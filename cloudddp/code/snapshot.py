@@ -143,13 +143,10 @@ def git_ignored(root: Path) -> set[str] | None:
     git = shutil.which("git")
     if git is None:
         return None
-    base = [git, "-C", str(root)]
-    try:
-        inside = subprocess.run([*base, "rev-parse", "--is-inside-work-tree"], capture_output=True, timeout=60)
-        if inside.returncode != 0 or inside.stdout.strip() != b"true":
-            return None
+    try:  # one call: outside a work tree (no repository, a bare one, inside .git) ls-files fails, and None says so
         listed = subprocess.run(
-            [*base, "ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z", "--", "."],
+            [git, "-C", str(root), "ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z"]
+            + ["--", "."],
             capture_output=True,
             timeout=300,
         )
