@@ -18,6 +18,7 @@ from cloudddp.backends.registry import spec_from_dict
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.sagemaker.request import shim_payload
 from cloudddp.code.snapshot import pack
+from cloudddp.errors import UserError
 from cloudddp.runs.registry import Registry
 from cloudddp.runtime import checkpoint_key, shipped_files
 
@@ -283,3 +284,19 @@ def test_a_non_secret_from_env_value_reaches_the_launcher_with_its_value(
     [request] = sent
     assert request["Environment"]["RUN_TAG"] == "blue sky"
     assert shim_payload(request["HyperParameters"])["env"]["RUN_TAG"] == "blue sky"  # what the launcher sets
+
+
+def test_a_secret_too_long_for_sagemakers_environment_is_refused_before_sending_and_never_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    canary = "long-secret-canary-" + "x" * 600
+    monkeypatch.setenv("BIG_TOKEN", canary)
+    spec = spec_from_dict(job(tmp_path, name="long-secret", env={"TOKEN": {"from_env": "BIG_TOKEN", "secret": True}}))
+    backend = SageMakerBackend(registry=Registry(), token="ls")
+    plan = backend.render(spec)  # render sees a placeholder: within the limits
+    with pytest.raises(UserError) as refused:
+        backend.launch(plan, checks=False)
+    message = str(refused.value)
+    assert "env.TOKEN" in message and "at most 512" in message and canary not in message
+    names = [j["TrainingJobName"] for j in boto3.client("sagemaker").list_training_jobs()["TrainingJobSummaries"]]
+    assert not any(n.startswith("long-secret") for n in names)  # nothing was sent

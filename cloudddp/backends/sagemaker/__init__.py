@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from cloudddp.backends.base import Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sagemaker import storage
+from cloudddp.backends.sagemaker.limits import LIMITS, Text
 from cloudddp.backends.sagemaker.options import SageMakerOptions
 from cloudddp.backends.sagemaker.quotas import quota_check
 from cloudddp.backends.sagemaker.request import ACCOUNT, build, encode, shim_hyperparameters, shim_payload
@@ -76,6 +77,20 @@ def failure_cause(reason: str) -> Cause:
     if "MaxRuntimeInSeconds" in reason or reason.startswith("MaxRuntimeExceeded"):
         return Cause.LIMIT
     return next((cause for prefix, cause in _CAUSES if reason.startswith(prefix)), Cause.UNKNOWN)
+
+
+def check_revealed_environment(revealed: dict[str, str], rendered: dict[str, str]) -> None:
+    """The Environment limits (:mod:`.limits`) on the real values of secrets, which render saw only as
+    placeholders: SageMaker refuses a longer value with a ValidationException that may echo it, so it is refused
+    here, naming the variable and never the value."""
+    value_limit = LIMITS["Environment{value}"]
+    for name, value in revealed.items():
+        if value != rendered.get(name) and isinstance(value_limit, Text) and len(value) > value_limit.max:
+            raise UserError(
+                f"env.{name}: the secret's value has {len(value)} characters; SageMaker takes at most "
+                f"{value_limit.max} in a job's environment (the value is not shown)",
+                hint="pass a reference instead (an S3 URI, a Secrets Manager ARN the script reads)",
+            )
 
 
 def revealed_launcher(hyper: dict[str, str], reveal: Any) -> dict[str, str]:
@@ -216,6 +231,7 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
         s3 = self._client("s3", region)
         uploaded = [storage.upload(s3, up, region, progress) for up in bound.uploads]
         request = dict(bound.request, Environment=bound.reveal(bound.request["Environment"]))
+        check_revealed_environment(request["Environment"], bound.request["Environment"])
         request["HyperParameters"] = revealed_launcher(bound.request["HyperParameters"], bound.reveal)
         name = self._create(self._client("sagemaker", region), request, progress)
         return Launched(name, {"region": region, "uploaded_bytes": uploaded})
