@@ -97,3 +97,18 @@ def test_override_mistakes_are_reported_at_the_override_with_what_to_do() -> Non
     assert "-o 'code.args=[--epochs, 3]'" in unclosed.stderr and "valid list" not in unclosed.stderr
     word = cli("validate", str(TINY), "-o", "tags.url=http://x/y?a=b")  # YAML punctuation in a plain value
     assert word.returncode == 0, word.stderr
+
+
+def test_json_commands_print_one_document_on_stdout_when_they_fail() -> None:
+    result = cli("status", "no-such-run", "--json")
+    assert result.returncode == 2
+    document = json.loads(result.stdout)
+    assert document["ok"] is False and "no run 'no-such-run'" in document["problems"][0] and document["hint"]
+
+
+@pytest.mark.slow
+def test_an_attached_submit_with_json_ends_with_one_document_the_final_status() -> None:
+    result = cli("submit", str(TINY), "--json", "-o", "code.args=[--epochs, 2, --sleep, 0.1]", timeout=180)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)  # the whole of stdout: one document
+    assert document["state"] == "succeeded" and document["run_id"] and document["backend"] == "local"

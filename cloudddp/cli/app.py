@@ -10,11 +10,12 @@ their SDK only where they talk to the cloud.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 import click
 
-from cloudddp.cli.options import fail
+from cloudddp.cli.options import fail, print_json
 from cloudddp.errors import CloudDDPError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
@@ -74,4 +75,8 @@ def main() -> None:
     try:
         app.main(prog_name="cloudddp", standalone_mode=True)
     except CloudDDPError as e:
+        if "--json" in sys.argv[1:]:  # scripts read stdout: one document there, on failure too
+            problems = getattr(e, "problems", None) or [str(e).split("\nhint: ")[0]]
+            hint = getattr(e, "hint", None)
+            print_json({"ok": False, "problems": problems, **({"hint": hint} if hint else {})})
         fail(e)

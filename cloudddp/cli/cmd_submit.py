@@ -90,15 +90,15 @@ def submit(
             f"recovery: up to {chain.max_recoveries} resubmissions after preemption or infrastructure faults, by a "
             "watcher that outlives this terminal" + (moves if chain.fallbacks else "")
         )
-    if json_:
+    if json_ and detach:
         print_json({"run_id": run.run_id, "backend": backend})
     elif quiet:
         out().print(run.run_id)
-    else:
+    elif not json_:
         err().print(f"[bold]submitted[/] {run.run_id} ({backend})")
     if detach:
         return
-    follow_run(run, quiet=quiet or json_, epochs=epochs_of(spec), all_ranks=all_ranks)
+    follow_run(run, quiet=quiet or json_, epochs=epochs_of(spec), all_ranks=all_ranks, json_=json_)
 
 
 def epochs_of(spec: JobSpec) -> int | None:
@@ -113,10 +113,12 @@ def event_text(event: MetricRecord | LogLine) -> str:
     return f"[dim]\\[{escape(event.source)}][/] {escape(event.text)}"
 
 
-def follow_run(run: Run, *, quiet: bool, epochs: int | None = None, all_ranks: bool = False) -> None:
+def follow_run(
+    run: Run, *, quiet: bool, epochs: int | None = None, all_ranks: bool = False, json_: bool = False
+) -> None:
     """Print what the run reports as it arrives: metric records, and the script's own output (rank 0's
     unless ``all_ranks``); on a terminal, above a bar of the epochs reached (of the script's ``--epochs`` when it
-    has one) with the elapsed time."""
+    has one) with the elapsed time. With ``json_``, one JSON document at the end: the run's final status."""
     try:
         if quiet:
             for _ in run.metrics(follow=True):
@@ -143,6 +145,8 @@ def follow_run(run: Run, *, quiet: bool, epochs: int | None = None, all_ranks: b
             f"stop it: cloudddp cancel {run.run_id}"
         )
         sys.exit(130)
+    if json_:
+        print_json(status.to_dict())
     print_end(status, quiet=quiet)
     if status.state.value == "failed":
         sys.exit(RunFailed.exit_code)
