@@ -112,3 +112,12 @@ def test_an_attached_submit_with_json_ends_with_one_document_the_final_status() 
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)  # the whole of stdout: one document
     assert document["state"] == "succeeded" and document["run_id"] and document["backend"] == "local"
+
+
+@pytest.mark.slow
+def test_logs_tail_shows_only_the_last_lines() -> None:
+    submitted = cli("submit", str(TINY), "--quiet", "-o", "code.args=[--epochs, 3, --sleep, 0.1]", timeout=180)
+    assert submitted.returncode == 0, submitted.stderr
+    everything = cli("logs").stdout.splitlines()  # the latest run
+    last_two = cli("logs", "--tail", "2").stdout.splitlines()
+    assert len(everything) > 2 and last_two == everything[-2:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 import sys
@@ -12,6 +13,7 @@ from typing import Any
 import click
 
 from cloudddp.api import Run
+from cloudddp.backends.base import LogLine
 from cloudddp.backends.registry import load_spec
 from cloudddp.cli.options import follow_option, format_record, json_option, money, print_json, run_arguments
 from cloudddp.errors import UserError
@@ -226,18 +228,33 @@ def _literal_secrets(spec_file: Path) -> dict[str, str]:
 @run_arguments
 @follow_option
 @json_option
-def logs(run: str | None, follow: bool, backend: str | None, json_: bool) -> None:
+@click.option(
+    "--tail", "-n", "tail", type=click.IntRange(min=1), default=None, help="Only the last N lines (then follow)."
+)
+def logs(run: str | None, follow: bool, backend: str | None, json_: bool, tail: int | None) -> None:
     """Print a run's logs, each line prefixed by the rank or host it came from."""
     handle = attach(run, backend)
     try:
-        for line in handle.logs(follow=follow):
-            if json_:
-                sys.stdout.write(json.dumps({"source": line.source, "text": line.text, "time": line.time}) + "\n")
-            else:
-                sys.stdout.write(f"[{line.source}] {line.text}\n" if line.source else f"{line.text}\n")
-            sys.stdout.flush()
+        if tail is None:
+            for line in handle.logs(follow=follow):
+                print_log_line(line, json_=json_)
+            return
+        so_far = list(handle.logs(follow=False))
+        for line in so_far[-tail:]:
+            print_log_line(line, json_=json_)
+        if follow:  # then what comes after: following starts from the first line, so those already read are skipped
+            for line in itertools.islice(handle.logs(follow=True), len(so_far), None):
+                print_log_line(line, json_=json_)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def print_log_line(line: LogLine, *, json_: bool) -> None:
+    if json_:
+        sys.stdout.write(json.dumps({"source": line.source, "text": line.text, "time": line.time}) + "\n")
+    else:
+        sys.stdout.write(f"[{line.source}] {line.text}\n" if line.source else f"{line.text}\n")
+    sys.stdout.flush()
 
 
 @click.command()
