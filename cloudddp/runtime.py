@@ -13,6 +13,7 @@ environment every process gets, so a script written against these names runs unc
 ``CLOUDDDP_TENSORBOARD_DIR``      where TensorBoard logs go (only when the spec declares outputs.tensorboard)
 ``CLOUDDDP_RESUME``               ``auto`` (resume from the newest checkpoint) or ``never``
 ``CLOUDDDP_CHECKPOINT_EVERY``     epochs between checkpoints (0: checkpointing is off)
+``CLOUDDDP_CHECKPOINT_MINUTES``   minutes after which a checkpoint is also written mid-epoch (0: only at epoch ends)
 ``CLOUDDDP_DIST_BACKEND``         the process-group backend: nccl, gloo or smddp
 ``CLOUDDDP_COLLECTIVE_TIMEOUT``   seconds a collective waits for a missing rank before failing
 ``CLOUDDDP_SIGTERM_GRACE``        seconds between SIGTERM (cancel, preemption) and SIGKILL here
@@ -56,6 +57,7 @@ NAMES = (
     CHECKPOINT_DIR,
     "CLOUDDDP_RESUME",
     "CLOUDDDP_CHECKPOINT_EVERY",
+    "CLOUDDDP_CHECKPOINT_MINUTES",
     "CLOUDDDP_DIST_BACKEND",
     "CLOUDDDP_COLLECTIVE_TIMEOUT",
     "CLOUDDDP_SIGTERM_GRACE",
@@ -89,6 +91,7 @@ def contract_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, s
         MODEL_DIR: places.model_dir,
         "CLOUDDDP_RESUME": ckpt.resume,
         "CLOUDDDP_CHECKPOINT_EVERY": str(ckpt.every_epochs if ckpt.enabled else 0),
+        "CLOUDDDP_CHECKPOINT_MINUTES": str(ckpt.every_minutes if ckpt.enabled and ckpt.every_minutes else 0),
         "CLOUDDDP_SIGTERM_GRACE": str(sigterm_grace),
     }
     if ckpt.enabled and places.checkpoint_dir is not None:

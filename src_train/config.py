@@ -7,6 +7,7 @@ a person who runs ``python train.py`` by hand:
     --checkpoint-dir       CLOUDDDP_CHECKPOINT_DIR       ./checkpoints
     --resume               CLOUDDDP_RESUME               auto
     --checkpoint-every     CLOUDDDP_CHECKPOINT_EVERY     1
+    --checkpoint-minutes   CLOUDDDP_CHECKPOINT_MINUTES   0
     --dist-backend         CLOUDDDP_DIST_BACKEND         auto (nccl on GPUs, gloo on CPU)
     --collective-timeout   CLOUDDDP_COLLECTIVE_TIMEOUT   600
     --data-dir             CLOUDDDP_INPUT_<NAME>, when the job has exactly one input; else none
@@ -48,6 +49,7 @@ CONTRACT = (
     FromEnv("--checkpoint-dir", "CLOUDDDP_CHECKPOINT_DIR", "./checkpoints"),
     FromEnv("--resume", "CLOUDDDP_RESUME", "auto", choices=("auto", "never")),
     FromEnv("--checkpoint-every", "CLOUDDDP_CHECKPOINT_EVERY", "1", int),
+    FromEnv("--checkpoint-minutes", "CLOUDDDP_CHECKPOINT_MINUTES", "0", float),
     FromEnv("--dist-backend", "CLOUDDDP_DIST_BACKEND", "auto", choices=("auto", "nccl", "gloo", "smddp")),
     FromEnv("--collective-timeout", "CLOUDDDP_COLLECTIVE_TIMEOUT", "600", float),
 )
@@ -56,6 +58,7 @@ HELP = {
     "--checkpoint-dir": "where rank 0 writes checkpoints (and a restart finds them)",
     "--resume": "auto: continue from the newest valid checkpoint; never: start over",
     "--checkpoint-every": "epochs between checkpoints; 0 = never",
+    "--checkpoint-minutes": "also a checkpoint mid-epoch after this many minutes since the last one; 0 = never",
     "--dist-backend": "process-group backend; auto: nccl on GPUs, gloo on CPU",
     "--collective-timeout": "seconds a collective may wait for a rank before failing",
 }
@@ -116,6 +119,8 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] = os.enviro
         p.error("--epochs must be at least 1")
     if args.checkpoint_every < 0:
         p.error("--checkpoint-every must be 0 (never) or more")
+    if args.checkpoint_minutes < 0:
+        p.error("--checkpoint-minutes must be 0 (never) or more")
     if not args.collective_timeout > 0:
         p.error("--collective-timeout must be more than 0 seconds")
     return args

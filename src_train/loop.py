@@ -13,6 +13,7 @@ import enum
 import math
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import augment
@@ -82,6 +83,29 @@ class StopFlag:
         flag = torch.tensor([1.0 if self.raised else 0.0], device=ctx.device)
         return bool(distributed.all_sum(ctx, flag).item() > 0)
 
+    def poll(self, ctx: Context, checkpoint_due: bool) -> tuple[bool, bool]:
+        """(stop, checkpoint now), agreed by every rank in one collective: a stop when any rank got SIGTERM, a
+        checkpoint when rank 0's clock says one is due (its clock alone, so the ranks cannot disagree)."""
+        due = checkpoint_due and ctx.is_main
+        flags = torch.tensor([1.0 if self.raised else 0.0, 1.0 if due else 0.0], device=ctx.device)
+        total = distributed.all_sum(ctx, flags)
+        return bool(total[0].item() > 0), bool(total[1].item() > 0)
+
+
+class Cadence:
+    """A checkpoint every ``minutes`` of training (``--checkpoint-minutes``; 0: none), on top of the epoch ends:
+    for capacity that can be taken back without a signal (Azure ML's low priority), the work lost is bounded."""
+
+    def __init__(self, minutes: float) -> None:
+        self.seconds = minutes * 60
+        self.last = time.monotonic()
+
+    def due(self) -> bool:
+        return self.seconds > 0 and time.monotonic() - self.last >= self.seconds
+
+    def reset(self) -> None:
+        self.last = time.monotonic()
+
 
 def make_optimizer(model: nn.Module, args: argparse.Namespace) -> torch.optim.Optimizer:
     """SGD with Nesterov momentum, fused into one kernel per step where torch offers it (CUDA, and CPU
@@ -104,8 +128,11 @@ def _as_input(t: Training, x: torch.Tensor) -> torch.Tensor:
     return x.contiguous(memory_format=torch.channels_last) if t.ctx.device.type == "cuda" and x.dim() == 4 else x
 
 
-def train_one_epoch(t: Training, stop: StopFlag) -> EpochEnd:
-    """Train from ``t.step_in_epoch`` to the end of epoch ``t.epoch`` (or a stop), advancing ``t``'s position."""
+def train_one_epoch(
+    t: Training, stop: StopFlag, cadence: Cadence | None = None, save: Callable[[], object] | None = None
+) -> EpochEnd:
+    """Train from ``t.step_in_epoch`` to the end of epoch ``t.epoch`` (or a stop), advancing ``t``'s position;
+    ``save`` writes a checkpoint where the run is whenever ``cadence`` says one is due (the epoch goes on)."""
     ctx, args, s, ds = t.ctx, t.args, t.schedule, t.data
     check_every = 1 if ctx.device.type != "cuda" else 25  # on GPU, each check is a host sync
     shard = epoch_shard(t)
@@ -146,8 +173,13 @@ def train_one_epoch(t: Training, stop: StopFlag) -> EpochEnd:
                     lr=lr,
                 )
         # At an epoch's last step a stop waits for the epoch's end (metrics, evaluation, checkpoint).
-        if (step + 1) % check_every == 0 and step + 1 < s.steps_per_epoch and stop.agreed(ctx):
-            return EpochEnd.STOPPED
+        if (step + 1) % check_every == 0 and step + 1 < s.steps_per_epoch:
+            stopping, checkpoint_now = stop.poll(ctx, cadence is not None and cadence.due())
+            if stopping:
+                return EpochEnd.STOPPED
+            if checkpoint_now and save is not None and cadence is not None:
+                save()
+                cadence.reset()
         if args.max_steps and t.global_step >= args.max_steps:
             end = EpochEnd.MAX_STEPS
             break

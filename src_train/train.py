@@ -174,9 +174,10 @@ def train_epochs(t: Training) -> float | None:
             flush=True,
         )
     stop = StopFlag()
+    cadence = loop.Cadence(args.checkpoint_minutes if args.checkpoint_every > 0 else 0)
     test_acc = float("nan")
     while t.epoch < args.epochs:
-        end = loop.train_one_epoch(t, stop)
+        end = loop.train_one_epoch(t, stop, cadence, lambda: save_checkpoint(t))
         if end is EpochEnd.STOPPED:
             _stopped(t, save_checkpoint(t) if args.checkpoint_every > 0 else None)
             return None
@@ -185,6 +186,7 @@ def train_epochs(t: Training) -> float | None:
         written = None  # None: no checkpoint due at this epoch's end
         if args.checkpoint_every > 0 and (t.epoch % args.checkpoint_every == 0 or t.epoch == args.epochs):
             written = save_checkpoint(t)
+            cadence.reset()
         if t.epoch < args.epochs and stop.agreed(ctx):
             if written is None and args.checkpoint_every > 0:
                 written = save_checkpoint(t)

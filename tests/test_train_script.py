@@ -169,3 +169,18 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path) -> None:
     result = train(1, "--dataset", "cifar10", "--data-dir", str(tmp_path / "none"), cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().startswith("error: no CIFAR-10 python batches") and "Traceback" not in result.stderr
+
+
+def test_checkpoint_minutes_writes_checkpoints_mid_epoch_and_the_epoch_goes_on(tmp_path: Path) -> None:
+    """checkpoint.every_minutes: rank 0's clock says a checkpoint is due, every rank agrees in the step's
+    collective, rank 0 writes where the run is, and training carries on in the same epoch."""
+    common = ["--dataset", "digits", "--checkpoint-dir", str(tmp_path / "ck"), "--model-dir", str(tmp_path / "out")]
+    run = train(2, *common, "--epochs", "2", "--checkpoint-minutes", "0.0005", cwd=tmp_path)  # every 30 ms
+    assert run.returncode == 0, run.stderr[-3000:]
+    written = re.findall(r"checkpoint (ckpt-e(\d{4})-s(\d{7})\.pt)", run.stdout)
+    mid_epoch = [name for name, _, step in written if int(step) > 0]
+    assert mid_epoch, run.stdout[-3000:]
+    assert written[-1][0] == "ckpt-e0002-s0000000.pt"  # the epoch ends are still written
+    assert [r["epoch"] for r in records(run.stdout) if "train_loss" in r] == [1, 2]  # both epochs whole
+    off = train(1, *common[:2], "--checkpoint-dir", str(tmp_path / "ck2"), "--epochs", "1", cwd=tmp_path)
+    assert off.returncode == 0 and not re.search(r"ckpt-e\d{4}-s0*[1-9]", off.stdout)  # 0 (default): epoch ends only

@@ -299,6 +299,13 @@ class Checkpoint(Strict):
 
     enabled: bool = True
     every_epochs: int = Field(1, ge=1)
+    every_minutes: float | None = Field(
+        None,
+        gt=0,
+        description="Also checkpoint mid-epoch once this many minutes have passed since the last checkpoint: bounds "
+        "the work lost where capacity is taken back without a signal (Azure ML low priority). Read by the shared "
+        "script from CLOUDDDP_CHECKPOINT_MINUTES.",
+    )
     resume: Literal["auto", "never"] = "auto"
     path: str | None = Field(None, description="Cloud URI for checkpoints; default: under the job's output.")
 

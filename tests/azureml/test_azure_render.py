@@ -304,3 +304,13 @@ def test_local_world_size_is_in_the_job_environment_under_the_pytorch_distributi
     assert job["environment_variables"]["LOCAL_WORLD_SIZE"] == str(job["distribution"]["process_count_per_instance"])
     mpi = AzureMLBackend(token="t").render(load_spec(AZURE_JOB, ["distribution.launcher=mpi"])).request["job"]
     assert "LOCAL_WORLD_SIZE" not in mpi["environment_variables"]
+
+
+def test_a_low_priority_job_without_a_time_cadence_is_told_what_an_eviction_loses() -> None:
+    spot = AzureMLBackend(token="t").render(load_spec(AZURE_JOB, ["resources.spot=true"]))
+    assert any("checkpoint.every_minutes" in w for w in spot.warnings), spot.warnings
+    timed = AzureMLBackend(token="t").render(
+        load_spec(AZURE_JOB, ["resources.spot=true", "checkpoint.every_minutes=15"])
+    )
+    assert not any("checkpoint.every_minutes" in w for w in timed.warnings)
+    assert timed.request["job"]["environment_variables"]["CLOUDDDP_CHECKPOINT_MINUTES"] == "15.0"

@@ -254,6 +254,11 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
             "image of your own to pull less"
         )
     tier = "low_priority" if spec.resources.spot else "dedicated"
+    if spec.resources.spot and spec.checkpoint.enabled and spec.checkpoint.every_minutes is None:
+        docs.warnings.append(
+            "resources.spot: Azure ML takes low-priority nodes back without a signal to the processes, so a "
+            "resubmit resumes from the last epoch's checkpoint; checkpoint.every_minutes (e.g. 15) bounds what is lost"
+        )
     job: dict[str, Any] = {
         "$schema": JOB_SCHEMA,
         "type": "command",
