@@ -314,3 +314,42 @@ def test_a_low_priority_job_without_a_time_cadence_is_told_what_an_eviction_lose
     )
     assert not any("checkpoint.every_minutes" in w for w in timed.warnings)
     assert timed.request["job"]["environment_variables"]["CLOUDDDP_CHECKPOINT_MINUTES"] == "15.0"
+
+
+SUB = "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg/providers"
+SUBNET = f"{SUB}/Microsoft.Network/virtualNetworks/vnet/subnets/train"
+IDENTITY = f"{SUB}/Microsoft.ManagedIdentity/userAssignedIdentities/ml"
+
+
+def test_a_new_cluster_can_join_a_subnet_without_public_ips_and_with_a_managed_identity(tmp_path: Path) -> None:
+    """The compute document as azure-ai-ml loads it (its own schema) and would send it (its REST object)."""
+    from azure.ai.ml import load_compute
+
+    spec = load_spec(
+        AZURE_JOB, [f"azureml.subnet={SUBNET}", "azureml.node_public_ip=false", f"azureml.identity={IDENTITY}"]
+    )
+    plan = AzureMLBackend(token="t").render(spec)
+    (tmp_path / "compute.yml").write_text(plan.documents["compute.yml"])
+    compute = load_compute(source=tmp_path / "compute.yml")
+    assert compute.network_settings.subnet == SUBNET and compute.enable_node_public_ip is False
+    assert compute.identity.type == "user_assigned"
+    compute._set_full_subnet_name(
+        "00000000-0000-0000-0000-000000000000", "rg"
+    )  # what ComputeOperations.begin_create_or_update does first
+    rest = compute._to_rest_object().as_dict()
+    props = rest["properties"]["properties"]
+    assert props["enableNodePublicIp"] is False and props["subnet"]["id"] == SUBNET
+    assert IDENTITY in rest["identity"]["userAssignedIdentities"]
+    system = AzureMLBackend(token="t").render(load_spec(AZURE_JOB, ["azureml.identity=system"]))
+    assert "type: system_assigned" in system.documents["compute.yml"]
+
+
+def test_no_public_ip_without_a_subnet_and_malformed_ids_exit_2_naming_what_to_give() -> None:
+    for override, expected in [
+        ("azureml.node_public_ip=false", "node_public_ip: false needs azureml.subnet"),
+        ("azureml.subnet=my-subnet", "give the subnet's resource id"),
+        (f"azureml.subnet={SUBNET.replace('00000000-0000-0000-0000-000000000000', 'sub')}", "subscription guid"),
+        ("azureml.identity=my-identity", "'system' or a user-assigned identity's resource id"),
+    ]:
+        result = cli("render", str(AZURE_JOB), "-b", "azureml", "-o", override)
+        assert result.returncode == 2 and expected in result.stderr and "Traceback" not in result.stderr, override

@@ -290,6 +290,16 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         "tier": tier,
         "ssh_public_access_enabled": az.ssh_public_key is not None,
     }
+    if az.subnet is not None:
+        compute["network_settings"] = {"subnet": az.subnet}
+    if not az.node_public_ip:
+        compute["enable_node_public_ip"] = False
+    if az.identity is not None:
+        compute["identity"] = (
+            {"type": "system_assigned"}
+            if az.identity == "system"
+            else {"type": "user_assigned", "user_assigned_identities": [{"resource_id": az.identity}]}
+        )
     if az.ssh_public_key is not None:
         compute["ssh_settings"] = {"admin_username": SSH_USER, "ssh_key_value": az.ssh_public_key}
         docs.decisions.append(f"a new cluster allows SSH as {SSH_USER} with azureml.ssh_public_key")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from cloudddp.backends.azureml.environment import DEFAULT_ENVIRONMENT
 from cloudddp.spec.model import Strict
@@ -40,6 +41,21 @@ class AzureMLOptions(Strict):
         description="An OpenSSH public key: a new cluster then allows SSH (user azureuser) with it; "
         "without it a new cluster has SSH public access disabled.",
     )
+    subnet: str | None = Field(
+        None,
+        description="A new cluster's subnet, as its resource id (/subscriptions/.../virtualNetworks/<vnet>/subnets/"
+        "<name>): the nodes join that virtual network.",
+    )
+    node_public_ip: bool = Field(
+        True,
+        description="Whether a new cluster's nodes get public IPs (azure-ai-ml's default). Many companies' Azure "
+        "Policy forbids them: false needs azureml.subnet (the nodes reach Azure through the virtual network).",
+    )
+    identity: str | None = Field(
+        None,
+        description="A new cluster's managed identity: 'system' (system-assigned) or the resource id of a "
+        "user-assigned identity (/subscriptions/.../userAssignedIdentities/<name>), for data access without keys.",
+    )
     job_tier: Literal["spot", "basic", "standard", "premium"] | None = Field(
         None,
         description="Serverless compute only (queue_settings.job_tier), which cloudddp does not use: on a "
@@ -65,3 +81,48 @@ class AzureMLOptions(Strict):
                 "paste the contents of your .pub file"
             )
         return value.strip() if value is not None else None
+
+    @field_validator("subnet")
+    @classmethod
+    def _a_subnet_resource_id(cls, value: str | None) -> str | None:
+        if value is not None and not _SUBNET_ID.fullmatch(value.strip()):
+            raise ValueError(
+                "give the subnet's resource id: /subscriptions/<subscription guid>/resourceGroups/<rg>/providers/"
+                "Microsoft.Network/virtualNetworks/<vnet>/subnets/<subnet>"
+            )
+        return value.strip() if value is not None else None
+
+    @field_validator("identity")
+    @classmethod
+    def _system_or_a_user_assigned_identity(cls, value: str | None) -> str | None:
+        if value is not None and value != "system" and not _IDENTITY_ID.fullmatch(value.strip()):
+            raise ValueError(
+                "'system' or a user-assigned identity's resource id: /subscriptions/<id>/resourceGroups/<rg>/"
+                "providers/Microsoft.ManagedIdentity/userAssignedIdentities/<name>"
+            )
+        return value.strip() if value is not None else None
+
+    @model_validator(mode="after")
+    def _no_public_ip_needs_a_subnet(self) -> AzureMLOptions:
+        if not self.node_public_ip and self.subnet is None:
+            raise ValueError(
+                "node_public_ip: false needs azureml.subnet: without a public IP the nodes reach Azure through "
+                "a virtual network"
+            )
+        return self
+
+
+_GUID = r"[0-9a-f]{8}-(?:[0-9a-f]{4}-){3}[0-9a-f]{12}"
+"""A subscription id: azure-ai-ml takes a subnet as a resource id only with one (else it builds another path)."""
+_SUBNET_ID = re.compile(
+    r"/subscriptions/"
+    + _GUID
+    + r"/resourceGroups/[^/]+/providers/Microsoft\.Network/virtualNetworks/[^/]+/subnets/[^/]+",
+    re.IGNORECASE,
+)
+_IDENTITY_ID = re.compile(
+    r"/subscriptions/"
+    + _GUID
+    + r"/resourceGroups/[^/]+/providers/Microsoft\.ManagedIdentity/userAssignedIdentities/[^/]+",
+    re.IGNORECASE,
+)
