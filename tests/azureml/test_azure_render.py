@@ -353,3 +353,16 @@ def test_no_public_ip_without_a_subnet_and_malformed_ids_exit_2_naming_what_to_g
     ]:
         result = cli("render", str(AZURE_JOB), "-b", "azureml", "-o", override)
         assert result.returncode == 2 and expected in result.stderr and "Traceback" not in result.stderr, override
+
+
+def test_shm_size_is_half_the_vm_sizes_memory_unless_given() -> None:
+    from cloudddp.catalog import find
+
+    def shm(*overrides: str) -> str:
+        job = AzureMLBackend(token="t").render(load_spec(AZURE_JOB, list(overrides))).request["job"]
+        return str(job["resources"]["shm_size"])
+
+    sku = find("Standard_ND96asr_v4")
+    assert sku is not None and shm() == f"{int(sku.ram_gb // 2)}g"
+    assert shm("azureml.shm_size=64g") == "64g"
+    assert shm("azureml.vm_size=Standard_NC16as_T4_v3") == "16g"  # not in the catalog: the fallback

@@ -20,7 +20,7 @@ from cloudddp.backends.azureml.environment import describe as describe_environme
 from cloudddp.backends.azureml.inputs import job_inputs
 from cloudddp.backends.azureml.limits import check_cluster_name, check_runtime
 from cloudddp.backends.azureml.options import AzureMLOptions
-from cloudddp.catalog import azure_rdma_by_name, disables_rdma, find, nccl_env_presets, skus
+from cloudddp.catalog import Sku, azure_rdma_by_name, disables_rdma, find, nccl_env_presets, skus
 from cloudddp.catalog.sizing import SizeDecision, decide
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.code import requirements
@@ -114,6 +114,19 @@ def _check_distribution(distribution: dict[str, Any]) -> None:
             f"distribution: unknown key(s) {unknown} for type {distribution.get('type')!r} "
             f"(allowed: {sorted(allowed)}); Azure ML would silently drop them"
         )
+
+
+DEFAULT_SHM = "16g"
+
+
+def shm_size(az: AzureMLOptions, sku: Sku | None) -> str:
+    """``azureml.shm_size``, else half the VM size's memory (the catalog's), else :data:`DEFAULT_SHM`: Docker's
+    64 MB would stall DataLoader workers, and all of a VM's memory would leave none for the processes."""
+    if az.shm_size is not None:
+        return az.shm_size
+    if sku is None or not sku.ram_gb:
+        return DEFAULT_SHM
+    return f"{max(1, int(sku.ram_gb // 2))}g"
 
 
 def _one_letter_apart(a: str, b: str) -> bool:
@@ -269,7 +282,7 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         "environment": environment,
         "compute": f"azureml:{cluster_name(az)}",
         "distribution": distribution,
-        "resources": {"instance_count": nodes, "shm_size": az.shm_size},
+        "resources": {"instance_count": nodes, "shm_size": shm_size(az, sku)},
         "environment_variables": env,
         "limits": {"timeout": spec.limits.max_runtime},
         "tags": {**spec.tags, "cloudddp:job": spec.name},

@@ -34,7 +34,11 @@ class AzureMLOptions(Strict):
         "versions/<v> (or /labels/<l>), or a Docker image URI. Default: curated acpt-pytorch-2.8-cuda12.6, "
         "version 14 (PyTorch 2.8, CUDA 12.6).",
     )
-    shm_size: str = "16g"
+    shm_size: str | None = Field(
+        None,
+        description="The containers' /dev/shm (DataLoader workers pass batches through it), e.g. 64g; default: "
+        "half the VM size's memory when the catalog knows it, else 16g.",
+    )
     experiment_name: str | None = None
     ssh_public_key: str | None = Field(
         None,
