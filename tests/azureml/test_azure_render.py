@@ -366,3 +366,14 @@ def test_shm_size_is_half_the_vm_sizes_memory_unless_given() -> None:
     assert sku is not None and shm() == f"{int(sku.ram_gb // 2)}g"
     assert shm("azureml.shm_size=64g") == "64g"
     assert shm("azureml.vm_size=Standard_NC16as_T4_v3") == "16g"  # not in the catalog: the fallback
+
+
+def test_a_multi_node_mpi_job_gets_the_acpt_ucx_settings_and_the_users_own_win() -> None:
+    def env(*overrides: str) -> dict[str, str]:
+        job = AzureMLBackend(token="t").render(load_spec(AZURE_JOB, list(overrides))).request["job"]
+        return dict(job["environment_variables"])
+
+    mpi = env("distribution.launcher=mpi")
+    assert mpi["UCX_TLS"] == "tcp" and mpi["UCX_NET_DEVICES"] == "eth0"
+    assert "UCX_TLS" not in env()  # the PyTorch distribution: NCCL's settings only
+    assert env("distribution.launcher=mpi", "env.UCX_TLS=rc")["UCX_TLS"] == "rc"

@@ -117,6 +117,7 @@ def _check_distribution(distribution: dict[str, Any]) -> None:
 
 
 DEFAULT_SHM = "16g"
+UCX_FOR_MPI = {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0"}
 
 
 def shm_size(az: AzureMLOptions, sku: Sku | None) -> str:
@@ -217,6 +218,16 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         applied = {k: v for k, v in presets.items() if k not in spec.env}
         if applied:
             docs.decisions.append("InfiniBand presets: " + ", ".join(f"{k}={v}" for k, v in applied.items()))
+
+    if nodes > 1 and spec.distribution.launcher == "mpi":
+        # Open MPI's own traffic (not NCCL's) over TCP on eth0, as Microsoft's ACPT MPI jobs set it: UCX would
+        # otherwise probe transports a container may lack.
+        ucx = {k: v for k, v in UCX_FOR_MPI.items() if k not in spec.env}
+        presets.update(ucx)
+        if ucx:
+            docs.decisions.append(
+                "MPI presets (as Azure's ACPT MPI jobs): " + ", ".join(f"{k}={v}" for k, v in ucx.items())
+            )
 
     inputs, input_decisions = job_inputs(spec)
     docs.decisions += input_decisions
