@@ -221,14 +221,14 @@ def test_settings_azure_ml_would_not_honour_are_refused() -> None:
 
 
 def test_a_gpu_size_missing_from_the_catalog_renders_with_a_warning_naming_what_is_unknown(tmp_path: Path) -> None:
-    plan = render("azureml.vm_size=Standard_NC16as_T4_v3", "resources.gpus_per_node=1", "resources.nodes=1")
-    assert plan.request["compute"]["size"] == "Standard_NC16as_T4_v3"
+    plan = render("azureml.vm_size=Standard_NV36ads_A10_v5", "resources.gpus_per_node=1", "resources.nodes=1")
+    assert plan.request["compute"]["size"] == "Standard_NV36ads_A10_v5"
     (warning,) = [w for w in plan.warnings if "not in cloudddp's catalog" in w]
-    assert warning.startswith("azureml.vm_size: Standard_NC16as_T4_v3 is not in cloudddp's catalog")
+    assert warning.startswith("azureml.vm_size: Standard_NV36ads_A10_v5 is not in cloudddp's catalog")
     assert "GPUs, memory and interconnect are unknown to cloudddp" in warning
     job, compute = loads_with_the_sdk(plan, tmp_path)
-    assert compute.size == "Standard_NC16as_T4_v3" and job.resources.instance_count == 1
-    two = render("azureml.vm_size=Standard_NC16as_T4_v3", "resources.gpus_per_node=1")  # no 'r': no InfiniBand
+    assert compute.size == "Standard_NV36ads_A10_v5" and job.resources.instance_count == 1
+    two = render("azureml.vm_size=Standard_NV36ads_A10_v5", "resources.gpus_per_node=1")  # no 'r': no InfiniBand
     assert any("multi-node DDP over Ethernet does not scale" in w for w in two.warnings), two.warnings
 
 
@@ -283,7 +283,7 @@ def test_the_clusters_cloudddp_suggests_have_names_azure_ml_accepts() -> None:
 
 
 def test_each_warning_is_given_once() -> None:
-    plan = render("limits.max_restarts=2", "azureml.vm_size=Standard_NC16as_T4_v3", "resources.gpus_per_node=1")
+    plan = render("limits.max_restarts=2", "azureml.vm_size=Standard_NV36ads_A10_v5", "resources.gpus_per_node=1")
     restarts = [w for w in plan.warnings if "do not restart failed processes" in w]
     assert len(restarts) == 1 and restarts[0].startswith("restarts: "), plan.warnings
     assert len(plan.warnings) == len(set(plan.warnings)) >= 3, plan.warnings
@@ -292,7 +292,7 @@ def test_each_warning_is_given_once() -> None:
 def test_a_vm_size_one_character_off_a_catalog_size_is_named_as_a_likely_typo() -> None:
     plan = AzureMLBackend(token="t").render(load_spec(AZURE_JOB, ["azureml.vm_size=Standard_ND96asr_v44"]))
     assert any("Standard_ND96asr_v44 (did you mean 'Standard_ND96asr_v4'?)" in w for w in plan.warnings), plan.warnings
-    real = AzureMLBackend(token="t").render(load_spec(AZURE_JOB, ["azureml.vm_size=Standard_NC16as_T4_v3"]))
+    real = AzureMLBackend(token="t").render(load_spec(AZURE_JOB, ["azureml.vm_size=Standard_NV36ads_A10_v5"]))
     assert not any("did you mean" in w for w in real.warnings)  # a real size of another shape is no typo
 
 
@@ -365,7 +365,7 @@ def test_shm_size_is_half_the_vm_sizes_memory_unless_given() -> None:
     sku = find("Standard_ND96asr_v4")
     assert sku is not None and shm() == f"{int(sku.ram_gb // 2)}g"
     assert shm("azureml.shm_size=64g") == "64g"
-    assert shm("azureml.vm_size=Standard_NC16as_T4_v3") == "16g"  # not in the catalog: the fallback
+    assert shm("azureml.vm_size=Standard_NV36ads_A10_v5") == "16g"  # not in the catalog: the fallback
 
 
 def test_a_multi_node_mpi_job_gets_the_acpt_ucx_settings_and_the_users_own_win() -> None:
@@ -377,3 +377,21 @@ def test_a_multi_node_mpi_job_gets_the_acpt_ucx_settings_and_the_users_own_win()
     assert mpi["UCX_TLS"] == "tcp" and mpi["UCX_NET_DEVICES"] == "eth0"
     assert "UCX_TLS" not in env()  # the PyTorch distribution: NCCL's settings only
     assert env("distribution.launcher=mpi", "env.UCX_TLS=rc")["UCX_TLS"] == "rc"
+
+
+def test_the_t4_sizes_are_in_the_catalog_and_a_job_that_does_not_fit_one_is_told_why() -> None:
+    fits = AzureMLBackend(token="t").render(
+        load_spec(
+            AZURE_JOB,
+            [
+                "azureml.vm_size=Standard_NC16as_T4_v3",
+                "resources.gpus_per_node=1",
+                "resources.nodes=1",
+                "resources.accelerator=T4",
+            ],
+        )
+    )
+    assert fits.request["compute"]["size"] == "Standard_NC16as_T4_v3"
+    assert not any("not in cloudddp's catalog" in w for w in fits.warnings)
+    result = cli("render", str(AZURE_JOB), "-b", "azureml", "-o", "azureml.vm_size=Standard_NC16as_T4_v3")
+    assert result.returncode == 2 and "Standard_NC16as_T4_v3: 1 GPUs per node, the job needs 8" in result.stderr
