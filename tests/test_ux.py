@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import shutil
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -79,42 +81,51 @@ def test_every_data_command_speaks_json() -> None:
         assert lines and all(json.loads(line) for line in lines)
 
 
+@contextlib.contextmanager
+def terminal(home: Path, cloudddp_args: str, rows: int = 40) -> Iterator[Callable[[], str]]:
+    """``cloudddp <args>`` typed into a real terminal (a tmux server of its own, so no other session's
+    environment leaks in), with this checkout and ``home``; yields a function that reads the screen."""
+    session = f"cloudddp-{uuid.uuid4().hex[:8]}"
+    tmux = ["tmux", "-L", session]
+    cmd = (
+        f"cd {shlex.quote(str(ROOT))} && CLOUDDDP_HOME={shlex.quote(str(home))} "
+        f"PYTHONPATH={shlex.quote(str(ROOT))} {shlex.quote(sys.executable)} -m cloudddp {cloudddp_args}"
+    )
+    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", str(rows)], check=True)
+    try:
+        subprocess.run([*tmux, "send-keys", "-t", session, cmd, "Enter"], check=True)
+        yield (
+            lambda: subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+        )
+    finally:
+        subprocess.run([*tmux, "kill-server"])
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
 def test_live_metrics_table_updates_in_a_real_terminal(cloudddp_home: Path) -> None:
     run = Job.load(TINY, ["code.args=[--epochs, 40, --sleep, 0.4]", "checkpoint.enabled=false"]).submit("local")
     next(run.metrics(follow=True))
-    session = f"cloudddp-{uuid.uuid4().hex[:8]}"
-    tmux = ["tmux", "-L", session]  # a server of its own: no other tmux session's environment leaks in
-    cmd = (
-        f"cd {shlex.quote(str(ROOT))} && CLOUDDDP_HOME={shlex.quote(str(cloudddp_home))} "
-        f"PYTHONPATH={shlex.quote(str(ROOT))} {shlex.quote(sys.executable)} -m cloudddp metrics {run.run_id} -f"
-    )
-    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", "40"], check=True)
+
+    def epoch_on(text: str) -> int:
+        for line in text.splitlines():
+            if "— epoch " in line:
+                return int(line.split("— epoch ")[1].split()[0])
+        return -1
+
     try:
-        subprocess.run([*tmux, "send-keys", "-t", session, cmd, "Enter"], check=True)
-
-        def screen() -> str:
-            return subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
-
-        def epoch_on(text: str) -> int:
-            for line in text.splitlines():
-                if "— epoch " in line:
-                    return int(line.split("— epoch ")[1].split()[0])
-            return -1
-
-        deadline = time.monotonic() + 60
-        first = screen()
-        while epoch_on(first) < 0 and time.monotonic() < deadline:
-            time.sleep(0.5)
+        with terminal(cloudddp_home, f"metrics {run.run_id} -f") as screen:
+            deadline = time.monotonic() + 60
             first = screen()
-        assert epoch_on(first) > 0 and "sum_of_ranks" in first, first
-        assert any(block in first for block in "▁▂▃▄▅▆▇█"), "a sparkline is drawn"
-        time.sleep(3)
-        second = screen()
-        assert epoch_on(second) > epoch_on(first), (first, second)
+            while epoch_on(first) < 0 and time.monotonic() < deadline:
+                time.sleep(0.5)
+                first = screen()
+            assert epoch_on(first) > 0 and "sum_of_ranks" in first, first
+            assert any(block in first for block in "▁▂▃▄▅▆▇█"), "a sparkline is drawn"
+            time.sleep(3)
+            second = screen()
+            assert epoch_on(second) > epoch_on(first), (first, second)
     finally:
-        subprocess.run([*tmux, "kill-server"])
         run.cancel()
 
 
@@ -123,20 +134,8 @@ def test_live_metrics_table_updates_in_a_real_terminal(cloudddp_home: Path) -> N
 def test_the_attached_views_epoch_bar_reaches_the_end_for_a_script_that_is_not_the_shared_one(
     cloudddp_home: Path,
 ) -> None:
-    session = f"cloudddp-{uuid.uuid4().hex[:8]}"
-    tmux = ["tmux", "-L", session]
-    cmd = (
-        f"cd {shlex.quote(str(ROOT))} && CLOUDDDP_HOME={shlex.quote(str(cloudddp_home))} "
-        f"PYTHONPATH={shlex.quote(str(ROOT))} {shlex.quote(sys.executable)} -m cloudddp submit "
-        f"{shlex.quote(str(TINY))} -o 'code.args=[--epochs, 3, --sleep, 0.3]'; echo SUBMIT-$((1+1))-ENDED"
-    )
-    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", "50"], check=True)
-    try:
-        subprocess.run([*tmux, "send-keys", "-t", session, cmd, "Enter"], check=True)
-
-        def screen() -> str:
-            return subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
-
+    args = f"submit {shlex.quote(str(TINY))} -o 'code.args=[--epochs, 3, --sleep, 0.3]'; echo SUBMIT-$((1+1))-ENDED"
+    with terminal(cloudddp_home, args, rows=50) as screen:
         deadline = time.monotonic() + 120
         text = screen()
         while "SUBMIT-2-ENDED" not in text and time.monotonic() < deadline:  # the typed line says $((1+1))
@@ -144,5 +143,3 @@ def test_the_attached_views_epoch_bar_reaches_the_end_for_a_script_that_is_not_t
             text = screen()
         assert "succeeded" in text, text
         assert "3/3" in text, text  # the bar followed the script's own epochs to the end
-    finally:
-        subprocess.run([*tmux, "kill-server"])

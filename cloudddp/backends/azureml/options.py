@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -79,32 +80,32 @@ class AzureMLOptions(Strict):
     @field_validator("ssh_public_key")
     @classmethod
     def _an_openssh_public_key(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip().startswith(("ssh-", "ecdsa-")):
-            raise ValueError(
-                "not an OpenSSH public key (it starts with ssh-rsa, ssh-ed25519 or ecdsa-...): "
-                "paste the contents of your .pub file"
-            )
-        return value.strip() if value is not None else None
+        return _stripped_if_valid(
+            value,
+            lambda v: v.startswith(("ssh-", "ecdsa-")),
+            "not an OpenSSH public key (it starts with ssh-rsa, ssh-ed25519 or ecdsa-...): paste the contents of "
+            "your .pub file",
+        )
 
     @field_validator("subnet")
     @classmethod
     def _a_subnet_resource_id(cls, value: str | None) -> str | None:
-        if value is not None and not _SUBNET_ID.fullmatch(value.strip()):
-            raise ValueError(
-                "give the subnet's resource id: /subscriptions/<subscription guid>/resourceGroups/<rg>/providers/"
-                "Microsoft.Network/virtualNetworks/<vnet>/subnets/<subnet>"
-            )
-        return value.strip() if value is not None else None
+        return _stripped_if_valid(
+            value,
+            lambda v: _SUBNET_ID.fullmatch(v) is not None,
+            "give the subnet's resource id: /subscriptions/<subscription guid>/resourceGroups/<rg>/providers/"
+            "Microsoft.Network/virtualNetworks/<vnet>/subnets/<subnet>",
+        )
 
     @field_validator("identity")
     @classmethod
     def _system_or_a_user_assigned_identity(cls, value: str | None) -> str | None:
-        if value is not None and value != "system" and not _IDENTITY_ID.fullmatch(value.strip()):
-            raise ValueError(
-                "'system' or a user-assigned identity's resource id: /subscriptions/<id>/resourceGroups/<rg>/"
-                "providers/Microsoft.ManagedIdentity/userAssignedIdentities/<name>"
-            )
-        return value.strip() if value is not None else None
+        return _stripped_if_valid(
+            value,
+            lambda v: v == "system" or _IDENTITY_ID.fullmatch(v) is not None,
+            "'system' or a user-assigned identity's resource id: /subscriptions/<id>/resourceGroups/<rg>/"
+            "providers/Microsoft.ManagedIdentity/userAssignedIdentities/<name>",
+        )
 
     @model_validator(mode="after")
     def _no_public_ip_needs_a_subnet(self) -> AzureMLOptions:
@@ -130,3 +131,12 @@ _IDENTITY_ID = re.compile(
     + r"/resourceGroups/[^/]+/providers/Microsoft\.ManagedIdentity/userAssignedIdentities/[^/]+",
     re.IGNORECASE,
 )
+
+
+def _stripped_if_valid(value: str | None, valid: Callable[[str], bool], problem: str) -> str | None:
+    """``value`` without surrounding blanks when ``valid`` says so; a ValueError saying ``problem`` otherwise."""
+    if value is None:
+        return None
+    if not valid(value.strip()):
+        raise ValueError(problem)
+    return value.strip()
