@@ -12,7 +12,7 @@ Assumptions, per GPU (each is listed with its reason in ``speed_basis``):
 * H100 NVL: the H100 SXM measurement scaled by the dense-peak ratio (835.5 / 989.5, same Hopper design).
 * H200: the H100 SXM measurement (same compute; its extra memory bandwidth is not credited).
 * A100 SXM 40GB: the A100 SXM 80GB measurement.
-* T4, L4, L40S, A10G: ``min(peak ratio, memory-bandwidth ratio)`` against the A100 SXM 80GB; convolution
+* T4, L4, L40S, A10G, A10: ``min(peak ratio, memory-bandwidth ratio)`` against the A100 SXM 80GB; convolution
   training is bound by one of the two. On the GPUs that do have a measurement this rule lands 15-20 % low
   (V100: 0.40 vs 0.49 measured; H100 SXM: 1.64 vs 1.96), which ``tests/test_catalog_model.py`` checks.
 * Non-CUDA accelerators (MI300X, Trainium): no estimate.
@@ -40,8 +40,9 @@ _PEAK_ROWS = {
     "L4": ("L4", "PCIe 24GB"),
     "L40S": ("L40S", "PCIe 48GB"),
     "A10G": ("A10G", "PCIe 24GB (AWS-specific)"),
+    "A10": ("A10", "PCIe 24GB"),
 }
-_BY_RULE = ("T4", "L4", "L40S", "A10G")
+_BY_RULE = ("T4", "L4", "L40S", "A10G", "A10")
 
 
 @dataclass(frozen=True)
