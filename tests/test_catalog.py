@@ -258,3 +258,13 @@ def test_plan_explain_shows_the_breakdown_per_size_and_the_retired_ones() -> Non
     assert abs(summed - best["est_cost"]) / best["est_cost"] < 0.01
     nc24rs = next(c for c in data["candidates"] if c["size"] == "Standard_NC24rs_v3")
     assert not nc24rs["ok"] and "retired on 2025-09-30" in nc24rs["why"]
+
+
+def test_the_accelerator_asked_for_matches_whole_words_so_an_a10_is_not_an_a100() -> None:
+    from cloudddp.catalog import find
+    from cloudddp.catalog.select import gpu_matches
+
+    a100, a10 = find("Standard_NC24ads_A100_v4"), find("Standard_NC8ads_A10_v4")
+    assert a100 is not None and a10 is not None
+    assert gpu_matches("A100", a100) and gpu_matches("a100 80gb", a100) and not gpu_matches("A10", a100)
+    assert gpu_matches("A10", a10) and not gpu_matches("A100", a10)

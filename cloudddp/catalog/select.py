@@ -11,6 +11,7 @@ spec says ``interconnect: any``. A retired size is never picked; one retiring wi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -143,7 +144,7 @@ def _judge(req: Requirements, sku: Sku, named: bool) -> Candidate:
     _judge_lifecycle(cand)
     if not sku.cuda:
         cand.reject(f"{sku.gpu_model}: not a CUDA GPU (the shared script uses NCCL/CUDA)")
-    if req.accelerator and req.accelerator.lower() not in sku.gpu_model.lower():
+    if req.accelerator and not gpu_matches(req.accelerator, sku):
         cand.reject(f"GPU is {sku.gpu}, the job asks for {req.accelerator}")
     if req.min_gpu_memory_gb and sku.gpu_mem_gb < req.min_gpu_memory_gb:
         cand.reject(f"{sku.gpu_mem_gb:g} GB per GPU, the job needs {req.min_gpu_memory_gb:g}")
@@ -276,3 +277,10 @@ def select(req: Requirements) -> Selection:
             r for r in chosen.reasons if r not in ("fits", "no price in the catalog: cost unknown")
         ]
     return Selection(req, cands, chosen)
+
+
+def gpu_matches(asked: str, sku: Sku) -> bool:
+    """``resources.accelerator`` names this size's GPU: each of its words is a word of the GPU's name or model
+    (``A100``, ``A100 80GB``, ``H100 SXM``), so ``A10`` is not an ``A100``."""
+    words = set(re.findall(r"[a-z0-9]+", f"{sku.gpu} {sku.gpu_model}".lower()))
+    return set(re.findall(r"[a-z0-9]+", asked.lower())) <= words
