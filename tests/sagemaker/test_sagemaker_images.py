@@ -18,8 +18,7 @@ from cloudddp.errors import UserError
 
 from ..support.cli import ROOT, cli
 from ..support.rigs import rig_unavailable
-
-SMDDP_JOB = ROOT / "jobs" / "cifar10-smddp.yaml"
+from .jobs import SMDDP_JOB
 
 
 def _version_key(version: str) -> tuple[int, ...]:

@@ -27,8 +27,8 @@ from cloudddp.backends.sagemaker.limits import (
 from cloudddp.errors import UserError
 
 from ..support.cli import ROOT, cli
+from .jobs import EBS_CPU_JOB, SMDDP_JOB
 
-SMDDP_JOB = ROOT / "jobs" / "cifar10-smddp.yaml"
 # Facets every value satisfies, so they need no check.
 TRIVIAL_PATTERNS = {".*", ".+", "[\\S\\s]*"}
 
@@ -123,17 +123,6 @@ def test_every_limited_member_a_rendered_request_carries_is_checked() -> None:
 def _render(*overrides: str) -> Any:
     args = [a for o in overrides for a in (("-o", o) if o != "--json" else (o,))]
     return cli("render", str(SMDDP_JOB), "-b", "sagemaker", *args)
-
-
-# The smddp job on an EBS-only CPU type, which takes a volume KMS key (local-NVMe types refuse it).
-EBS_CPU_JOB = [
-    "distribution.backend=gloo",
-    "resources.gpus_per_node=0",
-    "resources.accelerator=null",
-    "resources.interconnect=any",
-    "sagemaker.instance_type=ml.m5.4xlarge",
-    "sagemaker.image=763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-cpu-py311",
-]
 
 
 def _pairs(n: int, prefix: str, value: str = "v") -> str:

@@ -15,6 +15,7 @@ from cloudddp.code.shim import read_payload
 from cloudddp.errors import UserError
 
 from ..support.cli import ROOT
+from .jobs import EBS_CPU_JOB, SMDDP_JOB
 
 
 def launcher_payload(request: dict) -> dict:
@@ -150,15 +151,6 @@ def test_render_imports_no_aws_sdk() -> None:
 
 
 # -- what the service would refuse, refused at render ---------------------------------------------------
-SMDDP_JOB = ROOT / "jobs" / "cifar10-smddp.yaml"
-EBS_CPU_JOB = [  # the smddp job on an EBS-only CPU type
-    "distribution.backend=gloo",
-    "resources.gpus_per_node=0",
-    "resources.accelerator=null",
-    "resources.interconnect=any",
-    "sagemaker.instance_type=ml.m5.4xlarge",
-    "sagemaker.image=763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-cpu-py311",
-]
 
 
 def render_cli(*overrides: str) -> subprocess.CompletedProcess[str]:
