@@ -15,7 +15,6 @@ real request.
 from __future__ import annotations
 
 import dataclasses
-import html
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -250,6 +249,8 @@ class Plan:
         return "\n\n".join(parts)
 
     def _repr_html_(self) -> str:
+        import html  # only notebooks call this; every render would otherwise pay its import
+
         items = "".join(f"<li>{html.escape(d)}</li>" for d in self.decisions)
         items += "".join(f"<li style='color:#b45309'>warning: {html.escape(w)}</li>" for w in self.warnings)
         docs = "".join(

@@ -31,10 +31,10 @@ import csv
 import functools
 import math
 from dataclasses import dataclass
-from importlib import resources
 
 from cloudddp.catalog.overheads import Overheads
 from cloudddp.catalog.speed import anchor
+from cloudddp.paths import data_text
 
 FABRIC_EFFICIENCY = 0.80
 OVERLAP = 0.9
@@ -132,7 +132,7 @@ def workload_for_model(
 @functools.cache
 def peak_tflops(gpu: str) -> float | None:
     """Dense bf16 (or fp16 tensor) peak of a GPU family, from gpu_peaks.csv."""
-    text = resources.files("cloudddp").joinpath("data/gpu_peaks.csv").read_text(encoding="utf-8")
+    text = data_text("gpu_peaks.csv")
     for row in csv.DictReader(text.splitlines()):
         if row["gpu"] == gpu:
             for key in ("dense_bf16_tflops", "dense_fp16_tensor_tflops"):

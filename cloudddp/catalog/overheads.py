@@ -9,7 +9,8 @@ from __future__ import annotations
 import csv
 import functools
 from dataclasses import dataclass, replace
-from importlib import resources
+
+from cloudddp.paths import data_text
 
 _NUMBERS = (
     "provision_s",
@@ -46,7 +47,7 @@ class Overheads:
 
 @functools.cache
 def _rows() -> tuple[dict[str, str], ...]:
-    text = resources.files("cloudddp").joinpath("data/overheads.csv").read_text(encoding="utf-8")
+    text = data_text("overheads.csv")
     return tuple(csv.DictReader(text.splitlines()))
 
 

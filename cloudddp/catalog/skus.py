@@ -13,10 +13,10 @@ import datetime as dt
 import functools
 import re
 from dataclasses import dataclass
-from importlib import resources
 
 from cloudddp.catalog.model import peak_tflops
 from cloudddp.errors import UserError
+from cloudddp.paths import data_text
 
 CATALOG_DATE = "2026-11-09"
 """The newest dated price in the catalog (Azure retail API via datareceipts); lifecycles are judged on it."""
@@ -99,7 +99,7 @@ def _opt_bool(text: str) -> bool | None:
 
 @functools.cache
 def all_skus() -> tuple[Sku, ...]:
-    text = resources.files("cloudddp").joinpath("data/skus.csv").read_text(encoding="utf-8")
+    text = data_text("skus.csv")
     return tuple(
         Sku(
             cloud=r["cloud"],

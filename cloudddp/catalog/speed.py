@@ -24,7 +24,8 @@ from __future__ import annotations
 import csv
 import functools
 from dataclasses import dataclass
-from importlib import resources
+
+from cloudddp.paths import data_text
 
 BASELINE = "A100 SXM"
 RATIO_NETWORK = "resnet50"
@@ -58,7 +59,7 @@ class Measurement:
 
 @functools.cache
 def measurements() -> tuple[Measurement, ...]:
-    text = resources.files("cloudddp").joinpath("data/throughput.csv").read_text(encoding="utf-8")
+    text = data_text("throughput.csv")
     return tuple(
         Measurement(
             r["gpu_key"],
@@ -77,7 +78,7 @@ def measurements() -> tuple[Measurement, ...]:
 def _peak_row(gpu_key: str) -> tuple[float, float] | None:
     """(dense fp16/bf16 TFLOP/s, memory GB/s) of a GPU from gpu_peaks.csv."""
     wanted = _PEAK_ROWS.get(gpu_key)
-    text = resources.files("cloudddp").joinpath("data/gpu_peaks.csv").read_text(encoding="utf-8")
+    text = data_text("gpu_peaks.csv")
     for row in csv.DictReader(text.splitlines()):
         if wanted and (row["gpu"], row["variant"]) == wanted:
             peak = next(

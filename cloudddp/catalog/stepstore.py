@@ -21,7 +21,6 @@ import contextlib
 import fcntl
 import json
 import os
-import statistics
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -90,6 +89,8 @@ def measure(records: Iterable[MetricRecord], ran_s: float | None = None) -> Meas
     images = [r.values["images_per_sec"] for r in ends if "images_per_sec" in r.values]
     epochs = max((r.epoch for r in ends if r.epoch is not None), default=None)
     if samples:
+        import statistics  # ~4 ms to import (fractions, decimal): only when a measurement is summarised
+
         kept = samples[1:] if len(samples) > 1 else samples
         return Measured(
             step_s=statistics.median(s for s, _ in kept),
