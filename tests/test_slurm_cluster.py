@@ -124,9 +124,14 @@ srun --ntasks-per-node=1 bash -c 'trap "echo TERM task $SLURM_PROCID on $SLURMD_
 def test_a_dead_node_fails_its_jobs_with_node_fail_and_a_requeueable_job_runs_again_when_it_returns(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    """Two 2-node jobs at once (each node has 2 CPUs): one --no-requeue, one requeueable (the default)."""
+    """Two 2-node jobs at once (each node has 2 CPUs): one --no-requeue, one requeueable (the default).
+
+    The batch script outlives its failed step (``|| sleep``): srun may notice the lost node before slurmctld
+    declares it dead (on a loaded machine it did), and a batch script that exits first ends its job FAILED,
+    not NODE_FAIL, so Slurm would not requeue it (a fresh-clone run once failed that way).
+    """
     body = """[ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] && { echo "run again"; exit 0; }
-srun --ntasks-per-node=1 bash -c 'touch "started.$SLURM_JOB_ID.$SLURM_PROCID"; while :; do sleep 0.1; done'
+srun --ntasks-per-node=1 bash -c 'touch "started.$SLURM_JOB_ID.$SLURM_PROCID"; while :; do sleep 0.1; done' || sleep 300
 """
     name = script(tmp_path, body)
     fixed = slurm_cluster.sbatch("-N2", "--no-requeue", "-o", "fixed.txt", name, cwd=tmp_path)
