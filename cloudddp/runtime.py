@@ -120,7 +120,7 @@ def job_env(
     if taken:
         raise UserError(
             f"env.{taken[0]}: names starting with {PREFIX} are set by cloudddp on every backend",
-            hint="rename the variable; the README's 'Your own training script' lists what is set",
+            hint="rename the variable; docs/runtime-contract.md lists what is set",
         )
     extra = {k: v for k, v in (presets or {}).items() if k not in user}
     contract = contract_env(spec, backend, places, on_gpu=on_gpu, sigterm_grace=sigterm_grace)

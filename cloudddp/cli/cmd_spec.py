@@ -113,6 +113,14 @@ def schema(output: Path | None) -> None:
 @click.option("--with-script", is_flag=True, help="Also copy the shared DDP training script into ./src_train.")
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
 def init(path: Path, name: str | None, with_script: bool, force: bool) -> None:
-    """Write a commented job spec (and its JSON Schema for editors) to start from."""
-    for written in scaffold(path, schema=json_schema(), name=name, with_script=with_script, force=force):
-        click.echo(f"wrote {written}")
+    """Write a project that runs as it is: a commented job spec, its JSON Schema for editors, and a small DDP
+    script of your own to edit (or, with --with-script, the shared training script).
+
+    \b
+    Example:
+      cloudddp init my-project && cloudddp submit my-project/job.yaml
+    """
+    for line in scaffold(path, schema=json_schema(), name=name, with_script=with_script, force=force):
+        click.echo(line)
+    spec = path if path.suffix in (".yaml", ".yml") else path / "job.yaml"
+    click.echo(f"next: cloudddp submit {spec}")
