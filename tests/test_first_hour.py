@@ -121,3 +121,80 @@ def test_logs_tail_shows_only_the_last_lines() -> None:
     everything = cli("logs").stdout.splitlines()  # the latest run
     last_two = cli("logs", "--tail", "2").stdout.splitlines()
     assert len(everything) > 2 and last_two == everything[-2:]
+
+
+NO_CLOUD_ENV = {
+    name: ""
+    for name in (
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "CLOUDDDP_SAGEMAKER_ROLE",
+        "AZURE_SUBSCRIPTION_ID",
+        "AZURE_RESOURCE_GROUP",
+        "AZUREML_WORKSPACE_NAME",
+    )
+}
+CPU_JOB = ROOT / "jobs" / "digits-local.yaml"
+
+
+def test_validate_with_a_backend_names_every_missing_setting_at_once_with_an_example(tmp_path: Path) -> None:
+    sagemaker = cli("validate", str(CPU_JOB), "-b", "sagemaker", env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert sagemaker.returncode == 2 and "Traceback" not in sagemaker.stderr
+    assert "the sagemaker backend needs 3 settings" in sagemaker.stderr, sagemaker.stderr
+    for line in (
+        "sagemaker.region: the AWS region to train in (e.g. us-east-1, or AWS_REGION in the environment)",
+        "e.g. arn:aws:iam::111122223333:role/SageMakerRole, or CLOUDDDP_SAGEMAKER_ROLE",
+        "sagemaker.instance_type: a CPU size",
+        "    instance_type: ml.c5.2xlarge\n",  # the snippet to paste names a CPU size
+    ):
+        assert line in sagemaker.stderr, (line, sagemaker.stderr)
+    azure = json.loads(cli("validate", str(CPU_JOB), "-b", "azureml", "--json", env=NO_CLOUD_ENV, cwd=tmp_path).stdout)
+    fields = [problem.split(":")[0] for problem in azure["problems"]]
+    assert azure["ok"] is False and fields == [
+        "azureml.vm_size",
+        "azureml.subscription_id",
+        "azureml.resource_group",
+        "azureml.workspace",
+    ]
+    assert "vm_size: Standard_D8s_v5" in azure["hint"]
+    given = [
+        "-o",
+        "sagemaker.region=us-east-1",
+        "-o",
+        "sagemaker.role=arn:aws:iam::111122223333:role/SageMakerRole",
+        "-o",
+        "sagemaker.instance_type=ml.c5.xlarg",
+    ]
+    typo = cli("validate", str(CPU_JOB), "-b", "sagemaker", *given, env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert typo.returncode == 2 and "did you mean 'ml.c5.xlarge'?" in typo.stderr, typo.stderr
+    given[-1] = "sagemaker.instance_type=ml.c5.xlarge"
+    fixed = cli("validate", str(CPU_JOB), "-b", "sagemaker", *given, env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert fixed.returncode == 0 and "the sagemaker backend has every setting it needs" in fixed.stdout, fixed.stderr
+
+
+def test_render_reports_every_missing_setting_it_needs_in_one_message(tmp_path: Path) -> None:
+    result = cli("render", str(CPU_JOB), "-b", "azureml", env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert result.returncode == 2 and "azureml.vm_size: a CPU size" in result.stderr, result.stderr
+    assert "subscription_id" not in result.stderr  # only a submit needs the workspace; validate -b says so
+
+
+def test_plan_ranks_sagemaker_sizes_without_a_role_and_says_submit_needs_one(tmp_path: Path) -> None:
+    job = ROOT / "jobs" / "cifar10-resnet18.yaml"
+    result = cli("plan", str(job), "-b", "sagemaker", "-o", "sagemaker.role=null", env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "ml.g5.48xlarge" in result.stdout and "chosen" in result.stdout, result.stdout
+    assert "sagemaker.role is not set: this plan uses a stand-in; submit needs" in result.stderr, result.stderr
+    refused = cli("render", str(job), "-b", "sagemaker", "-o", "sagemaker.role=null", env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert refused.returncode == 2 and "sagemaker.role: the IAM role" in refused.stderr, refused.stderr
+
+
+def test_plain_init_writes_a_project_that_validates_and_says_what_to_do_next(tmp_path: Path) -> None:
+    result = cli("init", str(tmp_path / "proj"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "proj" / "train.py").is_file() and f"next: cloudddp submit {tmp_path / 'proj'}" in result.stdout
+    assert cli("validate", str(tmp_path / "proj" / "job.yaml")).returncode == 0
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "train.py").write_text("print('my own')\n")
+    kept = cli("init", str(mine))
+    assert kept.returncode == 0 and "kept" in kept.stdout and (mine / "train.py").read_text() == "print('my own')\n"

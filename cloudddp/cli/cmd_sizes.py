@@ -169,7 +169,14 @@ def plan(job: Path, backend: str | None, override: tuple[str, ...], explain: boo
         raise UserError("give --backend: the backend whose sizes to rank", hint=f"one of: {', '.join(sized)}")
     spec = load_job(job, override)
     impl = backend_class(backend)()
+    # Settings only a submit needs (SageMaker's role) do not stop a plan: a stand-in takes their place, said so.
+    stand_ins = [m for m in impl.missing_settings(spec) if m.needed_to_render and m.stand_in]
+    if stand_ins:
+        spec = load_job(job, (*override, *(f"{m.field}={m.stand_in}" for m in stand_ins)))
     rendered = impl.render(spec)
+    rendered.warnings += [
+        f"{m.field} is not set: this plan uses a stand-in; submit needs {m.what} (e.g. {m.example})" for m in stand_ins
+    ]
     target = impl.size_target(spec)
     selection = choose(spec, target) if target is not None and spec.resources.gpus_per_node else None
     if json_:
