@@ -198,3 +198,45 @@ def test_plain_init_writes_a_project_that_validates_and_says_what_to_do_next(tmp
     (mine / "train.py").write_text("print('my own')\n")
     kept = cli("init", str(mine))
     assert kept.returncode == 0 and "kept" in kept.stdout and (mine / "train.py").read_text() == "print('my own')\n"
+
+
+DATA_READER = """import argparse, pathlib
+parser = argparse.ArgumentParser()
+parser.add_argument("--data-dir")
+args = parser.parse_args()
+shipped = pathlib.Path(__file__).parent / "data"
+print("DATA", (pathlib.Path(args.data_dir) / "train.bin").stat().st_size, "SHIPPED", shipped.exists(), flush=True)
+"""
+
+
+def project_with_data_inside(tmp_path: Path) -> Path:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.bin").write_bytes(b"\0" * 200_000)
+    (tmp_path / "train.py").write_text(DATA_READER)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        "name: data-inside\ncode: {dir: ., entry: train.py}\n"
+        "inputs:\n  data: {path: ./data, arg: --data-dir}\n  everything: {path: .}\n"
+        "  remote: {path: 's3://bucket/data/', at: {local: ./data}}\n"
+        "local: {processes_per_node: 1}\n"
+    )
+    return spec
+
+
+def test_inputs_inside_the_code_folder_are_left_out_of_the_snapshot_with_a_note(tmp_path: Path) -> None:
+    spec = project_with_data_inside(tmp_path)
+    listed = cli("render", str(spec), "--list-files", "--json")
+    assert listed.returncode == 0, listed.stderr
+    document = json.loads(listed.stdout)
+    assert "train.py" in document["files"] and not any(f.startswith("data/") for f in document["files"])
+    assert document["left_out_as_inputs"] == {"data": "data"}  # not `everything`: that is the whole folder
+    plan = cli("render", str(spec), "-b", "local")
+    assert "left out of the code snapshot: data, which is inputs.data" in plan.stderr, plan.stderr
+    assert "CLOUDDDP_INPUT_DATA" in plan.stderr
+
+
+@pytest.mark.slow
+def test_an_input_left_out_of_the_snapshot_still_reaches_the_script(tmp_path: Path) -> None:
+    result = cli("submit", str(project_with_data_inside(tmp_path)), timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "DATA 200000 SHIPPED False" in result.stdout + result.stderr, (result.stdout + result.stderr)[-2000:]

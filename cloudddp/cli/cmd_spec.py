@@ -110,7 +110,13 @@ def render(
     if list_files:
         snapshot = code_snapshot(spec)
         if json_:
-            print_json({"files": list(snapshot.files), "left_out_as_credentials": list(snapshot.left_out)})
+            print_json(
+                {
+                    "files": list(snapshot.files),
+                    "left_out_as_credentials": list(snapshot.left_out),
+                    "left_out_as_inputs": dict(snapshot.inputs_left_out),
+                }
+            )
             return
         sys.stdout.write("".join(f"{name}\n" for name in snapshot.files))
         for line in snapshot_warnings(snapshot):
