@@ -4,12 +4,15 @@ success and on failure, and `run.watch()` works outside a notebook."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from cloudddp.backends.local.agent_output import without_stop_traceback
 from cloudddp.cli.options import format_record
 from cloudddp.observe.live import EpochProgress, position
 from cloudddp.observe.metrics import MetricRecord
@@ -240,3 +243,72 @@ def test_an_input_left_out_of_the_snapshot_still_reaches_the_script(tmp_path: Pa
     result = cli("submit", str(project_with_data_inside(tmp_path)), timeout=180)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "DATA 200000 SHIPPED False" in result.stdout + result.stderr, (result.stdout + result.stderr)[-2000:]
+
+
+AGENT_STOPPED = """W1125 11:38:49.804000 8483 torch/distributed/elastic/agent/server/api.py:753] Received 15 death
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1028, in main
+    run(args)
+  File "/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/api.py", line 86, in _terminate
+    raise SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)
+torch.distributed.elastic.multiprocessing.api.SignalException: Process 8483 got signal: 15
+"""
+AGENT_CRASHED = """Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1028, in main
+ValueError: a real failure
+"""
+
+
+def test_a_stopped_agents_signal_traceback_is_one_line_and_any_other_traceback_stays() -> None:
+    stopped = list(without_stop_traceback(AGENT_STOPPED.splitlines(keepends=True)))
+    assert stopped[0].startswith("W1125") and len(stopped) == 2, stopped
+    assert stopped[1].startswith("torchrun stopped on signal 15, after passing it to its processes")
+    crashed = AGENT_CRASHED.splitlines(keepends=True)
+    assert list(without_stop_traceback(crashed)) == crashed
+    cut_short = crashed[:2]  # the stream ended inside a traceback: nothing is lost
+    assert list(without_stop_traceback(cut_short)) == cut_short
+
+
+@pytest.mark.slow
+def test_a_cancelled_own_script_checkpoints_and_its_log_ends_without_a_traceback(tmp_path: Path) -> None:
+    assert cli("init", str(tmp_path / "p")).returncode == 0
+    spec = str(tmp_path / "p" / "job.yaml")
+    started = cli("submit", spec, "--detach", "-o", "code.args=[--epochs, '100000']", "--json")
+    assert started.returncode == 0, started.stderr
+    run_id = json.loads(started.stdout)["run_id"]
+    deadline = time.time() + 120
+    while time.time() < deadline and '"epoch"' not in cli("metrics", run_id, "--json").stdout:  # one epoch done
+        time.sleep(0.5)
+    assert cli("cancel", run_id).returncode == 0
+    status = json.loads(cli("status", run_id, "--json").stdout)
+    while time.time() < deadline and status["state"] not in ("cancelled", "failed", "succeeded"):
+        time.sleep(0.5)
+        status = json.loads(cli("status", run_id, "--json").stdout)
+    assert status["state"] == "cancelled", status
+    log = cli("logs", run_id).stdout
+    assert "Traceback" not in log and "torchrun stopped on signal 15" in log, log[-3000:]
+    assert list((Path(os.environ["CLOUDDDP_HOME"]) / "checkpoints" / "p").glob("*/last.pt"))
+
+
+def test_charts_of_an_own_scripts_epoch_records_count_epochs_not_steps() -> None:
+    pytest.importorskip("matplotlib", reason="charts need the notebook extra")
+    from cloudddp.observe.plotting import plot_metrics
+
+    figure = plot_metrics([record(e, loss=1.0 / e) for e in (1, 2, 3)])
+    (axes,) = figure.axes
+    assert axes.get_xlabel() == "epoch" and list(axes.lines[0].get_xdata()) == [1.0, 2.0, 3.0]
+    stepped = plot_metrics([record(1, 10, loss=1.0), record(1, 20, loss=0.5)])
+    assert stepped.axes[0].get_xlabel().startswith("step")
+
+
+def test_every_command_s_help_shows_an_example() -> None:
+    from click.testing import CliRunner
+
+    from cloudddp.cli.app import COMMANDS, app
+
+    missing = []
+    for command in COMMANDS:
+        shown = CliRunner().invoke(app, [command, "--help"]).output
+        if not any(line.strip().startswith(f"cloudddp {command}") for line in shown.splitlines()):
+            missing.append(command)
+    assert not missing, missing

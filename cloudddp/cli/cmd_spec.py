@@ -105,7 +105,14 @@ def check_backend(spec: JobSpec, backend: str) -> Plan:
 def render(
     job: Path, backend: str, override: tuple[str, ...], json_: bool, output: Path | None, list_files: bool
 ) -> None:
-    """Print exactly what a backend would send (no network, no credentials)."""
+    """Print exactly what a backend would send (no network, no credentials).
+
+    \b
+    Examples:
+      cloudddp render job.yaml -b sagemaker
+      cloudddp render job.yaml -b azureml --output-dir rendered/
+      cloudddp render job.yaml --list-files
+    """
     spec = load_job(job, override)
     if list_files:
         snapshot = code_snapshot(spec)
@@ -133,7 +140,12 @@ def render(
 @click.command()
 @click.option("--output", "-O", type=click.Path(path_type=Path, dir_okay=False), help="Write to this file.")
 def schema(output: Path | None) -> None:
-    """The JSON Schema of job specs, for editors (yaml-language-server: $schema=...)."""
+    """The JSON Schema of job specs, for editors (yaml-language-server: $schema=...).
+
+    \b
+    Example:
+      cloudddp schema -O job.schema.json
+    """
     text = json.dumps(json_schema(), indent=2) + "\n"
     if output:
         output.write_text(text)
