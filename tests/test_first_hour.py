@@ -7,11 +7,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from cloudddp.api import Job
 from cloudddp.backends.local.agent_output import without_stop_traceback
 from cloudddp.cli.options import format_record
 from cloudddp.observe.live import EpochProgress, position
@@ -272,20 +272,11 @@ def test_a_stopped_agents_signal_traceback_is_one_line_and_any_other_traceback_s
 @pytest.mark.slow
 def test_a_cancelled_own_script_checkpoints_and_its_log_ends_without_a_traceback(tmp_path: Path) -> None:
     assert cli("init", str(tmp_path / "p")).returncode == 0
-    spec = str(tmp_path / "p" / "job.yaml")
-    started = cli("submit", spec, "--detach", "-o", "code.args=[--epochs, '100000']", "--json")
-    assert started.returncode == 0, started.stderr
-    run_id = json.loads(started.stdout)["run_id"]
-    deadline = time.time() + 120
-    while time.time() < deadline and '"epoch"' not in cli("metrics", run_id, "--json").stdout:  # one epoch done
-        time.sleep(0.5)
-    assert cli("cancel", run_id).returncode == 0
-    status = json.loads(cli("status", run_id, "--json").stdout)
-    while time.time() < deadline and status["state"] not in ("cancelled", "failed", "succeeded"):
-        time.sleep(0.5)
-        status = json.loads(cli("status", run_id, "--json").stdout)
-    assert status["state"] == "cancelled", status
-    log = cli("logs", run_id).stdout
+    run = Job.load(tmp_path / "p" / "job.yaml", ["code.args=[--epochs, '100000']"]).submit("local")
+    next(iter(run.metrics(follow=True)))  # an epoch has ended
+    assert run.cancel()
+    assert run.wait(timeout=120, poll=0.2).state.value == "cancelled"
+    log = cli("logs", run.run_id).stdout
     assert "Traceback" not in log and "torchrun stopped on signal 15" in log, log[-3000:]
     assert list((Path(os.environ["CLOUDDDP_HOME"]) / "checkpoints" / "p").glob("*/last.pt"))
 
