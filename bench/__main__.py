@@ -22,7 +22,7 @@ CASES = {
     "rerender": "bench.rerender",
     "history": "bench.run_history",
 }
-README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
+TABLE_START, TABLE_END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
 def to_markdown(results: list[Result], info: dict) -> str:
@@ -76,13 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "latest.json").write_text(json.dumps({**info, "results": [r.to_dict() for r in results]}, indent=2))
     table = to_markdown(results, info)
     (args.out / "latest.md").write_text(table)
-    readme = ROOT / "README.md"
-    if not args.tiny and not args.only and readme.exists():
-        text = readme.read_text()
-        if README_START in text and README_END in text:
-            head, rest = text.split(README_START, 1)
-            _, tail = rest.split(README_END, 1)
-            readme.write_text(f"{head}{README_START}\n{table}{README_END}{tail}")
+    page = ROOT / "docs" / "benchmarks.md"
+    if not args.tiny and not args.only and page.exists():
+        text = page.read_text()
+        if TABLE_START in text and TABLE_END in text:
+            head, rest = text.split(TABLE_START, 1)
+            _, tail = rest.split(TABLE_END, 1)
+            page.write_text(f"{head}{TABLE_START}\n{table}{TABLE_END}{tail}")
     sys.stdout.write(table)
     return 1 if failed else 0
 

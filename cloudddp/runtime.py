@@ -120,7 +120,7 @@ def job_env(
     if taken:
         raise UserError(
             f"env.{taken[0]}: names starting with {PREFIX} are set by cloudddp on every backend",
-            hint="rename the variable; the README's 'Your own training script' lists what is set",
+            hint="rename the variable; docs/runtime-contract.md lists what is set",
         )
     extra = {k: v for k, v in (presets or {}).items() if k not in user}
     contract = contract_env(spec, backend, places, on_gpu=on_gpu, sigterm_grace=sigterm_grace)
@@ -134,7 +134,23 @@ def code_snapshot(spec: JobSpec) -> Snapshot:
 
     reqs = requirements.of(spec)
     extra = {**shipped_files(), **({requirements.FILE: reqs.text.encode()} if reqs and reqs.shipped else {})}
-    return pack(spec.code_dir, spec.code.ignore, extra=extra, max_bytes=spec.code.max_size_mb * 1_000_000)
+    limit = spec.code.max_size_mb * 1_000_000
+    return pack(spec.code_dir, spec.code.ignore, extra=extra, max_bytes=limit, inputs=inputs_in_code(spec))
+
+
+def inputs_in_code(spec: JobSpec) -> dict[str, str]:
+    """The job's local inputs that lie inside ``code.dir`` (their path there -> the input's name): data that
+    travels as an input must not be uploaded a second time with the code. An input that is the whole folder
+    stays: leaving it out would leave no code."""
+    code_dir = spec.code_dir
+    inside = {}
+    for name, item in spec.inputs.items():
+        if item.path is None or "://" in item.path:
+            continue
+        where = (spec.base_dir / item.path).resolve()
+        if where != code_dir and where.is_relative_to(code_dir):
+            inside[where.relative_to(code_dir).as_posix()] = name
+    return inside
 
 
 def code_problem(spec: JobSpec) -> tuple[tuple[str, str], UserError] | None:

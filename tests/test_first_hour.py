@@ -4,12 +4,15 @@ success and on failure, and `run.watch()` works outside a notebook."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from cloudddp.api import Job
+from cloudddp.backends.local.agent_output import without_stop_traceback
 from cloudddp.cli.options import format_record
 from cloudddp.observe.live import EpochProgress, position
 from cloudddp.observe.metrics import MetricRecord
@@ -121,3 +124,182 @@ def test_logs_tail_shows_only_the_last_lines() -> None:
     everything = cli("logs").stdout.splitlines()  # the latest run
     last_two = cli("logs", "--tail", "2").stdout.splitlines()
     assert len(everything) > 2 and last_two == everything[-2:]
+
+
+NO_CLOUD_ENV = {
+    name: ""
+    for name in (
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "CLOUDDDP_SAGEMAKER_ROLE",
+        "AZURE_SUBSCRIPTION_ID",
+        "AZURE_RESOURCE_GROUP",
+        "AZUREML_WORKSPACE_NAME",
+    )
+}
+CPU_JOB = ROOT / "jobs" / "digits-local.yaml"
+
+
+def test_validate_with_a_backend_names_every_missing_setting_at_once_with_an_example(tmp_path: Path) -> None:
+    sagemaker = cli("validate", str(CPU_JOB), "-b", "sagemaker", env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert sagemaker.returncode == 2 and "Traceback" not in sagemaker.stderr
+    assert "the sagemaker backend needs 3 settings" in sagemaker.stderr, sagemaker.stderr
+    for line in (
+        "sagemaker.region: the AWS region to train in (e.g. us-east-1, or AWS_REGION in the environment)",
+        "e.g. arn:aws:iam::111122223333:role/SageMakerRole, or CLOUDDDP_SAGEMAKER_ROLE",
+        "sagemaker.instance_type: a CPU size",
+        "    instance_type: ml.c5.2xlarge\n",  # the snippet to paste names a CPU size
+    ):
+        assert line in sagemaker.stderr, (line, sagemaker.stderr)
+    azure = json.loads(cli("validate", str(CPU_JOB), "-b", "azureml", "--json", env=NO_CLOUD_ENV, cwd=tmp_path).stdout)
+    fields = [problem.split(":")[0] for problem in azure["problems"]]
+    assert azure["ok"] is False and fields == [
+        "azureml.vm_size",
+        "azureml.subscription_id",
+        "azureml.resource_group",
+        "azureml.workspace",
+    ]
+    assert "vm_size: Standard_D8s_v5" in azure["hint"]
+    given = [
+        "-o",
+        "sagemaker.region=us-east-1",
+        "-o",
+        "sagemaker.role=arn:aws:iam::111122223333:role/SageMakerRole",
+        "-o",
+        "sagemaker.instance_type=ml.c5.xlarg",
+    ]
+    typo = cli("validate", str(CPU_JOB), "-b", "sagemaker", *given, env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert typo.returncode == 2 and "did you mean 'ml.c5.xlarge'?" in typo.stderr, typo.stderr
+    given[-1] = "sagemaker.instance_type=ml.c5.xlarge"
+    fixed = cli("validate", str(CPU_JOB), "-b", "sagemaker", *given, env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert fixed.returncode == 0 and "the sagemaker backend has every setting it needs" in fixed.stdout, fixed.stderr
+
+
+def test_render_reports_every_missing_setting_it_needs_in_one_message(tmp_path: Path) -> None:
+    result = cli("render", str(CPU_JOB), "-b", "azureml", env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert result.returncode == 2 and "azureml.vm_size: a CPU size" in result.stderr, result.stderr
+    assert "subscription_id" not in result.stderr  # only a submit needs the workspace; validate -b says so
+
+
+def test_plan_ranks_sagemaker_sizes_without_a_role_and_says_submit_needs_one(tmp_path: Path) -> None:
+    job = ROOT / "jobs" / "cifar10-resnet18.yaml"
+    result = cli("plan", str(job), "-b", "sagemaker", "-o", "sagemaker.role=null", env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "ml.g5.48xlarge" in result.stdout and "chosen" in result.stdout, result.stdout
+    assert "sagemaker.role is not set: this plan uses a stand-in; submit needs" in result.stderr, result.stderr
+    refused = cli("render", str(job), "-b", "sagemaker", "-o", "sagemaker.role=null", env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert refused.returncode == 2 and "sagemaker.role: the IAM role" in refused.stderr, refused.stderr
+
+
+def test_plain_init_writes_a_project_that_validates_and_says_what_to_do_next(tmp_path: Path) -> None:
+    result = cli("init", str(tmp_path / "proj"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "proj" / "train.py").is_file() and f"next: cloudddp submit {tmp_path / 'proj'}" in result.stdout
+    assert cli("validate", str(tmp_path / "proj" / "job.yaml")).returncode == 0
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "train.py").write_text("print('my own')\n")
+    kept = cli("init", str(mine))
+    assert kept.returncode == 0 and "kept" in kept.stdout and (mine / "train.py").read_text() == "print('my own')\n"
+
+
+DATA_READER = """import argparse, pathlib
+parser = argparse.ArgumentParser()
+parser.add_argument("--data-dir")
+args = parser.parse_args()
+shipped = pathlib.Path(__file__).parent / "data"
+print("DATA", (pathlib.Path(args.data_dir) / "train.bin").stat().st_size, "SHIPPED", shipped.exists(), flush=True)
+"""
+
+
+def project_with_data_inside(tmp_path: Path) -> Path:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.bin").write_bytes(b"\0" * 200_000)
+    (tmp_path / "train.py").write_text(DATA_READER)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        "name: data-inside\ncode: {dir: ., entry: train.py}\n"
+        "inputs:\n  data: {path: ./data, arg: --data-dir}\n  everything: {path: .}\n"
+        "  remote: {path: 's3://bucket/data/', at: {local: ./data}}\n"
+        "local: {processes_per_node: 1}\n"
+    )
+    return spec
+
+
+def test_inputs_inside_the_code_folder_are_left_out_of_the_snapshot_with_a_note(tmp_path: Path) -> None:
+    spec = project_with_data_inside(tmp_path)
+    listed = cli("render", str(spec), "--list-files", "--json")
+    assert listed.returncode == 0, listed.stderr
+    document = json.loads(listed.stdout)
+    assert "train.py" in document["files"] and not any(f.startswith("data/") for f in document["files"])
+    assert document["left_out_as_inputs"] == {"data": "data"}  # not `everything`: that is the whole folder
+    plan = cli("render", str(spec), "-b", "local")
+    assert "left out of the code snapshot: data, which is inputs.data" in plan.stderr, plan.stderr
+    assert "CLOUDDDP_INPUT_DATA" in plan.stderr
+
+
+@pytest.mark.slow
+def test_an_input_left_out_of_the_snapshot_still_reaches_the_script(tmp_path: Path) -> None:
+    result = cli("submit", str(project_with_data_inside(tmp_path)), timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "DATA 200000 SHIPPED False" in result.stdout + result.stderr, (result.stdout + result.stderr)[-2000:]
+
+
+AGENT_STOPPED = """W1125 11:38:49.804000 8483 torch/distributed/elastic/agent/server/api.py:753] Received 15 death
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1028, in main
+    run(args)
+  File "/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/api.py", line 86, in _terminate
+    raise SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)
+torch.distributed.elastic.multiprocessing.api.SignalException: Process 8483 got signal: 15
+"""
+AGENT_CRASHED = """Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1028, in main
+ValueError: a real failure
+"""
+
+
+def test_a_stopped_agents_signal_traceback_is_one_line_and_any_other_traceback_stays() -> None:
+    stopped = list(without_stop_traceback(AGENT_STOPPED.splitlines(keepends=True)))
+    assert stopped[0].startswith("W1125") and len(stopped) == 2, stopped
+    assert stopped[1].startswith("torchrun stopped on signal 15, after passing it to its processes")
+    crashed = AGENT_CRASHED.splitlines(keepends=True)
+    assert list(without_stop_traceback(crashed)) == crashed
+    cut_short = crashed[:2]  # the stream ended inside a traceback: nothing is lost
+    assert list(without_stop_traceback(cut_short)) == cut_short
+
+
+@pytest.mark.slow
+def test_a_cancelled_own_script_checkpoints_and_its_log_ends_without_a_traceback(tmp_path: Path) -> None:
+    assert cli("init", str(tmp_path / "p")).returncode == 0
+    run = Job.load(tmp_path / "p" / "job.yaml", ["code.args=[--epochs, '100000']"]).submit("local")
+    next(iter(run.metrics(follow=True)))  # an epoch has ended
+    assert run.cancel()
+    assert run.wait(timeout=120, poll=0.2).state.value == "cancelled"
+    log = cli("logs", run.run_id).stdout
+    assert "Traceback" not in log and "torchrun stopped on signal 15" in log, log[-3000:]
+    assert list((Path(os.environ["CLOUDDDP_HOME"]) / "checkpoints" / "p").glob("*/last.pt"))
+
+
+def test_charts_of_an_own_scripts_epoch_records_count_epochs_not_steps() -> None:
+    pytest.importorskip("matplotlib", reason="charts need the notebook extra")
+    from cloudddp.observe.plotting import plot_metrics
+
+    figure = plot_metrics([record(e, loss=1.0 / e) for e in (1, 2, 3)])
+    (axes,) = figure.axes
+    assert axes.get_xlabel() == "epoch" and list(axes.lines[0].get_xdata()) == [1.0, 2.0, 3.0]
+    stepped = plot_metrics([record(1, 10, loss=1.0), record(1, 20, loss=0.5)])
+    assert stepped.axes[0].get_xlabel().startswith("step")
+
+
+def test_every_command_s_help_shows_an_example() -> None:
+    from click.testing import CliRunner
+
+    from cloudddp.cli.app import COMMANDS, app
+
+    missing = []
+    for command in COMMANDS:
+        shown = CliRunner().invoke(app, [command, "--help"]).output
+        if not any(line.strip().startswith(f"cloudddp {command}") for line in shown.splitlines()):
+            missing.append(command)
+    assert not missing, missing

@@ -6,7 +6,9 @@ live here, once, with their written semantics:
 
 ``render(spec) -> Plan``
     Pure: no network, no credentials, no cloud SDK import. Refuses, in one message, every feature the spec
-    uses that the backend declares unsupported (with the backend's reason); caveats become plan warnings, and
+    uses that the backend declares unsupported (with the backend's reason), and every setting it needs and
+    the spec (or the environment) does not give (:meth:`Backend.missing_settings`, each with an example
+    value: a newcomer learns them all at once, not one per try); caveats become plan warnings, and
     so do the estimate against ``resources.max_cost`` and, with ``limits.recover_to: next_size``, the sizes a
     recovery would move to (the catalog's ranking).
 ``launch(plan, ...) -> run id``
@@ -216,6 +218,45 @@ class PreflightFailed(UserError):
 
 
 @dataclass(frozen=True)
+class MissingSetting:
+    """A setting the backend needs that neither the spec nor the environment gives."""
+
+    field: str
+    """Where it goes in the spec, ``sagemaker.role``."""
+    what: str
+    """What it is, for a person who has not met it yet."""
+    example: str
+    """A value of the right form, ready to edit."""
+    env: str | None = None
+    """The environment variable that can give it instead."""
+    needed_to_render: bool = True
+    """False: only ``submit`` needs it (the workspace to send to); ``validate -b`` still reports it."""
+    stand_in: str | None = None
+    """A placeholder ``plan`` may use to rank sizes without it (the plan then says so); None: plans need it."""
+
+    def line(self) -> str:
+        also = f", or {self.env} in the environment" if self.env else ""
+        return f"{self.field}: {self.what} (e.g. {self.example}{also})"
+
+
+class SettingsMissing(UserError):
+    """A backend's settings the spec lacks, all of them in one message, with a snippet to paste."""
+
+    def __init__(self, backend: str, missing: list[MissingSetting]) -> None:
+        self.problems = [m.line() for m in missing]
+        count = f"{len(missing)} setting{'s' if len(missing) != 1 else ''}"
+        snippet: dict[str, list[str]] = {}
+        for m in missing:
+            section, _, key = m.field.partition(".")
+            snippet.setdefault(section, []).append(f"    {key}: {m.example}")
+        paste = "\n".join(f"  {section}:\n" + "\n".join(keys) for section, keys in snippet.items())
+        super().__init__(
+            f"the {backend} backend needs {count} the spec does not give:\n  - " + "\n  - ".join(self.problems),
+            hint=f"add them to the job spec (or give them with -o), for example:\n{paste}",
+        )
+
+
+@dataclass(frozen=True)
 class Launched:
     """What a backend's launch hook reports: the run id and what the registry keeps to find it again."""
 
@@ -324,6 +365,11 @@ class Backend(abc.ABC, Generic[OptionsT]):
         """Where this backend's sizes come from for ``spec`` (None: the backend chooses no size)."""
         return None
 
+    def missing_settings(self, spec: JobSpec) -> list[MissingSetting]:
+        """Every setting this backend needs for ``spec`` that the spec and the environment leave out (offline:
+        nothing is looked up). Those with ``needed_to_render`` stop a render; ``validate -b`` reports them all."""
+        return []
+
     def options(self, spec: JobSpec) -> OptionsT:
         """This backend's section of ``spec``."""
         section: OptionsT = spec.section(self.name)
@@ -338,6 +384,9 @@ class Backend(abc.ABC, Generic[OptionsT]):
                 f"the {self.name} backend cannot run this job:\n  " + "\n  ".join(refused),
                 hint="change the spec (or override it with -o), or choose another backend",
             )
+        missing = [m for m in self.missing_settings(spec) if m.needed_to_render]
+        if missing:
+            raise SettingsMissing(self.name, missing)
         with self._errors():
             plan = self._render(spec)
         plan.warnings += [f"{f.value}: {why}" for f, why in self.capabilities.caveats.items() if f in used]

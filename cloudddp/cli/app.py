@@ -68,7 +68,14 @@ class LazyGroup(click.Group):
 @click.version_option(package_name="cloudddp", message="cloudddp %(version)s")
 def app() -> None:
     """Run PyTorch DDP training anywhere from one job spec: locally with torchrun or on any registered backend
-    (`cloudddp backends` lists them)."""
+    (`cloudddp backends` lists them).
+
+    \b
+    Start here:
+      cloudddp init my-project              # a job spec and a small DDP script that run as they are
+      cloudddp submit my-project/job.yaml   # train here; add -b sagemaker|azureml|slurm for elsewhere
+      cloudddp list                         # your runs; then status, logs, metrics, cancel (the latest run)
+    """
 
 
 def main() -> None:

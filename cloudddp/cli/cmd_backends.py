@@ -12,7 +12,12 @@ from cloudddp.observe.console import out
 @click.command()
 @json_option
 def backends(json_: bool) -> None:
-    """The registered backends, what each can do, and what it cannot (with the reason)."""
+    """The registered backends, what each can do, and what it cannot (with the reason).
+
+    \b
+    Example:
+      cloudddp backends --json
+    """
     rows = [
         {
             "name": cls.name,

@@ -47,7 +47,13 @@ def attach(run: str | None, backend: str | None) -> Run:
 @run_arguments
 @json_option
 def status(run: str | None, backend: str | None, json_: bool) -> None:
-    """Show a run's state."""
+    """Show a run's state; for a failed run, which rank failed, why, and the tail of its log.
+
+    \b
+    Examples:
+      cloudddp status                  # the latest run
+      cloudddp status 6c6a --json      # a run by any unique part of its id
+    """
     st = attach(run, backend).status()
     if json_:
         print_json(st.to_dict())
@@ -96,7 +102,13 @@ def status(run: str | None, backend: str | None, json_: bool) -> None:
 @run_arguments
 @json_option
 def cost(run: str | None, backend: str | None, json_: bool) -> None:
-    """What a run cost (so far, while it goes) next to what was estimated at submit, each figure with its source."""
+    """What a run cost (so far, while it goes) next to what was estimated at submit, each figure with its source.
+
+    \b
+    Examples:
+      cloudddp cost
+      cloudddp cost 6c6a --json
+    """
     report = attach(run, backend).cost()
     if json_:
         print_json(report.to_dict())
@@ -200,7 +212,13 @@ def cost_text(report: CostReport) -> Any:
 )
 def recover(run: str | None, spec_file: Path | None) -> None:
     """Pick up recovery where it stopped: start the watcher again for RUN (or for every run still under
-    recovery whose watcher is gone, e.g. after this machine restarted)."""
+    recovery whose watcher is gone, e.g. after this machine restarted).
+
+    \b
+    Examples:
+      cloudddp recover                 # every chain whose watcher is gone
+      cloudddp recover 6c6a --spec job.yaml
+    """
     if run is not None:
         chains = [c for c in [Run.attach(run).chain] if c is not None]
         if not chains:
@@ -232,7 +250,13 @@ def _literal_secrets(spec_file: Path) -> dict[str, str]:
     "--tail", "-n", "tail", type=click.IntRange(min=1), default=None, help="Only the last N lines (then follow)."
 )
 def logs(run: str | None, follow: bool, backend: str | None, json_: bool, tail: int | None) -> None:
-    """Print a run's logs, each line prefixed by the rank or host it came from."""
+    """Print a run's logs, each line prefixed by the rank or host it came from.
+
+    \b
+    Examples:
+      cloudddp logs --tail 20          # the latest run's last lines
+      cloudddp logs 6c6a -f            # follow until the run ends
+    """
     handle = attach(run, backend)
     try:
         if tail is None:
@@ -268,7 +292,14 @@ def print_log_line(line: LogLine, *, json_: bool) -> None:
     help="Write a PNG chart of every metric over steps (needs matplotlib).",
 )
 def metrics(run: str | None, follow: bool, backend: str | None, json_: bool, plot: Path | None) -> None:
-    """Print a run's metrics (from the training script's metric lines); a live table with -f on a terminal."""
+    """Print a run's metrics (from the training script's metric lines); a live table with -f on a terminal.
+
+    \b
+    Examples:
+      cloudddp metrics -f
+      cloudddp metrics 6c6a --plot metrics.png
+      cloudddp metrics --json | jq .loss
+    """
     handle = attach(run, backend)
     if plot is not None:
         plot_metrics(
@@ -293,7 +324,13 @@ def metrics(run: str | None, follow: bool, backend: str | None, json_: bool, plo
 @click.command()
 @run_arguments
 def cancel(run: str | None, backend: str | None) -> None:
-    """Stop a run: the training script checkpoints, then every process of the run ends."""
+    """Stop a run: the training script checkpoints, then every process of the run ends.
+
+    \b
+    Examples:
+      cloudddp cancel                  # the latest run
+      cloudddp cancel 6c6a
+    """
     handle = attach(run, backend)
     requested = handle.cancel()
     st = handle.status()
@@ -316,7 +353,13 @@ def list_(
     backend: str | None, state: str | None, name: str | None, limit: int, before: str | None, json_: bool
 ) -> None:
     """Runs submitted from this machine, newest first, a page at a time. The state of a run that had not ended is
-    asked of its backend now; when it cannot be asked, the state last seen is shown with when and why."""
+    asked of its backend now; when it cannot be asked, the state last seen is shown with when and why.
+
+    \b
+    Examples:
+      cloudddp list
+      cloudddp list -b sagemaker --json
+    """
     registry = Registry()
     after = None
     if before is not None:

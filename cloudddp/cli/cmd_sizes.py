@@ -116,7 +116,13 @@ def skus(
     explain: bool,
     json_: bool,
 ) -> None:
-    """GPU sizes for a job, ranked by the estimated cost of the whole job, each with its reasons."""
+    """GPU sizes for a job, ranked by the estimated cost of the whole job, each with its reasons.
+
+    \b
+    Examples:
+      cloudddp skus -b sagemaker --gpus 8 --gpu A100
+      cloudddp skus --cloud azure --nodes 2 --explain
+    """
     if cloud is None:
         sized = [cls for cls in backend_classes() if cls.cloud]
         chosen = backend_class(backend) if backend else (sized[0] if sized else None)
@@ -163,13 +169,26 @@ def skus(
 @click.option("--explain", is_flag=True, help="List every size with its verdict.")
 @json_option
 def plan(job: Path, backend: str | None, override: tuple[str, ...], explain: bool, json_: bool) -> None:
-    """The size a backend would use for the job, why, its cost estimate and the NCCL/EFA presets applied."""
+    """The size a backend would use for the job, why, its cost estimate and the NCCL/EFA presets applied.
+
+    \b
+    Examples:
+      cloudddp plan job.yaml -b sagemaker
+      cloudddp plan job.yaml -b azureml --explain
+    """
     if backend is None:
         sized = [cls.name for cls in backend_classes() if cls.cloud]
         raise UserError("give --backend: the backend whose sizes to rank", hint=f"one of: {', '.join(sized)}")
     spec = load_job(job, override)
     impl = backend_class(backend)()
+    # Settings only a submit needs (SageMaker's role) do not stop a plan: a stand-in takes their place, said so.
+    stand_ins = [m for m in impl.missing_settings(spec) if m.needed_to_render and m.stand_in]
+    if stand_ins:
+        spec = load_job(job, (*override, *(f"{m.field}={m.stand_in}" for m in stand_ins)))
     rendered = impl.render(spec)
+    rendered.warnings += [
+        f"{m.field} is not set: this plan uses a stand-in; submit needs {m.what} (e.g. {m.example})" for m in stand_ins
+    ]
     target = impl.size_target(spec)
     selection = choose(spec, target) if target is not None and spec.resources.gpus_per_node else None
     if json_:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from cloudddp.backends.base import SettingsMissing
 from cloudddp.backends.registry import backend_class, json_schema
 from cloudddp.cli.options import (
     backend_option,
@@ -23,38 +24,66 @@ from cloudddp.cli.options import (
     print_plan,
 )
 from cloudddp.code.snapshot import snapshot_warnings
-from cloudddp.errors import SpecError, UserError
-from cloudddp.observe.console import err, escape, out
+from cloudddp.errors import UserError
+from cloudddp.observe.console import err, escape, note, out
+from cloudddp.plan import Plan
 from cloudddp.runtime import code_problem, code_snapshot
 from cloudddp.spec.load import where_set
+from cloudddp.spec.model import JobSpec
 from cloudddp.spec.scaffold import init as scaffold
 
 
 @click.command()
 @job_argument
+@backend_option(None, "Also check this backend's settings (all missing ones at once) and render for it, offline.")
 @override_option
 @json_option
-def validate(job: Path, override: tuple[str, ...], json_: bool) -> None:
+def validate(job: Path, backend: str | None, override: tuple[str, ...], json_: bool) -> None:
     """Check a job spec and report every problem with its line: the fields, and that the code it runs is there.
-    With --json, one JSON document on stdout whether it is valid or not."""
+    With -b BACKEND, also every setting that backend needs and the spec lacks (each with an example value), and
+    whatever its render would refuse. With --json, one JSON document on stdout whether it is valid or not.
+
+    \b
+    Examples:
+      cloudddp validate job.yaml
+      cloudddp validate job.yaml -b sagemaker --json
+    """
     try:
         spec = load_job(job, override)
         problem = code_problem(spec)
         if problem is not None:
             field, error = problem
             raise UserError(f"{where_set(job, field, override)}: {error.args[0]}", hint=error.hint)
+        rendered = check_backend(spec, backend) if backend else None
     except UserError as e:
         if not json_:
             raise
-        problems = e.problems if isinstance(e, SpecError) else [e.args[0]]
+        problems = getattr(e, "problems", None) or [e.args[0]]
         print_json({"ok": False, "problems": problems, **({"hint": e.hint} if e.hint else {})})
         sys.exit(e.exit_code)
     if json_:
-        print_json({"ok": True, "spec": spec.model_dump(mode="json", exclude_defaults=True)})
+        done = {"ok": True, "spec": spec.model_dump(mode="json", exclude_defaults=True)}
+        print_json({**done, **({"backend": backend, "warnings": rendered.warnings} if rendered else {})})
         return
     r = spec.resources
     where = f"{r.gpus_per_node} GPU(s) per node" if r.gpus_per_node else "CPU"
     out().print(f"[green]ok[/] {escape(str(job))}: job {spec.name!r}, {r.nodes} node(s), {where}")
+    if rendered is not None:
+        for warning in rendered.warnings:
+            note(warning, warning=True)
+        out().print(
+            f"[green]ok[/] the {backend} backend has every setting it needs and renders the job; "
+            f"what needs the target itself (credentials, quota, data): cloudddp doctor {escape(str(job))} -b {backend}"
+        )
+
+
+def check_backend(spec: JobSpec, backend: str) -> Plan:
+    """Every setting ``backend`` needs and ``spec`` lacks, in one error; else its (offline) render."""
+    impl = backend_class(backend)()
+    missing = impl.missing_settings(spec)
+    if missing:
+        raise SettingsMissing(backend, missing)
+    return impl.render(spec)
 
 
 @click.command()
@@ -76,12 +105,25 @@ def validate(job: Path, override: tuple[str, ...], json_: bool) -> None:
 def render(
     job: Path, backend: str, override: tuple[str, ...], json_: bool, output: Path | None, list_files: bool
 ) -> None:
-    """Print exactly what a backend would send (no network, no credentials)."""
+    """Print exactly what a backend would send (no network, no credentials).
+
+    \b
+    Examples:
+      cloudddp render job.yaml -b sagemaker
+      cloudddp render job.yaml -b azureml --output-dir rendered/
+      cloudddp render job.yaml --list-files
+    """
     spec = load_job(job, override)
     if list_files:
         snapshot = code_snapshot(spec)
         if json_:
-            print_json({"files": list(snapshot.files), "left_out_as_credentials": list(snapshot.left_out)})
+            print_json(
+                {
+                    "files": list(snapshot.files),
+                    "left_out_as_credentials": list(snapshot.left_out),
+                    "left_out_as_inputs": dict(snapshot.inputs_left_out),
+                }
+            )
             return
         sys.stdout.write("".join(f"{name}\n" for name in snapshot.files))
         for line in snapshot_warnings(snapshot):
@@ -98,7 +140,12 @@ def render(
 @click.command()
 @click.option("--output", "-O", type=click.Path(path_type=Path, dir_okay=False), help="Write to this file.")
 def schema(output: Path | None) -> None:
-    """The JSON Schema of job specs, for editors (yaml-language-server: $schema=...)."""
+    """The JSON Schema of job specs, for editors (yaml-language-server: $schema=...).
+
+    \b
+    Example:
+      cloudddp schema -O job.schema.json
+    """
     text = json.dumps(json_schema(), indent=2) + "\n"
     if output:
         output.write_text(text)
@@ -113,6 +160,14 @@ def schema(output: Path | None) -> None:
 @click.option("--with-script", is_flag=True, help="Also copy the shared DDP training script into ./src_train.")
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
 def init(path: Path, name: str | None, with_script: bool, force: bool) -> None:
-    """Write a commented job spec (and its JSON Schema for editors) to start from."""
-    for written in scaffold(path, schema=json_schema(), name=name, with_script=with_script, force=force):
-        click.echo(f"wrote {written}")
+    """Write a project that runs as it is: a commented job spec, its JSON Schema for editors, and a small DDP
+    script of your own to edit (or, with --with-script, the shared training script).
+
+    \b
+    Example:
+      cloudddp init my-project && cloudddp submit my-project/job.yaml
+    """
+    for line in scaffold(path, schema=json_schema(), name=name, with_script=with_script, force=force):
+        click.echo(line)
+    spec = path if path.suffix in (".yaml", ".yml") else path / "job.yaml"
+    click.echo(f"next: cloudddp submit {spec}")

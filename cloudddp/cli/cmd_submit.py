@@ -64,7 +64,14 @@ def submit(
     all_ranks: bool,
     recover: int | None,
 ) -> None:
-    """Render the job and launch it; follow its metrics until it ends unless --detach."""
+    """Render the job and launch it; follow its metrics until it ends unless --detach.
+
+    \b
+    Examples:
+      cloudddp submit job.yaml                         # torchrun here
+      cloudddp submit job.yaml -b sagemaker --dry-run  # the request, not sent
+      cloudddp submit job.yaml -o resources.nodes=2 --detach
+    """
     spec = load_job(job, override)
     if dry_run:
         print_plan(backend_class(backend)().render(spec), json_=json_)
@@ -170,7 +177,12 @@ def print_end(status: RunStatus, *, quiet: bool) -> None:
 @override_option
 @json_option
 def doctor(job: Path, backend: str, override: tuple[str, ...], json_: bool) -> None:
-    """Check before launching: the plan's own checks, then credentials, quota, sizes and data at the target."""
+    """Check before launching: the plan's own checks, then credentials, quota, sizes and data at the target.
+
+    \b
+    Example:
+      cloudddp doctor job.yaml -b azureml
+    """
     impl = get_backend(backend)
     plan = impl.render(load_job(job, override))
     checks = impl.preflight(plan)

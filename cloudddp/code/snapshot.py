@@ -81,6 +81,7 @@ class Snapshot:
     file_bytes: int = 0  # bytes of the files before compression
     largest: tuple[tuple[str, int], ...] = ()  # the biggest files and their sizes, biggest first
     left_out: tuple[str, ...] = ()  # files left out only because they look like credentials
+    inputs_left_out: tuple[tuple[str, str], ...] = ()  # (path, input name): the job's inputs inside the folder
 
     def open(self) -> BinaryIO:
         """The archive for reading (to upload it as a stream)."""
@@ -324,7 +325,11 @@ def _advice(root: Path, largest: Sequence[tuple[str, int]]) -> str:
 def snapshot_warnings(snapshot: Snapshot, threshold: int = WARN_BYTES) -> list[str]:
     """What a plan should say about a snapshot: the files left out because they look like credentials, and,
     above ``threshold`` bytes, how big it is, its largest files and how to leave each out."""
-    notes = []
+    notes = [
+        f"left out of the code snapshot: {rel}, which is inputs.{name}: the job gets it once, as an input, not a "
+        f"second time with the code (the script finds it through the input's `arg` or CLOUDDDP_INPUT_{name.upper()})"
+        for rel, name in snapshot.inputs_left_out
+    ]
     if snapshot.left_out:
         shown = ", ".join(snapshot.left_out[:10]) + (" ..." if len(snapshot.left_out) > 10 else "")
         notes.append(
@@ -351,17 +356,25 @@ def _largest(entries: Sequence[_Entry], total: int) -> tuple[tuple[str, int], ..
 
 
 def pack(
-    root: Path, ignore: Sequence[str] = (), extra: Mapping[str, bytes] | None = None, *, max_bytes: int = MAX_BYTES
+    root: Path,
+    ignore: Sequence[str] = (),
+    extra: Mapping[str, bytes] | None = None,
+    *,
+    max_bytes: int = MAX_BYTES,
+    inputs: Mapping[str, str] | None = None,
 ) -> Snapshot:
     """The folder as a deterministic .tar.gz in the snapshot cache, and its sha256; ``extra`` adds files
     cloudddp ships with the code (name in the archive -> bytes), which must not collide with the folder's own.
+    ``inputs`` (a path relative to ``root`` -> the input's name) are the job's data inside the folder: they
+    travel as inputs, so they are left out of the snapshot (and said so in :func:`snapshot_warnings`).
 
     An unchanged folder (same files, same stamps, same ignore rules, same extras) is recognised from the
     index without being read. A folder holding more than ``max_bytes`` of files is refused up front.
     """
     root = root.resolve()
     started_ns = time.time_ns()
-    lines = _ignore_lines(root, ignore)
+    inputs = dict(sorted((inputs or {}).items()))
+    lines = _ignore_lines(root, [*ignore, *map(ignore_line, inputs)])
     left_out: list[str] = []
     entries = _scan(root, lines, left_out)
     extra = dict(extra or {})
@@ -397,7 +410,15 @@ def pack(
         write_record(index, {"root": str(root), "sha256": sha256, "size": size, "stamps": stamps, "racy": racy})
     files = tuple(sorted([*(e.rel for e in entries), *extra]))
     return Snapshot(
-        root, files, sha256, size, directory / f"{sha256}.tar.gz", file_bytes, largest, tuple(sorted(left_out))
+        root,
+        files,
+        sha256,
+        size,
+        directory / f"{sha256}.tar.gz",
+        file_bytes,
+        largest,
+        tuple(sorted(left_out)),
+        tuple(inputs.items()),
     )
 
 

@@ -17,7 +17,7 @@ import math
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 PREFIX = "CLOUDDDP_METRIC "
@@ -85,7 +85,8 @@ def record_from_dict(obj: Any, source: str = "") -> MetricRecord | None:
     return MetricRecord(
         step=step if isinstance(step, int) and not isinstance(step, bool) else None,
         epoch=epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
-        time=_number(obj.get("time")),
+        # A line that names no time (a declared regex) is dated by when it arrived, where that was kept.
+        time=_number(obj.get("time")) if obj.get("time") is not None else _number(obj.get("received")),
         values=values,
         source=source,
     )
@@ -167,7 +168,8 @@ def metrics_from_lines(lines: Iterable[Any], patterns: Sequence[Pattern] = ()) -
         text = getattr(item, "text", item)
         record = parse_line(text, patterns, getattr(item, "source", ""))
         if record is not None:
-            yield record
+            at = getattr(item, "time", None)  # a line that names no time is dated by its log line's
+            yield replace(record, time=at) if record.time is None and at is not None else record
 
 
 def metric_regex(name: str) -> str:

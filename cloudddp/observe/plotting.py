@@ -19,10 +19,21 @@ PANELS = (
 )
 
 
-def _series(records: Sequence[MetricRecord]) -> dict[str, tuple[list[float], list[float]]]:
+def x_axis(records: Sequence[MetricRecord]) -> str:
+    """What the charts' x axis counts: optimizer steps when the records number them, else epochs (an own
+    script that reports per epoch), else the metric lines in order."""
+    if any(r.step is not None for r in records):
+        return "step (optimizer steps, all ranks)"
+    if any(r.epoch is not None for r in records):
+        return "epoch"
+    return "metric line"
+
+
+def _series(records: Sequence[MetricRecord], axis: str) -> dict[str, tuple[list[float], list[float]]]:
     series: dict[str, tuple[list[float], list[float]]] = {}
     for i, r in enumerate(records):
-        x = float(r.step if r.step is not None else i)
+        at = r.step if axis.startswith("step") else r.epoch if axis == "epoch" else None
+        x = float(at if at is not None else i)
         for name, value in r.values.items():
             xs, ys = series.setdefault(name, ([], []))
             xs.append(x)
@@ -41,7 +52,8 @@ def plot_metrics(
         import matplotlib.pyplot as plt
     except ImportError:
         raise UserError("plots need matplotlib: pip install 'cloudddp[notebook]'") from None
-    series = _series(records)
+    axis = x_axis(records)
+    series = _series(records, axis)
     known = {n for _, names, _ in PANELS for n in names}
     panels = [(t, [n for n in names if n in series], label) for t, names, label in PANELS]
     panels = [p for p in panels if p[1]]
@@ -57,7 +69,7 @@ def plot_metrics(
             xs, ys = series[name]
             ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=name)
         ax.set_title(panel_title)
-        ax.set_xlabel("step (optimizer steps, all ranks)")
+        ax.set_xlabel(axis)
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         ax.legend(loc="best", fontsize="small")

@@ -1,4 +1,5 @@
-"""``cloudddp init``: a commented job spec to start from, and optionally the shared training script."""
+"""``cloudddp init``: a project that runs as written: a commented job spec with either a small DDP script of your
+own to edit (``train.py``) or a copy of the shared training script (``--with-script``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ name: {name}                    # letters, digits and '-'
 code:
   dir: {code_dir}                 # packaged with every job (.gitignore/.amlignore/.cloudddpignore respected)
   entry: train.py               # started once per process by torchrun / Azure ML / SageMaker
-  args: [--dataset, digits, --model, cnn, --epochs, "10"]
+  args: {args}
 
 # inputs:                       # data, mounted or downloaded where the job runs
 #   train:
@@ -39,7 +40,8 @@ resources:
 distribution:
   backend: auto                 # auto | nccl | gloo | smddp (SageMaker only)
   launcher: torchrun            # torchrun | mpi
-  collective_timeout: 10m       # a stuck rank fails the job after this
+  collective_timeout: 10m       # the script's collectives wait this long for a missing rank
+                                # (CLOUDDDP_COLLECTIVE_TIMEOUT: pass it to init_process_group)
 
 # env:
 #   NCCL_DEBUG: WARN
@@ -72,6 +74,15 @@ local:
 """
 
 
+SHARED_ARGS = '[--dataset, digits, --model, cnn, --epochs, "10"]'
+OWN_ARGS = '[--epochs, "3"]'
+
+
+def own_script_template() -> Path:
+    """The small DDP script plain ``init`` writes (packaged with cloudddp, so it works from a wheel too)."""
+    return Path(__file__).resolve().parents[1] / "data" / "train_template.py"
+
+
 def shared_script_dir() -> Path:
     """The shared training script next to the package (source checkouts and editable installs)."""
     path = Path(__file__).resolve().parents[2] / "src_train"
@@ -83,28 +94,33 @@ def shared_script_dir() -> Path:
     return path
 
 
-def init(path: Path, *, schema: dict[str, Any], name: str | None, with_script: bool, force: bool) -> list[Path]:
-    """Write the job spec at ``path`` (a folder gets ``job.yaml``) and ``schema``, the JSON Schema of job files
-    (the caller's: the spec does not know the registered backends' sections), next to it as ``job.schema.json``."""
+def init(path: Path, *, schema: dict[str, Any], name: str | None, with_script: bool, force: bool) -> list[str]:
+    """Write the job spec at ``path`` (a folder gets ``job.yaml``), ``schema`` (the caller's JSON Schema of job
+    files: the spec does not know the registered backends' sections) next to it as ``job.schema.json``, and the
+    code it runs. Returns what was done, a line each. A ``train.py`` already in the folder is the user's: it is
+    kept, and the spec runs it."""
     path = path if path.suffix in (".yaml", ".yml") else path / "job.yaml"
-    if path.exists() and not force:
-        raise UserError(f"{path} exists; pass --force to overwrite it")
     folder = path.parent
+    script, shared = folder / "train.py", folder / "src_train"
+    for target in (path, shared) if with_script else (path,):
+        if target.exists() and not force:
+            raise UserError(f"{target} exists; pass --force to overwrite it")
     folder.mkdir(parents=True, exist_ok=True)
     job_name = name or (folder.resolve().name if path.stem == "job" else path.stem)
     job_name = "".join(c if c.isalnum() or c == "-" else "-" for c in job_name).strip("-")[:63] or "my-job"
-    written = [path]
     schema_path = folder / "job.schema.json"
     schema_path.write_text(json.dumps(schema, indent=2) + "\n")
-    written.append(schema_path)
-    code_dir = "src_train" if with_script else "."
+    done = [f"wrote {path}", f"wrote {schema_path}"]
     if with_script:
-        target = folder / "src_train"
-        if target.exists() and not force:
-            raise UserError(f"{target} exists; pass --force to overwrite it")
-        shutil.copytree(
-            shared_script_dir(), target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-        )
-        written.append(target)
-    path.write_text(TEMPLATE.format(schema=schema_path.name, file=path.name, name=job_name, code_dir=code_dir))
-    return written
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+        shutil.copytree(shared_script_dir(), shared, dirs_exist_ok=True, ignore=ignore)
+        done.append(f"wrote {shared} (the shared training script; your model and data go in {shared / 'user.py'})")
+    elif script.exists() and not force:
+        done.append(f"kept {script}: the spec runs it (check code.args)")
+    else:
+        shutil.copyfile(own_script_template(), script)
+        done.append(f"wrote {script} (a small DDP script: replace its model and data)")
+    code_dir, args = ("src_train", SHARED_ARGS) if with_script else (".", OWN_ARGS)
+    text = TEMPLATE.format(schema=schema_path.name, file=path.name, name=job_name, code_dir=code_dir, args=args)
+    path.write_text(text)
+    return done

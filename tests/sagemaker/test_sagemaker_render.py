@@ -125,7 +125,7 @@ def test_missing_role_says_how_and_a_bare_flag_reaches_the_script() -> None:
     }
     data = json.loads(json.dumps(base))
     data["sagemaker"].pop("role")
-    with pytest.raises(UserError, match="no execution role"):
+    with pytest.raises(UserError, match=r"sagemaker\.role: the IAM role SageMaker runs the job as"):
         SageMakerBackend().render(spec_from_dict(data))
     flag = SageMakerBackend().render(
         spec_from_dict(

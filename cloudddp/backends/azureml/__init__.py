@@ -26,8 +26,9 @@ from cloudddp.backends.azureml.logs import LogFiles
 from cloudddp.backends.azureml.mlflow_metrics import MlflowMetrics, tracking_uri
 from cloudddp.backends.azureml.options import AzureMLOptions
 from cloudddp.backends.azureml.quota import quota_checks, usage_of
+from cloudddp.backends.azureml.workspace import ENV as WORKSPACE_ENV
 from cloudddp.backends.azureml.workspace import require_workspace, workspace_fields
-from cloudddp.backends.base import Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
+from cloudddp.backends.base import Cause, Check, Launched, LogLine, MissingSetting, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sized import SizedBackend
 from cloudddp.catalog.bill import Bill, Figure, catalog_bill
@@ -121,6 +122,22 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
     def size_target(self, spec: JobSpec) -> SizeTarget:
         az = self.options(spec)  # the cluster stays up (billed) for its scale-down delay after the job
         return SizeTarget("azure", az.vm_size, "azureml.vm_size", idle_s=float(az.idle_time_before_scale_down))
+
+    cpu_size_example = ("Standard_D8s_v5", "Standard_D8s_v5 has 8 vCPUs, Standard_F16s_v2 16")
+
+    def missing_settings(self, spec: JobSpec) -> list[MissingSetting]:
+        found = workspace_fields(self.options(spec))
+        workspace = {  # what submit needs; render does not
+            "subscription_id": ("the Azure subscription (a config.json from the portal names it too)", "<guid>"),
+            "resource_group": ("the workspace's resource group", "my-resource-group"),
+            "name": ("the Azure ML workspace", "my-workspace"),
+        }
+        missing = []
+        for key, (what, example) in workspace.items():
+            if not found.get(key):
+                field = "azureml.workspace" if key == "name" else f"azureml.{key}"
+                missing.append(MissingSetting(field, what, example, WORKSPACE_ENV[key], needed_to_render=False))
+        return super().missing_settings(spec) + missing
 
     # -- render ------------------------------------------------------------------------------
     def _render(self, spec: JobSpec) -> Plan:

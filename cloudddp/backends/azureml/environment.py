@@ -73,7 +73,7 @@ def environment_field(reference: str) -> str | dict[str, Any]:
         why = "not an environment reference Azure ML accepts"
     raise UserError(
         f"{FIELD}: {reference!r}: {why}",
-        hint="give one of: " + ", ".join(EXAMPLES) + " (README: 'Choosing the environment')",
+        hint="give one of: " + ", ".join(EXAMPLES) + " (docs/azureml.md: 'Choosing the environment')",
     )
 
 

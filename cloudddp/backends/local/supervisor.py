@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from cloudddp.backends.base import RunState
 from cloudddp.backends.local import LocalBackend
+from cloudddp.backends.local.agent_output import without_stop_traceback
 from cloudddp.backends.local.rendezvous import ID_VARIABLE, host_store, new_rdzv_id
 from cloudddp.backends.local.rundir import RunDir
 from cloudddp.backends.procs import Process
@@ -81,7 +82,7 @@ class Supervisor:
                 log.write(f"cloudddp: {message}\n")  # and where `cloudddp logs` shows it
                 log.flush()
 
-            for line in stream:
+            for line in without_stop_traceback(stream):
                 try:
                     self._record(line, log, metrics, warn)
                 except Exception as e:  # noqa: BLE001 - keep draining; say so once per kind of failure

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from cloudddp.backends.base import Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
+from cloudddp.backends.base import Cause, Check, Launched, LogLine, MissingSetting, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sagemaker import storage
 from cloudddp.backends.sagemaker.limits import LIMITS, Text
@@ -105,6 +105,11 @@ def revealed_launcher(hyper: dict[str, str], reveal: Any) -> dict[str, str]:
     return {**encode(shim_hyperparameters(revealed)), **rest}
 
 
+EXAMPLE_ACCOUNT = "111122223333"  # AWS's documentation account
+ROLE_STAND_IN = "arn:aws:iam::000000000000:role/not-set-give-sagemaker.role"
+"""What ``plan`` puts where the role goes when the spec has none: sizes rank without it; a submit needs one."""
+
+
 class SageMakerBackend(SizedBackend[SageMakerOptions]):
     name: ClassVar[str] = "sagemaker"
     description: ClassVar[str] = "SageMaker training job on an official PyTorch container (torchrun or smddp)"
@@ -134,6 +139,25 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
 
     def size_target(self, spec: JobSpec) -> SizeTarget:
         return SizeTarget("aws", self.options(spec).instance_type, "sagemaker.instance_type")
+
+    cpu_size_example = ("ml.c5.2xlarge", "ml.c5.2xlarge has 8 vCPUs, ml.m5.4xlarge 16 and more memory")
+
+    def missing_settings(self, spec: JobSpec) -> list[MissingSetting]:
+        sm = self.options(spec)
+        missing = []
+        if not (sm.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
+            missing.append(MissingSetting("sagemaker.region", "the AWS region to train in", "us-east-1", "AWS_REGION"))
+        if not (sm.role or os.environ.get("CLOUDDDP_SAGEMAKER_ROLE")):
+            missing.append(
+                MissingSetting(
+                    "sagemaker.role",
+                    "the IAM role SageMaker runs the job as, with SageMaker access and read/write on the bucket",
+                    f"arn:aws:iam::{EXAMPLE_ACCOUNT}:role/SageMakerRole",
+                    "CLOUDDDP_SAGEMAKER_ROLE",
+                    stand_in=ROLE_STAND_IN,
+                )
+            )
+        return missing + super().missing_settings(spec)
 
     # -- render ------------------------------------------------------------------------------
     def _render(self, spec: JobSpec) -> Plan:
