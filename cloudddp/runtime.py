@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cloudddp.code import requirements
+from cloudddp.code import keepfiles, requirements
 from cloudddp.code.requirements import FILE, file_text
 from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.code.snapshot import Snapshot, pack
@@ -187,7 +187,11 @@ def shipped_files() -> dict[str, bytes]:
     """Files cloudddp adds to every code snapshot, by their name there."""
     from importlib import resources
 
-    return {SHIPPED_AS: resources.files("cloudddp.code").joinpath("shim.py").read_bytes()}
+    code = resources.files("cloudddp.code")
+    return {
+        SHIPPED_AS: code.joinpath("shim.py").read_bytes(),
+        keepfiles.SHIPPED_AS: code.joinpath("keepfiles.py").read_bytes(),
+    }
 
 
 def unpacked(archive: Path) -> Path:
