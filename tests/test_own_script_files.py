@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from cloudddp.errors import SpecError
 
 from .support.cli import ROOT
 from .support.own_saver import saved_epochs, saver_code
+from .support.slurm_cluster import SlurmCluster
 
 SAVER = """
 import os
@@ -244,3 +246,41 @@ def test_locally_a_declared_snapshot_resumes_on_a_resubmit_also_when_renamed_ove
     assert saved_epochs(outputs[0]) == [0, 1] and "Resuming" not in outputs[0]
     assert "Resuming training from snapshot at Epoch 2" in outputs[1] and saved_epochs(outputs[1]) == [2, 3]
     assert "Resuming training from snapshot at Epoch 4" in outputs[2] and saved_epochs(outputs[2]) == [4]
+
+
+@pytest.mark.slow
+def test_on_slurm_under_srun_a_declared_snapshot_resumes_on_a_resubmit(
+    slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """srun tasks (one per process, env:// from the variables the batch script sets) on the real 2-node rig."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    spec = {
+        "name": "keeper",
+        "code": {"dir": str(saver_code(tmp_path)), "entry": "train.py", "args": ["2"]},
+        "checkpoint": {"files": ["snapshot.pt"]},
+        "resources": {"nodes": 2, "processes_per_node": 1},
+        "slurm": {"launch": "srun", "python": sys.executable, "kill_wait": 5},
+    }
+    outputs = []
+    for _ in range(2):
+        run = Job.from_dict(spec, base_dir=tmp_path).submit("slurm", poll_seconds=0.2)
+        status = run.wait(timeout=180, poll=0.5)
+        assert status.state is RunState.SUCCEEDED, status
+        outputs.append("\n".join(line.text for line in run.logs()))
+    assert saved_epochs(outputs[0]) == [0, 1] and "Resuming" not in outputs[0], outputs[0][-3000:]
+    assert "Resuming training from snapshot at Epoch 2" in outputs[1] and saved_epochs(outputs[1]) == [2, 3]
+
+
+def test_the_keeper_is_shipped_only_with_a_job_that_declares_files_and_packed_again_the_same(tmp_path: Path) -> None:
+    from cloudddp.runtime import code_snapshot, packed, snapshot_upload
+
+    code = saver_code(tmp_path)
+    plain = spec_from_dict({"name": "plain", "code": {"dir": str(code)}}, base_dir=tmp_path)
+    kept = spec_from_dict(
+        {"name": "kept", "code": {"dir": str(code)}, "checkpoint": {"files": ["a"]}}, base_dir=tmp_path
+    )
+    assert keepfiles.SHIPPED_AS not in code_snapshot(plain).files
+    snapshot = code_snapshot(kept)
+    assert keepfiles.SHIPPED_AS in snapshot.files
+    upload = {**snapshot_upload(kept, snapshot, "anywhere"), "path": str(tmp_path / "pruned.tar.gz")}
+    assert packed(upload).name == f"{snapshot.sha256}.tar.gz"  # packed again from the folder: the same bytes

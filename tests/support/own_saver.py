@@ -19,6 +19,7 @@ start = 0
 if os.path.exists("snapshot.pt"):
     start = torch.load("snapshot.pt")["epoch"] + 1
     print(f"Resuming training from snapshot at Epoch {start}", flush=True)
+dist.barrier()  # every rank has looked before rank 0 saves again
 for epoch in range(start, start + epochs):
     if dist.get_rank() == 0:
         if atomic:
