@@ -194,6 +194,7 @@ def test_every_backend_hands_the_declared_files_to_its_launcher(tmp_path: Path) 
     spec = {"name": "keeper", "code": {"dir": str(code)}, "checkpoint": {"files": ["snapshot.pt", "state/*.json"]}}
     local = Job.from_dict(spec, base_dir=tmp_path).render("local")
     assert local.request["keep_files"] == ["snapshot.pt", "state/*.json"]
+    assert "python -m cloudddp.code.keepfiles link snapshot.pt 'state/*.json'" in local.documents["torchrun.sh"]
     slurm = Job.from_dict({**spec, "slurm": {"python": "python3"}}, base_dir=tmp_path).render("slurm")
     script = slurm.documents["job.sbatch"]
     assert "python3 _cloudddp_keep.py link snapshot.pt 'state/*.json'" in script
@@ -284,3 +285,19 @@ def test_the_keeper_is_shipped_only_with_a_job_that_declares_files_and_packed_ag
     assert keepfiles.SHIPPED_AS in snapshot.files
     upload = {**snapshot_upload(kept, snapshot, "anywhere"), "path": str(tmp_path / "pruned.tar.gz")}
     assert packed(upload).name == f"{snapshot.sha256}.tar.gz"  # packed again from the folder: the same bytes
+
+
+def test_the_keepers_command_line_links_and_saves_in_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("CLOUDDDP_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
+    assert keepfiles.main(["link", "snapshot.pt"]) == 0 and (work / "snapshot.pt").is_symlink()
+    (work / "snapshot.pt").unlink()
+    (work / "snapshot.pt").write_bytes(b"renamed over")
+    assert keepfiles.main(["save", "snapshot.pt"]) == 0
+    assert (tmp_path / "ckpt" / "files" / "snapshot.pt").read_bytes() == b"renamed over"
+    assert "saved" in capsys.readouterr().out
+    assert keepfiles.main(["unlink"]) == 2

@@ -530,6 +530,8 @@ def _shell_script(request: dict[str, Any], archive: Path) -> str:
     code = shlex.quote(request["cwd"])
     lines = ["#!/usr/bin/env bash", f"mkdir -p {code} && tar xzf {shlex.quote(str(archive))} -C {code}", f"cd {code}"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in request["env"].items()]
+    if request.get("keep_files"):  # the supervisor does this before torchrun starts
+        lines.append(f"python -m cloudddp.code.keepfiles link {shlex.join(request['keep_files'])}")
     lines += [
         f"export {ID_VARIABLE}=$(python -c 'import secrets; print(secrets.token_hex(16))')",
         f"python -m cloudddp.backends.local.rendezvous {shlex.quote(str(request['rendezvous_port']))} &"
