@@ -301,3 +301,23 @@ def test_the_keepers_command_line_links_and_saves_in_the_working_folder(
     assert (tmp_path / "ckpt" / "files" / "snapshot.pt").read_bytes() == b"renamed over"
     assert "saved" in capsys.readouterr().out
     assert keepfiles.main(["unlink"]) == 2
+
+
+def test_a_save_that_fails_is_said_and_tried_again_never_stopping_the_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    keeper = Keeper(["snapshot.pt"], work, tmp_path / "ckpt")
+    keeper.link()
+    (work / "snapshot.pt").unlink()
+    (work / "snapshot.pt").write_bytes(b"renamed over")
+
+    def full(*_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(keepfiles, "_copy_atomic", full)
+    assert keeper.save(final=True) == []
+    assert "could not save" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert keeper.save(final=True) == [str(work / "snapshot.pt")]  # the next look saves it

@@ -39,6 +39,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -97,6 +98,8 @@ class Keeper:
         self.kept = Path(checkpoint_dir) / KEPT
         self.seen: dict[Path, tuple[float, int]] = {}
         """A plain file's (mtime, size) at the last look: saved once it stops changing."""
+        self.saved: dict[Path, tuple[float, int]] = {}
+        """A plain file's (mtime, size) when it was last saved: not copied again unchanged."""
 
     # -- where things are ------------------------------------------------------------------------
     def place(self, declared: str) -> Path:
@@ -161,7 +164,7 @@ class Keeper:
             return []
         except OSError as e:
             if kept.is_file():
-                shutil.copy2(kept, path)
+                shutil.copyfile(kept, path)
             why = e.strerror or e
             return [f"{TAG} {path} cannot be a link to {kept} ({why}): copied in, saved back when it changes"]
 
@@ -173,16 +176,19 @@ class Keeper:
         saved: list[str] = []
         with self._lock():
             for path in self._plain_files():
-                stat = path.stat()
-                now = (stat.st_mtime, stat.st_size)
-                settled = self.seen.get(path) == now
-                self.seen[path] = now
-                kept = self.kept_copy(path)
-                if kept.is_file() and _same(path, kept):
+                try:
+                    stat = path.stat()
+                    now = (stat.st_mtime, stat.st_size)
+                    settled = self.seen.get(path) == now
+                    self.seen[path] = now
+                    if self.saved.get(path) == now or not (final or settled):
+                        continue
+                    _copy_atomic(path, self.kept_copy(path))
+                except OSError as e:  # a full disk, a vanished file: said, and tried again at the next look
+                    print(f"{TAG} could not save {path}: {e}", file=sys.stderr, flush=True)
                     continue
-                if final or settled:
-                    _copy_atomic(path, kept)
-                    saved.append(str(path))
+                self.saved[path] = now
+                saved.append(str(path))
         return saved
 
     def _plain_files(self) -> list[Path]:
@@ -196,19 +202,18 @@ class Keeper:
                     found[path] = None
         return list(found)
 
-    def keep_saving(self, every: float = SAVE_EVERY) -> threading.Event:
-        """Save in a background thread every ``every`` seconds until the returned event is set."""
-        stop = threading.Event()
+    def keep_saving(self, every: float = SAVE_EVERY) -> None:
+        """Save every ``every`` seconds in a background thread, for as long as this process lives."""
 
         def loop() -> None:
-            while not stop.wait(every):
+            while True:
+                time.sleep(every)
                 try:
                     self.save()
-                except OSError as e:  # a full disk must not stop the training; the final save says it again
+                except OSError as e:  # the lock's folder: must not stop the training; the final save tries again
                     print(f"{TAG} saving failed: {e}", file=sys.stderr, flush=True)
 
         threading.Thread(target=loop, name="cloudddp-keep", daemon=True).start()
-        return stop
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
@@ -226,19 +231,6 @@ class Keeper:
             os.close(fd)
 
 
-def _same(a: Path, b: Path) -> bool:
-    sa, sb = a.stat(), b.stat()
-    if sa.st_size != sb.st_size:
-        return False
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        while True:
-            chunk = fa.read(1 << 20)
-            if chunk != fb.read(1 << 20):
-                return False
-            if not chunk:
-                return True
-
-
 def _copy_atomic(source: Path, destination: Path) -> None:
     """``source`` copied to ``destination`` through a temporary file beside it, renamed into place."""
     destination.parent.mkdir(parents=True, exist_ok=True)
@@ -248,7 +240,8 @@ def _copy_atomic(source: Path, destination: Path) -> None:
             shutil.copyfileobj(src, out)
             out.flush()
             os.fsync(out.fileno())
-        shutil.copystat(source, tmp)
+        with contextlib.suppress(OSError):  # a mounted blob store may keep no times or modes
+            shutil.copystat(source, tmp)
         os.replace(tmp, destination)
     except BaseException:
         with contextlib.suppress(OSError):

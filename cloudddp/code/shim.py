@@ -334,7 +334,11 @@ def keeper(declared: list[str]) -> Any:
     found = module.from_environment(declared)
     if found is not None:
         first = os.environ.get("LOCAL_RANK", "0") == "0"  # only one process of a node starts it afresh
-        for note in found.link(fresh=first and os.environ.get("CLOUDDDP_RESUME") == "never"):
+        try:
+            notes = found.link(fresh=first and os.environ.get("CLOUDDDP_RESUME") == "never")
+        except OSError as e:
+            raise SystemExit(f"{SHIPPED_AS}: checkpoint.files: cannot link into the checkpoint folder: {e}") from None
+        for note in notes:
             print(note, file=sys.stderr, flush=True)
         if first:
             found.keep_saving()
