@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cloudddp.code import requirements
+from cloudddp.code import keepfiles, requirements
 from cloudddp.code.requirements import FILE, file_text
 from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.code.snapshot import Snapshot, pack
@@ -129,11 +129,15 @@ def job_env(
 
 def code_snapshot(spec: JobSpec) -> Snapshot:
     """The job's code as every backend ships it: ``code.dir`` with its ignore rules, plus the files
-    cloudddp ships with it (the launcher of :mod:`cloudddp.code.shim`; ``requirements.txt`` when the spec lists
-    ``code.requirements``), as one deterministic, content-addressed archive."""
+    cloudddp ships with it (the launcher of :mod:`cloudddp.code.shim`; the keeper of :mod:`cloudddp.code.keepfiles`
+    when the spec declares ``checkpoint.files``; ``requirements.txt`` when it lists ``code.requirements``), as one
+    deterministic, content-addressed archive."""
 
     reqs = requirements.of(spec)
-    extra = {**shipped_files(), **({requirements.FILE: reqs.text.encode()} if reqs and reqs.shipped else {})}
+    extra = {
+        **shipped_files(keep=bool(spec.checkpoint.files)),
+        **({requirements.FILE: reqs.text.encode()} if reqs and reqs.shipped else {}),
+    }
     limit = spec.code.max_size_mb * 1_000_000
     return pack(spec.code_dir, spec.code.ignore, extra=extra, max_bytes=limit, inputs=inputs_in_code(spec))
 
@@ -199,11 +203,16 @@ def checked_snapshot(spec: JobSpec) -> Snapshot:
     return snapshot
 
 
-def shipped_files() -> dict[str, bytes]:
-    """Files cloudddp adds to every code snapshot, by their name there."""
+def shipped_files(*, keep: bool = False) -> dict[str, bytes]:
+    """Files cloudddp adds to every code snapshot, by their name there; ``keep``: the keeper of
+    ``checkpoint.files`` too (only a job that declares some gets it, so no other snapshot changes)."""
     from importlib import resources
 
-    return {SHIPPED_AS: resources.files("cloudddp.code").joinpath("shim.py").read_bytes()}
+    code = resources.files("cloudddp.code")
+    files = {SHIPPED_AS: code.joinpath("shim.py").read_bytes()}
+    if keep:
+        files[keepfiles.SHIPPED_AS] = code.joinpath("keepfiles.py").read_bytes()
+    return files
 
 
 def unpacked(archive: Path) -> Path:
@@ -251,6 +260,7 @@ def snapshot_upload(spec: JobSpec, snapshot: Snapshot, destination: str) -> dict
         "source": str(spec.code_dir),
         "ignore": list(spec.code.ignore),
         "requirements": list(reqs.lines) if reqs and reqs.shipped else [],
+        "keep": bool(spec.checkpoint.files),
         "max_bytes": spec.code.max_size_mb * 1_000_000,
         "destination": destination,
         "sha256": snapshot.sha256,
@@ -267,7 +277,7 @@ def packed(upload: Mapping[str, Any]) -> Path:
     path = Path(upload["path"])
     if path.is_file() and path.name == f"{upload['sha256']}.tar.gz":
         return path
-    extra = shipped_files()
+    extra = shipped_files(keep=upload.get("keep", False))
     if upload["requirements"]:
         extra[FILE] = file_text(upload["requirements"]).encode()
     again = pack(Path(upload["source"]), upload["ignore"], extra=extra, max_bytes=upload["max_bytes"])

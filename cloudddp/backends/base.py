@@ -347,11 +347,18 @@ class Backend(abc.ABC, Generic[OptionsT]):
     def _resume_notes(self, spec: JobSpec) -> list[str]:
         """For a script other than the shared one (which checkpoints by itself), what makes a resubmit resume:
         its own saves, only where they outlive the run."""
+        files = spec.checkpoint.files
+        if files:
+            return [
+                f"checkpoint.files ({', '.join(files)}): before the program starts, on every node, each resolves into "
+                "the checkpoint folder ($CLOUDDDP_CHECKPOINT_DIR/files, a link; a pattern's files are linked when "
+                "kept and saved when new), so your script's own save and load resume on a resubmit"
+            ]
         if not spec.checkpoint.enabled or is_shared_script(spec):
             return []
         return [
-            "your script: a resubmit resumes only if it saves its progress under $CLOUDDDP_CHECKPOINT_DIR and "
-            "loads it from there at start; what it writes in its working folder is discarded with the run"
+            "your script: a resubmit resumes only if your script writes to $CLOUDDDP_CHECKPOINT_DIR or declares "
+            "checkpoint.files; what it writes in its working folder is discarded with the run"
         ]
 
     def _recovery_notes(self, spec: JobSpec) -> tuple[list[str], list[str]]:

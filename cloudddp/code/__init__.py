@@ -1,8 +1,9 @@
 """The code a job runs: the content-addressed snapshot of ``code.dir`` (:mod:`~cloudddp.code.snapshot`), the
 deterministic tar stream it is written with (:mod:`~cloudddp.code.tarstream`), the stat cache that spares
 re-reading unchanged files (:mod:`~cloudddp.code.filestate`), the job's requirements
-(:mod:`~cloudddp.code.requirements`) and the in-job launcher shipped inside every snapshot
-(:mod:`~cloudddp.code.shim`, which imports nothing of cloudddp: it runs in stock cloud images).
+(:mod:`~cloudddp.code.requirements`), and the in-job launcher and the keeper of a script's own files
+(``checkpoint.files``) shipped inside every snapshot (:mod:`~cloudddp.code.shim`, :mod:`~cloudddp.code.keepfiles`;
+they import nothing of cloudddp: they run in stock cloud images).
 
 May import: ``spec``, ``paths`` and ``errors``.
 """

@@ -25,6 +25,10 @@ from raw JSON; base64 has no character the shell changes)::
   MLflow when the platform names a tracking server (``MLFLOW_TRACKING_URI``; Azure ML sets it and the
   run, ``MLFLOW_RUN_ID``), so Azure ML Studio shows a script's own metrics. Without ``metrics`` this file
   replaces itself with the program (same process id), so the platform's launcher supervises it directly.
+- ``keep``: the job's ``checkpoint.files``: before the program starts each declared path is made to resolve into
+  ``$CLOUDDDP_CHECKPOINT_DIR/files`` by the keeper shipped beside this file (``_cloudddp_keep.py``, see
+  ``cloudddp/code/keepfiles.py``); the program then runs as a child, and files that replaced their link are
+  saved while it runs and when it ends.
 - ``requirements``: the job's requirements file, for a platform that does not install it (Azure ML). The
   first process of a node installs it into an environment made for it in the node's temporary folder (in a
   folder private to the user, checked before it is trusted),
@@ -101,7 +105,8 @@ MPI_PORT = "29500"
 def mpi_environment(env: dict[str, str]) -> dict[str, str]:
     """The torch.distributed variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
     ``MASTER_ADDR``, ``MASTER_PORT``) for a process an MPI launcher started, from what it set (Open MPI's
-    ``OMPI_COMM_WORLD_*``; Azure ML's ``AZ_BATCHAI_MPI_MASTER_NODE`` for the head node), so a script's
+    ``OMPI_COMM_WORLD_*``; for the head node Azure ML's ``AZ_BATCHAI_MPI_MASTER_NODE``, or the first of SageMaker's
+    ``SM_HOSTS``, which its MPI runner passes to every rank), so a script's
     ``init_process_group("env://")`` works unchanged. What is set already is kept; nothing without MPI."""
     if "OMPI_COMM_WORLD_RANK" not in env:
         return {}
@@ -110,10 +115,19 @@ def mpi_environment(env: dict[str, str]) -> dict[str, str]:
         "WORLD_SIZE": env.get("OMPI_COMM_WORLD_SIZE", "1"),
         "LOCAL_RANK": env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0"),
         "LOCAL_WORLD_SIZE": env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1"),
-        "MASTER_ADDR": env.get("AZ_BATCHAI_MPI_MASTER_NODE", "127.0.0.1"),
+        "MASTER_ADDR": env.get("AZ_BATCHAI_MPI_MASTER_NODE") or _first_host(env.get("SM_HOSTS")) or "127.0.0.1",
         "MASTER_PORT": MPI_PORT,
     }
     return {name: value for name, value in derived.items() if name not in env}
+
+
+def _first_host(hosts: str | None) -> str | None:
+    """The first of SageMaker's hosts (``SM_HOSTS``, a JSON list, sorted: the toolkit's master), if any."""
+    try:
+        found = json.loads(hosts or "[]")
+    except ValueError:
+        return None
+    return str(found[0]) if isinstance(found, list) and found else None
 
 
 def command(payload: dict[str, Any], python: str = sys.executable) -> list[str]:
@@ -304,6 +318,33 @@ def init(argv: list[str]) -> int:
     return 0 if status is None else status
 
 
+def keeper(declared: list[str]) -> Any:
+    """The keeper of the job's ``checkpoint.files`` (the module shipped beside this file), its links made; None
+    when nothing is declared or checkpointing is off."""
+    import importlib.util
+
+    if not declared:
+        return None
+    where = Path(__file__).resolve().parent / "_cloudddp_keep.py"
+    spec = importlib.util.spec_from_file_location("_cloudddp_keep", where)
+    if spec is None or spec.loader is None or not where.is_file():
+        raise SystemExit(f"{SHIPPED_AS}: checkpoint.files needs {where.name} beside this file; it is not there")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found = module.from_environment(declared)
+    if found is not None:
+        first = os.environ.get("LOCAL_RANK", "0") == "0"  # only one process of a node starts it afresh
+        try:
+            notes = found.link(fresh=first and os.environ.get("CLOUDDDP_RESUME") == "never")
+        except OSError as e:
+            raise SystemExit(f"{SHIPPED_AS}: checkpoint.files: cannot link into the checkpoint folder: {e}") from None
+        for note in notes:
+            print(note, file=sys.stderr, flush=True)
+        if first:
+            found.keep_saving()
+    return found
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--init"]:
         if len(sys.argv) < 3:
@@ -319,8 +360,11 @@ def main() -> None:
         python = environment_for(payload["requirements"]["file"], payload["requirements"]["digest"])
         os.environ["PATH"] = f"{Path(python).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     argv = command(payload, python)
-    if payload.get("metrics"):
-        code = run_teed(argv, Metrics(payload["metrics"]))
+    kept = keeper([str(p) for p in payload.get("keep", [])])
+    if payload.get("metrics") or kept is not None:
+        code = run_teed(argv, Metrics(payload.get("metrics", [])))
+        if kept is not None:
+            kept.save(final=True)
         if code < 0:  # killed by a signal: end the same way, so the platform sees what happened
             signal.signal(-code, signal.SIG_DFL)
             os.kill(os.getpid(), -code)

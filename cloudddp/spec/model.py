@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import (
@@ -308,6 +308,42 @@ class Checkpoint(Strict):
     )
     resume: Literal["auto", "never"] = "auto"
     path: str | None = Field(None, description="Cloud URI for checkpoints; default: under the job's output.")
+    files: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Files your script saves and loads itself (e.g. snapshot.pt, 'state/*.json'), relative to its "
+        "working folder or absolute: each resolves into the checkpoint folder on every node (a link into "
+        "CLOUDDDP_CHECKPOINT_DIR/files), so a resubmit resumes. docs/own-script.md says what breaks a link.",
+    )
+
+    @field_validator("files")
+    @classmethod
+    def _kept_paths(cls, v: list[str]) -> list[str]:
+        for path in v:
+            _kept_path(path)
+        twice = sorted({p for p in v if v.count(p) > 1})
+        if twice:
+            raise ValueError(f"{twice[0]!r} is declared twice")
+        return v
+
+    @model_validator(mode="after")
+    def _files_need_checkpoints(self) -> Checkpoint:
+        if self.files and not self.enabled:
+            raise ValueError("`files` are kept in the checkpoint folder: set `enabled: true`, or drop `files`")
+        return self
+
+
+def _kept_path(path: str) -> None:
+    """A ``checkpoint.files`` entry: a file's path (or a glob pattern) inside or outside the working folder."""
+    if not path.strip() or "\0" in path or "\n" in path:
+        raise ValueError(f"{path!r} is not a file's path")
+    parts = PurePosixPath(path).parts
+    if ".." in parts:
+        raise ValueError(f"{path!r}: '..' is not allowed; give a path inside the working folder, or an absolute one")
+    if path.endswith("/") or parts in ((".",), ("/",)):
+        raise ValueError(f"{path!r} is a folder: declare the files in it, e.g. '{path.rstrip('/') or '.'}/**'")
+    if parts and parts[-1].startswith("_cloudddp_"):
+        raise ValueError(f"{path!r} is a file cloudddp ships with the code")
 
 
 class Limits(Strict):

@@ -69,8 +69,8 @@ def _command(spec: JobSpec, args: list[str], bindings: dict[str, str]) -> str:
     """The shell command Azure ML runs on each process. Variables whose value is an Azure ML binding
     (``${{outputs.model}}``) are set in front of it, because only the command is resolved by Azure ML;
     ${{...}} references are left unquoted, every other character is shlex-quoted (the text around a reference
-    too). A job that declares metrics
-    or requirements runs under the shipped launcher, which logs the metrics to the job's MLflow run
+    too). A job that declares metrics, requirements
+    or checkpoint.files runs under the shipped launcher, which logs the metrics to the job's MLflow run
     (Studio's metrics) and installs the requirements on each node before the program starts; so does every job
     of the MPI distribution, where the launcher sets the torch.distributed variables from Open MPI's."""
     if spec.code.command is not None:
@@ -80,6 +80,8 @@ def _command(spec: JobSpec, args: list[str], bindings: dict[str, str]) -> str:
     shim: dict[str, Any] = {}
     if spec.metrics:
         shim["metrics"] = [m.model_dump() for m in spec.metrics]
+    if spec.checkpoint.files:  # linked into the checkpoints output, mounted read-write on every node
+        shim["keep"] = list(spec.checkpoint.files)
     reqs = requirements.of(spec)
     if reqs is not None:
         shim["requirements"] = {"file": requirements.FILE, "digest": reqs.digest}

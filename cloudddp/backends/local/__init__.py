@@ -33,6 +33,7 @@ from cloudddp.catalog.bill import Bill, Figure
 from cloudddp.catalog.sizing import find_workload
 from cloudddp.catalog.stepstore import StepStore
 from cloudddp.code import requirements
+from cloudddp.code.keepfiles import left_behind_notice
 from cloudddp.code.snapshot import human_bytes, snapshot_warnings
 from cloudddp.errors import UserError
 from cloudddp.observe.metrics import MetricRecord, record_from_dict
@@ -226,6 +227,7 @@ class LocalBackend(Backend[LocalOptions]):
             "nodes": nodes,
             "requirements": list(reqs.lines) if reqs else [],
             "own_script": not is_shared_script(spec),  # name the files it leaves in its working folder
+            "keep_files": list(spec.checkpoint.files),  # linked into the checkpoint folder by the supervisor
         }
         return Plan(
             backend=self.name,
@@ -357,10 +359,7 @@ class LocalBackend(Backend[LocalOptions]):
         left = run.left_behind() if state.terminal else []
         if left:
             details["left_behind"] = left
-            message += (
-                f"; {', '.join(left)} {'was' if len(left) == 1 else 'were'} written in the working folder and "
-                "discarded with the run: save what must last under $CLOUDDDP_CHECKPOINT_DIR"
-            )
+            message += "; " + left_behind_notice(left)
         return RunStatus(
             run_id=run_id,
             backend=self.name,
@@ -531,6 +530,8 @@ def _shell_script(request: dict[str, Any], archive: Path) -> str:
     code = shlex.quote(request["cwd"])
     lines = ["#!/usr/bin/env bash", f"mkdir -p {code} && tar xzf {shlex.quote(str(archive))} -C {code}", f"cd {code}"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in request["env"].items()]
+    if request.get("keep_files"):  # the supervisor does this before torchrun starts
+        lines.append(f"python -m cloudddp.code.keepfiles link {shlex.join(request['keep_files'])}")
     lines += [
         f"export {ID_VARIABLE}=$(python -c 'import secrets; print(secrets.token_hex(16))')",
         f"python -m cloudddp.backends.local.rendezvous {shlex.quote(str(request['rendezvous_port']))} &"

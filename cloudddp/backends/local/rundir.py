@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cloudddp.code.keepfiles import matches
 from cloudddp.paths import home
 
 
@@ -66,13 +67,15 @@ class RunDir:
         (self.path / "code-files.json").write_text(json.dumps(sorted(_files(self.code))))
 
     def left_behind(self, limit: int = 5) -> list[str]:
-        """Files the script wrote into its working folder (not in the snapshot, not Python's caches): discarded
-        with the run. [] when the snapshot's files were not noted (the shared script, which checkpoints)."""
+        """Files the script wrote into its working folder (not in the snapshot, not Python's caches, not declared in
+        checkpoint.files): discarded with the run. [] when the snapshot's files were not noted (the shared
+        script, which checkpoints)."""
         noted = self.path / "code-files.json"
         if not noted.is_file() or not self.code.is_dir():
             return []
         shipped = set(json.loads(noted.read_text()))
-        return sorted(_files(self.code) - shipped)[:limit]
+        kept = json.loads(self.plan.read_text())["request"].get("keep_files", []) if self.plan.is_file() else []
+        return sorted(f for f in _files(self.code) - shipped if not matches(kept, f))[:limit]
 
     def node_log(self, node: int) -> Path:
         return self.path / "logs" / f"node{node}.log"

@@ -30,6 +30,7 @@ from cloudddp.backends.local.rendezvous import ID_VARIABLE, host_store, new_rdzv
 from cloudddp.backends.local.rundir import RunDir
 from cloudddp.backends.procs import Process
 from cloudddp.catalog.stepstore import keep_measured
+from cloudddp.code.keepfiles import Keeper
 from cloudddp.observe.metrics import PREFIX, parse_line, patterns_from
 from cloudddp.spec.secrets import redact, redaction_forms
 
@@ -52,6 +53,7 @@ class Supervisor:
         self.store: Any = None
         self.patterns = patterns_from(self.plan.get("metrics", []))
         self.first_failed: int | None = None
+        self.keeper: Keeper | None = None
         """The node whose agent failed first (the others were stopped because of it)."""
 
     def request_stop(self, reason: str) -> None:
@@ -104,6 +106,7 @@ class Supervisor:
         # The store lives as long as this process; its id reaches the agents' environment only.
         self.store = host_store(int(self.request["rendezvous_port"]))
         base_env = {**os.environ, **self.env, ID_VARIABLE: new_rdzv_id()}
+        self.keeper = keeper_for(self.request, self.env)
         for node in self.request["nodes"]:
             proc = subprocess.Popen(
                 node["argv"],
@@ -211,6 +214,18 @@ class Supervisor:
         return info
 
 
+def keeper_for(request: dict[str, Any], env: dict[str, str]) -> Keeper | None:
+    """The run's ``checkpoint.files``, linked into its checkpoint folder (one code folder serves every node here)."""
+    declared, folder = request.get("keep_files"), env.get("CLOUDDDP_CHECKPOINT_DIR")
+    if not declared or not folder:
+        return None
+    keeper = Keeper(declared, request["cwd"], folder)
+    for note in keeper.link(fresh=env.get("CLOUDDDP_RESUME") == "never"):
+        print(note, flush=True)  # into supervisor.log
+    keeper.keep_saving()  # a file renamed over its link is saved while the run goes on, not only at its end
+    return keeper
+
+
 def run_processes(run_id: str) -> list[int]:
     """The live processes whose environment names run ``run_id`` (CLOUDDDP_RUN_ID), this one excepted."""
     marker = f"CLOUDDDP_RUN_ID={run_id}".encode()
@@ -281,6 +296,8 @@ def main(argv: list[str]) -> int:
             "failure": failure,
             "cause": "infrastructure" if failure.get("lost") else "user error",
         }
+    if sup.keeper is not None:
+        sup.keeper.save(final=True)  # a file the script renamed over its link
     redact_files(run.ranks, sup.secrets)
     run.write_status(state=state.value, message=message, ended_at=time.time(), cpu_s=_children_cpu_seconds(), **extra)
     _learn_step_time(run)

@@ -252,6 +252,8 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
         program = {"argv": [*spec.code.command, *input_args(spec, places)], "python": False}
     secret = {name for name, source in r.env_sources.items() if source.secret}
     payload: dict[str, Any] = {**program, "env": {k: v for k, v in env.items() if k not in secret}}
+    if spec.checkpoint.files:  # linked into CheckpointConfig.LocalPath, which SageMaker syncs with its S3Uri
+        payload["keep"] = list(spec.checkpoint.files)
     if plugin_picks_protocol(image) and "NCCL_PROTO" not in env:
         payload["unset"] = ["NCCL_PROTO"]
         r.decisions.append(

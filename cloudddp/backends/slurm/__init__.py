@@ -191,6 +191,7 @@ class SlurmBackend(Backend[SlurmOptions]):
             env_from_submit=tuple(sources),
             mounts=(layout.workdir, *sorted(set(places.inputs.values()))),
             requirements_env=env_dir,
+            keep_files=tuple(spec.checkpoint.files),
         )
         script = render_script(job, opts)
         request: dict[str, Any] = {

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cloudddp.backends.slurm.options import SlurmOptions
+from cloudddp.code.keepfiles import SHIPPED_AS as KEEPER
 
 LIMIT_EXIT = 124
 """The script's exit code when it stopped the training ahead of the time limit."""
@@ -88,6 +89,8 @@ class Job:
     """Host folders a container must see (the working folder, inputs)."""
     requirements_env: str | None = None
     """Where the job's requirements are installed (a venv over slurm.python's packages), or None."""
+    keep_files: Sequence[str] = ()
+    """``checkpoint.files``: linked into the checkpoint folder before the training starts, saved after it ends."""
 
     def python(self, opts: SlurmOptions) -> str:
         """The interpreter the training runs with."""
@@ -159,6 +162,13 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
             "# (torchrun reads it there), never an argv: with it in `ps` anyone who reaches the port could join",
             f': "${{{RDZV_ID_VARIABLE}:?no rendezvous id: sbatch is given one by cloudddp submit}}"',
         ]
+    keep = " ".join(q(path) for path in job.keep_files)
+    if keep:
+        out += [
+            "# checkpoint.files: each path resolves into $CLOUDDDP_CHECKPOINT_DIR/files (a link, made once: every node",
+            "# shares this code folder); a file the script renamed over its link is saved after the training.",
+            f"{q(job.python(opts))} {KEEPER} link {keep}",
+        ]
     out += [
         "set +e",
         "",
@@ -184,6 +194,7 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
         "training=$!",
         'wait "$training"; code=$?',
         'while kill -0 "$training" 2>/dev/null; do wait "$training"; code=$?; done',
+        *([f"{q(job.python(opts))} {KEEPER} save {keep}"] if keep else []),
         f'[ "$stopped" = 1 ] && exit {LIMIT_EXIT}',
         'exit "$code"',
     ]
