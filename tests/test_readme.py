@@ -52,7 +52,6 @@ WRITTEN_ELSEWHERE = {
     "docs/supervisor.md",
     "docs/slurm.md",
     "docs/slurm-environment.md",
-    "docs/own-script.md",
     "docs/metrics-and-logs.md",
     "docs/proof.md",
 }
