@@ -115,12 +115,7 @@ class Shell:
         """Start the master connection if none is up (``ssh -f -N``: it goes to the background once logged in,
         holding none of this process's pipes). Nothing to do here, or when it cannot start: each command then
         logs in on its own, and says why if that fails too."""
-        if self.login_host is None:
-            return
-        up = subprocess.run(
-            [*self._ssh("no"), "-O", "check", self.login_host], capture_output=True, timeout=30, check=False
-        )
-        if up.returncode == 0:
+        if self.login_host is None or self.connected():
             return
         with_persist = [*self._ssh("auto"), "-o", f"ControlPersist={CONTROL_PERSIST}", "-f", "-N", self.login_host]
         subprocess.run(
@@ -132,6 +127,15 @@ class Shell:
             check=False,
             env=clean_env(os.environ),
         )
+
+    def connected(self) -> bool:
+        """Whether a master connection to the login host is up (``ssh -O check``)."""
+        if self.login_host is None:
+            return False
+        up = subprocess.run(
+            [*self._ssh("no"), "-O", "check", self.login_host], capture_output=True, timeout=30, check=False
+        )
+        return up.returncode == 0
 
     def close(self) -> None:
         """Stop the master connection now (``ssh -O exit``) rather than ControlPersist seconds after last use."""
