@@ -20,6 +20,7 @@ import pytest
 
 from cloudddp.api import Job, Run
 from cloudddp.backends.base import Cause, RunState
+from cloudddp.backends.slurm.shell import Shell
 from cloudddp.paths import home
 from cloudddp.runs.runner import get_backend
 
@@ -421,6 +422,7 @@ def test_through_ssh_to_a_login_node_the_same_verbs_work(
         time.sleep(0.2)
     assert longer.backend.cancel(longer.run_id) is True
     assert (longer.status().state, longer.status().cause) == (RunState.CANCELLED, Cause.CANCELLED)
+    Shell(login_node.host, login_node.options).close()  # the shared ssh connection ends with the test
 
 
 def test_the_jobs_requirements_are_installed_on_the_shared_filesystem_and_shared(
