@@ -135,6 +135,26 @@ def test_a_gpus_share_of_a_nodes_cpus_comes_from_sinfo() -> None:
     assert cpus_per_gpu("2 (null)\n", 1) is None
 
 
+def test_a_gpu_jobs_cpus_are_decided_at_submit_from_the_partitions_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sinfo stubbed (the test cluster has no GPUs): what sbatch gets, and the fallback when Slurm shows none."""
+    asked: list[list[str]] = []
+    answer = [b"64 gpu:a100:8(S:0-1)\n128 gpu:a100:8\n"]
+
+    def sinfo(self: Shell, argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+        asked.append(list(argv))
+        return subprocess.CompletedProcess(argv, 0, answer[0], b"")
+
+    monkeypatch.setattr(Shell, "run", sinfo)
+    plan = get_backend("slurm", token="t1").render(Job.load(CIFAR, ["slurm.cpus_per_process=null"]).spec)
+    wanted = plan.request["cpus_at_submit"]
+    assert wanted == {"partition": "gpu", "gpus_per_node": 8, "per_task": 8}
+    backend = SlurmBackend()
+    assert backend._cpus_per_task(Shell(), wanted, None) == 64  # 8 per process x the 8 a torchrun task holds
+    assert asked == [["sinfo", "-h", "-N", "-p", "gpu", "-o", "%c %G"]]
+    answer[0] = b"32 (null)\n"
+    assert backend._cpus_per_task(Shell(), {**wanted, "per_task": 1}, None) == 1
+
+
 def test_held_jobs_say_so_with_the_reason_and_how_to_release_them() -> None:
     launch = parse_pairs("JobId=7 JobState=PENDING Reason=launch_failed_requeued_held Priority=0")
     launch["Reason"] = "launch failed requeued held"  # scontrol -o prints it with spaces

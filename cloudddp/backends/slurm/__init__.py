@@ -347,14 +347,17 @@ class SlurmBackend(Backend[SlurmOptions]):
         """--cpus-per-task when slurm.cpus_per_process is not given: each process gets its GPU's share of the
         CPUs of the partition's smallest GPU node (1 when Slurm shows no such node)."""
         partition = ["-p", wanted["partition"]] if wanted.get("partition") else []
-        nodes = shell.text(["sinfo", "-h", "-N", *partition, "-o", "%c %G"])
-        per_process = cpus_per_gpu(nodes, int(wanted["gpus_per_node"])) or 1
+        nodes = shell.run(["sinfo", "-h", "-N", *partition, "-o", "%c %G"], check=False).stdout.decode(errors="replace")
+        found = cpus_per_gpu(nodes, int(wanted["gpus_per_node"]))
         if progress:
             progress.step(
-                f"{per_process} CPU(s) per training process: the partition's nodes' CPUs shared among their GPUs "
+                f"{found} CPU(s) per training process: the partition's nodes' CPUs shared among their GPUs "
                 "(slurm.cpus_per_process chooses)"
+                if found
+                else f"1 CPU per training process: sinfo shows no node with {wanted['gpus_per_node']} GPUs to share "
+                "its CPUs among (set slurm.cpus_per_process)"
             )
-        return per_process * int(wanted["per_task"])
+        return (found or 1) * int(wanted["per_task"])
 
     def _find(self, shell: Shell, run_id: str) -> str | None:
         """The Slurm job named ``run_id`` (pending, running or recently ended), if any."""
