@@ -53,6 +53,22 @@ def _map_mpi_env() -> None:
     env.setdefault("MASTER_PORT", port or "29500")
 
 
+def cpu_threads(local_world: int) -> int:
+    """The CPUs this process may use: those it is allowed to run on (its affinity: a cgroup or Slurm's binding
+    may have narrowed it) shared with the local processes that inherited the same set, and no more than Slurm
+    gave its task (SLURM_CPUS_PER_TASK, which is what it asked for when nothing binds). Under srun with one
+    task per process, each task is one process; under torchrun, a node's processes share one task."""
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    tasks, nodes = os.environ.get("SLURM_STEP_NUM_TASKS", ""), os.environ.get("SLURM_STEP_NUM_NODES", "")
+    per_node_tasks = max(1, int(tasks) // int(nodes)) if tasks.isdigit() and nodes.isdigit() and int(nodes) else 1
+    sharing = max(1, local_world // per_node_tasks)
+    threads = allowed // sharing
+    given = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    if given.isdigit() and int(given) > 0:
+        threads = min(threads, int(given) // sharing)
+    return max(1, threads)
+
+
 def setup(backend: str, device: str, timeout_s: float) -> Context:
     _map_mpi_env()
     rank = int(os.environ.get("RANK", "0"))
@@ -67,8 +83,7 @@ def setup(backend: str, device: str, timeout_s: float) -> Context:
         dev = torch.device("cuda", torch.cuda.current_device())
     else:
         dev = torch.device("cpu")
-        # One process per core group: no oversubscription when several ranks share this machine.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_world)))
+    torch.set_num_threads(cpu_threads(local_world))
     if backend == "auto":
         backend = "nccl" if use_cuda else "gloo"
     if backend == "nccl" and not use_cuda:

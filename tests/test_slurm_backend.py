@@ -20,6 +20,7 @@ import pytest
 
 from cloudddp.api import Job, Run
 from cloudddp.backends.base import Cause, RunState
+from cloudddp.backends.slurm.shell import Shell
 from cloudddp.paths import home
 from cloudddp.runs.runner import get_backend
 
@@ -32,7 +33,7 @@ from .support.wheels import wheel
 pytestmark = pytest.mark.slow
 DIGITS = ROOT / "jobs" / "digits-local.yaml"
 OWN = FIXTURES / "ownscript"
-ON_CLUSTER = [f"slurm.python={sys.executable}", "slurm.kill_wait=5"]
+ON_CLUSTER = [f"slurm.python={sys.executable}", "slurm.kill_wait=5", "slurm.status_every=1"]
 
 
 @pytest.fixture
@@ -295,7 +296,7 @@ resources: {{nodes: 2, processes_per_node: 2}}
 env:
   PLAIN: visible
   API_TOKEN: {{from_env: TEST_API_TOKEN, secret: true}}
-slurm: {{launch: srun, kill_wait: 5}}
+slurm: {{launch: srun, kill_wait: 5, status_every: 1}}
 """)
     run = Job.load(spec).submit("slurm", poll_seconds=0.2)
     status = run.wait(timeout=60, poll=0.5)
@@ -398,6 +399,7 @@ def test_through_ssh_to_a_login_node_the_same_verbs_work(
         f"slurm.ssh_options={json.dumps(list(login_node.options))}",
         f"slurm.workdir={workdir}",
         "slurm.kill_wait=5",
+        "slurm.status_every=1",
         "slurm.launch=srun",
         "resources.nodes=2",
         "env={API_TOKEN: {from_env: TEST_API_TOKEN, secret: true}}",
@@ -420,12 +422,14 @@ def test_through_ssh_to_a_login_node_the_same_verbs_work(
         time.sleep(0.2)
     assert longer.backend.cancel(longer.run_id) is True
     assert (longer.status().state, longer.status().cause) == (RunState.CANCELLED, Cause.CANCELLED)
+    Shell(login_node.host, login_node.options).close()  # the shared ssh connection ends with the test
 
 
 def test_the_jobs_requirements_are_installed_on_the_shared_filesystem_and_shared(
     cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    """Two jobs submitted at once with the same requirements: each may build, one published environment."""
+    """Two jobs with the same requirements: the first submit builds the environment, the second finds it (its
+    sha256 checked), and both jobs run in it."""
     code = tmp_path / "code"
     (code / "wheels").mkdir(parents=True)
     wheel(code / "wheels")
@@ -455,4 +459,6 @@ def test_the_jobs_requirements_are_installed_on_the_shared_filesystem_and_shared
         assert value == "from requirements.txt" and where.startswith(str(home() / "slurm" / "envs")), where
     envs = home() / "slurm" / "envs"
     links = [p for p in envs.iterdir() if p.is_symlink()]
-    assert len(links) == 1 and (links[0] / ".installed").is_file()
+    assert len(links) == 1 and (links[0] / ".cloudddp-env").is_file()
+    built = [p for p in envs.iterdir() if p.is_dir() and not p.is_symlink()]
+    assert len(built) == 1, built

@@ -100,9 +100,9 @@ def test_the_example_job_renders_offline_to_the_sbatch_script_it_describes() -> 
     [
         (["slurm.gpu_option=gres"], ["--gres=gpu:a100:8"], ["--gpus-per-node"]),
         (
-            ["slurm.launch=srun", "slurm.cpus_per_task=null"],
-            ["--ntasks-per-node=8", "--label", 'exec "$@"'],
-            ["--cpus-per-task", "torch.distributed.run"],
+            ["slurm.launch=srun", "slurm.cpus_per_process=null"],
+            ["--ntasks-per-node=8", "--label", 'exec "$@"', '"--cpus-per-task=$SLURM_CPUS_PER_TASK"'],
+            ["#SBATCH --cpus-per-task", "torch.distributed.run"],
         ),
         (["distribution.launcher=mpi"], ["--ntasks-per-node=8", "--label"], ["torch.distributed.run"]),
         (
@@ -194,10 +194,26 @@ AWKWARD = ["echo", "a b", "it's", '"q"', "$HOME", "`id`", "x;y", "", "line\nbrea
 
 
 def test_over_ssh_every_argument_reaches_the_login_host_unchanged() -> None:
-    wrapped = Shell("me@login", ("-p", "2222")).argv(["printf", "[%s]\\n", *AWKWARD])
-    assert wrapped[:7] == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "me@login", "--"]
+    shell = Shell("me@login", ("-p", "2222"))
+    wrapped = shell.argv(["printf", "[%s]\\n", *AWKWARD])
+    # The user's options first (ssh takes the first value of each), then the shared connection's.
+    assert wrapped[:11] == [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-p",
+        "2222",
+        "-o",
+        "ControlMaster=no",
+        "-o",
+        f"ControlPath={shell.control_path}",
+        "me@login",
+        "--",
+    ]
+    folder = Path(shell.control_path).parent
+    assert folder.is_dir() and folder.stat().st_uid == os.getuid() and folder.stat().st_mode & 0o077 == 0
     # What ssh hands the remote login shell is one string; a POSIX shell splits it back into the argv.
-    remote = subprocess.run(["sh", "-c", wrapped[7]], capture_output=True, text=True, check=True).stdout
+    remote = subprocess.run(["sh", "-c", wrapped[11]], capture_output=True, text=True, check=True).stdout
     here = Shell().run(["printf", "[%s]\\n", *AWKWARD]).stdout.decode()
     assert remote == here == "".join(f"[{a}]\n" for a in AWKWARD)
 
@@ -298,19 +314,22 @@ def test_the_rendered_script_runs_under_bash_with_slurm_variables(tmp_path: Path
     assert done.returncode == 0, done.stderr
     srun_args = (tmp_path / "srun.args").read_text().split("\0")[:-1]
     at = srun_args.index("cloudddp-node")
-    assert srun_args[at + 1 : at + 3] == ["10.0.0.1:20070", "n1=10.0.0.1\nn2=10.0.0.2"], srun_args
+    assert srun_args[at + 1 : at + 3] == ["10.0.0.1:15070", "n1=10.0.0.1\nn2=10.0.0.2"], srun_args
     assert srun_args[at + 4 :] == ["python3", "train.py", "--epochs", "3"]
     assert srun_args[at - 3 : at - 1] == ["bash", "-c"]
     assert srun_args[: at - 3] == [
         "--export=ALL",
         "--ntasks-per-node=1",
+        "--cpus-per-task=1",
         "--kill-on-bad-exit=1",
         f"--output={tmp_path}/runs/tiny-t1/logs/node%n.log",
         "--open-mode=append",
     ]
 
 
-def test_requirements_are_installed_by_the_job_once_per_list_and_refused_with_a_container(tmp_path: Path) -> None:
+def test_requirements_environments_are_keyed_on_their_base_and_checked_by_the_job(tmp_path: Path) -> None:
+    """Built at submit (install_on: login) the job only checks it; built by the job otherwise. Another
+    slurm.python, module or setup line is another environment; a container is refused."""
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "train.py").write_text("")
     spec = tmp_path / "job.yaml"
@@ -319,13 +338,28 @@ def test_requirements_are_installed_by_the_job_once_per_list_and_refused_with_a_
         f"slurm: {{workdir: {tmp_path / 'w'}, python: /opt/py/bin/python3}}\n"
     )
     plan = render(spec)
-    decision = next(d for d in plan.decisions if "installed by the job into" in d)
-    env = decision.split(" into ")[1].split()[0]
+    env = plan.request["environment"]["folder"]
+    key = plan.request["environment"]["key"]
     script = plan.documents["job.sbatch"]
-    assert env.startswith(f"{tmp_path / 'w'}/envs/") and f"if [ ! -f {env}/.installed ]; then" in script
-    assert '/opt/py/bin/python3 -m pip --python "$build/bin/python" install' in script
+    assert env == f"{tmp_path / 'w'}/envs/{key[:16]}"
+    assert any(
+        d.startswith("requirements (1 from code.requirements): installed at submit on this machine")
+        for d in plan.decisions
+    ), plan.decisions
+    assert f"cloudddp_env {env} /opt/py/bin/python3 {key} check requirements.txt || exit 1" in script
     assert f"exec {env}/bin/python -m torch.distributed.run" in script
-    assert render(spec, "slurm.python=/other/python3").decisions != plan.decisions  # another base, another env
+    in_job = render(spec, "slurm.install_on=job")
+    assert in_job.request["environment"] is None
+    assert f"cloudddp_env {env} /opt/py/bin/python3 {key} build requirements.txt" in in_job.documents["job.sbatch"]
+    others = [
+        render(spec, o).request["environment"]["folder"]
+        for o in (
+            "slurm.python=/other/python3",
+            "slurm.modules=[python/3.11]",
+            "slurm.setup=['source /v/bin/activate']",
+        )
+    ]
+    assert len({env, *others}) == 4, others
     bash_accepts(script)
     refused = cli("render", str(spec), "-b", "slurm", "-o", "slurm.container={image: img.sif, runtime: apptainer}")
     assert refused.returncode == 2 and "install the requirements in the image" in refused.stderr

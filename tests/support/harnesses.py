@@ -163,7 +163,7 @@ class SlurmHarness(Harness):
 
     name = "slurm"
     # The nodes run this interpreter (torch is in it); the test cluster's KillWait is 5 s.
-    overrides = [f"slurm.python={sys.executable}", "slurm.kill_wait=5"]
+    overrides = [f"slurm.python={sys.executable}", "slurm.kill_wait=5", "slurm.status_every=1"]
 
     def __init__(self, cluster: SlurmCluster) -> None:
         self.cluster = cluster

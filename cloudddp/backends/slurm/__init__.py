@@ -4,8 +4,10 @@
 per node, or one task per process). ``launch`` puts the code snapshot on the cluster's shared filesystem
 (content-addressed, unpacked into the run's folder), writes the script there and submits it with
 ``sbatch --parsable``; the job's name is the run id, so a retried launch finds its job instead of submitting
-another. Status comes from ``scontrol show job`` (then ``sacct``), logs and metrics from the per-node output
-files, cancel is ``scancel`` (SIGTERM first, KillWait seconds to checkpoint). Every command runs here or on
+another. Status comes from ``scontrol show job`` (then ``sacct``), asked at most once per
+``slurm.status_every`` seconds per run (longer while the job waits in the queue unchanged); logs and
+metrics come from the per-node output files, read on their own without asking the controller; cancel is
+``scancel`` (SIGTERM first, KillWait seconds to checkpoint). Every command runs here or on
 ``slurm.login_host`` through ssh, built the same way (:mod:`.shell`).
 """
 
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import math
 import os
 import secrets as _random
@@ -23,6 +24,7 @@ from typing import Any, ClassVar
 
 from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
+from cloudddp.backends.slurm import envs
 from cloudddp.backends.slurm.logs import Labels, follow_batches
 from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.backends.slurm.script import RDZV_ID_VARIABLE, Job, Layout, render_script
@@ -30,8 +32,11 @@ from cloudddp.backends.slurm.shell import Shell
 from cloudddp.backends.slurm.state import (
     LIVE,
     STATES,
+    TIME_FORMAT,
+    cpus_per_gpu,
     failure,
     from_sacct,
+    held,
     parse_pairs,
     requeue_reason,
     root_cause,
@@ -46,6 +51,13 @@ from cloudddp.runtime import Places, checked_snapshot, checkpoint_folder, input_
 from cloudddp.spec.model import JobSpec
 from cloudddp.spec.secrets import redacted_spec_data
 
+SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Submit,End"
+DEFAULT_STATUS_EVERY = 10
+"""slurm.status_every for runs recorded before it existed."""
+BACKOFF = 1.5
+"""While a queued job's answer does not change, each wait is this much longer than the last ..."""
+MAX_BACKOFF = 6
+"""... up to this many times slurm.status_every."""
 TORCHRUN_STOP_SECONDS = 30
 """torchrun gives its workers this long after SIGTERM before it kills them (its agent's shutdown timeout)."""
 _PRIVATE = (
@@ -63,6 +75,15 @@ _UNPACK = (
 )
 """Unpack the snapshot into the run's code folder, once its sha256 is the one the plan names: the archive sits
 in a shared working folder under a name anyone on the same commit computes, so its content is checked."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Seen:
+    """The last status Slurm gave for a run, and when it may be asked again."""
+
+    status: RunStatus
+    due: float
+    wait: float
 
 
 class SlurmBackend(Backend[SlurmOptions]):
@@ -92,8 +113,9 @@ class SlurmBackend(Backend[SlurmOptions]):
     def __init__(self, *, poll_seconds: float | None = None, token: str | None = None, **base: Any) -> None:
         super().__init__(**base)
         self.poll_seconds = poll_seconds or float(os.environ.get("CLOUDDDP_SLURM_POLL", "1"))
-        # seconds between reads of a followed run's logs: one command on the cluster each
+        # seconds between reads of a followed run's logs: one command on the login node each, none to slurmctld
         self.token = token
+        self._seen: dict[str, _Seen] = {}
 
     # -- render ------------------------------------------------------------------------------
     def _render(self, spec: JobSpec) -> Plan:
@@ -149,6 +171,19 @@ class SlurmBackend(Backend[SlurmOptions]):
         )
         if places.checkpoint_dir:
             decisions.append(f"checkpoints in {places.checkpoint_dir}: a requeued or resubmitted job resumes there")
+        per_task = nproc if launch == "torchrun" else 1  # training processes in one Slurm task
+        per_process = opts.cpus_per_process or (None if on_gpu else 1)
+        holds = f"{per_task} process(es) per Slurm task" if per_task > 1 else "one process per Slurm task"
+        if per_process:
+            decisions.append(
+                f"{per_process} CPU(s) per training process, {holds}: sbatch and srun get "
+                f"--cpus-per-task={per_process * per_task}"
+            )
+        else:
+            decisions.append(
+                f"CPUs per training process decided at submit: the partition's nodes' CPUs shared among their "
+                f"GPUs ({holds}; set slurm.cpus_per_process to choose)"
+            )
         minutes = math.ceil(spec.limits.max_runtime / 60)
         lead = min(opts.stop_before_limit, minutes * 60 // 2)
         decisions.append(
@@ -156,7 +191,7 @@ class SlurmBackend(Backend[SlurmOptions]):
             f"stop {lead} s before it"
         )
         reqs = requirements.of(spec)
-        env_dir = None
+        env_dir, env_key = None, ""
         if reqs is not None:
             if opts.container is not None:
                 raise UserError(
@@ -164,11 +199,13 @@ class SlurmBackend(Backend[SlurmOptions]):
                     "requirements in the image",
                     hint="or leave slurm.container out",
                 )
-            digest = hashlib.sha256(f"{opts.python}\n{reqs.text}".encode()).hexdigest()[:16]
-            env_dir = f"{layout.workdir}/envs/{digest}"
+            env_key = envs.key(opts.python, opts.modules, opts.setup, reqs.text)
+            env_dir = envs.folder(layout.workdir, env_key)
+            by = f"at submit {shell.where}" if opts.install_on == "login" else "by the job on its first node"
             decisions.append(
-                f"requirements ({len(reqs.lines)} from {reqs.source}): installed by the job into "
-                f"{env_dir} over {opts.python}'s packages, once per list"
+                f"requirements ({len(reqs.lines)} from {reqs.source}): installed {by} into {env_dir} over "
+                f"{opts.python}'s packages, once per base (slurm.python, modules, setup) and list; used while "
+                "its recorded sha256 matches"
             )
         if spec.code.command is None:
             program = [spec.code.entry or "train.py", *spec.code.args, *input_args(spec, places)]
@@ -192,6 +229,8 @@ class SlurmBackend(Backend[SlurmOptions]):
             mounts=(layout.workdir, *sorted(set(places.inputs.values()))),
             requirements_env=env_dir,
             keep_files=tuple(spec.checkpoint.files),
+            env_key=env_key,
+            cpus_per_task=per_process * per_task if per_process else None,
         )
         script = render_script(job, opts)
         request: dict[str, Any] = {
@@ -214,6 +253,17 @@ class SlurmBackend(Backend[SlurmOptions]):
             "kill_wait": opts.kill_wait,
             "env": env,
             "env_from_submit": list(sources),
+            "status_every": opts.status_every,
+            "environment": (
+                {"folder": env_dir, "key": env_key, "python": opts.python, "modules": opts.modules, "setup": opts.setup}
+                if env_dir and opts.install_on == "login"
+                else None
+            ),
+            "cpus_at_submit": (
+                None
+                if per_process
+                else {"partition": opts.partition, "gpus_per_node": res.gpus_per_node, "per_task": per_task}
+            ),
         }
         return Plan(
             backend=self.name,
@@ -249,6 +299,7 @@ class SlurmBackend(Backend[SlurmOptions]):
                 k: req[k]
                 for k in ("run_dir", "batch_log", "node_logs", "nodes", "processes_per_node", "launch", "kill_wait")
             },
+            "status_every": req.get("status_every", DEFAULT_STATUS_EVERY),
         }
         found = self._find(shell, req["run_id"])
         if found:
@@ -261,13 +312,53 @@ class SlurmBackend(Backend[SlurmOptions]):
             shell.run(["bash", "-c", _UNPACK, "cloudddp-unpack", *where], timeout=600)
         shell.run(["mkdir", "-p", *req["folders"]])
         shell.write(req["script_path"], plan.documents["job.sbatch"].encode())
+        if req.get("environment"):
+            self._environment(shell, req["environment"], req["code_dir"], progress)
+        sbatch = list(req["sbatch"])
+        if req.get("cpus_at_submit"):
+            sbatch.insert(1, f"--cpus-per-task={self._cpus_per_task(shell, req['cpus_at_submit'], progress)}")
         carried = {name: plan.reveal(req["env"][name]) for name in req["env_from_submit"]}
         if req["launch"] == "torchrun":
             carried[RDZV_ID_VARIABLE] = _random.token_hex(16)  # a rendezvous only the job can name
-        job_id = shell.run_with_env(req["sbatch"], carried).split(";")[0].strip()
+        job_id = shell.run_with_env(sbatch, carried).split(";")[0].strip()
         if progress:
             progress.step(f"submitted Slurm job {job_id} ({req['run_id']}) {shell.where}")
         return Launched(req["run_id"], {**info, "job_id": job_id})
+
+    def _environment(self, shell: Shell, env: dict[str, Any], code_dir: str, progress: Progress | None) -> None:
+        """Build (or check) the requirements environment where Slurm's commands run, before the job needs it."""
+        if progress:
+            progress.step(f"requirements environment {env['folder']} {shell.where}: checking, building if needed")
+        text = envs.login_build(
+            env["folder"], env["python"], env["key"], code_dir=code_dir, modules=env["modules"], setup=env["setup"]
+        )
+        done = shell.run(["bash", "-c", text], timeout=3600, check=False)
+        said = [line for line in done.stdout.decode(errors="replace").splitlines() if line.startswith("cloudddp: ")]
+        if done.returncode != 0:
+            why = [line for line in done.stderr.decode(errors="replace").splitlines() if line.strip()][-4:]
+            raise UserError(
+                f"the job's requirements could not be installed {shell.where}: " + " / ".join(why or said),
+                hint="fix the requirement pip names, or set slurm.install_on: job to install them in the job",
+            )
+        if progress:
+            for line in said:
+                progress.step(line.removeprefix("cloudddp: "))
+
+    def _cpus_per_task(self, shell: Shell, wanted: dict[str, Any], progress: Progress | None) -> int:
+        """--cpus-per-task when slurm.cpus_per_process is not given: each process gets its GPU's share of the
+        CPUs of the partition's smallest GPU node (1 when Slurm shows no such node)."""
+        partition = ["-p", wanted["partition"]] if wanted.get("partition") else []
+        nodes = shell.run(["sinfo", "-h", "-N", *partition, "-o", "%c %G"], check=False).stdout.decode(errors="replace")
+        found = cpus_per_gpu(nodes, int(wanted["gpus_per_node"]))
+        if progress:
+            progress.step(
+                f"{found} CPU(s) per training process: the partition's nodes' CPUs shared among their GPUs "
+                "(slurm.cpus_per_process chooses)"
+                if found
+                else f"1 CPU per training process: sinfo shows no node with {wanted['gpus_per_node']} GPUs to share "
+                "its CPUs among (set slurm.cpus_per_process)"
+            )
+        return (found or 1) * int(wanted["per_task"])
 
     def _find(self, shell: Shell, run_id: str) -> str | None:
         """The Slurm job named ``run_id`` (pending, running or recently ended), if any."""
@@ -376,14 +467,26 @@ class SlurmBackend(Backend[SlurmOptions]):
         return record.info if record is not None and record.backend == self.name else None
 
     def _job(self, shell: Shell, job_id: str) -> dict[str, str] | None:
-        """Slurm's record of the job: scontrol while slurmctld remembers it, else accounting (or jobcomp)."""
-        shown = shell.run(["scontrol", "-o", "show", "job", job_id], check=False)
+        """Slurm's record of the job: scontrol while slurmctld remembers it, else accounting (or jobcomp).
+        Times come with their zone (:data:`TIME_FORMAT`), so they read right wherever this machine is."""
+        zoned = ["env", f"SLURM_TIME_FORMAT={TIME_FORMAT}"]
+        shown = shell.run([*zoned, "scontrol", "-o", "show", "job", job_id], check=False)
         lines = shown.stdout.decode(errors="replace").splitlines()
         if shown.returncode == 0 and lines:
             return parse_pairs(lines[0])
         for completion in ([], ["--completion"]):
             listed = shell.run(
-                ["sacct", *completion, "-j", job_id, "-n", "-P", "-o", "JobID,State,ExitCode,NodeList,Submit,End"],
+                [
+                    *zoned,
+                    "sacct",
+                    *completion,
+                    "-j",
+                    job_id,
+                    "-n",
+                    "-P",
+                    "-o",
+                    "JobID,State,ExitCode,NodeList,Submit,End",
+                ],
                 check=False,
             )
             rows = [r for r in listed.stdout.decode(errors="replace").splitlines() if r.split("|")[0] == job_id]
@@ -392,9 +495,27 @@ class SlurmBackend(Backend[SlurmOptions]):
         return None
 
     def _describe(self, run_id: str) -> RunStatus | None:
+        """The run's status, asked of Slurm at most once per ``slurm.status_every`` seconds (this backend
+        object remembers the last answer); while the job waits in the queue unchanged, the wait grows."""
         info = self._record(run_id)
         if info is None:
             return None
+        now = time.monotonic()
+        seen = self._seen.get(run_id)
+        if seen is not None and (seen.status.state.terminal or now < seen.due):
+            return seen.status
+        status = self._ask(run_id, info)
+        every = max(1.0, float(info.get("status_every", DEFAULT_STATUS_EVERY)))
+        same = seen is not None and (seen.status.state, seen.status.message) == (status.state, status.message)
+        wait = (
+            min(seen.wait * BACKOFF, every * MAX_BACKOFF)
+            if same and seen and status.state is RunState.PENDING
+            else every
+        )
+        self._seen[run_id] = _Seen(status, time.monotonic() + wait, wait)
+        return status
+
+    def _ask(self, run_id: str, info: dict[str, Any]) -> RunStatus:
         shell = Shell.of(info)
         job = self._job(shell, info["job_id"])
         details: dict[str, Any] = {"job_id": info["job_id"], "run_dir": info["run_dir"]}
@@ -417,6 +538,9 @@ class SlurmBackend(Backend[SlurmOptions]):
         cause: Cause | None = None
         if state is RunState.PENDING:
             message = f"waiting in the queue ({job.get('Reason', '?')})"
+            on_hold = held(job)
+            if on_hold:
+                message, details["held"] = on_hold, True
             if restarts:
                 why = requeue_reason(shell.tail(info["batch_log"], 65536))
                 message = f"requeued{f' after {why}' if why else ''} (restart {restarts}); " + message
@@ -480,13 +604,14 @@ class SlurmBackend(Backend[SlurmOptions]):
         if info is None:
             return
         shell = Shell.of(info)
+        self._seen.pop(run_id, None)
         shell.run(["scancel", info["job_id"]])  # SIGTERM to every process, SIGKILL KillWait later
         deadline = time.monotonic() + float(info["kill_wait"]) + 15
         while time.monotonic() < deadline:
             job = self._job(shell, info["job_id"])
             if job is None or job.get("JobState") not in LIVE:
                 return
-            time.sleep(0.2)
+            time.sleep(1)  # once a second: the controller answers every user
 
 
 def _config_pairs(text: str) -> Iterator[tuple[str, str]]:

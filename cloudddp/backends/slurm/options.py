@@ -11,36 +11,14 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from cloudddp.backends.slurm import flags
 from cloudddp.spec.model import Duration, Strict
 
 _TOKEN = re.compile(r"^[^\s'\"\\]+\Z")  # \Z: `$` also matches before a final newline
 _MEMORY = re.compile(r"^[0-9]+[KMGT]?\Z")
-# Options the rendered script sets itself: giving them in sbatch_options would break the run's bookkeeping.
-OWNED_OPTIONS = (
-    "--job-name",
-    "-J",
-    "--output",
-    "-o",
-    "--error",
-    "-e",
-    "--open-mode",
-    "--chdir",
-    "-D",
-    "--nodes",
-    "-N",
-    "--ntasks-per-node",
-    "--ntasks",
-    "-n",
-    "--signal",
-    "--requeue",
-    "--no-requeue",
-    "--time",
-    "-t",
-    "--export",
-    "--export-file",
-    "--parsable",
-    "--wrap",
-)
+_PATH = re.compile(r"/[\w.+,:=@/-]*\Z")
+"""A workdir sbatch's ``#SBATCH --output=``/``--chdir=`` lines carry unchanged: no spaces or quotes (sbatch
+splits the line there), no ``%`` (``--output`` expands %j, %n, ...), no ``$`` or ``#``."""
 
 
 class Container(Strict):
@@ -93,12 +71,17 @@ class SlurmOptions(Strict):
         "gpus-per-node", description="How GPUs are asked for: --gpus-per-node=N or --gres=gpu:N (older clusters)."
     )
     gpu_type: str | None = Field(None, description="The cluster's GRES type name, e.g. a100 (--gpus-per-node=a100:8).")
-    cpus_per_task: int | None = Field(
+    cpus_per_process: int | None = Field(
         None,
         ge=1,
         le=4096,
-        description="CPUs per Slurm task: a node's torchrun agent and its processes (launch: torchrun), or one "
-        "process (launch: srun). Default: one per training process.",
+        description="CPUs for each training process (its data loaders included), whatever slurm.launch: "
+        "srun and sbatch get --cpus-per-task of this times the processes a task holds (all of a node's under "
+        "torchrun, one under srun). Default: at submit, the node's CPUs shared among its GPUs "
+        "(CPUs / GPUs of the partition's smallest node), or 1 per process without GPUs.",
+    )
+    cpus_per_task: int | None = Field(
+        None, description="Renamed: slurm.cpus_per_process (a spec that gives this is told how to convert it)."
     )
     mem: str | None = Field(None, description="Memory per node in Slurm's words: 64G, 500000M, 0 (all of it).")
     launch: Literal["torchrun", "srun"] = Field(
@@ -111,6 +94,12 @@ class SlurmOptions(Strict):
     setup: list[str] = Field(
         default_factory=list, description="Shell lines run before training, e.g. ['source ~/venv/bin/activate']."
     )
+    install_on: Literal["login", "job"] = Field(
+        "login",
+        description="Where the job's requirements are installed. login: by cloudddp at submit, on the machine "
+        "it runs Slurm's commands on (this one or slurm.login_host), under a lock: compute nodes need no "
+        "network. job: by the job on its first node (when login and compute nodes differ, e.g. in CPU type).",
+    )
     container: Container | None = None
     kill_wait: int = Field(
         30,
@@ -120,8 +109,16 @@ class SlurmOptions(Strict):
     )
     stop_before_limit: Duration = Field(
         180,
+        le=65535,
         description="How long before the time limit (limits.max_runtime) the training is asked to checkpoint "
-        "and stop; Slurm's timer may fire up to a minute late.",
+        "and stop; Slurm's timer may fire up to a minute late. At most 65535 s (sbatch --signal's limit).",
+    )
+    status_every: Duration = Field(
+        10,
+        le=3600,
+        description="Seconds between questions to Slurm's controller (scontrol, squeue) about one run; while "
+        "nothing changes the wait grows (x1.5 per unchanged answer) up to 6 times this. Logs are read on their "
+        "own, without asking the controller.",
     )
     rendezvous_port: int | None = Field(
         None, ge=1024, le=65535, description="Port on the first node for the rendezvous; default: from the job id."
@@ -144,25 +141,35 @@ class SlurmOptions(Strict):
             raise ValueError("write memory as Slurm does: a number with K, M, G or T (64G), or 0 for all of it")
         return v
 
+    @field_validator("cpus_per_task")
+    @classmethod
+    def _renamed(cls, v: object) -> None:
+        if v is not None:
+            raise ValueError(
+                "cpus_per_task is now cpus_per_process: CPUs for each training process, whatever slurm.launch "
+                "(under torchrun the old value was a whole node's: divide it by the processes per node)"
+            )
+
     @field_validator("workdir")
     @classmethod
     def _workdir(cls, v: str | None) -> str | None:
-        if v is not None and (not v.startswith("/") or "\n" in v):
+        if v is None:
+            return v
+        if not v.startswith("/"):
             raise ValueError("give an absolute path on the cluster's shared filesystem")
-        return v
+        if not _PATH.match(v):
+            bad = sorted({c for c in v if not re.match(r"[\w.+,:=@/-]", c)})
+            raise ValueError(
+                f"{' '.join(repr(c) for c in bad)} in the path: sbatch's #SBATCH lines cannot carry it (spaces and "
+                "quotes split the line, % is a file-name pattern); use a folder whose path has only letters, "
+                "digits and . _ - + , : = @ /"
+            )
+        return v.rstrip("/") or "/"
 
     @field_validator("sbatch_options")
     @classmethod
-    def _not_owned(cls, v: list[str]) -> list[str]:
-        for option in v:
-            if not option.startswith("-") or "\n" in option:
-                raise ValueError(f"{option!r}: write each as on sbatch's command line, e.g. --reservation=ml")
-            name = option.split("=", 1)[0]
-            if name in OWNED_OPTIONS:
-                raise ValueError(
-                    f"{name} is set by cloudddp from the spec (nodes, limits, ...); change the spec instead"
-                )
-        return v
+    def _as_sbatch_reads_them(cls, v: list[str]) -> list[str]:
+        return flags.normalize(v)
 
     @model_validator(mode="after")
     def _remote_needs_workdir(self) -> SlurmOptions:

@@ -21,6 +21,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cloudddp.backends.slurm import envs
 from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.code.keepfiles import SHIPPED_AS as KEEPER
 
@@ -91,6 +92,12 @@ class Job:
     """Where the job's requirements are installed (a venv over slurm.python's packages), or None."""
     keep_files: Sequence[str] = ()
     """``checkpoint.files``: linked into the checkpoint folder before the training starts, saved after it ends."""
+    env_key: str = ""
+    """What shapes that environment, hashed (:func:`envs.key`)."""
+    cpus_per_task: int | None = None
+    """CPUs of each Slurm task (slurm.cpus_per_process times the processes a task holds); None: decided at
+    submit from the partition's nodes and given to sbatch's command line, and srun takes it from
+    SLURM_CPUS_PER_TASK."""
 
     def python(self, opts: SlurmOptions) -> str:
         """The interpreter the training runs with."""
@@ -104,10 +111,9 @@ RDZV_ID_VARIABLE = "PET_RDZV_ID"
 def sbatch_lines(job: Job, opts: SlurmOptions) -> list[str]:
     """The ``#SBATCH`` options, in the order a person reads them."""
     per_node_tasks = job.processes_per_node if job.launch == "srun" else 1
-    cpus = opts.cpus_per_task or (job.processes_per_node if job.launch == "torchrun" else None)
     lines = [f"--job-name={job.run_id}", f"--nodes={job.nodes}", f"--ntasks-per-node={per_node_tasks}"]
-    if cpus:
-        lines.append(f"--cpus-per-task={cpus}")
+    if job.cpus_per_task:
+        lines.append(f"--cpus-per-task={job.cpus_per_task}")
     if job.gpus_per_node:
         gpus = f"{opts.gpu_type}:{job.gpus_per_node}" if opts.gpu_type else str(job.gpus_per_node)
         lines.append(f"--gpus-per-node={gpus}" if opts.gpu_option == "gpus-per-node" else f"--gres=gpu:{gpus}")
@@ -149,7 +155,7 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
     out += [f"module load {q(module)}" for module in opts.modules]
     out += list(opts.setup)
     if job.requirements_env:
-        out += _requirements_lines(job.requirements_env, opts.python)
+        out += _requirements_lines(job, opts)
     out += ["", "# The job's environment: the spec's env, then the runtime contract (cloudddp/runtime.py)."]
     out += [f"export {name}={q(value)}" for name, value in job.env.items() if name not in job.env_from_submit]
     out += [
@@ -201,29 +207,17 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
     return "\n".join(out) + "\n"
 
 
-def _requirements_lines(env: str, python: str) -> list[str]:
-    q = shlex.quote
-    build = f'{q(env)}".$SLURM_JOB_ID.${{SLURM_RESTART_COUNT:-0}}"'
-    layer = (
-        'import sysconfig; paths = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")); '
-        'print("import site; " + "; ".join(f"site.addsitedir({p!r})" for p in paths))'
-    )
+def _requirements_lines(job: Job, opts: SlurmOptions) -> list[str]:
+    env = job.requirements_env or ""
+    built_at_submit = opts.install_on == "login"
     return [
         "",
-        "# The job's requirements (requirements.txt in the code): installed once per list into an environment on",
-        f"# the shared filesystem that sees {python}'s own packages after its own (torch is not installed twice);",
-        "# a finished build is published by renaming a link, so jobs running at once never see half of one.",
-        f"if [ ! -f {q(env)}/.installed ]; then",
-        f"  build={build}",
-        '  rm -rf "$build"',
-        f'  {q(python)} -m venv --without-pip "$build"',
-        '  site=$("$build/bin/python" -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')',
-        f'  {q(python)} -c {q(layer)} > "$site/_cloudddp_layer.pth"',
-        f'  {q(python)} -m pip --python "$build/bin/python" install -q --disable-pip-version-check -r requirements.txt',
-        '  touch "$build/.installed"',
-        f'  ln -sfn "$build" "$build.link" && mv -T "$build.link" {q(env)}',
-        "fi",
-        f'export PATH={q(env)}/bin:"$PATH"  # `python` in code.command is this environment\'s too',
+        "# The job's requirements (requirements.txt in the code), in an environment on the shared filesystem keyed",
+        f"# on slurm.python, the modules, the setup lines and the list; it sees {opts.python}'s own packages after",
+        "# its own (torch is not installed twice), and is used only while its recorded sha256 matches.",
+        *envs.FUNCTIONS.splitlines(),
+        envs.call(env, opts.python, job.env_key, "check" if built_at_submit else "build") + " || exit 1",
+        f'export PATH={shlex.quote(env)}/bin:"$PATH"  # `python` in code.command is this environment\'s too',
     ]
 
 
@@ -231,7 +225,8 @@ def _port_line(opts: SlurmOptions) -> str:
     if opts.rendezvous_port:
         return f"rdzv_port={opts.rendezvous_port}"
     # Distinct per job and per requeued run, so two jobs sharing a node (or a port still in TIME_WAIT) differ.
-    return "rdzv_port=$(( 20000 + (SLURM_JOB_ID * 10 + ${SLURM_RESTART_COUNT:-0}) % 40000 ))"
+    # Below Linux's ephemeral range (32768-60999), where torchrun's own connections take their ports.
+    return "rdzv_port=$(( 15000 + (SLURM_JOB_ID * 10 + ${SLURM_RESTART_COUNT:-0}) % 15000 ))"
 
 
 def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
@@ -269,10 +264,13 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
             "'",
         ]
         tasks, label, name, extra = job.processes_per_node, ["--label"], "cloudddp-task", []
+    # srun is told the CPUs of each task: Slurm 22.05 and later no longer read SLURM_CPUS_PER_TASK in srun.
+    cpus = str(job.cpus_per_task) if job.cpus_per_task else "$SLURM_CPUS_PER_TASK"
     srun = [
         "srun",
         "--export=ALL",
         f"--ntasks-per-node={tasks}",
+        f"--cpus-per-task={cpus}",
         "--kill-on-bad-exit=1",
         *label,
         f"--output={job.layout.node_log('%n')}",
@@ -291,7 +289,8 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
         binds = ",".join([*job.mounts, *container.mounts])
         gpu = ["--nv"] if job.gpus_per_node else []
         inner = ["apptainer", "exec", *gpu, f"--bind={binds}", f"--pwd={job.layout.code_dir}", container.image, *inner]
-    words = [q(w) for w in srun] + [w if w.startswith('"') else q(w) for w in inner] + [q(w) for w in program]
+    words = [f'"{w}"' if "$" in w else q(w) for w in srun]  # $SLURM_CPUS_PER_TASK, expanded by bash
+    words += [w if w.startswith('"') else q(w) for w in inner] + [q(w) for w in program]
     return [*body, _wrap(words) + " &"]
 
 

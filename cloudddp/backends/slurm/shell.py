@@ -5,14 +5,32 @@ Every command is built as an argv list. Here it runs as it is; with a login host
 into the same argv. Files on the cluster (the run folder, logs) are written and read through commands too
 (``cat``, ``tail``, ``tar``), so the backend has one code path whether or not this machine shares the
 cluster's filesystem. Values that must not appear in an argv (secrets) travel on stdin.
+
+Two things keep the controller and the login node unburdened and the commands' answers the same wherever
+cloudddp runs:
+
+- **A clean environment.** A shell inside an allocation (Jupyter on Open OnDemand, ``srun --pty``) carries
+  that job's ``SLURM_*``, and sbatch, srun and salloc read ``SBATCH_*``/``SRUN_*``/``SALLOC_*`` as options:
+  passed on, ``SLURM_MEM_PER_CPU`` makes the new job's srun fatal. Every command runs without them (only
+  ``SLURM_CONF``, which says which cluster, is kept), here and, for sbatch, on the login host too.
+- **One ssh connection.** Through a login host, the first command starts a master connection
+  (``ControlMaster``, ``ControlPersist`` 60 s) whose socket is in a folder only this user may enter; every
+  later command, from this process or the next, reuses it instead of logging in again. ``slurm.ssh_options``
+  come first, so ``[-o, ControlMaster=no]`` there turns it off.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
 import shlex
+import stat
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 from cloudddp.errors import BackendUnavailable, CloudDDPError
@@ -36,9 +54,23 @@ exit 0
 """
 # Writes stdin to a file atomically (a temporary file next to it, then a rename).
 _WRITE = 'mkdir -p "$(dirname "$1")" && cat > "$1.tmp.$$" && mv -f "$1.tmp.$$" "$1"'
-# Runs "$@" with NAME=value pairs from stdin (NUL-separated) exported: secrets reach sbatch's environment
-# without appearing in any argv or file.
-_WITH_ENV = 'while IFS= read -r -d "" kv; do export "$kv"; done; exec "$@"'
+OUTER_JOB = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")
+"""Prefixes of the variables an allocation's shell carries (its job's, and options for sbatch/srun/salloc)."""
+KEPT = ("SLURM_CONF",)
+"""... of which these are kept: which cluster the commands talk to."""
+# Runs "$@" with NAME=value pairs from stdin (NUL-separated) exported, after removing an outer job's variables:
+# secrets reach sbatch's environment without appearing in any argv or file, and nothing else does.
+_WITH_ENV = (
+    'for v in ${!SLURM_*} ${!SBATCH_*} ${!SRUN_*} ${!SALLOC_*}; do [ "$v" = SLURM_CONF ] || unset "$v"; done; '
+    'while IFS= read -r -d "" kv; do export "$kv"; done; exec "$@"'
+)
+CONTROL_PERSIST = 60
+"""Seconds an idle ssh master connection stays up for the next command."""
+
+
+def clean_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without an outer Slurm job's variables (:data:`OUTER_JOB`, but :data:`KEPT`)."""
+    return {k: v for k, v in environ.items() if k in KEPT or not k.startswith(OUTER_JOB)}
 
 
 class SlurmCommandError(CloudDDPError):
@@ -63,10 +95,54 @@ class Shell:
         return f"on {self.login_host} (ssh)" if self.login_host else "on this machine"
 
     def argv(self, argv: Sequence[str]) -> list[str]:
-        """What is executed here for ``argv`` (itself, or ssh carrying it)."""
+        """What is executed here for ``argv`` (itself, or ssh carrying it over the shared connection)."""
         if self.login_host is None:
             return list(argv)
-        return ["ssh", "-o", "BatchMode=yes", *self.ssh_options, self.login_host, "--", shlex.join(argv)]
+        return [*self._ssh("no"), self.login_host, "--", shlex.join(argv)]
+
+    def _ssh(self, master: str) -> list[str]:
+        """ssh with the user's options first (ssh takes the first value of each), then the shared connection."""
+        shared = ["-o", f"ControlMaster={master}", "-o", f"ControlPath={self.control_path}"]
+        return ["ssh", "-o", "BatchMode=yes", *self.ssh_options, *shared]
+
+    @property
+    def control_path(self) -> str:
+        """The master connection's socket: ``%C`` is ssh's hash of host, port and user (short, as a socket's
+        path must be), in a folder only this user may enter."""
+        return str(_control_folder() / "ssh-%C")
+
+    def connect(self) -> None:
+        """Start the master connection if none is up (``ssh -f -N``: it goes to the background once logged in,
+        holding none of this process's pipes). Nothing to do here, or when it cannot start: each command then
+        logs in on its own, and says why if that fails too."""
+        if self.login_host is None or self.connected():
+            return
+        with_persist = [*self._ssh("auto"), "-o", f"ControlPersist={CONTROL_PERSIST}", "-f", "-N", self.login_host]
+        subprocess.run(
+            with_persist,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+            check=False,
+            env=clean_env(os.environ),
+        )
+
+    def connected(self) -> bool:
+        """Whether a master connection to the login host is up (``ssh -O check``)."""
+        if self.login_host is None:
+            return False
+        up = subprocess.run(
+            [*self._ssh("no"), "-O", "check", self.login_host], capture_output=True, timeout=30, check=False
+        )
+        return up.returncode == 0
+
+    def close(self) -> None:
+        """Stop the master connection now (``ssh -O exit``) rather than ControlPersist seconds after last use."""
+        if self.login_host is not None:
+            subprocess.run(
+                [*self._ssh("no"), "-O", "exit", self.login_host], capture_output=True, timeout=30, check=False
+            )
 
     def run(
         self, argv: Sequence[str], *, stdin: bytes | IO[bytes] = b"", timeout: float = 60, check: bool = True
@@ -75,7 +151,10 @@ class Shell:
         a non-zero exit is a :class:`SlurmCommandError`."""
         feed: dict[str, Any] = {"input": stdin} if isinstance(stdin, bytes) else {"stdin": stdin}
         try:
-            done = subprocess.run(self.argv(argv), capture_output=True, timeout=timeout, check=False, **feed)
+            self.connect()
+            done = subprocess.run(
+                self.argv(argv), capture_output=True, timeout=timeout, check=False, env=clean_env(os.environ), **feed
+            )
         except FileNotFoundError:
             tool = "ssh" if self.login_host else argv[0]
             raise BackendUnavailable(
@@ -130,6 +209,20 @@ class Shell:
         """The last ``size`` bytes of a file ('' when it does not exist)."""
         done = self.run(["tail", "-c", str(size), path], check=False)
         return _text(done.stdout) if done.returncode == 0 else ""
+
+
+@functools.cache
+def _control_folder() -> Path:
+    """``<tmp>/cloudddp-ssh-<uid>``, created 0700 and used only while it is a real folder of this user's that
+    nobody else may enter (a socket there is a logged-in connection); otherwise a fresh private folder for
+    this process."""
+    folder = Path(tempfile.gettempdir()) / f"cloudddp-ssh-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o700)
+    st = os.lstat(folder)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077:
+        return folder
+    return Path(tempfile.mkdtemp(prefix="cloudddp-ssh-"))
 
 
 def _text(data: bytes) -> str:

@@ -4,6 +4,7 @@ failed run's batch log says about which node failed and why (tests/support/SLURM
 
 from __future__ import annotations
 
+import datetime
 import re
 import time
 from collections.abc import Mapping
@@ -19,6 +20,10 @@ _TASK_ERROR = re.compile(r"srun: error: (\S+): tasks? ([0-9,-]+): (.+)")
 _CANCELLED_DUE = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+ DUE TO ([A-Z ]+?) \*\*\*")
 _ROOT_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank\s*:\s*(\d+)\)")
 _ROOT_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)")
+_GRES_GPUS = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
+
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
+"""SLURM_TIME_FORMAT for scontrol and sacct: the cluster's local time with its offset from UTC."""
 
 STATES: Mapping[str, RunState] = {
     **dict.fromkeys(
@@ -76,11 +81,51 @@ def from_sacct(line: str) -> dict[str, str]:
 
 
 def timestamp(value: str | None) -> float | None:
-    """Slurm's local ``YYYY-MM-DDTHH:MM:SS`` as epoch seconds (None for Unknown/None)."""
+    """A time Slurm printed in :data:`TIME_FORMAT` as epoch seconds (None for Unknown/None). One without an
+    offset (a Slurm that ignored SLURM_TIME_FORMAT) is read in this machine's zone, the best left to do."""
+    try:
+        return datetime.datetime.strptime(value or "", TIME_FORMAT).timestamp()
+    except ValueError:
+        pass
     try:
         return time.mktime(time.strptime(value or "", "%Y-%m-%dT%H:%M:%S"))
     except ValueError:
         return None
+
+
+_HELD = {
+    "launch failed requeued held": "Slurm could not start its batch script, tried again, and held it (the node's "
+    "slurmd log says why)",
+    "job_requeued_in_held_state": "it was requeued held (scontrol requeuehold)",
+    "JobHeldUser": "its user held it (scontrol hold, sbatch --hold)",
+    "JobHeldAdmin": "an administrator held it",
+}
+
+
+def held(job: Mapping[str, str]) -> str | None:
+    """What a held job's status says: that it will not start by itself, why, and how to release it."""
+    reason, state, job_id = job.get("Reason", ""), job.get("JobState", ""), job.get("JobId", "<job id>")
+    if state == "SPECIAL_EXIT":
+        why = "it exited with the cluster's special exit code and Slurm held it"
+    elif reason in _HELD:
+        why = _HELD[reason]
+    elif state in ("REQUEUE_HOLD", "RESV_DEL_HOLD") or "held" in reason.lower():
+        why = "Slurm holds it"
+    else:
+        return None
+    return f"held ({reason or state}): {why}; it will not start until released: `scontrol release {job_id}`"
+
+
+def cpus_per_gpu(sinfo: str, gpus_per_node: int) -> int | None:
+    """Each GPU's share of its node's CPUs on the smallest node that has ``gpus_per_node`` GPUs, from
+    ``sinfo -h -N -o "%c %G"`` lines (``64 gpu:a100:8(S:0-1)``); None when no node shows that many."""
+    shares = []
+    for line in sinfo.splitlines():
+        cpus, _, gres = line.strip().partition(" ")
+        gpus = sum(int(n) for n in _GRES_GPUS.findall(gres.strip()))
+        if cpus.isdigit() and gpus and gpus >= gpus_per_node:
+            shares.append(max(1, int(cpus) // gpus))
+    return min(shares) if shares else None
 
 
 def latest_run(batch_log: str) -> str:
