@@ -8,10 +8,11 @@ usages, the discovery document and run history) from an in-memory model. Where t
 (tests/fixtures/azure_rest/: ``Usage/list.json``, ``Compute/patch.json``), the rig answers in its shape.
 Blob traffic (code snapshots, log files) goes to Azurite over real HTTP: SAS URLs point at it directly, and
 the datastores' account URL (``http://devstoreaccount1.blob.rig.invalid``) is forwarded to it by
-``BlobForwarder``.
+``BlobForwarder``. Each ``WorkspaceModel`` has containers of its own (a random suffix), so what a test finds
+on the session's Azurite is what that test wrote.
 
 As on Azure ML, a job's logs are written under its ``default`` output
-(``azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.<job>``, container ``azureml``), and
+(``azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.<job>``, container ``azureml`` on Azure), and
 when the model has an MLflow server (a real ``mlflow server``) the workspace reports it as its
 ``mlFlowTrackingUri`` and every submitted job gets an MLflow run whose id is the job's name. A job failed
 with ``fail_job`` has its error in its run history's details, where Azure ML reports why a job failed.
@@ -23,6 +24,7 @@ For other processes (the CLI, a recovery watcher), ``serve`` answers the same ro
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import io
@@ -61,7 +63,6 @@ DISCOVERY = "https://discovery.rig.invalid/discovery/workspaces/abc"
 RUN_HISTORY = "https://runhistory.rig.invalid"
 STORAGE_ENDPOINT = "rig.invalid"  # a datastore's account URL is http://<account>.blob.<endpoint>
 ACCOUNT_URL = f"http://{ACCOUNT}.blob.{STORAGE_ENDPOINT}"
-ARTIFACT_CONTAINER = "azureml"  # the workspace storage container behind workspaceartifactstore
 Answer = tuple[int, Any, dict[str, str]]  # status, JSON body, headers
 ML_HOSTS = ("https://management.azure.com", DISCOVERY.rsplit("/discovery", 1)[0], RUN_HISTORY)
 OUTPUT_MODES = {"ReadWriteMount": "rw_mount", "Upload": "upload", "Direct": "direct"}  # REST -> CLI v2
@@ -179,10 +180,19 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat()
 
 
+def _own_container(kind: str) -> str:
+    """A container name no other test's workspace uses: Azurite lives for the whole session, so a fixed name
+    would let an earlier test's blobs (code snapshots, job logs) satisfy a later test's assertion."""
+    return f"{kind}-{uuid.uuid4().hex[:16]}"
+
+
 @dataclass
 class WorkspaceModel:
     blob_endpoint: str
-    container: str = "azureml-blobstore-rig"
+    container: str = field(default_factory=lambda: _own_container("azureml-blobstore"))
+    """The default datastore's container (workspaceblobstore: code snapshots), this workspace's own."""
+    artifact_container: str = field(default_factory=lambda: _own_container("azureml"))
+    """The container behind workspaceartifactstore (job logs; ``azureml`` on Azure), this workspace's own."""
     codes: dict[str, dict[str, Any]] = field(default_factory=dict)  # "name/version" -> resource
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     computes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -249,17 +259,18 @@ class WorkspaceModel:
         folder on Azurite (an append blob, as Azure ML writes them while the job runs) and list it in the run's
         log files."""
         name = f"user_logs/{log_name(process)}"
-        blob = self.container_client(ARTIFACT_CONTAINER).get_blob_client(f"ExperimentRun/dcid.{job}/{name}")
+        blob = self.container_client(self.artifact_container).get_blob_client(f"ExperimentRun/dcid.{job}/{name}")
         if not blob.exists():
             blob.create_append_blob()
         blob.append_block(text.encode())
-        self.log_files.setdefault(job, {})[name] = f"{blob.url}?{self.container_sas(ARTIFACT_CONTAINER)}"
+        self.log_files.setdefault(job, {})[name] = f"{blob.url}?{self.container_sas(self.artifact_container)}"
 
     def start_mlflow_run(self, job: str, experiment: str) -> None:
         """The job's MLflow run, with the job's name as its id (as Azure ML's tracking store has it). A stock
         MLflow server makes up run ids, so the run is created in the server's own SQLite store with that id."""
         from unittest import mock
 
+        from mlflow.exceptions import MlflowException
         from mlflow.store.tracking import sqlalchemy_store
         from mlflow.utils.time import get_current_time_millis
 
@@ -271,17 +282,25 @@ class WorkspaceModel:
         store = self._mlflow_store
         found = store.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found else store.create_experiment(experiment)
+        with contextlib.suppress(MlflowException):  # the server lives for the session: a run id is one test's
+            store.get_run(job)
+            raise AssertionError(f"an earlier test already made an MLflow run {job}: give each test its own job names")
         with mock.patch.object(sqlalchemy_store.uuid, "uuid4", return_value=mock.Mock(hex=job)):
             store.create_run(experiment_id, "rig", get_current_time_millis(), [], job)
+
+    def code_location(self, job: str) -> tuple[str, str]:
+        """The container and folder of the code snapshot the job ``job`` names (its code asset's codeUri)."""
+        code_id = self.jobs[job]["properties"]["codeId"].split("/")
+        code_uri = urlparse(self.codes[f"{code_id[-3]}/{code_id[-1]}"]["properties"]["codeUri"])
+        container, prefix = code_uri.path.split("/", 3)[2:]
+        return container, prefix
 
     def submitted_job(self, job: str, into: Path) -> dict[str, Any]:
         """The job as a node gets it: what the service received, in the CLI v2 shape the launchers of
         azure_launchers.py take, with its code snapshot downloaded from the blob store into ``into``."""
         props = self.jobs[job]["properties"]
         assert not props.get("inputs"), "submitted_job does not rebuild inputs: give the job none"
-        code_id = props["codeId"].split("/")
-        code_uri = urlparse(self.codes[f"{code_id[-3]}/{code_id[-1]}"]["properties"]["codeUri"])
-        container, prefix = code_uri.path.split("/", 3)[2:]
+        container, prefix = self.code_location(job)
         client = self.container_client(container)
         for blob in client.list_blobs(name_starts_with=prefix + "/"):
             target = into / blob.name[len(prefix) + 1 :]
@@ -512,7 +531,7 @@ class WorkspaceAdapter(BaseAdapter):
             return self._not_found(f"datastore {name}")
         artifacts = name == "workspaceartifactstore"
         if method == "POST" and parts[-1] == "listSecrets":
-            return 200, {"secretsType": "Sas", "sasToken": m.container_sas(ARTIFACT_CONTAINER)}, {}
+            return 200, {"secretsType": "Sas", "sasToken": m.container_sas(m.artifact_container)}, {}
         return (
             200,
             {
@@ -521,7 +540,7 @@ class WorkspaceAdapter(BaseAdapter):
                 "properties": {
                     "datastoreType": "AzureBlob",
                     "accountName": ACCOUNT,
-                    "containerName": ARTIFACT_CONTAINER if artifacts else m.container,
+                    "containerName": m.artifact_container if artifacts else m.container,
                     "endpoint": STORAGE_ENDPOINT,
                     "protocol": "http",
                     "isDefault": not artifacts,
@@ -759,7 +778,7 @@ def ml_transport(model: WorkspaceModel) -> Any:
 
 def create_container(model: WorkspaceModel) -> None:
     """The workspace's blob containers on Azurite: the default datastore's and the artifact store's."""
-    for name in (model.container, ARTIFACT_CONTAINER):
+    for name in (model.container, model.artifact_container):
         client = model.container_client(name)
         if not client.exists():
             client.create_container()
