@@ -198,6 +198,8 @@ class WorkspaceModel:
     computes: dict[str, dict[str, Any]] = field(default_factory=dict)
     log_files: dict[str, dict[str, str]] = field(default_factory=dict)  # job -> file -> SAS url
     calls: list[tuple[str, str]] = field(default_factory=list)
+    sent: list[tuple[str, str, str]] = field(default_factory=list)
+    """(method, host + path + query, JSON body) of every request to the workspace: what the SDK sent Azure ML."""
     unhandled: list[str] = field(default_factory=list)
     pending_uploads: int = 0
     faults: list[tuple[str, str, int]] = field(default_factory=list)
@@ -374,6 +376,7 @@ class WorkspaceAdapter(BaseAdapter):
     def answer(self, method: str, host: str, path: str, query: dict[str, list[str]], body: Any) -> Answer:
         """A request to the workspace: recorded, answered by an injected fault once, else by its route."""
         self.model.calls.append((method, path))
+        self.model.sent.append((method, f"{host}{path}?{json.dumps(query)}", json.dumps(body)))
         fault = next((f for f in self.model.faults if f[0] == method and f[1] in path), None)
         if fault is None:
             return self.route(method, host, path, query, body)
