@@ -223,6 +223,10 @@ class WorkspaceModel:
     """How many times a cluster update's operation answers ``InProgress`` first."""
     update_outcome: str = "Succeeded"
     """How a cluster update's operation ends (``Failed``: the scale settings stay as they were)."""
+    create_error: dict[str, Any] | None = None
+    """The error a cluster creation ends with (``{"code", "message"}``): its operation answers ``InProgress`` once,
+    then ``Failed`` with it, and the cluster stays, ``Failed``, with it in its ``provisioningErrors``, as Azure
+    leaves a cluster whose nodes could not be set up. None: created at once."""
     usages: list[dict[str, Any]] = field(default_factory=rig_usages)
     """The region's quota rows, as ``Usages - List`` answers them (``set_usage`` changes one)."""
 
@@ -589,7 +593,9 @@ class WorkspaceAdapter(BaseAdapter):
         name = parts[1] if len(parts) > 1 else ""
         if method == "PUT":
             props = copy.deepcopy(body["properties"])
-            props["provisioningState"] = "Succeeded"
+            props["provisioningState"] = "Succeeded" if m.create_error is None else "Creating"
+            if m.create_error is not None:
+                m.operations[f"compute-{name}"] = ["InProgress"]
             m.computes[name] = {
                 "id": f"{WS_PATH}/computes/{name}",
                 "name": name,
@@ -598,7 +604,7 @@ class WorkspaceAdapter(BaseAdapter):
                 "properties": props,
             }
             op = f"https://management.azure.com{WS_PATH}/operations/compute-{name}"
-            return 201, m.computes[name], {"Azure-AsyncOperation": op}
+            return 201, m.computes[name], {"Azure-AsyncOperation": op, "Retry-After": "1"}
         if method == "PATCH" and name in m.computes:  # Compute - Update: only scale settings can change
             return self.update_compute(name, body)
         if method == "GET" and name in m.computes:
@@ -627,10 +633,17 @@ class WorkspaceAdapter(BaseAdapter):
         return example["status"], answer, headers
 
     def operation(self, op: str) -> Answer:
-        """An asynchronous operation's status: a cluster update's as ``update_compute`` queued it; others done."""
+        """An asynchronous operation's status: a cluster update's as ``update_compute`` queued it, a creation's as
+        ``create_error`` says; others done."""
         m = self.model
         if m.operations.get(op):
-            return 200, {"name": op, "status": m.operations[op].pop(0)}, {}
+            return 200, {"name": op, "status": m.operations[op].pop(0)}, {"Retry-After": "1"}
+        created = op.removeprefix("compute-")
+        if m.create_error is not None and op == f"compute-{created}" and created in m.computes:
+            props = m.computes[created]["properties"]
+            props["provisioningState"] = "Failed"
+            props["provisioningErrors"] = [{"error": m.create_error}]
+            return 200, {"name": op, "status": "Failed", "error": m.create_error}, {"Retry-After": "1"}
         if op not in m.pending_scales:
             return 200, {"name": op, "status": "Succeeded"}, {}
         name, scale = m.pending_scales.pop(op)
