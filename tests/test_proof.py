@@ -131,3 +131,27 @@ def test_the_canary_search_finds_every_form_of_a_secret_in_text_archives_and_fil
     (tmp_path / "deep" / "er" / "state.json").write_text(json.dumps({"token": canary.PEM}))
     assert canary.files_leaking(tmp_path) and canary.searched_files(tmp_path) == 1
     assert canary.leaks("an ordinary log line about tokens and keys", "text") == []
+
+
+@pytest.mark.parametrize("sent", [None, "SIGTERM", "SIGKILL"])
+def test_the_victim_tells_a_signal_sent_just_before_its_probes(sent: str | None) -> None:
+    """The negative checks "nothing signalled it" wait for an answered probe instead of sleeping: a signal sent
+    just before (with no pause) is always seen."""
+    import os
+    import signal
+
+    from .support.victim import Victim
+
+    victim = Victim()
+    try:
+        if sent:
+            os.kill(victim.pid, getattr(signal, sent))
+        seen = victim.signals()
+    finally:
+        victim.stop()
+    expected = {
+        None: [["SIGWINCH"]],
+        "SIGTERM": [["SIGTERM", "(ended)"]],  # taken before the probe
+        "SIGKILL": [["(ended)"]],
+    }
+    assert seen in expected[sent]
