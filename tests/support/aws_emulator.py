@@ -133,13 +133,31 @@ STOP_GRACE_S = float(os.environ.get("CLOUDDDP_RIG_SAGEMAKER_STOP_S", "1.5"))
 """How long a stopped job stays Stopping here (SageMaker: the container's SIGTERM, up to 120 s, then SIGKILL)."""
 
 
+STOP_REQUESTS: dict[str, int] = {}
+"""training job -> how many StopTrainingJob requests named it (refused ones included)."""
+_HELD_STOPPING: set[str] = set()
+
+
+@contextmanager
+def stopping_held(name: str) -> Iterator[None]:
+    """A stop of the training job ``name`` stays in Stopping while the block runs (a container that takes its
+    whole grace), however slow the machine; after it, the job goes to Stopped."""
+    _HELD_STOPPING.add(name)
+    try:
+        yield
+    finally:
+        _HELD_STOPPING.discard(name)
+
+
 def _stop_training_job(self: Any) -> Any:
     """StopTrainingJob, which moto lacks, as SageMaker answers it: a job that is not in progress (Stopping
-    included) is refused; one that is goes to Stopping, and after :data:`STOP_GRACE_S` to Stopped."""
+    included) is refused; one that is goes to Stopping, and after :data:`STOP_GRACE_S` to Stopped (or, for a job
+    in :func:`stopping_held`, once the hold ends). Every request is counted in :data:`STOP_REQUESTS`."""
     from moto.sagemaker.exceptions import ValidationError
     from moto.sagemaker.responses import ActionResult
 
     name = self._get_param("TrainingJobName")
+    STOP_REQUESTS[name] = STOP_REQUESTS.get(name, 0) + 1
     job = self.sagemaker_backend.training_jobs.get(name)
     if job is None:
         raise ValidationError(message=f"Requested resource not found: training job {name}")
@@ -150,13 +168,18 @@ def _stop_training_job(self: Any) -> Any:
     job.training_job_status, job.secondary_status = "Stopping", "Stopping"
 
     def stopped() -> None:
-        if job.training_job_status == "Stopping":
+        if name in _HELD_STOPPING:
+            later(0.05)
+        elif job.training_job_status == "Stopping":
             job.training_job_status, job.secondary_status = "Stopped", "Stopped"
             _end(job, datetime.datetime.now(datetime.timezone.utc))
 
-    timer = threading.Timer(STOP_GRACE_S, stopped)
-    timer.daemon = True
-    timer.start()
+    def later(seconds: float) -> None:
+        timer = threading.Timer(seconds, stopped)
+        timer.daemon = True
+        timer.start()
+
+    later(STOP_GRACE_S)
     return ActionResult({})
 
 
