@@ -123,7 +123,8 @@ def test_the_budget_watch_cancels_a_run_whose_spend_reaches_the_budget(model: Wo
         model.set_job_status(name, "Running", at=ago(50 + 5 * len(polls)))
 
     outcome = watch(b, name, 58.0, poll=0.01, sleep=later)
-    assert b.status(name).state is RunState.CANCELLED
+    assert model.cancel_requests == {name: 1}
+    wait_until(lambda: b.status(name).state is RunState.CANCELLED, timeout=30)
     assert len(polls) == 2  # at 55 minutes $49.9 + $5.0 is under $58; at 60, $54.4 + $5.0 reaches it
     assert outcome["stopped_at_cost"] == pytest.approx(3600 * 2 * PRICE / 3600, rel=0.01)
     assert outcome["stop_cost"] == pytest.approx(330 * 2 * PRICE / 3600, abs=1e-3)

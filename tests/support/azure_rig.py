@@ -223,6 +223,13 @@ class WorkspaceModel:
     """How many times a cluster update's operation answers ``InProgress`` first."""
     update_outcome: str = "Succeeded"
     """How a cluster update's operation ends (``Failed``: the scale settings stay as they were)."""
+    cancel_s: float = 0.3
+    """How long a cancelled job stays ``CancelRequested`` before ``Canceled`` (Azure ML: the job's processes are
+    signalled and its nodes released first)."""
+    held_cancels: set[str] = field(default_factory=set)
+    """Jobs whose ``CancelRequested`` lasts until they leave this set, however slow the machine."""
+    cancel_requests: dict[str, int] = field(default_factory=dict)
+    """job -> how many cancel requests named it."""
     create_error: dict[str, Any] | None = None
     """The error a cluster creation ends with (``{"code", "message"}``): its operation answers ``InProgress`` once,
     then ``Failed`` with it, and the cluster stays, ``Failed``, with it in its ``provisioningErrors``, as Azure
@@ -582,11 +589,27 @@ class WorkspaceAdapter(BaseAdapter):
         if name not in m.jobs:
             return self._not_found(f"job {name}")
         if method == "POST" and parts[-1] == "cancel":
-            m.set_job_status(name, "Canceled")
+            m.cancel_requests[name] = m.cancel_requests.get(name, 0) + 1
+            if m.jobs[name]["properties"]["status"] not in ("Completed", "Failed", "Canceled", "CancelRequested"):
+                m.set_job_status(name, "CancelRequested")
+                self._cancel_later(name, m.cancel_s)
             return 202, None, {"Location": f"https://management.azure.com{WS_PATH}/operations/cancel-{name}"}
         if method == "GET" and len(parts) == 2:
             return 200, m.jobs[name], {}
         return self._not_found("/".join(parts))
+
+    def _cancel_later(self, name: str, seconds: float) -> None:
+        """``CancelRequested`` becomes ``Canceled`` after ``seconds`` (later while the job is held)."""
+
+        def done() -> None:
+            if name in self.model.held_cancels:
+                self._cancel_later(name, 0.05)
+            elif self.model.jobs[name]["properties"]["status"] == "CancelRequested":
+                self.model.set_job_status(name, "Canceled")
+
+        timer = threading.Timer(seconds, done)
+        timer.daemon = True
+        timer.start()
 
     def computes(self, method: str, parts: list[str], body: Any) -> Answer:
         m = self.model

@@ -165,6 +165,17 @@ class AzureMLHarness(Harness):
     def end(self, run_id: str) -> None:
         self.model.set_job_status(run_id, "Completed")
 
+    @contextlib.contextmanager
+    def stop_held(self, run_id: str) -> Iterator[bool]:
+        self.model.held_cancels.add(run_id)
+        try:
+            yield True
+        finally:
+            self.model.held_cancels.discard(run_id)
+
+    def stop_requests(self, run_id: str) -> int:
+        return self.model.cancel_requests.get(run_id, 0)
+
     def without_credentials(self) -> dict[str, str]:
         from .azure_rig import env_for_rig
 
