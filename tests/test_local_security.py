@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from cloudddp.backends.procs import Process, boot_id, start_time
 
 from .support import users
 from .support.cli import FIXTURES
+from .support.victim import Victim
 from .support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -105,14 +104,7 @@ def test_another_user_cannot_reach_the_rendezvous_store_and_ps_shows_no_rdzv_id(
     assert not leaked, leaked  # ... but not the id
 
 
-_VICTIM = """
-import signal, sys, time
-signal.signal(signal.SIGTERM, lambda *_: (open(sys.argv[1], "w").write("TERM"), sys.exit(0)))
-time.sleep(120)
-"""
-
-
-def test_cancel_of_a_run_whose_recorded_pids_now_belong_to_another_process_signals_nothing(tmp_path: Path) -> None:
+def test_cancel_of_a_run_whose_recorded_pids_now_belong_to_another_process_signals_nothing() -> None:
     """The run's supervisor and agent have exited; their pids now name another process (a reboot, or the kernel
     handing the numbers out again) and status.json still says running, as after a supervisor killed with -9."""
     run = Job.load(TINY, ["code.args=[--epochs, 1]"]).submit("local")
@@ -121,21 +113,18 @@ def test_cancel_of_a_run_whose_recorded_pids_now_belong_to_another_process_signa
     recorded = json.loads(status_file.read_text())
     assert recorded["supervisor"]["start"] > 0 and len(recorded["node_processes"]) == 1
 
-    marker = tmp_path / "victim-signalled"
-    victim = subprocess.Popen([sys.executable, "-c", _VICTIM, str(marker)], start_new_session=True)
+    victim = Victim()
     try:
-        wait_until(lambda: start_time(victim.pid), timeout=10)
+        assert start_time(victim.pid)
         status_file.write_text(
             json.dumps({**recorded, "state": "running", "supervisor_pid": victim.pid, "node_pgids": [victim.pid]})
         )
         status = run.status()
         assert status.state is RunState.FAILED and "exited unexpectedly" in status.message  # not "running"
         run.cancel()
-        time.sleep(0.5)
-        assert victim.poll() is None and not marker.exists()  # neither SIGTERM nor SIGKILL reached it
+        assert victim.signals() == ["SIGWINCH"]  # only our probe: neither SIGTERM nor SIGKILL reached it
     finally:
-        victim.kill()
-        victim.wait()
+        victim.stop()
 
 
 def test_pids_up_to_1_and_processes_we_may_not_signal_are_never_ours(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,6 +4,7 @@ tables (docs/guarantees.md, docs/security.md) cite exists, and no assertion hide
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -104,3 +105,52 @@ def test_no_assertion_hides_a_check_in_its_message() -> None:
     ]
     assert found == []
     assert _asserts_hiding_a_check('assert "a" in out, errs and "b" in out\n') == [1]
+
+
+def test_the_canary_search_finds_every_form_of_a_secret_in_text_archives_and_files(tmp_path: Path) -> None:
+    """The cloud rigs' secret scans find nothing; this is what they would have found."""
+    import io
+    import tarfile
+
+    from .support import canary
+
+    assert len(canary.FORMS) >= 12  # the whole values, each line of the key, their escapes and encodings
+    for form in canary.FORMS:
+        assert f"text: {form!r}" in canary.leaks(f"before {form} after", "text")
+    line = canary.PEM.splitlines()[1].encode()
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w:gz") as archive:
+        member = tarfile.TarInfo("inner/config.txt")
+        member.size = len(line)
+        archive.addfile(member, io.BytesIO(line))
+    assert canary.leaks(packed.getvalue(), "sourcedir.tar.gz") == [
+        f"sourcedir.tar.gz -> inner/config.txt: {line.decode()!r}"
+    ]
+    (tmp_path / "deep" / "er").mkdir(parents=True)
+    (tmp_path / "deep" / "er" / "state.json").write_text(json.dumps({"token": canary.PEM}))
+    assert canary.files_leaking(tmp_path) and canary.searched_files(tmp_path) == 1
+    assert canary.leaks("an ordinary log line about tokens and keys", "text") == []
+
+
+@pytest.mark.parametrize("sent", [None, "SIGTERM", "SIGKILL"])
+def test_the_victim_tells_a_signal_sent_just_before_its_probes(sent: str | None) -> None:
+    """The negative checks "nothing signalled it" wait for an answered probe instead of sleeping: a signal sent
+    just before (with no pause) is always seen."""
+    import os
+    import signal
+
+    from .support.victim import Victim
+
+    victim = Victim()
+    try:
+        if sent:
+            os.kill(victim.pid, getattr(signal, sent))
+        seen = victim.signals()
+    finally:
+        victim.stop()
+    expected = {
+        None: [["SIGWINCH"]],
+        "SIGTERM": [["SIGTERM", "(ended)"]],  # taken before the probe
+        "SIGKILL": [["(ended)"]],
+    }
+    assert seen in expected[sent]

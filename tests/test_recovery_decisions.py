@@ -4,10 +4,6 @@ without the secrets it needs."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
@@ -19,14 +15,9 @@ from cloudddp.plan import Plan
 from cloudddp.runs import recovery
 
 from .support.cli import FIXTURES
+from .support.victim import Victim
 
 TINY = FIXTURES / "tinyjob" / "job.yaml"
-_VICTIM = """
-import signal, sys, time
-signal.signal(signal.SIGTERM, lambda *_: (open(sys.argv[1], "w").write("TERM"), sys.exit(0)))
-print("ready", flush=True)
-time.sleep(120)
-"""
 
 
 def failed(cause: Cause | None) -> RunStatus:
@@ -71,26 +62,20 @@ def test_a_watcher_without_the_literal_secrets_stops_the_chain_saying_how_never_
     assert chain.status == recovery.WATCHING and spawned == [{"PEM": "literal-secret-value"}]
 
 
-def test_cancel_signals_the_watcher_only_while_its_pid_is_still_that_process(tmp_path: Path) -> None:
+def test_cancel_signals_the_watcher_only_while_its_pid_is_still_that_process() -> None:
     """A chain whose recorded watcher pid now names another process (a victim that notes a SIGTERM)."""
-    marker = tmp_path / "signalled"
-    victim = subprocess.Popen(
-        [sys.executable, "-c", _VICTIM, str(marker)], start_new_session=True, stdout=subprocess.PIPE
-    )
+    victim = Victim()
     try:
-        assert victim.stdout is not None and victim.stdout.readline()  # its handler is in place
         chain = recovery.Chain("tiny-2", "local", "tiny", {}, 1, [recovery.Attempt(1, "tiny-2", 0.0)])
         real = Process.of(victim.pid)
         assert real is not None
         chain.watcher_pid, chain.watcher = victim.pid, {**real.record(), "start": real.start - 1}  # another start
         assert not chain.watcher_alive()
         recovery.cancel(chain)
-        time.sleep(0.3)
-        assert chain.status == recovery.CANCELLED and victim.poll() is None and not marker.exists()
+        assert chain.status == recovery.CANCELLED and victim.signals() == ["SIGWINCH"]  # not signalled
         chain.watcher = real.record()  # the watcher we started: signalled
         assert chain.watcher_alive()
         recovery.cancel(chain)
-        assert victim.wait(timeout=10) == 0 and marker.read_text() == "TERM"
+        assert victim.wait_ended(timeout=10) == ["SIGTERM", "exit 0"]
     finally:
-        victim.kill()
-        victim.wait()
+        victim.stop()

@@ -20,7 +20,7 @@ import torch
 
 from cloudddp.api import Job, Run
 from cloudddp.backends.base import RunState
-from cloudddp.backends.registry import backend_class, load_spec
+from cloudddp.backends.registry import backend_class, load_spec, names
 
 from .support.cli import ROOT, cli
 from .support.faults import rank_processes, wait_for_rank
@@ -108,17 +108,14 @@ def test_a_rank_that_stops_participating_fails_the_run_within_the_collective_tim
     assert "timed out" in text.lower() or "timeout" in text.lower(), text[-3000:]
 
 
-@pytest.mark.parametrize(
-    ("backend", "job"),
-    [
-        ("local", "digits-local"),
-        ("sagemaker", "cifar10-smddp"),
-        ("azureml", "cifar10-azureml"),
-        ("slurm", "cifar10-slurm"),
-    ],
-)
+JOB_OF = {"local": "digits-local", "sagemaker": "cifar10-smddp", "azureml": "cifar10-azureml", "slurm": "cifar10-slurm"}
+
+
+@pytest.mark.parametrize(("backend", "job"), sorted(JOB_OF.items()))
 def test_the_collective_timeout_is_rendered_to_every_backend(backend: str, job: str) -> None:
     """What the timeout test above proves locally, every backend tells its processes the same way."""
+    built_in = {name for name in names() if backend_class(name).__module__.startswith("cloudddp.")}
+    assert built_in == set(JOB_OF), "a built-in backend this test does not render"
     spec = load_spec(ROOT / "jobs" / f"{job}.yaml", ["distribution.collective_timeout=97"])
     text = backend_class(backend)().render(spec).text()
     assert re.search(r"CLOUDDDP_COLLECTIVE_TIMEOUT\W+97\b", text), text[:3000]

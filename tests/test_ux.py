@@ -122,8 +122,11 @@ def test_live_metrics_table_updates_in_a_real_terminal(cloudddp_home: Path) -> N
                 first = screen()
             assert epoch_on(first) > 0 and "sum_of_ranks" in first, first
             assert any(block in first for block in "▁▂▃▄▅▆▇█"), "a sparkline is drawn"
-            time.sleep(3)
+            deadline = time.monotonic() + 60  # the table follows: a later epoch appears on the same screen
             second = screen()
+            while epoch_on(second) <= epoch_on(first) and time.monotonic() < deadline:
+                time.sleep(0.5)
+                second = screen()
             assert epoch_on(second) > epoch_on(first), (first, second)
     finally:
         run.cancel()

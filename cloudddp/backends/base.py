@@ -431,6 +431,7 @@ class Backend(abc.ABC, Generic[OptionsT]):
         if plan.backend != self.name:
             raise UserError(f"this plan was rendered for the {plan.backend} backend, not {self.name}")
         self.check_launch_options(provision)
+        plan.secret_values()  # a variable env.X.from_env names but the shell lacks, a short secret: before any change
         if checks:
             failed = [c for c in self.preflight(plan) if c.ok is False]
             if failed:

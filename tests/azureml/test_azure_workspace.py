@@ -33,8 +33,10 @@ from ..support.azure_rig import (
     create_container,
     ml_transport,
     rest_example,
+    serve,
+    served_environment,
 )
-from ..support.cli import ROOT
+from ..support.cli import ROOT, cli
 from ..support.mlflow_server import MlflowServer
 
 pytestmark = pytest.mark.slow
@@ -151,6 +153,33 @@ def test_a_cluster_update_that_fails_stops_the_submit_naming_the_cluster(model: 
     with pytest.raises(CloudDDPError, match="growing cluster gpu-cluster ended Failed"):
         b.launch(b.render(load_spec(AZURE_JOB, ["resources.nodes=3"])), checks=False)
     assert not [c for c in model.calls if c[0] == "PUT" and "/jobs/" in c[1]], "no job sent to a cluster that failed"
+
+
+SUBNET_FULL = {"code": "BadRequest", "message": "Subnet ml has 0 free IP addresses; the cluster needs 4."}
+
+
+def test_a_cluster_whose_creation_ends_failed_stops_the_submit_and_says_what_to_do(
+    model: WorkspaceModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the CLI as a user runs it: the creation's operation ends ``Failed`` with Azure's error; the submit exits
+    1 naming the cluster, the error and the fix, with no traceback and no job or code sent. Azure keeps the failed
+    cluster: the next submit finds it ``Failed`` and says so instead of sending a job that would never start."""
+    model.create_error = SUBNET_FULL
+    with serve(model) as url:
+        for key, value in {**served_environment(url, model), "CLOUDDDP_AZUREML_POLL": "0.2"}.items():
+            monkeypatch.setenv(key, value)
+        first = cli("submit", str(AZURE_JOB), "-b", "azureml", "--detach")
+        again = cli("submit", str(AZURE_JOB), "-b", "azureml", "--detach")
+    assert first.returncode == 1 and "Traceback" not in first.stderr, first.stderr
+    assert "creating cluster gpu-cluster ended Failed: (BadRequest) Subnet ml has 0 free IP addresses" in first.stderr
+    assert "az ml compute delete --name gpu-cluster" in first.stderr, first.stderr
+    assert model.computes["gpu-cluster"]["properties"]["provisioningState"] == "Failed"
+    assert again.returncode == 1 and "Traceback" not in again.stderr, again.stderr
+    assert "cluster gpu-cluster is in state Failed (BadRequest): a job sent to it would never start" in again.stderr
+    assert [c for c in model.calls if c[0] == "PUT" and "/computes/" in c[1]] == [
+        ("PUT", f"{WS_PATH}/computes/gpu-cluster")
+    ]
+    assert not [c for c in model.calls if "/jobs/" in c[1] and c[0] == "PUT"] and model.pending_uploads == 0
 
 
 @pytest.mark.parametrize(

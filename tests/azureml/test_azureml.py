@@ -8,7 +8,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from cloudddp.runs.registry import Registry
 from ..support.azure_rig import FakeCredential, WorkspaceModel, create_container, ml_transport
 from ..support.cli import ROOT
 from ..support.mlflow_server import MlflowServer
+from ..support.waiting import wait_until
 
 AZURE_JOB = ROOT / "jobs" / "cifar10-azureml.yaml"
 
@@ -181,8 +181,10 @@ def test_provision_submit_status_logs_metrics_cancel_through_the_real_sdk(
     assert "wandb-canary-9f8e7d" not in json.dumps(Registry().list(limit=1000).__repr__())  # ...and stored nowhere
     code = [c for c in model.codes.values()]
     assert len(code) == 1 and model.pending_uploads == 1
-    blobs = [b.name for b in model.container_client().list_blobs(name_starts_with="LocalUpload/")]
-    assert any(n.endswith("/train.py") for n in blobs), blobs
+    container, prefix = model.code_location(name)  # the snapshot this job names, in this test's own container
+    assert container == model.container and prefix.startswith("LocalUpload/")
+    train = model.container_client().download_blob(f"{prefix}/train.py").readall()
+    assert train == (ROOT / "src_train" / "train.py").read_bytes()
 
     assert b.status(name).state is RunState.PENDING
     model.set_job_status(name, "Running")
@@ -195,21 +197,25 @@ def test_provision_submit_status_logs_metrics_cancel_through_the_real_sdk(
         target=lambda: seen.extend((line.source, line.text) for line in b.logs(name, follow=True))
     )
     follower.start()
-    time.sleep(0.5)
+    wait_until(lambda: ("process_1", "starting rank 1") in seen, timeout=60)  # the follower is reading
     metric = 'CLOUDDDP_METRIC {"epoch":1,"step":10,"time":1.0,"train_loss":0.42,"test_acc":0.91}'
     model.write_log(name, 0, metric + "\n")
-    time.sleep(0.5)
+    wait_until(lambda: ("process_0", metric) in seen, timeout=60)  # arrived while following: the job still runs
+    assert follower.is_alive() and b.status(name).state is RunState.RUNNING
     model.set_job_status(name, "Completed")
-    follower.join(timeout=30)
+    follower.join(timeout=60)
+    assert not follower.is_alive()  # the job's end ends the follow
     assert ("process_0", "starting rank 0") in seen and ("process_1", "starting rank 1") in seen
-    assert ("process_0", metric) in seen  # arrived while following
     records = list(b.metrics(name))  # nothing in the job's MLflow run: the metric lines of its logs
     assert len(records) == 1 and records[0].values == {"train_loss": 0.42, "test_acc": 0.91}
     assert b.status(name).state is RunState.SUCCEEDED
 
     model.set_job_status(name, "Running")
-    b.cancel(name)
-    assert b.status(name).state is RunState.CANCELLED
+    model.held_cancels.add(name)
+    assert b.cancel(name) is True
+    assert b.status(name).state is RunState.STOPPING  # CancelRequested, as Azure ML answers first
+    model.held_cancels.discard(name)
+    wait_until(lambda: b.status(name).state is RunState.CANCELLED, timeout=30)
 
 
 @pytest.mark.slow

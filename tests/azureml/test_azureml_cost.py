@@ -1,12 +1,17 @@
 """What an Azure ML job cost, from the run history's start and end, the nodes it held and the idle scale-down it
 caused, through the real azure-ai-ml SDK against the offline workspace; and the budget watch cancelling a job.
 
-The CLI runs in another process, which cannot reach this in-process workspace; ``cloudddp cost`` prints the report
-these tests read through the same :class:`cloudddp.api.Run` and text renderer."""
+Most tests drive the backend in this process, and read the report ``cloudddp cost`` prints through the same
+:class:`cloudddp.api.Run` and text renderer; the detached budget watch runs as ``cloudddp submit`` starts it, in its own
+process, against the workspace served over HTTP."""
 
 from __future__ import annotations
 
 import datetime
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -20,9 +25,18 @@ from cloudddp.cli.cmd_runs import cost_text
 from cloudddp.runs.budget import watch
 from cloudddp.runs.registry import Registry
 
-from ..support.azure_rig import FakeCredential, WorkspaceModel, create_container, ml_transport
-from ..support.cli import ROOT
+from ..support.azure_rig import (
+    WS_PATH,
+    FakeCredential,
+    WorkspaceModel,
+    create_container,
+    ml_transport,
+    serve,
+    served_environment,
+)
+from ..support.cli import ROOT, cli
 from ..support.mlflow_server import MlflowServer
+from ..support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 JOB = ROOT / "jobs" / "cifar10-azureml.yaml"  # the shared script, 2 × Standard_ND96asr_v4, 300 s idle scale-down
@@ -109,8 +123,57 @@ def test_the_budget_watch_cancels_a_run_whose_spend_reaches_the_budget(model: Wo
         model.set_job_status(name, "Running", at=ago(50 + 5 * len(polls)))
 
     outcome = watch(b, name, 58.0, poll=0.01, sleep=later)
-    assert b.status(name).state is RunState.CANCELLED
+    assert model.cancel_requests == {name: 1}
+    wait_until(lambda: b.status(name).state is RunState.CANCELLED, timeout=30)
     assert len(polls) == 2  # at 55 minutes $49.9 + $5.0 is under $58; at 60, $54.4 + $5.0 reaches it
     assert outcome["stopped_at_cost"] == pytest.approx(3600 * 2 * PRICE / 3600, rel=0.01)
     assert outcome["stop_cost"] == pytest.approx(330 * 2 * PRICE / 3600, abs=1e-3)
     assert Registry().get(name).info["budget"]["message"].startswith("stopped: spend $")  # type: ignore[union-attr]
+
+
+@pytest.fixture()
+def served(model: WorkspaceModel, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkspaceModel]:
+    """The workspace over HTTP, for the CLI and the detached budget watch it starts (both other processes)."""
+    with serve(model) as url:
+        for key, value in {**served_environment(url, model), "CLOUDDDP_BUDGET_POLL": "0.2"}.items():
+            monkeypatch.setenv(key, value)
+        yield model
+
+
+def watch_looks(log: str) -> int:
+    """How many times the budget watch has looked at the bill (one log line each)."""
+    return sum(" of $58.00" in line for line in Path(log).read_text().splitlines()) if Path(log).exists() else 0
+
+
+@pytest.mark.timeout(240)
+def test_the_detached_budget_watch_started_by_submit_cancels_the_job_on_the_workspace(served: WorkspaceModel) -> None:
+    """The watch as a user gets it: started by ``cloudddp submit --detach``, in its own process, reading the bill
+    from the workspace over HTTP until the spend and the cost of stopping reach the budget, then cancelling."""
+    result = cli("submit", str(JOB), "-b", "azureml", "-o", "resources.max_cost=58", "-o", "name=budget-az", "--detach")
+    assert result.returncode == 0, result.stderr
+    found = re.search(r"submitted (\S+)", result.stderr)
+    assert found, result.stderr
+    name = found.group(1)
+    watch = Registry().get(name).info["budget"]  # type: ignore[union-attr]
+    assert watch["watch_pid"] > 0 and watch["poll_s"] == 0.2
+    wait_until(lambda: watch_looks(watch["log"]) >= 2, timeout=60)  # it has looked at the bill twice
+    assert served.jobs[name]["properties"]["status"] == "Queued"  # nothing billed yet: left alone
+
+    served.set_job_status(name, "Running", at=ago(50))  # $45.3 so far; stopping adds 30 s + 300 s idle: $5.0
+    looks = watch_looks(watch["log"])
+    wait_until(lambda: watch_looks(watch["log"]) >= looks + 2, timeout=60)  # and twice more at $50.3
+    assert served.jobs[name]["properties"]["status"] == "Running"  # under the budget: left running
+    assert not any(path.endswith("/cancel") for _, path in served.calls)
+
+    served.set_job_status(name, "Running", at=ago(60))  # $54.4 + $5.0 reach $58: the watch cancels the job
+    wait_until(lambda: served.jobs[name]["properties"]["status"] == "Canceled", timeout=60)
+    assert [path for method, path in served.calls if path.endswith("/cancel")] == [f"{WS_PATH}/jobs/{name}/cancel"]
+    outcome = wait_until(
+        lambda: Registry().get(name).info["budget"].get("stopped_at_cost") and Registry().get(name).info["budget"],
+        timeout=30,
+    )  # type: ignore[union-attr]
+    assert outcome["stopped_at_cost"] == pytest.approx(3600 * 2 * PRICE / 3600, rel=0.02)
+    assert outcome["stop_cost"] == pytest.approx(330 * 2 * PRICE / 3600, abs=1e-3)
+    report = json.loads(cli("cost", name, "--json").stdout)
+    assert report["max_cost"] == 58 and report["budget"]["message"].startswith("stopped: spend $")
+    assert json.loads(cli("status", name, "--json").stdout)["state"] == "cancelled"

@@ -24,7 +24,7 @@ from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.code.shim import read_payload
 from cloudddp.runs.registry import Registry
 
-from ..support.aws_emulator import aws_environment
+from ..support.aws_emulator import aws_environment, own_bucket
 from ..support.cli import ROOT
 from ..support.sagemaker_container import (
     TOOLKITS,
@@ -37,7 +37,6 @@ from ..support.sagemaker_container import (
 from ..support.wheels import wheel
 
 pytestmark = pytest.mark.slow
-BUCKET = "cloudddp-rehearsals"
 REGION = "us-east-1"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 CPU_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-cpu-py311"
@@ -68,7 +67,7 @@ def digits_channel(folder: Path) -> Path:
     return folder
 
 
-def cpu_job(tmp_path: Path, name: str, epochs: int = 2, nodes: int = 1, processes: int = 1) -> dict[str, Any]:
+def cpu_job(root: Path, name: str, epochs: int = 2, nodes: int = 1, processes: int = 1) -> dict[str, Any]:
     return {
         "name": name,
         "code": {
@@ -76,12 +75,12 @@ def cpu_job(tmp_path: Path, name: str, epochs: int = 2, nodes: int = 1, processe
             "entry": "train.py",
             "args": ["--dataset", "digits", "--model", "cnn", "--epochs", str(epochs)],
         },
-        "inputs": {"train": {"path": str(digits_channel(tmp_path / "data")), "arg": "--data-dir"}},
+        "inputs": {"train": {"path": str(digits_channel(root / "data")), "arg": "--data-dir"}},
         "resources": {"nodes": nodes, "gpus_per_node": 0, "processes_per_node": processes, "interconnect": "any"},
         "sagemaker": {
             "region": REGION,
             "role": ROLE,
-            "bucket": BUCKET,
+            "bucket": own_bucket(root),  # the test's own: no checkpoint of an earlier test can be found there
             "instance_type": "ml.m5.xlarge",
             "image": CPU_IMAGE,
         },

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import boto3
@@ -22,11 +21,11 @@ from cloudddp.errors import UserError
 from cloudddp.runs.registry import Registry
 from cloudddp.runtime import checkpoint_key, shipped_files
 
-from ..support.aws_emulator import FaultProxy, aws_environment, put_logs, set_status
+from ..support.aws_emulator import FaultProxy, aws_environment, own_bucket, put_logs, set_status
 from ..support.cli import ROOT, cli
+from ..support.waiting import LineReader
 
 pytestmark = pytest.mark.slow
-BUCKET = "cloudddp-test-artifacts"
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +39,7 @@ def aws_env(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
 def job(tmp_path: Path, **extra: object) -> dict:
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
-    (data / "part-0.bin").write_bytes(os.urandom(2048))  # unique per test: the bucket outlives a test
+    (data / "part-0.bin").write_bytes(os.urandom(2048))  # unique per test
     return {
         "name": "tiny-sm",
         "code": {
@@ -53,7 +52,7 @@ def job(tmp_path: Path, **extra: object) -> dict:
         "sagemaker": {
             "region": "us-east-1",
             "role": "arn:aws:iam::123456789012:role/SageMakerRole",
-            "bucket": BUCKET,
+            "bucket": own_bucket(tmp_path),  # moto lives for the session: each test has a bucket of its own
             "instance_type": "ml.p4d.24xlarge",
             "image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-gpu-py311",
         },
@@ -76,19 +75,23 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
 
     # The code archive (the folder and the shipped launcher) is in S3 under its own sha256, byte-identical
     # to a local deterministic pack.
+    bucket = own_bucket(tmp_path)
+    s3 = boto3.client("s3")
     snapshot = pack(ROOT / "src_train", extra=shipped_files())
-    body = (
-        boto3.client("s3")
-        .get_object(Bucket=BUCKET, Key=f"cloudddp/code/{snapshot.sha256}/sourcedir.tar.gz")["Body"]
-        .read()
-    )
+    body = s3.get_object(Bucket=bucket, Key=f"cloudddp/code/{snapshot.sha256}/sourcedir.tar.gz")["Body"].read()
     assert hashlib.sha256(body).hexdigest() == snapshot.sha256
-    keys = [
-        o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="cloudddp/data/train/")["Contents"]
-    ]
-    assert any(k.endswith("/part-0.bin") for k in keys)
 
     d = boto3.client("sagemaker").describe_training_job(TrainingJobName=name)
+    # The channel the job reads holds exactly this test's data file, byte for byte.
+    [channel] = [c for c in d["InputDataConfig"] if c["ChannelName"] == "train"]
+    uri = channel["DataSource"]["S3DataSource"]["S3Uri"]
+    assert uri.startswith(f"s3://{bucket}/cloudddp/data/train/")
+    prefix = uri.removeprefix(f"s3://{bucket}/").rstrip("/") + "/"
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]]
+    assert sorted(keys) == [f"{prefix}.cloudddp-complete", f"{prefix}part-0.bin"]  # the file, then its marker
+    held = s3.get_object(Bucket=bucket, Key=f"{prefix}part-0.bin")["Body"].read()
+    assert held == (tmp_path / "data" / "part-0.bin").read_bytes()
+
     assert d["AlgorithmSpecification"]["TrainingImage"].endswith("pytorch-training:2.4-gpu-py311")
     assert d["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge" and d["ResourceConfig"]["InstanceCount"] == 2
     assert d["HyperParameters"]["sagemaker_torch_distributed_enabled"] == "true"
@@ -103,7 +106,7 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
         "/opt/ml/input/data/train",
     ]
     key = checkpoint_key(spec_from_dict(job(tmp_path)))  # the job's own folder: same training, same key
-    assert d["CheckpointConfig"]["S3Uri"] == f"s3://{BUCKET}/cloudddp/checkpoints/tiny-sm/{key}"
+    assert d["CheckpointConfig"]["S3Uri"] == f"s3://{bucket}/cloudddp/checkpoints/tiny-sm/{key}"
 
     set_status(name, "InProgress", "Training")
     status = json.loads(cli("status", name, "--json").stdout)
@@ -118,13 +121,17 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
         text=True,
         env={**os.environ, "CLOUDDDP_SAGEMAKER_POLL": "0.2"},
     )
-    time.sleep(3)
+    assert follower.stdout is not None
+    lines = LineReader(follower.stdout)
+    lines.wait_for("[algo-2] hello from algo-2")  # the follower is reading both hosts' streams
     put_logs(name, "algo-1", [metric(2, train_loss=0.5, test_acc=0.8)], 5_000)
+    lines.wait_for('"test_acc":0.8')  # arrived while following: the job has not ended
+    assert follower.poll() is None
     set_status(name, "Completed", "Completed")
-    out, errs = follower.communicate(timeout=120)
-    assert "[algo-1] starting" in out, errs[-2000:]
+    assert follower.wait(timeout=120) == 0  # the job's end ends the follow
+    out = lines.text()
+    assert "[algo-1] starting" in out, out[-2000:]
     assert "[algo-2] hello from algo-2" in out, out[-2000:]  # the second host's stream is followed too
-    assert '"test_acc":0.8' in out, out  # arrived while following, before the job ended
     metrics = [json.loads(line) for line in cli("metrics", name, "--json").stdout.splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2] and metrics[1]["test_acc"] == 0.8
     assert json.loads(cli("status", name, "--json").stdout)["state"] == "succeeded"
@@ -191,14 +198,15 @@ def test_status_reaches_the_cli_for_each_state(tmp_path: Path) -> None:
 def test_doctor_checks_credentials_and_that_s3_inputs_exist(tmp_path: Path) -> None:
     spec_path = tmp_path / "job.json"
     data = job(tmp_path, name="doctor-sm")
-    data["inputs"] = {"train": {"path": "s3://cloudddp-doctor-data/cifar10/", "arg": "--data-dir"}}
+    inputs = own_bucket(tmp_path) + "-in"  # empty until this test writes to it
+    data["inputs"] = {"train": {"path": f"s3://{inputs}/cifar10/", "arg": "--data-dir"}}
     spec_path.write_text(json.dumps(data))
-    boto3.client("s3").create_bucket(Bucket="cloudddp-doctor-data")
+    boto3.client("s3").create_bucket(Bucket=inputs)
     missing = cli("doctor", str(spec_path), "-b", "sagemaker", "--json")
     checks = {c["name"]: c for c in json.loads(missing.stdout)["checks"]}
     assert missing.returncode == 2 and checks["AWS credentials"]["ok"] is True
     assert checks["input train reachable"]["ok"] is False and checks["input train reachable"]["fix"]
-    boto3.client("s3").put_object(Bucket="cloudddp-doctor-data", Key="cifar10/data_batch_1", Body=b"x")
+    boto3.client("s3").put_object(Bucket=inputs, Key="cifar10/data_batch_1", Body=b"x")
     ok = cli("doctor", str(spec_path), "-b", "sagemaker", "--json")
     assert {c["name"]: c for c in json.loads(ok.stdout)["checks"]}["input train reachable"]["ok"] is True
 
@@ -243,8 +251,7 @@ def test_a_code_object_that_does_not_hold_the_snapshot_is_replaced_never_run(tmp
     [code] = [up for up in plan.uploads if up["kind"] == "code"]
     bucket, _, key = code["destination"].removeprefix("s3://").partition("/")
     s3 = boto3.client("s3")
-    if BUCKET not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
-        s3.create_bucket(Bucket=BUCKET)
+    s3.create_bucket(Bucket=bucket)  # this test's own, new
     s3.put_object(Bucket=bucket, Key=key, Body=b"#!/bin/sh\necho planted\n")  # someone got there first
     run_id = backend.launch(plan)
     body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()

@@ -1,8 +1,11 @@
-"""moto as a real HTTP server on 127.0.0.1, and a proxy in front of it that injects faults."""
+"""moto as a real HTTP server on 127.0.0.1, with what SageMaker does that moto lacks (job states and times,
+StopTrainingJob's Stopping phase, SageMaker's Service Quotas), and a proxy in front of it that records every
+request and injects faults."""
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import http.client
 import http.server
 import math
@@ -13,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -23,6 +27,13 @@ def free_port() -> int:
 
 
 ACCOUNT_ID = "123456789012"  # moto's default account
+
+
+def own_bucket(folder: Path) -> str:
+    """A bucket of one test's own on the session's moto, named from its temporary folder (unique in the session;
+    the same for every job of that test, so a second job finds the first one's checkpoints): an object an earlier
+    test left in a shared bucket cannot satisfy this test's assertions."""
+    return "cloudddp-t-" + hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:24]
 
 
 def aws_environment(url: str) -> dict[str, str]:
@@ -122,13 +133,31 @@ STOP_GRACE_S = float(os.environ.get("CLOUDDDP_RIG_SAGEMAKER_STOP_S", "1.5"))
 """How long a stopped job stays Stopping here (SageMaker: the container's SIGTERM, up to 120 s, then SIGKILL)."""
 
 
+STOP_REQUESTS: dict[str, int] = {}
+"""training job -> how many StopTrainingJob requests named it (refused ones included)."""
+_HELD_STOPPING: set[str] = set()
+
+
+@contextmanager
+def stopping_held(name: str) -> Iterator[None]:
+    """A stop of the training job ``name`` stays in Stopping while the block runs (a container that takes its
+    whole grace), however slow the machine; after it, the job goes to Stopped."""
+    _HELD_STOPPING.add(name)
+    try:
+        yield
+    finally:
+        _HELD_STOPPING.discard(name)
+
+
 def _stop_training_job(self: Any) -> Any:
     """StopTrainingJob, which moto lacks, as SageMaker answers it: a job that is not in progress (Stopping
-    included) is refused; one that is goes to Stopping, and after :data:`STOP_GRACE_S` to Stopped."""
+    included) is refused; one that is goes to Stopping, and after :data:`STOP_GRACE_S` to Stopped (or, for a job
+    in :func:`stopping_held`, once the hold ends). Every request is counted in :data:`STOP_REQUESTS`."""
     from moto.sagemaker.exceptions import ValidationError
     from moto.sagemaker.responses import ActionResult
 
     name = self._get_param("TrainingJobName")
+    STOP_REQUESTS[name] = STOP_REQUESTS.get(name, 0) + 1
     job = self.sagemaker_backend.training_jobs.get(name)
     if job is None:
         raise ValidationError(message=f"Requested resource not found: training job {name}")
@@ -139,13 +168,18 @@ def _stop_training_job(self: Any) -> Any:
     job.training_job_status, job.secondary_status = "Stopping", "Stopping"
 
     def stopped() -> None:
-        if job.training_job_status == "Stopping":
+        if name in _HELD_STOPPING:
+            later(0.05)
+        elif job.training_job_status == "Stopping":
             job.training_job_status, job.secondary_status = "Stopped", "Stopped"
             _end(job, datetime.datetime.now(datetime.timezone.utc))
 
-    timer = threading.Timer(STOP_GRACE_S, stopped)
-    timer.daemon = True
-    timer.start()
+    def later(seconds: float) -> None:
+        timer = threading.Timer(seconds, stopped)
+        timer.daemon = True
+        timer.start()
+
+    later(STOP_GRACE_S)
     return ActionResult({})
 
 
@@ -162,13 +196,65 @@ def _starts_in_progress(create: Any) -> Any:
     return created
 
 
+_QUOTAS: dict[tuple[str, str], float] = {}
+"""(region, quota name) -> value: SageMaker's rows of ListServiceQuotas (:func:`sagemaker_quotas` sets them)."""
+QUOTA_PAGE = 2
+"""Rows per ListServiceQuotas page when the caller names no MaxResults (small: every page must be read)."""
+
+
+@contextmanager
+def sagemaker_quotas(quotas: dict[str, float], region: str = "us-east-1") -> Iterator[None]:
+    """SageMaker's Service Quotas in ``region`` are ``quotas`` (name -> value, e.g. ``ml.g5.2xlarge for training
+    job usage``) while the block runs, and gone after it, whatever the test did: the emulator is the session's."""
+    clash = sorted(name for name in quotas if (region, name) in _QUOTAS)
+    assert not clash, f"quotas already set by another test: {clash}"
+    _QUOTAS.update({(region, name): value for name, value in quotas.items()})
+    try:
+        yield
+    finally:
+        for name in quotas:
+            _QUOTAS.pop((region, name), None)
+
+
+def _list_service_quotas(self: Any) -> str:
+    """ListServiceQuotas, which moto lacks, as Service Quotas answers it for SageMaker: the quotas set with
+    :func:`sagemaker_quotas`, in pages of ``MaxResults`` (:data:`QUOTA_PAGE`) with a ``NextToken``."""
+    import json
+
+    params = json.loads(self.body)
+    if params.get("ServiceCode") != "sagemaker":
+        return json.dumps({"Quotas": []})
+    rows = [
+        {
+            "ServiceCode": "sagemaker",
+            "ServiceName": "Amazon SageMaker",
+            "QuotaArn": f"arn:aws:servicequotas:{region}:{ACCOUNT_ID}:sagemaker/L-{i:08X}",
+            "QuotaCode": f"L-{i:08X}",
+            "QuotaName": name,
+            "Value": value,
+            "Unit": "None",
+            "Adjustable": True,
+            "GlobalQuota": False,
+        }
+        for i, ((region, name), value) in enumerate(sorted(_QUOTAS.items()))
+        if region == self.region
+    ]
+    start, size = int(params.get("NextToken") or 0), int(params.get("MaxResults") or QUOTA_PAGE)
+    answer: dict[str, Any] = {"Quotas": rows[start : start + size]}
+    if start + size < len(rows):
+        answer["NextToken"] = str(start + size)
+    return json.dumps(answer)
+
+
 @contextmanager
 def moto_server() -> Iterator[str]:
     from moto.sagemaker.models import SageMakerModelBackend
     from moto.sagemaker.responses import SageMakerResponse
     from moto.server import ThreadedMotoServer
+    from moto.servicequotas.responses import ServiceQuotasResponse
 
     SageMakerResponse.stop_training_job = _stop_training_job  # type: ignore[attr-defined]
+    ServiceQuotasResponse.list_service_quotas = _list_service_quotas  # type: ignore[attr-defined]
     if not getattr(SageMakerModelBackend.create_training_job, "starts_in_progress", False):
         SageMakerModelBackend.create_training_job = _starts_in_progress(SageMakerModelBackend.create_training_job)
         SageMakerModelBackend.create_training_job.starts_in_progress = True  # type: ignore[attr-defined]
@@ -183,12 +269,14 @@ def moto_server() -> Iterator[str]:
 
 @dataclass
 class FaultProxy:
-    """Forwards to ``upstream``; ``rule(target, count)`` may answer instead: 'throttle', '503' or 'drop'
-    (forward the request, then close the connection without a response: a lost response)."""
+    """Forwards to ``upstream`` and records each request; ``rule(target, count)`` may answer instead: 'throttle',
+    '503' or 'drop' (forward the request, then close the connection without a response: a lost response)."""
 
     upstream: str
     rule: Callable[[str, int], str | None] = lambda target, n: None
     seen: dict[str, int] = field(default_factory=dict)
+    sent: list[tuple[str, str, bytes]] = field(default_factory=list)
+    """(target, path with its query, body) of every request, in order: what was sent to AWS, byte for byte."""
 
     def target_of(self, handler: http.server.BaseHTTPRequestHandler, body: bytes) -> str:
         amz = handler.headers.get("X-Amz-Target", "")
@@ -211,6 +299,7 @@ class FaultProxy:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 target = proxy.target_of(self, body)
                 proxy.seen[target] = proxy.seen.get(target, 0) + 1
+                proxy.sent.append((target, self.path, body))
                 fault = proxy.rule(target, proxy.seen[target])
                 if fault == "throttle":
                     payload = b'{"__type":"ThrottlingException","message":"Rate exceeded"}'

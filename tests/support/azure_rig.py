@@ -8,10 +8,11 @@ usages, the discovery document and run history) from an in-memory model. Where t
 (tests/fixtures/azure_rest/: ``Usage/list.json``, ``Compute/patch.json``), the rig answers in its shape.
 Blob traffic (code snapshots, log files) goes to Azurite over real HTTP: SAS URLs point at it directly, and
 the datastores' account URL (``http://devstoreaccount1.blob.rig.invalid``) is forwarded to it by
-``BlobForwarder``.
+``BlobForwarder``. Each ``WorkspaceModel`` has containers of its own (a random suffix), so what a test finds
+on the session's Azurite is what that test wrote.
 
 As on Azure ML, a job's logs are written under its ``default`` output
-(``azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.<job>``, container ``azureml``), and
+(``azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.<job>``, container ``azureml`` on Azure), and
 when the model has an MLflow server (a real ``mlflow server``) the workspace reports it as its
 ``mlFlowTrackingUri`` and every submitted job gets an MLflow run whose id is the job's name. A job failed
 with ``fail_job`` has its error in its run history's details, where Azure ML reports why a job failed.
@@ -23,6 +24,7 @@ For other processes (the CLI, a recovery watcher), ``serve`` answers the same ro
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import io
@@ -61,7 +63,6 @@ DISCOVERY = "https://discovery.rig.invalid/discovery/workspaces/abc"
 RUN_HISTORY = "https://runhistory.rig.invalid"
 STORAGE_ENDPOINT = "rig.invalid"  # a datastore's account URL is http://<account>.blob.<endpoint>
 ACCOUNT_URL = f"http://{ACCOUNT}.blob.{STORAGE_ENDPOINT}"
-ARTIFACT_CONTAINER = "azureml"  # the workspace storage container behind workspaceartifactstore
 Answer = tuple[int, Any, dict[str, str]]  # status, JSON body, headers
 ML_HOSTS = ("https://management.azure.com", DISCOVERY.rsplit("/discovery", 1)[0], RUN_HISTORY)
 OUTPUT_MODES = {"ReadWriteMount": "rw_mount", "Upload": "upload", "Direct": "direct"}  # REST -> CLI v2
@@ -179,15 +180,26 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat()
 
 
+def _own_container(kind: str) -> str:
+    """A container name no other test's workspace uses: Azurite lives for the whole session, so a fixed name
+    would let an earlier test's blobs (code snapshots, job logs) satisfy a later test's assertion."""
+    return f"{kind}-{uuid.uuid4().hex[:16]}"
+
+
 @dataclass
 class WorkspaceModel:
     blob_endpoint: str
-    container: str = "azureml-blobstore-rig"
+    container: str = field(default_factory=lambda: _own_container("azureml-blobstore"))
+    """The default datastore's container (workspaceblobstore: code snapshots), this workspace's own."""
+    artifact_container: str = field(default_factory=lambda: _own_container("azureml"))
+    """The container behind workspaceartifactstore (job logs; ``azureml`` on Azure), this workspace's own."""
     codes: dict[str, dict[str, Any]] = field(default_factory=dict)  # "name/version" -> resource
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     computes: dict[str, dict[str, Any]] = field(default_factory=dict)
     log_files: dict[str, dict[str, str]] = field(default_factory=dict)  # job -> file -> SAS url
     calls: list[tuple[str, str]] = field(default_factory=list)
+    sent: list[tuple[str, str, str]] = field(default_factory=list)
+    """(method, host + path + query, JSON body) of every request to the workspace: what the SDK sent Azure ML."""
     unhandled: list[str] = field(default_factory=list)
     pending_uploads: int = 0
     faults: list[tuple[str, str, int]] = field(default_factory=list)
@@ -211,6 +223,17 @@ class WorkspaceModel:
     """How many times a cluster update's operation answers ``InProgress`` first."""
     update_outcome: str = "Succeeded"
     """How a cluster update's operation ends (``Failed``: the scale settings stay as they were)."""
+    cancel_s: float = 0.3
+    """How long a cancelled job stays ``CancelRequested`` before ``Canceled`` (Azure ML: the job's processes are
+    signalled and its nodes released first)."""
+    held_cancels: set[str] = field(default_factory=set)
+    """Jobs whose ``CancelRequested`` lasts until they leave this set, however slow the machine."""
+    cancel_requests: dict[str, int] = field(default_factory=dict)
+    """job -> how many cancel requests named it."""
+    create_error: dict[str, Any] | None = None
+    """The error a cluster creation ends with (``{"code", "message"}``): its operation answers ``InProgress`` once,
+    then ``Failed`` with it, and the cluster stays, ``Failed``, with it in its ``provisioningErrors``, as Azure
+    leaves a cluster whose nodes could not be set up. None: created at once."""
     usages: list[dict[str, Any]] = field(default_factory=rig_usages)
     """The region's quota rows, as ``Usages - List`` answers them (``set_usage`` changes one)."""
 
@@ -249,17 +272,18 @@ class WorkspaceModel:
         folder on Azurite (an append blob, as Azure ML writes them while the job runs) and list it in the run's
         log files."""
         name = f"user_logs/{log_name(process)}"
-        blob = self.container_client(ARTIFACT_CONTAINER).get_blob_client(f"ExperimentRun/dcid.{job}/{name}")
+        blob = self.container_client(self.artifact_container).get_blob_client(f"ExperimentRun/dcid.{job}/{name}")
         if not blob.exists():
             blob.create_append_blob()
         blob.append_block(text.encode())
-        self.log_files.setdefault(job, {})[name] = f"{blob.url}?{self.container_sas(ARTIFACT_CONTAINER)}"
+        self.log_files.setdefault(job, {})[name] = f"{blob.url}?{self.container_sas(self.artifact_container)}"
 
     def start_mlflow_run(self, job: str, experiment: str) -> None:
         """The job's MLflow run, with the job's name as its id (as Azure ML's tracking store has it). A stock
         MLflow server makes up run ids, so the run is created in the server's own SQLite store with that id."""
         from unittest import mock
 
+        from mlflow.exceptions import MlflowException
         from mlflow.store.tracking import sqlalchemy_store
         from mlflow.utils.time import get_current_time_millis
 
@@ -271,17 +295,25 @@ class WorkspaceModel:
         store = self._mlflow_store
         found = store.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found else store.create_experiment(experiment)
+        with contextlib.suppress(MlflowException):  # the server lives for the session: a run id is one test's
+            store.get_run(job)
+            raise AssertionError(f"an earlier test already made an MLflow run {job}: give each test its own job names")
         with mock.patch.object(sqlalchemy_store.uuid, "uuid4", return_value=mock.Mock(hex=job)):
             store.create_run(experiment_id, "rig", get_current_time_millis(), [], job)
+
+    def code_location(self, job: str) -> tuple[str, str]:
+        """The container and folder of the code snapshot the job ``job`` names (its code asset's codeUri)."""
+        code_id = self.jobs[job]["properties"]["codeId"].split("/")
+        code_uri = urlparse(self.codes[f"{code_id[-3]}/{code_id[-1]}"]["properties"]["codeUri"])
+        container, prefix = code_uri.path.split("/", 3)[2:]
+        return container, prefix
 
     def submitted_job(self, job: str, into: Path) -> dict[str, Any]:
         """The job as a node gets it: what the service received, in the CLI v2 shape the launchers of
         azure_launchers.py take, with its code snapshot downloaded from the blob store into ``into``."""
         props = self.jobs[job]["properties"]
         assert not props.get("inputs"), "submitted_job does not rebuild inputs: give the job none"
-        code_id = props["codeId"].split("/")
-        code_uri = urlparse(self.codes[f"{code_id[-3]}/{code_id[-1]}"]["properties"]["codeUri"])
-        container, prefix = code_uri.path.split("/", 3)[2:]
+        container, prefix = self.code_location(job)
         client = self.container_client(container)
         for blob in client.list_blobs(name_starts_with=prefix + "/"):
             target = into / blob.name[len(prefix) + 1 :]
@@ -355,6 +387,7 @@ class WorkspaceAdapter(BaseAdapter):
     def answer(self, method: str, host: str, path: str, query: dict[str, list[str]], body: Any) -> Answer:
         """A request to the workspace: recorded, answered by an injected fault once, else by its route."""
         self.model.calls.append((method, path))
+        self.model.sent.append((method, f"{host}{path}?{json.dumps(query)}", json.dumps(body)))
         fault = next((f for f in self.model.faults if f[0] == method and f[1] in path), None)
         if fault is None:
             return self.route(method, host, path, query, body)
@@ -512,7 +545,7 @@ class WorkspaceAdapter(BaseAdapter):
             return self._not_found(f"datastore {name}")
         artifacts = name == "workspaceartifactstore"
         if method == "POST" and parts[-1] == "listSecrets":
-            return 200, {"secretsType": "Sas", "sasToken": m.container_sas(ARTIFACT_CONTAINER)}, {}
+            return 200, {"secretsType": "Sas", "sasToken": m.container_sas(m.artifact_container)}, {}
         return (
             200,
             {
@@ -521,7 +554,7 @@ class WorkspaceAdapter(BaseAdapter):
                 "properties": {
                     "datastoreType": "AzureBlob",
                     "accountName": ACCOUNT,
-                    "containerName": ARTIFACT_CONTAINER if artifacts else m.container,
+                    "containerName": m.artifact_container if artifacts else m.container,
                     "endpoint": STORAGE_ENDPOINT,
                     "protocol": "http",
                     "isDefault": not artifacts,
@@ -556,18 +589,36 @@ class WorkspaceAdapter(BaseAdapter):
         if name not in m.jobs:
             return self._not_found(f"job {name}")
         if method == "POST" and parts[-1] == "cancel":
-            m.set_job_status(name, "Canceled")
+            m.cancel_requests[name] = m.cancel_requests.get(name, 0) + 1
+            if m.jobs[name]["properties"]["status"] not in ("Completed", "Failed", "Canceled", "CancelRequested"):
+                m.set_job_status(name, "CancelRequested")
+                self._cancel_later(name, m.cancel_s)
             return 202, None, {"Location": f"https://management.azure.com{WS_PATH}/operations/cancel-{name}"}
         if method == "GET" and len(parts) == 2:
             return 200, m.jobs[name], {}
         return self._not_found("/".join(parts))
+
+    def _cancel_later(self, name: str, seconds: float) -> None:
+        """``CancelRequested`` becomes ``Canceled`` after ``seconds`` (later while the job is held)."""
+
+        def done() -> None:
+            if name in self.model.held_cancels:
+                self._cancel_later(name, 0.05)
+            elif self.model.jobs[name]["properties"]["status"] == "CancelRequested":
+                self.model.set_job_status(name, "Canceled")
+
+        timer = threading.Timer(seconds, done)
+        timer.daemon = True
+        timer.start()
 
     def computes(self, method: str, parts: list[str], body: Any) -> Answer:
         m = self.model
         name = parts[1] if len(parts) > 1 else ""
         if method == "PUT":
             props = copy.deepcopy(body["properties"])
-            props["provisioningState"] = "Succeeded"
+            props["provisioningState"] = "Succeeded" if m.create_error is None else "Creating"
+            if m.create_error is not None:
+                m.operations[f"compute-{name}"] = ["InProgress"]
             m.computes[name] = {
                 "id": f"{WS_PATH}/computes/{name}",
                 "name": name,
@@ -576,7 +627,7 @@ class WorkspaceAdapter(BaseAdapter):
                 "properties": props,
             }
             op = f"https://management.azure.com{WS_PATH}/operations/compute-{name}"
-            return 201, m.computes[name], {"Azure-AsyncOperation": op}
+            return 201, m.computes[name], {"Azure-AsyncOperation": op, "Retry-After": "1"}
         if method == "PATCH" and name in m.computes:  # Compute - Update: only scale settings can change
             return self.update_compute(name, body)
         if method == "GET" and name in m.computes:
@@ -605,10 +656,17 @@ class WorkspaceAdapter(BaseAdapter):
         return example["status"], answer, headers
 
     def operation(self, op: str) -> Answer:
-        """An asynchronous operation's status: a cluster update's as ``update_compute`` queued it; others done."""
+        """An asynchronous operation's status: a cluster update's as ``update_compute`` queued it, a creation's as
+        ``create_error`` says; others done."""
         m = self.model
         if m.operations.get(op):
-            return 200, {"name": op, "status": m.operations[op].pop(0)}, {}
+            return 200, {"name": op, "status": m.operations[op].pop(0)}, {"Retry-After": "1"}
+        created = op.removeprefix("compute-")
+        if m.create_error is not None and op == f"compute-{created}" and created in m.computes:
+            props = m.computes[created]["properties"]
+            props["provisioningState"] = "Failed"
+            props["provisioningErrors"] = [{"error": m.create_error}]
+            return 200, {"name": op, "status": "Failed", "error": m.create_error}, {"Retry-After": "1"}
         if op not in m.pending_scales:
             return 200, {"name": op, "status": "Succeeded"}, {}
         name, scale = m.pending_scales.pop(op)
@@ -759,7 +817,7 @@ def ml_transport(model: WorkspaceModel) -> Any:
 
 def create_container(model: WorkspaceModel) -> None:
     """The workspace's blob containers on Azurite: the default datastore's and the artifact store's."""
-    for name in (model.container, ARTIFACT_CONTAINER):
+    for name in (model.container, model.artifact_container):
         client = model.container_client(name)
         if not client.exists():
             client.create_container()

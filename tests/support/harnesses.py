@@ -4,9 +4,11 @@ checks through each of them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from cloudddp.api import Job
@@ -49,6 +51,16 @@ class Harness:
     def without_credentials(self) -> dict[str, str] | None:
         """Environment for a ``cloudddp`` subprocess with no credentials; None for a backend that needs none."""
         return None
+
+    @contextlib.contextmanager
+    def stop_held(self, run_id: str) -> Iterator[bool]:
+        """While the block runs, a cancelled run stays stopping (a cloud's grace); yields whether this harness can
+        hold it so (False: its stop has no grace here, or one the harness cannot hold)."""
+        yield False
+
+    def stop_requests(self, run_id: str) -> int:
+        """How many stop requests reached the emulator for ``run_id`` (for a harness that holds stops)."""
+        raise NotImplementedError
 
 
 class LocalHarness(Harness):
@@ -93,6 +105,18 @@ class SageMakerHarness(Harness):
         from .aws_emulator import set_status
 
         set_status(run_id, "Completed", "Completed")
+
+    @contextlib.contextmanager
+    def stop_held(self, run_id: str) -> Iterator[bool]:
+        from .aws_emulator import stopping_held
+
+        with stopping_held(run_id):
+            yield True
+
+    def stop_requests(self, run_id: str) -> int:
+        from .aws_emulator import STOP_REQUESTS
+
+        return STOP_REQUESTS.get(run_id, 0)
 
     def without_credentials(self) -> dict[str, str]:
         from .aws_emulator import aws_environment
@@ -140,6 +164,17 @@ class AzureMLHarness(Harness):
 
     def end(self, run_id: str) -> None:
         self.model.set_job_status(run_id, "Completed")
+
+    @contextlib.contextmanager
+    def stop_held(self, run_id: str) -> Iterator[bool]:
+        self.model.held_cancels.add(run_id)
+        try:
+            yield True
+        finally:
+            self.model.held_cancels.discard(run_id)
+
+    def stop_requests(self, run_id: str) -> int:
+        return self.model.cancel_requests.get(run_id, 0)
 
     def without_credentials(self) -> dict[str, str]:
         from .azure_rig import env_for_rig

@@ -41,6 +41,10 @@ from cloudddp.spec.secrets import redacted_spec_data
 
 POLL_SECONDS = float(os.environ.get("CLOUDDDP_AZUREML_POLL", "5"))
 SIGN_IN_FIX = "run `az login`, or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET (or use a managed identity)"
+_FAILED_CLUSTER_FIX = (
+    "Azure keeps a cluster that failed, in state Failed: once the cause is fixed, delete it "
+    "(az ml compute delete --name {name}) and submit again, or name another cluster in azureml.compute"
+)
 _STATES = {
     "NotStarted": RunState.PENDING,
     "Queued": RunState.PENDING,
@@ -303,6 +307,15 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         if current is None:
             self._create_cluster(client, plan, progress)
             return
+        state = getattr(current, "provisioning_state", None)
+        if str(getattr(state, "value", state) or "").lower() == "failed":  # the SDK gives an enum
+            reason = getattr(current, "provisioning_errors", None)
+            raise CloudDDPError(
+                f"cluster {wanted['name']} is in state Failed"
+                + (f" ({reason})" if reason else "")
+                + ": a job sent to it would never start. "
+                + _FAILED_CLUSTER_FIX.format(name=wanted["name"])
+            )
         if str(getattr(current, "size", "")).lower() != wanted["size"].lower():
             raise UserError(
                 f"cluster {wanted['name']} exists with size {current.size}, the job needs {wanted['size']}",
@@ -332,6 +345,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
 
     def _create_cluster(self, client: Any, plan: Plan, progress: Progress | None) -> None:
         from azure.ai.ml import load_compute
+        from azure.core.exceptions import HttpResponseError
 
         wanted = plan.request["compute"]
         with tempfile.TemporaryDirectory() as tmp:
@@ -345,11 +359,20 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             )
         poller = client.compute.begin_create_or_update(compute)
         started = time.monotonic()
-        while not poller.done():
-            if progress:
-                progress.step(f"provisioning {wanted['name']}: {poller.status()} ({time.monotonic() - started:.0f} s)")
-            poller.wait(self.poll_seconds)
-        poller.result()
+        try:
+            while not poller.done():
+                if progress:
+                    progress.step(
+                        f"provisioning {wanted['name']}: {poller.status()} ({time.monotonic() - started:.0f} s)"
+                    )
+                poller.wait(self.poll_seconds)
+            poller.result()
+        except HttpResponseError as e:  # the creation's operation ended Failed (wait re-raises what polling met)
+            reason = (e.message or str(e)).strip().splitlines()[0].rstrip(".")
+            raise CloudDDPError(
+                f"creating cluster {wanted['name']} ended Failed: {reason}. The job was not submitted. "
+                + _FAILED_CLUSTER_FIX.format(name=wanted["name"])
+            ) from None
 
     # -- run verbs ---------------------------------------------------------------------------
     def _describe(self, run_id: str) -> RunStatus | None:
