@@ -53,7 +53,6 @@ WRITTEN_ELSEWHERE = {
     "docs/slurm.md",
     "docs/slurm-environment.md",
     "docs/metrics-and-logs.md",
-    "docs/proof.md",
 }
 
 
