@@ -135,6 +135,7 @@ class Cause(str, Enum):
     INFRASTRUCTURE = "infrastructure"  # a node or host lost, the platform's own error
     USER_ERROR = "user error"  # the script failed (a traceback, a non-zero exit, a bad argument)
     LIMIT = "limit"  # the job ran into limits.max_runtime
+    STALLED = "stalled"  # no rank printed anything for limits.stall_timeout (a hang): not retried
     CANCELLED = "cancelled"  # someone cancelled it
     UNKNOWN = "unknown"
 
@@ -425,6 +426,13 @@ class Backend(abc.ABC, Generic[OptionsT]):
         with self._errors():
             self._cancel(run_id)
         return True
+
+    def adopt(self, run_id: str) -> bool:
+        """Start supervising ``run_id`` again when the process of this machine that supervised it is gone while the
+        run is not recorded as ended (its training may still be going); True when a new supervisor was started.
+        Not free of side effects, unlike ``status``: the runner calls it before it reads a status, and so do
+        followers of logs and metrics. Backends whose runs the platform supervises have nothing to adopt."""
+        return False
 
     def bill(self, run_id: str) -> Bill | None:
         self.status(run_id)  # an unknown id fails here
