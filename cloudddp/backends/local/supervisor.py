@@ -232,10 +232,14 @@ class Supervisor:
         """Name the quiet ranks, put their Python stacks in the log, fail the run as stalled."""
         assert self.watchdog is not None
         ranks = rank_processes(self.run.run_id)
+        silence = dict(quiet)
+        never = time.monotonic() - self.watchdog.started
+        for key in ranks:  # a rank that never printed has been quiet since the start
+            silence.setdefault(key, never)
         named = []
-        for (node, local), silent in quiet:
-            rank = ranks.get((node, local), (None, 0))[0]
-            named.append(f"rank {rank if rank is not None else f'{local} of node {node}'} quiet for {silent:.0f} s")
+        for (node, local), silent in sorted(silence.items(), key=lambda item: -item[1]):
+            who = f"rank {ranks[(node, local)][0]}" if (node, local) in ranks else f"local rank {local} of node {node}"
+            named.append(f"{who} quiet for {silent:.0f} s")
         reason = f"stalled: no rank printed anything for {self.watchdog.timeout:.0f} s (limits.stall_timeout)" + (
             f": {', '.join(named)}" if named else ""
         )
