@@ -201,15 +201,6 @@ class Run:
                 return
             time.sleep(0.5)  # the watcher is about to launch the next attempt, or to end the chain
 
-    def _supervised(self, run_id: str, following: bool) -> None:
-        """Before following a run: a new supervisor for it if its own is gone, so the lines keep coming and the
-        following ends when the run does."""
-        if following:
-            try:
-                self.backend.adopt(run_id)
-            except CloudDDPError:
-                pass
-
     def wait(self, timeout: float | None = None, poll: float = 1.0) -> RunStatus:
         """Block until the run ends (or ``timeout`` seconds pass) and return its status."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -222,7 +213,6 @@ class Run:
     def logs(self, follow: bool = False) -> Iterator[LogLine]:
         """The run's log lines (every attempt's, in order, for a run under recovery)."""
         for run_id, following in self._attempts(follow):
-            self._supervised(run_id, following)
             yield from self.backend.logs(run_id, follow=following)
 
     def metrics(self, follow: bool = False) -> Iterator[MetricRecord]:
@@ -230,7 +220,6 @@ class Run:
         resumes from a checkpoint repeats the steps after it: the first report of a step is kept)."""
         last: dict[str, int] = {}  # metric name -> the last step it was reported at
         for run_id, following in self._attempts(follow):
-            self._supervised(run_id, following)
             for record in self.backend.metrics(run_id, follow=following):
                 if record.step is not None and record.values:
                     if all(record.step <= last.get(name, -1) for name in record.values):

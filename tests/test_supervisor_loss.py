@@ -76,6 +76,19 @@ def test_a_killed_supervisor_is_adopted_and_the_run_succeeds_with_every_epoch_an
 
 
 @pytest.mark.slow
+def test_a_metrics_follower_started_before_the_supervisor_is_lost_adopts_the_run_and_sees_every_epoch() -> None:
+    run, run_dir = submit()
+    argv = [sys.executable, "-m", "cloudddp", "metrics", run.run_id, "--follow", "--json"]
+    follower = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    kill_supervisor_while_training(run.run_id, run_dir)
+    out, err = follower.communicate(timeout=240)  # nothing else looks at the run: the follower adopts it
+    assert follower.returncode == 0, err
+    assert [json.loads(line)["epoch"] for line in out.splitlines()] == list(range(1, EPOCHS + 1))
+    assert json.loads((run_dir / "status.json").read_text())["adopted"] is True
+    assert run.status().state is RunState.SUCCEEDED
+
+
+@pytest.mark.slow
 def test_with_max_recoveries_a_lost_supervisor_never_starts_a_second_attempt_while_the_first_trains() -> None:
     run, run_dir = submit("-o", "limits.max_recoveries=1", env={"CLOUDDDP_RECOVERY_POLL": "0.3"})
     chain = run.chain
@@ -95,7 +108,8 @@ def test_with_max_recoveries_a_lost_supervisor_never_starts_a_second_attempt_whi
 
 @pytest.mark.slow
 def test_a_second_copy_of_a_training_refuses_naming_the_holder_and_cancel_stops_an_adopted_run() -> None:
-    argv = [sys.executable, "-m", "cloudddp", "submit", str(TINY), *TRAIN, "--detach", "--quiet"]
+    long = ["-o", "code.args=[--epochs, 200, --sleep, 0.5]"]  # still training when the cancel comes, however late
+    argv = [sys.executable, "-m", "cloudddp", "submit", str(TINY), *long, "--detach", "--quiet"]
     env = {**os.environ, "COLUMNS": "200"}
     both = [subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
     both.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))

@@ -430,8 +430,9 @@ class Backend(abc.ABC, Generic[OptionsT]):
     def adopt(self, run_id: str) -> bool:
         """Start supervising ``run_id`` again when the process of this machine that supervised it is gone while the
         run is not recorded as ended (its training may still be going); True when a new supervisor was started.
-        Not free of side effects, unlike ``status``: the runner calls it before it reads a status, and so do
-        followers of logs and metrics. Backends whose runs the platform supervises have nothing to adopt."""
+        Not free of side effects, unlike ``status``: the runner calls it before it reads a status (and a backend's
+        own followers of logs and metrics may, while they wait). Backends whose runs the platform supervises have
+        nothing to adopt."""
         return False
 
     def bill(self, run_id: str) -> Bill | None:

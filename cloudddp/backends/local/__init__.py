@@ -416,6 +416,9 @@ class LocalBackend(Backend[LocalOptions]):
         )
 
     def _finished(self, run_id: str) -> bool:
+        """Whether a followed run has ended; one whose supervisor is lost meanwhile gets a new one, so the lines
+        keep coming (`logs -f`, `metrics -f` and the attached view follow through here)."""
+        self.adopt(run_id)
         return self.status(run_id).state.terminal
 
     def _log_iter(self, run_id: str, *, follow: bool) -> Iterator[LogLine]:
