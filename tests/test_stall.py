@@ -85,6 +85,9 @@ def test_the_stall_timeout_defaults_to_twice_the_collective_timeout_and_the_plan
     (note,) = [d for d in plan.decisions if d.startswith("stall watchdog")]
     assert "40 s (twice distribution.collective_timeout)" in note and "faulthandler on signal" in note
     assert any("watchdog off" in d for d in spec(stall_timeout="off").render("local").decisions)
+    slurm = spec(stall_timeout="2m").render("slurm")  # renders offline; its supervisor is Slurm's
+    assert any("limits.stall_timeout is not enforced on slurm" in w for w in slurm.warnings), slurm.warnings
+    assert not any("stall_timeout" in w for w in spec().render("slurm").warnings)  # the default warns nobody
 
 
 def test_the_watchdog_names_every_quiet_source_the_longest_first() -> None:

@@ -255,6 +255,8 @@ class Backend(abc.ABC, Generic[OptionsT]):
     """What ``cost`` says when ``_bill`` returns None."""
     no_budget_reason: ClassVar[str] = "it cannot report what a run spends while it is going"
     """Why ``resources.max_cost`` is not enforced here, when ``spend_while_running`` is False."""
+    watches_stalls: ClassVar[bool] = False
+    """Enforces ``limits.stall_timeout`` (the local supervisor does); elsewhere a spec that sets it gets a warning."""
     registry: RunRecords
 
     def __init__(self, *, registry: RunRecords | None = None) -> None:
@@ -350,6 +352,12 @@ class Backend(abc.ABC, Generic[OptionsT]):
         plan.warnings += warnings
         plan.max_cost = spec.resources.max_cost
         plan.warnings += self._budget_warnings(plan)
+        if spec.limits.stall_timeout not in (None, "off") and not self.watches_stalls:
+            plan.warnings.append(
+                f"limits.stall_timeout is not enforced on {self.name} (only the local supervisor watches for "
+                "stalls): a stuck rank fails the job after distribution.collective_timeout if the script passes "
+                "it to init_process_group, else at limits.max_runtime"
+            )
         return plan
 
     def _budget_warnings(self, plan: Plan) -> list[str]:

@@ -108,6 +108,7 @@ class LocalBackend(Backend[LocalOptions]):
     description: ClassVar[str] = "torchrun on this machine (CPU or GPUs), multi-node simulated with N torchrun agents"
     options_model = LocalOptions
     sigterm_grace: ClassVar[int] = int(CANCEL_GRACE_SECONDS)
+    watches_stalls: ClassVar[bool] = True
     no_budget_reason: ClassVar[str] = (
         "this machine has no price: a local run's cost is its GPU-hours (or CPU-hours), which `cloudddp cost` reports"
     )
