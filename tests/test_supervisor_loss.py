@@ -133,6 +133,18 @@ def test_a_second_copy_of_a_training_refuses_naming_the_holder_and_cancel_stops_
     assert again.returncode == 0, again.stderr  # the folder is free again
 
 
+@pytest.mark.slow
+def test_a_run_whose_nodes_ended_unsupervised_is_decided_from_what_they_recorded_and_completed_when_looked_at() -> None:
+    run, run_dir = submit("-o", "code.args=[--epochs, 6, --sleep, 0.5]")
+    kill_supervisor_while_training(run.run_id, run_dir)
+    wait_until(lambda: not rank_processes(str(run_dir)) and (run_dir / "ranks" / "node0.exit").exists(), timeout=120)
+    seen = LocalBackend().status(run.run_id)  # nobody has adopted it: decided from the recorded exit code
+    assert seen.state is RunState.SUCCEEDED and "decided from what the nodes recorded" in seen.message, seen
+    assert cli("status", run.run_id).returncode == 0  # looked at: a new supervisor completes and records it
+    wait_until(lambda: json.loads((run_dir / "status.json").read_text()).get("state") == "succeeded", timeout=120)
+    assert epochs(run.run_id) == list(range(1, 7))
+
+
 def test_copying_goes_on_exactly_where_a_killed_copier_stopped(tmp_path: Path) -> None:
     """A cursor saved after each line: a new copier cuts a line written after the last cursor and reads on."""
     console, log = tmp_path / "console", tmp_path / "log"
