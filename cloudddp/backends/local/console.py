@@ -12,10 +12,13 @@ cursor) and reads the console on from the cursor's offset.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from cloudddp.backends.local.masking import mask
 
 CHUNK_BYTES = 256 * 1024
 POLL_SECONDS = 0.05
@@ -66,12 +69,25 @@ def copy_lines(
     handle: Callable[[str], None],
     running: Callable[[], bool],
     poll: float = POLL_SECONDS,
+    secrets: Sequence[bytes] = (),
 ) -> None:
     """Hand each line of ``console`` past the cursor to ``handle`` (which writes through :class:`Output` s and
     updates the cursor's lengths), saving the cursor after each; until ``running()`` is false and the file is
-    drained (its last line handed over even without a newline). Linear in the bytes: each chunk is searched once."""
+    drained (its last line handed over even without a newline). Linear in the bytes: each chunk is searched once.
+    Each of ``secrets`` in a line is masked in the console once the line is handed over (:mod:`.masking`)."""
     pending = bytearray()
-    with open(console, "rb") as f:
+    with contextlib.ExitStack() as stack:
+        f = stack.enter_context(open(console, "rb"))
+        writer = os.open(console, os.O_RDWR) if secrets else None
+        if writer is not None:
+            stack.callback(os.close, writer)
+
+        def done(line: bytes) -> None:
+            if writer is not None:
+                mask(writer, cursor.console, line, list(secrets))
+            cursor.console += len(line)
+            cursor.save()
+
         f.seek(cursor.console)
         while True:
             ended = not running()  # read before draining, so nothing written before the end is missed
@@ -84,14 +100,12 @@ def copy_lines(
                     line = bytes(pending[start : end + 1])
                     start = end + 1
                     handle(line.decode("utf-8", errors="replace"))
-                    cursor.console += len(line)
-                    cursor.save()
+                    done(line)
                 del pending[:start]
             elif ended:
                 if pending:
                     handle(pending.decode("utf-8", errors="replace") + "\n")
-                    cursor.console += len(pending)
-                    cursor.save()
+                    done(bytes(pending))
                 return
             else:
                 time.sleep(poll)

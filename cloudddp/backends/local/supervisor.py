@@ -35,6 +35,7 @@ from cloudddp.backends.base import RunState
 from cloudddp.backends.folderlock import FolderLock
 from cloudddp.backends.local import LocalBackend, recorded_nodes
 from cloudddp.backends.local.console import Cursor, Output, copy_lines
+from cloudddp.backends.local.masking import RankFiles, byte_forms
 from cloudddp.backends.local.nodes import LOST_CODE, Node, wrapped
 from cloudddp.backends.local.outcome import conclude
 from cloudddp.backends.local.rendezvous import ID_VARIABLE, LOOPBACK, new_rdzv_id
@@ -69,6 +70,7 @@ class Supervisor:
         self.first_failed: int | None = None
         """The node whose agent failed first (the others were stopped because of it)."""
         self.adopted = False
+        self._rank_files: RankFiles | None = None
         self.copy_raw = True
         """False when secrets must be redacted and their values are not known here (an adopted run whose nodes
         are gone): then nothing more is copied from the raw consoles."""
@@ -76,6 +78,12 @@ class Supervisor:
         self.watchdog = stall.Watchdog(float(timeout)) if timeout else None
         ckpt = self.request["env"].get("CLOUDDDP_CHECKPOINT_DIR")
         self.folder_lock = FolderLock(Path(ckpt)) if ckpt else None
+
+    @property
+    def rank_files(self) -> RankFiles:
+        if self._rank_files is None:
+            self._rank_files = RankFiles(self.run.ranks, byte_forms(self.secrets))
+        return self._rank_files
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:
@@ -169,7 +177,8 @@ class Supervisor:
             cursor.metrics = metrics.length if metrics is not None else 0
 
         try:
-            copy_lines(self.run.console(node.index), cursor, handle, node.running)
+            secrets = byte_forms(self.secrets) if self.copy_raw else []
+            copy_lines(self.run.console(node.index), cursor, handle, node.running, secrets=secrets)
         finally:
             log.close()
             if metrics is not None:
@@ -194,8 +203,16 @@ class Supervisor:
             console.write("".join(f"cloudddp: {line}\n" for line in text.splitlines()))
 
     # -- waiting ---------------------------------------------------------------------------------------
+    def _mask_rank_files(self) -> None:
+        """Secrets out of torchrun's per-rank files while the nodes write them (the rest when the run ends)."""
+        while any([n.running() for n in self.nodes]):
+            self.rank_files.sweep()
+            time.sleep(0.2)
+
     def wait(self) -> list[int]:
         copiers = [threading.Thread(target=self._copy, args=(n,), daemon=True) for n in self.nodes]
+        if self.secrets:
+            copiers.append(threading.Thread(target=self._mask_rank_files, daemon=True))
         for t in copiers:
             t.start()
         deadline = float(self.run.read_status().get("started_at") or time.time()) + float(self.request["max_runtime"])
@@ -285,8 +302,9 @@ class Supervisor:
         state, message, extra = conclude(
             self.run, codes, self.stop_reason, self.first_failed, max_runtime=self.request["max_runtime"]
         )
-        if self.copy_raw:
-            redact_files(self.run.ranks, self.secrets)
+        if self.copy_raw and self.secrets:
+            self.rank_files.sweep(final=True)
+            redact_files(self.run.ranks, self.secrets)  # what else torchrun wrote there (error files)
         if not self.adopted:  # the nodes' CPU time is known only to the process that waited for them
             extra["cpu_s"] = _children_cpu_seconds()
         else:
@@ -374,8 +392,9 @@ def secrets_of(pids: list[int], names: list[str]) -> list[str]:
 def redact_files(folder: Path, forms: list[str]) -> None:
     """torchrun's per-rank files (output, error files) hold the job's raw output; take secret values out of them.
 
-    torchrun writes these files itself, so they are redacted when the run ends, not as they are written; until
-    then they are private to the job's user (umask 077 in a 0700 home)."""
+    The output files and the consoles are masked as they are written (:mod:`~cloudddp.backends.local.masking`);
+    this catches what else is there when the run ends. All of them are private to the job's user (umask 077 in a
+    0700 home)."""
     if not forms or not folder.exists():
         return
     for path in folder.rglob("*"):
