@@ -61,6 +61,8 @@ def test_a_killed_supervisor_is_adopted_and_the_run_succeeds_with_every_epoch_an
     assert seen.state is RunState.RUNNING and seen.message == "running (supervisor lost)", seen
     shown = cli("status", run.run_id, "--json")
     assert shown.returncode == 0 and json.loads(shown.stdout)["state"] == "running", shown.stdout
+    taken = wait_until(lambda: "a new one took over" in (m := run.status().message) and m, timeout=60)
+    assert taken.startswith("running (its supervisor was lost"), taken
 
     status = run.wait(timeout=240, poll=0.5)
     assert status.state is RunState.SUCCEEDED, status

@@ -395,6 +395,9 @@ class LocalBackend(Backend[LocalOptions]):
                 message += " (decided from what the nodes recorded: the run's supervisor is gone)"
                 cause = Cause(extra["cause"]) if "cause" in extra else None
                 st = {**st, **extra}
+        elif not state.terminal and st.get("adopted_at"):
+            at = time.strftime("%H:%M:%S", time.localtime(st["adopted_at"]))
+            message = f"{state.value} (its supervisor was lost; a new one took over at {at})"
         details = {k: st[k] for k in ("exit_codes", "failure", "restarts") if k in st} | {"run_dir": str(run.path)}
         left = run.left_behind() if state.terminal else []
         if left:
