@@ -9,7 +9,6 @@ last one stopped and learns the exit code from the file, although the node is no
 
 from __future__ import annotations
 
-import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +69,3 @@ class Node:
         """``sig`` to every process of the group (the shell, the agent), if the group is still this node's."""
         if self.running() and self.process is not None:
             self.process.signal_group(sig)
-
-    def stop(self) -> None:
-        self.signal_group(signal.SIGKILL)

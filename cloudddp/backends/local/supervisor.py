@@ -263,6 +263,7 @@ class Supervisor:
         for node in self.nodes:
             self.notice(node.index, f"{reason}; their Python stacks follow")
         pending = set()
+        before = dict(self.watchdog.last)  # a dump is heard as new lines from its rank
         for (node, local), (rank, pid) in sorted(ranks.items()):
             dump = stall.py_spy_dump(pid)
             if dump is not None:
@@ -274,7 +275,6 @@ class Supervisor:
                 self.notice(node, f"rank {rank}: no Python stack (process {pid} does not handle the stack signal)")
         # faulthandler writes to the rank's stderr, which torchrun copies to the console: wait to hear each one
         asked = time.monotonic()
-        before = dict(self.watchdog.last)
         while pending and time.monotonic() - asked < DUMP_WAIT_SECONDS:
             pending = {s for s in pending if self.watchdog.last.get(s) == before.get(s)}
             time.sleep(0.2)
