@@ -93,6 +93,11 @@ def test_the_stall_timeout_defaults_to_twice_the_collective_timeout_and_the_plan
 def test_the_watchdog_names_every_quiet_source_the_longest_first() -> None:
     now = [100.0]
     dog = stall.Watchdog(10, clock=lambda: now[0])
+    now[0] = 200.0
+    assert dog.quiet() is None  # nothing printed yet: starting may take up to STARTUP_SECONDS
+    now[0] = 100.0 + stall.STARTUP_SECONDS
+    assert dog.quiet() == []  # a run that never printed a line is stalled after that
+    now[0] = 100.0
     dog.heard("a")
     now[0] = 104.0
     dog.heard("b")

@@ -27,8 +27,8 @@ from .support.faults import rank_processes
 from .support.harnesses import TINY
 from .support.waiting import wait_until
 
-EPOCHS = 12
-TRAIN = ["-o", f"code.args=[--epochs, {EPOCHS}, --sleep, 0.5]"]
+EPOCHS = 16
+TRAIN = ["-o", f"code.args=[--epochs, {EPOCHS}, --sleep, 0.6]"]  # ~10 s: time to see the run adopted while it trains
 
 
 def submit(*args: str, env: dict[str, str] | None = None) -> tuple[Run, Path]:

@@ -70,11 +70,21 @@ def mechanism() -> str:
     return f"faulthandler on signal {STACK_SIGNAL} (SIGRTMIN+5), registered by a sitecustomize on PYTHONPATH"
 
 
-class Watchdog:
-    """When each source (a rank) last printed; :meth:`quiet` says when none has for ``timeout`` seconds."""
+STARTUP_SECONDS = 600.0
+"""Before any rank has printed a line, the watchdog waits at least this long: starting (imports, installing the
+requirements, the rendezvous, loading data) can be long and silent, and a machine under load makes it longer."""
 
-    def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
+
+class Watchdog:
+    """When each source (a rank) last printed; :meth:`quiet` says when none has for ``timeout`` seconds (and, before
+    the first line of any, for ``startup`` seconds: by default the longer of the timeout and
+    :data:`STARTUP_SECONDS`)."""
+
+    def __init__(
+        self, timeout: float, clock: Callable[[], float] = time.monotonic, startup: float | None = None
+    ) -> None:
         self.timeout = timeout
+        self.startup = max(timeout, STARTUP_SECONDS) if startup is None else startup
         self.clock = clock
         self.started = clock()
         self.last: dict[Hashable, float] = {}
@@ -89,9 +99,9 @@ class Watchdog:
             return self.clock() - max([self.started, *self.last.values()])
 
     def quiet(self) -> list[tuple[Hashable, float]] | None:
-        """None while some source printed within the timeout; else every source with how long it has been quiet,
-        the longest first (a source that never printed counts from the start)."""
-        if self.silent_for() < self.timeout:
+        """None while some source printed within the timeout (or, before any printed, while the run is within its
+        startup time); else every source with how long it has been quiet, the longest first."""
+        if self.silent_for() < (self.timeout if self.last else self.startup):
             return None
         now = self.clock()
         with self._lock:

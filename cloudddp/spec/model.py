@@ -348,8 +348,9 @@ class Limits(Strict):
         None,
         description="Fail the run as stalled when no rank has printed a line (or a metric) for this long, after "
         "dumping every rank's Python stack into the log; default: twice `distribution.collective_timeout`, so a "
-        "script that uses the collective timeout fails by itself first. `off` turns the watchdog off (for a script "
-        "that is silent for longer stretches, set it above its longest silence).",
+        "script that uses the collective timeout fails by itself first. Before the first line the watchdog allows "
+        "at least 10 minutes for starting. `off` turns it off (for a script that is silent for longer stretches, "
+        "set it above its longest silence).",
     )
 
 
