@@ -4,7 +4,9 @@
 starts one ``python -m torch.distributed.run`` per "node" (c10d rendezvous through a store it hosts on
 127.0.0.1 only, joined by a random id from the environment: see ``rendezvous.py``), tees their
 output into the run folder, enforces the runtime limit and records how the run ended. So ``status``,
-``logs``, ``metrics`` and ``cancel`` work from any shell, after the submitting CLI has exited.
+``logs``, ``metrics`` and ``cancel`` work from any shell, after the submitting CLI has exited. The nodes and the
+store outlive a lost supervisor; :meth:`LocalBackend.adopt` starts a new one (``docs/supervisor.md``), and the
+run's checkpoint folder is held by one run at a time (:mod:`cloudddp.backends.folderlock`).
 """
 
 from __future__ import annotations
