@@ -49,7 +49,6 @@ def run_all(argvs: list[list[str]], cwd: Path) -> dict[str, str]:
 # Pages other branches of the same change write (the local supervisor, Slurm, own scripts, metrics, proof); the
 # README and the docs index link them already. Empty this set once they are merged.
 WRITTEN_ELSEWHERE = {
-    "docs/supervisor.md",
     "docs/slurm.md",
     "docs/slurm-environment.md",
     "docs/metrics-and-logs.md",

@@ -137,6 +137,7 @@ class Cause(str, Enum):
     INFRASTRUCTURE = "infrastructure"  # a node or host lost, the platform's own error
     USER_ERROR = "user error"  # the script failed (a traceback, a non-zero exit, a bad argument)
     LIMIT = "limit"  # the job ran into limits.max_runtime
+    STALLED = "stalled"  # no rank printed anything for limits.stall_timeout (a hang): not retried
     CANCELLED = "cancelled"  # someone cancelled it
     UNKNOWN = "unknown"
 
@@ -295,6 +296,8 @@ class Backend(abc.ABC, Generic[OptionsT]):
     """What ``cost`` says when ``_bill`` returns None."""
     no_budget_reason: ClassVar[str] = "it cannot report what a run spends while it is going"
     """Why ``resources.max_cost`` is not enforced here, when ``spend_while_running`` is False."""
+    watches_stalls: ClassVar[bool] = False
+    """Enforces ``limits.stall_timeout`` (the local supervisor does); elsewhere a spec that sets it gets a warning."""
     registry: RunRecords
 
     def __init__(self, *, registry: RunRecords | None = None) -> None:
@@ -405,6 +408,12 @@ class Backend(abc.ABC, Generic[OptionsT]):
         plan.warnings += warnings
         plan.max_cost = spec.resources.max_cost
         plan.warnings += self._budget_warnings(plan)
+        if spec.limits.stall_timeout not in (None, "off") and not self.watches_stalls:
+            plan.warnings.append(
+                f"limits.stall_timeout is not enforced on {self.name} (only the local supervisor watches for "
+                "stalls): a stuck rank fails the job after distribution.collective_timeout if the script passes "
+                "it to init_process_group, else at limits.max_runtime"
+            )
         return plan
 
     def _budget_warnings(self, plan: Plan) -> list[str]:
@@ -482,6 +491,14 @@ class Backend(abc.ABC, Generic[OptionsT]):
         with self._errors():
             self._cancel(run_id)
         return True
+
+    def adopt(self, run_id: str) -> bool:
+        """Start supervising ``run_id`` again when the process of this machine that supervised it is gone while the
+        run is not recorded as ended (its training may still be going); True when a new supervisor was started.
+        Not free of side effects, unlike ``status``: the runner calls it before it reads a status (and a backend's
+        own followers of logs and metrics may, while they wait). Backends whose runs the platform supervises have
+        nothing to adopt."""
+        return False
 
     def bill(self, run_id: str) -> Bill | None:
         self.status(run_id)  # an unknown id fails here

@@ -7,7 +7,10 @@ submitted the job can close. The watcher polls the newest attempt's status; when
 the job did not cause (:attr:`~cloudddp.backends.base.Cause.recoverable`), it launches the next attempt
 (the backend renames what must differ, :meth:`~cloudddp.backends.base.Backend.for_attempt`); a failure of
 the job's own code is never retried. The script resumes from its checkpoint, because every attempt has
-the same checkpoint folder. If the watcher is gone (its machine restarted), ``cloudddp recover`` or any
+the same checkpoint folder; an attempt is launched only once no process of the one before it lives (the folder's
+lock, :mod:`cloudddp.backends.folderlock`, says whether one does), and a run whose supervisor was lost while its
+nodes train is adopted, not resubmitted (:meth:`~cloudddp.backends.base.Backend.adopt`). If the watcher is gone
+(its machine restarted), ``cloudddp recover`` or any
 ``status`` of the run starts it again. With ``limits.recover_to: next_size``, after ``limits.capacity_tries``
 capacity failures on one size the next attempt takes the next size of the plan's ranking that passes the
 preflight checks (:mod:`cloudddp.runs.fallback` renders them at submit).
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudddp.backends.base import Backend, Cause, PreflightFailed, RunState, RunStatus
+from cloudddp.backends.folderlock import FolderHeld
 from cloudddp.backends.procs import Process
 from cloudddp.catalog.ranking import failures
 from cloudddp.paths import home
@@ -226,12 +230,11 @@ def watch(chain_id: str, literals: dict[str, str], poll: float = POLL_SECONDS) -
     """Follow the chain until it succeeds, fails for a reason recovery does not cover, or the budget ends."""
     chain = Chain.load(chain_id)
     runner = Runner.open(chain.backend)
-    backend = runner.backend
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     ended_at: dict[str, float] = {}
     while chain.status == WATCHING and not stop["now"]:
-        status = backend.status(chain.current.run_id)
+        status = runner.status(chain.current.run_id)  # a run whose supervisor is lost is adopted, not resubmitted
         if not status.state.terminal or _reason_may_follow(status, ended_at):
             time.sleep(poll)
             continue
@@ -239,6 +242,8 @@ def watch(chain_id: str, literals: dict[str, str], poll: float = POLL_SECONDS) -
         _record(chain, status)
         decide(chain, status, runner, literals)
         chain.save()
+        if chain.status == WATCHING and chain.current.run_id == status.run_id:
+            time.sleep(poll)  # the next attempt waits (its checkpoint folder is still held): ask again later
     return chain
 
 
@@ -280,7 +285,11 @@ def decide(chain: Chain, status: RunStatus, runner: Runner, literals: dict[str, 
         _move_on(chain, runner, literals, status)
     else:
         size = chain.current.size
-        _launch(chain, runner, Plan.from_state(chain.plan, literals), checks=False, size=size)
+        try:
+            _launch(chain, runner, Plan.from_state(chain.plan, literals), checks=False, size=size)
+        except FolderHeld as e:  # a process of an earlier attempt still trains: never two copies of one training
+            chain.message = f"attempt {chain.current.number + 1} waits: {str(e).splitlines()[0]}"
+            return
         chain.message = f"attempt {chain.current.number} after {cause.value}: {status.message}"
 
 

@@ -15,8 +15,9 @@ runner adds what a person means by submitting and looking after a run, the same 
     The backend's ``bill`` next to the estimate the plan had at submit (kept in the registry at launch), the
     budget and what the budget watch did; without a bill, the reason.
 ``status(run_id) -> RunStatus``
-    The backend's status, with this machine's record brought up to date (and a run seen ending teaches its
-    step time); :func:`current_states` does it for many runs at once, for ``cloudddp list``.
+    The backend's status (a run whose supervisor is gone is adopted first), with this machine's record brought up
+    to date (and a run seen ending teaches its step time); :func:`current_states` does it for many runs at once,
+    for ``cloudddp list``.
 ``list(limit) -> list[RunStatus]``
     This backend's runs from this machine's registry, each with its current status.
 ``learn(run_id)``
@@ -131,7 +132,10 @@ class Runner:
 
     def status(self, run_id: str) -> RunStatus:
         """The run's status now. This machine's record follows it, and a run seen ending here teaches its step
-        time (:meth:`learn`; when its logs cannot be read now, a later status or cost tries again)."""
+        time (:meth:`learn`; when its logs cannot be read now, a later status or cost tries again). A run whose
+        supervisor on this machine is gone gets a new one first (:meth:`~cloudddp.backends.base.Backend.adopt`)."""
+        with contextlib.suppress(CloudDDPError):
+            self.backend.adopt(run_id)
         status = self.backend.status(run_id)
         record = self.backend.registry.get(run_id)
         if record is not None and record.state != status.state.value:

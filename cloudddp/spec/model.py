@@ -33,6 +33,9 @@ _DURATION = re.compile(r"^\s*(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?\s*
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}\Z")  # \Z: `$` also matches before a final newline
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_SECONDS = 28 * 24 * 3600  # SageMaker's and Azure ML's longest job runtime
+STALL_FACTOR = 2
+"""``limits.stall_timeout`` defaults to this many collective timeouts: a script that passes the collective timeout
+to ``init_process_group`` fails by itself first, and the watchdog catches the scripts that do not."""
 
 
 def validate_regex(regex: str) -> str:
@@ -63,6 +66,18 @@ def parse_duration(value: Any) -> int:
 
 
 Duration = Annotated[int, BeforeValidator(parse_duration)]
+
+
+def _duration_or_off(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() == "off":
+        return "off"
+    try:
+        return parse_duration(value)
+    except ValueError as e:
+        raise ValueError(f"{e}, or 'off'") from None
+
+
+DurationOrOff = Annotated[int | Literal["off"], BeforeValidator(_duration_or_off)]
 
 
 class Strict(BaseModel):
@@ -365,6 +380,14 @@ class Limits(Strict):
     capacity_tries: int = Field(
         2, ge=1, le=20, description="Capacity failures on one size before `recover_to: next_size` moves on."
     )
+    stall_timeout: DurationOrOff | None = Field(
+        None,
+        description="Fail the run as stalled when no rank has printed a line (or a metric) for this long, after "
+        "dumping every rank's Python stack into the log; default: twice `distribution.collective_timeout`, so a "
+        "script that uses the collective timeout fails by itself first. Before the first line the watchdog allows "
+        "at least 10 minutes for starting. `off` turns it off (for a script that is silent for longer stretches, "
+        "set it above its longest silence).",
+    )
 
 
 class Sections(Protocol):
@@ -474,6 +497,14 @@ class JobSpec(Strict):
     @property
     def total_gpus(self) -> int:
         return self.resources.nodes * self.resources.gpus_per_node
+
+    @property
+    def stall_seconds(self) -> int | None:
+        """How long every rank may stay silent before the run fails as stalled (None: the watchdog is off)."""
+        given = self.limits.stall_timeout
+        if given == "off":
+            return None
+        return given if given is not None else STALL_FACTOR * self.distribution.collective_timeout
 
     def process_group_backend(self, *, on_gpu: bool) -> str:
         """The backend the training script initialises: ``auto`` resolved for the device."""

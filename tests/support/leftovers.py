@@ -16,7 +16,7 @@ def stop_leftovers(home: Path) -> None:
     for status in (home / "runs").glob("*/status.json"):
         data = _read(status)
         if data.get("state") not in ("succeeded", "failed", "cancelled"):
-            pids += _ints([data.get("supervisor_pid"), *data.get("node_pgids", [])])
+            pids += _ints([data.get("supervisor_pid"), data.get("store_pid"), *data.get("node_pgids", [])])
     for pid in pids:  # each was started in a session of its own: its process group is its own
         try:
             os.killpg(pid, signal.SIGKILL)

@@ -4,11 +4,14 @@
 starts one ``python -m torch.distributed.run`` per "node" (c10d rendezvous through a store it hosts on
 127.0.0.1 only, joined by a random id from the environment: see ``rendezvous.py``), tees their
 output into the run folder, enforces the runtime limit and records how the run ended. So ``status``,
-``logs``, ``metrics`` and ``cancel`` work from any shell, after the submitting CLI has exited.
+``logs``, ``metrics`` and ``cancel`` work from any shell, after the submitting CLI has exited. The nodes and the
+store outlive a lost supervisor; :meth:`LocalBackend.adopt` starts a new one (``docs/supervisor.md``), and the
+run's checkpoint folder is held by one run at a time (:mod:`cloudddp.backends.folderlock`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -25,14 +28,17 @@ from typing import Any, ClassVar
 
 from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
+from cloudddp.backends.folderlock import LOCK_NAME, FolderLock
+from cloudddp.backends.local.nodes import LOST_CODE, Node
 from cloudddp.backends.local.options import LocalOptions
+from cloudddp.backends.local.outcome import conclude
 from cloudddp.backends.local.rendezvous import ID_VARIABLE, LOOPBACK
 from cloudddp.backends.local.rundir import RunDir, write_json_atomic
 from cloudddp.backends.procs import Process
 from cloudddp.catalog.bill import Bill, Figure
 from cloudddp.catalog.sizing import find_workload
 from cloudddp.catalog.stepstore import StepStore
-from cloudddp.code import requirements
+from cloudddp.code import requirements, stall
 from cloudddp.code.keepfiles import left_behind_notice
 from cloudddp.code.snapshot import human_bytes, snapshot_warnings
 from cloudddp.errors import UserError
@@ -55,6 +61,10 @@ from cloudddp.spec.secrets import redacted_spec_data
 
 RUN_DIR, PORT, PYTHON = late("RUN_DIR"), late("PORT"), late("PYTHON")
 CANCEL_GRACE_SECONDS = float(os.environ.get("CLOUDDDP_CANCEL_GRACE", "30"))
+ADOPT_WAIT_SECONDS = 30.0
+"""How long a cancel waits for a new supervisor to take over a run whose own one is gone, before it stops the
+nodes itself (without the grace)."""
+SUPERVISOR_LOST = "running (supervisor lost)"
 _RANK_PREFIX = "[default"
 
 
@@ -101,6 +111,7 @@ class LocalBackend(Backend[LocalOptions]):
     description: ClassVar[str] = "torchrun on this machine (CPU or GPUs), multi-node simulated with N torchrun agents"
     options_model = LocalOptions
     sigterm_grace: ClassVar[int] = int(CANCEL_GRACE_SECONDS)
+    watches_stalls: ClassVar[bool] = True
     no_budget_reason: ClassVar[str] = (
         "this machine has no price: a local run's cost is its GPU-hours (or CPU-hours), which `cloudddp cost` reports"
     )
@@ -177,7 +188,10 @@ class LocalBackend(Backend[LocalOptions]):
         env, sources = job_env(spec, self.name, places, on_gpu=use_cuda, sigterm_grace=self.sigterm_grace)
         env["CLOUDDDP_DIST_BACKEND"] = pg_backend
         if spec.checkpoint.enabled:
-            decisions.append(f"checkpoints in {ckpt}: {_resume_note(spec, ckpt)}")
+            decisions.append(
+                f"checkpoints in {ckpt}: {_resume_note(spec, ckpt)}; held by one run at a time ({LOCK_NOTE})"
+            )
+        decisions.append(_stall_note(spec))
         if device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
         if spec.code.command is None:
@@ -222,6 +236,7 @@ class LocalBackend(Backend[LocalOptions]):
             "nnodes": nnodes,
             "nproc_per_node": nproc,
             "max_runtime": spec.limits.max_runtime,
+            "stall_timeout": spec.stall_seconds,
             "rendezvous_port": PORT,
             "env": env,
             "nodes": nodes,
@@ -291,6 +306,19 @@ class LocalBackend(Backend[LocalOptions]):
     # -- launch ------------------------------------------------------------------------------
     def _launch(self, plan: Plan, *, provision: bool, progress: Progress | None) -> Launched:
         run_id = new_run_id(plan.job_name)
+        ckpt = plan.request["env"].get("CLOUDDDP_CHECKPOINT_DIR")
+        folder_lock = FolderLock(Path(ckpt)) if ckpt else None
+        if folder_lock is not None:  # before anything is made: a second copy of the training stops here
+            me = Process.of(os.getpid())
+            folder_lock.acquire(run_id, [me] if me else [])
+        try:
+            return self._start(plan, run_id, folder_lock, progress)
+        except BaseException:
+            if folder_lock is not None:
+                folder_lock.release(run_id)
+            raise
+
+    def _start(self, plan: Plan, run_id: str, folder_lock: FolderLock | None, progress: Progress | None) -> Launched:
         run = RunDir.for_run(run_id)
         values = {"RUN_DIR": str(run.path), "PORT": str(free_port()), "RUN_ID": run_id}
         (run.path / "logs").mkdir(parents=True)
@@ -317,6 +345,10 @@ class LocalBackend(Backend[LocalOptions]):
         run.write_status(
             state=RunState.STARTING.value, name=plan.job_name, nodes=bound.request["nnodes"], created_at=time.time()
         )
+        # The supervisor lock is taken here and handed down (an inherited descriptor), so the supervisor holds it
+        # from its first instant: a supervisor started to adopt the run cannot slip in before it.
+        lock = run.supervisor_lock()
+        fcntl.flock(lock, fcntl.LOCK_EX)
         with open(run.path / "supervisor.log", "wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "cloudddp.backends.local.supervisor", str(run.path)],
@@ -326,11 +358,15 @@ class LocalBackend(Backend[LocalOptions]):
                 cwd=bound.request["cwd"],
                 start_new_session=True,
                 umask=0o077,  # what it and its children write is private to this user
+                pass_fds=(lock,),
             )
+        os.close(lock)  # the lock stays with the supervisor's copy of the descriptor
         # The supervisor waits for its stdin to close before it touches status.json, so this write
         # cannot race with its own.
         started = Process.of(proc.pid)  # with its start time: cancel signals this process, never a reused pid
         run.write_status(supervisor_pid=proc.pid, supervisor=started.record() if started else None)
+        if folder_lock is not None and started is not None:
+            folder_lock.hand_over(run_id, [started])  # then the supervisor adds the node groups
         assert proc.stdin is not None
         proc.stdin.write(json.dumps({"env": env, "secrets": secrets}).encode())
         proc.stdin.close()
@@ -352,9 +388,20 @@ class LocalBackend(Backend[LocalOptions]):
         cause = Cause(st["cause"]) if st.get("cause") else None
         supervisor = Process.from_record(st.get("supervisor_pid"), st.get("supervisor"))
         if not state.terminal and not (supervisor is not None and supervisor.alive()):
-            # The supervisor is gone without writing an end state (killed -9, machine rebooted).
-            state, message = RunState.FAILED, "the run's supervisor exited unexpectedly"
-            cause = Cause.INFRASTRUCTURE
+            # The supervisor is gone without writing an end state (killed -9, out of memory, machine rebooted):
+            # the state follows the nodes, not the supervisor.
+            nodes = recorded_nodes(run, st)
+            if any([n.running() for n in nodes]):
+                state, message = RunState.RUNNING, SUPERVISOR_LOST
+            else:
+                codes = [code if (code := n.exit_code()) is not None else LOST_CODE for n in nodes]
+                state, message, extra = conclude(run, codes, "cancelled" if st.get("cancel_requested") else None)
+                message += " (decided from what the nodes recorded: the run's supervisor is gone)"
+                cause = Cause(extra["cause"]) if "cause" in extra else None
+                st = {**st, **extra}
+        elif not state.terminal and st.get("adopted_at"):
+            at = time.strftime("%H:%M:%S", time.localtime(st["adopted_at"]))
+            message = f"{state.value} (its supervisor was lost; a new one took over at {at})"
         details = {k: st[k] for k in ("exit_codes", "failure", "restarts") if k in st} | {"run_dir": str(run.path)}
         left = run.left_behind() if state.terminal else []
         if left:
@@ -374,6 +421,9 @@ class LocalBackend(Backend[LocalOptions]):
         )
 
     def _finished(self, run_id: str) -> bool:
+        """Whether a followed run has ended; one whose supervisor is lost meanwhile gets a new one, so the lines
+        keep coming (`logs -f`, `metrics -f` and the attached view follow through here)."""
+        self.adopt(run_id)
         return self.status(run_id).state.terminal
 
     def _log_iter(self, run_id: str, *, follow: bool) -> Iterator[LogLine]:
@@ -448,11 +498,48 @@ class LocalBackend(Backend[LocalOptions]):
             notes=tuple(notes),
         )
 
+    def adopt(self, run_id: str) -> bool:
+        """A new supervisor (``supervisor --adopt``) for a run not recorded as ended whose supervisor is gone: it
+        follows the nodes if they still train, and records how the run ended either way."""
+        run = self._run(run_id)
+        st = run.read_status()
+        if not st or RunState(st.get("state", "unknown")).terminal or "supervisor" not in st:
+            return False  # ended, or still being launched
+        supervisor = Process.from_record(st.get("supervisor_pid"), st.get("supervisor"))
+        if supervisor is not None and supervisor.alive():
+            return False
+        with open(run.path / "supervisor.log", "ab") as log:
+            subprocess.Popen(
+                [sys.executable, "-m", "cloudddp.backends.local.supervisor", "--adopt", str(run.path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=run.path,
+                start_new_session=True,
+                umask=0o077,
+            )
+        return True
+
+    def _adopted_supervisor(self, run: RunDir) -> Process | None:
+        """The supervisor that took over the run (waited for), or None when none did in time."""
+        deadline = time.monotonic() + ADOPT_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            st = run.read_status()
+            supervisor = Process.from_record(st.get("supervisor_pid"), st.get("supervisor"))
+            if supervisor is not None and supervisor.alive():
+                return supervisor
+            if RunState(st.get("state", "unknown")).terminal:
+                return None
+            time.sleep(0.1)
+        return None
+
     def _cancel(self, run_id: str) -> None:
         run = self._run(run_id)
         st = run.read_status()
         run.write_status(cancel_requested=True)
         supervisor = Process.from_record(st.get("supervisor_pid"), st.get("supervisor"))
+        if not (supervisor is not None and supervisor.alive()) and self.adopt(run_id):
+            supervisor = self._adopted_supervisor(run)  # it stops the nodes with the same grace and escalation
         if supervisor is not None and supervisor.alive() and supervisor.signal(signal.SIGTERM):
             # the supervisor stops the nodes, waits for checkpoints, records the end
             deadline = time.time() + CANCEL_GRACE_SECONDS + 10
@@ -465,11 +552,32 @@ class LocalBackend(Backend[LocalOptions]):
             Process.from_record(pid, record)
             for pid, record in zip(st.get("node_pgids", []), st.get("node_processes", []), strict=False)
         ]
-        for process in [*nodes, supervisor]:
+        store = Process.from_record(st.get("store_pid"), st.get("store"))
+        for process in [*nodes, supervisor, store]:
             if process is not None:
                 process.signal_group(signal.SIGKILL)
         if not RunState(run.read_status().get("state", "unknown")).terminal:
             run.write_status(state=RunState.CANCELLED.value, message="cancelled", ended_at=time.time())
+
+
+LOCK_NOTE = f"a second copy of the training refuses to start while this one runs: {LOCK_NAME} in the folder"
+
+
+def _stall_note(spec: JobSpec) -> str:
+    seconds = spec.stall_seconds
+    if seconds is None:
+        return "stall watchdog off (limits.stall_timeout: off): a hung rank runs until limits.max_runtime"
+    basis = "limits.stall_timeout" if spec.limits.stall_timeout is not None else "twice distribution.collective_timeout"
+    return (
+        f"stall watchdog: no line from any rank for {seconds} s ({basis}) fails the run as stalled, with every "
+        f"rank's Python stack in the log, taken by {stall.mechanism()}"
+    )
+
+
+def recorded_nodes(run: RunDir, st: dict[str, Any]) -> list[Node]:
+    """The run's node groups as recorded in ``status.json``."""
+    records = zip(st.get("node_pgids", []), st.get("node_processes", []), strict=False)
+    return [Node(i, Process.from_record(pid, record), run.exit_file(i)) for i, (pid, record) in enumerate(records)]
 
 
 def _time_estimate(spec: JobSpec, device: str, nodes: int, procs: int) -> dict[str, Any] | None:
@@ -534,7 +642,7 @@ def _shell_script(request: dict[str, Any], archive: Path) -> str:
         lines.append(f"python -m cloudddp.code.keepfiles link {shlex.join(request['keep_files'])}")
     lines += [
         f"export {ID_VARIABLE}=$(python -c 'import secrets; print(secrets.token_hex(16))')",
-        f"python -m cloudddp.backends.local.rendezvous {shlex.quote(str(request['rendezvous_port']))} &"
+        f"python -m cloudddp.backends.local.store {shlex.quote(str(request['rendezvous_port']))} &"
         "  # the rendezvous store, on 127.0.0.1 only",
     ]
     for node in request["nodes"]:

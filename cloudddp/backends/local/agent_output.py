@@ -7,31 +7,36 @@ like a crash. It is folded into one line saying what happened. Any other traceba
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-
 TRACEBACK = "Traceback (most recent call last):"
 
 
-def without_stop_traceback(lines: Iterable[str]) -> Iterator[str]:
-    """``lines`` as they come, but a traceback that ends in torchrun's ``SignalException`` as one line."""
-    held: list[str] = []
-    for line in lines:
-        if not held:
+class StopTracebackFolder:
+    """Fed a node's output line by line, gives back the lines to record: a traceback is held until its last
+    line shows whether it is torchrun's ``SignalException`` (folded into one line) or anything else (passed on
+    whole). Push-style, so the supervisor can feed it from its console copier; :meth:`flush` at the end gives
+    back a traceback the output stopped inside."""
+
+    def __init__(self) -> None:
+        self.held: list[str] = []
+
+    def feed(self, line: str) -> list[str]:
+        if not self.held:
             if line.rstrip("\n") == TRACEBACK:
-                held.append(line)
-            else:
-                yield line
-            continue
-        held.append(line)
+                self.held.append(line)
+                return []
+            return [line]
+        self.held.append(line)
         if line[:1] in (" ", "\t"):  # a frame of the traceback
-            continue
+            return []
+        held, self.held = self.held, []
         if "SignalException" in line and "got signal" in line:
             signal = line.rstrip("\n").rsplit(" ", 1)[-1]
-            yield (
+            return [
                 f"torchrun stopped on signal {signal}, after passing it to its processes and waiting for them "
                 "(its SignalException traceback is left out: this is how torchrun ends on a stop, not a crash)\n"
-            )
-        else:
-            yield from held
-        held = []
-    yield from held
+            ]
+        return held
+
+    def flush(self) -> list[str]:
+        held, self.held = self.held, []
+        return held

@@ -8,16 +8,14 @@ hands it to a TCPStore server (``master_listen_fd``), and the id is 128 random b
 and passes in ``PET_RDZV_ID`` (torchrun reads it when ``--rdzv-id`` is absent). A process's environment is
 readable by its own user only; its argv by everyone.
 
-``python -m cloudddp.backends.local.rendezvous PORT`` hosts the same store until it is stopped (the plan's
-hand-run script starts it).
+``python -m cloudddp.backends.local.store PORT`` hosts the store until it is stopped: the supervisor starts it as a
+process of its own (so the nodes go on when the supervisor is lost), and so does the plan's hand-run script.
 """
 
 from __future__ import annotations
 
 import secrets
-import signal
 import socket
-import sys
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
@@ -40,15 +38,3 @@ def host_store(port: int) -> Any:
     sock.listen(512)
     # The store owns the descriptor from here on.
     return TCPStore(LOOPBACK, port, is_master=True, master_listen_fd=sock.detach(), wait_for_workers=False)
-
-
-def main(argv: list[str]) -> int:
-    store = host_store(int(argv[0]))
-    print(f"rendezvous store on {LOOPBACK}:{store.port}", flush=True)
-    signal.sigwait({signal.SIGTERM, signal.SIGINT})
-    return 0
-
-
-if __name__ == "__main__":
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
-    sys.exit(main(sys.argv[1:]))

@@ -5,7 +5,11 @@ runs/<run_id>/
     plan.json        the plan that was launched (port and folders filled in)
     status.json      state, process ids, exit codes, failure details (written atomically)
     logs/node<i>.log what each torchrun "node" printed, rank-prefixed
-    ranks/           torchrun's per-rank stdout/stderr files, by attempt
+    ranks/           torchrun's per-rank stdout/stderr files, by attempt; node<i>.console, what each torchrun agent
+                     printed (raw: secrets are redacted when it is copied to the log), and node<i>.exit, its exit code
+    logs/node<i>.cursor  how far the console has been copied (for a supervisor that takes over)
+    supervisor.lock  held (flock) by the one supervisor of the run
+    hooks/           the sitecustomize that lets each rank print its Python stacks (the stall watchdog)
     metrics.jsonl    rank 0's metric records, one JSON object a line
     code/            the code snapshot, unpacked: the processes' working folder
     code-files.json  what the snapshot held, for a script other than the shared one (to name what it left there)
@@ -79,6 +83,19 @@ class RunDir:
 
     def node_log(self, node: int) -> Path:
         return self.path / "logs" / f"node{node}.log"
+
+    def console(self, node: int) -> Path:
+        return self.ranks / f"node{node}.console"
+
+    def exit_file(self, node: int) -> Path:
+        return self.ranks / f"node{node}.exit"
+
+    def cursor(self, node: int) -> Path:
+        return self.path / "logs" / f"node{node}.cursor"
+
+    def supervisor_lock(self) -> int:
+        """An open descriptor of ``supervisor.lock``: the one supervisor of the run holds its ``flock``."""
+        return os.open(self.path / "supervisor.lock", os.O_RDWR | os.O_CREAT, 0o600)
 
     def node_logs(self) -> list[Path]:
         nodes = int(self.read_status().get("nodes", 1))

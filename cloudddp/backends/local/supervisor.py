@@ -1,43 +1,61 @@
 """The detached process that runs one local job: ``python -m cloudddp.backends.local.supervisor RUN_DIR``.
 
 It reads the job's environment (secrets included) and the secret values to redact from stdin, so
-nothing secret touches the disk;
-starts one torchrun agent per node, each in its own process group; copies their output into
-``logs/node<i>.log`` and rank 0's metric lines into ``metrics.jsonl``; stops the nodes on SIGTERM
-(cancel) or when the runtime limit passes, giving the training script a grace period to checkpoint;
-and records how the run ended in ``status.json`` (the registry follows it when the run's status is read).
+nothing secret touches the disk; starts one torchrun agent per node, each in its own process group
+(:mod:`~cloudddp.backends.local.nodes`: the agent writes to a console file and a shell records its exit code, so a
+node outlives this process whole); copies the consoles into ``logs/node<i>.log`` and rank 0's metric lines into
+``metrics.jsonl`` (:mod:`~cloudddp.backends.local.console`); stops the nodes on SIGTERM (cancel), when the runtime
+limit passes, or when no rank has printed anything for ``limits.stall_timeout`` (after dumping every rank's Python
+stack into the log: :mod:`cloudddp.code.stall`), giving the training script a grace period to checkpoint; and
+records how the run ended in ``status.json`` (the registry follows it when the run's status is read).
+
+``--adopt RUN_DIR`` is a supervisor for a run whose own one is gone (killed -9, out of memory) while its nodes may
+still train: it takes the run's supervisor lock (``supervisor.lock``, held by one supervisor at a time), reads the
+secret values to redact from the live nodes' environment, copies on from where the last one stopped, and does
+everything else the same way. The run's checkpoint folder lock (:mod:`cloudddp.backends.folderlock`) names the
+supervisor and the node groups, so it stays held while any of them lives.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
-import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from cloudddp.backends.base import RunState
-from cloudddp.backends.local import LocalBackend
-from cloudddp.backends.local.agent_output import without_stop_traceback
-from cloudddp.backends.local.rendezvous import ID_VARIABLE, host_store, new_rdzv_id
+from cloudddp.backends.folderlock import FolderLock
+from cloudddp.backends.local import LocalBackend, recorded_nodes
+from cloudddp.backends.local.agent_output import StopTracebackFolder
+from cloudddp.backends.local.console import Cursor, Output, copy_lines
+from cloudddp.backends.local.masking import RankFiles, byte_forms
+from cloudddp.backends.local.nodes import LOST_CODE, Node, wrapped
+from cloudddp.backends.local.outcome import conclude
+from cloudddp.backends.local.rendezvous import ID_VARIABLE, LOOPBACK, new_rdzv_id
 from cloudddp.backends.local.rundir import RunDir
 from cloudddp.backends.procs import Process
 from cloudddp.catalog.stepstore import keep_measured
+from cloudddp.code import stall
 from cloudddp.code.keepfiles import Keeper
 from cloudddp.observe.metrics import PREFIX, parse_line, patterns_from
+from cloudddp.plan import SECRET_PLACEHOLDER
 from cloudddp.spec.secrets import redact, redaction_forms
 
 GRACE_SECONDS = float(os.environ.get("CLOUDDDP_CANCEL_GRACE", "30"))
-_FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank\s*:\s*(\d+)\)")
-_EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
+STALL_GRACE_SECONDS = 5.0
+"""A stalled run is stopped with a short grace: its ranks are stuck, they cannot checkpoint."""
+DUMP_WAIT_SECONDS = 10.0
+"""How long the stacks of a stalled run's ranks are waited for before the nodes are stopped."""
 FIRST = "[default0]:"  # torchrun's --tee prefix of local rank 0
+_RANK_PREFIX = "[default"
 
 
 class Supervisor:
@@ -49,124 +67,238 @@ class Supervisor:
         self.secrets = redaction_forms(secrets)  # every form a secret may be printed in
         self.stop_reason: str | None = None
         self.stopping = threading.Event()
-        self.procs: list[subprocess.Popen[str]] = []
-        self.store: Any = None
+        self.nodes: list[Node] = []
         self.patterns = patterns_from(self.plan.get("metrics", []))
         self.first_failed: int | None = None
         self.keeper: Keeper | None = None
         """The node whose agent failed first (the others were stopped because of it)."""
+        self.adopted = False
+        self._rank_files: RankFiles | None = None
+        self.copy_raw = True
+        """False when secrets must be redacted and their values are not known here (an adopted run whose nodes
+        are gone): then nothing more is copied from the raw consoles."""
+        timeout = self.request.get("stall_timeout")
+        self.watchdog = stall.Watchdog(float(timeout)) if timeout else None
+        ckpt = self.request["env"].get("CLOUDDDP_CHECKPOINT_DIR")
+        self.folder_lock = FolderLock(Path(ckpt)) if ckpt else None
+
+    @property
+    def rank_files(self) -> RankFiles:
+        if self._rank_files is None:
+            self._rank_files = RankFiles(self.run.ranks, byte_forms(self.secrets))
+        return self._rank_files
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason
         self.stopping.set()
 
-    def _pump(self, node: int, stream: IO[str]) -> None:
-        """Copy one node's output to its log file; the first process's metric lines (CLOUDDDP_METRIC lines,
-        and lines the job's declared patterns match) also go to metrics.jsonl.
-
-        The stream is drained to its end whatever happens here: a node whose pipe is not read blocks on its
-        next print, and the run would hang until limits.max_runtime. A line that fails to parse is skipped
-        with one warning; a line that cannot be recorded is warned about (once) and dropped."""
-        failed: set[str] = set()
-        with contextlib.ExitStack() as files:
-            try:
-                log = files.enter_context(open(self.run.node_log(node), "a", encoding="utf-8"))
-                metrics = files.enter_context(open(self.run.metrics, "a"))
-            except OSError as e:
-                print(f"warning: node {node}'s output is not recorded: {e}", flush=True)
-                for _ in stream:  # drained, not recorded
-                    pass
-                return
-
-            def warn(message: str) -> None:
-                print(f"node {node}: {message}", flush=True)  # supervisor.log
-                log.write(f"cloudddp: {message}\n")  # and where `cloudddp logs` shows it
-                log.flush()
-
-            for line in without_stop_traceback(stream):
-                try:
-                    self._record(line, log, metrics, warn)
-                except Exception as e:  # noqa: BLE001 - keep draining; say so once per kind of failure
-                    if type(e).__name__ not in failed:
-                        failed.add(type(e).__name__)
-                        print(f"warning: node {node}: a line of output was not recorded: {e!r}", flush=True)
-
-    def _record(self, line: str, log: IO[str], metrics: IO[str], warn: Callable[[str], None]) -> None:
-        line = redact(line, self.secrets)
-        log.write(line)
-        log.flush()
-        if line.startswith(FIRST) and (PREFIX in line or self.patterns):
-            record = parse_line(line.removeprefix(FIRST).rstrip("\n"), self.patterns, warn=warn)
-            if record is not None:
-                metrics.write(json.dumps({**record.to_dict(), "received": time.time()}) + "\n")
-                metrics.flush()
-
+    # -- starting or adopting the nodes ---------------------------------------------------------------
     def start(self) -> None:
-        # The store lives as long as this process; its id reaches the agents' environment only.
-        self.store = host_store(int(self.request["rendezvous_port"]))
+        # The store is a process of its own, so the nodes can go on without this one; its id reaches the agents'
+        # environment only.
+        store = start_store(self.run, int(self.request["rendezvous_port"]))
+        self.run.write_status(store_pid=store.pid, store=store.record())
         base_env = {**os.environ, **self.env, ID_VARIABLE: new_rdzv_id()}
         self.keeper = keeper_for(self.request, self.env)
+        if self.watchdog is not None:  # every Python process of the job can print its stacks on a signal
+            hook = stall.install_hook(self.run.path / "hooks")
+            python_path = os.pathsep.join(filter(None, [str(hook), base_env.get("PYTHONPATH")]))
+            base_env |= {"PYTHONPATH": python_path, stall.SIGNAL_VARIABLE: str(stall.STACK_SIGNAL)}
+        self.run.ranks.mkdir(exist_ok=True)
         for node in self.request["nodes"]:
-            proc = subprocess.Popen(
-                node["argv"],
-                cwd=self.request["cwd"],
-                env={**base_env, **node["env"]},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                errors="replace",
-                bufsize=1,
-                start_new_session=True,  # its own process group, so stopping a node stops all its ranks
-            )
-            self.procs.append(proc)
+            index = int(node["node_rank"])
+            with open(self.run.console(index), "ab") as console:
+                child = subprocess.Popen(
+                    wrapped(node["argv"], self.run.exit_file(index)),
+                    cwd=self.request["cwd"],
+                    env={**base_env, **node["env"]},
+                    stdout=console,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # its own process group, so stopping a node stops all its ranks
+                )
+            self.nodes.append(Node(index, Process.of(child.pid), self.run.exit_file(index), child))
         self.run.write_status(
             state=RunState.RUNNING.value,
             started_at=time.time(),
-            node_pgids=[p.pid for p in self.procs],
-            node_processes=[(Process.of(p.pid) or Process(p.pid, -1, "")).record() for p in self.procs],
+            node_pgids=[n.child.pid for n in self.nodes if n.child is not None],
+            node_processes=[(n.process or Process(0, -1, "")).record() for n in self.nodes],
         )
+        self._hold_checkpoints()
 
-    def _signal_nodes(self, sig: int) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:
-                    pass
+    def adopt(self) -> None:
+        """Take over the nodes a supervisor that is gone started."""
+        self.adopted = True
+        self.nodes = recorded_nodes(self.run, self.run.read_status())
+        live = [n.process.pid for n in self.nodes if n.process is not None and n.running()]
+        names = [k for k, v in self.request["env"].items() if SECRET_PLACEHOLDER.format(name=k) == v]
+        values = secrets_of(live, names)
+        self.secrets = redaction_forms(values)
+        self.copy_raw = not names or len(values) == len(names)
+        self.keeper = keeper_for(self.request, self.env, link=False)
+        self._hold_checkpoints()
+
+    def _hold_checkpoints(self) -> None:
+        """The checkpoint folder stays held while this supervisor or any node group lives."""
+        if self.folder_lock is not None:
+            me = Process.of(os.getpid())
+            holders = [p for p in [me, *(n.process for n in self.nodes)] if p is not None]
+            self.folder_lock.hand_over(self.run.run_id, holders)
+
+    # -- copying the consoles -------------------------------------------------------------------------
+    def _copy(self, node: Node) -> None:
+        """Copy one node's console to its log (rank 0's metric lines also to metrics.jsonl), from the cursor on.
+
+        The console is drained to its end whatever happens here. A line that fails to parse is skipped with one
+        warning; a line that cannot be recorded is warned about (once) and dropped."""
+        cursor = Cursor(self.run.cursor(node.index))
+        log = Output(self.run.node_log(node.index), cursor.log)
+        metrics = Output(self.run.metrics, cursor.metrics) if node.index == 0 else None
+        failed: set[str] = set()
+        warned_raw = False
+        folded = StopTracebackFolder()  # a held traceback is lost if this supervisor dies inside it
+
+        def warn(message: str) -> None:
+            print(f"node {node.index}: {message}", flush=True)  # supervisor.log
+            log.write(f"cloudddp: {message}\n")  # and where `cloudddp logs` shows it
+
+        def handle(line: str) -> None:
+            nonlocal warned_raw
+            try:
+                if not self.copy_raw:
+                    if not warned_raw:
+                        warn(
+                            "the rest of this node's output is not copied: the supervisor that knew the job's "
+                            "secret values is gone, and so are the processes they could be read from"
+                        )
+                        warned_raw = True
+                    return
+                for kept in folded.feed(line):
+                    self._record(node.index, kept, log, metrics, warn)
+            except Exception as e:  # noqa: BLE001 - keep draining; say so once per kind of failure
+                if type(e).__name__ not in failed:
+                    failed.add(type(e).__name__)
+                    print(f"warning: node {node.index}: a line of output was not recorded: {e!r}", flush=True)
+            cursor.log = log.length
+            cursor.metrics = metrics.length if metrics is not None else 0
+
+        try:
+            secrets = byte_forms(self.secrets) if self.copy_raw else []
+            copy_lines(self.run.console(node.index), cursor, handle, node.running, secrets=secrets)
+            for kept in folded.flush():
+                self._record(node.index, kept, log, metrics, warn)
+        finally:
+            log.close()
+            if metrics is not None:
+                metrics.close()
+            cursor.close()
+
+    def _record(self, node: int, line: str, log: Output, metrics: Output | None, warn: Any) -> None:
+        line = redact(line, self.secrets)
+        log.write(line)
+        if line.startswith(_RANK_PREFIX) and self.watchdog is not None:
+            end = line.find("]:")
+            if end > 0 and line[len(_RANK_PREFIX) : end].isdigit():
+                self.watchdog.heard((node, int(line[len(_RANK_PREFIX) : end])))
+        if metrics is not None and line.startswith(FIRST) and (PREFIX in line or self.patterns):
+            record = parse_line(line.removeprefix(FIRST).rstrip("\n"), self.patterns, warn=warn)
+            if record is not None:
+                metrics.write(json.dumps({**record.to_dict(), "received": time.time()}) + "\n")
+
+    def notice(self, node: int, text: str) -> None:
+        """A line of cloudddp's own in a node's log, in order with the node's output (through its console)."""
+        with open(self.run.console(node), "a", encoding="utf-8") as console:
+            console.write("".join(f"cloudddp: {line}\n" for line in text.splitlines()))
+
+    # -- waiting ---------------------------------------------------------------------------------------
+    def _mask_rank_files(self) -> None:
+        """Secrets out of torchrun's per-rank files while the nodes write them (the rest when the run ends)."""
+        while any([n.running() for n in self.nodes]):
+            self.rank_files.sweep()
+            time.sleep(0.2)
 
     def wait(self) -> list[int]:
-        pumps = [threading.Thread(target=self._pump, args=(i, p.stdout), daemon=True) for i, p in enumerate(self.procs)]
-        for t in pumps:
+        copiers = [threading.Thread(target=self._copy, args=(n,), daemon=True) for n in self.nodes]
+        if self.secrets:
+            copiers.append(threading.Thread(target=self._mask_rank_files, daemon=True))
+        for t in copiers:
             t.start()
-        deadline = time.time() + float(self.request["max_runtime"])
-        while None in [p.poll() for p in self.procs]:  # every node polled: any() would stop at the first alive
+        deadline = float(self.run.read_status().get("started_at") or time.time()) + float(self.request["max_runtime"])
+        while any([n.running() for n in self.nodes]):  # every node polled: any() of a generator stops early
             if time.time() > deadline:
                 self.request_stop("max_runtime")
+            quiet = self.watchdog.quiet() if self.watchdog is not None and not self.stopping.is_set() else None
+            if quiet is not None:
+                self._stalled(quiet)
+                break
             if self.stopping.wait(0.2):
                 self._stop_nodes()
                 break
-            failed = [i for i, p in enumerate(self.procs) if p.returncode not in (None, 0)]
+            failed = [n.index for n in self.nodes if not n.running() and (n.exit_code() or 0) != 0]
             if failed:
                 # One node failed for good (its restarts are used up): the others cannot finish alone. An agent
                 # killed by a signal is the cause when several have ended by now: torchrun itself exits 1 when
                 # its ranks fail (here: because that node went away), it is never killed by a signal itself.
-                self.first_failed = next((i for i in failed if (self.procs[i].returncode or 0) < 0), failed[0])
+                codes = {i: self.nodes[i].exit_code() for i in failed}
+                self.first_failed = next((i for i in failed if (codes[i] or LOST_CODE) < 0), failed[0])
                 self._stop_nodes(grace=5.0)
                 break
-        for p in self.procs:
-            p.wait()
-        for t in pumps:
-            t.join(timeout=60)  # every line out (EOF comes once the ranks are gone), even on a loaded machine
-        return [p.returncode for p in self.procs]
+        for n in self.nodes:
+            if n.child is not None:
+                n.child.wait()
+            else:
+                while n.running():
+                    time.sleep(0.2)
+        for t in copiers:
+            t.join(timeout=60)  # every line out, even on a loaded machine
+        return [code if (code := n.exit_code()) is not None else LOST_CODE for n in self.nodes]
+
+    def _stalled(self, quiet: list[tuple[Any, float]]) -> None:
+        """Name the quiet ranks, put their Python stacks in the log, fail the run as stalled."""
+        assert self.watchdog is not None
+        ranks = rank_processes(self.run.run_id)
+        silence = dict(quiet)
+        never = time.monotonic() - self.watchdog.started
+        for key in ranks:  # a rank that never printed has been quiet since the start
+            silence.setdefault(key, never)
+        named = []
+        for (node, local), silent in sorted(silence.items(), key=lambda item: -item[1]):
+            who = f"rank {ranks[(node, local)][0]}" if (node, local) in ranks else f"local rank {local} of node {node}"
+            named.append(f"{who} quiet for {silent:.0f} s")
+        reason = f"stalled: no rank printed anything for {self.watchdog.timeout:.0f} s (limits.stall_timeout)" + (
+            f": {', '.join(named)}" if named else ""
+        )
+        for node in self.nodes:
+            self.notice(node.index, f"{reason}; their Python stacks follow")
+        pending = set()
+        before = dict(self.watchdog.last)  # a dump is heard as new lines from its rank
+        for (node, local), (rank, pid) in sorted(ranks.items()):
+            dump = stall.py_spy_dump(pid)
+            if dump is not None:
+                with open(self.run.console(node), "a", encoding="utf-8") as console:
+                    console.write("".join(f"[default{local}]:{line}\n" for line in dump.splitlines()))
+            elif stall.catches(pid) and (process := Process.of(pid)) is not None and process.signal(stall.STACK_SIGNAL):
+                pending.add((node, local))
+            else:
+                self.notice(node, f"rank {rank}: no Python stack (process {pid} does not handle the stack signal)")
+        # faulthandler writes to the rank's stderr, which torchrun copies to the console: wait to hear each one
+        asked = time.monotonic()
+        while pending and time.monotonic() - asked < DUMP_WAIT_SECONDS:
+            pending = {s for s in pending if self.watchdog.last.get(s) == before.get(s)}
+            time.sleep(0.2)
+        time.sleep(0.5)  # the rest of each stack: faulthandler writes it at once, torchrun copies it line by line
+        self.request_stop(reason)
+        self._stop_nodes(grace=STALL_GRACE_SECONDS)
 
     def _stop_nodes(self, grace: float = GRACE_SECONDS) -> None:
-        self._signal_nodes(signal.SIGTERM)  # each agent passes it to its ranks: they checkpoint and leave
+        for node in self.nodes:  # each agent passes it to its ranks: they checkpoint and leave
+            node.signal_group(signal.SIGTERM)
         end = time.time() + grace
-        while time.time() < end and None in [p.poll() for p in self.procs]:
+        while time.time() < end and any([n.running() for n in self.nodes]):
             time.sleep(0.1)
-        self._signal_nodes(signal.SIGKILL)
+        for node in self.nodes:
+            node.signal_group(signal.SIGKILL)
         # torchrun starts each rank in a session of its own: a rank whose agent was killed (or was lost)
         # outlives it. The run's processes carry its id in their environment; those that remain go too.
         for pid in run_processes(self.run.run_id):
@@ -175,52 +307,70 @@ class Supervisor:
             except (ProcessLookupError, PermissionError):  # gone, or another user's that copied the marker
                 pass
 
-    def failure(self, codes: list[int]) -> dict[str, Any]:
-        """Which rank failed and why, from torchrun's error summary, with the tail of its log; or which
-        node was lost, when its agent itself was killed (a machine gone, out of memory)."""
-        info: dict[str, Any] = {"exit_codes": codes}
-        first = self.first_failed
-        if first is None:  # every node had ended by the time they were polled: an agent killed by a signal first
-            first = next((node for node, code in enumerate(codes) if code < 0), None)
-        order = [first] if first is not None else []
-        for node in [*order, *range(len(codes))]:
-            code = codes[node]
-            if code == 0:
-                continue
-            if code < 0 and node == first:  # the agent died, not a rank under it
-                info.update(
-                    node=node,
-                    exitcode=code,
-                    lost=True,
-                    log_tail=self.run.node_log(node).read_text(errors="replace").splitlines()[-20:]
-                    if self.run.node_log(node).exists()
-                    else [],
-                )
+    def finish(self, codes: list[int]) -> None:
+        state, message, extra = conclude(
+            self.run, codes, self.stop_reason, self.first_failed, max_runtime=self.request["max_runtime"]
+        )
+        if self.keeper is not None:
+            self.keeper.save(final=True)  # a file the script renamed over its link
+        if self.copy_raw and self.secrets:
+            self.rank_files.sweep(final=True)
+            redact_files(self.run.ranks, self.secrets)  # what else torchrun wrote there (error files)
+        if not self.adopted:  # the nodes' CPU time is known only to the process that waited for them
+            extra["cpu_s"] = _children_cpu_seconds()
+        else:
+            extra["adopted"] = True
+        st = self.run.read_status()
+        store = Process.from_record(st.get("store_pid"), st.get("store"))
+        if store is not None:
+            store.signal(signal.SIGTERM)
+        self.run.write_status(state=state.value, message=message, ended_at=time.time(), **extra)
+        if self.folder_lock is not None:
+            self.folder_lock.release(self.run.run_id)
+
+
+STORE_START_SECONDS = 120.0
+
+
+def start_store(run: RunDir, port: int) -> Process:
+    """The rendezvous store (on 127.0.0.1 only: :mod:`~cloudddp.backends.local.rendezvous`) as a process in a session
+    of its own, listening when this returns."""
+    with open(run.path / "supervisor.log", "ab") as log:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "cloudddp.backends.local.store", str(port)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    process = Process.of(child.pid)
+    deadline = time.monotonic() + STORE_START_SECONDS
+    while time.monotonic() < deadline and child.poll() is None:
+        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout=1):
+            if process is None:
                 break
-            text = self.run.node_log(node).read_text(errors="replace") if self.run.node_log(node).exists() else ""
-            summary = text[text.rfind("Root Cause") :] if "Root Cause" in text else ""
-            rank = _FAILED_RANK.search(summary)
-            exitcode = _EXITCODE.search(summary)
-            info.update(node=node, exitcode=int(exitcode.group(1)) if exitcode else code)
-            if rank:
-                info.update(rank=int(rank.group(1)), local_rank=int(rank.group(2)))
-                prefix = f"[default{rank.group(2)}]:"
-                lines = [ln[len(prefix) :] for ln in text.splitlines() if ln.startswith(prefix)]
-            else:
-                lines = []
-            lines = lines or text[: text.find("Traceback")].splitlines()  # else what torchrun said
-            info["log_tail"] = lines[-20:]
-            break
-        return info
+            return process
+        time.sleep(0.05)
+    child.kill()
+    raise RuntimeError(f"the rendezvous store did not start on {LOOPBACK}:{port} (supervisor.log says why)")
 
 
-def keeper_for(request: dict[str, Any], env: dict[str, str]) -> Keeper | None:
-    """The run's ``checkpoint.files``, linked into its checkpoint folder (one code folder serves every node here)."""
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+def keeper_for(request: dict[str, Any], env: dict[str, str], *, link: bool = True) -> Keeper | None:
+    """The run's ``checkpoint.files``, linked into its checkpoint folder (one code folder serves every node here);
+    ``link=False`` for a run being adopted, whose nodes already run with the links: only the saving goes on."""
     declared, folder = request.get("keep_files"), env.get("CLOUDDDP_CHECKPOINT_DIR")
     if not declared or not folder:
         return None
     keeper = Keeper(declared, request["cwd"], folder)
-    for note in keeper.link(fresh=env.get("CLOUDDDP_RESUME") == "never"):
+    for note in keeper.link(fresh=env.get("CLOUDDDP_RESUME") == "never") if link else []:
         print(note, flush=True)  # into supervisor.log
     keeper.keep_saving()  # a file renamed over its link is saved while the run goes on, not only at its end
     return keeper
@@ -241,11 +391,34 @@ def run_processes(run_id: str) -> list[int]:
     return found
 
 
+def rank_processes(run_id: str) -> dict[tuple[int, int], tuple[int, int]]:
+    """(node, local rank) -> (rank, pid) of the run's training processes: the first process of each (a rank's
+    program may start Python processes of its own, which inherit its variables)."""
+    found: dict[tuple[int, int], tuple[int, int]] = {}
+    for pid in sorted(run_processes(run_id)):
+        env = _environ(pid)
+        if "RANK" in env and "LOCAL_RANK" in env and "TORCHELASTIC_RUN_ID" in env:
+            with contextlib.suppress(ValueError):
+                key = (int(env.get("NODE_RANK", "0")), int(env["LOCAL_RANK"]))
+                found.setdefault(key, (int(env["RANK"]), pid))
+    return found
+
+
+def secrets_of(pids: list[int], names: list[str]) -> list[str]:
+    """The values of the secret variables ``names`` in the environment of the first of ``pids`` that has them."""
+    for pid in pids:
+        env = _environ(pid)
+        if all(name in env for name in names):
+            return [env[name] for name in names]
+    return []
+
+
 def redact_files(folder: Path, forms: list[str]) -> None:
     """torchrun's per-rank files (output, error files) hold the job's raw output; take secret values out of them.
 
-    torchrun writes these files itself, so they are redacted when the run ends, not as they are written; until
-    then they are private to the job's user (umask 077 in a 0700 home)."""
+    The output files and the consoles are masked as they are written (:mod:`~cloudddp.backends.local.masking`);
+    this catches what else is there when the run ends. All of them are private to the job's user (umask 077 in a
+    0700 home)."""
     if not forms or not folder.exists():
         return
     for path in folder.rglob("*"):
@@ -257,49 +430,33 @@ def redact_files(folder: Path, forms: list[str]) -> None:
             path.write_text(clean)
 
 
-def describe_failure(info: dict[str, Any]) -> str:
-    if info.get("lost"):
-        return f"node {info['node']} was lost: its torchrun agent was killed by signal {-info['exitcode']}"
-    if "rank" in info:
-        code = info.get("exitcode")
-        why = f"killed by signal {-code}" if isinstance(code, int) and code < 0 else f"exit code {code}"
-        return f"rank {info['rank']} (node {info.get('node', 0)}) failed: {why}"
-    return f"node {info.get('node', 0)} failed with exit code {info.get('exitcode')}"
-
-
 def main(argv: list[str]) -> int:
     os.umask(0o077)  # what the run writes (and its processes, which inherit it) is the job user's alone
-    run = RunDir(Path(argv[0]))
-    given = json.loads(sys.stdin.read() or "{}")
-    sup = Supervisor(run, given.get("env", {}), given.get("secrets", []))
+    adopting = argv[:1] == ["--adopt"]
+    run = RunDir(Path(argv[-1]))
+    if adopting:
+        lock = run.supervisor_lock()
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until this process ends, however it ends
+        except BlockingIOError:
+            return 0  # another supervisor has the run
+        if RunState(run.read_status().get("state", "unknown")).terminal:
+            return 0
+        me = Process.of(os.getpid())
+        run.write_status(supervisor_pid=os.getpid(), supervisor=me.record() if me else None, adopted_at=time.time())
+        print(f"adopting the run's nodes: its supervisor is gone (pid {os.getpid()})", flush=True)
+        sup = Supervisor(run, {}, [])
+    else:  # the launcher holds the supervisor lock for this process (an inherited descriptor)
+        given = json.loads(sys.stdin.read() or "{}")
+        sup = Supervisor(run, given.get("env", {}), given.get("secrets", []))
     signal.signal(signal.SIGTERM, lambda *_: sup.request_stop("cancelled"))
     signal.signal(signal.SIGINT, lambda *_: sup.request_stop("cancelled"))
     try:
-        sup.start()
-        codes = sup.wait()
+        sup.adopt() if adopting else sup.start()
+        sup.finish(sup.wait())
     except Exception as e:  # the run must always get an end state, whatever broke
         run.write_status(state=RunState.FAILED.value, message=f"supervisor error: {e}", ended_at=time.time())
         raise
-    extra: dict[str, Any]
-    if sup.stop_reason == "cancelled":
-        state, message, extra = RunState.CANCELLED, "cancelled", {"exit_codes": codes, "cause": "cancelled"}
-    elif sup.stop_reason == "max_runtime":
-        state, message = RunState.FAILED, f"stopped after limits.max_runtime ({sup.request['max_runtime']} s)"
-        extra = {"exit_codes": codes, "cause": "limit"}
-    elif all(c == 0 for c in codes):
-        state, message, extra = RunState.SUCCEEDED, "finished", {"exit_codes": codes}
-    else:
-        failure = sup.failure(codes)
-        state, message = RunState.FAILED, describe_failure(failure)
-        extra = {
-            "exit_codes": codes,
-            "failure": failure,
-            "cause": "infrastructure" if failure.get("lost") else "user error",
-        }
-    if sup.keeper is not None:
-        sup.keeper.save(final=True)  # a file the script renamed over its link
-    redact_files(run.ranks, sup.secrets)
-    run.write_status(state=state.value, message=message, ended_at=time.time(), cpu_s=_children_cpu_seconds(), **extra)
     _learn_step_time(run)
     return 0
 

@@ -1,0 +1,83 @@
+"""How a local run ended, from its nodes' exit codes and what they printed: the same decision whether the
+supervisor that started the nodes saw them end, or one that adopted them did, or nobody did (``status`` of a run
+whose supervisor and nodes are all gone)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from cloudddp.backends.base import Cause, RunState
+from cloudddp.backends.local.rundir import RunDir
+
+_FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank\s*:\s*(\d+)\)")
+_EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
+
+
+def failure(run: RunDir, codes: list[int], first_failed: int | None = None) -> dict[str, Any]:
+    """Which rank failed and why, from torchrun's error summary, with the tail of its log; or which node was lost,
+    when its agent itself was killed (a machine gone, out of memory). ``first_failed``: the node seen failing first."""
+    info: dict[str, Any] = {"exit_codes": codes}
+    first = first_failed
+    if first is None:  # every node had ended by the time they were polled: an agent killed by a signal first
+        first = next((node for node, code in enumerate(codes) if code < 0), None)
+    order = [first] if first is not None else []
+    for node in [*order, *range(len(codes))]:
+        code = codes[node]
+        if code == 0:
+            continue
+        text = run.node_log(node).read_text(errors="replace") if run.node_log(node).exists() else ""
+        if code < 0 and node == first:  # the agent died, not a rank under it
+            info.update(node=node, exitcode=code, lost=True, log_tail=text.splitlines()[-20:])
+            break
+        summary = text[text.rfind("Root Cause") :] if "Root Cause" in text else ""
+        rank = _FAILED_RANK.search(summary)
+        exitcode = _EXITCODE.search(summary)
+        info.update(node=node, exitcode=int(exitcode.group(1)) if exitcode else code)
+        if rank:
+            info.update(rank=int(rank.group(1)), local_rank=int(rank.group(2)))
+            prefix = f"[default{rank.group(2)}]:"
+            lines = [ln[len(prefix) :] for ln in text.splitlines() if ln.startswith(prefix)]
+        else:
+            lines = []
+        lines = lines or text[: text.find("Traceback")].splitlines()  # else what torchrun said
+        info["log_tail"] = lines[-20:]
+        break
+    return info
+
+
+def describe_failure(info: dict[str, Any]) -> str:
+    if info.get("lost"):
+        return f"node {info['node']} was lost: its torchrun agent was killed by signal {-info['exitcode']}"
+    if "rank" in info:
+        code = info.get("exitcode")
+        why = f"killed by signal {-code}" if isinstance(code, int) and code < 0 else f"exit code {code}"
+        return f"rank {info['rank']} (node {info.get('node', 0)}) failed: {why}"
+    return f"node {info.get('node', 0)} failed with exit code {info.get('exitcode')}"
+
+
+def conclude(
+    run: RunDir, codes: list[int], stop_reason: str | None, first_failed: int | None = None, *, max_runtime: Any = None
+) -> tuple[RunState, str, dict[str, Any]]:
+    """The end state, its message and what ``status.json`` records with it (exit codes, failure, cause)."""
+    if stop_reason == "cancelled":
+        return RunState.CANCELLED, "cancelled", {"exit_codes": codes, "cause": Cause.CANCELLED.value}
+    if stop_reason == "max_runtime":
+        message = f"stopped after limits.max_runtime ({max_runtime} s)"
+        return RunState.FAILED, message, {"exit_codes": codes, "cause": Cause.LIMIT.value}
+    if stop_reason is not None and stop_reason.startswith("stalled"):
+        return RunState.FAILED, stop_reason, {"exit_codes": codes, "cause": Cause.STALLED.value}
+    if codes and all(c == 0 for c in codes):
+        return RunState.SUCCEEDED, "finished", {"exit_codes": codes}
+    if not codes:
+        return (
+            RunState.FAILED,
+            "the run's supervisor exited before it started the nodes",
+            {
+                "exit_codes": codes,
+                "cause": Cause.INFRASTRUCTURE.value,
+            },
+        )
+    info = failure(run, codes, first_failed)
+    cause = Cause.INFRASTRUCTURE if info.get("lost") else Cause.USER_ERROR
+    return RunState.FAILED, describe_failure(info), {"exit_codes": codes, "failure": info, "cause": cause.value}
