@@ -20,7 +20,7 @@ from typing import Any
 from cloudddp.backends.base import Backend, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.registry import backend_class, load_spec, spec_from_dict
 from cloudddp.errors import CloudDDPError, RunNotFound, UserError
-from cloudddp.observe.metrics import MetricRecord, parse_line
+from cloudddp.observe.metrics import PREFIX, MetricRecord, record_of_line
 from cloudddp.observe.notebook import watch
 from cloudddp.observe.plotting import plot_metrics
 from cloudddp.plan import Plan
@@ -228,16 +228,19 @@ class Run:
                 yield record
 
     def events(self, follow: bool = False, all_ranks: bool = False) -> Iterator[MetricRecord | LogLine]:
-        """What a person watching the run sees: its metric records as they come, and the first process's
-        other log lines (every process's with ``all_ranks``) — so a script that reports no metrics still
-        shows its output."""
+        """What a person watching the run sees, in the order it was printed: global rank 0's lines (every line,
+        the runtime's included, with ``all_ranks``), each followed by the metric record it carries — the same
+        records as :meth:`metrics` on every backend (global rank 0's, or every rank's with ``metrics.ranks:
+        all``). A line a declared pattern matched is shown *and* its record; a ``CLOUDDDP_METRIC`` line is shown
+        as its record (the line is that record's machine form)."""
         patterns = self.backend.metric_patterns(self.run_id)
+        ranks = self.backend.metric_ranks(self.run_id)
         for line in self.logs(follow=follow):
-            record = parse_line(line.text, patterns, line.source) if line.primary else None
+            record = record_of_line(line.text, patterns, source=line.source, rank=line.rank, ranks=ranks)
+            if (all_ranks or line.primary or record is not None) and PREFIX not in line.text:
+                yield line
             if record is not None:
                 yield record
-            elif all_ranks or line.primary:
-                yield line
 
     def metrics_frame(self) -> Any:
         """The metrics so far as a pandas DataFrame (needs the ``notebook`` extra)."""

@@ -15,7 +15,15 @@ import click
 from cloudddp.api import Run
 from cloudddp.backends.base import LogLine
 from cloudddp.backends.registry import load_spec
-from cloudddp.cli.options import follow_option, format_record, json_option, money, print_json, run_arguments
+from cloudddp.cli.options import (
+    follow_option,
+    format_record,
+    json_option,
+    line_tag,
+    money,
+    print_json,
+    run_arguments,
+)
 from cloudddp.errors import UserError
 from cloudddp.observe.console import err, escape, out
 from cloudddp.observe.live import follow_table
@@ -251,9 +259,11 @@ def logs(run: str | None, follow: bool, backend: str | None, json_: bool, tail: 
 
 def print_log_line(line: LogLine, *, json_: bool) -> None:
     if json_:
-        sys.stdout.write(json.dumps({"source": line.source, "text": line.text, "time": line.time}) + "\n")
+        document = {"source": line.source, "rank": line.rank, "text": line.text, "time": line.time}
+        sys.stdout.write(json.dumps(document) + "\n")
     else:
-        sys.stdout.write(f"[{line.source}] {line.text}\n" if line.source else f"{line.text}\n")
+        tag = line_tag(line)
+        sys.stdout.write(f"[{tag}] {line.text}\n" if tag else f"{line.text}\n")
     sys.stdout.flush()
 
 

@@ -78,8 +78,8 @@ def _command(spec: JobSpec, args: list[str], bindings: dict[str, str]) -> str:
     else:
         program = ["python", spec.code.entry or "train.py", *spec.code.args]
     shim: dict[str, Any] = {}
-    if spec.metrics:
-        shim["metrics"] = [m.model_dump() for m in spec.metrics]
+    if spec.metrics.declared:
+        shim["metrics"] = [m.model_dump() for m in spec.metrics.declared]
     reqs = requirements.of(spec)
     if reqs is not None:
         shim["requirements"] = {"file": requirements.FILE, "digest": reqs.digest}

@@ -3,7 +3,7 @@
 It reads the job's environment (secrets included) and the secret values to redact from stdin, so
 nothing secret touches the disk;
 starts one torchrun agent per node, each in its own process group; copies their output into
-``logs/node<i>.log`` and rank 0's metric lines into ``metrics.jsonl``; stops the nodes on SIGTERM
+``logs/node<i>.log`` and global rank 0's metric lines into ``metrics.jsonl``; stops the nodes on SIGTERM
 (cancel) or when the runtime limit passes, giving the training script a grace period to checkpoint;
 and records how the run ended in ``status.json`` (the registry follows it when the run's status is read).
 """
@@ -29,13 +29,13 @@ from cloudddp.backends.local.rendezvous import ID_VARIABLE, host_store, new_rdzv
 from cloudddp.backends.local.rundir import RunDir
 from cloudddp.backends.procs import Process
 from cloudddp.catalog.stepstore import keep_measured
-from cloudddp.observe.metrics import PREFIX, parse_line, patterns_from
+from cloudddp.code.shim import RANK_LINE
+from cloudddp.observe.metrics import PREFIX, RANK_ZERO, carries_metrics, patterns_from, record_of_line
 from cloudddp.spec.secrets import redact, redaction_forms
 
 GRACE_SECONDS = float(os.environ.get("CLOUDDDP_CANCEL_GRACE", "30"))
 _FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank\s*:\s*(\d+)\)")
 _EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
-FIRST = "[default0]:"  # torchrun's --tee prefix of local rank 0
 
 
 class Supervisor:
@@ -50,6 +50,7 @@ class Supervisor:
         self.procs: list[subprocess.Popen[str]] = []
         self.store: Any = None
         self.patterns = patterns_from(self.plan.get("metrics", []))
+        self.ranks = str(self.plan.get("metric_ranks", RANK_ZERO))
         self.first_failed: int | None = None
         """The node whose agent failed first (the others were stopped because of it)."""
 
@@ -59,7 +60,7 @@ class Supervisor:
         self.stopping.set()
 
     def _pump(self, node: int, stream: IO[str]) -> None:
-        """Copy one node's output to its log file; the first process's metric lines (CLOUDDDP_METRIC lines,
+        """Copy one node's output to its log file; global rank 0's metric lines (CLOUDDDP_METRIC lines,
         and lines the job's declared patterns match) also go to metrics.jsonl.
 
         The stream is drained to its end whatever happens here: a node whose pipe is not read blocks on its
@@ -93,8 +94,11 @@ class Supervisor:
         line = redact(line, self.secrets)
         log.write(line)
         log.flush()
-        if line.startswith(FIRST) and (PREFIX in line or self.patterns):
-            record = parse_line(line.removeprefix(FIRST).rstrip("\n"), self.patterns, warn=warn)
+        tag = RANK_LINE.match(line)
+        rank = int(tag.group(1)) if tag else None
+        if tag and carries_metrics(rank, self.ranks) and (PREFIX in line or self.patterns):
+            text = line[tag.end() :].rstrip("\n")
+            record = record_of_line(text, self.patterns, rank=rank, ranks=self.ranks, warn=warn)
             if record is not None:
                 metrics.write(json.dumps({**record.to_dict(), "received": time.time()}) + "\n")
                 metrics.flush()
@@ -200,7 +204,7 @@ class Supervisor:
             info.update(node=node, exitcode=int(exitcode.group(1)) if exitcode else code)
             if rank:
                 info.update(rank=int(rank.group(1)), local_rank=int(rank.group(2)))
-                prefix = f"[default{rank.group(2)}]:"
+                prefix = f"[rank{rank.group(1)}]:"
                 lines = [ln[len(prefix) :] for ln in text.splitlines() if ln.startswith(prefix)]
             else:
                 lines = []
