@@ -226,8 +226,8 @@ class Metrics:
                     values[name] = float(match.group(1))
                 except (IndexError, ValueError):
                     continue
-        if values:  # the declared step is MLflow's step; the epoch stays a metric named `epoch`
-            step = values.pop("step", None)
+        if set(values) - {"step", "epoch"}:  # a measurement (a position alone is none, as cloudddp reads it)
+            step = values.pop("step", None)  # MLflow's step; the epoch stays a metric named `epoch`
             self.log(values, int(step) if step is not None else self.records)
             self.records += 1
 
@@ -239,8 +239,7 @@ class Metrics:
                 self.mlflow = mlflow
                 if not self.steps:
                     mlflow.set_tag(STEP_TAG, "none")
-            if values:
-                self.mlflow.log_metrics(values, step=step)
+            self.mlflow.log_metrics(values, step=step)
         except Exception as e:  # noqa: BLE001 - metrics must never stop training
             print(f"{SHIPPED_AS}: not logging metrics to MLflow: {e}", file=sys.stderr, flush=True)
             self.active = False

@@ -136,7 +136,7 @@ def parse_line(
     line: str, patterns: Sequence[Pattern] = (), source: str = "", *, warn: Callable[[str], None] | None = None
 ) -> MetricRecord | None:
     """The record in one log line: a ``CLOUDDDP_METRIC`` line, else the values of every declared pattern
-    that matches it (None when nothing does). Whatever goes wrong in parsing (a number too large for a float,
+    that matches it (None when nothing does, or only ``epoch`` and ``step`` do: a position is no measurement). Whatever goes wrong in parsing (a number too large for a float,
     nesting too deep for the decoder, ...) skips the line with one warning (to ``warn``, else to stderr):
     one bad line never stops the stream it is in."""
     try:
@@ -162,9 +162,9 @@ def _parse_line(line: str, patterns: Sequence[Pattern], source: str) -> MetricRe
                 found[pattern.name] = float(match.group(1))
             except (IndexError, ValueError):
                 continue
-    if not found:
-        return None
     step, epoch = found.pop("step", None), found.pop("epoch", None)
+    if not found:  # a position alone (``Epoch 0 | snapshot saved``) is no measurement
+        return None
     return MetricRecord(
         step=int(step) if step is not None else None,
         epoch=int(epoch) if epoch is not None else None,
