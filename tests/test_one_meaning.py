@@ -56,7 +56,7 @@ def test_the_spec_says_whose_lines_metrics_come_from_in_either_form() -> None:
     every = spec_from_dict({"name": "m", "metrics": {"declared": declared, "ranks": "all"}})
     assert every.metrics.ranks == "all"
     assert spec_from_dict({"name": "m", "metrics": {"declared": declared, "ranks": 0}}).metrics.ranks == "0"
-    with pytest.raises(UserError, match="metrics.ranks"):
+    with pytest.raises(UserError, match=r"metrics\.ranks"):
         spec_from_dict({"name": "m", "metrics": {"declared": declared, "ranks": "some"}})
     with pytest.raises(UserError, match="declared twice"):
         spec_from_dict({"name": "m", "metrics": declared * 2})
