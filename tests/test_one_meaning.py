@@ -20,9 +20,10 @@ from cloudddp.backends.base import Backend, Launched, LogLine, RunState, RunStat
 from cloudddp.backends.registry import spec_from_dict
 from cloudddp.backends.sagemaker.logs import host_line
 from cloudddp.cli.cmd_submit import event_text
-from cloudddp.cli.options import format_record, line_tag
+from cloudddp.cli.options import format_record
 from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.errors import UserError
+from cloudddp.observe.console import line_tag
 from cloudddp.observe.metrics import MetricRecord, Pattern, metrics_from_lines
 
 from .support.cli import ROOT

@@ -19,13 +19,12 @@ from cloudddp.cli.options import (
     follow_option,
     format_record,
     json_option,
-    line_tag,
     money,
     print_json,
     run_arguments,
 )
 from cloudddp.errors import UserError
-from cloudddp.observe.console import err, escape, out
+from cloudddp.observe.console import err, escape, line_tag, out
 from cloudddp.observe.live import follow_table
 from cloudddp.observe.plotting import plot_metrics
 from cloudddp.paths import home

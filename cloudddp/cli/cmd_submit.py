@@ -16,7 +16,6 @@ from cloudddp.cli.options import (
     format_record,
     job_argument,
     json_option,
-    line_tag,
     load_job,
     override_option,
     plan_notes,
@@ -24,7 +23,7 @@ from cloudddp.cli.options import (
     print_plan,
 )
 from cloudddp.errors import RunFailed
-from cloudddp.observe.console import Progress, err, escape, note, out
+from cloudddp.observe.console import Progress, err, escape, line_tag, note, out
 from cloudddp.observe.live import EpochProgress
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.observe.sdklog import divert, diverted_to

@@ -12,7 +12,6 @@ from typing import Any, NoReturn, TypeVar
 import click
 from click.shell_completion import CompletionItem
 
-from cloudddp.backends.base import LogLine
 from cloudddp.backends.registry import load_spec, names
 from cloudddp.errors import CloudDDPError
 from cloudddp.observe.console import note
@@ -118,12 +117,6 @@ def print_plan(plan: Plan, *, json_: bool) -> None:
         return
     sys.stdout.write(plan.text())
     plan_notes(plan)
-
-
-def line_tag(line: LogLine) -> str:
-    """Where a log line came from, as shown before it: ``rank3``, ``node1/rank3``; a line from outside the program
-    (launcher, toolkit, runtime) says so: ``algo-1 runtime``."""
-    return line.source if line.program else f"{line.source} runtime".strip()
 
 
 def format_record(record: MetricRecord) -> str:

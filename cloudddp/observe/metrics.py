@@ -136,9 +136,9 @@ def parse_line(
     line: str, patterns: Sequence[Pattern] = (), source: str = "", *, warn: Callable[[str], None] | None = None
 ) -> MetricRecord | None:
     """The record in one log line: a ``CLOUDDDP_METRIC`` line, else the values of every declared pattern
-    that matches it (None when nothing does, or only ``epoch`` and ``step`` do: a position is no measurement). Whatever goes wrong in parsing (a number too large for a float,
-    nesting too deep for the decoder, ...) skips the line with one warning (to ``warn``, else to stderr):
-    one bad line never stops the stream it is in."""
+    that matches it (None when nothing does, or only ``epoch`` and ``step`` do: a position is no measurement).
+    Whatever goes wrong in parsing (a number too large for a float, nesting too deep for the decoder, ...) skips
+    the line with one warning (to ``warn``, else to stderr): one bad line never stops the stream it is in."""
     try:
         return _parse_line(line, patterns, source)
     except Exception as e:  # noqa: BLE001 - any failure is a skipped record, never a dead log pump

@@ -162,7 +162,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
                     "the Azure ML backend needs azure-ai-ml", hint="pip install 'cloudddp[azure]'"
                 ) from None
             kwargs = {"transport": self.transport} if self.transport is not None else {}
-            # show_progress=False: azure-ai-ml's own upload bars are not cloudddp's lines (the progress says "uploading")
+            # show_progress=False: azure-ai-ml's own upload bars are not cloudddp's (its progress says "uploading")
             self._clients[key] = MLClient(
                 self._credential(), ws.subscription_id, ws.resource_group, ws.name, show_progress=False, **kwargs
             )
