@@ -144,7 +144,7 @@ def test_the_in_job_launcher_prefixes_each_line_of_its_program_with_the_global_r
             timeout=60,
             check=True,
         )
-        assert sorted(done.stdout.splitlines()) == [f"[rank{rank}]:err", f"[rank{rank}]:out"], done
+        assert (done.stdout, done.stderr) == (f"[rank{rank}]:out\n", f"[rank{rank}]:err\n"), done  # each where written
     untagged = {**payload, "tag": False}
     done = subprocess.run(
         [sys.executable, str(shim), "--cloudddp-00", json.dumps(untagged)], capture_output=True, text=True, check=True

@@ -60,6 +60,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -246,18 +247,28 @@ class Metrics:
 
 
 def run_teed(argv: list[str], metrics: Metrics, tag: str = "") -> int:
-    """Run ``argv`` as a child, copy its output through (each line after ``tag``), read metrics from it; its exit
-    code."""
+    """Run ``argv`` as a child, copy its output and its errors through, each to where it was written (the
+    platform may read the errors apart: SageMaker's toolkit takes a failure's reason from them), each line after
+    ``tag``; read metrics from both; its exit code."""
     child = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1, text=True, errors="replace"
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=1, text=True, errors="replace"
     )
     for sig in (signal.SIGTERM, signal.SIGINT):  # a cancel or preemption reaches the program
         signal.signal(sig, lambda number, _frame: child.send_signal(number))
-    assert child.stdout is not None
-    for line in child.stdout:
-        sys.stdout.write(tag + line)
-        sys.stdout.flush()
-        metrics.read(line)
+    assert child.stdout is not None and child.stderr is not None
+    reading = threading.Lock()
+
+    def copy(source: Any, sink: Any) -> None:
+        for line in source:
+            sink.write(tag + line)
+            sink.flush()
+            with reading:
+                metrics.read(line)
+
+    errors = threading.Thread(target=copy, args=(child.stderr, sys.stderr), daemon=True)
+    errors.start()
+    copy(child.stdout, sys.stdout)
+    errors.join()
     return child.wait()
 
 
