@@ -21,13 +21,13 @@ from cloudddp.cli.options import (
     plan_notes,
     print_json,
     print_plan,
+    sdk_log,
 )
 from cloudddp.errors import RunFailed
 from cloudddp.observe.console import Progress, err, escape, line_tag, note, out
 from cloudddp.observe.live import EpochProgress
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.observe.sdklog import divert, diverted_to
-from cloudddp.paths import home
 from cloudddp.runs.runner import get_backend
 from cloudddp.spec.model import JobSpec
 
@@ -84,7 +84,7 @@ def submit(
         print_plan(backend_class(backend)().render(spec), json_=json_)
         return
     if not verbose:
-        divert(home() / "logs" / SDK_LOG)
+        divert(sdk_log())
     try:
         run = Job(spec).submit(
             backend,
@@ -119,10 +119,6 @@ def submit(
         follow_run(run, quiet=quiet or json_, epochs=epochs_of(spec), all_ranks=all_ranks or verbose, json_=json_)
     finally:
         name_sdk_log(quiet=quiet or json_)
-
-
-SDK_LOG = "sdk.log"
-"""The file under ``$CLOUDDDP_HOME/logs`` the clouds' SDKs write to during a submit (unless ``--verbose``)."""
 
 
 def name_sdk_log(*, quiet: bool) -> None:

@@ -69,3 +69,4 @@ def test_an_attached_two_by_two_submit_shows_rank_0s_records_as_mlflow_has_them_
     sdk_log = home / "logs" / "sdk.log"
     assert "Proceeding with no tenant id" in sdk_log.read_text()  # said, and kept there
     assert err.count(str(sdk_log)) == 1, err  # named once
+    assert "experimental class" not in logs.stderr + metrics.stderr  # the run commands are as quiet
