@@ -5,6 +5,7 @@ it. (SageMaker: tests/sagemaker/test_sagemaker_tags.py; Azure ML: tests/azureml/
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Iterator
@@ -45,6 +46,21 @@ def test_locally_metrics_are_rank_0s_in_the_attached_view_and_metrics_json_and_e
     ranks.check_tagged_json(logs.stdout)
     every = cli("logs", run_id)
     assert "torchrun runtime] " in every.stdout, every.stdout[-2000:]  # torchrun's own lines, marked as such
+
+
+@pytest.mark.timeout(400)
+def test_locally_a_job_that_reads_every_ranks_metrics_gets_each_ranks_records_naming_it(tmp_path: Path) -> None:
+    job = ranks.write_job(tmp_path, local={"nodes": 2, "processes_per_node": 2})
+    data = json.loads(job.read_text())
+    job.write_text(json.dumps({**data, "metrics": {"declared": ranks.METRICS, "ranks": "all"}}))
+    attached = cli("submit", str(job), "-b", "local", timeout=300)
+    assert attached.returncode == 0, attached.stderr[-3000:]
+    metrics = cli("metrics", submitted(attached.stderr), "--json")
+    records = [json.loads(line) for line in metrics.stdout.splitlines()]
+    every = sorted((r["rank"], r["epoch"], r["loss"]) for r in records)
+    assert every == [(k, e, round(0.1 * (e + 1) + k, 4)) for k in range(ranks.WORLD) for e in range(ranks.EPOCHS)]
+    _, shown = ranks.attached_view(attached.stdout)
+    assert sorted(shown) == sorted(ranks.json_records(metrics.stdout)) and "rank 3  epoch 2  loss=3.3" in shown
 
 
 @pytest.fixture
