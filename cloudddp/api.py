@@ -93,6 +93,23 @@ class Job:
         return f"Job(name={self.spec.name!r}, nodes={resources.nodes}, gpus_per_node={resources.gpus_per_node})"
 
 
+class Repeats:
+    """The records an attempt repeats after resuming from a checkpoint: a step already reported (for every metric
+    of the record, by the same rank) is a repeat; the first report of a step is kept."""
+
+    def __init__(self) -> None:
+        self.last: dict[tuple[int | None, str], int] = {}  # (rank, metric) -> the last step it was reported at
+
+    def seen(self, record: MetricRecord) -> bool:
+        if record.step is None or not record.values:
+            return False
+        keys = [(record.rank, name) for name in record.values]
+        if all(record.step <= self.last.get(key, -1) for key in keys):
+            return True
+        self.last.update(dict.fromkeys(keys, record.step))
+        return False
+
+
 class Run:
     """A submitted run on any backend."""
 
@@ -218,14 +235,11 @@ class Run:
     def metrics(self, follow: bool = False) -> Iterator[MetricRecord]:
         """The run's metric records; under recovery, every attempt's, each step once (an attempt that
         resumes from a checkpoint repeats the steps after it: the first report of a step is kept)."""
-        last: dict[str, int] = {}  # metric name -> the last step it was reported at
+        repeats = Repeats()
         for run_id, following in self._attempts(follow):
             for record in self.backend.metrics(run_id, follow=following):
-                if record.step is not None and record.values:
-                    if all(record.step <= last.get(name, -1) for name in record.values):
-                        continue  # already reported by the attempt before
-                    last.update(dict.fromkeys(record.values, record.step))
-                yield record
+                if not repeats.seen(record):
+                    yield record
 
     def events(self, follow: bool = False, all_ranks: bool = False) -> Iterator[MetricRecord | LogLine]:
         """What a person watching the run sees, in the order it was printed: global rank 0's lines (every line,
@@ -235,8 +249,11 @@ class Run:
         as its record (the line is that record's machine form)."""
         patterns = self.backend.metric_patterns(self.run_id)
         ranks = self.backend.metric_ranks(self.run_id)
+        repeats = Repeats()
         for line in self.logs(follow=follow):
             record = record_of_line(line.text, patterns, source=line.source, rank=line.rank, ranks=ranks)
+            if record is not None and repeats.seen(record):
+                record = None  # as metrics() has it: an attempt that resumed repeats it
             if (all_ranks or line.primary or record is not None) and PREFIX not in line.text:
                 yield line
             if record is not None:

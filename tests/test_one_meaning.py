@@ -184,3 +184,17 @@ def test_the_sdks_own_messages_go_to_a_file_and_cloudddps_stay_on_the_terminal(t
     written = log.read_text()
     assert "Proceeding with no tenant id" in written and "experimental class" in written, written
     assert "an SDK's deprecation" in written and "cloudddp's own" not in written
+
+
+def test_a_repeated_step_is_dropped_alike_in_metrics_and_the_attached_view_per_rank() -> None:
+    def line(rank: int, step: int) -> LogLine:
+        return LogLine(f"rank{rank}", f"step {step} | loss 0.{step}", primary=rank == 0, rank=rank)
+
+    step = Pattern("step", r"step (\d+) ")
+    lines = [line(0, 4), line(1, 4), line(0, 8), line(1, 8), line(0, 4), line(1, 4)]  # resumed: step 4 again
+    every = Run("r1", Replay(lines, {"metrics": [LOSS.to_dict(), step.to_dict()], "metric_ranks": "all"}))
+    kept = [(r.rank, r.step) for r in every.metrics()]
+    assert kept == [(0, 4), (1, 4), (0, 8), (1, 8)]
+    assert [(e.rank, e.step) for e in every.events() if isinstance(e, MetricRecord)] == kept
+    zero = Run("r1", Replay(lines, {"metrics": [LOSS.to_dict(), step.to_dict()]}))
+    assert [r.step for r in zero.metrics()] == [4, 8] == [e.step for e in zero.events() if isinstance(e, MetricRecord)]
