@@ -16,7 +16,6 @@ from cloudddp.backends.registry import load_spec, names
 from cloudddp.errors import CloudDDPError
 from cloudddp.observe.console import note
 from cloudddp.observe.metrics import MetricRecord
-from cloudddp.observe.sdklog import divert
 from cloudddp.paths import home
 from cloudddp.plan import Plan
 from cloudddp.spec.model import JobSpec
@@ -73,22 +72,15 @@ def json_option(f: F) -> F:
 
 
 def run_arguments(f: F) -> F:
-    """``RUN`` (an id, a unique prefix or suffix of one; the latest run when left out), ``--backend`` and
-    ``--verbose`` (the cloud SDKs' own messages on the terminal; else quietly in :func:`sdk_log`)."""
-    f = click.option(
-        "--verbose",
-        "-v",
-        is_flag=True,
-        expose_value=False,
-        callback=lambda _ctx, _param, verbose: None if verbose else divert(sdk_log()),
-        help="Show the cloud SDKs' own messages here (default: they go to $CLOUDDDP_HOME/logs/sdk.log).",
-    )(f)
+    """``RUN`` (an id, a unique prefix or suffix of one; the latest run when left out) and ``--backend``."""
     f = backend_option(None, "Look the run up at this backend (runs started elsewhere).")(f)
     return click.argument("run", required=False)(f)
 
 
 def sdk_log() -> Path:
-    """Where the clouds' SDKs write during a command, unless ``--verbose`` (docs/metrics-and-logs.md)."""
+    """Where the clouds' SDKs write during a command, unless ``--verbose`` (docs/metrics-and-logs.md). The
+    diversion itself (:mod:`cloudddp.observe.sdklog`, which loads :mod:`logging`) is imported by the commands that
+    reach a cloud, not here: ``render`` stays light."""
     return home() / "logs" / "sdk.log"
 
 
