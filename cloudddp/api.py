@@ -20,7 +20,7 @@ from typing import Any
 from cloudddp.backends.base import Backend, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.registry import backend_class, load_spec, spec_from_dict
 from cloudddp.errors import CloudDDPError, RunNotFound, UserError
-from cloudddp.observe.metrics import MetricRecord, parse_line
+from cloudddp.observe.metrics import PREFIX, MetricRecord, record_of_line
 from cloudddp.observe.notebook import watch
 from cloudddp.observe.plotting import plot_metrics
 from cloudddp.plan import Plan
@@ -91,6 +91,23 @@ class Job:
     def __repr__(self) -> str:
         resources = self.spec.resources
         return f"Job(name={self.spec.name!r}, nodes={resources.nodes}, gpus_per_node={resources.gpus_per_node})"
+
+
+class Repeats:
+    """The records an attempt repeats after resuming from a checkpoint: a step already reported (for every metric
+    of the record, by the same rank) is a repeat; the first report of a step is kept."""
+
+    def __init__(self) -> None:
+        self.last: dict[tuple[int | None, str], int] = {}  # (rank, metric) -> the last step it was reported at
+
+    def seen(self, record: MetricRecord) -> bool:
+        if record.step is None or not record.values:
+            return False
+        keys = [(record.rank, name) for name in record.values]
+        if all(record.step <= self.last.get(key, -1) for key in keys):
+            return True
+        self.last.update(dict.fromkeys(keys, record.step))
+        return False
 
 
 class Run:
@@ -218,26 +235,29 @@ class Run:
     def metrics(self, follow: bool = False) -> Iterator[MetricRecord]:
         """The run's metric records; under recovery, every attempt's, each step once (an attempt that
         resumes from a checkpoint repeats the steps after it: the first report of a step is kept)."""
-        last: dict[str, int] = {}  # metric name -> the last step it was reported at
+        repeats = Repeats()
         for run_id, following in self._attempts(follow):
             for record in self.backend.metrics(run_id, follow=following):
-                if record.step is not None and record.values:
-                    if all(record.step <= last.get(name, -1) for name in record.values):
-                        continue  # already reported by the attempt before
-                    last.update(dict.fromkeys(record.values, record.step))
-                yield record
+                if not repeats.seen(record):
+                    yield record
 
     def events(self, follow: bool = False, all_ranks: bool = False) -> Iterator[MetricRecord | LogLine]:
-        """What a person watching the run sees: its metric records as they come, and the first process's
-        other log lines (every process's with ``all_ranks``) — so a script that reports no metrics still
-        shows its output."""
+        """What a person watching the run sees, in the order it was printed: global rank 0's lines (every line,
+        the runtime's included, with ``all_ranks``), each followed by the metric record it carries — the same
+        records as :meth:`metrics` on every backend (global rank 0's, or every rank's with ``metrics.ranks:
+        all``). A line a declared pattern matched is shown *and* its record; a ``CLOUDDDP_METRIC`` line is shown
+        as its record (the line is that record's machine form)."""
         patterns = self.backend.metric_patterns(self.run_id)
+        ranks = self.backend.metric_ranks(self.run_id)
+        repeats = Repeats()
         for line in self.logs(follow=follow):
-            record = parse_line(line.text, patterns, line.source) if line.primary else None
+            record = record_of_line(line.text, patterns, source=line.source, rank=line.rank, ranks=ranks)
+            if record is not None and repeats.seen(record):
+                record = None  # as metrics() has it: an attempt that resumed repeats it
+            if (all_ranks or line.primary or record is not None) and PREFIX not in line.text:
+                yield line
             if record is not None:
                 yield record
-            elif all_ranks or line.primary:
-                yield line
 
     def metrics_frame(self) -> Any:
         """The metrics so far as a pandas DataFrame (needs the ``notebook`` extra)."""

@@ -84,6 +84,8 @@ class Plan:
     """Names of the values :meth:`bind` must fill, e.g. ``("ACCOUNT",)``."""
     metrics: list[dict[str, str]] = field(default_factory=list)
     """Metrics the job declares by regular expression (``{"name", "regex"}``), read from its log lines."""
+    metric_ranks: str = "0"
+    """Whose lines metrics are read from: ``"0"`` (global rank 0's) or ``"all"`` (``metrics.ranks``)."""
     step_key: str = ""
     """Which measured step times this job's runs teach and use (:func:`cloudddp.catalog.stepstore.job_key`)."""
     max_cost: float | None = None
@@ -176,6 +178,7 @@ class Plan:
             "target": self.target,
             "late_bound": list(self.late),
             "metrics": self.metrics,
+            "metric_ranks": self.metric_ranks,
             "step_key": self.step_key,
             "max_cost": self.max_cost,
         }
@@ -210,6 +213,7 @@ class Plan:
             job=state["job"],
             late=tuple(state["late"]),
             metrics=state["metrics"],
+            metric_ranks=state.get("metric_ranks", "0"),
             env_sources=sources,
             step_key=state.get("step_key", ""),
             max_cost=state.get("max_cost"),

@@ -47,8 +47,8 @@ class Reporter:
 
     def __call__(self, step: int, epoch: int, **values: float) -> None:
         emit(step, epoch, **values)
-        if self.mlflow is not None:
-            self.mlflow.log(step, values)
+        if self.mlflow is not None:  # the epoch is a metric too, so it keeps its name (MLflow's step is the step)
+            self.mlflow.log(step, {"epoch": epoch, **values})
 
     def close(self, timeout: float) -> None:
         if self.mlflow is not None:

@@ -67,7 +67,9 @@ class MlflowLogger:
                 self._fail(e)
 
     def _start(self) -> Any:
-        """The mlflow module with a run active on this thread, or None after a warning."""
+        """The mlflow module with a run active on this thread, or None after a warning. MLflow's own "View run at"
+        lines are not printed: they would land in the job's output among the script's."""
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         try:
             import mlflow
 

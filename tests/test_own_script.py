@@ -86,7 +86,14 @@ def test_declared_metrics_go_into_the_sagemaker_request() -> None:
     spec = Job.load(OWN / "job.yaml", SageMakerHarness.overrides).spec
     definitions = get_backend("sagemaker").render(spec).request["AlgorithmSpecification"]["MetricDefinitions"]
     declared = {d["Name"]: d["Regex"] for d in definitions}
-    assert declared["loss"] == spec.metrics[0].regex and declared["epoch"] == spec.metrics[1].regex
+    # Global rank 0's lines only: the launcher's [rank0]: prefix, then the declared regex.
+    loss, epoch = spec.metrics.declared
+    assert (
+        declared["loss"] == rf"\[rank0\]:.*?(?:{loss.regex})"
+        and declared["epoch"] == rf"\[rank0\]:.*?(?:{epoch.regex})"
+    )
+    assert re.search(declared["loss"], "[rank0]:[GPU0] Epoch 1 | Steps: 4 | loss 0.5").group(1) == "0.5"
+    assert not re.search(declared["loss"], "[rank1]:[GPU0] Epoch 1 | Steps: 4 | loss 0.5")
 
 
 def probe_folder(tmp_path: Path) -> Path:
@@ -203,7 +210,7 @@ def test_declared_metrics_reach_mlflow_from_the_rendered_azure_ml_command(tmp_pa
     spec_data = {
         "name": "printer",
         "code": {"dir": str(code)},
-        "metrics": [m.model_dump() for m in Job.load(OWN / "job.yaml").spec.metrics],
+        "metrics": [m.model_dump() for m in Job.load(OWN / "job.yaml").spec.metrics.declared],
     }
     job.write_text(json.dumps(spec_data))
     plan = get_backend("azureml").render(Job.load(job, AzureMLHarness.overrides).spec)

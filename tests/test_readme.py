@@ -51,7 +51,6 @@ def run_all(argvs: list[list[str]], cwd: Path) -> dict[str, str]:
 WRITTEN_ELSEWHERE = {
     "docs/slurm.md",
     "docs/slurm-environment.md",
-    "docs/metrics-and-logs.md",
 }
 
 

@@ -50,6 +50,19 @@ def assert_logged_as_printed(client: MlflowClient, run_id: str, stdout: str) -> 
         # The lines round to 6 decimals; MLflow gets the values themselves.
         for (_, got), (_, want) in zip(logged, sorted(values), strict=True):
             assert got == pytest.approx(want, abs=1e-6), (name, logged, values)
+    # The epoch keeps its name: a metric at each step a line was printed, with the line's epoch.
+    epochs = {(m.step, int(m.value)) for m in client.get_metric_history(run_id, "epoch")}
+    assert epochs == {(step, epoch) for step, epoch in printed_epochs(stdout)}, epochs
+
+
+def printed_epochs(stdout: str) -> list[tuple[int, int]]:
+    """(step, epoch) of each metric line."""
+    found = []
+    for line in stdout.splitlines():
+        if line.startswith(script_metrics.PREFIX):
+            record = json.loads(line[len(script_metrics.PREFIX) :])
+            found.append((record["step"], record["epoch"]))
+    return found
 
 
 def test_two_ranks_log_every_printed_metric_into_the_run_the_platform_created(

@@ -63,7 +63,7 @@ from cloudddp.backends.features import Capabilities, Feature, features_used
 from cloudddp.catalog.bill import Bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import CloudDDPError, RunNotFound, UserError
-from cloudddp.observe.metrics import MetricRecord, Pattern, metrics_from_lines, patterns_from
+from cloudddp.observe.metrics import RANK_ZERO, MetricRecord, Pattern, metrics_from_lines, patterns_from
 from cloudddp.plan import Plan
 from cloudddp.spec.model import JobSpec, is_shared_script, job_key
 
@@ -188,11 +188,20 @@ class RunStatus:
 @dataclass(frozen=True)
 class LogLine:
     source: str
-    """Where the line came from: ``rank0``, ``node1/rank3``, ``algo-2``, ``process_0``."""
+    """Where the line came from: ``rank0``, ``node1/rank3``, ``algo-2/rank3``; for a line from outside the
+    program, who printed it (``node1/torchrun``, ``slurm``, ``algo-2``)."""
     text: str
     time: float | None = None
     primary: bool = True
-    """From the first process (or host) of the run: what a person watching the run sees by default."""
+    """Global rank 0's line: what a person watching the run sees by default."""
+    rank: int | None = None
+    """The global rank of the program process that printed it; None for a line from outside the program (the
+    launcher, the platform's toolkit, the runtime) or one whose process cannot be known."""
+
+    @property
+    def program(self) -> bool:
+        """Printed by the job's program (a rank is known), not by what runs it."""
+        return self.rank is not None
 
 
 @dataclass(frozen=True)
@@ -322,13 +331,21 @@ class Backend(abc.ABC, Generic[OptionsT]):
         """Ask the run to stop (SIGTERM first, so the script can checkpoint); called only for a live run."""
 
     def _metric_iter(self, run_id: str, *, follow: bool) -> Iterator[MetricRecord]:
-        """Metric records parsed from the run's log lines (the same on every backend)."""
-        return metrics_from_lines(self._log_iter(run_id, follow=follow), self.metric_patterns(run_id))
+        """Metric records parsed from the run's log lines (the same on every backend): global rank 0's, or every
+        rank's with ``metrics.ranks: all``."""
+        return metrics_from_lines(
+            self._log_iter(run_id, follow=follow), self.metric_patterns(run_id), self.metric_ranks(run_id)
+        )
 
     def metric_patterns(self, run_id: str) -> list[Pattern]:
         """The metrics run ``run_id`` declared by regular expression (kept in this machine's registry)."""
         record = self.registry.get(run_id)
         return patterns_from(record.info.get("metrics", [])) if record else []
+
+    def metric_ranks(self, run_id: str) -> str:
+        """Whose lines run ``run_id`` reads metrics from: ``"0"`` (global rank 0's) or ``"all"``."""
+        record = self.registry.get(run_id)
+        return str(record.info.get("metric_ranks", RANK_ZERO)) if record else RANK_ZERO
 
     def _preflight(self, plan: Plan) -> list[Check]:
         return []
@@ -401,7 +418,8 @@ class Backend(abc.ABC, Generic[OptionsT]):
             plan = self._render(spec)
         plan.warnings += [f"{f.value}: {why}" for f, why in self.capabilities.caveats.items() if f in used]
         plan.decisions += self._resume_notes(spec)
-        plan.metrics = [m.model_dump() for m in spec.metrics]
+        plan.metrics = [m.model_dump() for m in spec.metrics.declared]
+        plan.metric_ranks = spec.metrics.ranks
         plan.step_key = job_key(spec)
         decisions, warnings = self._recovery_notes(spec)
         plan.decisions += decisions
@@ -451,6 +469,7 @@ class Backend(abc.ABC, Generic[OptionsT]):
             info = {
                 **launched.info,
                 **({"metrics": plan.metrics} if plan.metrics else {}),
+                **({"metric_ranks": plan.metric_ranks} if plan.metric_ranks != RANK_ZERO else {}),
                 "estimate": plan.estimate,
                 "step_key": plan.step_key,
                 **({"max_cost": plan.max_cost} if plan.max_cost is not None else {}),

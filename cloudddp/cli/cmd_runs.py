@@ -7,19 +7,29 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from cloudddp.api import Run
 from cloudddp.backends.base import LogLine
 from cloudddp.backends.registry import load_spec
-from cloudddp.cli.options import follow_option, format_record, json_option, money, print_json, run_arguments
+from cloudddp.cli.options import (
+    follow_option,
+    format_record,
+    json_option,
+    money,
+    print_json,
+    run_arguments,
+    sdk_log,
+)
 from cloudddp.errors import UserError
-from cloudddp.observe.console import err, escape, out
+from cloudddp.observe.console import err, escape, line_tag, out
 from cloudddp.observe.live import follow_table
 from cloudddp.observe.plotting import plot_metrics
+from cloudddp.observe.sdklog import divert
 from cloudddp.paths import home
 from cloudddp.runs import recovery
 from cloudddp.runs.cost import CostReport
@@ -29,6 +39,21 @@ from cloudddp.runs.runner import current_states
 
 def when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else ""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def quiet_sdks(f: F) -> F:
+    """``--verbose``: the cloud SDKs' own messages on the terminal; without it they go quietly to :func:`sdk_log`."""
+    return click.option(
+        "--verbose",
+        "-v",
+        is_flag=True,
+        expose_value=False,
+        callback=lambda _ctx, _param, verbose: None if verbose else divert(sdk_log()),
+        help="Show the cloud SDKs' own messages here (default: they go to $CLOUDDDP_HOME/logs/sdk.log).",
+    )(f)
 
 
 def attach(run: str | None, backend: str | None) -> Run:
@@ -45,6 +70,7 @@ def attach(run: str | None, backend: str | None) -> Run:
 
 @click.command()
 @run_arguments
+@quiet_sdks
 @json_option
 def status(run: str | None, backend: str | None, json_: bool) -> None:
     """Show a run's state; for a failed run, which rank failed, why, and the tail of its log.
@@ -100,6 +126,7 @@ def status(run: str | None, backend: str | None, json_: bool) -> None:
 
 @click.command()
 @run_arguments
+@quiet_sdks
 @json_option
 def cost(run: str | None, backend: str | None, json_: bool) -> None:
     """What a run cost (so far, while it goes) next to what was estimated at submit, each figure with its source.
@@ -244,6 +271,7 @@ def _literal_secrets(spec_file: Path) -> dict[str, str]:
 
 @click.command()
 @run_arguments
+@quiet_sdks
 @follow_option
 @json_option
 @click.option(
@@ -275,14 +303,17 @@ def logs(run: str | None, follow: bool, backend: str | None, json_: bool, tail: 
 
 def print_log_line(line: LogLine, *, json_: bool) -> None:
     if json_:
-        sys.stdout.write(json.dumps({"source": line.source, "text": line.text, "time": line.time}) + "\n")
+        document = {"source": line.source, "rank": line.rank, "text": line.text, "time": line.time}
+        sys.stdout.write(json.dumps(document) + "\n")
     else:
-        sys.stdout.write(f"[{line.source}] {line.text}\n" if line.source else f"{line.text}\n")
+        tag = line_tag(line)
+        sys.stdout.write(f"[{tag}] {line.text}\n" if tag else f"{line.text}\n")
     sys.stdout.flush()
 
 
 @click.command()
 @run_arguments
+@quiet_sdks
 @follow_option
 @json_option
 @click.option(
@@ -323,6 +354,7 @@ def metrics(run: str | None, follow: bool, backend: str | None, json_: bool, plo
 
 @click.command()
 @run_arguments
+@quiet_sdks
 def cancel(run: str | None, backend: str | None) -> None:
     """Stop a run: the training script checkpoints, then every process of the run ends.
 

@@ -21,11 +21,13 @@ from cloudddp.cli.options import (
     plan_notes,
     print_json,
     print_plan,
+    sdk_log,
 )
 from cloudddp.errors import RunFailed
-from cloudddp.observe.console import Progress, err, escape, note, out
+from cloudddp.observe.console import Progress, err, escape, line_tag, note, out
 from cloudddp.observe.live import EpochProgress
 from cloudddp.observe.metrics import MetricRecord
+from cloudddp.observe.sdklog import divert, diverted_to
 from cloudddp.runs.runner import get_backend
 from cloudddp.spec.model import JobSpec
 
@@ -40,7 +42,18 @@ from cloudddp.spec.model import JobSpec
 @click.option("--quiet", "-q", is_flag=True, help="Print only the run id.")
 @click.option("--no-provision", is_flag=True, help="Leave clusters alone (backends that create or resize them).")
 @click.option("--skip-checks", is_flag=True, help="Launch even when preflight checks fail.")
-@click.option("--all-ranks", is_flag=True, help="Show every process's output while following (default: rank 0's).")
+@click.option(
+    "--all-ranks",
+    is_flag=True,
+    help="Show every process's output while following, and the runtime's lines (default: global rank 0's).",
+)
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="Show everything: every rank's and the runtime's lines, and the cloud SDKs' own messages (default: "
+    "those go to a log file, named at the end).",
+)
 @click.option(
     "--recover",
     "recover",
@@ -62,6 +75,7 @@ def submit(
     no_provision: bool,
     skip_checks: bool,
     all_ranks: bool,
+    verbose: bool,
     recover: int | None,
 ) -> None:
     """Render the job and launch it; follow its metrics until it ends unless --detach.
@@ -76,6 +90,8 @@ def submit(
     if dry_run:
         print_plan(backend_class(backend)().render(spec), json_=json_)
         return
+    if not verbose:
+        divert(sdk_log())
     try:
         run = Job(spec).submit(
             backend,
@@ -104,8 +120,19 @@ def submit(
     elif not json_:
         err().print(f"[bold]submitted[/] {run.run_id} ({backend})")
     if detach:
+        name_sdk_log(quiet=quiet or json_)
         return
-    follow_run(run, quiet=quiet or json_, epochs=epochs_of(spec), all_ranks=all_ranks, json_=json_)
+    try:
+        follow_run(run, quiet=quiet or json_, epochs=epochs_of(spec), all_ranks=all_ranks or verbose, json_=json_)
+    finally:
+        name_sdk_log(quiet=quiet or json_)
+
+
+def name_sdk_log(*, quiet: bool) -> None:
+    """Say once where the SDKs' own messages went, when any did."""
+    path = diverted_to()
+    if path is not None and not quiet:
+        note(f"the cloud SDKs' own messages are in {path} (--verbose shows them here)")
 
 
 def epochs_of(spec: JobSpec) -> int | None:
@@ -114,10 +141,11 @@ def epochs_of(spec: JobSpec) -> int | None:
 
 
 def event_text(event: MetricRecord | LogLine) -> str:
-    """A metric record in cyan; a log line as the script printed it, with where it came from."""
+    """A metric record in cyan; a log line as the script printed it, with where it came from (a line from
+    outside the program marked so)."""
     if isinstance(event, MetricRecord):
         return f"[cyan]{escape(format_record(event))}[/]"
-    return f"[dim]\\[{escape(event.source)}][/] {escape(event.text)}"
+    return f"[dim]\\[{escape(line_tag(event))}][/] {escape(event.text)}"
 
 
 def follow_run(

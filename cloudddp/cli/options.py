@@ -16,6 +16,7 @@ from cloudddp.backends.registry import load_spec, names
 from cloudddp.errors import CloudDDPError
 from cloudddp.observe.console import note
 from cloudddp.observe.metrics import MetricRecord
+from cloudddp.paths import home
 from cloudddp.plan import Plan
 from cloudddp.spec.model import JobSpec
 
@@ -76,6 +77,13 @@ def run_arguments(f: F) -> F:
     return click.argument("run", required=False)(f)
 
 
+def sdk_log() -> Path:
+    """Where the clouds' SDKs write during a command, unless ``--verbose`` (docs/metrics-and-logs.md). The
+    diversion itself (:mod:`cloudddp.observe.sdklog`, which loads :mod:`logging`) is imported by the commands that
+    reach a cloud, not here: ``render`` stays light."""
+    return home() / "logs" / "sdk.log"
+
+
 def follow_option(f: F) -> F:
     return click.option("--follow", "-f", is_flag=True, help="Keep printing until the run ends.")(f)
 
@@ -120,7 +128,7 @@ def print_plan(plan: Plan, *, json_: bool) -> None:
 
 
 def format_record(record: MetricRecord) -> str:
-    parts = []
+    parts = [] if record.rank is None else [f"rank {record.rank}"]
     if record.epoch is not None:
         parts.append(f"epoch {record.epoch}")
     if record.step is not None:

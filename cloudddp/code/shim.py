@@ -23,8 +23,15 @@ from raw JSON; base64 has no character the shell changes)::
 - ``metrics``: the metrics the job declares by regular expression. The program then runs as a child
   whose output is copied through line by line; on rank 0 each line a pattern matches is also logged to
   MLflow when the platform names a tracking server (``MLFLOW_TRACKING_URI``; Azure ML sets it and the
-  run, ``MLFLOW_RUN_ID``), so Azure ML Studio shows a script's own metrics. Without ``metrics`` this file
-  replaces itself with the program (same process id), so the platform's launcher supervises it directly.
+  run, ``MLFLOW_RUN_ID``), so Azure ML Studio shows a script's own metrics; a declared ``epoch`` is logged as
+  the metric ``epoch`` and a declared ``step`` as MLflow's step (where none is declared the run's tag
+  ``cloudddp.step`` says ``none`` and MLflow's step only counts the records), so both keep their meaning when
+  cloudddp reads them back. Without ``metrics``, ``tag`` or ``keep`` this file replaces itself with the program (same
+  process id), so the platform's launcher supervises it directly. MLflow's "View run at" lines are off
+  (``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT``) for the program too: they are not the script's output.
+- ``tag``: prefix each line the program prints with its global rank (``[rank3]:``, as torchrun's
+  ``--log-line-prefix-template`` would), for a platform whose logs do not say which process printed a line
+  (SageMaker: one stream per host, both ranks and the toolkit mixed). The program then runs as a child.
 - ``keep``: the job's ``checkpoint.files``: before the program starts each declared path is made to resolve into
   ``$CLOUDDDP_CHECKPOINT_DIR/files`` by the keeper shipped beside this file (``_cloudddp_keep.py``, see
   ``cloudddp/code/keepfiles.py``); the program then runs as a child, and files that replaced their link are
@@ -57,11 +64,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 FLAG = "--cloudddp-"
 SHIPPED_AS = "_cloudddp_launch.py"
+RANK_TAG = "[rank{rank}]:"
+"""The prefix of each line a program's process prints, where the launcher adds one: its global rank."""
+RANK_LINE = re.compile(r"\[rank(\d+)\]:")
+"""A line's rank prefix, as this launcher and torchrun's ``--log-line-prefix-template`` write it."""
 
 
 def read_payload(args: list[str]) -> dict[str, Any]:
@@ -199,13 +211,22 @@ def environment_for(listing: str, digest: str) -> str:
     return str(python)
 
 
+STEP_TAG = "cloudddp.step"
+"""The MLflow run tag that says ``none`` when the job declares no ``step``: MLflow's step then only counts."""
+
+
+def rank() -> str:
+    """This process's global rank (torchrun's ``RANK``; under MPI, set from Open MPI's before this is asked)."""
+    return os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or "0"
+
+
 class Metrics:
-    """Declared metrics read from the program's output and logged to MLflow (rank 0, when configured)."""
+    """Declared metrics read from the program's output and logged to MLflow (global rank 0, when configured)."""
 
     def __init__(self, declared: list[dict[str, str]]) -> None:
         self.patterns = [(d["name"], re.compile(d["regex"])) for d in declared]
-        rank = os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or "0"
-        self.active = rank == "0" and bool(os.environ.get("MLFLOW_TRACKING_URI"))
+        self.steps = any(d["name"] == "step" for d in declared)
+        self.active = rank() == "0" and bool(os.environ.get("MLFLOW_TRACKING_URI")) and bool(declared)
         self.records = 0
         self.mlflow: Any = None
 
@@ -220,12 +241,10 @@ class Metrics:
                     values[name] = float(match.group(1))
                 except (IndexError, ValueError):
                     continue
-        if values:  # `step` and `epoch` are positions, as cloudddp reads them: the step is the first found
+        if set(values) - {"step", "epoch"}:  # a measurement (a position alone is none, as cloudddp reads it)
+            step = values.pop("step", None)  # MLflow's step; the epoch stays a metric named `epoch`
+            self.log(values, int(step) if step is not None else self.records)
             self.records += 1
-            step, epoch = values.pop("step", None), values.pop("epoch", None)
-            position = step if step is not None else epoch if epoch is not None else self.records
-            if values:
-                self.log(values, int(position))
 
     def log(self, values: dict[str, float], step: int) -> None:
         try:
@@ -233,24 +252,37 @@ class Metrics:
                 import mlflow
 
                 self.mlflow = mlflow
+                if not self.steps:
+                    mlflow.set_tag(STEP_TAG, "none")
             self.mlflow.log_metrics(values, step=step)
         except Exception as e:  # noqa: BLE001 - metrics must never stop training
             print(f"{SHIPPED_AS}: not logging metrics to MLflow: {e}", file=sys.stderr, flush=True)
             self.active = False
 
 
-def run_teed(argv: list[str], metrics: Metrics) -> int:
-    """Run ``argv`` as a child, copy its output through, read metrics from it; its exit code."""
+def run_teed(argv: list[str], metrics: Metrics, tag: str = "") -> int:
+    """Run ``argv`` as a child, copy its output and its errors through, each to where it was written (the
+    platform may read the errors apart: SageMaker's toolkit takes a failure's reason from them), each line after
+    ``tag``; read metrics from both; its exit code."""
     child = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1, text=True, errors="replace"
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=1, text=True, errors="replace"
     )
     for sig in (signal.SIGTERM, signal.SIGINT):  # a cancel or preemption reaches the program
         signal.signal(sig, lambda number, _frame: child.send_signal(number))
-    assert child.stdout is not None
-    for line in child.stdout:
-        sys.stdout.write(line)
-        sys.stdout.flush()
-        metrics.read(line)
+    assert child.stdout is not None and child.stderr is not None
+    reading = threading.Lock()
+
+    def copy(source: Any, sink: Any) -> None:
+        for line in source:
+            sink.write(tag + line)
+            sink.flush()
+            with reading:
+                metrics.read(line)
+
+    errors = threading.Thread(target=copy, args=(child.stderr, sys.stderr), daemon=True)
+    errors.start()
+    copy(child.stdout, sys.stdout)
+    errors.join()
     return child.wait()
 
 
@@ -361,8 +393,10 @@ def main() -> None:
         os.environ["PATH"] = f"{Path(python).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     argv = command(payload, python)
     kept = keeper([str(p) for p in payload.get("keep", [])])
-    if payload.get("metrics") or kept is not None:
-        code = run_teed(argv, Metrics(payload.get("metrics", [])))
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    if payload.get("metrics") or payload.get("tag") or kept is not None:
+        tag = RANK_TAG.format(rank=rank()) if payload.get("tag") else ""
+        code = run_teed(argv, Metrics(payload.get("metrics", [])), tag)
         if kept is not None:
             kept.save(final=True)
         if code < 0:  # killed by a signal: end the same way, so the platform sees what happened

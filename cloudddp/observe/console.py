@@ -33,6 +33,12 @@ def escape(text: str) -> str:
     return rich_escape(text)
 
 
+def line_tag(line: Any) -> str:
+    """Where a log line (a ``LogLine``) came from, as shown before it: ``rank3``, ``node1/rank3``; a line from outside
+    the program (launcher, toolkit, runtime: no rank) says so: ``algo-1 runtime``."""
+    return str(line.source) if line.rank is not None else f"{line.source} runtime".strip()
+
+
 def note(text: str, *, warning: bool = False) -> None:
     """A decision or warning on stderr, without rich."""
     if warning:

@@ -7,10 +7,16 @@ Rank 0 of the training script prints one line per measurement::
 Every backend can stream logs, so every backend can stream metrics; SageMaker's MetricDefinitions use
 :func:`metric_regex` over the same lines. The format is defined here and in ``src_train/metrics.py``
 (which cannot import cloudddp because it runs in stock cloud images); a test keeps the two in step.
+
+One meaning on every backend: metric lines and declared patterns are read from **global rank 0's** output
+only (:func:`carries_metrics`), so a measurement every rank prints is one record, not one per rank; a job that
+declares ``metrics.ranks: all`` reads every rank's, and each record then says its rank. Lines from outside the
+program (a launcher, a toolkit, the runtime: no rank) never carry metrics.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -21,6 +27,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 PREFIX = "CLOUDDDP_METRIC "
+RANK_ZERO = "0"
+EVERY_RANK = "all"
+"""The two values of ``metrics.ranks``: global rank 0's lines (the default), or every rank's."""
 RESERVED = ("step", "epoch", "time")
 # Names the shared training script reports; SageMaker gets a MetricDefinition for each.
 STANDARD_METRICS = (
@@ -42,9 +51,12 @@ class MetricRecord:
     time: float | None
     values: dict[str, float] = field(default_factory=dict)
     source: str = ""
+    rank: int | None = None
+    """The global rank that printed it, for a job that reads every rank's metrics (``metrics.ranks: all``)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "epoch": self.epoch, "time": self.time, **self.values}
+        rank = {} if self.rank is None else {"rank": self.rank}
+        return {"step": self.step, "epoch": self.epoch, "time": self.time, **rank, **self.values}
 
 
 def parse_metric_line(line: str, source: str = "") -> MetricRecord | None:
@@ -79,9 +91,9 @@ def record_from_dict(obj: Any, source: str = "") -> MetricRecord | None:
     values = {
         k: number
         for k, v in obj.items()
-        if k not in RESERVED and k != "received" and (number := _number(v)) is not None
+        if k not in RESERVED and k not in ("received", "rank") and (number := _number(v)) is not None
     }
-    step, epoch = obj.get("step"), obj.get("epoch")
+    step, epoch, rank = obj.get("step"), obj.get("epoch"), obj.get("rank")
     return MetricRecord(
         step=step if isinstance(step, int) and not isinstance(step, bool) else None,
         epoch=epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
@@ -89,6 +101,7 @@ def record_from_dict(obj: Any, source: str = "") -> MetricRecord | None:
         time=_number(obj.get("time")) if obj.get("time") is not None else _number(obj.get("received")),
         values=values,
         source=source,
+        rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
     )
 
 
@@ -124,9 +137,9 @@ def parse_line(
     line: str, patterns: Sequence[Pattern] = (), source: str = "", *, warn: Callable[[str], None] | None = None
 ) -> MetricRecord | None:
     """The record in one log line: a ``CLOUDDDP_METRIC`` line, else the values of every declared pattern
-    that matches it (None when nothing does). Whatever goes wrong in parsing (a number too large for a float,
-    nesting too deep for the decoder, ...) skips the line with one warning (to ``warn``, else to stderr):
-    one bad line never stops the stream it is in."""
+    that matches it (None when nothing does, or only ``epoch`` and ``step`` do: a position is no measurement).
+    Whatever goes wrong in parsing (a number too large for a float, nesting too deep for the decoder, ...) skips
+    the line with one warning (to ``warn``, else to stderr): one bad line never stops the stream it is in."""
     try:
         return _parse_line(line, patterns, source)
     except Exception as e:  # noqa: BLE001 - any failure is a skipped record, never a dead log pump
@@ -150,9 +163,9 @@ def _parse_line(line: str, patterns: Sequence[Pattern], source: str) -> MetricRe
                 found[pattern.name] = float(match.group(1))
             except (IndexError, ValueError):
                 continue
-    if not found:
-        return None
     step, epoch = found.pop("step", None), found.pop("epoch", None)
+    if not found:  # a position alone (``Epoch 0 | snapshot saved``) is no measurement
+        return None
     return MetricRecord(
         step=int(step) if step is not None else None,
         epoch=int(epoch) if epoch is not None else None,
@@ -162,11 +175,41 @@ def _parse_line(line: str, patterns: Sequence[Pattern], source: str) -> MetricRe
     )
 
 
-def metrics_from_lines(lines: Iterable[Any], patterns: Sequence[Pattern] = ()) -> Iterator[MetricRecord]:
-    """Metric records from log lines (``LogLine`` objects or strings)."""
+def carries_metrics(rank: int | None, ranks: str = RANK_ZERO) -> bool:
+    """Whether a line printed by global rank ``rank`` (None: from outside the program) is read for metrics."""
+    return rank == 0 or (ranks == EVERY_RANK and rank is not None)
+
+
+def record_of_line(
+    text: str,
+    patterns: Sequence[Pattern] = (),
+    *,
+    source: str = "",
+    rank: int | None,
+    ranks: str = RANK_ZERO,
+    warn: Callable[[str], None] | None = None,
+) -> MetricRecord | None:
+    """The record a program line of ``rank`` carries under the ``metrics.ranks`` rule, or None. With
+    ``ranks: all`` the record names its rank."""
+    if not carries_metrics(rank, ranks):
+        return None
+    record = parse_line(text, patterns, source, warn=warn)
+    if record is None or ranks != EVERY_RANK:
+        return record
+    return dataclasses.replace(record, rank=rank)
+
+
+def metrics_from_lines(
+    lines: Iterable[Any], patterns: Sequence[Pattern] = (), ranks: str = RANK_ZERO
+) -> Iterator[MetricRecord]:
+    """Metric records from log lines: ``LogLine`` objects (their ``rank`` decides, see :func:`carries_metrics`)
+    or plain strings (one process's output, read as rank 0's)."""
     for item in lines:
-        text = getattr(item, "text", item)
-        record = parse_line(text, patterns, getattr(item, "source", ""))
+        if isinstance(item, str):
+            text, source, rank = item, "", 0
+        else:
+            text, source, rank = item.text, item.source, item.rank
+        record = record_of_line(text, patterns, source=source, rank=rank, ranks=ranks)
         if record is not None:
             at = getattr(item, "time", None)  # a line that names no time is dated by its log line's
             yield replace(record, time=at) if record.time is None and at is not None else record

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from cloudddp.errors import UserError
+from cloudddp.observe.console import line_tag
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.observe.plotting import plot_metrics
 
@@ -50,7 +51,7 @@ def watch(run: Watched, poll: float = 1.0) -> Any:
     last_draw = 0.0
     for event in run.events(follow=True):
         if not isinstance(event, MetricRecord):
-            lines = [*lines[-(LOG_LINES - 1) :], f"[{event.source}] {event.text}"]
+            lines = [*lines[-(LOG_LINES - 1) :], f"[{line_tag(event)}] {event.text}"]
             if not records:
                 log_handle.update(HTML(f"<pre>{html.escape(chr(10).join(lines))}</pre>"))
             continue
@@ -91,7 +92,7 @@ def _watch_as_text(run: Watched) -> Any:
             values = "  ".join(f"{k}={v:.4g}" for k, v in event.values.items())
             print(f"epoch {event.epoch}  {values}" if event.epoch is not None else values, flush=True)
         else:
-            print(f"[{event.source}] {event.text}", flush=True)
+            print(f"[{line_tag(event)}] {event.text}", flush=True)
     status = run.wait(poll=0.2)
     print(f"{status.state.value} {run.run_id}: {status.message}", flush=True)
     return status

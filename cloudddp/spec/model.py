@@ -309,6 +309,42 @@ class MetricSpec(Strict):
         return validate_regex(v)
 
 
+class Metrics(Strict):
+    """The metrics a script prints in its own words, and whose output they are read from. In a spec, either the
+    list of declared metrics (read from global rank 0's output) or this mapping."""
+
+    declared: list[MetricSpec] = Field(
+        default_factory=list,
+        description="Metrics the script prints in its own words (CLOUDDDP_METRIC lines are always read).",
+    )
+    ranks: Literal["0", "all"] = Field(
+        "0",
+        description="Whose output metrics are read from: global rank 0's (a measurement every rank prints is one "
+        "record), or every rank's ('all': each record then names its rank).",
+    )
+
+    @field_validator("ranks", mode="before")
+    @classmethod
+    def _rank_number(cls, v: Any) -> Any:
+        return "0" if v == 0 and not isinstance(v, bool) else v
+
+    @field_validator("declared")
+    @classmethod
+    def _distinct_metrics(cls, v: list[MetricSpec]) -> list[MetricSpec]:
+        names = [m.name for m in v]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"metric {twice[0]!r} is declared twice")
+        if len(v) > 32:  # SageMaker takes 40 MetricDefinitions; the shared script's own use the rest
+            raise ValueError(f"{len(v)} metrics declared; at most 32")
+        return v
+
+
+def _metrics_section(v: Any) -> Any:
+    """``metrics: [...]`` is the short form of ``metrics: {declared: [...]}``."""
+    return {"declared": v} if isinstance(v, list) else v
+
+
 class Checkpoint(Strict):
     """Checkpointing: rank 0 writes atomically every N epochs; a restarted job resumes from the newest."""
 
@@ -421,9 +457,12 @@ class JobSpec(Strict):
     distribution: Distribution = Field(default_factory=Distribution)
     env: dict[str, EnvEntry] = Field(default_factory=dict)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
-    metrics: list[MetricSpec] = Field(
-        default_factory=list,
-        description="Metrics the script prints in its own words (CLOUDDDP_METRIC lines are always read).",
+    metrics: Annotated[
+        Metrics, BeforeValidator(_metrics_section, json_schema_input_type=list[MetricSpec] | Metrics)
+    ] = Field(
+        default_factory=Metrics,
+        description="Metrics the script prints in its own words (CLOUDDDP_METRIC lines are always read): a list, "
+        "read from global rank 0's output, or {declared: [...], ranks: all} to read every rank's.",
     )
     limits: Limits = Field(default_factory=Limits)
     tags: dict[str, str] = Field(default_factory=dict)
@@ -432,17 +471,6 @@ class JobSpec(Strict):
     _base_dir: Path = Path(".")
     _sections: ClassVar[Sections | None] = None
     """The backends' sections this model was composed with (set by :func:`spec_model`)."""
-
-    @field_validator("metrics")
-    @classmethod
-    def _distinct_metrics(cls, v: list[MetricSpec]) -> list[MetricSpec]:
-        names = [m.name for m in v]
-        twice = sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            raise ValueError(f"metric {twice[0]!r} is declared twice")
-        if len(v) > 32:  # SageMaker takes 40 MetricDefinitions; the shared script's own use the rest
-            raise ValueError(f"{len(v)} metrics declared; at most 32")
-        return v
 
     @field_validator("name")
     @classmethod

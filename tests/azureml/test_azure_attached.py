@@ -74,5 +74,5 @@ def test_an_attached_submit_of_two_nodes_by_two_processes_shows_rank_0_from_zero
     assert ran.ok, ran.describe()
     assert sorted(rig.log_files[name]) == [f"user_logs/std_log_process_0{rank}.txt" for rank in range(4)]
     assert submit.returncode == 0, err
-    assert "[process_0] hello from rank 0 of 4 on node 0" in out, out + err
+    assert "[rank0] hello from rank 0 of 4 on node 0" in out, out + err
     assert "hello from rank 1" not in out and "hello from rank 3" not in out, out  # rank 0's output, by default

@@ -332,7 +332,7 @@ def test_a_run_that_logged_nothing_to_mlflow_has_its_metric_lines_read(
     model.set_job_status(name, "Completed")
     records = list(b.metrics(name))
     assert [(r.epoch, r.step, r.values) for r in records] == [(1, 10, {"train_loss": 0.42})]
-    assert records[0].source == "process_0"
+    assert records[0].source == "rank0"
 
 
 def test_without_a_tracking_uri_reader_the_metrics_verb_names_the_extra_to_install(

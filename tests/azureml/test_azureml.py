@@ -197,15 +197,15 @@ def test_provision_submit_status_logs_metrics_cancel_through_the_real_sdk(
         target=lambda: seen.extend((line.source, line.text) for line in b.logs(name, follow=True))
     )
     follower.start()
-    wait_until(lambda: ("process_1", "starting rank 1") in seen, timeout=60)  # the follower is reading
+    wait_until(lambda: ("rank1", "starting rank 1") in seen, timeout=60)  # the follower is reading
     metric = 'CLOUDDDP_METRIC {"epoch":1,"step":10,"time":1.0,"train_loss":0.42,"test_acc":0.91}'
     model.write_log(name, 0, metric + "\n")
-    wait_until(lambda: ("process_0", metric) in seen, timeout=60)  # arrived while following: the job still runs
+    wait_until(lambda: ("rank0", metric) in seen, timeout=60)  # arrived while following: the job still runs
     assert follower.is_alive() and b.status(name).state is RunState.RUNNING
     model.set_job_status(name, "Completed")
     follower.join(timeout=60)
     assert not follower.is_alive()  # the job's end ends the follow
-    assert ("process_0", "starting rank 0") in seen and ("process_1", "starting rank 1") in seen
+    assert ("rank0", "starting rank 0") in seen and ("rank1", "starting rank 1") in seen
     records = list(b.metrics(name))  # nothing in the job's MLflow run: the metric lines of its logs
     assert len(records) == 1 and records[0].values == {"train_loss": 0.42, "test_acc": 0.91}
     assert b.status(name).state is RunState.SUCCEEDED

@@ -49,7 +49,9 @@ def spec(*extra: str) -> JobSpec:
 
 
 def epoch_line(epoch: int, seconds: float) -> str:
-    return "CLOUDDDP_METRIC " + json.dumps({"epoch": epoch, "step": epoch * 12, "time": 1.0, "epoch_time": seconds})
+    """Rank 0's metric line as the container writes it, after the launcher's rank prefix."""
+    record = {"epoch": epoch, "step": epoch * 12, "time": 1.0, "epoch_time": seconds}
+    return "[rank0]:CLOUDDDP_METRIC " + json.dumps(record)
 
 
 def test_the_bill_of_a_finished_spot_job_is_its_billable_time_and_shows_the_saving() -> None:

@@ -112,8 +112,11 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
     status = json.loads(cli("status", name, "--json").stdout)
     assert status["state"] == "running" and status["native_state"] == "InProgress/Training"
 
-    put_logs(name, "algo-1", ["starting", metric(1, train_loss=0.9)], 1_000)
-    put_logs(name, "algo-2", ["hello from algo-2"], 1_001)
+    # As the container writes them: the toolkit's own lines, and the program's after the launcher's rank prefix.
+    put_logs(
+        name, "algo-1", ["Invoking user script", "[rank0]:starting", "[rank0]:" + metric(1, train_loss=0.9)], 1_000
+    )
+    put_logs(name, "algo-2", ["[rank1]:hello from algo-2"], 1_001)
     follower = subprocess.Popen(
         [sys.executable, "-m", "cloudddp", "logs", name, "-f"],
         stdout=subprocess.PIPE,
@@ -123,15 +126,16 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
     )
     assert follower.stdout is not None
     lines = LineReader(follower.stdout)
-    lines.wait_for("[algo-2] hello from algo-2")  # the follower is reading both hosts' streams
-    put_logs(name, "algo-1", [metric(2, train_loss=0.5, test_acc=0.8)], 5_000)
+    lines.wait_for("[algo-2/rank1] hello from algo-2")  # the follower is reading both hosts' streams
+    put_logs(name, "algo-1", ["[rank0]:" + metric(2, train_loss=0.5, test_acc=0.8)], 5_000)
     lines.wait_for('"test_acc":0.8')  # arrived while following: the job has not ended
     assert follower.poll() is None
     set_status(name, "Completed", "Completed")
     assert follower.wait(timeout=120) == 0  # the job's end ends the follow
     out = lines.text()
-    assert "[algo-1] starting" in out, out[-2000:]
-    assert "[algo-2] hello from algo-2" in out, out[-2000:]  # the second host's stream is followed too
+    assert "[algo-1/rank0] starting" in out, out[-2000:]
+    assert "[algo-1 runtime] Invoking user script" in out, out[-2000:]  # the toolkit's line, marked
+    assert "[algo-2/rank1] hello from algo-2" in out, out[-2000:]  # the second host's stream is followed too
     metrics = [json.loads(line) for line in cli("metrics", name, "--json").stdout.splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2] and metrics[1]["test_acc"] == 0.8
     assert json.loads(cli("status", name, "--json").stdout)["state"] == "succeeded"

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from ..support.aws_emulator import own_bucket
 from ..support.own_saver import saved_epochs, saver_code
 from ..support.sagemaker_container import Aws
-from .test_sagemaker_container import BUCKET, CPU_IMAGE, REGION, ROLE, aws, launch, run, succeeded
+from .test_sagemaker_container import CPU_IMAGE, REGION, ROLE, aws, launch, run, succeeded
 
 pytestmark = pytest.mark.slow
 __all__ = ["aws"]  # the module's moto environment, shared with the container rehearsals
@@ -25,7 +26,7 @@ def test_an_own_scripts_declared_snapshot_resumes_on_a_resubmit(aws: Aws, tmp_pa
         "sagemaker": {
             "region": REGION,
             "role": ROLE,
-            "bucket": BUCKET,
+            "bucket": own_bucket(tmp_path),  # the test's own: both jobs find the same checkpoints there
             "instance_type": "ml.m5.xlarge",
             "image": CPU_IMAGE,
         },

@@ -98,7 +98,7 @@ class SageMakerHarness(Harness):
 
         run_id = self.launch()
         set_status(run_id, "InProgress", "Training")
-        put_logs(run_id, "algo-1", ["starting rank 0"], 0)
+        put_logs(run_id, "algo-1", ["[rank0]:starting rank 0"], 0)  # after the launcher's rank prefix
         return run_id
 
     def end(self, run_id: str) -> None:

@@ -34,7 +34,7 @@ from cloudddp.backends.sized import SizedBackend
 from cloudddp.catalog.bill import Bill, Figure, catalog_bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import BackendUnavailable, CloudDDPError, UserError
-from cloudddp.observe.metrics import MetricRecord, metrics_from_lines
+from cloudddp.observe.metrics import RANK_ZERO, MetricRecord, metrics_from_lines
 from cloudddp.plan import Plan
 from cloudddp.spec.model import JobSpec
 from cloudddp.spec.secrets import redacted_spec_data
@@ -183,7 +183,10 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
                     "the Azure ML backend needs azure-ai-ml", hint="pip install 'cloudddp[azure]'"
                 ) from None
             kwargs = {"transport": self.transport} if self.transport is not None else {}
-            self._clients[key] = MLClient(self._credential(), ws.subscription_id, ws.resource_group, ws.name, **kwargs)
+            # show_progress=False: azure-ai-ml's own upload bars are not cloudddp's (its progress says "uploading")
+            self._clients[key] = MLClient(
+                self._credential(), ws.subscription_id, ws.resource_group, ws.name, show_progress=False, **kwargs
+            )
         return self._clients[key]
 
     @property
@@ -446,8 +449,13 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
     def _metric_iter(self, run_id: str, *, follow: bool) -> Iterator[MetricRecord]:
         """The job's MLflow metrics (Azure ML's own record, what Studio charts), new points on each poll. A run
         that logged nothing to MLflow by its end (a script that only prints metric lines) has its metrics read
-        from its log lines instead."""
+        from its log lines instead, and so has a job that reads every rank's metrics (``metrics.ranks: all``:
+        MLflow's run has no rank to tell them apart)."""
 
+        patterns, ranks = self.metric_patterns(run_id), self.metric_ranks(run_id)
+        if ranks != RANK_ZERO:
+            yield from metrics_from_lines(self._log_iter(run_id, follow=follow), patterns, ranks)
+            return
         workspace = self._workspace_of(run_id)
         client = self._client(workspace)
         source = MlflowMetrics(tracking_uri(client.workspaces.get(require_workspace(workspace).name)))
@@ -461,7 +469,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
                 break
             time.sleep(self.poll_seconds)
         if not found:
-            yield from metrics_from_lines(self._log_iter(run_id, follow=False), self.metric_patterns(run_id))
+            yield from metrics_from_lines(self._log_iter(run_id, follow=False), patterns)
 
     def _cancel(self, run_id: str) -> None:
         self._client(self._workspace_of(run_id)).jobs.begin_cancel(run_id).result()

@@ -78,8 +78,8 @@ def _command(spec: JobSpec, args: list[str], bindings: dict[str, str]) -> str:
     else:
         program = ["python", spec.code.entry or "train.py", *spec.code.args]
     shim: dict[str, Any] = {}
-    if spec.metrics:
-        shim["metrics"] = [m.model_dump() for m in spec.metrics]
+    if spec.metrics.declared:
+        shim["metrics"] = [m.model_dump() for m in spec.metrics.declared]
     if spec.checkpoint.files:  # linked into the checkpoints output, mounted read-write on every node
         shim["keep"] = list(spec.checkpoint.files)
     reqs = requirements.of(spec)

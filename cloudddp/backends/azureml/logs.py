@@ -22,7 +22,6 @@ from cloudddp.errors import CloudDDPError
 
 ARTIFACT_STORE = "workspaceartifactstore"
 _DATASTORE_URI = re.compile(r"^azureml://datastores/(?P<store>[^/]+)/(?:paths/)?(?P<prefix>.+?)/*$")
-PRIMARY = {"process_0", "std_log"}
 _PROCESS = re.compile(r"^std_log_process_(?P<rank>\d+)(?P<ps>_ps)?$")
 
 
@@ -36,14 +35,20 @@ def log_location(job: Any) -> tuple[str, str]:
     return ARTIFACT_STORE, f"ExperimentRun/dcid.{job.name}"
 
 
-def source_of(name: str) -> str:
-    """``process_3`` for ``user_logs/std_log_process_03.txt`` (or ``…_3.txt``): the rank read as an integer, so
-    however the runtime pads it, rank 0 is ``process_0``; ``std_log`` for a single process's file."""
+def source_of(name: str) -> tuple[str, int | None]:
+    """Where a file's lines come from, and the global rank that printed them: ``("rank3", 3)`` for
+    ``user_logs/std_log_process_03.txt`` (or ``…_3.txt``: the rank read as an integer, however the runtime pads it),
+    ``("rank0", 0)`` for a single process's ``std_log.txt``; another file (a parameter server's ``…_ps``, the
+    runtime's own) is from outside the program (no rank)."""
     stem = PurePosixPath(name).stem
     match = _PROCESS.match(stem)
+    if match and not match["ps"]:
+        return f"rank{int(match['rank'])}", int(match["rank"])
     if match:
-        return f"process_{int(match['rank'])}" + ("_ps" if match["ps"] else "")
-    return stem.removeprefix("std_log_")
+        return f"process_{int(match['rank'])}_ps", None
+    if stem == "std_log":
+        return "rank0", 0
+    return stem.removeprefix("std_log_"), None
 
 
 def _order(name: str) -> tuple[int, str]:
@@ -103,9 +108,9 @@ class LogFiles:
             cut = len(data) if final else data.rfind(b"\n") + 1
             if cut < len(data):
                 self.partial[name] = data[cut:]
-            source = source_of(name)
+            source, rank = source_of(name)
             lines += [
-                LogLine(source, text, primary=source in PRIMARY)
+                LogLine(source, text, primary=rank == 0, rank=rank)
                 for text in data[:cut].decode("utf-8", errors="replace").splitlines()
             ]
         return lines

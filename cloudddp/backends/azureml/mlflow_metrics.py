@@ -12,7 +12,9 @@ mlflow is imported here only, never on the render path.
 Each poll asks for the run's metric keys (``get_run``) and each key's history (``get_metric_history``),
 and returns only the points not returned before. Values logged together (one ``log_metrics`` call: the
 same step and timestamp) make one record; a metric named ``epoch`` is the record's epoch, as the
-metric-line format has it.
+metric-line format has it (the shared script and the in-job launcher both log it so), and MLflow's step is the
+record's step, unless the run's tag ``cloudddp.step`` is ``none``: the job declared no step, and MLflow's step only
+counts its records (:mod:`cloudddp.code.shim`), so the records say no step, as they do on every backend.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import importlib.util
 from collections import defaultdict
 from typing import Any
 
+from cloudddp.code.shim import STEP_TAG
 from cloudddp.errors import BackendUnavailable, CloudDDPError
 from cloudddp.observe.metrics import MetricRecord
 
@@ -57,6 +60,7 @@ class MlflowMetrics:
 
         try:
             run = self.client.get_run(run_id)
+            steps = run.data.tags.get(STEP_TAG) != "none"
             points = [
                 (key, m.step, m.timestamp, m.value)
                 for key in sorted(run.data.metrics)
@@ -68,20 +72,23 @@ class MlflowMetrics:
             raise CloudDDPError(f"cannot read the job's MLflow metrics: {str(e).splitlines()[0]}") from None
         fresh = [p for p in points if p not in self.seen]
         self.seen.update(fresh)
-        return records(fresh)
+        return records(fresh, steps=steps)
 
 
-def records(points: list[tuple[str, int, int, float]]) -> list[MetricRecord]:
-    """(key, step, timestamp ms, value) points as records: one per (step, timestamp), oldest first."""
+def records(points: list[tuple[str, int, int, float]], *, steps: bool = True) -> list[MetricRecord]:
+    """(key, step, timestamp ms, value) points as records: one per (step, timestamp), oldest first; without
+    ``steps``, MLflow's step is only the records' order and no record has a step."""
     groups: dict[tuple[int, int], dict[str, float]] = defaultdict(dict)
     for key, step, timestamp, value in points:
         groups[(step, timestamp)][key] = value
     out = []
     for (step, timestamp), values in sorted(groups.items(), key=lambda item: (item[0][1], item[0][0])):
         epoch = values.pop("epoch", None)
+        if not values:  # a position alone is no measurement
+            continue
         out.append(
             MetricRecord(
-                step=step,
+                step=step if steps else None,
                 epoch=int(epoch) if epoch is not None else None,
                 time=timestamp / 1000,
                 values=values,

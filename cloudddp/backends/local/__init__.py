@@ -40,6 +40,7 @@ from cloudddp.catalog.sizing import find_workload
 from cloudddp.catalog.stepstore import StepStore
 from cloudddp.code import requirements, stall
 from cloudddp.code.keepfiles import left_behind_notice
+from cloudddp.code.shim import RANK_LINE
 from cloudddp.code.snapshot import human_bytes, snapshot_warnings
 from cloudddp.errors import UserError
 from cloudddp.observe.metrics import MetricRecord, record_from_dict
@@ -65,7 +66,9 @@ ADOPT_WAIT_SECONDS = 30.0
 """How long a cancel waits for a new supervisor to take over a run whose own one is gone, before it stops the
 nodes itself (without the grace)."""
 SUPERVISOR_LOST = "running (supervisor lost)"
-_RANK_PREFIX = "[default"
+RANK_TAG = "[rank${rank}]:"
+"""torchrun's prefix of each worker's lines (``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``): the global rank, which
+torchrun alone knows (the rendezvous decides which node holds rank 0)."""
 
 
 def _has_cuda_device() -> bool:
@@ -96,14 +99,14 @@ def free_port() -> int:
 
 
 def parse_rank_line(line: str, node: int, nodes: int) -> LogLine:
-    """torchrun's ``--tee`` prefixes each worker line with ``[default<local rank>]:``."""
-    if line.startswith(_RANK_PREFIX):
-        end = line.find("]:")
-        local = line[len(_RANK_PREFIX) : end]
-        if end > 0 and local.isdigit():
-            source = f"rank{local}" if nodes == 1 else f"node{node}/rank{local}"
-            return LogLine(source, line[end + 2 :], primary=node == 0 and local == "0")
-    return LogLine(f"node{node}" if nodes > 1 else "torchrun", line, primary=False)  # torchrun's own
+    """torchrun's ``--tee`` prefixes each worker line with its global rank (:data:`RANK_TAG`); a line without it is
+    torchrun's own (or cloudddp's), from outside the program."""
+    tag = RANK_LINE.match(line)
+    if tag:
+        rank = int(tag.group(1))
+        source = f"rank{rank}" if nodes == 1 else f"node{node}/rank{rank}"
+        return LogLine(source, line[tag.end() :], primary=rank == 0, rank=rank)
+    return LogLine(f"node{node}/torchrun" if nodes > 1 else "torchrun", line, primary=False)
 
 
 class LocalBackend(Backend[LocalOptions]):
@@ -229,7 +232,8 @@ class LocalBackend(Backend[LocalOptions]):
                 "3",
                 *program,
             ]
-            nodes.append({"node_rank": node, "argv": argv, "env": {"NODE_RANK": str(node)}})
+            node_env = {"NODE_RANK": str(node), "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": RANK_TAG}
+            nodes.append({"node_rank": node, "argv": argv, "env": node_env})
         request: dict[str, Any] = {
             "cwd": f"{RUN_DIR}/code",
             "device": device,
@@ -432,7 +436,8 @@ class LocalBackend(Backend[LocalOptions]):
             yield parse_rank_line(line, node, len(paths))
 
     def _metric_iter(self, run_id: str, *, follow: bool) -> Iterator[MetricRecord]:
-        """Rank 0's metric records, as the supervisor captured them."""
+        """Global rank 0's metric records (every rank's with ``metrics.ranks: all``), as the supervisor captured
+        them."""
         metrics = self._run(run_id).metrics
         for _, line in follow_lines([metrics], follow=follow, finished=lambda: self._finished(run_id)):
             try:

@@ -1,7 +1,7 @@
 """Copying a node's console file into the run's log, so that a supervisor that takes over copies on exactly where
 the last one stopped: nothing twice, nothing lost.
 
-The agent writes everything it prints (its own messages, its ranks' lines with torchrun's ``[default<r>]:``
+The agent writes everything it prints (its own messages, its ranks' lines with torchrun's ``[rank<r>]:``
 prefix) to ``ranks/node<i>.console``, raw. The supervisor copies it line by line, secrets redacted, into
 ``logs/node<i>.log`` (and rank 0's metric records into ``metrics.jsonl``), and after each line writes a cursor:
 how many bytes of the console it has read and how long the log and metrics files are. The cursor is one fixed-width

@@ -36,7 +36,7 @@ def failure(run: RunDir, codes: list[int], first_failed: int | None = None) -> d
         info.update(node=node, exitcode=int(exitcode.group(1)) if exitcode else code)
         if rank:
             info.update(rank=int(rank.group(1)), local_rank=int(rank.group(2)))
-            prefix = f"[default{rank.group(2)}]:"
+            prefix = f"[rank{rank.group(1)}]:"
             lines = [ln[len(prefix) :] for ln in text.splitlines() if ln.startswith(prefix)]
         else:
             lines = []

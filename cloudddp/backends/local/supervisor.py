@@ -3,8 +3,8 @@
 It reads the job's environment (secrets included) and the secret values to redact from stdin, so
 nothing secret touches the disk; starts one torchrun agent per node, each in its own process group
 (:mod:`~cloudddp.backends.local.nodes`: the agent writes to a console file and a shell records its exit code, so a
-node outlives this process whole); copies the consoles into ``logs/node<i>.log`` and rank 0's metric lines into
-``metrics.jsonl`` (:mod:`~cloudddp.backends.local.console`); stops the nodes on SIGTERM (cancel), when the runtime
+node outlives this process whole); copies the consoles into ``logs/node<i>.log`` and global rank 0's metric lines
+into ``metrics.jsonl`` (:mod:`~cloudddp.backends.local.console`); stops the nodes on SIGTERM (cancel), when the runtime
 limit passes, or when no rank has printed anything for ``limits.stall_timeout`` (after dumping every rank's Python
 stack into the log: :mod:`cloudddp.code.stall`), giving the training script a grace period to checkpoint; and
 records how the run ended in ``status.json`` (the registry follows it when the run's status is read).
@@ -45,7 +45,8 @@ from cloudddp.backends.procs import Process
 from cloudddp.catalog.stepstore import keep_measured
 from cloudddp.code import stall
 from cloudddp.code.keepfiles import Keeper
-from cloudddp.observe.metrics import PREFIX, parse_line, patterns_from
+from cloudddp.code.shim import RANK_LINE
+from cloudddp.observe.metrics import PREFIX, RANK_ZERO, carries_metrics, patterns_from, record_of_line
 from cloudddp.plan import SECRET_PLACEHOLDER
 from cloudddp.spec.secrets import redact, redaction_forms
 
@@ -54,8 +55,6 @@ STALL_GRACE_SECONDS = 5.0
 """A stalled run is stopped with a short grace: its ranks are stuck, they cannot checkpoint."""
 DUMP_WAIT_SECONDS = 10.0
 """How long the stacks of a stalled run's ranks are waited for before the nodes are stopped."""
-FIRST = "[default0]:"  # torchrun's --tee prefix of local rank 0
-_RANK_PREFIX = "[default"
 
 
 class Supervisor:
@@ -69,6 +68,8 @@ class Supervisor:
         self.stopping = threading.Event()
         self.nodes: list[Node] = []
         self.patterns = patterns_from(self.plan.get("metrics", []))
+        self.ranks = str(self.plan.get("metric_ranks", RANK_ZERO))
+        self._metrics_lock = threading.Lock()
         self.first_failed: int | None = None
         self.keeper: Keeper | None = None
         """The node whose agent failed first (the others were stopped because of it)."""
@@ -154,7 +155,7 @@ class Supervisor:
         warning; a line that cannot be recorded is warned about (once) and dropped."""
         cursor = Cursor(self.run.cursor(node.index))
         log = Output(self.run.node_log(node.index), cursor.log)
-        metrics = Output(self.run.metrics, cursor.metrics) if node.index == 0 else None
+        metrics = self._metrics
         failed: set[str] = set()
         warned_raw = False
         folded = StopTracebackFolder()  # a held traceback is lost if this supervisor dies inside it
@@ -175,36 +176,36 @@ class Supervisor:
                         warned_raw = True
                     return
                 for kept in folded.feed(line):
-                    self._record(node.index, kept, log, metrics, warn)
+                    self._record(kept, log, metrics, warn)
             except Exception as e:  # noqa: BLE001 - keep draining; say so once per kind of failure
                 if type(e).__name__ not in failed:
                     failed.add(type(e).__name__)
                     print(f"warning: node {node.index}: a line of output was not recorded: {e!r}", flush=True)
             cursor.log = log.length
-            cursor.metrics = metrics.length if metrics is not None else 0
+            cursor.metrics = metrics.length
 
         try:
             secrets = byte_forms(self.secrets) if self.copy_raw else []
             copy_lines(self.run.console(node.index), cursor, handle, node.running, secrets=secrets)
             for kept in folded.flush():
-                self._record(node.index, kept, log, metrics, warn)
+                self._record(kept, log, metrics, warn)
         finally:
             log.close()
-            if metrics is not None:
-                metrics.close()
             cursor.close()
 
-    def _record(self, node: int, line: str, log: Output, metrics: Output | None, warn: Any) -> None:
+    def _record(self, line: str, log: Output, metrics: Output, warn: Any) -> None:
         line = redact(line, self.secrets)
         log.write(line)
-        if line.startswith(_RANK_PREFIX) and self.watchdog is not None:
-            end = line.find("]:")
-            if end > 0 and line[len(_RANK_PREFIX) : end].isdigit():
-                self.watchdog.heard((node, int(line[len(_RANK_PREFIX) : end])))
-        if metrics is not None and line.startswith(FIRST) and (PREFIX in line or self.patterns):
-            record = parse_line(line.removeprefix(FIRST).rstrip("\n"), self.patterns, warn=warn)
+        tag = RANK_LINE.match(line)  # torchrun's prefix: the global rank (the rendezvous decides which node has 0)
+        rank = int(tag.group(1)) if tag else None
+        if rank is not None and self.watchdog is not None:
+            self.watchdog.heard(rank)
+        if tag and carries_metrics(rank, self.ranks) and (PREFIX in line or self.patterns):
+            text = line[tag.end() :].rstrip("\n")
+            record = record_of_line(text, self.patterns, rank=rank, ranks=self.ranks, warn=warn)
             if record is not None:
-                metrics.write(json.dumps({**record.to_dict(), "received": time.time()}) + "\n")
+                with self._metrics_lock:
+                    metrics.write(json.dumps({**record.to_dict(), "received": time.time()}) + "\n")
 
     def notice(self, node: int, text: str) -> None:
         """A line of cloudddp's own in a node's log, in order with the node's output (through its console)."""
@@ -212,6 +213,17 @@ class Supervisor:
             console.write("".join(f"cloudddp: {line}\n" for line in text.splitlines()))
 
     # -- waiting ---------------------------------------------------------------------------------------
+    def _open_metrics(self) -> Output:
+        """``metrics.jsonl``, written by every node's copier (global rank 0 may be on any node; with
+        ``metrics.ranks: all`` every rank is read). Each node's cursor holds the file's length after that node's
+        last record, so a supervisor that takes over cuts the file back to the longest of them."""
+        lengths = []
+        for node in self.nodes:
+            cursor = Cursor(self.run.cursor(node.index))
+            lengths.append(cursor.metrics)
+            cursor.close()
+        return Output(self.run.metrics, max(lengths, default=0))
+
     def _mask_rank_files(self) -> None:
         """Secrets out of torchrun's per-rank files while the nodes write them (the rest when the run ends)."""
         while any([n.running() for n in self.nodes]):
@@ -219,6 +231,7 @@ class Supervisor:
             time.sleep(0.2)
 
     def wait(self) -> list[int]:
+        self._metrics = self._open_metrics()
         copiers = [threading.Thread(target=self._copy, args=(n,), daemon=True) for n in self.nodes]
         if self.secrets:
             copiers.append(threading.Thread(target=self._mask_rank_files, daemon=True))
@@ -252,20 +265,20 @@ class Supervisor:
                     time.sleep(0.2)
         for t in copiers:
             t.join(timeout=60)  # every line out, even on a loaded machine
+        self._metrics.close()
         return [code if (code := n.exit_code()) is not None else LOST_CODE for n in self.nodes]
 
     def _stalled(self, quiet: list[tuple[Any, float]]) -> None:
         """Name the quiet ranks, put their Python stacks in the log, fail the run as stalled."""
         assert self.watchdog is not None
-        ranks = rank_processes(self.run.run_id)
+        ranks = {rank: (node, pid) for (node, _local), (rank, pid) in rank_processes(self.run.run_id).items()}
         silence = dict(quiet)
         never = time.monotonic() - self.watchdog.started
         for key in ranks:  # a rank that never printed has been quiet since the start
             silence.setdefault(key, never)
-        named = []
-        for (node, local), silent in sorted(silence.items(), key=lambda item: -item[1]):
-            who = f"rank {ranks[(node, local)][0]}" if (node, local) in ranks else f"local rank {local} of node {node}"
-            named.append(f"{who} quiet for {silent:.0f} s")
+        named = [
+            f"rank {rank} quiet for {silent:.0f} s" for rank, silent in sorted(silence.items(), key=lambda i: -i[1])
+        ]
         reason = f"stalled: no rank printed anything for {self.watchdog.timeout:.0f} s (limits.stall_timeout)" + (
             f": {', '.join(named)}" if named else ""
         )
@@ -273,15 +286,15 @@ class Supervisor:
             self.notice(node.index, f"{reason}; their Python stacks follow")
         pending = set()
         before = dict(self.watchdog.last)  # a dump is heard as new lines from its rank
-        for (node, local), (rank, pid) in sorted(ranks.items()):
+        for rank, (index, pid) in sorted(ranks.items()):
             dump = stall.py_spy_dump(pid)
             if dump is not None:
-                with open(self.run.console(node), "a", encoding="utf-8") as console:
-                    console.write("".join(f"[default{local}]:{line}\n" for line in dump.splitlines()))
+                with open(self.run.console(index), "a", encoding="utf-8") as console:
+                    console.write("".join(f"[rank{rank}]:{line}\n" for line in dump.splitlines()))
             elif stall.catches(pid) and (process := Process.of(pid)) is not None and process.signal(stall.STACK_SIGNAL):
-                pending.add((node, local))
+                pending.add(rank)
             else:
-                self.notice(node, f"rank {rank}: no Python stack (process {pid} does not handle the stack signal)")
+                self.notice(index, f"rank {rank}: no Python stack (process {pid} does not handle the stack signal)")
         # faulthandler writes to the rank's stderr, which torchrun copies to the console: wait to hear each one
         asked = time.monotonic()
         while pending and time.monotonic() - asked < DUMP_WAIT_SECONDS:

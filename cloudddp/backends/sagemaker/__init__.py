@@ -19,6 +19,7 @@ from cloudddp.backends.base import Cause, Check, Launched, LogLine, MissingSetti
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sagemaker import storage
 from cloudddp.backends.sagemaker.limits import LIMITS, Text
+from cloudddp.backends.sagemaker.logs import host_line
 from cloudddp.backends.sagemaker.options import SageMakerOptions
 from cloudddp.backends.sagemaker.quotas import quota_check
 from cloudddp.backends.sagemaker.request import ACCOUNT, build, encode, shim_hyperparameters, shim_payload
@@ -340,11 +341,12 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
         )
 
     def _log_iter(self, run_id: str, *, follow: bool) -> Iterator[LogLine]:
-        """Every ``<job>/algo-N-*`` stream, interleaved by time, each line tagged with its host."""
+        """Every ``<job>/algo-N-*`` stream, interleaved by time, each line tagged with its rank (:func:`host_line`)."""
         from botocore.exceptions import ClientError
 
         logs = self._client("logs", self._region_of(run_id))
         tokens: dict[str, str | None] = {}
+        instances = int(self.status(run_id).details.get("instance_count") or 1)
         while True:
             finished = self.status(run_id).state.terminal if follow else True
             try:
@@ -371,7 +373,7 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
                         break
             for ts, host, message in sorted(batch, key=lambda x: (x[0], x[1])):
                 for line in message.splitlines() or [""]:
-                    yield LogLine(host, line, ts / 1000, primary=host == "algo-1")
+                    yield host_line(host, line, ts / 1000, hosts=instances)
             if finished:
                 return
             time.sleep(self.poll_seconds)

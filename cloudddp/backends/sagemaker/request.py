@@ -33,7 +33,7 @@ from cloudddp.catalog import nccl_env_presets
 from cloudddp.catalog.sizing import decide
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.code import requirements
-from cloudddp.code.shim import SHIPPED_AS
+from cloudddp.code.shim import RANK_TAG, SHIPPED_AS
 from cloudddp.code.snapshot import collect, folder_digest, snapshot_warnings
 from cloudddp.errors import UserError
 from cloudddp.observe.metrics import STANDARD_METRICS, metric_regex
@@ -109,6 +109,19 @@ def encode(hyperparameters: dict[str, Any]) -> dict[str, str]:
     """Every value JSON-encoded, as the SageMaker SDK sends them: the toolkit JSON-decodes each value, so a
     raw ``0.10`` would reach the script as ``0.1`` and ``true`` as ``True``."""
     return {key: json.dumps(value) for key, value in hyperparameters.items()}
+
+
+def rank_zero_regex(regex: str) -> str:
+    """A declared metric's MetricDefinition: its regex over global rank 0's lines only (the launcher's ``[rank0]:``
+    prefix first), so SageMaker's own charts count each measurement once, as ``cloudddp metrics`` does. A regex that
+    would not fit SageMaker's 500 characters that way is left as it is."""
+    body = f"(?:{regex[1:]})" if regex.startswith("^") else f".*?(?:{regex})"
+    tagged = re.escape(RANK_TAG.format(rank=0)) + body
+    return tagged if len(tagged) <= REGEX_LIMIT else regex
+
+
+REGEX_LIMIT = 500
+"""The longest MetricDefinitions regex SageMaker takes."""
 
 
 def shim_hyperparameters(payload: dict[str, Any]) -> dict[str, Any]:
@@ -251,7 +264,8 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     else:
         program = {"argv": [*spec.code.command, *input_args(spec, places)], "python": False}
     secret = {name for name, source in r.env_sources.items() if source.secret}
-    payload: dict[str, Any] = {**program, "env": {k: v for k, v in env.items() if k not in secret}}
+    # "tag": the launcher prefixes each line with its rank (a host's log stream mixes its ranks and the toolkit).
+    payload: dict[str, Any] = {**program, "env": {k: v for k, v in env.items() if k not in secret}, "tag": True}
     if spec.checkpoint.files:  # linked into CheckpointConfig.LocalPath, which SageMaker syncs with its S3Uri
         payload["keep"] = list(spec.checkpoint.files)
     if plugin_picks_protocol(image) and "NCCL_PROTO" not in env:
@@ -325,7 +339,10 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
             # The shared script's metric lines, then what the job declares in its own words.
             "MetricDefinitions": [
                 *({"Name": m, "Regex": metric_regex(m)} for m in STANDARD_METRICS),
-                *({"Name": m.name, "Regex": m.regex} for m in spec.metrics),
+                *(
+                    {"Name": m.name, "Regex": m.regex if spec.metrics.ranks == "all" else rank_zero_regex(m.regex)}
+                    for m in spec.metrics.declared
+                ),
             ],
             "EnableSageMakerMetricsTimeSeries": True,
         },

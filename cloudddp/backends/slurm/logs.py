@@ -97,7 +97,7 @@ class Labels:
         if rank is None:  # torchrun's or slurmstepd's own words
             where = f"node{node}/local{local}" if local is not None else f"node{node}"
             return LogLine(where, text, primary=False), start
-        return LogLine(self._source(node, rank), text, primary=rank == 0), start
+        return LogLine(self._source(node, rank), text, primary=rank == 0, rank=rank), start
 
     def _source(self, node: int, rank: int) -> str:
         return f"rank{rank}" if self.nodes == 1 else f"node{node}/rank{rank}"
