@@ -123,6 +123,12 @@ class SlurmOptions(Strict):
         description="How long before the time limit (limits.max_runtime) the training is asked to checkpoint "
         "and stop; Slurm's timer may fire up to a minute late.",
     )
+    partition_time_limit: Duration | None = Field(
+        None,
+        description="The partition's time limit (MaxTime in `scontrol show partition`, e.g. 24h). A longer "
+        "limits.max_runtime runs as a chain of allocations this long: each checkpoints at its warning signal "
+        "and the job is requeued for the rest. Default: one allocation of limits.max_runtime.",
+    )
     rendezvous_port: int | None = Field(
         None, ge=1024, le=65535, description="Port on the first node for the rendezvous; default: from the job id."
     )
