@@ -10,6 +10,11 @@ answering (~5 min by default), a requeued job may start again 6 s later (~2 min 
 jobs are recorded in a jobcomp/filetxt file because there is no slurmdbd (``sacct`` alone answers
 "accounting storage is disabled"; ``sacct --completion`` reads that file). See tests/support/SLURM.md.
 
+Configured as shared clusters are: preemption with a grace time (partition ``spot``, preempted by jobs of
+``urgent``), a partition with a short time limit (``short``), node data private to users (``PrivateData=nodes``),
+tasks bound to their CPUs (``task/affinity``, ``autobind=cores``), and an unprivileged user for the tests'
+jobs (:meth:`SlurmCluster.user`). The cluster's folder may be entered by every user.
+
 Stopping cancels this cluster's jobs, stops the daemons it started by pid, then kills any process still
 carrying this cluster's slurm.conf path or node marker in its environment (job steps, tasks): only
 processes this cluster started.

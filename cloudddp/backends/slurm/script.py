@@ -254,12 +254,15 @@ def _stop_lines(job: Job) -> list[str]:
         'account() { echo $(( used + SECONDS - began )) > "$used_file"; }',
         "left=$(( budget - used )) final=0 timer=",
         'echo "cloudddp: $used s of limits.max_runtime ($budget s) used by earlier allocations"',
-        'if [ "$left" -le "$link" ]; then',
-        "  # The last allocation: limits.max_runtime ends before Slurm's limit does; a timer gives the warning.",
-        '  final=1; (sleep $(( left > lead ? left - lead : 0 )); kill -USR1 "$$") & timer=$!',
+        'if [ "$left" -le "$lead" ]; then',
+        f'  echo "{LIMIT_MARK} spent by earlier allocations: the training does not start again"; exit {LIMIT_EXIT}',
         "fi",
         "trap 'account; echo \"cloudddp: SIGTERM: the training checkpoints and stops\"' TERM",
         f'trap \'if [ "$final" = 1 ]; then stopped=1; echo "{limit}"; else chained=1; echo "{chain}"; fi; {ask}\' USR1',
+        'if [ "$left" -le "$link" ]; then',
+        "  # The last allocation: limits.max_runtime ends before Slurm's limit does; a timer gives the warning.",
+        '  final=1; (sleep $(( left - lead )); kill -USR1 "$$") & timer=$!',
+        "fi",
     ]
 
 
