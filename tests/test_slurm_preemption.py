@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,14 +67,14 @@ def job_id_of(cluster: SlurmCluster, run_id: str) -> str:
     return ids[0]
 
 
-def wait_for(what: str, ready: object, timeout: float = 120) -> None:
+def wait_for(what: str, ready: Callable[[], bool], timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
-    while not ready():  # type: ignore[operator]
+    while not ready():
         assert time.monotonic() < deadline, f"{what}: not after {timeout} s"
         time.sleep(0.3)
 
 
-def metrics_in(folder: Path) -> list[dict[str, object]]:
+def metrics_in(folder: Path) -> list[dict[str, Any]]:
     """Rank 0's metric lines so far, from the node logs (read as root while the job runs)."""
     found = []
     for log in sorted((folder / "logs").glob("node*.log")):
@@ -84,12 +85,12 @@ def metrics_in(folder: Path) -> list[dict[str, object]]:
     return found
 
 
-def finished(user: ClusterUser, run_id: str, timeout: float = 240) -> dict[str, object]:
+def finished(user: ClusterUser, run_id: str, timeout: float = 240) -> dict[str, Any]:
     """The run's status as the user's ``cloudddp status`` shows it, once the run has ended; a run that did not
     succeed fails the test with its message and the end of its batch log."""
     deadline = time.monotonic() + timeout
     while True:
-        status: dict[str, object] = json.loads(cloudddp(user, "status", run_id, "--json"))
+        status: dict[str, Any] = json.loads(cloudddp(user, "status", run_id, "--json"))
         if status["state"] in ("succeeded", "failed", "cancelled"):
             break
         assert time.monotonic() < deadline, status
@@ -138,7 +139,7 @@ def test_a_job_preempted_with_a_grace_time_is_requeued_resumes_and_runs_every_st
     assert status["state"] == "succeeded", status
     assert status["message"] == "finished after 1 requeue: preemption", status
     details = status["details"]
-    assert details["restarts"] == 1 and details["requeue_reasons"] == ["preemption"], details  # type: ignore[index]
+    assert details["restarts"] == 1 and details["requeue_reasons"] == ["preemption"], details
     batch = (folder / "batch.log").read_text()
     assert f"{PREEMPT_MARK}: Slurm selected this job for preemption" in batch, batch[-3000:]
     assert f"{REQUEUE_MARK} {job} after preemption" in batch and batch.count(START_MARK) == 2, batch[-3000:]
@@ -205,9 +206,9 @@ def test_a_training_longer_than_its_partitions_time_limit_runs_as_a_chain_of_req
     status = finished(user, run_id, timeout=300)
     assert status["state"] == "succeeded", status
     details = status["details"]
-    restarts = details["restarts"]  # type: ignore[index]
+    restarts = details["restarts"]
     assert restarts >= 1, status
-    assert details["requeue_reasons"] == ["the partition's time limit (a chain of allocations)"] * restarts, details  # type: ignore[index]
+    assert details["requeue_reasons"] == ["the partition's time limit (a chain of allocations)"] * restarts, details
     batch = (run_dir(user, run_id) / "batch.log").read_text()
     assert batch.count(CHAIN_MARK) == restarts and batch.count(START_MARK) == restarts + 1, batch[-3000:]
     used = int((run_dir(user, run_id) / ".cloudddp-used-seconds").read_text())
