@@ -62,11 +62,11 @@ def blob_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+def slurm_cluster() -> Iterator[SlurmCluster]:
     """A real two-node Slurm cluster (own munged, slurmctld, 2 slurmd) for the session; skips when it cannot run."""
     from .support.slurm_cluster import cluster_fixture
 
-    yield from cluster_fixture(tmp_path_factory.mktemp("slurm"))
+    yield from cluster_fixture()  # in a folder of its own that an unprivileged test user may enter
 
 
 # -- on CI, a skip is a missing proof -------------------------------------------------------------

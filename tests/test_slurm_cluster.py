@@ -30,7 +30,7 @@ def wait_for_files(paths: list[Path], timeout: float = 30) -> None:
 
 
 def test_two_idle_nodes_on_their_own_munge(slurm_cluster: SlurmCluster) -> None:
-    listing = slurm_cluster.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.split()
+    listing = slurm_cluster.run("sinfo", "-h", "-N", "-p", "debug", "-o", "%N %T").stdout.split()
     assert listing == ["node1", "idle", "node2", "idle"]
     for name in ("node1", "node2"):
         node = slurm_cluster.node(name)
@@ -157,6 +157,37 @@ srun --ntasks-per-node=1 bash -c 'touch "started.$SLURM_JOB_ID.$SLURM_PROCID"; w
     assert (done["JobState"], done["Restarts"]) == ("COMPLETED", "1")
     assert "run again" in (tmp_path / "again.txt").read_text()
     print(f"node2 killed: its jobs were NODE_FAIL after {noticed:.1f} s")  # SlurmdTimeout 5 s, MessageTimeout 3 s
+
+
+def test_the_cluster_is_configured_as_real_ones_are(slurm_cluster: SlurmCluster) -> None:
+    """Partitions for preemption with a grace time and a short time limit; node data private to users; each task
+    bound to its own CPUs; jobs of an unprivileged user (tests/support/SLURM.md, "As real clusters are")."""
+    parts = {
+        p["PartitionName"]: p
+        for p in map(parse_pairs, slurm_cluster.run("scontrol", "-o", "show", "partition").stdout.splitlines())
+    }
+    assert (parts[rig.SPOT]["PreemptMode"], parts[rig.SPOT]["GraceTime"]) == ("REQUEUE", str(rig.GRACE_TIME))
+    assert int(parts[rig.URGENT]["PriorityTier"]) > int(parts[rig.SPOT]["PriorityTier"])
+    assert parts[rig.SHORT]["MaxTime"] == f"00:{rig.SHORT_MINUTES:02d}:00" and parts["debug"]["PreemptMode"] == "OFF"
+    user = slurm_cluster.user()
+    refused = user.run(["scontrol", "-o", "show", "node", "node1"])
+    assert refused.returncode != 0 and "Access/permission denied" in refused.stderr, refused
+    folder = user.home / "affinity"
+    user.run(["mkdir", "-p", str(folder)])
+    show = 'echo "$SLURM_PROCID $(id -un) $(grep Cpus_allowed_list /proc/self/status)"'
+    body = f"srun bash -c '{show} plain' > plain.txt\nsrun --cpus-per-task=2 bash -c '{show} given' > given.txt\n"
+    (folder / "job.sh").write_text("#!/bin/bash\n" + body)
+    argv = ["sbatch", "--parsable", "-N2", "--ntasks-per-node=1", "--cpus-per-task=2", "-o", "out.txt", "job.sh"]
+    job = user.run(argv, cwd=folder)
+    assert job.returncode == 0, job.stderr
+    info = slurm_cluster.wait_job(job.stdout.strip().split(";")[0])
+    assert (info["JobState"], info["UserId"].split("(")[0]) == ("COMPLETED", user.name), info
+    given = sorted((folder / "given.txt").read_text().splitlines())
+    assert [line.split()[:2] for line in given] == [["0", user.name], ["1", user.name]], given
+    assert all(line.split()[-2:] == ["0-1", "given"] for line in given), given  # its 2 CPUs, and only those
+    # Slurm 22.05's srun does not read the allocation's --cpus-per-task: unless given, a task gets one CPU.
+    plain = sorted((folder / "plain.txt").read_text().splitlines())
+    assert all(line.split()[-2:] == ["0", "plain"] for line in plain), plain
 
 
 def test_scontrol_output_parses_values_with_spaces() -> None:

@@ -10,6 +10,11 @@ answering (~5 min by default), a requeued job may start again 6 s later (~2 min 
 jobs are recorded in a jobcomp/filetxt file because there is no slurmdbd (``sacct`` alone answers
 "accounting storage is disabled"; ``sacct --completion`` reads that file). See tests/support/SLURM.md.
 
+Configured as shared clusters are: preemption with a grace time (partition ``spot``, preempted by jobs of
+``urgent``), a partition with a short time limit (``short``), node data private to users (``PrivateData=nodes``),
+tasks bound to their CPUs (``task/affinity``, ``autobind=cores``), and an unprivileged user for the tests'
+jobs (:meth:`SlurmCluster.user`). The cluster's folder may be entered by every user.
+
 Stopping cancels this cluster's jobs, stops the daemons it started by pid, then kills any process still
 carrying this cluster's slurm.conf path or node marker in its environment (job steps, tasks): only
 processes this cluster started.
@@ -18,12 +23,16 @@ processes this cluster started.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import sys
+import sysconfig
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
@@ -45,6 +54,11 @@ TERMINAL = {
     "DEADLINE",
 }
 NODE_MARKER = "CLOUDDDP_TEST_SLURM_NODE"  # set on each slurmd; its job steps inherit it
+SPOT, URGENT, SHORT = "spot", "urgent", "short"
+GRACE_TIME = 20
+"""spot's GraceTime: a preempted job's tasks get SIGTERM, and Slurm requeues the job this many seconds later."""
+SHORT_MINUTES = 1
+"""short's MaxTime (minutes)."""
 _OUTER_SLURM = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SINFO_", "SCONTROL_")  # if pytest runs in a job
 _PAIR = re.compile(r"(\S+?)=(.*?)(?= \S+?=|$)")
 
@@ -111,7 +125,11 @@ SlurmdPidFile={root}/run/slurmd-%n.pid
 SlurmctldLogFile={root}/log/slurmctld.log
 SlurmdLogFile={root}/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+# As most clusters: each task is bound to its own cores (a task's affinity holds exactly its --cpus-per-task CPUs).
+TaskPlugin=task/affinity
+TaskPluginParam=autobind=cores
+# As most shared clusters: node data is the administrators' (`scontrol show node` is refused to other users).
+PrivateData=nodes
 MpiDefault=none
 MailProg=/bin/true
 SchedulerType=sched/backfill
@@ -134,9 +152,48 @@ KillWait=5
 JobCompType=jobcomp/filetxt
 JobCompLoc={root}/jobcomp.txt
 MinJobAge=600
+# Preemption as shared GPU clusters have it: a job of a higher PriorityTier partition (urgent) preempts jobs of
+# the preemptible one (spot), which get SIGTERM and GraceTime seconds before Slurm requeues them.
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 {nodes}
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF
+PartitionName={SPOT} Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime={GRACE_TIME}
+PartitionName={URGENT} Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
+# A partition whose time limit is shorter than a long training: it runs as a chain of allocations.
+PartitionName={SHORT} Nodes=ALL MaxTime={SHORT_MINUTES} State=UP PriorityTier=1 PreemptMode=OFF
 """
+
+
+@dataclass(frozen=True)
+class ClusterUser:
+    """An unprivileged user who reaches the cluster as on a login node: Slurm's commands on PATH, SLURM_CONF set."""
+
+    name: str
+    uid: int
+    gid: int
+    home: Path
+    conf: Path
+    python: str
+    """An interpreter this user may run, with the test interpreter's packages (torch, cloudddp's dependencies)."""
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The user's whole environment: nothing of the test process's leaks into it but what is named."""
+        return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(self.home), "SLURM_CONF": str(self.conf), **extra}
+
+    def run(
+        self, argv: list[str], *, timeout: float = 120, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``argv`` as this user (its own uid and gid, no supplementary groups), from its home folder."""
+        return subprocess.run(
+            ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", *argv],
+            cwd=cwd or self.home,
+            env=env or self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
 
 _LIBC = ctypes.CDLL(None)  # loaded here: the child below runs between fork and exec, where nothing may be imported
@@ -241,6 +298,51 @@ class SlurmCluster:
                 raise TimeoutError(f"nodes not {state} after {timeout} s: {states or done.stderr.strip()}")
             self._check_alive()
             time.sleep(0.1)
+
+    def user(self) -> ClusterUser:
+        """An unprivileged user of this cluster (created once for the tests, see support/users.py), with a home
+        folder of its own in the cluster's folder: a user as on a real cluster, for whom ``PrivateData=nodes``
+        hides node data. Needs root, as the cluster does."""
+        from .users import other_user
+
+        other = other_user()
+        home = self.root / "home" / other.name
+        if not home.is_dir():
+            home.mkdir(parents=True)
+            os.chown(home, other.uid, other.gid)
+            home.chmod(0o700)
+        user = ClusterUser(other.name, other.uid, other.gid, home, self.conf, sys.executable)
+        return dataclasses.replace(user, python=self._python_for(user))
+
+    def _python_for(self, user: ClusterUser) -> str:
+        """An interpreter with this one's packages that ``user`` may run: this one where it can; else (it sits in
+        a folder only its owner may enter, as pyenv's under /root) a venv of the system's Python of the same
+        version that sees this interpreter's packages (as the Slurm backend's requirements environments do)."""
+        probe = [sys.executable, "-c", "import torch"]
+        if user.run(["bash", "-c", 'exec "$@"', "probe", *probe]).returncode == 0:
+            return sys.executable
+        venv = self.root / "python-for-users"
+        python = venv / "bin" / "python"
+        if not python.exists():
+            system = shutil.which(f"python{sys.version_info.major}.{sys.version_info.minor}", path="/usr/bin:/bin")
+            if system is None:
+                raise SlurmUnavailable(
+                    f"{sys.executable} cannot be run by other users, and there is no system "
+                    f"python{sys.version_info.major}.{sys.version_info.minor} to give them its packages"
+                )
+            subprocess.run([system, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+            site = subprocess.run(
+                [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=60,
+            ).stdout.strip()
+            ours = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+            Path(site, "_cloudddp_test_packages.pth").write_text(
+                "import site; " + "; ".join(f"site.addsitedir({p!r})" for p in ours) + "\n"
+            )
+        return str(python)
 
     # -- node failure ---------------------------------------------------------------------------
     def kill_node(self, name: str) -> None:
@@ -429,16 +531,26 @@ def start_cluster(root: Path) -> SlurmCluster:
     return cluster
 
 
-def cluster_fixture(root: Path) -> Iterator[SlurmCluster]:
+def cluster_fixture(root: Path | None = None) -> Iterator[SlurmCluster]:
     """Body of a pytest fixture: yields the running cluster; when it cannot run, skips with the reason (on CI:
-    fails with it)."""
+    fails with it). Without ``root``, its folder is a new one in the system's temporary folder that every user
+    may enter (pytest's own is its owner's alone): an unprivileged user's commands need slurm.conf and munge's
+    socket. That folder is removed afterwards."""
     from .rigs import rig_unavailable
 
+    own = root is None
+    if root is None:
+        root = Path(tempfile.mkdtemp(prefix="cloudddp-slurm-"))
+        root.chmod(0o755)
     try:
-        cluster = start_cluster(root)
-    except SlurmUnavailable as e:
-        rig_unavailable(f"no Slurm cluster on this machine, so the Slurm tests cannot run: {e}")
-    try:
-        yield cluster
+        try:
+            cluster = start_cluster(root)
+        except SlurmUnavailable as e:
+            rig_unavailable(f"no Slurm cluster on this machine, so the Slurm tests cannot run: {e}")
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
     finally:
-        cluster.stop()
+        if own:
+            shutil.rmtree(root, ignore_errors=True)

@@ -19,6 +19,7 @@ import math
 import os
 import secrets as _random
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -38,7 +39,7 @@ from cloudddp.backends.slurm.state import (
     from_sacct,
     held,
     parse_pairs,
-    requeue_reason,
+    requeue_reasons,
     root_cause,
     timestamp,
 )
@@ -185,10 +186,29 @@ class SlurmBackend(Backend[SlurmOptions]):
                 f"GPUs ({holds}; set slurm.cpus_per_process to choose)"
             )
         minutes = math.ceil(spec.limits.max_runtime / 60)
+        budget = None
+        if opts.partition_time_limit and opts.partition_time_limit < spec.limits.max_runtime:
+            budget, minutes = spec.limits.max_runtime, max(1, opts.partition_time_limit // 60)
+            if not opts.requeue:
+                raise UserError(
+                    f"limits.max_runtime {budget} s is longer than slurm.partition_time_limit "
+                    f"{opts.partition_time_limit} s, which needs requeues, and slurm.requeue is off",
+                    hint="set slurm.requeue: true, or limits.max_runtime within the partition's limit",
+                )
         lead = min(opts.stop_before_limit, minutes * 60 // 2)
         decisions.append(
             f"time limit {minutes} min (Slurm counts minutes); the training is asked to checkpoint and "
             f"stop {lead} s before it"
+            + (
+                f"; limits.max_runtime ({budget} s) runs as a chain of such allocations, each requeued after "
+                "its checkpoint"
+                if budget
+                else ""
+            )
+        )
+        decisions.append(
+            "preempted (with or without a grace time): the training checkpoints on SIGTERM and the job "
+            + ("is requeued and resumes" if opts.requeue else "ends (slurm.requeue is off)")
         )
         reqs = requirements.of(spec)
         env_dir, env_key = None, ""
@@ -231,6 +251,7 @@ class SlurmBackend(Backend[SlurmOptions]):
             keep_files=tuple(spec.checkpoint.files),
             env_key=env_key,
             cpus_per_task=per_process * per_task if per_process else None,
+            budget_seconds=budget,
         )
         script = render_script(job, opts)
         request: dict[str, Any] = {
@@ -415,8 +436,9 @@ class SlurmBackend(Backend[SlurmOptions]):
             ),
             None,
         )
+        which = [partition.split(",")[0]] if partition else []
+        known = shell.run(["scontrol", "-o", "show", "partition", *which], check=False)
         if partition:
-            known = shell.run(["scontrol", "show", "partition", partition.split(",")[0]], check=False)
             checks.append(
                 Check(
                     f"partition {partition}",
@@ -425,6 +447,7 @@ class SlurmBackend(Backend[SlurmOptions]):
                     fix="`sinfo -s` lists the partitions",
                 )
             )
+        checks += _time_limit_check(plan, known.stdout.decode(errors="replace"), partition)
         writable = shell.run(["bash", "-c", 'mkdir -p -m 700 "$1" && test -w "$1"', "-", req["workdir"]], check=False)
         checks.append(
             Check(
@@ -536,18 +559,23 @@ class SlurmBackend(Backend[SlurmOptions]):
         )
         message = native.lower()
         cause: Cause | None = None
+        requeues = ""
+        if restarts:  # why each earlier run stopped (a preemption, a chain's time limit, a node failure)
+            reasons = requeue_reasons(shell.tail(info["batch_log"], 65536))[:restarts]
+            details["requeue_reasons"] = reasons
+            requeues = _requeues(restarts, reasons)
         if state is RunState.PENDING:
             message = f"waiting in the queue ({job.get('Reason', '?')})"
             on_hold = held(job)
             if on_hold:
                 message, details["held"] = on_hold, True
             if restarts:
-                why = requeue_reason(shell.tail(info["batch_log"], 65536))
+                why = details["requeue_reasons"][-1] if details["requeue_reasons"] else ""
                 message = f"requeued{f' after {why}' if why else ''} (restart {restarts}); " + message
         elif state in (RunState.RUNNING, RunState.STARTING):
-            message = f"running on {job.get('NodeList')}" + (f" (restart {restarts})" if restarts else "")
+            message = f"running on {job.get('NodeList')}" + (f" (restart {restarts}; {requeues})" if restarts else "")
         elif state is RunState.SUCCEEDED:
-            message = "finished"
+            message = "finished" + (f" after {requeues}" if restarts else "")
         elif state is RunState.CANCELLED:
             message, cause = "cancelled", Cause.CANCELLED
         elif state is RunState.FAILED:
@@ -612,6 +640,50 @@ class SlurmBackend(Backend[SlurmOptions]):
             if job is None or job.get("JobState") not in LIVE:
                 return
             time.sleep(1)  # once a second: the controller answers every user
+
+
+def _time_limit_check(plan: Plan, partitions: str, named: str | None) -> list[Check]:
+    """The script's --time against the partition's MaxTime: a longer one would wait in the queue forever
+    (Reason=PartitionTimeLimit), or be refused."""
+    rows = [parse_pairs(line) for line in partitions.splitlines() if line.startswith("PartitionName=")]
+    row = rows[0] if named else next((r for r in rows if r.get("Default") == "YES"), None)
+    script = plan.documents["job.sbatch"].splitlines()
+    wanted = next((line.split("=", 1)[1] for line in script if line.startswith("#SBATCH --time=")), None)
+    if row is None or wanted is None:
+        return []
+    limit, asked = _slurm_minutes(row.get("MaxTime", "UNLIMITED")), _slurm_minutes(wanted)
+    name = row.get("PartitionName", "?")
+    if limit is None or asked is None or asked <= limit:
+        return [Check("time limit", True, f"{wanted} within partition {name}'s MaxTime {row.get('MaxTime')}")]
+    return [
+        Check(
+            "time limit",
+            False,
+            f"the job asks for {wanted}, longer than partition {name}'s MaxTime {row.get('MaxTime')}: Slurm "
+            "would never start it",
+            fix=f"set slurm.partition_time_limit: {limit}m (a longer limits.max_runtime then runs as a chain of "
+            "requeued allocations)",
+        )
+    ]
+
+
+def _slurm_minutes(value: str) -> int | None:
+    """Slurm's ``[days-]hours:minutes:seconds`` (or ``minutes``) in whole minutes; None for UNLIMITED/INFINITE."""
+    days, _, clock = value.rpartition("-") if "-" in value else ("0", "", value)
+    parts = clock.split(":")
+    if not days.isdigit() or not all(p.isdigit() for p in parts) or len(parts) > 3:
+        return None
+    if len(parts) == 1:
+        return int(days) * 1440 + int(parts[0])
+    hours, minutes, seconds = ([0] * (3 - len(parts)) + [int(p) for p in parts])[-3:]
+    return int(days) * 1440 + hours * 60 + minutes + (1 if seconds else 0)
+
+
+def _requeues(restarts: int, reasons: list[str]) -> str:
+    """``2 requeues: preemption, the partition's time limit ×1`` (reasons as the batch log tells them)."""
+    counted = Counter(r or "not said" for r in reasons)
+    said = ", ".join(f"{why} ×{n}" if n > 1 else why for why, n in counted.items())
+    return f"{restarts} requeue{'s' if restarts > 1 else ''}" + (f": {said}" if said else "")
 
 
 def _config_pairs(text: str) -> Iterator[tuple[str, str]]:

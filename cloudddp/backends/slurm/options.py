@@ -120,6 +120,12 @@ class SlurmOptions(Strict):
         "nothing changes the wait grows (x1.5 per unchanged answer) up to 6 times this. Logs are read on their "
         "own, without asking the controller.",
     )
+    partition_time_limit: Duration | None = Field(
+        None,
+        description="The partition's time limit (MaxTime in `scontrol show partition`, e.g. 24h). A longer "
+        "limits.max_runtime runs as a chain of allocations this long: each checkpoints at its warning signal "
+        "and the job is requeued for the rest. Default: one allocation of limits.max_runtime.",
+    )
     rendezvous_port: int | None = Field(
         None, ge=1024, le=65535, description="Port on the first node for the rendezvous; default: from the job id."
     )

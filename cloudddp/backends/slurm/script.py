@@ -12,7 +12,16 @@ Pure text from decided values (no spec, no cluster): what ``cloudddp render -b s
   training to stop (``scancel --signal=TERM``, which reaches the tasks directly; srun itself would kill
   them on SIGTERM) and exits 124, so the run reads as stopped by ``limits.max_runtime``;
 - a requeued job runs this script again from the top with ``SLURM_RESTART_COUNT`` set; logs are appended
-  (``--open-mode=append``) and the training resumes from its checkpoint folder.
+  (``--open-mode=append``) and the training resumes from its checkpoint folder;
+- preemption with a grace time (``GraceTime>0``) sends SIGTERM to the training only and requeues the job
+  GraceTime seconds later: a training that checkpoints sooner would end the job (as succeeded, or as its own
+  failure). So once the training has ended, this script asks Slurm whether the job was selected for
+  preemption (``PreemptTime`` in ``scontrol show job``; a requeue resets it) and requeues it itself;
+- a ``limits.max_runtime`` longer than the partition's time limit (``slurm.partition_time_limit``) runs as a
+  chain of allocations: at each one's warning signal the training checkpoints and the script requeues the
+  job; the seconds used so far are kept in the run folder, and the last allocation stops at the budget;
+- where node data is private (``PrivateData=nodes``), ``scontrol show node`` is refused to users: the
+  rendezvous host is then this script's own host (it runs on the job's first node, where the rendezvous is).
 """
 
 from __future__ import annotations
@@ -29,6 +38,11 @@ LIMIT_EXIT = 124
 """The script's exit code when it stopped the training ahead of the time limit."""
 START_MARK = "cloudddp: run "
 LIMIT_MARK = "cloudddp: the time limit (limits.max_runtime) is"
+PREEMPTED_EXIT = 75
+"""The script's exit code when the job was preempted and cannot be requeued (EX_TEMPFAIL: try again later)."""
+PREEMPT_MARK = "cloudddp: preempted"
+CHAIN_MARK = "cloudddp: the time limit of this allocation"
+REQUEUE_MARK = "cloudddp: requeueing Slurm job"
 
 
 @dataclass(frozen=True)
@@ -98,6 +112,8 @@ class Job:
     """CPUs of each Slurm task (slurm.cpus_per_process times the processes a task holds); None: decided at
     submit from the partition's nodes and given to sbatch's command line, and srun takes it from
     SLURM_CPUS_PER_TASK."""
+    budget_seconds: int | None = None
+    """limits.max_runtime when it is longer than one allocation (``time_minutes``): the job runs as a chain."""
 
     def python(self, opts: SlurmOptions) -> str:
         """The interpreter the training runs with."""
@@ -152,7 +168,7 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
     ]
     out += [f"#SBATCH {line}" for line in sbatch_lines(job, opts)]
     out += ["", "set -e  # a failing module load or setup line ends the job here, with its message in batch.log"]
-    out += [f"module load {q(module)}" for module in opts.modules]
+    out += _module_lines(opts.modules)
     out += list(opts.setup)
     if job.requirements_env:
         out += _requirements_lines(job, opts)
@@ -181,18 +197,16 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
         f'echo "{START_MARK}${{SLURM_RESTART_COUNT:-0}} of Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST '
         '($(date -u +%FT%TZ))"',
         "# Node names need not resolve: each node's address is the NodeAddr Slurm knows (name=address pairs).",
-        'nodes=$(scontrol -o show node "$SLURM_JOB_NODELIST" \\',
+        "# Where node data is private (PrivateData=nodes) scontrol refuses it: then the rendezvous host is this",
+        "# script's host, the job's first node (Slurm runs the batch script there), and each node names its own.",
+        'nodes=$(scontrol -o show node "$SLURM_JOB_NODELIST" 2>/dev/null \\',
         "  | sed -E 's/^NodeName=([^ ]+) .* NodeAddr=([^ ]+) .*/\\1=\\2/')",
         'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "rdzv_host=$(hostname)",
         'for pair in $nodes; do [ "${pair%%=*}" = "$first" ] && rdzv_host=${pair#*=}; done',
         _port_line(opts),
         "",
-        "# SIGTERM (cancel, requeue, preemption, the time limit) reaches the training processes from Slurm itself;",
-        "# this script waits for them to checkpoint. USR1 comes from --signal above, before the time limit.",
-        "stopped=0",
-        "trap 'echo \"cloudddp: SIGTERM: the training checkpoints and stops\"' TERM",
-        f'trap \'stopped=1; echo "{LIMIT_MARK} {job.stop_lead} s away: asking the training to checkpoint and stop"; '
-        'scancel --signal=TERM "$SLURM_JOB_ID"\' USR1',
+        *_stop_lines(job),
         "",
     ]
     out += _launch_lines(job, opts)
@@ -201,10 +215,103 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
         'wait "$training"; code=$?',
         'while kill -0 "$training" 2>/dev/null; do wait "$training"; code=$?; done',
         *([f"{q(job.python(opts))} {KEEPER} save {keep}"] if keep else []),
-        f'[ "$stopped" = 1 ] && exit {LIMIT_EXIT}',
-        'exit "$code"',
+        *_end_lines(job, opts),
     ]
     return "\n".join(out) + "\n"
+
+
+def _module_lines(modules: Sequence[str]) -> list[str]:
+    """``module load`` each module, after making sure ``module`` exists: a non-login ``#!/bin/bash`` (sbatch's,
+    or one reached over ssh) often lacks it, so the module system's own init is sourced when it is missing."""
+    if not modules:
+        return []
+    return [
+        "# `module` comes from a login shell's profile, and this script is not one: where it is missing, source",
+        "# the module system's own init (Lmod's or Environment Modules', where each installs it).",
+        "if ! type module >/dev/null 2>&1; then",
+        '  for init in "${LMOD_PKG:+$LMOD_PKG/init/bash}" "${MODULESHOME:+$MODULESHOME/init/bash}" \\',
+        "      /etc/profile.d/lmod.sh /etc/profile.d/modules.sh /usr/share/lmod/lmod/init/bash \\",
+        "      /usr/share/modules/init/bash; do",
+        '    [ -n "$init" ] && [ -f "$init" ] && { . "$init"; break; }',
+        "  done",
+        "fi",
+        'type module >/dev/null 2>&1 || { echo "cloudddp: slurm.modules is set, but this node has no module command"'
+        ' "(no Lmod or Environment Modules init found): load them in slurm.setup instead" >&2; exit 2; }',
+        *[f"module load {shlex.quote(module)}" for module in modules],
+    ]
+
+
+def _stop_lines(job: Job) -> list[str]:
+    """What this script does on SIGTERM, and on the warning signal (USR1) before the allocation's time limit."""
+    ask = 'scancel --signal=TERM "$SLURM_JOB_ID"'
+    limit = f"{LIMIT_MARK} {job.stop_lead} s away: asking the training to checkpoint and stop"
+    lines = [
+        "# SIGTERM (cancel, requeue, preemption, the time limit) reaches the training processes from Slurm itself;",
+        "# this script waits for them to checkpoint. USR1 comes from --signal above, before the time limit.",
+        "stopped=0 chained=0",
+    ]
+    if job.budget_seconds is None:
+        return [
+            *lines,
+            "trap 'echo \"cloudddp: SIGTERM: the training checkpoints and stops\"' TERM",
+            f"trap 'stopped=1; echo \"{limit}\"; {ask}' USR1",
+        ]
+    chain = (
+        f"{CHAIN_MARK} is $lead s away: the training checkpoints, then the job is requeued for the rest of "
+        "limits.max_runtime"
+    )
+    return [
+        *lines,
+        f"# limits.max_runtime ({job.budget_seconds} s) is longer than one allocation ({job.time_minutes * 60} s,",
+        "# slurm.partition_time_limit): the job runs as a chain of allocations, each requeued by this script at",
+        "# its warning signal; the seconds used so far are kept in the run folder.",
+        f"budget={job.budget_seconds} link={job.time_minutes * 60} lead={job.stop_lead}",
+        f"used_file={shlex.quote(job.layout.run_dir)}/.cloudddp-used-seconds",
+        'used=$(cat "$used_file" 2>/dev/null || echo 0); began=$SECONDS',
+        'account() { echo $(( used + SECONDS - began )) > "$used_file"; }',
+        "left=$(( budget - used )) final=0 timer=",
+        'echo "cloudddp: $used s of limits.max_runtime ($budget s) used by earlier allocations"',
+        'if [ "$left" -le "$lead" ]; then',
+        f'  echo "{LIMIT_MARK} spent by earlier allocations: the training does not start again"; exit {LIMIT_EXIT}',
+        "fi",
+        "trap 'account; echo \"cloudddp: SIGTERM: the training checkpoints and stops\"' TERM",
+        f'trap \'if [ "$final" = 1 ]; then stopped=1; echo "{limit}"; else chained=1; echo "{chain}"; fi; {ask}\' USR1',
+        'if [ "$left" -le "$link" ]; then',
+        "  # The last allocation: limits.max_runtime ends before Slurm's limit does; a timer gives the warning.",
+        '  final=1; (sleep $(( left - lead )); kill -USR1 "$$") & timer=$!',
+        "fi",
+    ]
+
+
+def _end_lines(job: Job, opts: SlurmOptions) -> list[str]:
+    """After the training: requeue a preempted job (and a chain's next allocation), else exit with its code."""
+    lines = [
+        "# Preempted with a grace time: Slurm sent SIGTERM to the training only and would requeue the job GraceTime",
+        "# seconds later; the training has checkpointed and ended sooner, so requeue it now (as submitit does).",
+        "preempted() {",
+        '  local info; info=$(scontrol -o show job "$SLURM_JOB_ID") || return 1',
+        '  [[ $info == *" PreemptTime="* && $info != *" PreemptTime=None "* ]]',
+        "}",
+    ]
+    if job.budget_seconds is not None:
+        lines += ['[ -n "$timer" ] && kill "$timer" 2>/dev/null', "account"]
+    if opts.requeue:
+        lines += [
+            "requeue() {",
+            f'  echo "{REQUEUE_MARK} $SLURM_JOB_ID after $1 ($(date -u +%FT%TZ))"',
+            '  scontrol requeue "$SLURM_JOB_ID" && exit 0',
+            f'  echo "cloudddp: scontrol requeue failed: the job ends here" >&2; exit {PREEMPTED_EXIT}',
+            "}",
+            f'preempted && {{ echo "{PREEMPT_MARK}: Slurm selected this job for preemption"; requeue preemption; }}',
+        ]
+        if job.budget_seconds is not None:
+            lines.append('[ "$chained" = 1 ] && requeue "the time limit of this allocation"')
+    else:
+        lines.append(
+            f'preempted && {{ echo "{PREEMPT_MARK}, and slurm.requeue is off: the job ends here" >&2; '
+            f"exit {PREEMPTED_EXIT}; }}"
+        )
+    return [*lines, f'[ "$stopped" = 1 ] && exit {LIMIT_EXIT}', 'exit "$code"']
 
 
 def _requirements_lines(job: Job, opts: SlurmOptions) -> list[str]:
@@ -240,7 +347,7 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
             "# One torchrun agent per node: $1 the rendezvous host:port, $2 the nodes' addresses, $3 the",
             "# announcement, then the program.",
             "per_node='",
-            "addr=$SLURMD_NODENAME",
+            "addr=$(hostname)  # its NodeAddr below, where node data is readable",
             'for pair in $2; do [ "${pair%%=*}" = "$SLURMD_NODENAME" ] && addr=${pair#*=}; done',
             "rdzv=$1; announce=$3; shift 3",
             f'exec {q(python)} -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" '

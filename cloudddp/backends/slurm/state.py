@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cloudddp.backends.base import Cause, RunState
-from cloudddp.backends.slurm.script import LIMIT_EXIT, LIMIT_MARK, START_MARK
+from cloudddp.backends.slurm.script import (
+    CHAIN_MARK,
+    LIMIT_EXIT,
+    LIMIT_MARK,
+    PREEMPT_MARK,
+    PREEMPTED_EXIT,
+    START_MARK,
+)
 
 _PAIR = re.compile(r"(\S+?)=(.*?)(?= \S+?=|$)")
 _NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
@@ -163,6 +170,12 @@ def failure(job: Mapping[str, str], batch_log: str, *, tasks_are_ranks: bool = F
             "submit again to continue from its checkpoint",
             Cause.LIMIT,
         )
+    if state == "FAILED" and exit_code.split(":")[0] == str(PREEMPTED_EXIT) and PREEMPT_MARK in run:
+        return Failure(
+            "the cluster preempted it after the training checkpointed, and it could not be requeued "
+            "(slurm.requeue: true puts a preempted job back in the queue)",
+            Cause.PREEMPTED,
+        )
     if state in _ENDINGS:
         return Failure(_ENDINGS[state], _CAUSES.get(state, Cause.UNKNOWN))
     task_error = _TASK_ERROR.search(run)
@@ -190,6 +203,25 @@ def root_cause(node_log: str) -> dict[str, int]:
 
 def requeue_reason(batch_log: str) -> str:
     """Why the job's latest interrupted run stopped (``job requeue``, ``preemption``, a node failure), or ''."""
-    found = [(m.start(), f"node failure on {m.group(1)}") for m in _NODE_FAILURE.finditer(batch_log)]
-    found += [(m.start(), m.group(1).lower()) for m in _CANCELLED_DUE.finditer(batch_log)]
+    reasons = requeue_reasons(batch_log)
+    return reasons[-1] if reasons else ""
+
+
+def requeue_reasons(batch_log: str) -> list[str]:
+    """Why each interrupted run of the job stopped, oldest first ('' where its part of the log does not say):
+    the script's own requeue after a preemption or at a chain's time limit, or Slurm's (a node failure,
+    ``scontrol requeue``, a preemption without grace time). The latest run counts once it has stopped."""
+    runs = batch_log.split(START_MARK)[1:]
+    reasons = [_stop_reason(run) for run in runs[:-1]]
+    last = _stop_reason(runs[-1]) if runs else ""
+    return [*reasons, last] if last else reasons
+
+
+def _stop_reason(run: str) -> str:
+    if PREEMPT_MARK in run:
+        return "preemption"
+    if CHAIN_MARK in run:
+        return "the partition's time limit (a chain of allocations)"
+    found = [(m.start(), f"node failure on {m.group(1)}") for m in _NODE_FAILURE.finditer(run)]
+    found += [(m.start(), m.group(1).lower()) for m in _CANCELLED_DUE.finditer(run)]
     return max(found)[1] if found else ""
