@@ -20,7 +20,7 @@ from typing import Any
 from cloudddp.backends.base import Backend, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.registry import backend_class, load_spec, spec_from_dict
 from cloudddp.errors import CloudDDPError, RunNotFound, UserError
-from cloudddp.observe.metrics import PREFIX, MetricRecord, record_of_line
+from cloudddp.observe.metrics import PREFIX, MetricRecord, record_of_log_line
 from cloudddp.observe.notebook import watch
 from cloudddp.observe.plotting import plot_metrics
 from cloudddp.plan import Plan
@@ -251,7 +251,7 @@ class Run:
         ranks = self.backend.metric_ranks(self.run_id)
         repeats = Repeats()
         for line in self.logs(follow=follow):
-            record = record_of_line(line.text, patterns, source=line.source, rank=line.rank, ranks=ranks)
+            record = record_of_log_line(line, patterns, ranks)
             if record is not None and repeats.seen(record):
                 record = None  # as metrics() has it: an attempt that resumed repeats it
             if (all_ranks or line.primary or record is not None) and PREFIX not in line.text:

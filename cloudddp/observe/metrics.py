@@ -205,14 +205,22 @@ def metrics_from_lines(
     """Metric records from log lines: ``LogLine`` objects (their ``rank`` decides, see :func:`carries_metrics`)
     or plain strings (one process's output, read as rank 0's)."""
     for item in lines:
-        if isinstance(item, str):
-            text, source, rank = item, "", 0
-        else:
-            text, source, rank = item.text, item.source, item.rank
-        record = record_of_line(text, patterns, source=source, rank=rank, ranks=ranks)
+        record = record_of_log_line(item, patterns, ranks)
         if record is not None:
-            at = getattr(item, "time", None)  # a line that names no time is dated by its log line's
-            yield replace(record, time=at) if record.time is None and at is not None else record
+            yield record
+
+
+def record_of_log_line(item: Any, patterns: Sequence[Pattern] = (), ranks: str = RANK_ZERO) -> MetricRecord | None:
+    """The record one log line carries (a ``LogLine``, or a plain string read as rank 0's); a record that names
+    no time is dated by its log line's. One function for ``metrics`` and the attached view, so both show the
+    same records."""
+    if isinstance(item, str):
+        text, source, rank = item, "", 0
+    else:
+        text, source, rank = item.text, item.source, item.rank
+    record = record_of_line(text, patterns, source=source, rank=rank, ranks=ranks)
+    at = getattr(item, "time", None)
+    return replace(record, time=at) if record is not None and record.time is None and at is not None else record
 
 
 def metric_regex(name: str) -> str:

@@ -36,11 +36,6 @@ def rig(blob_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspa
         yield model
 
 
-def budget_looks(run_id: str) -> int:
-    log = Path(Registry().get(run_id).info.get("budget", {}).get("log", "/nonexistent"))  # type: ignore[union-attr]
-    return len(log.read_text().splitlines()) if log.is_file() else 0
-
-
 @pytest.mark.timeout(300)
 def test_a_submit_to_the_azure_rig_sends_the_secrets_to_the_jobs_environment_only(
     rig: WorkspaceModel, tmp_path: Path, cloudddp_home: Path
@@ -72,7 +67,7 @@ def test_a_submit_to_the_azure_rig_sends_the_secrets_to_the_jobs_environment_onl
     assert chain is not None and chain.watcher_pid
     first = chain.current.run_id
     rig.set_job_status(first, "Running")
-    wait_until(lambda: budget_looks(first) >= 1, timeout=60)  # the budget watch has written its log
+    wait_until(lambda: canary.budget_looks(first) >= 1, timeout=60)  # the budget watch has written its log
     first_watch = Registry().get(first).info["budget"]["watch_pid"]  # type: ignore[union-attr]
     argv_leaks = canary.argv_leaking(chain.watcher_pid) + canary.argv_leaking(first_watch)
 
@@ -80,7 +75,7 @@ def test_a_submit_to_the_azure_rig_sends_the_secrets_to_the_jobs_environment_onl
     rig.fail_job(first, PREEMPTED)
     second = wait_until(lambda: f"{first}-r2" in rig.jobs and f"{first}-r2", timeout=120)
     rig.set_job_status(second, "Running")
-    wait_until(lambda: budget_looks(second) >= 1, timeout=60)
+    wait_until(lambda: canary.budget_looks(second) >= 1, timeout=60)
     argv_leaks += canary.argv_leaking(Registry().get(second).info["budget"]["watch_pid"])  # type: ignore[union-attr]
     for args in (("status", run.run_id, "--json"), ("list",), ("cost", second, "--json"), ("logs", second)):
         shown = cli(*args)

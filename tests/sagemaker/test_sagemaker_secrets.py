@@ -46,11 +46,6 @@ def spec(tmp_path: Path) -> Path:
     return path
 
 
-def budget_looks(run_id: str) -> int:
-    log = Path(Registry().get(run_id).info.get("budget", {}).get("log", "/nonexistent"))  # type: ignore[union-attr]
-    return len(log.read_text().splitlines()) if log.is_file() else 0
-
-
 @pytest.mark.timeout(300)
 def test_a_submit_to_the_aws_emulator_sends_the_secrets_to_the_jobs_environment_only(
     tmp_path: Path, cloudddp_home: Path, moto_url: str, monkeypatch: pytest.MonkeyPatch
@@ -70,14 +65,14 @@ def test_a_submit_to_the_aws_emulator_sends_the_secrets_to_the_jobs_environment_
         chain = run.chain
         assert chain is not None and chain.watcher_pid
         first = chain.current.run_id
-        wait_until(lambda: budget_looks(first) >= 1, timeout=60)  # the budget watch has written its log
+        wait_until(lambda: canary.budget_looks(first) >= 1, timeout=60)  # the budget watch has written its log
         first_watch = Registry().get(first).info["budget"]["watch_pid"]  # type: ignore[union-attr]
         argv_leaks = canary.argv_leaking(chain.watcher_pid) + canary.argv_leaking(first_watch)
 
         # Capacity lost: the detached watcher submits attempt 2 itself, the secrets read from its environment.
         set_status(first, "Failed", "Failed", reason=CAPACITY)
         second = wait_until(lambda: len(run.chain.attempts) == 2 and run.chain.current.run_id, timeout=120)  # type: ignore[union-attr]
-        wait_until(lambda: budget_looks(second) >= 1, timeout=60)
+        wait_until(lambda: canary.budget_looks(second) >= 1, timeout=60)
         argv_leaks += canary.argv_leaking(Registry().get(second).info["budget"]["watch_pid"])  # type: ignore[union-attr]
 
         for args in (("status", run.run_id, "--json"), ("list",), ("cost", second, "--json"), ("logs", second)):

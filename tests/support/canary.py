@@ -17,6 +17,8 @@ import urllib.parse
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from cloudddp.runs.registry import Registry
+
 TOKEN = "canary-token-7f3a9c1e5b2d"
 """A one-line secret, given to a job from the shell (``env.X.from_env``)."""
 PEM = (
@@ -103,3 +105,11 @@ def argv_leaking(pid: int) -> list[str]:
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     assert cmdline, f"process {pid} has ended: its command line cannot be searched"
     return leaks(cmdline, f"argv of {pid}")
+
+
+def budget_looks(run_id: str) -> int:
+    """How many times the budget watch of ``run_id`` has looked (lines in its log); 0 until the watcher that
+    launched the run has registered it (a cloud rig can show the job a moment before that)."""
+    record = Registry().get(run_id)
+    log = Path(record.info.get("budget", {}).get("log", "/nonexistent")) if record is not None else None
+    return len(log.read_text().splitlines()) if log is not None and log.is_file() else 0
