@@ -108,7 +108,8 @@ def test_the_example_job_renders_offline_to_the_sbatch_script_it_describes() -> 
         (
             ["slurm.container={image: 'nvcr.io#nvidia/pytorch:24.05-py3'}"],
             [
-                "--container-image=nvcr.io#nvidia/pytorch:24.05-py3",
+                "enroot import --output \"$part\" 'docker://nvcr.io#nvidia/pytorch:24.05-py3'",
+                "--container-image=/shared/home/me/cloudddp/images/pytorch_24.05-py3-",
                 "--container-mounts=/shared/home/me/cloudddp,/shared/datasets/cifar-10-batches-py",
             ],
             ["apptainer"],
@@ -116,7 +117,7 @@ def test_the_example_job_renders_offline_to_the_sbatch_script_it_describes() -> 
         (
             ["slurm.container={image: /shared/torch.sif, runtime: apptainer, mounts: [/scratch]}"],
             ["apptainer exec --nv --bind=/shared/home/me/cloudddp,/shared/datasets/cifar-10-batches-py,/scratch"],
-            ["--container-image"],
+            ["--container-image", "apptainer pull"],
         ),
         (
             ["slurm.requeue=false", "slurm.rendezvous_port=29400", "slurm.sbatch_options=[--reservation=ml]"],

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
-from cloudddp.backends.slurm import envs
+from cloudddp.backends.slurm import envs, images
 from cloudddp.backends.slurm.logs import Labels, follow_batches
 from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.backends.slurm.script import RDZV_ID_VARIABLE, Job, Layout, render_script
@@ -226,6 +226,17 @@ class SlurmBackend(Backend[SlurmOptions]):
                 f"requirements ({len(reqs.lines)} from {reqs.source}): installed {by} into {env_dir} over "
                 f"{opts.python}'s packages, once per base (slurm.python, modules, setup) and list; used while "
                 "its recorded sha256 matches"
+            )
+        if opts.container is not None:
+            image = images.image_file(opts.container, layout.workdir)
+            decisions.append(
+                f"container image {opts.container.image}: "
+                + (
+                    "a file, used as it is"
+                    if images.is_file(opts.container)
+                    else f"imported once (by the first job that needs it, on its first node) into {image}, "
+                    "then run from that file by every node"
+                )
             )
         if spec.code.command is None:
             program = [spec.code.entry or "train.py", *spec.code.args, *input_args(spec, places)]

@@ -26,7 +26,8 @@ class Container(Strict):
 
     image: str = Field(
         description="Image: for pyxis an enroot URI (nvcr.io#nvidia/pytorch:24.05-py3), "
-        "for Apptainer a .sif path or docker:// URI."
+        "for Apptainer a .sif path or docker:// URI. A URI is imported once per reference by the job into "
+        "<workdir>/images/ (.sqsh / .sif) and every node runs that file; a path is used as it is."
     )
     runtime: Literal["pyxis", "apptainer"] = Field(
         "pyxis", description="pyxis: srun --container-image (NVIDIA's Slurm plugin); apptainer: apptainer exec."

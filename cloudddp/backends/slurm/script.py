@@ -30,7 +30,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cloudddp.backends.slurm import envs
+from cloudddp.backends.slurm import envs, images
 from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.code.keepfiles import SHIPPED_AS as KEEPER
 
@@ -172,6 +172,8 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
     out += list(opts.setup)
     if job.requirements_env:
         out += _requirements_lines(job, opts)
+    if opts.container is not None:
+        out += images.import_lines(opts.container, job.layout.workdir)
     out += ["", "# The job's environment: the spec's env, then the runtime contract (cloudddp/runtime.py)."]
     out += [f"export {name}={q(value)}" for name, value in job.env.items() if name not in job.env_from_submit]
     out += [
@@ -385,17 +387,18 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
     ]
     inner = ["bash", "-c", '"$per_node"', name, '"$rdzv_host:$rdzv_port"', '"$nodes"', *extra]
     container = opts.container
+    image = images.image_file(container, job.layout.workdir) if container is not None else ""
     if container is not None and container.runtime == "pyxis":
         mounts = ",".join([*job.mounts, *container.mounts])
         srun += [
-            f"--container-image={container.image}",
+            f"--container-image={image}",
             f"--container-mounts={mounts}",
             f"--container-workdir={job.layout.code_dir}",
         ]
     elif container is not None:
         binds = ",".join([*job.mounts, *container.mounts])
         gpu = ["--nv"] if job.gpus_per_node else []
-        inner = ["apptainer", "exec", *gpu, f"--bind={binds}", f"--pwd={job.layout.code_dir}", container.image, *inner]
+        inner = ["apptainer", "exec", *gpu, f"--bind={binds}", f"--pwd={job.layout.code_dir}", image, *inner]
     words = [f'"{w}"' if "$" in w else q(w) for w in srun]  # $SLURM_CPUS_PER_TASK, expanded by bash
     words += [w if w.startswith('"') else q(w) for w in inner] + [q(w) for w in program]
     return [*body, _wrap(words) + " &"]
