@@ -6,6 +6,7 @@ tests/test_slurm_hygiene.py."""
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import os
@@ -13,8 +14,10 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -124,6 +127,70 @@ def test_two_jobs_whose_setup_lines_make_different_bases_get_different_environme
     assert status.state is RunState.SUCCEEDED, status
     assert [json.loads(x.text)[2] for x in again.logs() if x.text.startswith("[")] == ["from requirements.txt"]
     assert os.readlink(seen["base-a"]) != target  # built again, published under the same name
+
+
+def test_a_job_step_without_network_runs_with_requirements_built_at_submit_from_an_index(
+    cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """Compute nodes without a network: the requirement comes from an index only the login node reaches (a
+    local one, stopped once submit returns), and the job step runs in a network namespace of its own
+    (``unshare -rn``). With ``install_on: login`` (the default) the environment was built at submit, so the
+    step runs with it."""
+    index = tmp_path / "index"
+    (index / "simple" / "rehearsal-dep").mkdir(parents=True)
+    wheel(index)
+    (index / "simple" / "rehearsal-dep" / "index.html").write_text(
+        '<a href="../../rehearsal_dep-1.0-py3-none-any.whl">rehearsal_dep-1.0-py3-none-any.whl</a>\n'
+    )
+    requests: list[str] = []
+
+    class Index(SimpleHTTPRequestHandler):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, directory=str(index), **kwargs)  # type: ignore[arg-type]
+
+        def log_message(self, format: str, *args: object) -> None:
+            requests.append(self.path)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "probe.py").write_text(
+        "import json, socket, sys, rehearsal_dep\n"
+        "try:\n"
+        "    socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=10).close(); reached = 0\n"
+        "except OSError as e:\n"
+        "    reached = e.errno\n"
+        "print(json.dumps([reached, [n for _, n in socket.if_nameindex()], rehearsal_dep.VALUE]))\n"
+    )
+    spec = tmp_path / "offline.yaml"
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "offline",
+                "code": {
+                    "dir": str(code),
+                    "command": ["unshare", "-rn", "python", "probe.py", str(port)],
+                    "requirements": [f"--index-url http://127.0.0.1:{port}/simple", "rehearsal-dep==1.0"],
+                },
+                "slurm": {"launch": "srun", "install_on": "login"},
+            }
+        )
+    )
+    try:
+        run = Job.load(spec, ON_CLUSTER).submit("slurm", poll_seconds=0.2)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert any(path.endswith(".whl") for path in requests), requests  # built at submit, over the network
+    status = run.wait(timeout=180, poll=0.5)
+    logs = [line.text for line in run.logs()]
+    assert status.state is RunState.SUCCEEDED, (status, logs)
+    (line,) = [json.loads(x) for x in logs if x.startswith("[")]
+    reached, interfaces, value = line
+    # Unreachable, not refused: the step has no network at all (only its own loopback, down).
+    assert (reached, interfaces, value) == (errno.ENETUNREACH, ["lo"], "from requirements.txt"), line
 
 
 def test_sbatch_from_inside_an_allocation_runs_the_job(
