@@ -4,7 +4,6 @@ together import an image once; a later job with the same image imports nothing; 
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -83,8 +82,3 @@ def test_an_image_given_as_a_file_is_not_imported(tmp_path: Path) -> None:
     folder = job_folder(tmp_path, "job")
     status, out = finish(start(script, folder))
     assert status == 0 and calls(folder, "import") == [] and "/shared/torch.sif" in calls(folder, "srun"), out
-
-
-def test_the_import_lines_are_valid_bash() -> None:
-    script = render("slurm.container={image: 'docker://pytorch/pytorch:2.3.0', runtime: apptainer}")
-    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
