@@ -138,7 +138,7 @@ def test_the_shared_script_on_one_node_with_two_processes_through_the_cli(
     assert json.loads(status.stdout)["state"] == "succeeded", status.stdout
     logs = cli("logs", run_id).stdout
     assert "[rank0] CLOUDDDP_METRIC" in logs and "[rank1] cloudddp: rank 1 of 2 (local rank 1)" in logs, logs[-2000:]
-    assert "[slurm] cloudddp: run 0 of Slurm job" in logs
+    assert "[slurm runtime] cloudddp: run 0 of Slurm job" in logs  # the batch script's words, not the program's
     script = Path(json.loads(status.stdout)["details"]["run_dir"]) / "job.sbatch"
     assert "#SBATCH --nodes=1" in script.read_text() and "--nproc-per-node=2" in script.read_text()
     said = " ".join(result.stderr.split())  # however the console wrapped it

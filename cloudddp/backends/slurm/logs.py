@@ -90,7 +90,7 @@ class Labels:
             rank = self.ranks[node, local] = int(announced.group(1))
             if local == 0:
                 self.starts[index] += 1
-            return LogLine(self._source(node, rank), text, primary=False), max(self.starts[index], 0)
+            return LogLine(self._source(node, rank), text, primary=False, rank=rank), max(self.starts[index], 0)
         if rank is None and local is not None:
             rank = self.ranks.get((node, local))
         start = max(self.starts[index], 0)
