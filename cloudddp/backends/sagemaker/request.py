@@ -52,9 +52,11 @@ CODE_ARCHIVE = f"/opt/ml/input/data/{CODE_CHANNEL}/sourcedir.tar.gz"
 # docker/pytorch/Dockerfile.cuda and the older pytorch/training Dockerfiles): what PID 1 runs as its child.
 IMAGE_ENTRY = ["bash", "-m", "start_with_right_hostname.sh", "train"]
 # PID 1: take the launcher out of the code channel's archive and run it as the container's init. Each string
-# is at most 256 characters (TrainingContainerEntrypointString); python3 is on PATH in every PyTorch image.
+# is at most 256 characters (TrainingContainerEntrypointString); python3 is on PATH in every PyTorch image. The
+# folder is a fresh one (mktemp), never a fixed name: two hosts sharing one /tmp (the container rehearsal runs
+# them on one machine) once unpacked into the same folder at once and one of them failed.
 INIT_SCRIPT = (
-    "d=/tmp/cloudddp-init && mkdir -p $d && tar -xzf {archive} -C $d {shim} && "
+    "d=$(mktemp -d /tmp/cloudddp-init.XXXXXX) && tar -xzf {archive} -C $d {shim} && "
     'exec "$(command -v python3 || command -v python)" $d/{shim} --init "$@"'
 )
 _NAME_OK = re.compile(r"[^a-zA-Z0-9-]")
