@@ -10,6 +10,7 @@ import pytest
 
 from cloudddp.api import Job
 from cloudddp.backends.base import RunState
+from cloudddp.backends.local.outcome import _cause
 
 from .support.cli import FIXTURES
 from .support.faults import rank_processes, wait_for_rank
@@ -50,3 +51,26 @@ def test_metric_lines_no_parser_can_hold_are_skipped_with_a_warning_and_the_run_
     assert [r.epoch for r in run.metrics()] == [1, 2]
     warned = [line.text for line in run.logs() if "a metric line was skipped" in line.text]
     assert len(warned) == 2 and "does not fit a float" in warned[0] and "RecursionError" in warned[1], warned
+
+
+SUMMARY = """Failures:
+[1]:
+  time      : 2026-11-25_13:01:02
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 12)
+  traceback : Signal 9 (SIGKILL) received by PID 12
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-25_13:01:01
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 11)
+"""
+
+
+def test_a_rank_killed_by_a_signal_is_the_cause_even_when_torchrun_names_its_peer_first() -> None:
+    """torchrun's root cause is the earliest timestamp: the peer that died of the kill mid-collective can be it."""
+    rank, code = _cause(SUMMARY)
+    assert rank is not None and (rank.group(1), code) == ("1", -9)
+    rank, code = _cause(SUMMARY.replace("-9 (pid: 12)", "1 (pid: 12)"))  # no signal: torchrun's root cause
+    assert rank is not None and (rank.group(1), code) == ("0", 1)

@@ -30,10 +30,8 @@ def failure(run: RunDir, codes: list[int], first_failed: int | None = None) -> d
         if code < 0 and node == first:  # the agent died, not a rank under it
             info.update(node=node, exitcode=code, lost=True, log_tail=text.splitlines()[-20:])
             break
-        summary = text[text.rfind("Root Cause") :] if "Root Cause" in text else ""
-        rank = _FAILED_RANK.search(summary)
-        exitcode = _EXITCODE.search(summary)
-        info.update(node=node, exitcode=int(exitcode.group(1)) if exitcode else code)
+        rank, exitcode = _cause(text)
+        info.update(node=node, exitcode=exitcode if exitcode is not None else code)
         if rank:
             info.update(rank=int(rank.group(1)), local_rank=int(rank.group(2)))
             prefix = f"[rank{rank.group(1)}]:"
@@ -44,6 +42,26 @@ def failure(run: RunDir, codes: list[int], first_failed: int | None = None) -> d
         info["log_tail"] = lines[-20:]
         break
     return info
+
+
+def _cause(text: str) -> tuple[re.Match[str] | None, int | None]:
+    """The failed rank (its ``rank : R (local_rank: L)`` match) and exit code from torchrun's error summary: a rank
+    killed by a signal when the summary lists one, else its "Root Cause". torchrun's root cause is the earliest
+    timestamp, and a rank that died of a peer killed mid-collective writes its error file before torchrun observes
+    the killed one (a fresh-clone run named the survivor so, once)."""
+    start = text.rfind("Failures:") if "Failures:" in text else text.rfind("Root Cause")
+    summary = text[start:] if start >= 0 else ""
+    entries = [
+        (rank, int(code.group(1)))
+        for block in re.split(r"\n\[\d+\]:", summary)
+        if (rank := _FAILED_RANK.search(block)) and (code := _EXITCODE.search(block))
+    ]
+    signalled = [entry for entry in entries if entry[1] < 0]
+    if signalled:
+        return signalled[0]
+    root = text[text.rfind("Root Cause") :] if "Root Cause" in text else ""
+    rank, code = _FAILED_RANK.search(root), _EXITCODE.search(root)
+    return rank, int(code.group(1)) if code else None
 
 
 def describe_failure(info: dict[str, Any]) -> str:
