@@ -235,8 +235,6 @@ def test_each_srun_task_has_its_processes_cpus_in_its_affinity(cluster: SlurmClu
     """slurm.cpus_per_process: srun is given --cpus-per-task (Slurm 22.05 no longer reads it from the
     environment), so with the cluster binding tasks to cores each process sees its own CPUs, and the shared
     script's threads follow them."""
-    if "autobind" not in cluster.conf.read_text() and "task/affinity" not in cluster.conf.read_text():
-        pytest.skip("the test cluster binds no tasks to cores (TaskPluginParam=autobind=cores, from issue 27 item 8)")
     probe = (
         "import json, os, sys; sys.path.insert(0, os.environ['SRC']); from distributed import cpu_threads; "
         "local = int(os.environ['LOCAL_WORLD_SIZE']); "
