@@ -63,12 +63,20 @@ def measure(tiny: bool) -> list[Result]:
                 details={"reps": reps},
             )
         )
-    results += _against_first_round(reps)
+    azure = next(r for r in results if r.metric.startswith("azureml"))
+    results += _against_first_round(reps, sdk_ratio=azure.ratio)
     return results
 
 
-def _against_first_round(reps: int) -> list[Result]:
-    """The Azure ML render now vs. at :data:`FIRST_ROUND`, alternating, in one run; [] without git history."""
+SDK_RATIO_TARGET = 6.0
+"""The architecture issue's other way to meet its render line: at least this many times faster than azure-ai-ml."""
+
+
+def _against_first_round(reps: int, sdk_ratio: float | None = None) -> list[Result]:
+    """The Azure ML render now vs. at :data:`FIRST_ROUND`, alternating, in one run; [] without git history.
+
+    Met, as the architecture issue words its line, when the render is at or below the first round's time or, with
+    ``sdk_ratio`` (azure-ai-ml's time over ours, measured in the same run), at least :data:`SDK_RATIO_TARGET`."""
     job = "jobs/cifar10-azureml.yaml"
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(
@@ -102,9 +110,13 @@ def _against_first_round(reps: int) -> list[Result]:
             ratio=t / o,
             better="higher ratio",
             baseline=f"cloudddp at {FIRST_ROUND}",
-            target="≤ the first round's time",
-            passed=o <= t,
-            details={"reps": reps, "slowest imports": import_profile(ours_cmd)},
+            target=f"≤ the first round's time, or ≥ {SDK_RATIO_TARGET:g}× azure-ai-ml",
+            passed=o <= t or (sdk_ratio is not None and sdk_ratio >= SDK_RATIO_TARGET),
+            details={
+                "reps": reps,
+                "against azure-ai-ml": f"{sdk_ratio:.2f}×" if sdk_ratio is not None else "not measured",
+                "slowest imports": import_profile(ours_cmd),
+            },
         )
     ]
 
