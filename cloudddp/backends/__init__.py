@@ -4,7 +4,9 @@ Owns :mod:`~cloudddp.backends.base` (the contract: render, launch, describe, log
 translate, with their written semantics), :mod:`~cloudddp.backends.features` (what a backend cannot do, with
 the reason), :mod:`~cloudddp.backends.registry` (the ``cloudddp.backends`` entry-point group, and the full spec
 model composed from the registered backends' sections), :mod:`~cloudddp.backends.procs` (signalling only the
-processes cloudddp started: a pid with its start time and boot) and one subpackage per built-in backend.
+processes cloudddp started: a pid with its start time and boot), :mod:`~cloudddp.backends.folderlock` (one
+training per checkpoint folder), :mod:`~cloudddp.backends.torchrun_failures` (which rank failed a torchrun agent,
+for the backends that read torchrun's logs) and one subpackage per built-in backend.
 
 May import: the runtime contract, ``code``, ``catalog``, ``observe``, ``spec``, ``plan``, ``paths`` and
 ``errors``. Never ``runs`` (the policies above), the faces, or another backend: a backend package imports only

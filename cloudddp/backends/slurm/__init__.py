@@ -40,9 +40,9 @@ from cloudddp.backends.slurm.state import (
     held,
     parse_pairs,
     requeue_reasons,
-    root_cause,
     timestamp,
 )
+from cloudddp.backends.torchrun_failures import failed_rank
 from cloudddp.code import requirements
 from cloudddp.code.snapshot import human_bytes, snapshot_warnings
 from cloudddp.errors import CloudDDPError, UserError
@@ -620,7 +620,9 @@ class SlurmBackend(Backend[SlurmOptions]):
             return found
         index = task if info["launch"] == "torchrun" else task // max(1, info["processes_per_node"])
         text = shell.tail(info["node_logs"][min(index, len(info["node_logs"]) - 1)], 65536)
-        found.update(task=task, node_index=index, **root_cause(text), log_tail=text.splitlines()[-20:])
+        failed = failed_rank(text)
+        found.update(task=task, node_index=index, **(dataclasses.asdict(failed) if failed else {}))
+        found["log_tail"] = text.splitlines()[-20:]
         return found
 
     def _finished(self, run_id: str) -> bool:

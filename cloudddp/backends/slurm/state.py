@@ -25,8 +25,6 @@ _PAIR = re.compile(r"(\S+?)=(.*?)(?= \S+?=|$)")
 _NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
 _TASK_ERROR = re.compile(r"srun: error: (\S+): tasks? ([0-9,-]+): (.+)")
 _CANCELLED_DUE = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+ DUE TO ([A-Z ]+?) \*\*\*")
-_ROOT_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank\s*:\s*(\d+)\)")
-_ROOT_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)")
 _GRES_GPUS = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
@@ -187,18 +185,6 @@ def failure(job: Mapping[str, str], batch_log: str, *, tasks_are_ranks: bool = F
     code, _, signal = exit_code.partition(":")
     why = f"killed by signal {signal}" if signal not in ("", "0") else f"exit code {code or '?'}"
     return Failure(f"the job failed: {why} (Reason={job.get('Reason', '?')})", Cause.USER_ERROR)
-
-
-def root_cause(node_log: str) -> dict[str, int]:
-    """The failed rank torchrun's error summary names in a node's log (rank, local_rank, exitcode)."""
-    summary = node_log[node_log.rfind("Root Cause") :] if "Root Cause" in node_log else ""
-    found: dict[str, int] = {}
-    rank, code = _ROOT_RANK.search(summary), _ROOT_EXIT.search(summary)
-    if rank:
-        found.update(rank=int(rank.group(1)), local_rank=int(rank.group(2)))
-    if code:
-        found["exitcode"] = int(code.group(1))
-    return found
 
 
 def requeue_reason(batch_log: str) -> str:

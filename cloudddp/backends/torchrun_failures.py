@@ -1,0 +1,92 @@
+"""Which rank failed a torchrun agent, from what the agent printed: shared by the backends that run torchrun
+agents themselves (local, Slurm) and read their logs.
+
+torchrun's error summary is not enough on its own. Its "Root Cause" is merely the earliest timestamp, and its
+"Failures:" list holds consequences too: the peers that died of the failure mid-collective (possibly stamped
+first), and the survivors torchrun itself stopped with SIGTERM. So each entry is weighed by what the log says of
+it, in this order:
+
+1. a rank that torchrun itself stopped (its log says "Sending process <pid> closing signal") is never the cause;
+2. a rank killed by a signal from outside (a person, the OOM killer) is;
+3. else a rank that did not die of a lost peer (gloo's "Connection reset by peer", NCCL's "remote process
+   exited") is;
+4. else torchrun's root cause.
+
+Fresh-clone runs of the test suite named the survivor by each shortcut once: the bare root cause (3) and "any
+signalled rank" (1).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank\s*:\s*(\d+)\)")
+_EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
+_PID = re.compile(r"\(pid:\s*(\d+)\)")
+_ENTRY_START = re.compile(r"(\n\[\d+\]:)")
+_STOPPED_BY_TORCHRUN = re.compile(r"Sending process (\d+) closing signal")
+_PEER_LOST = re.compile(
+    r"Connection (?:reset|closed) by peer|Broken pipe|remote process exited or there was a network error"
+    r"|DistNetworkError|NCCL communicator was aborted",
+    re.IGNORECASE,
+)
+"""What a rank says when it died because a peer went away mid-collective (gloo, NCCL, the c10d store)."""
+
+
+@dataclass(frozen=True)
+class FailedRank:
+    """One rank in torchrun's error summary: its global and local rank, its exit code (negative: a signal)."""
+
+    rank: int
+    local_rank: int
+    exitcode: int
+
+
+@dataclass(frozen=True)
+class _Entry:
+    failed: FailedRank
+    pid: str
+    block: str
+    root: bool
+
+
+def failed_rank(log: str) -> FailedRank | None:
+    """The rank that failed the agent whose output ``log`` is (see the module's docstring); None without a
+    summary."""
+    entries = _summary_entries(log)
+    if not entries:
+        return None
+    stopped_by_torchrun = set(_STOPPED_BY_TORCHRUN.findall(log))
+    candidates = [entry for entry in entries if entry.pid not in stopped_by_torchrun] or entries
+    killed = [entry for entry in candidates if entry.failed.exitcode < 0]
+    if killed:
+        return killed[0].failed
+    own = [entry for entry in candidates if not _died_of_a_peer(log, entry)]
+    chosen = next((entry for entry in own if entry.root), own[0]) if own else entries[-1]
+    return chosen.failed
+
+
+def _summary_entries(log: str) -> list[_Entry]:
+    """The ranks listed under "Failures:" and then "Root Cause" (last), from the last summary in ``log``."""
+    start = log.rfind("Failures:") if "Failures:" in log else log.rfind("Root Cause")
+    if start < 0:
+        return []
+    summary = log[start:]
+    root_at = summary.find("Root Cause")
+    entries = []
+    block_start = 0
+    for block in _ENTRY_START.split(summary):
+        rank, code, pid = _RANK.search(block), _EXITCODE.search(block), _PID.search(block)
+        if rank and code:
+            failed = FailedRank(int(rank.group(1)), int(rank.group(2)), int(code.group(1)))
+            entries.append(_Entry(failed, pid.group(1) if pid else "", block, 0 <= root_at < block_start))
+        block_start += len(block)
+    return sorted(entries, key=lambda entry: entry.root)  # the root cause last, each part in torchrun's order
+
+
+def _died_of_a_peer(log: str, entry: _Entry) -> bool:
+    """Whether this rank's last words (in the summary, or its own ``[rankN]:`` lines) say a peer went away."""
+    prefix = f"[rank{entry.failed.rank}]:"
+    last_words = [line for line in log.splitlines() if line.startswith(prefix)][-30:]
+    return bool(_PEER_LOST.search(entry.block) or any(_PEER_LOST.search(line) for line in last_words))
