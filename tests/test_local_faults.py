@@ -27,7 +27,12 @@ def test_killed_rank_restarts_the_group_then_fails_fast_when_restarts_are_used_u
     # torchrun restarts the whole group: both ranks come back as attempt 1.
     wait_for_rank(run_dir, 0, attempt=1)
     pid = wait_for_rank(run_dir, 1, attempt=1)
-    time.sleep(1.0)  # let it print, so its log has a tail
+    # Killed once it has joined the group and printed (a fixed 1 s let it be killed while still connecting, on a
+    # busy machine: then its log had no line of this attempt to show).
+    deadline = time.monotonic() + 60
+    while sum("rank 1/2" in line.text for line in run.logs()) < 2:
+        assert time.monotonic() < deadline, "rank 1 of the restarted group never printed"
+        time.sleep(0.1)
     os.kill(pid, signal.SIGKILL)
 
     killed_at = time.monotonic()

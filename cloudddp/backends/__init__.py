@@ -5,8 +5,8 @@ translate, with their written semantics), :mod:`~cloudddp.backends.features` (wh
 the reason), :mod:`~cloudddp.backends.registry` (the ``cloudddp.backends`` entry-point group, and the full spec
 model composed from the registered backends' sections), :mod:`~cloudddp.backends.procs` (signalling only the
 processes cloudddp started: a pid with its start time and boot), :mod:`~cloudddp.backends.folderlock` (one
-training per checkpoint folder), :mod:`~cloudddp.backends.torchrun_failures` (which rank failed a torchrun agent,
-for the backends that read torchrun's logs) and one subpackage per built-in backend.
+training per checkpoint folder), :mod:`~cloudddp.backends.torchrun` (what the backends that run torchrun
+agents share: the restart setting, which rank failed) and one subpackage per built-in backend.
 
 May import: the runtime contract, ``code``, ``catalog``, ``observe``, ``spec``, ``plan``, ``paths`` and
 ``errors``. Never ``runs`` (the policies above), the faces, or another backend: a backend package imports only

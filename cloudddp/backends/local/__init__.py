@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from cloudddp.backends import torchrun
 from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.folderlock import LOCK_NAME, FolderLock
@@ -207,6 +208,11 @@ class LocalBackend(Backend[LocalOptions]):
                 f"requirements ({len(reqs.lines)} from {reqs.source}): run in this Python if it has them, "
                 f"else in an environment made for them ({home() / 'envs' / reqs.digest})"
             )
+        if spec.limits.max_restarts:
+            decisions.append(
+                f"limits.max_restarts {spec.limits.max_restarts}: each restart of the processes starts with a store "
+                "of its own (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1), so none reads the last attempt's addresses"
+            )
         nodes = []
         for node in range(nnodes):
             argv = [
@@ -232,7 +238,11 @@ class LocalBackend(Backend[LocalOptions]):
                 "3",
                 *program,
             ]
-            node_env = {"NODE_RANK": str(node), "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": RANK_TAG}
+            node_env = {
+                "NODE_RANK": str(node),
+                "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": RANK_TAG,
+                **torchrun.restart_env(spec.limits.max_restarts),
+            }
             nodes.append({"node_rank": node, "argv": argv, "env": node_env})
         request: dict[str, Any] = {
             "cwd": f"{RUN_DIR}/code",

@@ -8,7 +8,7 @@ from typing import Any
 
 from cloudddp.backends.base import Cause, RunState
 from cloudddp.backends.local.rundir import RunDir
-from cloudddp.backends.torchrun_failures import failed_rank
+from cloudddp.backends.torchrun import failed_rank
 
 
 def failure(run: RunDir, codes: list[int], first_failed: int | None = None) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from cloudddp.backends.slurm.state import (
     requeue_reasons,
     timestamp,
 )
-from cloudddp.backends.torchrun_failures import failed_rank
+from cloudddp.backends.torchrun import failed_rank
 from cloudddp.code import requirements
 from cloudddp.code.snapshot import human_bytes, snapshot_warnings
 from cloudddp.errors import CloudDDPError, UserError

@@ -30,6 +30,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cloudddp.backends import torchrun
 from cloudddp.backends.slurm import envs, images
 from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.code.keepfiles import SHIPPED_AS as KEEPER
@@ -352,6 +353,10 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
             "addr=$(hostname)  # its NodeAddr below, where node data is readable",
             'for pair in $2; do [ "${pair%%=*}" = "$SLURMD_NODENAME" ] && addr=${pair#*=}; done',
             "rdzv=$1; announce=$3; shift 3",
+            *[
+                f"export {name}={value}  # each restart starts with a store of its own (pytorch/pytorch#135712)"
+                for name, value in torchrun.restart_env(job.max_restarts).items()
+            ],
             f'exec {q(python)} -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" '
             f"--nproc-per-node={job.processes_per_node} \\",
             '  --rdzv-backend=c10d --rdzv-endpoint="$rdzv" --rdzv-conf=is_host=$(( SLURM_NODEID == 0 )) \\',

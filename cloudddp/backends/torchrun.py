@@ -1,37 +1,58 @@
-"""Which rank failed a torchrun agent, from what the agent printed: shared by the backends that run torchrun
-agents themselves (local, Slurm) and read their logs.
+"""What the backends that run torchrun agents themselves (local, Slurm) share: the setting an agent that restarts
+its workers needs (:func:`restart_env`), and which rank failed it, read from what it printed (:func:`failed_rank`).
 
 torchrun's error summary is not enough on its own. Its "Root Cause" is merely the earliest timestamp, and its
 "Failures:" list holds consequences too: the peers that died of the failure mid-collective (possibly stamped
 first), and the survivors torchrun itself stopped with SIGTERM. So each entry is weighed by what the log says of
 it, in this order:
 
-1. a rank that torchrun itself stopped (its log says "Sending process <pid> closing signal") is never the cause;
-2. a rank killed by a signal from outside (a person, the OOM killer) is;
+1. a rank that died of the signal torchrun itself sent it (its log says "Sending process <pid> closing signal
+   SIGTERM", or that it then forced SIGKILL) is never the cause;
+2. a rank killed by a signal from outside (a person, the OOM killer) is, even when torchrun also sent it one
+   after it was already dying;
 3. else a rank that did not die of a lost peer (gloo's "Connection reset by peer", NCCL's "remote process
    exited") is;
 4. else torchrun's root cause.
 
-Fresh-clone runs of the test suite named the survivor by each shortcut once: the bare root cause (3) and "any
-signalled rank" (1).
+Fresh-clone runs of the test suite named the survivor by each shortcut once: the bare root cause (3), "any
+signalled rank" (1) and "any rank torchrun signalled" (2).
 """
 
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass
 
 _RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank\s*:\s*(\d+)\)")
 _EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
 _PID = re.compile(r"\(pid:\s*(\d+)\)")
 _ENTRY_START = re.compile(r"(\n\[\d+\]:)")
-_STOPPED_BY_TORCHRUN = re.compile(r"Sending process (\d+) closing signal")
+_SENT_BY_TORCHRUN = re.compile(
+    r"Sending process (\d+) closing signal (SIG[A-Z]+|\d+)"
+    r"|Unable to shutdown process (\d+) via \S+, forcefully exiting via (SIG[A-Z]+|\d+)"
+)
+"""torchrun's agent stopping its workers: SIGTERM first, then SIGKILL to those still there after its timeout."""
 _PEER_LOST = re.compile(
     r"Connection (?:reset|closed) by peer|Broken pipe|remote process exited or there was a network error"
-    r"|DistNetworkError|NCCL communicator was aborted",
+    r"|DistNetworkError|NCCL communicator was aborted|Connection refused|timed out connecting",
     re.IGNORECASE,
 )
 """What a rank says when it died because a peer went away mid-collective (gloo, NCCL, the c10d store)."""
+
+
+RESTART_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+"""A store made anew for each attempt of the workers. Since torch 2.5 the c10d rendezvous hands its workers one
+TCPStore that outlives restarts, so a restarted rank can read the previous attempt's address of a peer and fail
+to connect to it ("Connection refused" in gloo's connectFullMesh; pytorch/pytorch#135712, which names this
+setting as the way out). With it, rank 0 hosts the workers' store and each attempt starts with an empty one,
+as torchrun did before 2.5. A fresh-clone run of the test suite failed a restarted group so."""
+
+
+def restart_env(max_restarts: int) -> dict[str, str]:
+    """The agent's environment for ``--max-restarts``: :data:`RESTART_ENV` when it restarts workers, else nothing
+    (without restarts the shared store is sound, and outlives rank 0's exit)."""
+    return dict(RESTART_ENV) if max_restarts > 0 else {}
 
 
 @dataclass(frozen=True)
@@ -57,14 +78,25 @@ def failed_rank(log: str) -> FailedRank | None:
     entries = _summary_entries(log)
     if not entries:
         return None
-    stopped_by_torchrun = set(_STOPPED_BY_TORCHRUN.findall(log))
-    candidates = [entry for entry in entries if entry.pid not in stopped_by_torchrun] or entries
+    sent = _signals_sent_by_torchrun(log)
+    candidates = [entry for entry in entries if -entry.failed.exitcode not in sent.get(entry.pid, set())] or entries
     killed = [entry for entry in candidates if entry.failed.exitcode < 0]
     if killed:
         return killed[0].failed
     own = [entry for entry in candidates if not _died_of_a_peer(log, entry)]
     chosen = next((entry for entry in own if entry.root), own[0]) if own else entries[-1]
     return chosen.failed
+
+
+def _signals_sent_by_torchrun(log: str) -> dict[str, set[int]]:
+    """``{pid: {signal number, ...}}`` of the signals torchrun's agent says it sent its workers while stopping."""
+    sent: dict[str, set[int]] = {}
+    for match in _SENT_BY_TORCHRUN.finditer(log):
+        pid, name = match.group(1) or match.group(3), match.group(2) or match.group(4)
+        number = int(name) if name.isdigit() else getattr(signal, name, None)
+        if isinstance(number, int):
+            sent.setdefault(pid, set()).add(int(number))
+    return sent
 
 
 def _summary_entries(log: str) -> list[_Entry]:
