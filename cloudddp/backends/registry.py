@@ -7,10 +7,7 @@ A backend is registered by any installed distribution, cloudddp's own included::
 
 Only names are read to list them (``cloudddp backends``, ``--backend`` help, completion); a backend's
 module is imported when the backend is used, and imports its cloud SDK only where it talks to the cloud.
-Scanning the installed distributions for the group costs tens of milliseconds on every command, so what it
-found is kept in ``$CLOUDDDP_HOME/cache/`` under a key of the installed distributions (the modification times
-of the folders on ``sys.path``: installing or removing a distribution changes its folder's); a changed key
-scans again.
+The names come from :mod:`cloudddp.backends.installed`, which caches the scan of the installed distributions.
 
 The spec does not know the backends: :data:`SECTIONS` is what this registry gives it, and the loaders here
 (:func:`load_spec`, :func:`spec_from_dict`, :func:`spec_from_bytes`, :func:`json_schema`) are the spec's own
@@ -19,76 +16,31 @@ with the registered sections attached.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import functools
-import hashlib
 import importlib
-import json
-import os
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from cloudddp.backends import installed
 from cloudddp.backends.base import Backend
 from cloudddp.errors import UserError
-from cloudddp.paths import home
 from cloudddp.spec import load, model
 from cloudddp.spec.model import JobSpec
 
-GROUP = "cloudddp.backends"
-
-
-def _installed_key() -> str:
-    """What changes when a distribution is installed or removed: each ``sys.path`` folder and its mtime."""
-    stamps = []
-    for entry in sys.path:
-        with contextlib.suppress(OSError):
-            stamps.append(f"{entry}:{os.stat(entry or '.').st_mtime_ns}")
-    return hashlib.sha256("\n".join(stamps).encode()).hexdigest()[:16]
-
-
-def _scan() -> dict[str, str]:
-    """``{name: "module:attr"}`` of the group, from the installed distributions' metadata."""
-    from importlib.metadata import entry_points  # ~12 ms with its email parser: only when the cache is stale
-
-    found: dict[str, str] = {}
-    for ep in entry_points(group=GROUP):
-        found.setdefault(ep.name, ep.value)  # the first on sys.path wins, as for imports
-    return dict(sorted(found.items()))
-
-
-@functools.cache
-def _entry_points() -> dict[str, str]:
-    """``{name: "module:attr"}`` of every registered backend, from the cache when it is current."""
-    cache = home() / "cache" / "backends.json"
-    key = _installed_key()
-    values: dict[str, str] | None = None
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        kept = json.loads(cache.read_text())
-        if kept["key"] == key:
-            values = {str(k): str(v) for k, v in kept["backends"].items()}
-    if values is None:
-        values = _scan()
-        with contextlib.suppress(OSError):
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
-            tmp.write_text(json.dumps({"key": key, "backends": values}))
-            os.replace(tmp, cache)
-    return values
+GROUP = installed.BACKENDS
 
 
 def names() -> list[str]:
     """Every registered backend's name, sorted."""
-    return list(_entry_points())
+    return list(installed.entry_points(GROUP))
 
 
 def backend_class(name: str) -> type[Backend[Any]]:
     """The class registered as ``name``; a UserError with a did-you-mean for an unknown name."""
-    entry = _entry_points().get(name)
+    entry = installed.entry_points(GROUP).get(name)
     if entry is None:
         guess = difflib.get_close_matches(name, names(), n=1)
         tip = f"; did you mean '{guess[0]}'?" if guess else ""

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from cloudddp.backends.registry import backend_classes
-from cloudddp.cli.options import json_option, print_json
-from cloudddp.observe.console import out
+from cloudddp.cli.options import json_option
+from cloudddp.observe.console import out, print_json
 
 
 @click.command()

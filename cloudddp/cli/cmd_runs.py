@@ -21,12 +21,11 @@ from cloudddp.cli.options import (
     format_record,
     json_option,
     money,
-    print_json,
     run_arguments,
     sdk_log,
 )
 from cloudddp.errors import UserError
-from cloudddp.observe.console import err, escape, line_tag, out
+from cloudddp.observe.console import err, escape, line_tag, out, print_json
 from cloudddp.observe.live import follow_table
 from cloudddp.observe.plotting import plot_metrics
 from cloudddp.observe.sdklog import divert

@@ -20,10 +20,9 @@ from cloudddp.cli.options import (
     money,
     override_option,
     plan_notes,
-    print_json,
 )
 from cloudddp.errors import UserError
-from cloudddp.observe.console import err, escape, note, out
+from cloudddp.observe.console import err, escape, note, out, print_json
 
 
 def selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:

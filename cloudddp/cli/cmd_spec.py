@@ -20,12 +20,11 @@ from cloudddp.cli.options import (
     json_option,
     load_job,
     override_option,
-    print_json,
     print_plan,
 )
 from cloudddp.code.snapshot import snapshot_warnings
 from cloudddp.errors import UserError
-from cloudddp.observe.console import err, escape, note, out
+from cloudddp.observe.console import err, escape, note, out, print_json
 from cloudddp.plan import Plan
 from cloudddp.runtime import code_problem, code_snapshot
 from cloudddp.spec.load import where_set

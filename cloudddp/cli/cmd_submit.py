@@ -19,12 +19,11 @@ from cloudddp.cli.options import (
     load_job,
     override_option,
     plan_notes,
-    print_json,
     print_plan,
     sdk_log,
 )
 from cloudddp.errors import RunFailed
-from cloudddp.observe.console import Progress, err, escape, line_tag, note, out
+from cloudddp.observe.console import Progress, err, escape, line_tag, note, out, print_json
 from cloudddp.observe.live import EpochProgress
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.observe.sdklog import divert, diverted_to

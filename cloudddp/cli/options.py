@@ -3,18 +3,16 @@ with a message, and printing a plan, JSON, a metric record or money."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import click
 from click.shell_completion import CompletionItem
 
 from cloudddp.backends.registry import load_spec, names
-from cloudddp.errors import CloudDDPError
-from cloudddp.observe.console import note
+from cloudddp.observe.console import note, print_json
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.paths import home
 from cloudddp.plan import Plan
@@ -91,23 +89,12 @@ def follow_option(f: F) -> F:
 # -- input and failure -----------------------------------------------------------------------------
 
 
-def fail(e: CloudDDPError) -> NoReturn:
-    """The error's message on stderr, no traceback, and its exit code."""
-    click.secho("error: ", fg="red", bold=True, nl=False, err=True)
-    click.echo(str(e), err=True)
-    sys.exit(e.exit_code)
-
-
 def load_job(path: Path, overrides: Sequence[str] | None) -> JobSpec:
     """The job spec at ``path`` with ``-o`` overrides, checked against the registered backends' sections."""
     return load_spec(path, overrides or [])
 
 
 # -- output ----------------------------------------------------------------------------------------
-
-
-def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 def plan_notes(plan: Plan) -> None:

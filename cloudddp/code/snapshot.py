@@ -17,6 +17,7 @@ render without reading or packing it again; data folders get the same treatment 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -167,7 +168,6 @@ class _Rules:
         self.own = _Ignored(lines)
         self.git = git_ignored(root)
         self.nested: dict[str, _Ignored] = {}  # folder ("sub/") -> its .gitignore, outside a git work tree
-        self._secret = pathspec.GitIgnoreSpec.from_lines(SECRET_IGNORES)
         self._lines = lines
         self._without_secret: _Ignored | None = None
 
@@ -185,12 +185,18 @@ class _Rules:
 
     def looks_secret(self, rel: str) -> bool:
         """Left out by the credential defaults alone (not by a rule of the folder's or git's)."""
-        if not self._secret.match_file(rel):
+        if not _secret_rules().match_file(rel):
             return False
         if self._without_secret is None:
             secret = set(SECRET_IGNORES)
             self._without_secret = _Ignored([line for line in self._lines if line not in secret])
         return not self._without_secret(rel) and not (self.git is not None and rel in self.git)
+
+
+@functools.cache
+def _secret_rules() -> pathspec.GitIgnoreSpec:
+    """:data:`SECRET_IGNORES` alone, compiled when a left-out file is first asked about."""
+    return pathspec.GitIgnoreSpec.from_lines(SECRET_IGNORES)
 
 
 def _scan(root: Path, lines: Sequence[str], left_out: list[str] | None = None) -> list[_Entry]:

@@ -4,6 +4,7 @@ only print text, like ``render``, never load it), and progress for long work."""
 from __future__ import annotations
 
 import functools
+import json
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,11 @@ def err() -> Any:
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else PIPE_WIDTH)
+
+
+def print_json(data: Any) -> None:
+    """One JSON document on stdout (what ``--json`` prints)."""
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 def escape(text: str) -> str:

@@ -446,7 +446,8 @@ class Sections(Protocol):
 class JobSpec(Strict):
     """A DDP training job. The same spec runs on every backend."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, title="cloudddp job spec")
+    # Built on first use: a job is validated by the composed model (:func:`spec_model`), never by this base.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, title="cloudddp job spec", defer_build=True)
 
     name: str = Field(description="Job name: letters, digits and '-', at most 63 characters.")
     description: str | None = None

@@ -74,7 +74,8 @@ def _field(obj: Any, snake: str, camel: str, default: Any = None) -> Any:
 def _yaml(data: dict[str, Any]) -> str:
     import yaml
 
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter when PyYAML has it: ~5× faster
+    return yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
 
 
 class AzureMLBackend(SizedBackend[AzureMLOptions]):

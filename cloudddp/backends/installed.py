@@ -1,0 +1,81 @@
+"""What the installed distributions register in the entry-point groups a cloudddp process reads: its backends
+(``cloudddp.backends``) and pydantic's plugins (``pydantic``).
+
+Scanning every installed distribution's metadata for them costs tens of milliseconds, and a short command such
+as ``render`` would pay it twice (once for the backends, once inside pydantic at its first model). So one scan
+reads both groups, and what it found is kept in ``$CLOUDDDP_HOME/cache/entry-points.json`` under a key of the
+installed distributions (the modification times of the folders on ``sys.path``: installing or removing a
+distribution changes its folder's); a changed key scans again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import sys
+
+from cloudddp.paths import home
+
+BACKENDS = "cloudddp.backends"
+PYDANTIC_PLUGINS = "pydantic"
+GROUPS = (BACKENDS, PYDANTIC_PLUGINS)
+
+
+def _installed_key() -> str:
+    """What changes when a distribution is installed or removed: each ``sys.path`` folder and its mtime."""
+    stamps = []
+    for entry in sys.path:
+        with contextlib.suppress(OSError):
+            stamps.append(f"{entry}:{os.stat(entry or '.').st_mtime_ns}")
+    return hashlib.sha256("\n".join(stamps).encode()).hexdigest()[:16]
+
+
+def _scan() -> dict[str, dict[str, str]]:
+    """``{group: {name: "module:attr"}}`` of :data:`GROUPS`, from the installed distributions' metadata."""
+    from importlib.metadata import entry_points  # ~12 ms with its email parser: only when the cache is stale
+
+    found: dict[str, dict[str, str]] = {group: {} for group in GROUPS}
+    for group in GROUPS:
+        for ep in entry_points(group=group):
+            found[group].setdefault(ep.name, ep.value)  # the first on sys.path wins, as for imports
+    return {group: dict(sorted(entries.items())) for group, entries in found.items()}
+
+
+@functools.cache
+def _groups() -> dict[str, dict[str, str]]:
+    cache = home() / "cache" / "entry-points.json"
+    key = _installed_key()
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+        kept = json.loads(cache.read_text())
+        if kept["key"] == key:
+            return {group: {str(k): str(v) for k, v in kept["groups"][group].items()} for group in GROUPS}
+    found = _scan()
+    with contextlib.suppress(OSError):
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"key": key, "groups": found}))
+        os.replace(tmp, cache)
+    return found
+
+
+def entry_points(group: str) -> dict[str, str]:
+    """``{name: "module:attr"}`` of one of :data:`GROUPS`, sorted by name, from the cache when it is current."""
+    return dict(_groups()[group])
+
+
+def spare_pydantic_plugin_scan() -> None:
+    """Tell pydantic that no plugin is installed, when none is, before its first model scans for them (~6 ms).
+
+    Pydantic keeps what its scan found in ``pydantic.plugin._loader._plugins`` (None until it scans); an empty
+    dict is exactly what its own scan returns when the group is empty. With a plugin installed, or once pydantic
+    has scanned, or where a later pydantic keeps that elsewhere, nothing is changed and pydantic scans as usual.
+    """
+    if entry_points(PYDANTIC_PLUGINS):
+        return
+    from pydantic.plugin import _loader  # imported by pydantic's first model anyway; never a cloud SDK
+
+    if getattr(_loader, "_plugins", {}) is None:
+        _loader._plugins = {}
