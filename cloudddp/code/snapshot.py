@@ -17,6 +17,7 @@ render without reading or packing it again; data folders get the same treatment 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -26,13 +27,13 @@ import stat
 import subprocess
 import tempfile
 import time
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import pathspec
+from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
 from cloudddp.code.filestate import DigestCache, Stamp, file_sha256, key_of, read_record, write_record
 from cloudddp.code.tarstream import Member, write_targz
@@ -110,32 +111,45 @@ def _ignore_lines(root: Path, extra: Sequence[str]) -> list[str]:
 
 class _Ignored:
     """Whether a path is ignored: GitIgnoreSpec's answer. Without negated lines (the usual case) that is
-    "any line matches", asked of one combined regex instead of one regex per line."""
+    "any line matches", asked of one regex made of every line's (pathspec's own translation of each), compiled
+    once; GitIgnoreSpec itself is built only where that cannot answer, or to word a line that does not compile."""
 
     _GROUP = re.compile(r"\(\?P<\w+>")
 
     def __init__(self, lines: Sequence[str]) -> None:
+        self._lines = list(lines)
+        self.combined: re.Pattern[str] | None = None
         try:
-            self.spec = pathspec.GitIgnoreSpec.from_lines(lines)
-        except (ValueError, re.error) as e:  # a bad line, or one whose character range is reversed
-            raise UserError(
-                f"an ignore rule is not a valid pattern: {e}",
-                hint="check .gitignore, .amlignore and .cloudddpignore in the code folder, and code.ignore",
-            ) from None
-        active = [p for p in self.spec.patterns if p.include is not None]
-        regexes = [getattr(p, "regex", None) for p in active]
-        self.combined = None
-        if all(p.include for p in active) and all(r is not None and r.flags == re.UNICODE for r in regexes):
-            with warnings.catch_warnings():  # pathspec has already warned about odd patterns ("[[")
-                warnings.simplefilter("ignore", FutureWarning)
+            translated = [GitIgnoreSpecPattern.pattern_to_regex(line) for line in self._lines]
+        except ValueError as e:  # a bad line ("!" alone)
+            raise _invalid(e) from None
+        active = [(regex, include) for regex, include in translated if include is not None]
+        if all(include for _, include in active):
+            with contextlib.suppress(re.error):  # a reversed character range: GitIgnoreSpec says which line
                 self.combined = re.compile(
-                    "|".join(f"(?:{self._GROUP.sub('(?:', r.pattern)})" for r in regexes if r is not None) or "(?!)"
+                    "|".join(f"(?:{self._GROUP.sub('(?:', str(regex))})" for regex, _ in active) or "(?!)"
                 )
+        if self.combined is None:
+            _ = self.spec  # built now, so that a line that does not compile is refused here
+
+    @functools.cached_property
+    def spec(self) -> pathspec.GitIgnoreSpec:
+        try:
+            return pathspec.GitIgnoreSpec.from_lines(self._lines)
+        except (ValueError, re.error) as e:  # a bad line, or one whose character range is reversed
+            raise _invalid(e) from None
 
     def __call__(self, rel: str) -> bool:
         if self.combined is not None:
             return self.combined.search(rel) is not None
         return self.spec.match_file(rel)
+
+
+def _invalid(e: Exception) -> UserError:
+    return UserError(
+        f"an ignore rule is not a valid pattern: {e}",
+        hint="check .gitignore, .amlignore and .cloudddpignore in the code folder, and code.ignore",
+    )
 
 
 def git_ignored(root: Path) -> set[str] | None:
