@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import tarfile
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,22 @@ def test_registry_writes_from_many_processes_are_not_lost(tmp_path) -> None:
     records = Registry(db).list(limit=1000)
     assert len(records) == 40
     assert all(r.state == "succeeded" and r.info == {"n": int(r.run_id[4:]), "done": True} for r in records)
+
+
+def test_a_new_registry_opened_by_many_processes_at_once_loses_no_writer(tmp_path: Path) -> None:
+    """The first connections to a new file put it in WAL mode, a change SQLite gives no busy wait: two first
+    submits at once made one fail with "database is locked" (1 process in 120 here before the fix)."""
+    add = "import sys; from pathlib import Path; from cloudddp.runs.registry import Registry; "
+    add += "Registry(Path(sys.argv[1])).add(sys.argv[2], 'local', 'p', 'queued')"
+    for trial in range(12):
+        db = tmp_path / f"{trial}" / "runs.db"
+        writers = [
+            subprocess.Popen([sys.executable, "-c", add, str(db), f"run-{i}"], stderr=subprocess.PIPE, text=True)
+            for i in range(6)
+        ]
+        ended = [(p.wait(timeout=120), p.communicate()[1]) for p in writers]
+        assert [err[-500:] for code, err in ended if code != 0] == []
+        assert len(Registry(db).list(limit=10)) == 6
 
 
 def _add_and_update(db: str, i: int) -> None:

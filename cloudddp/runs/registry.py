@@ -39,6 +39,25 @@ CREATE INDEX IF NOT EXISTS runs_backend ON runs (backend, created_at, run_id);
 CREATE INDEX IF NOT EXISTS runs_name ON runs (name, created_at, run_id);
 """
 _WILDCARDS = frozenset("*?[")
+BUSY_TIMEOUT_S = 30.0
+
+
+def _use_wal(db: sqlite3.Connection) -> None:
+    """Put the file in WAL mode, which lasts in the file once set.
+
+    Only the first connections to a new file set it, and SQLite gives a journal-mode change no busy wait: a process
+    doing it while another holds the file is told "database is locked" at once (two parallel first submits did).
+    So the mode is read first, and a change refused as locked is asked again until the busy timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 class Registry:
@@ -52,10 +71,9 @@ class Registry:
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA busy_timeout=30000")
+            _use_wal(db)
             yield db
         finally:
             db.close()
