@@ -23,6 +23,10 @@ from cloudddp.spec import load
 from .support.cli import ROOT, cli
 
 JOBS = sorted((ROOT / "jobs").glob("*.yaml"))
+NEEDS_LIBYAML = pytest.mark.skipif(
+    load._FAST_LOADER is None or not hasattr(yaml, "CSafeDumper"),
+    reason="PyYAML was built without libyaml, so there is no fast path to compare (PyPI's Linux wheels have it)",
+)
 
 PROBE = """
 import gc, importlib.metadata as metadata, json, sys
@@ -124,7 +128,7 @@ def test_render_through_the_console_entry_still_prints_the_documents() -> None:
     assert "command:" in result.stdout and "tier: dedicated" in result.stdout
 
 
-@pytest.mark.skipif(load._FAST_LOADER is None, reason="PyYAML was built without libyaml: there is no fast path")
+@NEEDS_LIBYAML
 @pytest.mark.parametrize("job", JOBS, ids=lambda p: p.name)
 def test_libyaml_reads_every_shipped_job_as_pyyaml_does(job: Path, monkeypatch) -> None:
     text = job.read_text()
@@ -150,7 +154,7 @@ MALFORMED = {
 }
 
 
-@pytest.mark.skipif(load._FAST_LOADER is None, reason="PyYAML was built without libyaml: there is no fast path")
+@NEEDS_LIBYAML
 @pytest.mark.parametrize("text", MALFORMED.values(), ids=MALFORMED.keys())
 def test_malformed_yaml_is_worded_by_pyyaml_whichever_parser_read_it_first(text: str, monkeypatch) -> None:
     def outcome() -> object:
@@ -172,7 +176,7 @@ AZURE_VARIANTS = {
 }
 
 
-@pytest.mark.skipif(not hasattr(yaml, "CSafeDumper"), reason="PyYAML was built without libyaml: there is no fast path")
+@NEEDS_LIBYAML
 @pytest.mark.parametrize("overrides", AZURE_VARIANTS.values(), ids=AZURE_VARIANTS.keys())
 def test_libyaml_writes_the_azure_ml_documents_byte_for_byte_as_pyyaml_does(overrides: list[str], monkeypatch) -> None:
     spec = registry.load_spec(ROOT / "jobs" / "cifar10-azureml.yaml", overrides)

@@ -119,6 +119,11 @@ def _summary_entries(log: str) -> list[_Entry]:
 
 def _died_of_a_peer(log: str, entry: _Entry) -> bool:
     """Whether this rank's last words (in the summary, or its own ``[rankN]:`` lines) say a peer went away."""
-    prefix = f"[rank{entry.failed.rank}]:"
-    last_words = [line for line in log.splitlines() if line.startswith(prefix)][-30:]
+    last_words = rank_lines(log, entry.failed.rank)[-30:]
     return bool(_PEER_LOST.search(entry.block) or any(_PEER_LOST.search(line) for line in last_words))
+
+
+def rank_lines(log: str, rank: int) -> list[str]:
+    """What one rank printed, without the ``[rankN]:`` tag the agent puts before each of its lines."""
+    prefix = f"[rank{rank}]:"
+    return [line[len(prefix) :] for line in log.splitlines() if line.startswith(prefix)]

@@ -8,7 +8,7 @@ from typing import Any
 
 from cloudddp.backends.base import Cause, RunState
 from cloudddp.backends.local.rundir import RunDir
-from cloudddp.backends.torchrun import failed_rank
+from cloudddp.backends.torchrun import failed_rank, rank_lines
 
 
 def failure(run: RunDir, codes: list[int], first_failed: int | None = None) -> dict[str, Any]:
@@ -31,11 +31,7 @@ def failure(run: RunDir, codes: list[int], first_failed: int | None = None) -> d
         info.update(node=node, exitcode=failed.exitcode if failed else code)
         if failed:
             info.update(rank=failed.rank, local_rank=failed.local_rank)
-            prefix = f"[rank{failed.rank}]:"
-            lines = [ln[len(prefix) :] for ln in text.splitlines() if ln.startswith(prefix)]
-        else:
-            lines = []
-        lines = lines or text[: text.find("Traceback")].splitlines()  # else what torchrun said
+        lines = (rank_lines(text, failed.rank) if failed else []) or text[: text.find("Traceback")].splitlines()
         info["log_tail"] = lines[-20:]
         break
     return info
