@@ -17,8 +17,9 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cloudddp.backends.base import Backend, LogLine, Progress, RunState, RunStatus
+from cloudddp.backends.base import Backend, Progress
 from cloudddp.backends.registry import backend_class, load_spec, spec_from_dict
+from cloudddp.backends.status import LogLine, RunState, RunStatus
 from cloudddp.errors import CloudDDPError, RunNotFound, UserError
 from cloudddp.observe.metrics import PREFIX, MetricRecord, record_of_log_line
 from cloudddp.observe.notebook import watch

@@ -10,15 +10,22 @@ again. Values only known at launch are placeholders in the plan, filled by the o
 
 So what ``cloudddp render`` and ``--dry-run`` print is the plan, and the dry run never differs from the
 real request.
+
+The request is typed by its backend: the clouds' is their own request as a dict (``Plan[dict[str, Any]]``),
+a backend that invents its own shape (Slurm's, local's) declares it as a :class:`JsonDataclass`, which the
+binding step fills field by field and :meth:`Plan.from_state` reads back typed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Generic, cast
+
+from typing_extensions import Self, TypeVar
 
 from cloudddp.errors import UserError
 
@@ -35,17 +42,66 @@ def late(name: str) -> str:
 
 
 def substitute(value: Any, table: Mapping[str, str]) -> Any:
-    """``value`` (JSON-like data) with every occurrence of each key of ``table`` replaced, structurally."""
+    """``value`` (JSON-like data, or a :class:`JsonDataclass` of it) with every occurrence of each key of ``table``
+    replaced, structurally."""
     if isinstance(value, str):
         for key, sub in table.items():
             if key in value:
                 value = value.replace(key, sub)
         return value
-    if isinstance(value, list):
-        return [substitute(v, table) for v in value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(substitute(v, table) for v in value)
     if isinstance(value, dict):
         return {k: substitute(v, table) for k, v in value.items()}
+    if isinstance(value, JsonDataclass):
+        fields = {f.name: substitute(getattr(value, f.name), table) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **fields)
     return value
+
+
+@dataclass(frozen=True)
+class JsonDataclass:
+    """A frozen dataclass a backend writes as JSON and reads back typed: a request of its own shape (Slurm's
+    batch request, local's torchrun request) or a run's record. Its fields are JSON values, tuples, other
+    JsonDataclasses or None."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
+    """How :meth:`from_dict` reads it: an unknown key is an error (pydantic reads a dataclass's config here)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (tuples as lists)."""
+        data: dict[str, Any] = _plain(dataclasses.asdict(self))
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """The instance :meth:`to_dict` wrote (unknown keys are refused: a misspelt one is a bug, not data)."""
+        found: Self = _adapter(cast(Hashable, cls)).validate_python(dict(data))
+        return found
+
+
+@functools.cache
+def _adapter(cls: Any) -> Any:
+    from pydantic import TypeAdapter  # only where a stored request is read back: never at render
+
+    return TypeAdapter(cls)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+RequestT = TypeVar("RequestT", default=Any)
+"""A plan's request type: ``dict[str, Any]`` for a cloud's own request, a :class:`JsonDataclass` otherwise."""
+
+
+def request_data(request: Any) -> Any:
+    """A request as JSON data: a :class:`JsonDataclass`'s dict, or the native dict as it is."""
+    return request.to_dict() if isinstance(request, JsonDataclass) else request
 
 
 @dataclass(frozen=True)
@@ -64,10 +120,10 @@ class EnvSource:
 
 
 @dataclass
-class Plan:
+class Plan(Generic[RequestT]):
     backend: str
     job_name: str
-    request: dict[str, Any]
+    request: RequestT
     """The native request, with late values and secrets as placeholders."""
     documents: dict[str, str] = field(default_factory=dict)
     """File name -> text, as the backend's own tools read them (job YAML, request JSON, a shell script)."""
@@ -95,7 +151,7 @@ class Plan:
     """Environment values resolved at launch (never serialised)."""
 
     # -- the binding step ----------------------------------------------------------------------
-    def bind(self, values: Mapping[str, str]) -> Plan:
+    def bind(self, values: Mapping[str, str]) -> Self:
         """This plan with its late values filled (names as in :attr:`late`); still free of secrets."""
         missing = [name for name in self.late if name not in values]
         unknown = [name for name in values if name not in self.late]
@@ -111,7 +167,7 @@ class Plan:
             late=(),
         )
 
-    def renamed(self, new_name: str) -> Plan:
+    def renamed(self, new_name: str) -> Self:
         """This plan under another job name (every occurrence in the request and documents), e.g. for a
         recovery's next attempt."""
         table = {self.job_name: new_name}
@@ -169,7 +225,7 @@ class Plan:
         return {
             "backend": self.backend,
             "job_name": self.job_name,
-            "request": self.request,
+            "request": request_data(self.request),
             "documents": self.documents,
             "decisions": self.decisions,
             "warnings": self.warnings,
@@ -194,16 +250,23 @@ class Plan:
         }
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any], literals: Mapping[str, str] | None = None) -> Plan:
-        """The plan :meth:`to_state` saved; ``literals``: the values of secrets given as literals."""
+    def from_state(
+        cls,
+        state: Mapping[str, Any],
+        literals: Mapping[str, str] | None = None,
+        request_type: type[JsonDataclass] | None = None,
+    ) -> Plan[Any]:
+        """The plan :meth:`to_state` saved; ``literals``: the values of secrets given as literals; ``request_type``:
+        the backend's own request class (None: the request is the cloud's native dict)."""
         sources = {
             s["name"]: EnvSource(s["name"], s["var"], (literals or {}).get(s["name"]), s["secret"])
             for s in state.get("env_sources", [])
         }
+        request: Any = request_type.from_dict(state["request"]) if request_type else state["request"]
         return cls(
             backend=state["backend"],
             job_name=state["job_name"],
-            request=state["request"],
+            request=request,
             documents=state["documents"],
             decisions=state["decisions"],
             warnings=state["warnings"],

@@ -312,7 +312,26 @@ def checkpoint_folder(spec: JobSpec, base: str) -> str:
     return f"{base.rstrip('/')}/{spec.name}/{checkpoint_key(spec)}"
 
 
-def input_args(spec: JobSpec, places: Places) -> list[str]:
+@dataclass(frozen=True)
+class Program:
+    """What each training process runs, the same on every backend: a script Python runs, or a command."""
+
+    argv: tuple[str, ...]
+    """``code.entry``, ``code.args`` and the inputs' arguments; or ``code.command`` and the inputs' arguments."""
+    python: bool
+    """``argv[0]`` is a script for Python (``code.entry``); False: ``argv`` is a program (``code.command``)."""
+
+
+def program(spec: JobSpec, places: Places) -> Program:
+    """The program of ``spec`` with its inputs' arguments pointing where ``places`` says they are."""
+    inputs = _input_args(spec, places)
+    if spec.code.command is not None:
+        return Program((*spec.code.command, *inputs), python=False)
+    assert spec.code.entry is not None, "the spec's own check: code.entry is set when code.command is not"
+    return Program((spec.code.entry, *spec.code.args, *inputs), python=True)
+
+
+def _input_args(spec: JobSpec, places: Places) -> list[str]:
     """``[arg, where]`` for every input that names a script argument (``inputs.X.arg``)."""
     args: list[str] = []
     for name, item in spec.inputs.items():

@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.base import Cause, Check, PreflightFailed, RunState, RunStatus
+from cloudddp.backends.checks import Check, PreflightFailed
 from cloudddp.backends.sagemaker.request import shim_payload
+from cloudddp.backends.status import Cause, RunState, RunStatus
 from cloudddp.catalog.ranking import NEXT_SIZES, ranked_sizes
+from cloudddp.plan import Plan
 from cloudddp.runs import recovery
 from cloudddp.runs.fallback import plan_fallback
 from cloudddp.runs.runner import get_backend
@@ -41,6 +43,9 @@ class Launcher:
 
     def for_attempt(self, plan: Any, attempt: int) -> Any:
         return plan
+
+    def restore(self, state: dict[str, Any], literals: dict[str, str]) -> Plan:
+        return Plan.from_state(state, literals)
 
     def launch(self, plan: Any, *, checks: bool) -> str:
         size = plan.request["ResourceConfig"]["InstanceType"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job, Run
-from cloudddp.backends.base import RunState
+from cloudddp.backends.status import RunState
 
 from .support.cli import FIXTURES, cli
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.base import RunState
+from cloudddp.backends.status import RunState
 
 from .support.cli import FIXTURES
 from .support.faults import rank_processes, wait_for_rank

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.base import Cause, RunState
 from cloudddp.backends.local.supervisor import run_processes
+from cloudddp.backends.status import Cause, RunState
 
 from .support.cli import FIXTURES
 from .support.waiting import wait_until

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job, Run
-from cloudddp.backends.base import RunState
 from cloudddp.backends.procs import Process, boot_id, start_time
+from cloudddp.backends.status import RunState
 
 from .support import users
 from .support.cli import FIXTURES

@@ -16,9 +16,10 @@ import pytest
 from pydantic import BaseModel
 
 from cloudddp.api import Run
-from cloudddp.backends.base import Backend, Launched, LogLine, RunState, RunStatus
+from cloudddp.backends.base import Backend, Launched
 from cloudddp.backends.registry import spec_from_dict
 from cloudddp.backends.sagemaker.logs import host_line
+from cloudddp.backends.status import LogLine, RunState, RunStatus
 from cloudddp.cli.cmd_submit import event_text
 from cloudddp.cli.options import format_record
 from cloudddp.code.shim import SHIPPED_AS

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job, Run
-from cloudddp.backends.base import RunState
+from cloudddp.backends.status import RunState
 from cloudddp.code.shim import read_payload
 from cloudddp.runs.runner import get_backend
 from cloudddp.runtime import NAMES

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.base import RunState
 from cloudddp.backends.registry import spec_from_dict
+from cloudddp.backends.status import RunState
 from cloudddp.code import keepfiles
 from cloudddp.code.keepfiles import Keeper, left_behind_notice, matches
 from cloudddp.code.shim import mpi_environment

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.base import RunState
 from cloudddp.backends.local import masking
+from cloudddp.backends.status import RunState
 
 from .support.harnesses import TINY
 from .support.waiting import wait_until

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from cloudddp.api import Job, Run
-from cloudddp.backends.base import RunState
+from cloudddp.backends.status import RunState
 from cloudddp.catalog.ranking import ranked_sizes
 from cloudddp.runs import recovery
 from cloudddp.runs.runner import get_backend

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.base import Cause, RunState, RunStatus
 from cloudddp.backends.procs import Process
+from cloudddp.backends.status import Cause, RunState, RunStatus
 from cloudddp.errors import UserError
 from cloudddp.plan import Plan
 from cloudddp.runs import recovery

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from cloudddp.api import Job, Run
-from cloudddp.backends.base import RunState
 from cloudddp.backends.registry import backend_class, load_spec, names
+from cloudddp.backends.status import RunState
 
 from .support.cli import ROOT, cli
 from .support.faults import rank_processes, wait_for_rank

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.base import RunState
+from cloudddp.backends.status import RunState
 from cloudddp.runtime import code_snapshot
 
 from .support.cli import cli

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job, Run
-from cloudddp.backends.base import Cause, RunState
 from cloudddp.backends.slurm.shell import Shell
+from cloudddp.backends.status import Cause, RunState
 from cloudddp.paths import home
 from cloudddp.runs.runner import get_backend
 

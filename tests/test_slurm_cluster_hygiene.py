@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.base import RunState
 from cloudddp.backends.slurm.shell import Shell
+from cloudddp.backends.status import RunState
 from cloudddp.paths import home
 
 from .support.cli import FIXTURES

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.base import RunState, RunStatus
 from cloudddp.backends.slurm import SlurmBackend, envs
 from cloudddp.backends.slurm import shell as shell_module
 from cloudddp.backends.slurm.flags import normalize
 from cloudddp.backends.slurm.shell import Shell, clean_env
 from cloudddp.backends.slurm.state import cpus_per_gpu, held, parse_pairs, timestamp
+from cloudddp.backends.status import RunState, RunStatus
 from cloudddp.runs.runner import get_backend
 
 from .support.cli import FIXTURES, ROOT, cli

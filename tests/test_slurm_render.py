@@ -15,12 +15,12 @@ import pytest
 
 from cloudddp.api import Job
 from cloudddp.backends import slurm as slurm_backend
-from cloudddp.backends.base import Cause
 from cloudddp.backends.slurm import SlurmBackend
 from cloudddp.backends.slurm.logs import Labels
 from cloudddp.backends.slurm.script import LIMIT_EXIT, LIMIT_MARK
 from cloudddp.backends.slurm.shell import READ_CAP, Shell
 from cloudddp.backends.slurm.state import STATES, failure, from_sacct, parse_pairs, requeue_reason
+from cloudddp.backends.status import Cause
 from cloudddp.plan import Plan
 from cloudddp.runs.runner import get_backend
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.base import Cause
 from cloudddp.backends.slurm import SlurmBackend, _slurm_minutes
 from cloudddp.backends.slurm.script import (
     CHAIN_MARK,
@@ -25,6 +24,7 @@ from cloudddp.backends.slurm.script import (
     REQUEUE_MARK,
 )
 from cloudddp.backends.slurm.state import failure, requeue_reasons
+from cloudddp.backends.status import Cause
 from cloudddp.runs.runner import get_backend
 
 from .support.cli import FIXTURES, cli

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.base import Cause, RunState
 from cloudddp.backends.registry import spec_from_dict
+from cloudddp.backends.status import Cause, RunState
 from cloudddp.code import stall
 
 STALL_S = 10

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Run
-from cloudddp.backends.base import RunState
 from cloudddp.backends.folderlock import FolderHeld, FolderLock
 from cloudddp.backends.local import LocalBackend
 from cloudddp.backends.local.console import Cursor, Output, copy_lines
 from cloudddp.backends.local.nodes import recorded_exit
 from cloudddp.backends.procs import Process
+from cloudddp.backends.status import RunState
 
 from .support.cli import ROOT, cli
 from .support.faults import rank_processes

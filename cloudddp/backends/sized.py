@@ -1,6 +1,6 @@
 """A backend whose sizes come from the catalog (SageMaker's instance types, Azure ML's VM sizes).
 
-It says where its sizes come from (:meth:`SizedBackend.size_target`), and its plans name the sizes a recovery
+It says where its sizes come from (its ``_size_target`` hook), and its plans name the sizes a recovery
 with ``limits.recover_to: next_size`` would move to, from the catalog's ranking. Backends that choose no size
 (local, Slurm) stay on :class:`~cloudddp.backends.base.Backend`, which imports nothing of the catalog's
 selection, cost model or measured step times.
@@ -11,7 +11,8 @@ from __future__ import annotations
 import abc
 from typing import ClassVar
 
-from cloudddp.backends.base import Backend, MissingSetting, OptionsT
+from cloudddp.backends.base import Backend, OptionsT
+from cloudddp.backends.checks import MissingSetting
 from cloudddp.catalog.ranking import next_size_notes
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.spec.model import JobSpec
@@ -22,8 +23,8 @@ class SizedBackend(Backend[OptionsT]):
     """A CPU size to suggest for a CPU job, which must name its size (the catalog ranks GPU sizes only), and a
     word about it and another."""
 
-    def missing_settings(self, spec: JobSpec) -> list[MissingSetting]:
-        target = self.size_target(spec)
+    def _missing_settings(self, spec: JobSpec) -> list[MissingSetting]:
+        target = self._size_target(spec)
         if spec.resources.gpus_per_node or target.named:
             return []
         size, about = self.cpu_size_example
@@ -31,8 +32,8 @@ class SizedBackend(Backend[OptionsT]):
         return [MissingSetting(target.field, what, size)]
 
     @abc.abstractmethod
-    def size_target(self, spec: JobSpec) -> SizeTarget:
+    def _size_target(self, spec: JobSpec) -> SizeTarget:
         """Where this backend's sizes come from for ``spec``: the catalog's cloud and the size the spec names."""
 
     def _recovery_notes(self, spec: JobSpec) -> tuple[list[str], list[str]]:
-        return next_size_notes(self.name, self.size_target(spec), spec)
+        return next_size_notes(self.name, self._size_target(spec), spec)

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import click
 
 from cloudddp.api import Run
-from cloudddp.backends.base import LogLine
 from cloudddp.backends.registry import load_spec
+from cloudddp.backends.status import LogLine
 from cloudddp.cli.options import (
     follow_option,
     format_record,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from cloudddp.backends.base import SettingsMissing
+from cloudddp.backends.checks import SettingsMissing
 from cloudddp.backends.registry import backend_class, json_schema
 from cloudddp.cli.options import (
     backend_option,

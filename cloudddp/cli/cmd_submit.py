@@ -8,8 +8,9 @@ from pathlib import Path
 import click
 
 from cloudddp.api import Job, Run
-from cloudddp.backends.base import Check, LogLine, PreflightFailed, RunStatus
+from cloudddp.backends.checks import Check, PreflightFailed
 from cloudddp.backends.registry import backend_class
+from cloudddp.backends.status import LogLine, RunStatus
 from cloudddp.catalog.sizing import script_arg
 from cloudddp.cli.options import (
     backend_option,

@@ -29,9 +29,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cloudddp.backends.base import Backend, Cause, PreflightFailed, RunState, RunStatus
+from cloudddp.backends.base import Backend
+from cloudddp.backends.checks import PreflightFailed
 from cloudddp.backends.folderlock import FolderHeld
 from cloudddp.backends.procs import Process
+from cloudddp.backends.status import Cause, RunState, RunStatus
 from cloudddp.catalog.ranking import failures
 from cloudddp.paths import home
 from cloudddp.plan import Plan
@@ -286,7 +288,7 @@ def decide(chain: Chain, status: RunStatus, runner: Runner, literals: dict[str, 
     else:
         size = chain.current.size
         try:
-            _launch(chain, runner, Plan.from_state(chain.plan, literals), checks=False, size=size)
+            _launch(chain, runner, runner.backend.restore(chain.plan, literals), checks=False, size=size)
         except FolderHeld as e:  # a process of an earlier attempt still trains: never two copies of one training
             chain.message = f"attempt {chain.current.number + 1} waits: {str(e).splitlines()[0]}"
             return
@@ -317,7 +319,7 @@ def _move_on(chain: Chain, runner: Runner, literals: dict[str, str], status: Run
     while chain.fallbacks:
         nxt = chain.fallbacks.pop(0)
         try:
-            _launch(chain, runner, Plan.from_state(nxt["plan"], literals), checks=True, size=nxt["size"])
+            _launch(chain, runner, runner.backend.restore(nxt["plan"], literals), checks=True, size=nxt["size"])
         except PreflightFailed as e:
             skipped.append(f"{nxt['size']} ({'; '.join(f'{c.name}: {c.detail}' for c in e.checks)})")
             continue

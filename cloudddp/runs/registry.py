@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from cloudddp.backends.base import RunRecord
+from cloudddp.backends.records import RunRecord
 from cloudddp.paths import home
 
 _SCHEMA = """

@@ -38,8 +38,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from cloudddp.backends.base import Backend, Progress, RunRecord, RunState, RunStatus
+from cloudddp.backends.base import Backend, Progress
+from cloudddp.backends.records import RunRecord
 from cloudddp.backends.registry import backend_class
+from cloudddp.backends.status import RunState, RunStatus
 from cloudddp.errors import CloudDDPError, RunNotFound
 from cloudddp.paths import home
 from cloudddp.plan import Plan

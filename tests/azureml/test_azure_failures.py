@@ -11,8 +11,8 @@ import pytest
 from cloudddp.backends.azureml import AzureMLBackend
 from cloudddp.backends.azureml.extensions import credential_from_environment, transport_from_environment
 from cloudddp.backends.azureml.failures import failure_cause, failure_message, root_error
-from cloudddp.backends.base import Cause
 from cloudddp.backends.registry import load_spec
+from cloudddp.backends.status import Cause
 from cloudddp.errors import UserError
 
 from ..support.cli import ROOT

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from cloudddp.api import Run
-from cloudddp.backends.base import Cause, RunState
+from cloudddp.backends.status import Cause, RunState
 
 from ..support.azure_launchers import Datastores
 from ..support.azure_nodes import AzureNodes

@@ -14,8 +14,9 @@ import pytest
 
 from cloudddp.backends.azureml import AzureMLBackend
 from cloudddp.backends.azureml.workspace import find_workspace
-from cloudddp.backends.base import PreflightFailed, RunState
+from cloudddp.backends.checks import PreflightFailed
 from cloudddp.backends.registry import load_spec
+from cloudddp.backends.status import RunState
 from cloudddp.errors import UserError
 from cloudddp.runs.registry import Registry
 

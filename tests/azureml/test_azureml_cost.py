@@ -18,8 +18,8 @@ from rich.console import Console
 
 from cloudddp.api import Run
 from cloudddp.backends.azureml import AzureMLBackend
-from cloudddp.backends.base import RunState
 from cloudddp.backends.registry import load_spec
+from cloudddp.backends.status import RunState
 from cloudddp.catalog import find
 from cloudddp.cli.cmd_runs import cost_text
 from cloudddp.runs.budget import watch

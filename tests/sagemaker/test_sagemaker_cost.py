@@ -14,9 +14,9 @@ import boto3
 import pytest
 
 from cloudddp.api import Run
-from cloudddp.backends.base import RunState
 from cloudddp.backends.registry import load_spec
 from cloudddp.backends.sagemaker import SageMakerBackend
+from cloudddp.backends.status import RunState
 from cloudddp.catalog import find
 from cloudddp.runs.registry import Registry
 from cloudddp.runs.runner import Runner

@@ -12,10 +12,10 @@ from pathlib import Path
 import boto3
 import pytest
 
-from cloudddp.backends.base import RunState
 from cloudddp.backends.registry import spec_from_dict
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.sagemaker.request import shim_payload
+from cloudddp.backends.status import RunState
 from cloudddp.code.snapshot import pack
 from cloudddp.errors import UserError
 from cloudddp.runs.registry import Registry

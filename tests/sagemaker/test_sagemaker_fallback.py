@@ -11,7 +11,7 @@ import boto3
 import pytest
 
 from cloudddp.api import Job, Run
-from cloudddp.backends.base import RunState
+from cloudddp.backends.status import RunState
 from cloudddp.catalog.ranking import ranked_sizes
 from cloudddp.runs.runner import get_backend
 

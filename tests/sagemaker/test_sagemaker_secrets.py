@@ -15,7 +15,7 @@ import boto3
 import pytest
 
 from cloudddp.api import Run
-from cloudddp.backends.base import RunState
+from cloudddp.backends.status import RunState
 from cloudddp.runs.registry import Registry
 
 from ..support import canary

@@ -13,8 +13,8 @@ import boto3
 import pytest
 
 from cloudddp.api import Run
-from cloudddp.backends.base import LogLine
 from cloudddp.backends.sagemaker import SageMakerBackend
+from cloudddp.backends.status import LogLine
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.runs.registry import Registry
 

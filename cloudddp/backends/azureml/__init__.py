@@ -28,9 +28,11 @@ from cloudddp.backends.azureml.options import AzureMLOptions
 from cloudddp.backends.azureml.quota import quota_checks, usage_of
 from cloudddp.backends.azureml.workspace import ENV as WORKSPACE_ENV
 from cloudddp.backends.azureml.workspace import require_workspace, workspace_fields
-from cloudddp.backends.base import Cause, Check, Launched, LogLine, MissingSetting, Progress, RunState, RunStatus
+from cloudddp.backends.base import Launched, Progress
+from cloudddp.backends.checks import Check, MissingSetting
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sized import SizedBackend
+from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
 from cloudddp.catalog.bill import Bill, Figure, catalog_bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import BackendUnavailable, CloudDDPError, UserError
@@ -85,7 +87,6 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
     )
     options_model = AzureMLOptions
     cloud: ClassVar[str | None] = "azure"
-    needs_credentials: ClassVar[bool] = True
     # What CLOUDDDP_SIGTERM_GRACE says on Azure ML. Azure documents no signal to the job's processes on a
     # low-priority eviction or a cancel (a preempted job fails with PreemptionError and is resubmitted from its
     # checkpoints); 30 s is the VM's Scheduled Events notice, which a script may get, not a promise.
@@ -124,13 +125,13 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         self._unchecked: dict[str, list[Check]] = {}
         """job name -> its preflight checks that could not be made: said at launch, never passed in silence."""
 
-    def size_target(self, spec: JobSpec) -> SizeTarget:
+    def _size_target(self, spec: JobSpec) -> SizeTarget:
         az = self.options(spec)  # the cluster stays up (billed) for its scale-down delay after the job
         return SizeTarget("azure", az.vm_size, "azureml.vm_size", idle_s=float(az.idle_time_before_scale_down))
 
     cpu_size_example = ("Standard_D8s_v5", "Standard_D8s_v5 has 8 vCPUs, Standard_F16s_v2 16")
 
-    def missing_settings(self, spec: JobSpec) -> list[MissingSetting]:
+    def _missing_settings(self, spec: JobSpec) -> list[MissingSetting]:
         found = workspace_fields(self.options(spec))
         workspace = {  # what submit needs; render does not
             "subscription_id": ("the Azure subscription (a config.json from the portal names it too)", "<guid>"),
@@ -142,12 +143,12 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             if not found.get(key):
                 field = "azureml.workspace" if key == "name" else f"azureml.{key}"
                 missing.append(MissingSetting(field, what, example, WORKSPACE_ENV[key], needed_to_render=False))
-        return super().missing_settings(spec) + missing
+        return super()._missing_settings(spec) + missing
 
     # -- render ------------------------------------------------------------------------------
     def _render(self, spec: JobSpec) -> Plan:
         az = self.options(spec)
-        docs = build(spec, az, self.size_target(spec), self.token or time.strftime("%y%m%d%H%M%S"), self.sigterm_grace)
+        docs = build(spec, az, self._size_target(spec), self.token or time.strftime("%y%m%d%H%M%S"), self.sigterm_grace)
         return Plan(
             backend=self.name,
             job_name=docs.job["name"],
@@ -161,7 +162,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             env_sources=docs.env_sources,
         )
 
-    def for_attempt(self, plan: Plan, attempt: int) -> Plan:
+    def _for_attempt(self, plan: Plan, attempt: int) -> Plan:
         """Job names are unique in a workspace: the attempt gets ``-rN`` and a ``cloudddp:attempt`` tag, and its
         ``job.yml`` is dumped again, so what is submitted is still the plan's document. The code, data and
         checkpoint folder (named after the training, not the job) stay the same."""

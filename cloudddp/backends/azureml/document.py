@@ -28,7 +28,8 @@ from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.code.snapshot import human_bytes, snapshot_warnings
 from cloudddp.errors import UserError
 from cloudddp.plan import EnvSource, substitute
-from cloudddp.runtime import RUN_ID, Places, checkpoint_folder, code_snapshot, input_args, job_env, unpacked
+from cloudddp.runtime import RUN_ID, Places, Program, checkpoint_folder, code_snapshot, job_env, unpacked
+from cloudddp.runtime import program as runtime_program
 from cloudddp.spec.model import JobSpec
 
 JOB_SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
@@ -65,7 +66,7 @@ _BINDING = re.compile(r"\$\{\{[A-Za-z0-9_.]+\}\}")
 """An Azure ML binding in a command (``${{inputs.data}}``, ``${{outputs.model}}``): Azure ML replaces it."""
 
 
-def _command(spec: JobSpec, args: list[str], bindings: dict[str, str]) -> str:
+def _command(spec: JobSpec, run: Program, bindings: dict[str, str]) -> str:
     """The shell command Azure ML runs on each process. Variables whose value is an Azure ML binding
     (``${{outputs.model}}``) are set in front of it, because only the command is resolved by Azure ML;
     ${{...}} references are left unquoted, every other character is shlex-quoted (the text around a reference
@@ -73,10 +74,7 @@ def _command(spec: JobSpec, args: list[str], bindings: dict[str, str]) -> str:
     or checkpoint.files runs under the shipped launcher, which logs the metrics to the job's MLflow run
     (Studio's metrics) and installs the requirements on each node before the program starts; so does every job
     of the MPI distribution, where the launcher sets the torch.distributed variables from Open MPI's."""
-    if spec.code.command is not None:
-        program = list(spec.code.command)
-    else:
-        program = ["python", spec.code.entry or "train.py", *spec.code.args]
+    program = ["python", *run.argv] if run.python else list(run.argv)
     shim: dict[str, Any] = {}
     if spec.metrics.declared:
         shim["metrics"] = [m.model_dump() for m in spec.metrics.declared]
@@ -88,7 +86,7 @@ def _command(spec: JobSpec, args: list[str], bindings: dict[str, str]) -> str:
     if shim or spec.distribution.launcher == "mpi":  # under mpirun the launcher sets RANK, WORLD_SIZE, ...
         payload = json.dumps(shim, separators=(",", ":"))
         program = ["python", SHIPPED_AS, "--cloudddp-00", payload, "--", *program]
-    quoted = [quote_around_bindings(a) for a in [*program, *args]]
+    quoted = [quote_around_bindings(a) for a in program]
     return " ".join([f"{k}={quote_around_bindings(v)}" for k, v in bindings.items()] + quoted)
 
 
@@ -291,7 +289,7 @@ def build(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, token: str, sig
         "display_name": spec.name,
         "experiment_name": az.experiment_name or spec.name,
         "code": str(unpacked(snapshot.path)),
-        "command": _command(spec, input_args(spec, places), bindings),
+        "command": _command(spec, runtime_program(spec, places), bindings),
         "environment": environment,
         "compute": f"azureml:{cluster_name(az)}",
         "distribution": distribution,

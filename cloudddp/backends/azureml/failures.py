@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from cloudddp.backends.base import Cause
+from cloudddp.backends.status import Cause
 
 _KINDS: tuple[tuple[Cause, re.Pattern[str]], ...] = tuple(
     (cause, re.compile(pattern, re.IGNORECASE))

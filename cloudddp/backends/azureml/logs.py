@@ -17,7 +17,7 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
-from cloudddp.backends.base import LogLine
+from cloudddp.backends.status import LogLine
 from cloudddp.errors import CloudDDPError
 
 ARTIFACT_STORE = "workspaceartifactstore"

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from cloudddp.backends.base import Check
+from cloudddp.backends.checks import Check
 
 QUOTA_FIX = "request more quota in the Azure portal (Azure Machine Learning > Quotas), or use fewer or smaller nodes"
 _LONG = re.compile(r"^standard\s*(?P<core>.+?)\s*family\s*cluster\s*(?P<pool>dedicated|lowpriority)\s*vcpus$", re.I)

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cloudddp.backends import torchrun
-from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
+from cloudddp.backends.base import Backend, Launched, Progress
+from cloudddp.backends.checks import Check
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.folderlock import LOCK_NAME, FolderLock
 from cloudddp.backends.local.nodes import LOST_CODE, Node
@@ -36,6 +37,7 @@ from cloudddp.backends.local.outcome import conclude
 from cloudddp.backends.local.rendezvous import ID_VARIABLE, LOOPBACK
 from cloudddp.backends.local.rundir import RunDir, write_json_atomic
 from cloudddp.backends.procs import Process
+from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
 from cloudddp.catalog.bill import Bill, Figure
 from cloudddp.catalog.sizing import find_workload
 from cloudddp.catalog.stepstore import StepStore
@@ -53,11 +55,11 @@ from cloudddp.runtime import (
     checked_snapshot,
     checkpoint_folder,
     extract,
-    input_args,
     job_env,
     packed,
     snapshot_upload,
 )
+from cloudddp.runtime import program as runtime_program
 from cloudddp.spec.model import JobSpec, is_shared_script, job_key
 from cloudddp.spec.secrets import redacted_spec_data
 
@@ -198,10 +200,8 @@ class LocalBackend(Backend[LocalOptions]):
         decisions.append(_stall_note(spec))
         if device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
-        if spec.code.command is None:
-            program = [spec.code.entry or "train.py", *spec.code.args, *input_args(spec, places)]
-        else:
-            program = ["--no-python", *spec.code.command, *input_args(spec, places)]
+        run = runtime_program(spec, places)
+        program = list(run.argv) if run.python else ["--no-python", *run.argv]
         reqs = requirements.of(spec)
         if reqs is not None:
             decisions.append(
@@ -513,7 +513,7 @@ class LocalBackend(Backend[LocalOptions]):
             notes=tuple(notes),
         )
 
-    def adopt(self, run_id: str) -> bool:
+    def _adopt(self, run_id: str) -> bool:
         """A new supervisor (``supervisor --adopt``) for a run not recorded as ended whose supervisor is gone: it
         follows the nodes if they still train, and records how the run ended either way."""
         run = self._run(run_id)

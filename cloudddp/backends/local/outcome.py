@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cloudddp.backends.base import Cause, RunState
 from cloudddp.backends.local.rundir import RunDir
+from cloudddp.backends.status import Cause, RunState
 from cloudddp.backends.torchrun import failed_rank, rank_lines
 
 

@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cloudddp.backends.base import RunState
 from cloudddp.backends.folderlock import FolderLock
 from cloudddp.backends.local import LocalBackend, recorded_nodes
 from cloudddp.backends.local.agent_output import StopTracebackFolder
@@ -42,6 +41,7 @@ from cloudddp.backends.local.outcome import conclude
 from cloudddp.backends.local.rendezvous import ID_VARIABLE, LOOPBACK, new_rdzv_id
 from cloudddp.backends.local.rundir import RunDir
 from cloudddp.backends.procs import Process
+from cloudddp.backends.status import RunState
 from cloudddp.catalog.stepstore import keep_measured
 from cloudddp.code import stall
 from cloudddp.code.keepfiles import Keeper

@@ -15,7 +15,8 @@ import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from cloudddp.backends.base import Cause, Check, Launched, LogLine, MissingSetting, Progress, RunState, RunStatus
+from cloudddp.backends.base import Launched, Progress
+from cloudddp.backends.checks import Check, MissingSetting
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sagemaker import storage
 from cloudddp.backends.sagemaker.limits import LIMITS, Text
@@ -24,6 +25,7 @@ from cloudddp.backends.sagemaker.options import SageMakerOptions
 from cloudddp.backends.sagemaker.quotas import quota_check
 from cloudddp.backends.sagemaker.request import ACCOUNT, build, encode, shim_hyperparameters, shim_payload
 from cloudddp.backends.sized import SizedBackend
+from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
 from cloudddp.catalog.bill import Bill, Figure, catalog_bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import BackendUnavailable, CloudDDPError, UserError
@@ -116,7 +118,6 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
     description: ClassVar[str] = "SageMaker training job on an official PyTorch container (torchrun or smddp)"
     options_model = SageMakerOptions
     cloud: ClassVar[str | None] = "aws"
-    needs_credentials: ClassVar[bool] = True
     sigterm_grace: ClassVar[int] = 120  # StopTrainingJob: SIGTERM, then 120 s (SageMaker API reference)
     spend_while_running: ClassVar[bool] = True  # TrainingStartTime × instances × price, while the job runs
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -138,12 +139,12 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
         self.poll_seconds = poll_seconds
         self.token = token
 
-    def size_target(self, spec: JobSpec) -> SizeTarget:
+    def _size_target(self, spec: JobSpec) -> SizeTarget:
         return SizeTarget("aws", self.options(spec).instance_type, "sagemaker.instance_type")
 
     cpu_size_example = ("ml.c5.2xlarge", "ml.c5.2xlarge has 8 vCPUs, ml.m5.4xlarge 16 and more memory")
 
-    def missing_settings(self, spec: JobSpec) -> list[MissingSetting]:
+    def _missing_settings(self, spec: JobSpec) -> list[MissingSetting]:
         sm = self.options(spec)
         missing = []
         if not (sm.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
@@ -158,12 +159,12 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
                     stand_in=ROLE_STAND_IN,
                 )
             )
-        return missing + super().missing_settings(spec)
+        return missing + super()._missing_settings(spec)
 
     # -- render ------------------------------------------------------------------------------
     def _render(self, spec: JobSpec) -> Plan:
         token = self.token or time.strftime("%y%m%d%H%M%S")
-        r = build(spec, self.options(spec), self.size_target(spec), token, self.sigterm_grace)
+        r = build(spec, self.options(spec), self._size_target(spec), token, self.sigterm_grace)
         return Plan(
             backend=self.name,
             job_name=r.request["TrainingJobName"],
@@ -179,7 +180,7 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
             env_sources=r.env_sources,
         )
 
-    def for_attempt(self, plan: Plan, attempt: int) -> Plan:
+    def _for_attempt(self, plan: Plan, attempt: int) -> Plan:
         """Training job names are unique: the attempt gets ``-rN`` (and a ``cloudddp:attempt`` tag)."""
 
         suffix = f"-r{attempt}"

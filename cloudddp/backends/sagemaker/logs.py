@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from cloudddp.backends.base import LogLine
+from cloudddp.backends.status import LogLine
 from cloudddp.code.shim import RANK_LINE
 
 _MPI_TAG = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:")

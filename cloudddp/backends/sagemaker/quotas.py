@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cloudddp.backends.base import Check
+from cloudddp.backends.checks import Check
 
 FIX = "request an increase in the Service Quotas console (Amazon SageMaker, the quota named above)"
 

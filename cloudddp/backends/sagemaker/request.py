@@ -38,7 +38,8 @@ from cloudddp.code.snapshot import collect, folder_digest, snapshot_warnings
 from cloudddp.errors import UserError
 from cloudddp.observe.metrics import STANDARD_METRICS, metric_regex
 from cloudddp.plan import EnvSource, late, substitute
-from cloudddp.runtime import RUN_ID, Places, checkpoint_folder, code_snapshot, input_args, job_env, snapshot_upload
+from cloudddp.runtime import RUN_ID, Places, checkpoint_folder, code_snapshot, job_env, snapshot_upload
+from cloudddp.runtime import program as runtime_program
 from cloudddp.spec.model import JobSpec
 
 ACCOUNT = late("ACCOUNT")  # filled in at launch from STS when the spec names no bucket
@@ -261,10 +262,8 @@ def build(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, token: str, s
     # container before PID 1 starts, which takes its init from it.
     channels.append(_channel(CODE_CHANNEL, code_uri, "File"))
     submit_directory = CODE_ARCHIVE
-    if spec.code.command is None:
-        program = {"argv": [spec.code.entry or "train.py", *spec.code.args, *input_args(spec, places)], "python": True}
-    else:
-        program = {"argv": [*spec.code.command, *input_args(spec, places)], "python": False}
+    run = runtime_program(spec, places)
+    program = {"argv": list(run.argv), "python": run.python}
     secret = {name for name, source in r.env_sources.items() if source.secret}
     # "tag": the launcher prefixes each line with its rank (a host's log stream mixes its ranks and the toolkit).
     payload: dict[str, Any] = {**program, "env": {k: v for k, v in env.items() if k not in secret}, "tag": True}

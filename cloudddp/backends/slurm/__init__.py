@@ -23,7 +23,8 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from cloudddp.backends.base import Backend, Cause, Check, Launched, LogLine, Progress, RunState, RunStatus
+from cloudddp.backends.base import Backend, Launched, Progress
+from cloudddp.backends.checks import Check
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.slurm import envs, images
 from cloudddp.backends.slurm.logs import Labels, follow_batches
@@ -42,13 +43,15 @@ from cloudddp.backends.slurm.state import (
     requeue_reasons,
     timestamp,
 )
+from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
 from cloudddp.backends.torchrun import failed_rank
 from cloudddp.code import requirements
 from cloudddp.code.snapshot import human_bytes, snapshot_warnings
 from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.paths import home
 from cloudddp.plan import Plan, substitute
-from cloudddp.runtime import Places, checked_snapshot, checkpoint_folder, input_args, job_env, packed, snapshot_upload
+from cloudddp.runtime import Places, checked_snapshot, checkpoint_folder, job_env, packed, snapshot_upload
+from cloudddp.runtime import program as runtime_program
 from cloudddp.spec.model import JobSpec
 from cloudddp.spec.secrets import redacted_spec_data
 
@@ -238,10 +241,7 @@ class SlurmBackend(Backend[SlurmOptions]):
                     "then run from that file by every node"
                 )
             )
-        if spec.code.command is None:
-            program = [spec.code.entry or "train.py", *spec.code.args, *input_args(spec, places)]
-        else:
-            program = [*spec.code.command, *input_args(spec, places)]
+        run = runtime_program(spec, places)
         job = Job(
             job_name=spec.name,
             run_id=run_id,
@@ -252,8 +252,8 @@ class SlurmBackend(Backend[SlurmOptions]):
             time_minutes=minutes,
             stop_lead=lead,
             max_restarts=spec.limits.max_restarts,
-            program=program,
-            command=spec.code.command is not None,
+            program=list(run.argv),
+            command=not run.python,
             env=env,
             launch=launch,
             env_from_submit=tuple(sources),
@@ -310,7 +310,7 @@ class SlurmBackend(Backend[SlurmOptions]):
             env_sources=sources,
         )
 
-    def for_attempt(self, plan: Plan, attempt: int) -> Plan:
+    def _for_attempt(self, plan: Plan, attempt: int) -> Plan:
         """A recovery's next attempt: its own run id (the Slurm job name) and run folder; the same code,
         checkpoints and everything else."""
         old = plan.request["run_id"]

@@ -15,9 +15,9 @@ import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from cloudddp.backends.base import LogLine
 from cloudddp.backends.slurm.script import START_MARK
 from cloudddp.backends.slurm.shell import READ_CAP, Shell
+from cloudddp.backends.status import LogLine
 
 _TEE = re.compile(r"\[default(\d+)\]:")  # torchrun --tee: the local rank
 _ANNOUNCE = re.compile(r"cloudddp: rank (\d+) of \d+ \(local rank (\d+)\)$")

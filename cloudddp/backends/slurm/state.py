@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cloudddp.backends.base import Cause, RunState
 from cloudddp.backends.slurm.script import (
     CHAIN_MARK,
     LIMIT_EXIT,
@@ -20,6 +19,7 @@ from cloudddp.backends.slurm.script import (
     PREEMPTED_EXIT,
     START_MARK,
 )
+from cloudddp.backends.status import Cause, RunState
 
 _PAIR = re.compile(r"(\S+?)=(.*?)(?= \S+?=|$)")
 _NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
