@@ -38,6 +38,7 @@ from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 from cloudddp.code.filestate import DigestCache, Stamp, file_sha256, key_of, read_record, write_record
 from cloudddp.code.tarstream import Member, write_targz
 from cloudddp.errors import UserError
+from cloudddp.observe.units import human_bytes
 from cloudddp.paths import home
 
 DEFAULT_IGNORES = (
@@ -312,14 +313,6 @@ def safe_member(name: str) -> str:
 
 
 # -- what is being shipped -------------------------------------------------------------------------
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("bytes", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
 
 
 def ignore_line(rel: str) -> str:

@@ -25,8 +25,9 @@ from cloudddp.catalog.sizing import SizeDecision, decide
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.code import requirements
 from cloudddp.code.shim import SHIPPED_AS
-from cloudddp.code.snapshot import human_bytes, snapshot_warnings
+from cloudddp.code.snapshot import snapshot_warnings
 from cloudddp.errors import UserError
+from cloudddp.observe.units import human_bytes
 from cloudddp.plan import EnvSource, substitute
 from cloudddp.runtime import RUN_ID, Places, Program, checkpoint_folder, code_snapshot, job_env, unpacked
 from cloudddp.runtime import program as runtime_program

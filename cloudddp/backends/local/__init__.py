@@ -44,10 +44,11 @@ from cloudddp.catalog.stepstore import StepStore
 from cloudddp.code import requirements, stall
 from cloudddp.code.keepfiles import left_behind_notice
 from cloudddp.code.shim import RANK_LINE
-from cloudddp.code.snapshot import human_bytes, snapshot_warnings
+from cloudddp.code.snapshot import snapshot_warnings
 from cloudddp.errors import UserError
 from cloudddp.observe.metrics import MetricRecord, record_from_dict
 from cloudddp.observe.tail import follow_lines
+from cloudddp.observe.units import human_bytes
 from cloudddp.paths import home
 from cloudddp.plan import Plan, late
 from cloudddp.runtime import (

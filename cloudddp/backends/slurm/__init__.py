@@ -46,8 +46,9 @@ from cloudddp.backends.slurm.state import (
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
 from cloudddp.backends.torchrun import failed_rank
 from cloudddp.code import requirements
-from cloudddp.code.snapshot import human_bytes, snapshot_warnings
+from cloudddp.code.snapshot import snapshot_warnings
 from cloudddp.errors import CloudDDPError, UserError
+from cloudddp.observe.units import human_bytes
 from cloudddp.paths import home
 from cloudddp.plan import Plan, substitute
 from cloudddp.runtime import Places, checked_snapshot, checkpoint_folder, job_env, packed, snapshot_upload
