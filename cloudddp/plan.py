@@ -79,6 +79,13 @@ class JsonDataclass:
         found: Self = _adapter(cast(Hashable, cls)).validate_python(dict(data))
         return found
 
+    @classmethod
+    def from_fields(cls, data: Mapping[str, Any]) -> Self:
+        """The instance from a mapping that holds its fields among others (a run record's info, where the base
+        class and the runner keep their own keys too); a field the mapping lacks keeps its default (a record
+        written before the field existed)."""
+        return cls.from_dict({f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+
 
 @functools.cache
 def _adapter(cls: Any) -> Any:
