@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 from .support.cli import FIXTURES, ROOT, cli
 
@@ -89,3 +91,50 @@ def test_input_locations_per_backend_accept_the_earlier_form_and_name_unknown_ba
     assert channel["DataSource"]["S3DataSource"]["S3Uri"] == "s3://bucket/data/"
     typo = cli("validate", str(spec), "-o", "inputs.data.at.sagemakr=s3://b/d/")
     assert typo.returncode == 2 and "did you mean 'sagemaker'?" in typo.stderr
+
+
+def test_its_missing_setting_is_named_with_an_example_and_the_variable_that_gives_it() -> None:
+    missing = cli("render", str(TOY_JOB), "-b", "toy", "-o", "toy.greeting=null", env=WITH_PLUGIN)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert "toy.greeting: what the toy says when it runs (e.g. hello there, or TOY_GREETING" in missing.stderr
+    from_env = cli(
+        "render", str(TOY_JOB), "-b", "toy", "-o", "toy.greeting=null", env={**WITH_PLUGIN, "TOY_GREETING": "hey"}
+    )
+    assert from_env.returncode == 0, from_env.stderr
+    assert '"greeting": "hey"' in from_env.stdout
+
+
+def test_its_preflight_translated_errors_metrics_and_bill_reach_the_user_through_the_commands() -> None:
+    doctor = cli("doctor", str(TOY_JOB), "-b", "toy", "--json", env=WITH_PLUGIN)
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    assert checks["run name free"]["ok"] is True, doctor.stdout
+    assert cli("submit", str(TOY_JOB), "-b", "toy", "--detach", "--quiet", env=WITH_PLUGIN).returncode == 0
+    again = cli("doctor", str(TOY_JOB), "-b", "toy", "--json", env=WITH_PLUGIN)
+    assert {c["name"]: c["ok"] for c in json.loads(again.stdout)["checks"]}["run name free"] is False
+    refused = cli("submit", str(TOY_JOB), "-b", "toy", "--detach", "--skip-checks", env=WITH_PLUGIN)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr  # _translate: the toy's error, mapped
+    assert "the toy refused the run: ToyConflict: a run named toy-job exists" in refused.stderr
+    assert "rename the job" in refused.stderr
+    metrics = cli("metrics", "toy-job", "--json", env=WITH_PLUGIN)
+    assert metrics.returncode == 0, metrics.stderr
+    assert [r["words"] for r in map(json.loads, metrics.stdout.splitlines())] == [2.0]  # "hi there"
+    cost = cli("cost", "toy-job", "--json", env=WITH_PLUGIN)
+    assert cost.returncode == 0, cost.stderr
+    bill = json.loads(cost.stdout)["actual"]
+    assert bill["cost"] == 0.02 and bill["figures"][0]["name"] == "words said"
+
+
+def test_its_next_attempt_and_a_saved_plan_keep_its_typed_request() -> None:
+    code = (
+        "import json; from cloudddp.runs.runner import get_backend; from cloudddp.backends.registry import load_spec;"
+        f"backend = get_backend('toy'); plan = backend.render(load_spec({str(TOY_JOB)!r}));"
+        "second = backend.for_attempt(plan, 2); third = backend.for_attempt(second, 3);"
+        "restored = backend.restore(third.to_state());"
+        "print(json.dumps([second.job_name, third.job_name, third.request.job, type(restored.request).__name__,"
+        " restored.request == third.request]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **WITH_PLUGIN}
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == ["toy-job-r2", "toy-job-r3", "toy-job-r3", "ToyRequest", True]

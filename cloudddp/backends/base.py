@@ -7,53 +7,65 @@ callers (the runner, the faces, tests) call it, and no backend overrides it: the
 semantics below, once. ``docs/writing-a-backend.md`` mirrors both tables, and a test holds the two to the same
 names.
 
-Class attributes
-================
-====================  ========  ===============================================================================
-attribute             default   what it says
-====================  ========  ===============================================================================
-``name``              required  the entry point's name, the spec section (``<name>:``), ``inputs.X.at.<name>``
-``description``       required  one line for ``cloudddp backends``
-``options_model``     required  the pydantic model of the backend's spec section (subclass ``spec.model.Strict``)
-``cloud``             None      the catalog cloud its sizes come from (``"aws"``, ``"azure"``), or None
-``capabilities``      all       features it cannot run (refused at render, with the reason) and caveats (warned)
-``sigterm_grace``     30        seconds between SIGTERM and SIGKILL there (``CLOUDDDP_SIGTERM_GRACE``)
-``request_type``      None      its own request class (a :class:`~cloudddp.plan.JsonDataclass`); None: the
-                                cloud's native request, a dict
-``spend_while_running`` False   ``_bill`` prices spend while a run goes: the runner enforces
-                                ``resources.max_cost`` with its budget watch
-``no_bill_reason``    (text)    what ``cost`` says when ``_bill`` returns None
-``no_budget_reason``  (text)    why ``resources.max_cost`` is not enforced, when ``spend_while_running`` is False
-``watches_stalls``    False     it enforces ``limits.stall_timeout`` (else a spec that sets it gets a warning)
-``cpu_size_example``  ("", "")  :class:`SizedBackend` only: a CPU size to suggest for a CPU job, and a word on it
-====================  ========  ===============================================================================
+Class attributes (``docs/writing-a-backend.md`` has them as a table)
+--------------------------------------------------------------------
+``name`` (required)
+    The entry point's name, the spec section (``<name>:``), ``inputs.X.at.<name>``.
+``description`` (required)
+    One line for ``cloudddp backends``.
+``options_model`` (required)
+    The pydantic model of the backend's spec section (a subclass of ``spec.model.Strict``).
+``cloud`` (None)
+    The catalog cloud its sizes come from (``"aws"``, ``"azure"``), or None.
+``capabilities`` (supports all)
+    Features it cannot run (refused at render, with the reason) and caveats (plan warnings).
+``sigterm_grace`` (30)
+    Seconds between SIGTERM and SIGKILL there (``CLOUDDDP_SIGTERM_GRACE``).
+``request_type`` (None)
+    Its own request class (a :class:`~cloudddp.plan.JsonDataclass`); None: the cloud's native request, a dict.
+``spend_while_running`` (False)
+    ``_bill`` prices spend while a run goes: the runner enforces ``resources.max_cost`` with its budget watch.
+``no_bill_reason``, ``no_budget_reason`` (a sentence each)
+    What ``cost`` says when ``_bill`` returns None; why ``resources.max_cost`` is not enforced here.
+``watches_stalls`` (False)
+    It enforces ``limits.stall_timeout`` itself (elsewhere a spec that sets it gets a warning).
+``cpu_size_example`` (``("", "")``, :class:`~cloudddp.backends.sized.SizedBackend` only)
+    A CPU size to suggest for a CPU job, and a word about it.
 
-Hooks
-=====
-=========================================  ========================  =================================================
-hook                                       default                   called by, and when
-=========================================  ========================  =================================================
-``_render(spec) -> Plan``                  required                  ``render``, after the feature and settings checks
-``_launch(plan, *, provision, progress)``  required                  ``launch``, after the preflight; returns
-                                                                     :class:`Launched`
-``_describe(run_id) -> RunStatus | None``  required                  ``status`` (and every verb that checks the id)
-``_log_iter(run_id, *, follow)``           required                  ``logs``; the default ``_metric_iter``
-``_cancel(run_id)``                        required                  ``cancel``, only for a run not ended or stopping
-``_metric_iter(run_id, *, follow)``        parsed from ``_log_iter``  ``metrics``
-``_preflight(plan) -> list[Check]``        no checks                 ``preflight``, and ``launch`` with ``checks``
-``_bill(run_id) -> Bill | None``           None (no figures)         ``bill`` (``cloudddp cost``, the budget watch)
-``_translate(error)``                      None (not mapped)         every verb, for an exception its hook raised
-``_for_attempt(plan, attempt) -> Plan``    the same plan             ``for_attempt``: the recovery's next attempt
-``_missing_settings(spec)``                none missing              ``missing_settings``: ``render``, ``validate -b``,
-                                                                     ``plan``
-``_adopt(run_id) -> bool``                 False (nothing to adopt)  ``adopt``: the runner, before it reads a status
-``_size_target(spec)``                     None (no size choice)     ``size_target``: ``plan``, the fallback ranking;
-                                                                     :class:`SizedBackend` requires it
-``_recovery_notes(spec)``                  "no effect" warning       ``render``, with ``limits.recover_to: next_size``
-=========================================  ========================  =================================================
+Hooks: required, then optional with their default
+-------------------------------------------------
+``_render(spec) -> Plan``
+    Called by ``render`` after the unsupported features and missing settings are refused.
+``_launch(plan, *, provision, progress) -> Launched``
+    Called by ``launch`` after the preflight checks.
+``_describe(run_id) -> RunStatus | None``
+    Called by ``status`` and every verb that checks the run id first.
+``_log_iter(run_id, *, follow)``
+    Called by ``logs`` and the default ``_metric_iter``.
+``_cancel(run_id)``
+    Called by ``cancel``, only for a run that has not ended and is not stopping.
+``_metric_iter(run_id, *, follow)`` (the metric records in ``_log_iter``'s lines)
+    Called by ``metrics``.
+``_preflight(plan) -> list[Check]`` (no checks)
+    Called by ``preflight``, and ``launch`` unless ``checks=False``.
+``_bill(run_id) -> Bill | None`` (None: no figures)
+    Called by ``bill`` (``cloudddp cost``, the budget watch).
+``_translate(error) -> CloudDDPError | None`` (None: not mapped)
+    Called by every verb, for an exception one of its hooks raised.
+``_for_attempt(plan, attempt) -> Plan`` (the same plan)
+    Called by ``for_attempt``: recovery's next attempt.
+``_missing_settings(spec) -> list[MissingSetting]`` (none missing)
+    Called by ``missing_settings``: ``render``, ``validate -b``, ``plan``.
+``_adopt(run_id) -> bool`` (False: nothing to adopt)
+    Called by ``adopt``: the runner, before it reads a status.
+``_size_target(spec) -> SizeTarget | None`` (None: no size choice; :class:`~cloudddp.backends.sized.SizedBackend`
+requires it)
+    Called by ``size_target``: ``plan``, the next-size fallback.
+``_recovery_notes(spec) -> (decisions, warnings)`` (a warning that it has no effect)
+    Called by ``render``, with ``limits.recover_to: next_size``.
 
 Verbs
-=====
+-----
 ``render(spec) -> Plan``
     Pure: no network, no credentials, no cloud SDK import. Refuses, in one message, every feature the spec
     uses that the backend declares unsupported (with the backend's reason), and every setting it needs and
