@@ -19,14 +19,17 @@ from cloudddp.backends.base import Launched, Progress
 from cloudddp.backends.checks import Check, MissingSetting
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sagemaker import storage
+from cloudddp.backends.sagemaker.bill import training_bill
+from cloudddp.backends.sagemaker.decide import ACCOUNT, decide
+from cloudddp.backends.sagemaker.explain import explain
 from cloudddp.backends.sagemaker.limits import LIMITS, Text
 from cloudddp.backends.sagemaker.logs import host_line
 from cloudddp.backends.sagemaker.options import SageMakerOptions
 from cloudddp.backends.sagemaker.quotas import quota_check
-from cloudddp.backends.sagemaker.request import ACCOUNT, build, encode, shim_hyperparameters, shim_payload
+from cloudddp.backends.sagemaker.request import build, encode, shim_hyperparameters, shim_payload
 from cloudddp.backends.sized import SizedBackend
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
-from cloudddp.catalog.bill import Bill, Figure, catalog_bill
+from cloudddp.catalog.bill import Bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import BackendUnavailable, CloudDDPError, UserError
 from cloudddp.plan import Plan
@@ -162,22 +165,24 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
         return missing + super()._missing_settings(spec)
 
     # -- render ------------------------------------------------------------------------------
-    def _render(self, spec: JobSpec) -> Plan:
+    def _render(self, spec: JobSpec) -> Plan[dict[str, Any]]:
         token = self.token or time.strftime("%y%m%d%H%M%S")
-        r = build(spec, self.options(spec), self._size_target(spec), token, self.sigterm_grace)
+        decision = decide(spec, self.options(spec), self._size_target(spec), self.sigterm_grace)
+        request = build(decision, token)
+        decisions, warnings = explain(decision)
         return Plan(
             backend=self.name,
-            job_name=r.request["TrainingJobName"],
-            request=r.request,
-            documents={"CreateTrainingJob.json": json.dumps(r.request, indent=2) + "\n"},
-            decisions=r.decisions,
-            warnings=r.warnings,
-            estimate=r.estimate,
-            uploads=r.uploads,
-            target={"region": r.region},
+            job_name=request["TrainingJobName"],
+            request=request,
+            documents={"CreateTrainingJob.json": json.dumps(request, indent=2) + "\n"},
+            decisions=decisions,
+            warnings=warnings,
+            estimate=decision.size.estimate,
+            uploads=list(decision.storage.uploads),
+            target={"region": decision.region},
             job=redacted_spec_data(spec),
-            late=("ACCOUNT",) if ACCOUNT in json.dumps(r.request) else (),
-            env_sources=r.env_sources,
+            late=("ACCOUNT",) if ACCOUNT in json.dumps(request) else (),
+            env_sources=decision.launch.env_sources,
         )
 
     def _for_attempt(self, plan: Plan, attempt: int) -> Plan:
@@ -383,86 +388,9 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
         self._client("sagemaker", self._region_of(run_id)).stop_training_job(TrainingJobName=run_id)
 
     def _bill(self, run_id: str) -> Bill | None:
-        """SageMaker bills each instance from TrainingStartTime to TrainingEndTime (after the artifact upload), per
-        second; DescribeTrainingJob's BillableTimeInSeconds says how long, once the job has ended (managed spot:
-        less than TrainingTimeInSeconds by the saving). While it runs: the time since TrainingStartTime."""
+        """The bill from DescribeTrainingJob's times (:mod:`cloudddp.backends.sagemaker.bill`)."""
         d = self._describe_job(run_id)
-        if d is None:
-            return None
-        config = d.get("ResourceConfig", {})
-        itype, count = str(config.get("InstanceType", "")), int(config.get("InstanceCount", 1))
-        final = d.get("TrainingJobStatus") in ("Completed", "Failed", "Stopped")
-        start, end = d.get("TrainingStartTime"), d.get("TrainingEndTime")
-        billable, training = d.get("BillableTimeInSeconds"), d.get("TrainingTimeInSeconds")
-        figures = [Figure("instances", count, f"× {itype}", "DescribeTrainingJob ResourceConfig")]
-        if final and billable is not None:
-            billed = float(billable)
-            figures.append(
-                Figure("billable time per instance", billable, "s", "DescribeTrainingJob BillableTimeInSeconds")
-            )
-        elif isinstance(start, datetime.datetime):
-            until = end if final and isinstance(end, datetime.datetime) else datetime.datetime.now(start.tzinfo)
-            billed = max(0.0, (until - start).total_seconds())
-            source = (
-                "DescribeTrainingJob TrainingEndTime − TrainingStartTime (no BillableTimeInSeconds)"
-                if final
-                else "now − DescribeTrainingJob TrainingStartTime (running: SageMaker reports "
-                "BillableTimeInSeconds when the job ends)"
-            )
-            figures.append(Figure("billed time per instance", round(billed, 3), "s", source))
-        else:
-            billed = 0.0
-            figures.append(
-                Figure(
-                    "billed time per instance",
-                    0,
-                    "s",
-                    "no TrainingStartTime yet: billing starts there (instances are still being prepared)",
-                )
-            )
-        ran = float(training) if training is not None else None
-        if ran is not None:
-            figures.append(Figure("training time", training, "s", "DescribeTrainingJob TrainingTimeInSeconds"))
-        savings = None
-        if d.get("EnableManagedSpotTraining") and final and billable is not None and training:
-            savings = 1 - float(billable) / float(training)
-            figures.append(
-                Figure(
-                    "spot savings",
-                    f"{savings:.0%}",
-                    "",
-                    "1 − BillableTimeInSeconds / TrainingTimeInSeconds (the DescribeTrainingJob reference)",
-                )
-            )
-        retained = (d.get("WarmPoolStatus") or {}).get("ResourceRetainedBillableTimeInSeconds")
-        if retained:
-            billed += float(retained)
-            figures.append(
-                Figure(
-                    "warm pool kept per instance",
-                    retained,
-                    "s",
-                    "DescribeTrainingJob WarmPoolStatus.ResourceRetainedBillableTimeInSeconds",
-                )
-            )
-        processes = json.loads(d.get("HyperParameters", {}).get("sagemaker_mpi_num_of_processes_per_host", "null"))
-        notes = ["the ML storage volume, S3 and CloudWatch are billed apart and not included"]
-        if d.get("EnableManagedSpotTraining") and not final:
-            notes.append(
-                "a spot job's saving shows when it ends; until then every second since TrainingStartTime "
-                "counts at the on-demand price"
-            )
-        return catalog_bill(
-            size=itype,
-            nodes=count,
-            billed_s=billed,
-            figures=figures,
-            notes=notes,
-            final=final,
-            processes_per_node=processes if isinstance(processes, int) else None,
-            ran_s=ran,
-            savings=savings,
-        )
+        return None if d is None else training_bill(d)
 
     def _preflight(self, plan: Plan) -> list[Check]:
         """Credentials, the inputs in S3 and the instance type's quota (Service Quotas)."""

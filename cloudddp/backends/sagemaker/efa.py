@@ -1,10 +1,11 @@
 """EFA on SageMaker, as SageMaker's own training toolkit decides it, and the NCCL protocol it forces.
 
 The toolkit (``sagemaker_training/__init__.py``) attaches the EFA NCCL settings (``FI_PROVIDER=efa``)
-only on the instance types in ``SM_EFA_NCCL_INSTANCES``, and EFA's device RDMA only on those in
-``SM_EFA_RDMA_INSTANCES``: the lists below are the union of sagemaker-training 5.1.1 (what the AL2023
-images pin) and 5.1.4 (the newest), read 2026-11-25. EC2's own data gives EFA to more sizes (g5.12xlarge,
-g6.*, g6e.*): on SageMaker cloudddp follows SageMaker's list and says so in the plan.
+only on the instance types in ``SM_EFA_NCCL_INSTANCES`` (and EFA's device RDMA only on some of those, its
+``SM_EFA_RDMA_INSTANCES``, which the toolkit sets by itself and cloudddp need not know): the list below is the
+union of sagemaker-training 5.1.1 (what the AL2023 images pin) and 5.1.4 (the newest), read 2026-11-25. EC2's
+own data gives EFA to more sizes (g5.12xlarge, g6.*, g6e.*): on SageMaker cloudddp follows SageMaker's list and
+says so in the plan.
 
 The toolkit also sets ``NCCL_PROTO=simple`` for every torchrun job, a workaround for EFA's out-of-order
 delivery that aws-ofi-nccl 1.6 made unnecessary (the plugin then picks the protocol itself, and forcing
@@ -23,16 +24,6 @@ SM_EFA_NCCL_INSTANCES = frozenset(
         "ml.g4dn.12xlarge",
         "ml.g5.48xlarge",
         "ml.p3dn.24xlarge",
-        "ml.p4d.24xlarge",
-        "ml.p4de.24xlarge",
-        "ml.p5.48xlarge",
-        "ml.p5e.48xlarge",
-        "ml.trn1.32xlarge",
-        "ml.p6e-gb200.36xlarge",
-    }
-)
-SM_EFA_RDMA_INSTANCES = frozenset(
-    {
         "ml.p4d.24xlarge",
         "ml.p4de.24xlarge",
         "ml.p5.48xlarge",

@@ -1,0 +1,84 @@
+"""What a SageMaker plan says about its decision: the lines ``plan --explain`` shows, and the warnings."""
+
+from __future__ import annotations
+
+from cloudddp.backends.sagemaker.decide import TENSORBOARD_LOCAL, SageMakerDecision
+from cloudddp.code.shim import SHIPPED_AS
+from cloudddp.code.snapshot import snapshot_warnings
+
+
+def explain(d: SageMakerDecision) -> tuple[list[str], list[str]]:
+    """The plan's decision lines and warnings, in the order plans have always listed them."""
+    return [*_setup(d), *_running(d)], _warnings(d)
+
+
+def _setup(d: SageMakerDecision) -> list[str]:
+    """Where the files go, the size, the image and what the container gets before the script starts."""
+    lines = []
+    if d.storage.default_bucket:
+        lines.append(f"bucket: the SageMaker default, s3://{d.storage.bucket} (account filled in at submit)")
+    lines += d.size.decisions
+    if d.launch.runner == "smddp" and d.launch.launcher == "torchrun":
+        lines.append("smddp: the container's smddp launcher (MPI) starts the processes")
+    lines.append(f"image {d.launch.image} ({d.launch.image_how})")
+    reqs = d.storage.requirements
+    if reqs is not None:
+        lines.append(
+            f"requirements ({len(reqs.lines)} from {reqs.source}): the container installs the "
+            "snapshot's requirements.txt before the script starts"
+        )
+    sku = d.size.sku
+    if d.launch.presets and sku is not None:
+        lines.append(f"{sku.fabric} presets: " + ", ".join(f"{k}={v}" for k, v in d.launch.presets.items()))
+    return lines
+
+
+def _running(d: SageMakerDecision) -> list[str]:
+    """How the processes start, and what SageMaker keeps, syncs, waits for and retries."""
+    checkpoints = d.storage.checkpoint_uri
+    lines = [f"checkpoints in {checkpoints} (this training's own folder: a resubmit resumes from it)"]
+    if d.launch.unset_proto:
+        lines.append(
+            "NCCL_PROTO: the toolkit forces 'simple'; this image's aws-ofi-nccl (>= 1.6) picks the protocol "
+            "itself, so the launcher removes it"
+        )
+    lines.append(
+        f"the container's PID 1 is cloudddp's init ({SHIPPED_AS} --init; ContainerEntrypoint): it runs the "
+        "image's entry and passes a stop's SIGTERM to every process; the image's toolkit starts "
+        f"{SHIPPED_AS}, which runs the job's program with the spec's exact arguments and environment"
+    )
+    lines += d.instances.volume_notes
+    if d.instances.max_wait is not None:
+        lines.append(
+            f"managed spot: waits up to {d.instances.max_wait} s for capacity; checkpoints resume after interruptions"
+        )
+    if d.storage.tensorboard_uri is not None:
+        lines.append(
+            f"TensorBoard logs in {TENSORBOARD_LOCAL}, synced to {d.storage.tensorboard_uri} while the job runs"
+        )
+    if d.retries:
+        lines.append(
+            f"RetryStrategy: SageMaker restarts the job up to {d.retries} times only when "
+            "it fails with InternalServerError (SageMaker's own fault), resuming from "
+            f"{checkpoints}; a failing script is not retried (torchrun's --max-restarts stays the toolkit's 0)"
+        )
+    if d.storage.kms_key:
+        lines.append("uploads (code, inputs) encrypted with sagemaker.output_kms_key (SSE-KMS)")
+    return lines
+
+
+def _warnings(d: SageMakerDecision) -> list[str]:
+    warnings = list(d.size.warnings)
+    sku, instance_type, gpus = d.size.sku, d.instances.instance_type, d.gpus_per_node
+    if sku is not None and gpus and gpus != sku.gpus:
+        warnings.append(
+            f"{instance_type} has {sku.gpus} GPUs but resources.gpus_per_node is {gpus}: the container starts one "
+            f"process per GPU ({sku.gpus}); set gpus_per_node: {sku.gpus}"
+        )
+    warnings += snapshot_warnings(d.storage.snapshot)
+    if d.launch.efa_dropped:
+        warnings.append(
+            f"{instance_type}: EC2 gives this size EFA, but SageMaker's training toolkit does not use it there "
+            "(SM_EFA_NCCL_INSTANCES): no EFA settings, NCCL runs over TCP between the hosts"
+        )
+    return warnings
