@@ -1,8 +1,9 @@
 """The Azure ML backend: a command job with PyTorch (or MPI) distribution on an AmlCompute cluster.
 
-``render`` writes the CLI v2 YAML without importing azure-ai-ml (~2 s to import). ``launch`` creates the
-cluster when it is missing, or raises only its ``max_instances`` when it is too small (cluster.py), then
-submits the rendered YAML through the SDK's own ``load_job``, so what runs is what was rendered. Logs are
+``render`` writes the CLI v2 YAML without importing azure-ai-ml (~2 s to import): decide.py makes the job's
+choices once, document.py builds the YAML documents from them and explain.py the plan's lines. ``launch``
+creates the cluster when it is missing, or raises only its ``max_instances`` when it is too small (cluster.py),
+then submits the rendered YAML through the SDK's own ``load_job``, so what runs is what was rendered. Logs are
 read from the job's artifact store a few new bytes at a time (logs.py); metrics from the job's MLflow run,
 as Studio shows them (mlflow_metrics.py), or from the metric lines in the logs when the run logged none.
 """
@@ -19,7 +20,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cloudddp.backends.azureml.cluster import compute_url, grow, scale_settings, tier_mismatch
-from cloudddp.backends.azureml.document import build
+from cloudddp.backends.azureml.decide import decide
+from cloudddp.backends.azureml.document import documents, to_yaml
+from cloudddp.backends.azureml.explain import explain
 from cloudddp.backends.azureml.extensions import credential_from_environment, transport_from_environment
 from cloudddp.backends.azureml.failures import failure_cause, failure_message, root_error
 from cloudddp.backends.azureml.logs import LogFiles
@@ -71,13 +74,6 @@ def _field(obj: Any, snake: str, camel: str, default: Any = None) -> Any:
     if value is not None and not isinstance(value, (int, float, str, dict)):
         value = vars(value)
     return default if value is None else value
-
-
-def _yaml(data: dict[str, Any]) -> str:
-    import yaml
-
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter when PyYAML has it: ~5× faster
-    return yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
 
 
 class AzureMLBackend(SizedBackend[AzureMLOptions]):
@@ -146,20 +142,22 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         return super()._missing_settings(spec) + missing
 
     # -- render ------------------------------------------------------------------------------
-    def _render(self, spec: JobSpec) -> Plan:
-        az = self.options(spec)
-        docs = build(spec, az, self._size_target(spec), self.token or time.strftime("%y%m%d%H%M%S"), self.sigterm_grace)
+    def _render(self, spec: JobSpec) -> Plan[dict[str, Any]]:
+        az, token = self.options(spec), self.token or time.strftime("%y%m%d%H%M%S")
+        decision = decide(spec, az, self._size_target(spec), sigterm_grace=self.sigterm_grace)
+        job, compute = documents(decision, token)
+        lines, cautions = explain(decision)
         return Plan(
             backend=self.name,
-            job_name=docs.job["name"],
-            request={"job": docs.job, "compute": docs.compute},
-            documents={"job.yml": _yaml(docs.job), "compute.yml": _yaml(docs.compute)},
-            decisions=docs.decisions,
-            warnings=docs.warnings,
-            estimate=docs.estimate,
+            job_name=job["name"],
+            request={"job": job, "compute": compute},
+            documents={"job.yml": to_yaml(job), "compute.yml": to_yaml(compute)},
+            decisions=lines,
+            warnings=cautions,
+            estimate=decision.sizing.estimate,
             target={"workspace": workspace_fields(az)},
             job=redacted_spec_data(spec),
-            env_sources=docs.env_sources,
+            env_sources=decision.env_sources,
         )
 
     def _for_attempt(self, plan: Plan, attempt: int) -> Plan:
@@ -170,7 +168,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         again = plan.renamed(f"{base}-r{attempt}")
         job = again.request["job"]
         job["tags"] = {**job.get("tags", {}), "cloudddp:attempt": str(attempt)}
-        again.documents["job.yml"] = _yaml(job)
+        again.documents["job.yml"] = to_yaml(job)
         return again
 
     # -- the SDK (imported here only) ------------------------------------------------------------
