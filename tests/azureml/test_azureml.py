@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cloudddp.backends.azureml import AzureMLBackend
-from cloudddp.backends.azureml.workspace import find_workspace
+from cloudddp.backends.azureml.workspace import require_workspace, workspace_fields
 from cloudddp.backends.checks import PreflightFailed
 from cloudddp.backends.registry import load_spec
 from cloudddp.backends.status import RunState
@@ -120,13 +120,14 @@ def test_workspace_from_spec_then_config_json_then_environment(tmp_path: Path, m
     for var in ("AZURE_SUBSCRIPTION_ID", "AZURE_RESOURCE_GROUP", "AZUREML_WORKSPACE_NAME"):
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(UserError, match=r"AZURE_SUBSCRIPTION_ID.*AZURE_RESOURCE_GROUP.*AZUREML_WORKSPACE_NAME"):
-        find_workspace(None, cwd=tmp_path)
+        require_workspace(workspace_fields(None, cwd=tmp_path))
     (tmp_path / ".azureml").mkdir()
     config = {"subscription_id": "s", "resource_group": "r", "workspace_name": "w"}
     (tmp_path / ".azureml" / "config.json").write_text(json.dumps(config))
     (tmp_path / "sub").mkdir()
-    assert find_workspace(None, cwd=tmp_path / "sub").name == "w"
-    assert find_workspace(load_spec(AZURE_JOB).section("azureml"), cwd=tmp_path / "sub").name == "ml-workspace"
+    assert require_workspace(workspace_fields(None, cwd=tmp_path / "sub")).name == "w"
+    azureml = load_spec(AZURE_JOB).section("azureml")
+    assert require_workspace(workspace_fields(azureml, cwd=tmp_path / "sub")).name == "ml-workspace"
 
 
 # -- the real SDK against the offline workspace -----------------------------------------------------

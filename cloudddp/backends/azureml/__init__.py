@@ -1,8 +1,9 @@
 """The Azure ML backend: a command job with PyTorch (or MPI) distribution on an AmlCompute cluster.
 
-``render`` writes the CLI v2 YAML without importing azure-ai-ml (~2 s to import). ``launch`` creates the
-cluster when it is missing, or raises only its ``max_instances`` when it is too small (cluster.py), then
-submits the rendered YAML through the SDK's own ``load_job``, so what runs is what was rendered. Logs are
+``render`` writes the CLI v2 YAML without importing azure-ai-ml (~2 s to import): decide.py makes the job's
+choices once, document.py builds the YAML documents from them and explain.py the plan's lines. ``launch``
+creates the cluster when it is missing, or raises only its ``max_instances`` when it is too small (cluster.py),
+then submits the rendered YAML through the SDK's own ``load_job``, so what runs is what was rendered. Logs are
 read from the job's artifact store a few new bytes at a time (logs.py); metrics from the job's MLflow run,
 as Studio shows them (mlflow_metrics.py), or from the metric lines in the logs when the run logged none.
 """
@@ -18,14 +19,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from cloudddp.backends.azureml.bill import job_bill
 from cloudddp.backends.azureml.cluster import compute_url, grow, scale_settings, tier_mismatch
-from cloudddp.backends.azureml.document import build
+from cloudddp.backends.azureml.decide import decide
+from cloudddp.backends.azureml.document import documents, to_yaml
+from cloudddp.backends.azureml.explain import explain
 from cloudddp.backends.azureml.extensions import credential_from_environment, transport_from_environment
 from cloudddp.backends.azureml.failures import failure_cause, failure_message, root_error
 from cloudddp.backends.azureml.logs import LogFiles
 from cloudddp.backends.azureml.mlflow_metrics import MlflowMetrics, tracking_uri
 from cloudddp.backends.azureml.options import AzureMLOptions
-from cloudddp.backends.azureml.quota import quota_checks, usage_of
+from cloudddp.backends.azureml.preflight import SIGN_IN_FIX, preflight_checks
+from cloudddp.backends.azureml.states import STATES, native_state
 from cloudddp.backends.azureml.workspace import ENV as WORKSPACE_ENV
 from cloudddp.backends.azureml.workspace import require_workspace, workspace_fields
 from cloudddp.backends.base import Launched, Progress
@@ -33,7 +38,7 @@ from cloudddp.backends.checks import Check, MissingSetting
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sized import SizedBackend
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
-from cloudddp.catalog.bill import Bill, Figure, catalog_bill
+from cloudddp.catalog.bill import Bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import BackendUnavailable, CloudDDPError, UserError
 from cloudddp.observe.metrics import RANK_ZERO, MetricRecord, metrics_from_lines
@@ -42,42 +47,10 @@ from cloudddp.spec.model import JobSpec
 from cloudddp.spec.secrets import redacted_spec_data
 
 POLL_SECONDS = float(os.environ.get("CLOUDDDP_AZUREML_POLL", "5"))
-SIGN_IN_FIX = "run `az login`, or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET (or use a managed identity)"
 _FAILED_CLUSTER_FIX = (
     "Azure keeps a cluster that failed, in state Failed: once the cause is fixed, delete it "
     "(az ml compute delete --name {name}) and submit again, or name another cluster in azureml.compute"
 )
-_STATES = {
-    "NotStarted": RunState.PENDING,
-    "Queued": RunState.PENDING,
-    "Preparing": RunState.STARTING,
-    "Provisioning": RunState.STARTING,
-    "Starting": RunState.STARTING,
-    "Running": RunState.RUNNING,
-    "Finalizing": RunState.RUNNING,
-    "CancelRequested": RunState.STOPPING,
-    "Completed": RunState.SUCCEEDED,
-    "Failed": RunState.FAILED,
-    "Canceled": RunState.CANCELLED,
-    "NotResponding": RunState.UNKNOWN,
-}
-
-
-def _field(obj: Any, snake: str, camel: str, default: Any = None) -> Any:
-    """azure-ai-ml leaves some snake_case attributes of VmSize/Usage None; the camelCase keys hold the value."""
-    value = getattr(obj, snake, None)
-    if value is None:
-        value = vars(obj).get(camel)
-    if value is not None and not isinstance(value, (int, float, str, dict)):
-        value = vars(value)
-    return default if value is None else value
-
-
-def _yaml(data: dict[str, Any]) -> str:
-    import yaml
-
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's emitter when PyYAML has it: ~5× faster
-    return yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
 
 
 class AzureMLBackend(SizedBackend[AzureMLOptions]):
@@ -146,20 +119,22 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         return super()._missing_settings(spec) + missing
 
     # -- render ------------------------------------------------------------------------------
-    def _render(self, spec: JobSpec) -> Plan:
-        az = self.options(spec)
-        docs = build(spec, az, self._size_target(spec), self.token or time.strftime("%y%m%d%H%M%S"), self.sigterm_grace)
+    def _render(self, spec: JobSpec) -> Plan[dict[str, Any]]:
+        az, token = self.options(spec), self.token or time.strftime("%y%m%d%H%M%S")
+        decision = decide(spec, az, self._size_target(spec), sigterm_grace=self.sigterm_grace)
+        job, compute = documents(decision, token)
+        lines, cautions = explain(decision)
         return Plan(
             backend=self.name,
-            job_name=docs.job["name"],
-            request={"job": docs.job, "compute": docs.compute},
-            documents={"job.yml": _yaml(docs.job), "compute.yml": _yaml(docs.compute)},
-            decisions=docs.decisions,
-            warnings=docs.warnings,
-            estimate=docs.estimate,
+            job_name=job["name"],
+            request={"job": job, "compute": compute},
+            documents={"job.yml": to_yaml(job), "compute.yml": to_yaml(compute)},
+            decisions=lines,
+            warnings=cautions,
+            estimate=decision.sizing.estimate,
             target={"workspace": workspace_fields(az)},
             job=redacted_spec_data(spec),
-            env_sources=docs.env_sources,
+            env_sources=decision.env_sources,
         )
 
     def _for_attempt(self, plan: Plan, attempt: int) -> Plan:
@@ -170,7 +145,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         again = plan.renamed(f"{base}-r{attempt}")
         job = again.request["job"]
         job["tags"] = {**job.get("tags", {}), "cloudddp:attempt": str(attempt)}
-        again.documents["job.yml"] = _yaml(job)
+        again.documents["job.yml"] = to_yaml(job)
         return again
 
     # -- the SDK (imported here only) ------------------------------------------------------------
@@ -388,8 +363,8 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             job = self._client(workspace).jobs.get(run_id)
         except ResourceNotFoundError:
             return None
-        native = str(getattr(job.status, "value", job.status) or "")
-        state = _STATES.get(native, RunState.UNKNOWN)
+        native = native_state(job)
+        state = STATES.get(native, RunState.UNKNOWN)
         ctx = getattr(job, "creation_context", None)
         created = getattr(ctx, "created_at", None)
         details = {
@@ -421,7 +396,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
 
         if run_id in self._failures:
             return self._failures[run_id]
-        try:  # the run history, as _bill reads it
+        try:  # the run history, as bill.py reads it
             details = self._client(workspace).jobs._runs_operations.get_run_details(run_id).as_dict()
         except AzureError as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -477,124 +452,15 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         self._client(self._workspace_of(run_id)).jobs.begin_cancel(run_id).result()
 
     def _bill(self, run_id: str) -> Bill | None:
-        """An AmlCompute node is billed from allocation to release: the run history's start to end on the nodes the
-        job asked for, then the cluster's idle time before scale-down, which the job's end causes."""
-        from azure.core.exceptions import ResourceNotFoundError
-
-        client = self._client(self._workspace_of(run_id))
-        try:
-            job = client.jobs.get(run_id)
-        except ResourceNotFoundError:
-            return None
-        final = _STATES.get(str(getattr(job.status, "value", job.status) or ""), RunState.UNKNOWN).terminal
-        nodes = int(getattr(job.resources, "instance_count", None) or 1)
-        processes = getattr(job.distribution, "process_count_per_instance", None)
-        cluster_name = str(job.compute or "").rsplit("/", 1)[-1].removeprefix("azureml:")
-        try:
-            cluster = client.compute.get(cluster_name)
-        except ResourceNotFoundError:  # deleted since: its size, and so the price, are no longer known
-            cluster = None
-        size = str(getattr(cluster, "size", "") or "") or f"(cluster {cluster_name} no longer exists)"
-        idle = int(getattr(cluster, "idle_time_before_scale_down", None) or 0)
-        kept = int(getattr(cluster, "min_instances", None) or 0) >= nodes  # nodes stay up: no scale-down to cause
-        details = client.jobs._runs_operations.get_run_details(run_id)  # the run history, as _log_iter reads it
-        start, end = details.start_time_utc, details.end_time_utc
-        figures = [
-            Figure(
-                "nodes",
-                nodes,
-                f"× {size}",
-                f"the job's resources.instance_count; cluster {cluster_name}'s size (compute get)",
-            )
-        ]
-        if start is None:
-            ran = 0.0
-            figures.append(Figure("nodes held", 0, "s", "the run history has no startTimeUtc yet (queued)"))
-        else:
-            until = end if final and end is not None else datetime.datetime.now(start.tzinfo)
-            ran = max(0.0, (until - start).total_seconds())
-            figures.append(
-                Figure(
-                    "run time",
-                    round(ran, 3),
-                    "s",
-                    "run history endTimeUtc − startTimeUtc"
-                    if final and end is not None
-                    else "now − run history startTimeUtc (running)",
-                )
-            )
-        pending = 0.0 if kept or start is None else float(idle)
-        if not kept and start is not None:
-            figures.append(
-                Figure(
-                    "idle before scale-down",
-                    idle,
-                    "s per node",
-                    f"cluster {cluster_name}'s idle_time_before_scale_down (compute get): billed after "
-                    "the job ends" + (" (included)" if final else " (to come)"),
-                )
-            )
-        billed = ran + (pending if final else 0.0)
-        notes = [
-            "node allocation before the run history's startTimeUtc is billed but not reported, so not included",
-            "disks, storage and network are billed apart and not included",
-        ]
-        if kept:
-            notes.append(
-                f"cluster {cluster_name} keeps at least {nodes} node(s) up (min_instances): they are billed "
-                "whether or not a job runs"
-            )
-        spot_tier = getattr(getattr(job, "queue_settings", None), "job_tier", None) == "spot"
-        if spot_tier or str(getattr(cluster, "tier", "")).lower() == "low_priority":
-            notes.append(
-                "low priority: priced here at the catalog's on-demand price (the catalog has no low-priority prices)"
-            )
-        return catalog_bill(
-            size=size,
-            nodes=nodes,
-            billed_s=billed,
-            figures=figures,
-            notes=notes,
-            final=final,
-            processes_per_node=processes,
-            ran_s=ran,
-            pending_s=0.0 if final else pending,
-        )
+        """bill.py: the run history's start to end on the job's nodes, then the cluster's idle time."""
+        return job_bill(self._client(self._workspace_of(run_id)), run_id)
 
     def _preflight(self, plan: Plan) -> list[Check]:
         """Workspace and credentials reachable; the size offered in the region; quota enough, counted as Azure
-        counts it (quota.py: spot against the regional low-priority pool, dedicated against the family's)."""
-
+        counts it (preflight.py). What could not be checked is said again at launch."""
         workspace = plan.target["workspace"]
         ws = require_workspace(workspace)
-        try:
-            client = self._client(workspace)
-            found = client.workspaces.get(ws.name)
-        except Exception as e:  # noqa: BLE001 - any failure here is "cannot reach the workspace"
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            return [Check("workspace reachable", False, first, fix=SIGN_IN_FIX + "; check the workspace in azureml.*")]
-        checks = [Check("workspace reachable", True, f"{ws.name} in {found.location}")]
-        size = plan.request["compute"]["size"]
-        nodes = plan.request["job"]["resources"]["instance_count"]
-        try:
-            sizes = {s.name.lower(): s for s in client.compute.list_sizes(location=found.location)}
-            offered = size.lower() in sizes
-            checks.append(
-                Check(
-                    f"{size} offered in {found.location}",
-                    offered,
-                    "",
-                    fix="pick a size the region offers: `az ml compute list-sizes`",
-                )
-            )
-            vcpus = _field(sizes[size.lower()], "v_cp_us", "vCPUs") if offered else None
-            family = _field(sizes[size.lower()], "family", "family") if offered else None
-            if offered and family and vcpus:
-                usages = [usage_of(u) for u in client.compute.list_usage(location=found.location)]
-                spot = plan.request["compute"]["tier"] == "low_priority"
-                checks += quota_checks(usages, str(family), int(vcpus), nodes, spot=spot)
-        except Exception as e:  # noqa: BLE001
-            checks.append(Check(f"{size} offered and quota", None, f"could not check: {str(e).splitlines()[0]}"))
+        checks = preflight_checks(lambda: self._client(workspace), ws, plan.request)
         self._unchecked[plan.request["job"]["name"]] = [c for c in checks if c.ok is None]
         return checks
 

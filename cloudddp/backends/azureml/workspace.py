@@ -79,7 +79,3 @@ def require_workspace(found: dict[str, str]) -> Workspace:
             hint="set them in the spec, in the environment, or in a config.json from the Azure portal",
         )
     return Workspace(found["subscription_id"], found["resource_group"], found["name"])
-
-
-def find_workspace(az: AzureMLOptions | None, cwd: Path | None = None) -> Workspace:
-    return require_workspace(workspace_fields(az, cwd))

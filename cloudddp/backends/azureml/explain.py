@@ -1,0 +1,82 @@
+"""The lines an Azure ML plan shows, generated from its decision: what was chosen and why, and the warnings of
+what will not go as the spec may expect."""
+
+from __future__ import annotations
+
+from cloudddp.backends.azureml.decide import SSH_USER, AzureMLDecision
+from cloudddp.backends.azureml.environment import DEFAULT_ENVIRONMENT
+from cloudddp.backends.azureml.environment import describe as describe_environment
+from cloudddp.code.snapshot import snapshot_warnings
+from cloudddp.observe.units import human_bytes
+
+
+def explain(d: AzureMLDecision) -> tuple[list[str], list[str]]:
+    """The plan's decision lines and its warnings, in the order a plan has always shown them."""
+    return _decisions(d), _warnings(d)
+
+
+def _decisions(d: AzureMLDecision) -> list[str]:
+    lines = [
+        f"code: snapshot {d.snapshot.sha256[:12]} ({len(d.snapshot.files)} files, "
+        f"{human_bytes(d.snapshot.size)}), the same bytes every backend runs"
+    ]
+    if d.requirements is not None:
+        lines.append(
+            f"requirements ({len(d.requirements.lines)} from {d.requirements.source}): installed by the shipped "
+            "launcher on each node, before the program starts, into an environment over the image's Python (every "
+            "job pays the install; an image with them in azureml.environment starts faster)"
+        )
+    lines += d.sizing.decisions
+    if not d.gpus and d.process_group == "gloo":
+        lines.append(
+            f"CPU training: {d.processes} process(es) per node; gloo uses TCP, not "
+            "RDMA, so no InfiniBand size is needed"
+        )
+    if d.infiniband:
+        lines.append("InfiniBand presets: " + ", ".join(f"{k}={v}" for k, v in d.infiniband.items()))
+    if d.mpi:
+        lines.append("MPI presets (as Azure's ACPT MPI jobs): " + ", ".join(f"{k}={v}" for k, v in d.mpi.items()))
+    lines += d.input_notes
+    if d.checkpoints is not None:
+        lines.append(f"checkpoints in {d.checkpoints} (this training's own folder: a resubmit resumes from it)")
+    lines.append(describe_environment(d.environment))
+    if not d.gpus and d.environment == DEFAULT_ENVIRONMENT:
+        lines.append(
+            "the curated PyTorch environments are all CUDA builds (there is no CPU one); this one "
+            "runs on CPU nodes as it is, a larger image to pull: set azureml.environment to a CPU "
+            "image of your own to pull less"
+        )
+    return lines + _cluster_lines(d)
+
+
+def _cluster_lines(d: AzureMLDecision) -> list[str]:
+    cluster, lines = d.cluster, []
+    if cluster.ssh_public_key is not None:
+        lines.append(f"a new cluster allows SSH as {SSH_USER} with azureml.ssh_public_key")
+    if cluster.spot:
+        lines.append("low priority cluster (tier low_priority): cheaper, preemptible; checkpoints resume the job")
+    lines.append(
+        f"cluster {cluster.name}: created when missing as {cluster.size}, {cluster.tier}, "
+        f"{cluster.min_instances}–{cluster.max_instances} nodes, scaling down after "
+        f"{cluster.idle_s} s idle; an existing one keeps its settings, and only its "
+        f"max_instances is raised when below {cluster.max_instances}"
+    )
+    return lines
+
+
+def _warnings(d: AzureMLDecision) -> list[str]:
+    warnings = snapshot_warnings(d.snapshot) + d.sizing.warnings
+    if d.ethernet_only is not None:
+        warnings.append(f"{d.ethernet_only}: multi-node DDP over Ethernet does not scale; pick an InfiniBand size")
+    sku = d.sizing.sku
+    if sku is not None and d.gpus and d.gpus < sku.gpus:
+        warnings.append(
+            f"{d.sizing.size} has {sku.gpus} GPUs; {d.gpus} processes per node leave {sku.gpus - d.gpus} idle "
+            f"(set resources.gpus_per_node: {sku.gpus})"
+        )
+    if d.cluster.spot and d.checkpoints is not None and d.checkpoint_minutes is None:
+        warnings.append(
+            "resources.spot: Azure ML takes low-priority nodes back without a signal to the processes, so a "
+            "resubmit resumes from the last epoch's checkpoint; checkpoint.every_minutes (e.g. 15) bounds what is lost"
+        )
+    return warnings

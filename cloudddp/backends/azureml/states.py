@@ -1,0 +1,31 @@
+"""Azure ML's job states as cloudddp's: what ``status`` says, and whether a job has ended (its bill is final)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cloudddp.backends.status import RunState
+
+STATES = {
+    "NotStarted": RunState.PENDING,
+    "Queued": RunState.PENDING,
+    "Preparing": RunState.STARTING,
+    "Provisioning": RunState.STARTING,
+    "Starting": RunState.STARTING,
+    "Running": RunState.RUNNING,
+    "Finalizing": RunState.RUNNING,
+    "CancelRequested": RunState.STOPPING,
+    "Completed": RunState.SUCCEEDED,
+    "Failed": RunState.FAILED,
+    "Canceled": RunState.CANCELLED,
+    "NotResponding": RunState.UNKNOWN,
+}
+
+
+def native_state(job: Any) -> str:
+    """The job's status as Azure ML names it (the SDK gives an enum, or a string)."""
+    return str(getattr(job.status, "value", job.status) or "")
+
+
+def state_of(job: Any) -> RunState:
+    return STATES.get(native_state(job), RunState.UNKNOWN)
