@@ -17,13 +17,11 @@ from typing import Any
 
 from cloudddp.backends.azureml.decide import SSH_USER, AzureMLDecision, Cluster
 from cloudddp.code.shim import SHIPPED_AS
-from cloudddp.errors import UserError
 from cloudddp.plan import substitute
 from cloudddp.runtime import RUN_ID, unpacked
 
 JOB_SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
 COMPUTE_SCHEMA = "https://azuremlschemas.azureedge.net/latest/amlCompute.schema.json"
-DISTRIBUTION_KEYS = {"pytorch": {"type", "process_count_per_instance"}, "mpi": {"type", "process_count_per_instance"}}
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_-]")
 
 
@@ -108,16 +106,8 @@ def quote_around_bindings(text: str) -> str:
 
 
 def _distribution(d: AzureMLDecision) -> dict[str, Any]:
-    """The job's distribution; azure-ai-ml drops unknown keys inside one silently, so they are refused instead."""
-    distribution = {"type": d.distribution, "process_count_per_instance": d.processes}
-    allowed = DISTRIBUTION_KEYS.get(d.distribution, set())
-    unknown = sorted(set(distribution) - allowed)
-    if unknown:
-        raise UserError(
-            f"distribution: unknown key(s) {unknown} for type {d.distribution!r} "
-            f"(allowed: {sorted(allowed)}); Azure ML would silently drop them"
-        )
-    return distribution
+    """The job's distribution: the two keys both types have (azure-ai-ml would drop any other silently)."""
+    return {"type": d.distribution, "process_count_per_instance": d.processes}
 
 
 def _outputs(d: AzureMLDecision) -> dict[str, Any]:
