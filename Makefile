@@ -37,13 +37,15 @@ system-deps:
 	|| { echo "system-deps: could not install" $$missing "with apt-get (needs root and Debian's archive): tests that need them skip and say why"; \
 	     case "$$CI" in 1|true|TRUE|True|yes) echo "system-deps: CI=true, so a missing package fails the run"; exit 1;; esac; }
 
-# Lint first (seconds): ruff's rules and format check on everything, mypy (strict) on the package, and the
-# import layers (import-linter: a module imports only from layers below its own; docs/architecture.md).
+# Lint first (seconds): ruff's rules and format check on everything, mypy (strict) on the package, the
+# import layers (import-linter: a module imports only from layers below its own; docs/architecture.md), and the
+# code's shape (no function over 80 lines, no module over 500, but for the reasoned allowances in the script).
 lint: venv
 	$(BIN)/ruff check cloudddp tests bench src_train
 	$(BIN)/ruff format --check cloudddp tests bench src_train
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/python -m tests.support.shape
 
 # The sagemaker-training versions the PyTorch images carry (tests/support/image/toolkits.json: 5.1.1 in the
 # AL2023 images), each in .cache/toolkits for the SageMaker rehearsal (~5 s each, once; the newest is the venv's).

@@ -11,7 +11,6 @@ run.wait()
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -20,12 +19,13 @@ from typing import Any
 from cloudddp.backends.base import Backend, Progress
 from cloudddp.backends.registry import backend_class, load_spec, spec_from_dict
 from cloudddp.backends.status import LogLine, RunState, RunStatus
-from cloudddp.errors import CloudDDPError, RunNotFound, UserError
-from cloudddp.observe.metrics import PREFIX, MetricRecord, record_of_log_line
+from cloudddp.errors import RunNotFound, UserError
+from cloudddp.observe.metrics import MetricRecord
 from cloudddp.observe.notebook import watch
 from cloudddp.observe.plotting import plot_metrics
 from cloudddp.plan import Plan
 from cloudddp.runs import recovery
+from cloudddp.runs.chained import ChainedRun
 from cloudddp.runs.cost import CostReport
 from cloudddp.runs.registry import Registry
 from cloudddp.runs.runner import Runner, get_backend
@@ -94,23 +94,6 @@ class Job:
         return f"Job(name={self.spec.name!r}, nodes={resources.nodes}, gpus_per_node={resources.gpus_per_node})"
 
 
-class Repeats:
-    """The records an attempt repeats after resuming from a checkpoint: a step already reported (for every metric
-    of the record, by the same rank) is a repeat; the first report of a step is kept."""
-
-    def __init__(self) -> None:
-        self.last: dict[tuple[int | None, str], int] = {}  # (rank, metric) -> the last step it was reported at
-
-    def seen(self, record: MetricRecord) -> bool:
-        if record.step is None or not record.values:
-            return False
-        keys = [(record.rank, name) for name in record.values]
-        if all(record.step <= self.last.get(key, -1) for key in keys):
-            return True
-        self.last.update(dict.fromkeys(keys, record.step))
-        return False
-
-
 class Run:
     """A submitted run on any backend."""
 
@@ -141,83 +124,27 @@ class Run:
             )
         return cls(run_id, get_backend(backend, **options))
 
+    @property
+    def _one(self) -> ChainedRun:
+        """This run as its person sees it: every attempt of its recovery chain (when it has one) as one."""
+        return ChainedRun(self.run_id, self.backend)
+
     def status(self) -> RunStatus:
         """The run's status now; the registry of this machine is brought up to date with it, and when a run
         has just ended its measured step time is kept for the next estimate of the job (cloudddp.catalog.stepstore). For
         a run under recovery: the chain's state, with every attempt and why it ended in ``details["attempts"]``."""
-        chain = self.chain
-        if chain is None:
-            return self._status_of(self.run_id)
-        recovery.ensure_watched(chain)
-        current = self._status_of(chain.current.run_id)
-        state = current.state
-        if chain.status == recovery.WATCHING and current.state.terminal:
-            state = RunState.STARTING  # the watcher is about to launch the next attempt
-        elif chain.status != recovery.WATCHING:
-            state = {recovery.SUCCEEDED: RunState.SUCCEEDED, recovery.CANCELLED: RunState.CANCELLED}.get(
-                chain.status, RunState.FAILED
-            )
-        return dataclasses.replace(
-            current,
-            run_id=self.run_id,
-            state=state,
-            message=chain.message or current.message,
-            details={
-                **current.details,
-                "attempts": chain.summary(),
-                "recovery": chain.status,
-                "recoveries_left": chain.recoveries_left,
-            },
-        )
-
-    def _status_of(self, run_id: str) -> RunStatus:
-        return Runner(self.backend).status(run_id)
+        return self._one.status()
 
     def cost(self) -> CostReport:
         """What the run cost (so far, while it goes) next to the estimate its plan had at submit, every figure with
         its source; without figures from the backend, the reason (:meth:`cloudddp.runs.runner.Runner.cost`). For a
         run under recovery: the current attempt's bill, and every attempt's cost with their total in ``attempts``."""
-        chain, runner = self.chain, Runner(self.backend)
-        if chain is None:
-            report = runner.cost(self.run_id)
-            if report.measured is None and report.bill is not None and report.bill.final:
-                report.measured = self._learn(self.run_id)
-            return report
-        reports = [runner.cost(attempt.run_id) for attempt in chain.attempts]
-        report = dataclasses.replace(reports[-1], run_id=self.run_id, estimate=reports[0].estimate)
-        report.attempts = [
-            {"run_id": r.run_id, "state": r.state, "cost": r.bill.cost if r.bill else None} for r in reports
-        ]
-        return report
-
-    def _learn(self, run_id: str) -> dict[str, Any] | None:
-        try:
-            return Runner(self.backend).learn(run_id)
-        except CloudDDPError:  # the logs are not readable now: a later status or cost tries again
-            return None
+        return self._one.cost()
 
     @property
     def chain(self) -> recovery.Chain | None:
         """The recovery chain this run belongs to, when it was submitted with recovery."""
-        return recovery.chain_of(self.run_id, self.backend)
-
-    def _attempts(self, follow: bool) -> Iterator[tuple[str, bool]]:
-        """``(run id, follow it)`` for each attempt in order; while following, the next one as the watcher
-        launches it, until the chain has ended."""
-        chain = self.chain
-        if chain is None:
-            yield self.run_id, follow
-            return
-        seen, chain_id = 0, chain.chain_id
-        while True:
-            chain = recovery.Chain.load(chain_id)
-            ended = chain.status != recovery.WATCHING
-            for attempt in chain.attempts[seen:]:
-                seen += 1
-                yield attempt.run_id, follow and not ended and seen == len(chain.attempts)
-            if not follow or ended:
-                return
-            time.sleep(0.5)  # the watcher is about to launch the next attempt, or to end the chain
+        return self._one.chain
 
     def wait(self, timeout: float | None = None, poll: float = 1.0) -> RunStatus:
         """Block until the run ends (or ``timeout`` seconds pass) and return its status."""
@@ -230,17 +157,12 @@ class Run:
 
     def logs(self, follow: bool = False) -> Iterator[LogLine]:
         """The run's log lines (every attempt's, in order, for a run under recovery)."""
-        for run_id, following in self._attempts(follow):
-            yield from self.backend.logs(run_id, follow=following)
+        return self._one.logs(follow)
 
     def metrics(self, follow: bool = False) -> Iterator[MetricRecord]:
         """The run's metric records; under recovery, every attempt's, each step once (an attempt that
         resumes from a checkpoint repeats the steps after it: the first report of a step is kept)."""
-        repeats = Repeats()
-        for run_id, following in self._attempts(follow):
-            for record in self.backend.metrics(run_id, follow=following):
-                if not repeats.seen(record):
-                    yield record
+        return self._one.metrics(follow)
 
     def events(self, follow: bool = False, all_ranks: bool = False) -> Iterator[MetricRecord | LogLine]:
         """What a person watching the run sees, in the order it was printed: global rank 0's lines (every line,
@@ -248,17 +170,7 @@ class Run:
         records as :meth:`metrics` on every backend (global rank 0's, or every rank's with ``metrics.ranks:
         all``). A line a declared pattern matched is shown *and* its record; a ``CLOUDDDP_METRIC`` line is shown
         as its record (the line is that record's machine form)."""
-        patterns = self.backend.metric_patterns(self.run_id)
-        ranks = self.backend.metric_ranks(self.run_id)
-        repeats = Repeats()
-        for line in self.logs(follow=follow):
-            record = record_of_log_line(line, patterns, ranks)
-            if record is not None and repeats.seen(record):
-                record = None  # as metrics() has it: an attempt that resumed repeats it
-            if (all_ranks or line.primary or record is not None) and PREFIX not in line.text:
-                yield line
-            if record is not None:
-                yield record
+        return self._one.events(follow, all_ranks)
 
     def metrics_frame(self) -> Any:
         """The metrics so far as a pandas DataFrame (needs the ``notebook`` extra)."""
@@ -271,11 +183,7 @@ class Run:
     def cancel(self) -> bool:
         """Ask the run to stop (it checkpoints first); False when it had already ended. A run under
         recovery stops being recovered."""
-        chain = self.chain
-        if chain is None:
-            return self.backend.cancel(self.run_id)
-        recovery.cancel(chain)
-        return self.backend.cancel(chain.current.run_id)
+        return self._one.cancel()
 
     async def wait_async(self, timeout: float | None = None, poll: float = 1.0) -> RunStatus:
         """``await run.wait_async()`` in a notebook: the event loop (and the notebook) stay responsive."""

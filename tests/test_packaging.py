@@ -19,8 +19,12 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from cloudddp.code import filestate, shim
+from cloudddp.code import ignore as rules
 from cloudddp.code import snapshot as packaging
-from cloudddp.code.snapshot import collect, folder_digest, ignore_line, pack, safe_member, snapshot_warnings
+from cloudddp.code.ignore import ignore_line
+from cloudddp.code.scan import collect
+from cloudddp.code.shipped import snapshot_warnings
+from cloudddp.code.snapshot import folder_digest, pack, safe_member
 from cloudddp.errors import UserError
 
 from .support.cli import cli
@@ -297,9 +301,9 @@ path_parts = st.text(st.sampled_from(list("ab.*?[]!#\\ (P<>)-")), min_size=1, ma
 def test_the_combined_ignore_regex_answers_as_gitignorespec(
     lines: list[str], paths: list[list[str]], defaults: bool
 ) -> None:
-    lines = [*packaging.DEFAULT_IGNORES, *lines] if defaults else lines
+    lines = [*rules.DEFAULT_IGNORES, *lines] if defaults else lines
     try:
-        ignored = packaging._Ignored(lines)
+        ignored = rules._Ignored(lines)
     except UserError:
         assume(False)  # not a valid pattern (a lone "!"): refused as a user error, nothing to compare
     for rel in ["/".join(p) for p in paths]:
@@ -400,7 +404,7 @@ def test_every_git_ignore_rule_and_credential_defaults_leave_files_out(tmp_path:
 
 def test_outside_a_git_work_tree_nested_gitignore_files_still_apply(tmp_path: Path) -> None:
     code = _tree_with_rules_everywhere(tmp_path / "plain")
-    assert packaging.git_ignored(code) is None  # no repository here
+    assert rules.git_ignored(code) is None  # no repository here
     files = pack(code).files
     assert "sub/secrets.yaml" not in files and "sub/keep.py" in files and ".env" not in files
 

@@ -200,6 +200,39 @@ def _transfer_s(nbytes: float, gbps: float) -> float:
     return nbytes * 8 / (gbps * 1e9) if nbytes and gbps else 0.0
 
 
+@dataclass(frozen=True)
+class _Around:
+    """The parts of the job around its training, in seconds per node, and the billing increment (overheads.py);
+    all zero without overheads, when the estimate is the training alone."""
+
+    provision_unbilled: float = 0.0
+    startup: float = 0.0
+    checkpoint: float = 0.0
+    shutdown: float = 0.0
+    idle: float = 0.0
+    increment: float = 1.0
+
+
+def _around(workload: Workload, o: Overheads | None) -> _Around:
+    """What ``o`` says the job spends around its training: provisioning, image pull and data download before it,
+    checkpoint writes during it, the model upload and teardown after it, idle nodes before scale-down."""
+    if o is None:
+        return _Around()
+    writes = workload.epochs // workload.checkpoint_every if workload.checkpoint_every > 0 else 0
+    return _Around(
+        provision_unbilled=0.0 if o.provision_billed else o.provision_s,
+        startup=(
+            (o.provision_s if o.provision_billed else 0.0)
+            + _transfer_s(o.image_gb * 1e9, o.pull_gbps)
+            + _transfer_s(workload.dataset_bytes, o.download_gbps)
+        ),
+        checkpoint=writes * _transfer_s(workload.params * CHECKPOINT_BYTES_PER_PARAM, o.checkpoint_gbps),
+        shutdown=_transfer_s(workload.params * MODEL_BYTES_PER_PARAM, o.upload_gbps) + o.teardown_s,
+        idle=o.idle_s,
+        increment=max(o.billing_increment_s, 1e-9),
+    )
+
+
 def estimate(
     workload: Workload,
     *,
@@ -236,22 +269,11 @@ def estimate(
         return None
     training = steps * step
     epoch_s = training / workload.epochs if workload.epochs else None
-    o = overheads
-    provision_unbilled = startup = checkpoint = shutdown = idle = 0.0
-    increment = 1.0
-    if o is not None:
-        provision_unbilled = 0.0 if o.provision_billed else o.provision_s
-        startup = (
-            (o.provision_s if o.provision_billed else 0.0)
-            + _transfer_s(o.image_gb * 1e9, o.pull_gbps)
-            + _transfer_s(workload.dataset_bytes, o.download_gbps)
-        )
-        writes = workload.epochs // workload.checkpoint_every if workload.checkpoint_every > 0 else 0
-        checkpoint = writes * _transfer_s(workload.params * CHECKPOINT_BYTES_PER_PARAM, o.checkpoint_gbps)
-        shutdown = _transfer_s(workload.params * MODEL_BYTES_PER_PARAM, o.upload_gbps) + o.teardown_s
-        idle = o.idle_s
-        increment = max(o.billing_increment_s, 1e-9)
-    billed = math.ceil((startup + training + checkpoint + shutdown + idle) / increment) * increment
+    around = _around(workload, overheads)
+    billed = (
+        math.ceil((around.startup + training + around.checkpoint + around.shutdown + around.idle) / around.increment)
+        * around.increment
+    )
     price = price_per_node_hour * nodes if price_per_node_hour is not None else None
 
     def cost(seconds: float) -> float | None:
@@ -265,20 +287,20 @@ def estimate(
         exposed_comm_s=exposed,
         efficiency=compute / modelled if compute is not None and modelled else None,
         epoch_s=epoch_s,
-        provision_unbilled_s=provision_unbilled,
-        startup_s=startup,
+        provision_unbilled_s=around.provision_unbilled,
+        startup_s=around.startup,
         training_s=training,
-        checkpoint_s=checkpoint,
-        shutdown_s=shutdown,
-        idle_s=idle,
+        checkpoint_s=around.checkpoint,
+        shutdown_s=around.shutdown,
+        idle_s=around.idle,
         billed_s=float(billed),
-        job_s=provision_unbilled + startup + training + checkpoint + shutdown,
+        job_s=around.provision_unbilled + around.startup + training + around.checkpoint + around.shutdown,
         price_per_hour=price,
-        startup_cost=cost(startup),
+        startup_cost=cost(around.startup),
         training_cost=cost(training),
-        checkpoint_cost=cost(checkpoint),
-        shutdown_cost=cost(shutdown),
-        idle_cost=cost(idle),
+        checkpoint_cost=cost(around.checkpoint),
+        shutdown_cost=cost(around.shutdown),
+        idle_cost=cost(around.idle),
         total_cost=cost(billed),
         cost_per_epoch=cost(epoch_s) if epoch_s is not None else None,
         steps=steps,

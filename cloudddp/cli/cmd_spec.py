@@ -22,7 +22,7 @@ from cloudddp.cli.options import (
     override_option,
     print_plan,
 )
-from cloudddp.code.snapshot import snapshot_warnings
+from cloudddp.code.shipped import snapshot_warnings
 from cloudddp.errors import UserError
 from cloudddp.observe.console import err, escape, note, out, print_json
 from cloudddp.plan import Plan

@@ -1,4 +1,5 @@
-"""The job spec: the model (:mod:`~cloudddp.spec.model`), YAML loading with errors a person can act on and
+"""The job spec: the model (:mod:`~cloudddp.spec.model`: the job spec and the checks that span its sections) and
+the sections it is made of (:mod:`~cloudddp.spec.sections`), YAML loading with errors a person can act on and
 ``-o`` overrides (:mod:`~cloudddp.spec.load`), secrets in the environment (:mod:`~cloudddp.spec.secrets`) and the
 starter files of ``cloudddp init`` (:mod:`~cloudddp.spec.scaffold`).
 
