@@ -36,7 +36,8 @@ from typing import Any
 from cloudddp.code import keepfiles, requirements
 from cloudddp.code.requirements import FILE, file_text
 from cloudddp.code.shim import SHIPPED_AS
-from cloudddp.code.snapshot import Snapshot, pack
+from cloudddp.code.shipped import Snapshot
+from cloudddp.code.snapshot import pack
 from cloudddp.errors import UserError
 from cloudddp.plan import EnvSource, late
 from cloudddp.spec.model import JobSpec

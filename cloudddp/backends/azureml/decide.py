@@ -23,7 +23,7 @@ from cloudddp.catalog.sizing import decide as decide_size
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.code import requirements
 from cloudddp.code.requirements import Requirements
-from cloudddp.code.snapshot import Snapshot
+from cloudddp.code.shipped import Snapshot
 from cloudddp.errors import UserError
 from cloudddp.plan import EnvSource
 from cloudddp.runtime import Places, Program, checkpoint_folder, code_snapshot, job_env

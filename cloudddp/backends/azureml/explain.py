@@ -6,7 +6,7 @@ from __future__ import annotations
 from cloudddp.backends.azureml.decide import SSH_USER, AzureMLDecision
 from cloudddp.backends.azureml.environment import DEFAULT_ENVIRONMENT
 from cloudddp.backends.azureml.environment import describe as describe_environment
-from cloudddp.code.snapshot import snapshot_warnings
+from cloudddp.code.shipped import snapshot_warnings
 from cloudddp.observe.units import human_bytes
 
 

@@ -24,8 +24,10 @@ from cloudddp.catalog.sizing import SizeDecision
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.code import requirements
 from cloudddp.code.requirements import Requirements
+from cloudddp.code.scan import collect
 from cloudddp.code.shim import RANK_TAG
-from cloudddp.code.snapshot import Snapshot, collect, folder_digest
+from cloudddp.code.shipped import Snapshot
+from cloudddp.code.snapshot import folder_digest
 from cloudddp.errors import UserError
 from cloudddp.plan import EnvSource, late
 from cloudddp.runtime import Places, checkpoint_folder, code_snapshot, job_env, snapshot_upload

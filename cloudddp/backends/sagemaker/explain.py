@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cloudddp.backends.sagemaker.decide import TENSORBOARD_LOCAL, SageMakerDecision
 from cloudddp.code.shim import SHIPPED_AS
-from cloudddp.code.snapshot import snapshot_warnings
+from cloudddp.code.shipped import snapshot_warnings
 
 
 def explain(d: SageMakerDecision) -> tuple[list[str], list[str]]:

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from cloudddp.backends.base import Progress
-from cloudddp.code.snapshot import collect, folder_digest
+from cloudddp.code.scan import collect
+from cloudddp.code.snapshot import folder_digest
 from cloudddp.errors import UserError
 from cloudddp.runtime import packed
 
