@@ -106,12 +106,7 @@ class Run:
     @classmethod
     def attach(cls, run_id: str, backend: str | None = None, **options: Any) -> Run:
         """The run ``run_id`` (or a unique prefix or suffix of it) from the registry, or at ``backend``."""
-        matches = Registry().find(run_id)
-        exact = [m for m in matches if m.run_id == run_id]
-        if exact:
-            matches = exact
-        if backend is not None:
-            matches = [m for m in matches if m.backend == backend]
+        matches = Registry().named(run_id, backend)
         if len(matches) > 1:
             ids = ", ".join(m.run_id for m in matches[:5])
             raise UserError(f"{run_id!r} matches {len(matches)} runs ({ids}); give more of the id")

@@ -29,7 +29,6 @@ from cloudddp.observe.console import err, escape, line_tag, out, print_json
 from cloudddp.observe.live import follow_table
 from cloudddp.observe.plotting import plot_metrics
 from cloudddp.observe.sdklog import divert
-from cloudddp.paths import home
 from cloudddp.runs import recovery
 from cloudddp.runs.cost import CostReport
 from cloudddp.runs.registry import Registry
@@ -250,7 +249,7 @@ def recover(run: str | None, spec_file: Path | None) -> None:
         if not chains:
             raise UserError(f"{run} was not submitted with recovery", hint="submit it with --recover")
     else:
-        chains = [recovery.Chain.load(p.stem) for p in sorted((home() / "chains").glob("*.json"))]
+        chains = recovery.every_chain()
     literals = _literal_secrets(spec_file) if spec_file is not None else {}
     for chain in chains:
         restarted = recovery.ensure_watched(chain, literals)
@@ -394,9 +393,8 @@ def list_(
     registry = Registry()
     after = None
     if before is not None:
-        found = registry.find(before)
-        exact = [r for r in found if r.run_id == before]
-        if len(exact or found) != 1:
+        found = registry.named(before)
+        if len(found) != 1:
             raise UserError(
                 f"--before {before}: "
                 + (
@@ -405,7 +403,7 @@ def list_(
                     else f"matches {len(found)} runs; give more of the id"
                 )
             )
-        after = (exact or found)[0]
+        after = found[0]
     records = registry.list(backend=backend, limit=limit + 1 if limit else None, state=state, name=name, before=after)
     more = bool(limit) and len(records) > limit
     records = records[:limit] if limit else records

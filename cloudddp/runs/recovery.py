@@ -118,6 +118,11 @@ class Chain:
         return [asdict(a) for a in self.attempts]
 
 
+def every_chain() -> list[Chain]:
+    """Every chain this machine keeps, ended or not, oldest id first."""
+    return [Chain.load(path.stem) for path in sorted(Chain.path_of("x").parent.glob("*.json"))]
+
+
 def chain_of(run_id: str, backend: Backend[Any]) -> Chain | None:
     """The chain ``run_id`` belongs to (as its first attempt or a later one), if any."""
     record = backend.registry.get(run_id)

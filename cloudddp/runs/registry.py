@@ -106,6 +106,13 @@ class Registry:
             row = db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return _record(row) if row else None
 
+    def named(self, part: str, backend: str | None = None) -> list[RunRecord]:
+        """The runs ``part`` names (on ``backend``, when given): the run whose id it is, else every run :meth:`find`
+        matches, newest first. One run is an answer; several, an id to give more of; none, a run not known here."""
+        found = self.find(part)
+        found = [r for r in found if r.run_id == part] or found
+        return [r for r in found if backend is None or r.backend == backend]
+
     def find(self, part: str) -> list[RunRecord]:
         """Runs whose id starts with ``part``, newest first; when none does, those whose id ends with it (the
         random tail of an id is the easiest part to type: ``cloudddp status 6c6a``)."""
