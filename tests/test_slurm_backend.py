@@ -368,7 +368,7 @@ def test_doctor_checks_the_cluster_and_a_retried_launch_finds_its_job(cluster: S
     plan = backend.render(job.spec)
     first = backend.launch(plan, checks=False)
     again = backend.launch(plan, checks=False)  # e.g. after the first answer was lost on the way back
-    assert first == again == plan.request["run_id"]
+    assert first == again == plan.request.run_id
     assert cluster.run("squeue", "-h", "-t", "all", f"--name={first}", "-o", "%i").stdout.split() == [
         backend.status(first).details["job_id"]
     ]

@@ -6,6 +6,7 @@ real cluster: tests/test_slurm_cluster_hygiene.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import itertools
 import json
@@ -20,6 +21,8 @@ from cloudddp.api import Job
 from cloudddp.backends.slurm import SlurmBackend, envs
 from cloudddp.backends.slurm import shell as shell_module
 from cloudddp.backends.slurm.flags import normalize
+from cloudddp.backends.slurm.launch import cpus_per_task
+from cloudddp.backends.slurm.record import SlurmRunInfo
 from cloudddp.backends.slurm.shell import Shell, clean_env
 from cloudddp.backends.slurm.state import cpus_per_gpu, held, parse_pairs, timestamp
 from cloudddp.backends.status import RunState, RunStatus
@@ -125,7 +128,7 @@ def test_cpus_per_process_mean_the_same_on_either_launch() -> None:
     assert sbatch == [] and '"--cpus-per-task=$SLURM_CPUS_PER_TASK"' in srun
     tiny = get_backend("slurm", token="t1").render(Job.load(TINY, ["resources.processes_per_node=2"]).spec)
     assert "#SBATCH --cpus-per-task=2" in tiny.documents["job.sbatch"]  # CPU training: 1 per process by default
-    assert tiny.request["cpus_at_submit"] is None
+    assert tiny.request.cpus_at_submit is None
 
 
 def test_a_gpus_share_of_a_nodes_cpus_comes_from_sinfo() -> None:
@@ -146,13 +149,12 @@ def test_a_gpu_jobs_cpus_are_decided_at_submit_from_the_partitions_nodes(monkeyp
 
     monkeypatch.setattr(Shell, "run", sinfo)
     plan = get_backend("slurm", token="t1").render(Job.load(CIFAR, ["slurm.cpus_per_process=null"]).spec)
-    wanted = plan.request["cpus_at_submit"]
-    assert wanted == {"partition": "gpu", "gpus_per_node": 8, "per_task": 8}
-    backend = SlurmBackend()
-    assert backend._cpus_per_task(Shell(), wanted, None) == 64  # 8 per process x the 8 a torchrun task holds
+    wanted = plan.request.cpus_at_submit
+    assert wanted is not None and wanted.to_dict() == {"partition": "gpu", "gpus_per_node": 8, "per_task": 8}
+    assert cpus_per_task(Shell(), wanted, None) == 64  # 8 per process x the 8 a torchrun task holds
     assert asked == [["sinfo", "-h", "-N", "-p", "gpu", "-o", "%c %G"]]
     answer[0] = b"32 (null)\n"
-    assert backend._cpus_per_task(Shell(), {**wanted, "per_task": 1}, None) == 1
+    assert cpus_per_task(Shell(), dataclasses.replace(wanted, per_task=1), None) == 1
 
 
 def test_held_jobs_say_so_with_the_reason_and_how_to_release_them() -> None:
@@ -254,10 +256,21 @@ class _Asked(SlurmBackend):
         super().__init__()
         self.states, self.asked = states, 0
 
-    def _record(self, run_id: str) -> dict[str, object]:
-        return {"status_every": 4}
+    def _record(self, run_id: str) -> SlurmRunInfo:
+        return SlurmRunInfo(
+            name="r",
+            run_dir="",
+            batch_log="",
+            node_logs=(),
+            nodes=1,
+            processes_per_node=1,
+            launch="torchrun",
+            kill_wait=30,
+            status_every=4,
+            job_id="1",
+        )
 
-    def _ask(self, run_id: str, info: dict[str, object]) -> RunStatus:
+    def _ask(self, run_id: str, info: SlurmRunInfo) -> RunStatus:
         self.asked += 1
         state = self.states[min(self.asked - 1, len(self.states) - 1)]
         return RunStatus(run_id, "slurm", state, message=state.value)
@@ -267,7 +280,7 @@ def test_the_controller_is_asked_at_most_once_per_interval_and_less_while_a_job_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = [1000.0]
-    monkeypatch.setattr("cloudddp.backends.slurm.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("cloudddp.backends.slurm.status.time.monotonic", lambda: clock[0])
     backend = _Asked([RunState.PENDING] * 6 + [RunState.RUNNING] * 3 + [RunState.SUCCEEDED])
     asked_at = []
     for _ in range(400):  # a follower asking every 0.5 s for 200 s

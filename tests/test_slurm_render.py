@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends import slurm as slurm_backend
 from cloudddp.backends.slurm import SlurmBackend
+from cloudddp.backends.slurm import launch as slurm_launch
 from cloudddp.backends.slurm.logs import Labels
 from cloudddp.backends.slurm.script import LIMIT_EXIT, LIMIT_MARK
 from cloudddp.backends.slurm.shell import READ_CAP, Shell
-from cloudddp.backends.slurm.state import STATES, failure, from_sacct, parse_pairs, requeue_reason
+from cloudddp.backends.slurm.state import STATES, failure, from_sacct, parse_pairs, requeue_reasons
 from cloudddp.backends.status import Cause
 from cloudddp.plan import Plan
 from cloudddp.runs.runner import get_backend
@@ -154,8 +154,8 @@ def test_secrets_stay_out_of_the_script_and_the_plan(tmp_path: Path) -> None:
     script = plan.documents["job.sbatch"]
     assert "export PLAIN=shown" in script and "hunter2" not in plan.to_json() + script
     assert "# TOKEN: from the submitting shell or a secret" in script and "export TOKEN" not in script
-    assert "export HOME_COPY" not in script and plan.request["env_from_submit"] == ["TOKEN", "HOME_COPY"]
-    assert plan.reveal(plan.request["env"]["TOKEN"]) == "hunter2-hunter2"
+    assert "export HOME_COPY" not in script and plan.request.env_from_submit == ("TOKEN", "HOME_COPY")
+    assert plan.reveal(plan.request.env["TOKEN"]) == "hunter2-hunter2"
 
 
 @pytest.mark.parametrize(
@@ -284,8 +284,8 @@ def test_why_a_job_was_requeued_and_accounting_rows() -> None:
         "cloudddp: run 0 of Slurm job 8\nslurmstepd-node1: error: *** JOB 8 ON node1 CANCELLED AT "
         "2026-11-23T08:45:05 DUE TO JOB REQUEUE ***\ncloudddp: run 1 of Slurm job 8\n"
     )
-    assert requeue_reason(log) == "job requeue"
-    assert requeue_reason(log + "srun: error: Node failure on node2\n") == "node failure on node2"
+    assert requeue_reasons(log) == ["job requeue"]
+    assert requeue_reasons(log + "srun: error: Node failure on node2\n") == ["job requeue", "node failure on node2"]
     row = from_sacct("8|CANCELLED by 0|0:15|node[1-2]|2026-11-23T08:45:04|2026-11-23T08:45:05")
     assert (row["JobState"], row["ExitCode"], row["NodeList"]) == ("CANCELLED", "0:15", "node[1-2]")
 
@@ -339,8 +339,8 @@ def test_requirements_environments_are_keyed_on_their_base_and_checked_by_the_jo
         f"slurm: {{workdir: {tmp_path / 'w'}, python: /opt/py/bin/python3}}\n"
     )
     plan = render(spec)
-    env = plan.request["environment"]["folder"]
-    key = plan.request["environment"]["key"]
+    env = plan.request.environment.folder
+    key = plan.request.environment.key
     script = plan.documents["job.sbatch"]
     assert env == f"{tmp_path / 'w'}/envs/{key[:16]}"
     assert any(
@@ -350,10 +350,10 @@ def test_requirements_environments_are_keyed_on_their_base_and_checked_by_the_jo
     assert f"cloudddp_env {env} /opt/py/bin/python3 {key} check requirements.txt || exit 1" in script
     assert f"exec {env}/bin/python -m torch.distributed.run" in script
     in_job = render(spec, "slurm.install_on=job")
-    assert in_job.request["environment"] is None
+    assert in_job.request.environment is None
     assert f"cloudddp_env {env} /opt/py/bin/python3 {key} build requirements.txt" in in_job.documents["job.sbatch"]
     others = [
-        render(spec, o).request["environment"]["folder"]
+        render(spec, o).request.environment.folder
         for o in (
             "slurm.python=/other/python3",
             "slurm.modules=[python/3.11]",
@@ -368,15 +368,15 @@ def test_requirements_environments_are_keyed_on_their_base_and_checked_by_the_jo
 
 def test_tensorboard_goes_to_the_run_folder_and_a_recovery_attempt_gets_its_own_run() -> None:
     plan = render(TINY, "outputs={tensorboard: {}}")
-    run_dir = plan.request["run_dir"]
-    assert plan.request["env"]["CLOUDDDP_TENSORBOARD_DIR"] == f"{run_dir}/tensorboard"
-    assert f"{run_dir}/tensorboard" in plan.request["folders"]
+    run_dir = plan.request.run_dir
+    assert plan.request.env["CLOUDDDP_TENSORBOARD_DIR"] == f"{run_dir}/tensorboard"
+    assert f"{run_dir}/tensorboard" in plan.request.folders
     backend = get_backend("slurm")
     second = backend.for_attempt(plan, 2)
     third = backend.for_attempt(second, 3)
-    assert (second.request["run_id"], third.request["run_id"]) == ("tiny-t1-r2", "tiny-t1-r3")
-    assert third.request["env"]["CLOUDDDP_CHECKPOINT_DIR"] == plan.request["env"]["CLOUDDDP_CHECKPOINT_DIR"]
-    assert third.request["run_dir"].endswith("/runs/tiny-t1-r3") and "tiny-t1-r2" not in third.documents["job.sbatch"]
+    assert (second.request.run_id, third.request.run_id) == ("tiny-t1-r2", "tiny-t1-r3")
+    assert third.request.env["CLOUDDDP_CHECKPOINT_DIR"] == plan.request.env["CLOUDDDP_CHECKPOINT_DIR"]
+    assert third.request.run_dir.endswith("/runs/tiny-t1-r3") and "tiny-t1-r2" not in third.documents["job.sbatch"]
     assert "#SBATCH --job-name=tiny-t1-r3" in third.documents["job.sbatch"] and third.job_name == "tiny"
 
 
@@ -426,7 +426,7 @@ def test_a_snapshot_whose_sha256_is_not_the_plans_is_not_unpacked(tmp_path: Path
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(__file__, arcname="train.py")
     right = hashlib.sha256(archive.read_bytes()).hexdigest()
-    unpack = ["bash", "-c", slurm_backend._UNPACK, "cloudddp-unpack"]
+    unpack = ["bash", "-c", slurm_launch._UNPACK, "cloudddp-unpack"]
     wrong = subprocess.run([*unpack, str(tmp_path / "a"), str(archive), "0" * 64], capture_output=True, text=True)
     assert wrong.returncode == 3 and "is not the one uploaded" in wrong.stderr and not (tmp_path / "a").exists()
     ok = subprocess.run([*unpack, str(tmp_path / "b"), str(archive), right], capture_output=True, text=True)

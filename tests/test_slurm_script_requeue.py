@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.slurm import SlurmBackend, _slurm_minutes
+from cloudddp.backends.slurm import SlurmBackend
+from cloudddp.backends.slurm.preflight import _slurm_minutes
 from cloudddp.backends.slurm.script import (
     CHAIN_MARK,
     LIMIT_EXIT,

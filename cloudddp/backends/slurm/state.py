@@ -27,6 +27,8 @@ _TASK_ERROR = re.compile(r"srun: error: (\S+): tasks? ([0-9,-]+): (.+)")
 _CANCELLED_DUE = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+ DUE TO ([A-Z ]+?) \*\*\*")
 _GRES_GPUS = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
 
+SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Submit,End"
+"""The fields asked of ``sacct -o``, in the order :func:`from_sacct` reads them."""
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
 """SLURM_TIME_FORMAT for scontrol and sacct: the cluster's local time with its offset from UTC."""
 
@@ -70,7 +72,7 @@ def parse_pairs(line: str) -> dict[str, str]:
 
 
 def from_sacct(line: str) -> dict[str, str]:
-    """A ``sacct -P -o JobID,State,ExitCode,NodeList,Submit,End`` row with scontrol's key names."""
+    """A ``sacct -P -o`` :data:`SACCT_FIELDS` row with scontrol's key names."""
     job_id, state, exit_code, nodes, submit, end = (line.split("|") + [""] * 6)[:6]
     return {
         "JobId": job_id,
@@ -185,12 +187,6 @@ def failure(job: Mapping[str, str], batch_log: str, *, tasks_are_ranks: bool = F
     code, _, signal = exit_code.partition(":")
     why = f"killed by signal {signal}" if signal not in ("", "0") else f"exit code {code or '?'}"
     return Failure(f"the job failed: {why} (Reason={job.get('Reason', '?')})", Cause.USER_ERROR)
-
-
-def requeue_reason(batch_log: str) -> str:
-    """Why the job's latest interrupted run stopped (``job requeue``, ``preemption``, a node failure), or ''."""
-    reasons = requeue_reasons(batch_log)
-    return reasons[-1] if reasons else ""
 
 
 def requeue_reasons(batch_log: str) -> list[str]:

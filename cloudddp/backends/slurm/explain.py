@@ -1,0 +1,129 @@
+"""A Slurm plan's decision lines and warnings, written from the render's decision (what ``cloudddp render``
+and ``plan`` show before anything is sent)."""
+
+from __future__ import annotations
+
+from cloudddp.backends.slurm import images
+from cloudddp.backends.slurm.decide import TORCHRUN_STOP_SECONDS, SlurmDecision
+from cloudddp.code.snapshot import snapshot_warnings
+from cloudddp.observe.units import human_bytes
+
+
+def explain(decision: SlurmDecision) -> tuple[list[str], list[str]]:
+    """The plan's decisions and warnings, in the order a person reads them."""
+    d = decision
+    decisions = [_processes(d), _places(d), _code(d), _grace(d)]
+    if d.places.checkpoint_dir:
+        decisions.append(f"checkpoints in {d.places.checkpoint_dir}: a requeued or resubmitted job resumes there")
+    decisions += [_cpus(d), _time_limit(d), _preemption(d)]
+    decisions += [line for line in (_requirements(d), _container(d)) if line]
+    return decisions, _warnings(d)
+
+
+def _processes(d: SlurmDecision) -> str:
+    return f"{d.nodes} node(s) × {d.processes_per_node} process(es) on {'GPU' if d.on_gpu else 'CPU'}, " + (
+        "one torchrun agent per node, c10d rendezvous on the first node's address"
+        if d.launch == "torchrun"
+        else "one srun task per process, ranks from SLURM_PROCID"
+    )
+
+
+def _places(d: SlurmDecision) -> str:
+    return f"Slurm's commands run {d.shell.where}; run folder {d.layout.run_dir} (a shared filesystem)"
+
+
+def _code(d: SlurmDecision) -> str:
+    snapshot = d.snapshot
+    return (
+        f"code snapshot {snapshot.sha256[:12]} ({len(snapshot.files)} files, "
+        f"{human_bytes(snapshot.size)}) kept once in {d.layout.workdir}/code, unpacked into the "
+        "run folder: the job never runs your source tree"
+    )
+
+
+def _grace(d: SlurmDecision) -> str:
+    kill_wait = d.options.kill_wait
+    return f"SIGTERM grace {d.grace} s: slurm.kill_wait {kill_wait} s" + (
+        f", and torchrun stops its workers {TORCHRUN_STOP_SECONDS} s after SIGTERM"
+        if d.launch == "torchrun" and kill_wait > TORCHRUN_STOP_SECONDS
+        else ""
+    )
+
+
+def _cpus(d: SlurmDecision) -> str:
+    holds = f"{d.per_task} process(es) per Slurm task" if d.per_task > 1 else "one process per Slurm task"
+    if d.cpus_per_process:
+        return (
+            f"{d.cpus_per_process} CPU(s) per training process, {holds}: sbatch and srun get "
+            f"--cpus-per-task={d.cpus_per_task}"
+        )
+    return (
+        f"CPUs per training process decided at submit: the partition's nodes' CPUs shared among their "
+        f"GPUs ({holds}; set slurm.cpus_per_process to choose)"
+    )
+
+
+def _time_limit(d: SlurmDecision) -> str:
+    return (
+        f"time limit {d.time_minutes} min (Slurm counts minutes); the training is asked to checkpoint and "
+        f"stop {d.stop_lead} s before it"
+        + (
+            f"; limits.max_runtime ({d.budget_seconds} s) runs as a chain of such allocations, each requeued after "
+            "its checkpoint"
+            if d.budget_seconds
+            else ""
+        )
+    )
+
+
+def _preemption(d: SlurmDecision) -> str:
+    return "preempted (with or without a grace time): the training checkpoints on SIGTERM and the job " + (
+        "is requeued and resumes" if d.options.requeue else "ends (slurm.requeue is off)"
+    )
+
+
+def _requirements(d: SlurmDecision) -> str | None:
+    reqs, opts = d.requirements, d.options
+    if reqs is None:
+        return None
+    by = f"at submit {d.shell.where}" if opts.install_on == "login" else "by the job on its first node"
+    return (
+        f"requirements ({len(reqs.lines)} from {reqs.source}): installed {by} into {d.requirements_env} over "
+        f"{opts.python}'s packages, once per base (slurm.python, modules, setup) and list; used while "
+        "its recorded sha256 matches"
+    )
+
+
+def _container(d: SlurmDecision) -> str | None:
+    container = d.options.container
+    if container is None:
+        return None
+    return f"container image {container.image}: " + (
+        "a file, used as it is"
+        if images.is_file(container)
+        else f"imported once (by the first job that needs it, on its first node) into {d.image}, "
+        "then run from that file by every node"
+    )
+
+
+def _warnings(d: SlurmDecision) -> list[str]:
+    """What the plan warns of: the code snapshot's oddities, what cloudddp cannot check on a cluster it does
+    not know, and restarts srun cannot make."""
+    warnings = list(snapshot_warnings(d.snapshot))
+    if d.fabric_unplaced:
+        warnings.append(
+            f"{d.nodes} GPU nodes want InfiniBand between them, and cloudddp cannot see this cluster's "
+            "fabric: name the nodes that have it (slurm.constraint, e.g. ib, or slurm.partition), or set "
+            "resources.interconnect: any"
+        )
+    if d.accelerator_unsent:
+        warnings.append(
+            f"resources.accelerator {d.accelerator_unsent} is not sent to Slurm: set slurm.gpu_type (the "
+            "cluster's GRES type name) or slurm.constraint"
+        )
+    if d.max_restarts and d.launch == "srun":
+        warnings.append(
+            "limits.max_restarts: restarting processes needs torchrun (slurm.launch: torchrun); "
+            "with srun a failed process fails the job (slurm.requeue resubmits after node failures)"
+        )
+    return warnings

@@ -1,0 +1,169 @@
+"""What ``doctor`` and a launch check on the cluster before submitting: Slurm answers, its KillWait gives the
+training the SIGTERM grace the plan counts on, the partition exists and its MaxTime admits the job's time limit,
+the working folder is writable and nobody else's to write in, and the inputs are there."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from cloudddp.backends.checks import Check
+from cloudddp.backends.slurm.request import SlurmRequest
+from cloudddp.backends.slurm.shell import Shell
+from cloudddp.backends.slurm.state import parse_pairs
+from cloudddp.errors import CloudDDPError
+from cloudddp.plan import Plan
+
+_PRIVATE = (
+    'test -O "$1" || { echo "owned by another user"; exit 1; }; '
+    'if [ -n "$(find "$1" -maxdepth 0 -perm /022)" ]; then echo "others may write in it"; exit 1; fi'
+)
+"""The working folder is the user's and nobody else may write in it."""
+_INPUT_PREFIX = "CLOUDDDP_INPUT_"
+
+
+def preflight(plan: Plan[SlurmRequest]) -> list[Check]:
+    """The checks, in the order ``doctor`` prints them; only the first when Slurm does not answer."""
+    shell = Shell.of(plan.target)
+    try:
+        version = shell.text(["sbatch", "--version"])
+    except CloudDDPError as e:
+        return [
+            Check(
+                "Slurm reachable",
+                False,
+                str(e).splitlines()[0],
+                fix="run on the cluster's login node, or set slurm.login_host",
+            )
+        ]
+    checks = [Check("Slurm reachable", True, f"{version} {shell.where}")]
+    checks.append(_grace_check(shell, plan.request.kill_wait))
+    checks += _partition_checks(shell, plan)
+    checks += _workdir_checks(shell, plan.request.workdir)
+    checks += _input_checks(shell, plan.request.env)
+    return checks
+
+
+def _grace_check(shell: Shell, kill_wait: int) -> Check:
+    config = dict(_config_pairs(shell.text(["scontrol", "show", "config"])))
+    cluster = int(config.get("KillWait", "30 sec").split()[0])
+    return Check(
+        "SIGTERM grace",
+        cluster >= kill_wait,
+        f"the cluster's KillWait is {cluster} s; slurm.kill_wait says {kill_wait} s",
+        fix=f"set slurm.kill_wait: {cluster}",
+    )
+
+
+def _partition_checks(shell: Shell, plan: Plan[SlurmRequest]) -> list[Check]:
+    """The script's partition exists (when it names one), and its time limit is within that partition's (or
+    the default partition's) MaxTime."""
+    partition = next(
+        (
+            line.split("=", 1)[1]
+            for line in plan.documents["job.sbatch"].splitlines()
+            if line.startswith("#SBATCH --partition=")
+        ),
+        None,
+    )
+    which = [partition.split(",")[0]] if partition else []
+    known = shell.run(["scontrol", "-o", "show", "partition", *which], check=False)
+    checks = []
+    if partition:
+        checks.append(
+            Check(
+                f"partition {partition}",
+                known.returncode == 0,
+                "exists" if known.returncode == 0 else "Slurm does not know it",
+                fix="`sinfo -s` lists the partitions",
+            )
+        )
+    return checks + _time_limit_check(plan, known.stdout.decode(errors="replace"), partition)
+
+
+def _workdir_checks(shell: Shell, workdir: str) -> list[Check]:
+    writable = shell.run(["bash", "-c", 'mkdir -p -m 700 "$1" && test -w "$1"', "-", workdir], check=False)
+    checks = [
+        Check(
+            "working folder writable",
+            writable.returncode == 0,
+            workdir,
+            fix="set slurm.workdir to a folder you can write on the shared filesystem",
+        )
+    ]
+    if writable.returncode == 0:
+        # Its code snapshots (checked by sha256), unpacked run folders and requirements environments run as
+        # you: whoever else may write in it could change them.
+        private = shell.run(["bash", "-c", _PRIVATE, "-", workdir], check=False)
+        why = private.stdout.decode(errors="replace").strip() or "others may write in it"
+        checks.append(
+            Check(
+                "working folder yours alone",
+                private.returncode == 0,
+                workdir if private.returncode == 0 else f"{workdir}: {why}",
+                fix=f"chmod go-w {workdir} (it must be yours, and only yours to write), or set "
+                "slurm.workdir to a folder of your own",
+            )
+        )
+    return checks
+
+
+def _input_checks(shell: Shell, env: dict[str, str]) -> list[Check]:
+    """Each input the job reads is on the cluster's filesystem (the job's environment says where)."""
+    checks = []
+    for name, value in env.items():
+        if name.startswith(_INPUT_PREFIX):
+            there = shell.run(["test", "-e", value], check=False).returncode == 0
+            checks.append(
+                Check(
+                    f"input {name[len(_INPUT_PREFIX) :].lower()} exists",
+                    there,
+                    value,
+                    fix="put the data on the cluster's filesystem and give inputs.<name>.at.slurm",
+                )
+            )
+    return checks
+
+
+def _time_limit_check(plan: Plan[SlurmRequest], partitions: str, named: str | None) -> list[Check]:
+    """The script's --time against the partition's MaxTime: a longer one would wait in the queue forever
+    (Reason=PartitionTimeLimit), or be refused."""
+    rows = [parse_pairs(line) for line in partitions.splitlines() if line.startswith("PartitionName=")]
+    row = rows[0] if named else next((r for r in rows if r.get("Default") == "YES"), None)
+    script = plan.documents["job.sbatch"].splitlines()
+    wanted = next((line.split("=", 1)[1] for line in script if line.startswith("#SBATCH --time=")), None)
+    if row is None or wanted is None:
+        return []
+    limit, asked = _slurm_minutes(row.get("MaxTime", "UNLIMITED")), _slurm_minutes(wanted)
+    name = row.get("PartitionName", "?")
+    if limit is None or asked is None or asked <= limit:
+        return [Check("time limit", True, f"{wanted} within partition {name}'s MaxTime {row.get('MaxTime')}")]
+    return [
+        Check(
+            "time limit",
+            False,
+            f"the job asks for {wanted}, longer than partition {name}'s MaxTime {row.get('MaxTime')}: Slurm "
+            "would never start it",
+            fix=f"set slurm.partition_time_limit: {limit}m (a longer limits.max_runtime then runs as a chain of "
+            "requeued allocations)",
+        )
+    ]
+
+
+def _slurm_minutes(value: str) -> int | None:
+    """Slurm's ``[days-]hours:minutes:seconds`` (or ``minutes``) in whole minutes; None for UNLIMITED/INFINITE."""
+    days, _, clock = value.rpartition("-") if "-" in value else ("0", "", value)
+    parts = clock.split(":")
+    if not days.isdigit() or not all(p.isdigit() for p in parts) or len(parts) > 3:
+        return None
+    if len(parts) == 1:
+        return int(days) * 1440 + int(parts[0])
+    hours, minutes, seconds = ([0] * (3 - len(parts)) + [int(p) for p in parts])[-3:]
+    return int(days) * 1440 + hours * 60 + minutes + (1 if seconds else 0)
+
+
+def _config_pairs(text: str) -> Iterator[tuple[str, str]]:
+    """``scontrol show config`` lines (``Name = value``)."""
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep:
+            yield name.strip(), value.strip()
