@@ -22,7 +22,7 @@ from cloudddp.backends.slurm.script import Layout
 from cloudddp.backends.slurm.shell import Shell
 from cloudddp.code import requirements
 from cloudddp.code.requirements import Requirements
-from cloudddp.code.snapshot import Snapshot
+from cloudddp.code.shipped import Snapshot
 from cloudddp.errors import UserError
 from cloudddp.paths import home
 from cloudddp.plan import EnvSource

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cloudddp.backends.slurm import images
 from cloudddp.backends.slurm.decide import TORCHRUN_STOP_SECONDS, SlurmDecision
-from cloudddp.code.snapshot import snapshot_warnings
+from cloudddp.code.shipped import snapshot_warnings
 from cloudddp.observe.units import human_bytes
 
 
