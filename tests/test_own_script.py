@@ -190,7 +190,7 @@ def test_the_documented_contract_is_what_every_backend_sets() -> None:
     ]
     for backend in ("local", "sagemaker", "azureml"):
         plan = Job.load(OWN / "job.yaml", spec_overrides).render(backend)
-        text = json.dumps(plan.request)
+        text = json.dumps(plan.to_dict()["request"])
         for name in [*NAMES, "CLOUDDDP_INPUT_DATA", "PYTHONUNBUFFERED"]:
             assert name in text, (backend, name)
 
