@@ -91,6 +91,8 @@ class LocalBackend(Backend[LocalOptions]):
 
     # -- render ------------------------------------------------------------------------------
     def _render(self, spec: JobSpec) -> Plan[LocalRequest]:
+        """Every choice made once (:mod:`~cloudddp.backends.local.decide`), the request and ``torchrun.sh`` built
+        from it, the plan's lines said from it."""
         decision = decide(spec, self.options(spec), backend=self.name, sigterm_grace=self.sigterm_grace)
         request = build.request(decision)
         decisions, warnings = explain(decision)
