@@ -157,7 +157,7 @@ def test_variants_never_share_a_checkpoint_folder_and_the_same_job_resumes() -> 
     assert rerun.wait(timeout=240, poll=0.2).state is RunState.SUCCEEDED
     assert any("resumed from" in line.text for line in rerun.logs())
     variant = Job.load(digits, ["checkpoint.resume=auto", "code.args=[--dataset, digits, --epochs, '2', --lr, '0.05']"])
-    folders = {json.dumps(job.render("local").request["env"]["CLOUDDDP_CHECKPOINT_DIR"]) for job in (again, variant)}
+    folders = {json.dumps(job.render("local").request.env["CLOUDDDP_CHECKPOINT_DIR"]) for job in (again, variant)}
     assert len(folders) == 2
     assert any("no checkpoint yet" in d for d in variant.render("local").decisions)
     for backend, harness in (("sagemaker", SageMakerHarness), ("azureml", AzureMLHarness)):
@@ -190,7 +190,7 @@ def test_the_documented_contract_is_what_every_backend_sets() -> None:
     ]
     for backend in ("local", "sagemaker", "azureml"):
         plan = Job.load(OWN / "job.yaml", spec_overrides).render(backend)
-        text = json.dumps(plan.request)
+        text = json.dumps(plan.to_dict()["request"])
         for name in [*NAMES, "CLOUDDDP_INPUT_DATA", "PYTHONUNBUFFERED"]:
             assert name in text, (backend, name)
 

@@ -193,7 +193,7 @@ def test_every_backend_hands_the_declared_files_to_its_launcher(tmp_path: Path) 
     code = saver_code(tmp_path)
     spec = {"name": "keeper", "code": {"dir": str(code)}, "checkpoint": {"files": ["snapshot.pt", "state/*.json"]}}
     local = Job.from_dict(spec, base_dir=tmp_path).render("local")
-    assert local.request["keep_files"] == ["snapshot.pt", "state/*.json"]
+    assert list(local.request.keep_files) == ["snapshot.pt", "state/*.json"]
     assert "python -m cloudddp.code.keepfiles link snapshot.pt 'state/*.json'" in local.documents["torchrun.sh"]
     slurm = Job.from_dict({**spec, "slurm": {"python": "python3"}}, base_dir=tmp_path).render("slurm")
     script = slurm.documents["job.sbatch"]

@@ -81,7 +81,7 @@ def test_the_stall_timeout_defaults_to_twice_the_collective_timeout_and_the_plan
     assert spec(stall_timeout="2m").spec.stall_seconds == 120
     assert spec(stall_timeout="off").spec.stall_seconds is None
     plan = spec().render("local")
-    assert plan.request["stall_timeout"] == 40
+    assert plan.request.stall_timeout == 40
     (note,) = [d for d in plan.decisions if d.startswith("stall watchdog")]
     assert "40 s (twice distribution.collective_timeout)" in note and "faulthandler on signal" in note
     assert any("watchdog off" in d for d in spec(stall_timeout="off").render("local").decisions)

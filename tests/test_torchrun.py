@@ -22,8 +22,8 @@ def test_an_agent_that_restarts_its_workers_gives_each_attempt_a_store_of_its_ow
     local = job.render("local")
     slurm = job.override("slurm.launch=torchrun").render("slurm")
     ((name, value),) = RESTART_ENV.items()
-    for node in local.request["nodes"]:
-        assert (node["env"].get(name) == value) is (restarts > 0), node["env"]
+    for node in local.request.nodes:
+        assert (node.env.get(name) == value) is (restarts > 0), node.env
     assert (f"{name}={value}" in local.documents["torchrun.sh"]) is (restarts > 0)
     exported = [line for line in slurm.documents["job.sbatch"].splitlines() if line.startswith(f"export {name}=")]
     assert (

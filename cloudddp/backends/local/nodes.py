@@ -10,6 +10,7 @@ last one stopped and learns the exit code from the file, although the node is no
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ LOST_CODE = -9
 that records it), as when its machine goes."""
 
 
-def wrapped(argv: list[str], exit_file: Path) -> list[str]:
+def wrapped(argv: Sequence[str], exit_file: Path) -> list[str]:
     """``argv`` under the shell that records its exit code in ``exit_file``."""
     return ["/bin/sh", "-c", WRAPPER, str(exit_file), *argv]
 

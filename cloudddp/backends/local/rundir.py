@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cloudddp.backends.local.request import LocalRequest
 from cloudddp.code.keepfiles import matches
 from cloudddp.paths import home
 
@@ -45,6 +46,10 @@ class RunDir:
     @property
     def plan(self) -> Path:
         return self.path / "plan.json"
+
+    def request(self) -> LocalRequest:
+        """The request of the plan that was launched (``plan.json``), read back typed."""
+        return LocalRequest.from_dict(json.loads(self.plan.read_text())["request"])
 
     @property
     def status_file(self) -> Path:
@@ -78,7 +83,7 @@ class RunDir:
         if not noted.is_file() or not self.code.is_dir():
             return []
         shipped = set(json.loads(noted.read_text()))
-        kept = json.loads(self.plan.read_text())["request"].get("keep_files", []) if self.plan.is_file() else []
+        kept = self.request().keep_files if self.plan.is_file() else ()
         return sorted(f for f in _files(self.code) - shipped if not matches(kept, f))[:limit]
 
     def node_log(self, node: int) -> Path:

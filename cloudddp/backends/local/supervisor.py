@@ -39,6 +39,7 @@ from cloudddp.backends.local.masking import RankFiles, byte_forms
 from cloudddp.backends.local.nodes import LOST_CODE, Node, wrapped
 from cloudddp.backends.local.outcome import conclude
 from cloudddp.backends.local.rendezvous import ID_VARIABLE, LOOPBACK, new_rdzv_id
+from cloudddp.backends.local.request import LocalRequest
 from cloudddp.backends.local.rundir import RunDir
 from cloudddp.backends.procs import Process
 from cloudddp.backends.status import RunState
@@ -61,7 +62,7 @@ class Supervisor:
     def __init__(self, run: RunDir, env: dict[str, str], secrets: list[str]) -> None:
         self.run = run
         self.plan = json.loads(run.plan.read_text())
-        self.request = self.plan["request"]
+        self.request = LocalRequest.from_dict(self.plan["request"])
         self.env = env
         self.secrets = redaction_forms(secrets)  # every form a secret may be printed in
         self.stop_reason: str | None = None
@@ -78,9 +79,9 @@ class Supervisor:
         self.copy_raw = True
         """False when secrets must be redacted and their values are not known here (an adopted run whose nodes
         are gone): then nothing more is copied from the raw consoles."""
-        timeout = self.request.get("stall_timeout")
+        timeout = self.request.stall_timeout
         self.watchdog = stall.Watchdog(float(timeout)) if timeout else None
-        ckpt = self.request["env"].get("CLOUDDDP_CHECKPOINT_DIR")
+        ckpt = self.request.env.get("CLOUDDDP_CHECKPOINT_DIR")
         self.folder_lock = FolderLock(Path(ckpt)) if ckpt else None
 
     @property
@@ -98,7 +99,7 @@ class Supervisor:
     def start(self) -> None:
         # The store is a process of its own, so the nodes can go on without this one; its id reaches the agents'
         # environment only.
-        store = start_store(self.run, int(self.request["rendezvous_port"]))
+        store = start_store(self.run, int(self.request.rendezvous_port))
         self.run.write_status(store_pid=store.pid, store=store.record())
         base_env = {**os.environ, **self.env, ID_VARIABLE: new_rdzv_id()}
         self.keeper = keeper_for(self.request, self.env)
@@ -107,13 +108,13 @@ class Supervisor:
             python_path = os.pathsep.join(filter(None, [str(hook), base_env.get("PYTHONPATH")]))
             base_env |= {"PYTHONPATH": python_path, stall.SIGNAL_VARIABLE: str(stall.STACK_SIGNAL)}
         self.run.ranks.mkdir(exist_ok=True)
-        for node in self.request["nodes"]:
-            index = int(node["node_rank"])
+        for node in self.request.nodes:
+            index = node.node_rank
             with open(self.run.console(index), "ab") as console:
                 child = subprocess.Popen(
-                    wrapped(node["argv"], self.run.exit_file(index)),
-                    cwd=self.request["cwd"],
-                    env={**base_env, **node["env"]},
+                    wrapped(node.argv, self.run.exit_file(index)),
+                    cwd=self.request.cwd,
+                    env={**base_env, **node.env},
                     stdout=console,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
@@ -133,7 +134,7 @@ class Supervisor:
         self.adopted = True
         self.nodes = recorded_nodes(self.run, self.run.read_status())
         live = [n.process.pid for n in self.nodes if n.process is not None and n.running()]
-        names = [k for k, v in self.request["env"].items() if SECRET_PLACEHOLDER.format(name=k) == v]
+        names = [k for k, v in self.request.env.items() if SECRET_PLACEHOLDER.format(name=k) == v]
         values = secrets_of(live, names)
         self.secrets = redaction_forms(values)
         self.copy_raw = not names or len(values) == len(names)
@@ -237,7 +238,7 @@ class Supervisor:
             copiers.append(threading.Thread(target=self._mask_rank_files, daemon=True))
         for t in copiers:
             t.start()
-        deadline = float(self.run.read_status().get("started_at") or time.time()) + float(self.request["max_runtime"])
+        deadline = float(self.run.read_status().get("started_at") or time.time()) + float(self.request.max_runtime)
         while any([n.running() for n in self.nodes]):  # every node polled: any() of a generator stops early
             if time.time() > deadline:
                 self.request_stop("max_runtime")
@@ -322,7 +323,7 @@ class Supervisor:
 
     def finish(self, codes: list[int]) -> None:
         state, message, extra = conclude(
-            self.run, codes, self.stop_reason, self.first_failed, max_runtime=self.request["max_runtime"]
+            self.run, codes, self.stop_reason, self.first_failed, max_runtime=self.request.max_runtime
         )
         if self.keeper is not None:
             self.keeper.save(final=True)  # a file the script renamed over its link
@@ -376,13 +377,13 @@ def _environ(pid: int) -> dict[str, str]:
     return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
 
 
-def keeper_for(request: dict[str, Any], env: dict[str, str], *, link: bool = True) -> Keeper | None:
+def keeper_for(request: LocalRequest, env: dict[str, str], *, link: bool = True) -> Keeper | None:
     """The run's ``checkpoint.files``, linked into its checkpoint folder (one code folder serves every node here);
     ``link=False`` for a run being adopted, whose nodes already run with the links: only the saving goes on."""
-    declared, folder = request.get("keep_files"), env.get("CLOUDDDP_CHECKPOINT_DIR")
+    declared, folder = request.keep_files, env.get("CLOUDDDP_CHECKPOINT_DIR")
     if not declared or not folder:
         return None
-    keeper = Keeper(declared, request["cwd"], folder)
+    keeper = Keeper(declared, request.cwd, folder)
     for note in keeper.link(fresh=env.get("CLOUDDDP_RESUME") == "never") if link else []:
         print(note, flush=True)  # into supervisor.log
     keeper.keep_saving()  # a file renamed over its link is saved while the run goes on, not only at its end

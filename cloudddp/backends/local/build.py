@@ -1,0 +1,73 @@
+"""The local request and its ``torchrun.sh``, made from the render's :class:`LocalDecision` alone."""
+
+from __future__ import annotations
+
+from cloudddp.backends import torchrun
+from cloudddp.backends.local.decide import CODE_DIR, PORT, RUN_DIR, LocalDecision
+from cloudddp.backends.local.rendezvous import LOOPBACK
+from cloudddp.backends.local.request import LocalRequest, NodeCommand
+from cloudddp.backends.local.script import shell_script
+
+RANK_TAG = "[rank${rank}]:"
+"""torchrun's prefix of each worker's lines (``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``): the global rank, which
+torchrun alone knows (the rendezvous decides which node holds rank 0)."""
+
+
+def request(d: LocalDecision) -> LocalRequest:
+    """What launch and the supervisor do: one torchrun agent per node, in the unpacked snapshot."""
+    return LocalRequest(
+        cwd=CODE_DIR,
+        device=d.device,
+        nnodes=d.nodes,
+        nproc_per_node=d.processes_per_node,
+        max_runtime=d.max_runtime,
+        stall_timeout=d.stall_seconds,
+        rendezvous_port=PORT,
+        env=d.env,
+        nodes=tuple(_node(d, node) for node in range(d.nodes)),
+        requirements=d.requirements.lines if d.requirements else (),
+        own_script=d.own_script,
+        keep_files=d.keep_files,
+    )
+
+
+def _node(d: LocalDecision, node: int) -> NodeCommand:
+    argv = (
+        d.python,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(d.nodes),
+        "--nproc-per-node",
+        str(d.processes_per_node),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"{LOOPBACK}:{PORT}",
+        # no --rdzv-id: the supervisor passes a random one in PET_RDZV_ID, never in argv
+        "--rdzv-conf",
+        "is_host=0",  # the supervisor hosts the store, on loopback only
+        "--max-restarts",
+        str(d.max_restarts),
+        "--log-dir",
+        f"{RUN_DIR}/ranks/node{node}",
+        "--tee",
+        "3",
+        *d.program,
+    )
+    env = {
+        "NODE_RANK": str(node),
+        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": RANK_TAG,
+        **torchrun.restart_env(d.max_restarts),
+    }
+    return NodeCommand(node_rank=node, argv=argv, env=env)
+
+
+def documents(d: LocalDecision, request: LocalRequest) -> dict[str, str]:
+    return {"torchrun.sh": shell_script(request, d.snapshot.path)}
+
+
+def late_names(d: LocalDecision) -> tuple[str, ...]:
+    """The values launch binds: the run folder, the store's port, the run id, and the Python that has the job's
+    requirements where it has some."""
+    return ("RUN_DIR", "PORT", "RUN_ID", *(["PYTHON"] if d.requirements else []))

@@ -1,0 +1,76 @@
+"""A local plan's decision lines and warnings, in words, from the render's :class:`LocalDecision`."""
+
+from __future__ import annotations
+
+from cloudddp.backends.folderlock import LOCK_NAME
+from cloudddp.backends.local.decide import Checkpoints, LocalDecision
+from cloudddp.code.snapshot import snapshot_warnings
+from cloudddp.observe.units import human_bytes
+
+LOCK_NOTE = f"a second copy of the training refuses to start while this one runs: {LOCK_NAME} in the folder"
+
+
+def explain(d: LocalDecision) -> tuple[list[str], list[str]]:
+    """The plan's decisions and warnings, in the order the plan has always shown them."""
+    decisions = [
+        f"runs code snapshot {d.snapshot.sha256[:12]} ({len(d.snapshot.files)} files, "
+        f"{human_bytes(d.snapshot.size)}) unpacked in the run folder: the bytes a cloud job gets",
+        f"{d.nodes} node(s) × {d.processes_per_node} process(es) on {d.device}, process group {d.process_group}",
+    ]
+    if d.estimate is not None:
+        decisions.append(
+            f"estimate: {d.estimate['training_s']:,.0f} s of training ({d.estimate['steps']:,.0f} steps "
+            f"of {d.estimate['step_s']:.4g} s; step time from {d.estimate['step_basis']})"
+        )
+    if d.cloud_nodes > 1 and d.nodes == 1:
+        decisions.append(
+            f"resources.nodes={d.cloud_nodes} is for the cloud; here 1 node "
+            "(set local.nodes to run several torchrun nodes on this machine)"
+        )
+    if d.checkpoints is not None:
+        decisions.append(
+            f"checkpoints in {d.checkpoints.folder}: {_resume_note(d.checkpoints)}; held by one run at a time "
+            f"({LOCK_NOTE})"
+        )
+    decisions.append(_stall_note(d))
+    if d.requirements is not None:
+        decisions.append(
+            f"requirements ({len(d.requirements.lines)} from {d.requirements.source}): run in this Python if it has "
+            f"them, else in an environment made for them ({d.requirements_env})"
+        )
+    if d.max_restarts:
+        decisions.append(
+            f"limits.max_restarts {d.max_restarts}: each restart of the processes starts with a store "
+            "of its own (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1), so none reads the last attempt's addresses"
+        )
+    return decisions, _warnings(d)
+
+
+def _warnings(d: LocalDecision) -> list[str]:
+    warnings = snapshot_warnings(d.snapshot)
+    if d.nccl_without_cuda:
+        warnings.append("distribution.backend nccl needs CUDA; this machine has none, so gloo is used here")
+    processes = d.processes_per_node * d.nodes
+    if d.device == "cpu" and processes > d.cores:
+        warnings.append(
+            f"{processes} processes on {d.cores} CPU cores: oversubscribed ranks slow every collective; "
+            "lower local.processes_per_node or local.nodes"
+        )
+    return warnings
+
+
+def _resume_note(checkpoints: Checkpoints) -> str:
+    if checkpoints.never_resume:
+        return "starts from scratch (checkpoint.resume: never)"
+    if checkpoints.latest is None:
+        return "no checkpoint yet: starts from scratch"
+    return f"resumes from {checkpoints.latest}"
+
+
+def _stall_note(d: LocalDecision) -> str:
+    if d.stall_seconds is None:
+        return "stall watchdog off (limits.stall_timeout: off): a hung rank runs until limits.max_runtime"
+    return (
+        f"stall watchdog: no line from any rank for {d.stall_seconds} s ({d.stall_basis}) fails the run as stalled, "
+        f"with every rank's Python stack in the log, taken by {d.stack_mechanism}"
+    )
