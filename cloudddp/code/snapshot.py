@@ -23,26 +23,12 @@ from typing import Any
 
 from cloudddp.code.filestate import DigestCache, file_sha256, key_of, read_record, write_record
 from cloudddp.code.ignore import ignore_line, ignore_lines
-from cloudddp.code.scan import Entry, collect, scan
-from cloudddp.code.shipped import Snapshot, advice, largest_files, snapshot_warnings
+from cloudddp.code.scan import Entry, scan
+from cloudddp.code.shipped import Snapshot, advice, largest_files
 from cloudddp.code.tarstream import Member, write_targz
 from cloudddp.errors import UserError
 from cloudddp.observe.units import human_bytes
 from cloudddp.paths import home
-
-# Snapshot, collect and snapshot_warnings live in code/shipped.py and code/scan.py: named here too for the
-# backends that import them from this module.
-__all__ = [
-    "CACHE_BYTES",
-    "MAX_BYTES",
-    "Snapshot",
-    "cache_dir",
-    "collect",
-    "folder_digest",
-    "pack",
-    "safe_member",
-    "snapshot_warnings",
-]
 
 MAX_BYTES = 2_000_000_000
 """Folders holding more than this (before compression) are refused before anything is packed."""

@@ -18,7 +18,7 @@ from cloudddp.backends.local.estimate import time_estimate
 from cloudddp.backends.local.options import LocalOptions
 from cloudddp.code import requirements, stall
 from cloudddp.code.requirements import Requirements
-from cloudddp.code.snapshot import Snapshot
+from cloudddp.code.shipped import Snapshot
 from cloudddp.errors import UserError
 from cloudddp.paths import home
 from cloudddp.plan import EnvSource, late

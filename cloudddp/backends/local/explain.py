@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cloudddp.backends.folderlock import LOCK_NAME
 from cloudddp.backends.local.decide import Checkpoints, LocalDecision
-from cloudddp.code.snapshot import snapshot_warnings
+from cloudddp.code.shipped import snapshot_warnings
 from cloudddp.observe.units import human_bytes
 
 LOCK_NOTE = f"a second copy of the training refuses to start while this one runs: {LOCK_NAME} in the folder"
