@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from .support.cli import ROOT
-from .support.leftovers import stop_leftovers
-from .support.rigs import allowed_on_ci, on_ci, rig_unavailable
+from tests.support.cli import ROOT
+from tests.support.leftovers import stop_leftovers
+from tests.support.rigs import allowed_on_ci, on_ci, rig_unavailable
 
 if TYPE_CHECKING:
-    from .support.mlflow_server import MlflowServer
-    from .support.slurm_cluster import SlurmCluster
+    from tests.support.mlflow_server import MlflowServer
+    from tests.support.slurm_cluster import SlurmCluster
 
 
 @pytest.fixture(autouse=True)
@@ -31,7 +31,7 @@ def cloudddp_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
 @pytest.fixture(scope="session")
 def moto_url() -> Iterator[str]:
     """moto as a real HTTP server on 127.0.0.1, for the whole session."""
-    from .support.aws_emulator import moto_server
+    from tests.support.aws_emulator import moto_server
 
     with moto_server() as url:
         yield url
@@ -42,7 +42,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
     """A real `mlflow server` (sqlite store), for the whole session."""
     import importlib.util
 
-    from .support.mlflow_server import running_mlflow_server
+    from tests.support.mlflow_server import running_mlflow_server
 
     if importlib.util.find_spec("mlflow") is None:
         rig_unavailable("mlflow is not installed (it is in the dev extra: pip install -e '.[dev]')")
@@ -53,7 +53,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
 @pytest.fixture(scope="session")
 def blob_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Azurite blob server, for the whole session."""
-    from .support.azure_rig import azurite, azurite_binary
+    from tests.support.azure_rig import azurite, azurite_binary
 
     if azurite_binary() is None:
         rig_unavailable("Azurite is not installed: `make test` installs it with `npm install`")
@@ -64,7 +64,7 @@ def blob_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """A real two-node Slurm cluster (own munged, slurmctld, 2 slurmd) for the session; skips when it cannot run."""
-    from .support.slurm_cluster import cluster_fixture
+    from tests.support.slurm_cluster import cluster_fixture
 
     yield from cluster_fixture()  # in a folder of its own that an unprivileged test user may enter
 

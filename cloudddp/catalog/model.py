@@ -11,7 +11,7 @@
     efficiency = compute / step (throughput at N GPUs over N × one GPU's).
 
 Constants (stated, not fitted per case): fabric efficiency η 0.80 of the line rate, latency α 5 µs on
-InfiniBand/EFA and 30 µs on Ethernet (TCP), OVERLAP 0.9. ``tests/test_catalog_model.py`` holds the model
+InfiniBand/EFA and 30 µs on Ethernet (TCP), OVERLAP 0.9. ``tests/catalog/test_cost_model.py`` holds the model
 to four published figures (PyTorch's DDP benchmark, Goyal et al. 2017, Horovod over 40 Gb Ethernet,
 MLPerf Training v1.0 on two A100 nodes over HDR InfiniBand). Not modelled: the loss of per-GPU
 efficiency when strong scaling shrinks the per-GPU batch, and input pipelines that cannot keep up.

@@ -14,7 +14,7 @@ Assumptions, per GPU (each is listed with its reason in ``speed_basis``):
 * A100 SXM 40GB: the A100 SXM 80GB measurement.
 * T4, L4, L40S, A10G, A10: ``min(peak ratio, memory-bandwidth ratio)`` against the A100 SXM 80GB; convolution
   training is bound by one of the two. On the GPUs that do have a measurement this rule lands 15-20 % low
-  (V100: 0.40 vs 0.49 measured; H100 SXM: 1.64 vs 1.96), which ``tests/test_catalog_model.py`` checks.
+  (V100: 0.40 vs 0.49 measured; H100 SXM: 1.64 vs 1.96), which ``tests/catalog/test_cost_model.py`` checks.
 * Non-CUDA accelerators (MI300X, Trainium): no estimate.
 * Networks without an A100 measurement: the achieved FLOP rate of the CIFAR ResNet-18 measurement.
 """

@@ -16,8 +16,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .azure_launchers import AzureRun, Datastores, Started, start_pytorch
-from .azure_rig import PREEMPTED, SCRIPT_FAILED, WorkspaceModel
+from tests.support.azure_launchers import AzureRun, Datastores, Started, start_pytorch
+from tests.support.azure_rig import PREEMPTED, SCRIPT_FAILED, WorkspaceModel
 
 
 class AzureNodes:

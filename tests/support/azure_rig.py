@@ -49,11 +49,11 @@ import requests.structures
 import urllib3
 from requests.adapters import BaseAdapter
 
-from .azure_launchers import log_name
-from .cli import ROOT
+from tests.support.azure_launchers import log_name
+from tests.support.cli import ROOT
 
 if TYPE_CHECKING:
-    from .mlflow_server import MlflowServer
+    from tests.support.mlflow_server import MlflowServer
 
 ACCOUNT = "devstoreaccount1"
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="

@@ -2,7 +2,7 @@
 searched for every form in which a secret's value could have been written.
 
 A search that finds nothing proves something only if it would have found the value: :func:`leaks` is checked
-on text that holds each form (``tests/test_proof.py``), and each cloud test also finds the value in the one
+on text that holds each form (``tests/project/test_proof.py``), and each cloud test also finds the value in the one
 place it must be (the job's environment in the request that creates the job).
 """
 

@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Any
 from cloudddp.api import Job
 from cloudddp.backends.base import Backend
 from cloudddp.runs.runner import get_backend
-
-from .cli import FIXTURES
+from tests.support.cli import FIXTURES
 
 if TYPE_CHECKING:
-    from .slurm_cluster import SlurmCluster
+    from tests.support.slurm_cluster import SlurmCluster
 
 TINY = FIXTURES / "tinyjob" / "job.yaml"
 
@@ -94,7 +93,7 @@ class SageMakerHarness(Harness):
         self.backend = get_backend("sagemaker", poll_seconds=0.1, token=f"c{time.time_ns() % 10**9}")
 
     def start(self) -> str:
-        from .aws_emulator import put_logs, set_status
+        from tests.support.aws_emulator import put_logs, set_status
 
         run_id = self.launch()
         set_status(run_id, "InProgress", "Training")
@@ -102,24 +101,24 @@ class SageMakerHarness(Harness):
         return run_id
 
     def end(self, run_id: str) -> None:
-        from .aws_emulator import set_status
+        from tests.support.aws_emulator import set_status
 
         set_status(run_id, "Completed", "Completed")
 
     @contextlib.contextmanager
     def stop_held(self, run_id: str) -> Iterator[bool]:
-        from .aws_emulator import stopping_held
+        from tests.support.aws_emulator import stopping_held
 
         with stopping_held(run_id):
             yield True
 
     def stop_requests(self, run_id: str) -> int:
-        from .aws_emulator import STOP_REQUESTS
+        from tests.support.aws_emulator import STOP_REQUESTS
 
         return STOP_REQUESTS.get(run_id, 0)
 
     def without_credentials(self) -> dict[str, str]:
-        from .aws_emulator import aws_environment
+        from tests.support.aws_emulator import aws_environment
 
         return {
             **aws_environment(self.url),
@@ -144,7 +143,7 @@ class AzureMLHarness(Harness):
     ]
 
     def __init__(self, blob_endpoint: str) -> None:
-        from .azure_rig import FakeCredential, WorkspaceModel, create_container, ml_transport
+        from tests.support.azure_rig import FakeCredential, WorkspaceModel, create_container, ml_transport
 
         self.model = WorkspaceModel(blob_endpoint)
         create_container(self.model)
@@ -177,7 +176,7 @@ class AzureMLHarness(Harness):
         return self.model.cancel_requests.get(run_id, 0)
 
     def without_credentials(self) -> dict[str, str]:
-        from .azure_rig import env_for_rig
+        from tests.support.azure_rig import env_for_rig
 
         # DefaultAzureCredential finds nothing: no service principal, no managed identity, no az CLI login.
         return {

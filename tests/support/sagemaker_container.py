@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from . import namespaces
+from tests.support import namespaces
 
 GROUP = "homogeneousCluster"  # SageMaker's instance group name for a job without heterogeneous clusters
 INTERFACE = "eth0"  # what SageMaker writes as network_interface_name

@@ -303,7 +303,7 @@ class SlurmCluster:
         """An unprivileged user of this cluster (created once for the tests, see support/users.py), with a home
         folder of its own in the cluster's folder: a user as on a real cluster, for whom ``PrivateData=nodes``
         hides node data. Needs root, as the cluster does."""
-        from .users import other_user
+        from tests.support.users import other_user
 
         other = other_user()
         home = self.root / "home" / other.name
@@ -536,7 +536,7 @@ def cluster_fixture(root: Path | None = None) -> Iterator[SlurmCluster]:
     fails with it). Without ``root``, its folder is a new one in the system's temporary folder that every user
     may enter (pytest's own is its owner's alone): an unprivileged user's commands need slurm.conf and munge's
     socket. That folder is removed afterwards."""
-    from .rigs import rig_unavailable
+    from tests.support.rigs import rig_unavailable
 
     own = root is None
     if root is None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .cli import ROOT
+from tests.support.cli import ROOT
 
 TRAIN = ROOT / "src_train" / "train.py"
 

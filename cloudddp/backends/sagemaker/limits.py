@@ -2,7 +2,7 @@
 
 ``LIMITS`` holds, per member path of the CreateTrainingJob input shape, the ``min``/``max``/``pattern``
 of botocore's service model (``data/sagemaker/2017-07-24/service-2.json``, botocore 1.44.5). They are
-constants here because render must not import botocore; ``tests/sagemaker/test_sagemaker_limits.py``
+constants here because render must not import botocore; ``tests/backends/sagemaker/test_limits.py``
 reads the model and asserts that every one equals the model's value, so a change in AWS's model fails a
 test instead of a launch. Paths: ``a.b`` a member, ``a[]`` each list item, ``a{key}``/``a{value}`` each
 map key/value. ``check`` walks a finished request and raises a :class:`UserError` (exit 2) that names the

@@ -1,0 +1,120 @@
+"""Reliability with the real training script on the local backend: faults injected for real.
+
+- cancel (SIGTERM, what spot reclamation sends) → rank 0 checkpoints → resubmit continues, no epoch lost
+  or repeated;
+- SIGKILL of one rank → torchrun restarts the group → resume from the last checkpoint → final
+  parameters bitwise equal to an uninterrupted run;
+- a rank that stops participating (SIGSTOP) → the others fail after the spec's collective timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from cloudddp.api import Job, Run
+from cloudddp.backends.registry import backend_class, load_spec, names
+from cloudddp.backends.status import RunState
+from tests.support.cli import ROOT, cli
+from tests.support.faults import rank_processes, wait_for_rank
+
+pytestmark = pytest.mark.slow
+DIGITS = ROOT / "jobs" / "digits-local.yaml"
+
+
+def epoch_ends(run: Run) -> list[int]:
+    return [r.epoch for r in run.metrics() if "epoch_time" in r.values]
+
+
+def test_cancelled_run_checkpoints_and_a_resubmit_continues_without_losing_or_repeating_an_epoch() -> None:
+    args = "code.args=[--dataset, digits, --epochs, '8', --log-every, '1']"
+    first = Job.load(DIGITS, [args, "name=resume-demo", "checkpoint.resume=auto"]).submit("local")
+    for record in first.metrics(follow=True):
+        if record.epoch == 3:
+            break
+    result = cli("cancel", first.run_id)
+    assert result.returncode == 0
+    assert first.status().state is RunState.CANCELLED
+    stopped = [line.text for line in first.logs() if "stopping on SIGTERM" in line.text]
+    assert stopped, "the script saw SIGTERM and wrote a checkpoint before exiting"
+
+    second = Job.load(DIGITS, [args, "name=resume-demo", "checkpoint.resume=auto"]).submit("local")
+    assert second.wait(timeout=240, poll=0.5).state is RunState.SUCCEEDED
+    resumed = [line.text for line in second.logs() if "resumed from" in line.text]
+    done_first, done_second = epoch_ends(first), epoch_ends(second)
+    assert resumed and f"at epoch {done_first[-1] + 1}," in resumed[0], (resumed, done_first)
+    assert done_first + done_second == list(range(1, 9)), (done_first, done_second)
+    steps = [r.step for r in first.metrics() if "epoch_time" not in r.values and "test_acc" not in r.values]
+    steps += [r.step for r in second.metrics() if "epoch_time" not in r.values and "test_acc" not in r.values]
+    assert steps == sorted(set(steps)) and steps == list(range(1, steps[-1] + 1)), "every step once, none lost"
+
+
+def _final_params(run: Run) -> dict[str, torch.Tensor]:
+    return torch.load(Path(run.status().details["run_dir"]) / "outputs" / "model.pt")
+
+
+def test_killed_rank_restarts_from_checkpoint_and_ends_bitwise_equal_to_an_uninterrupted_run() -> None:
+    args = "code.args=[--dataset, digits, --epochs, '5', --deterministic, --log-every, '1']"
+    clean = Job.load(DIGITS, [args, "name=det-clean", "checkpoint.resume=auto"]).submit("local")
+    assert clean.wait(timeout=240, poll=0.5).state is RunState.SUCCEEDED
+
+    faulty = Job.load(DIGITS, [args, "name=det-faulty", "limits.max_restarts=2", "checkpoint.resume=auto"]).submit(
+        "local"
+    )
+    run_dir = faulty.status().details["run_dir"]
+    for record in faulty.metrics(follow=True):
+        if record.epoch == 3 and "epoch_time" not in record.values:
+            break  # in epoch 3, after the epoch-2 checkpoint
+    os.kill(wait_for_rank(run_dir, 1), signal.SIGKILL)
+    status = faulty.wait(timeout=240, poll=0.5)
+    assert status.state is RunState.SUCCEEDED, status
+    assert any("resumed from" in line.text for line in faulty.logs())
+    a, b = _final_params(clean), _final_params(faulty)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_rank_that_stops_participating_fails_the_run_within_the_collective_timeout() -> None:
+    job = Job.load(
+        DIGITS,
+        [
+            "code.args=[--dataset, digits, --epochs, '50', --log-every, '1']",
+            "distribution.collective_timeout=5",
+            "name=hang",
+        ],
+    )
+    run = job.submit("local")
+    run_dir = run.status().details["run_dir"]
+    next(run.metrics(follow=True))
+    pid = rank_processes(run_dir)[1][0]
+    os.kill(pid, signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    try:
+        status = run.wait(timeout=120, poll=0.5)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert status.state is RunState.FAILED
+    assert time.monotonic() - frozen_at < 90, "it did not hang"
+    text = "\n".join(line.text for line in run.logs())
+    assert "timed out" in text.lower() or "timeout" in text.lower(), text[-3000:]
+
+
+JOB_OF = {"local": "digits-local", "sagemaker": "cifar10-smddp", "azureml": "cifar10-azureml", "slurm": "cifar10-slurm"}
+
+
+@pytest.mark.parametrize(("backend", "job"), sorted(JOB_OF.items()))
+def test_the_collective_timeout_is_rendered_to_every_backend(backend: str, job: str) -> None:
+    """What the timeout test above proves locally, every backend tells its processes the same way."""
+    built_in = {name for name in names() if backend_class(name).__module__.startswith("cloudddp.")}
+    assert built_in == set(JOB_OF), "a built-in backend this test does not render"
+    spec = load_spec(ROOT / "jobs" / f"{job}.yaml", ["distribution.collective_timeout=97"])
+    text = backend_class(backend)().render(spec).text()
+    assert re.search(r"CLOUDDDP_COLLECTIVE_TIMEOUT\W+97\b", text), text[:3000]

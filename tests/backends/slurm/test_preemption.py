@@ -1,0 +1,272 @@
+"""Slurm as real clusters are configured (tests/support/slurm_cluster.py): jobs submitted by an unprivileged user,
+who cannot read node data (``PrivateData=nodes``); preemption with a grace time (partition ``spot``,
+``GraceTime>0``, ``PreemptMode=REQUEUE``, preempted from the higher-tier partition ``urgent``); and a training
+longer than its partition's time limit (partition ``short``), run as a chain of requeued allocations.
+
+The user submits with ``cloudddp`` as on a login node (its own uid, home and ``CLOUDDDP_HOME``, nothing of this
+process's environment); this process, as root, makes the cluster preempt the job and reads the user's files."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cloudddp.backends.slurm.script import CHAIN_MARK, PREEMPT_MARK, REQUEUE_MARK, START_MARK
+from cloudddp.observe.metrics import parse_metric_line
+from tests.support import users
+from tests.support.cli import FIXTURES, ROOT
+from tests.support.slurm_cluster import GRACE_TIME, SHORT, SHORT_MINUTES, SPOT, URGENT, ClusterUser, SlurmCluster
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def user(slurm_cluster: SlurmCluster) -> Iterator[ClusterUser]:
+    reason = users.unavailable()
+    if reason:
+        pytest.skip(f"no unprivileged user for the cluster's jobs: {reason}")
+    yield slurm_cluster.user()
+    jobs = slurm_cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
+    if jobs:  # a test that failed half-way leaves no job behind to hold the nodes for the next one
+        slurm_cluster.run("scancel", *jobs, check=False)
+        deadline = time.monotonic() + 30
+        while slurm_cluster.run("squeue", "-h", check=False).stdout.strip() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+def cloudddp(user: ClusterUser, *args: str, timeout: float = 120) -> str:
+    """``cloudddp ARGS`` as the user: its stdout; fails the test with stderr when it exits non-zero."""
+    env = user.env(
+        CLOUDDDP_HOME=str(user.home / ".cloudddp"), PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1", COLUMNS="200"
+    )
+    done = user.run([user.python, "-m", "cloudddp", *args], env=env, timeout=timeout)
+    assert done.returncode == 0, f"cloudddp {' '.join(args)} exited {done.returncode}: {done.stderr[-3000:]}"
+    return done.stdout
+
+
+def submit(user: ClusterUser, spec: Path, *overrides: str) -> str:
+    """Submitted as the user, detached: the run id."""
+    flags = [x for o in [f"slurm.python={user.python}", "slurm.kill_wait=5", *overrides] for x in ("-o", o)]
+    return cloudddp(user, "submit", str(spec), "-b", "slurm", "-d", "-q", *flags).strip().splitlines()[-1]
+
+
+def run_dir(user: ClusterUser, run_id: str) -> Path:
+    return user.home / ".cloudddp" / "slurm" / "runs" / run_id
+
+
+def job_id_of(cluster: SlurmCluster, run_id: str) -> str:
+    ids = cluster.run("squeue", "-h", "-t", "all", f"--name={run_id}", "-o", "%i").stdout.split()
+    assert len(ids) == 1, ids
+    return ids[0]
+
+
+def wait_for(what: str, ready: Callable[[], bool], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"{what}: not after {timeout} s"
+        time.sleep(0.3)
+
+
+def metrics_in(folder: Path) -> list[dict[str, Any]]:
+    """Rank 0's metric lines so far, from the node logs (read as root while the job runs)."""
+    found = []
+    for log in sorted((folder / "logs").glob("node*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            record = parse_metric_line(line)
+            if record is not None:
+                found.append(record.to_dict())
+    return found
+
+
+def finished(user: ClusterUser, run_id: str, timeout: float = 240) -> dict[str, Any]:
+    """The run's status as the user's ``cloudddp status`` shows it, once the run has ended; a run that did not
+    succeed fails the test with its message and the end of its batch log."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status: dict[str, Any] = json.loads(cloudddp(user, "status", run_id, "--json"))
+        if status["state"] in ("succeeded", "failed", "cancelled"):
+            break
+        assert time.monotonic() < deadline, status
+        time.sleep(2)
+    logs = [run_dir(user, run_id) / "batch.log", *sorted((run_dir(user, run_id) / "logs").glob("*.log"))]
+    tail = "\n".join(f"{log.name}: {log.read_text(errors='replace')[-1500:]}" for log in logs if log.exists())
+    assert status["state"] == "succeeded", f"{status['state']}: {status['message']}\n{tail}"
+    return status
+
+
+PREEMPTED_TRAINING = """
+import json, os, signal, time
+import torch
+import torch.distributed as dist
+stop = False
+def on_term(*_):
+    global stop
+    stop = True
+signal.signal(signal.SIGTERM, on_term)
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+mark = os.path.join(os.environ["CLOUDDDP_MODEL_DIR"], "step")
+step = int(open(mark).read()) if os.path.exists(mark) else 0
+if rank == 0 and step:
+    print(f"resumed from {mark} at step {step}", flush=True)
+while step < STEPS:
+    time.sleep(0.2)
+    flag = torch.tensor([1.0 if stop else 0.0])
+    dist.all_reduce(flag)  # every rank stops at the same step
+    if flag.item() > 0:
+        if rank == 0:
+            print(f"stopping on SIGTERM after step {step}", flush=True)
+        break
+    step += 1
+    if rank == 0:
+        print("CLOUDDDP_METRIC " + json.dumps({"step": step}), flush=True)
+        open(mark + ".tmp", "w").write(str(step))
+        os.replace(mark + ".tmp", mark)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("launch", ["torchrun", "srun"])
+def test_a_job_preempted_with_a_grace_time_is_requeued_resumes_and_runs_every_step_once(
+    slurm_cluster: SlurmCluster, user: ClusterUser, tmp_path: Path, launch: str
+) -> None:
+    """A DDP training (gloo, 2 nodes, paced at 5 steps a second so the preemption lands mid-run), submitted by an
+    unprivileged user (node data private to it) to a partition with GraceTime>0: a job of a higher-tier
+    partition takes both nodes, Slurm sends SIGTERM to the training only, the training checkpoints and ends
+    within the grace time, and the batch script requeues the job itself (without it the job ended: succeeded
+    after a few steps with srun, failed as the script's fault with torchrun). It resumes from its checkpoint and
+    succeeds with every step once; status says why it was requeued, while it waits and at the end."""
+    refused = user.run(["scontrol", "-o", "show", "node", "node1"])
+    assert refused.returncode != 0 and "permission denied" in refused.stderr.lower(), refused
+    steps = 60
+    code = user.home / f"preempted-{launch}"
+    code.mkdir(exist_ok=True)
+    (code / "train.py").write_text(PREEMPTED_TRAINING.replace("STEPS", str(steps)))
+    spec = code / "job.yaml"
+    spec.write_text(
+        json.dumps(
+            {
+                "name": f"preempt-{launch}",
+                "code": {"dir": ".", "command": [user.python, "train.py"]},
+                "resources": {"nodes": 2},
+                "slurm": {"launch": launch, "partition": SPOT},
+            }
+        )
+    )
+    run_id = submit(user, spec)
+    folder = run_dir(user, run_id)
+    job = job_id_of(slurm_cluster, run_id)
+    wait_for("step 5", lambda: any((r.get("step") or 0) >= 5 for r in metrics_in(folder)))
+    urgent = slurm_cluster.sbatch(
+        "-p", URGENT, "-N2", "--cpus-per-task=2", "-o", "urgent.log", "--wrap", "sleep 10", cwd=tmp_path
+    )  # both CPUs of both nodes: the spot job must go
+    slurm_cluster.wait_job(urgent, {"RUNNING"}, timeout=GRACE_TIME + 30)
+    requeued = slurm_cluster.job(job)
+    assert (requeued["JobState"], requeued["Restarts"]) == ("PENDING", "1"), requeued
+    waiting = json.loads(cloudddp(user, "status", run_id, "--json"))
+    assert waiting["state"] == "pending" and waiting["message"].startswith("requeued after preemption (restart 1)")
+
+    status = finished(user, run_id)
+    assert status["message"] == "finished after 1 requeue: preemption", status
+    details = status["details"]
+    assert details["restarts"] == 1 and details["requeue_reasons"] == ["preemption"], details
+    batch = (folder / "batch.log").read_text()
+    assert f"{PREEMPT_MARK}: Slurm selected this job for preemption" in batch, batch[-3000:]
+    assert f"{REQUEUE_MARK} {job} after preemption" in batch and batch.count(START_MARK) == 2, batch[-3000:]
+    logs = cloudddp(user, "logs", run_id)
+    assert "stopping on SIGTERM after step" in logs and "resumed from" in logs, logs[-3000:]
+    records = [json.loads(line) for line in cloudddp(user, "metrics", run_id, "--json").splitlines()]
+    assert [r["step"] for r in records] == list(range(1, steps + 1)), "every step exactly once, none lost"
+
+
+CHAIN_TRAINING = """
+import json, os, signal, time
+stop = False
+def on_term(*_):
+    global stop
+    stop = True
+signal.signal(signal.SIGTERM, on_term)
+mark = os.path.join(os.environ["CLOUDDDP_MODEL_DIR"], "step")
+step = int(open(mark).read()) if os.path.exists(mark) else 0
+print(f"starting after step {step}", flush=True)
+while step < STEPS and not stop:
+    time.sleep(1)
+    step += 1
+    print("CLOUDDDP_METRIC " + json.dumps({"step": step}), flush=True)
+    open(mark, "w").write(str(step))
+print("checkpointed at step", step, "and stopping" if stop else "and done", flush=True)
+"""
+
+
+def test_a_training_longer_than_its_partitions_time_limit_runs_as_a_chain_of_requeues(
+    slurm_cluster: SlurmCluster, user: ClusterUser
+) -> None:
+    """limits.max_runtime 10 min on a partition whose MaxTime is 1 min: the job asks for 1 min; at Slurm's
+    warning signal the training checkpoints and the script requeues the job, and the next allocation continues
+    until the training is done. doctor says what to set when the partition's limit is not given."""
+    steps = 70  # more than one allocation's ~30-60 s before its warning signal
+    code = user.home / "chain"
+    code.mkdir(exist_ok=True)
+    (code / "train.py").write_text(CHAIN_TRAINING.replace("STEPS", str(steps)))
+    spec = user.home / "chain.yaml"
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "chain",
+                "code": {"dir": str(code), "command": [user.python, "train.py"]},
+                "limits": {"max_runtime": "10m"},
+                "slurm": {"launch": "srun", "partition": SHORT},
+            }
+        )
+    )
+    told = user.run(
+        [user.python, "-m", "cloudddp", "doctor", str(spec), "-b", "slurm", *("-o", "slurm.kill_wait=5")],
+        env=user.env(CLOUDDDP_HOME=str(user.home / ".cloudddp"), PYTHONPATH=str(ROOT), COLUMNS="200"),
+    )
+    said = " ".join(told.stdout.split())
+    assert told.returncode == 2 and "longer than partition short's MaxTime" in said, said + told.stderr[-2000:]
+    assert f"set slurm.partition_time_limit: {SHORT_MINUTES}m" in said, said
+
+    run_id = submit(user, spec, f"slurm.partition_time_limit={SHORT_MINUTES}m")
+    script = (run_dir(user, run_id) / "job.sbatch").read_text()
+    assert "#SBATCH --time=0-00:01:00" in script and "budget=600 link=60" in script
+    status = finished(user, run_id, timeout=300)
+    assert status["state"] == "succeeded", status
+    details = status["details"]
+    restarts = details["restarts"]
+    assert restarts >= 1, status
+    assert details["requeue_reasons"] == ["the partition's time limit (a chain of allocations)"] * restarts, details
+    batch = (run_dir(user, run_id) / "batch.log").read_text()
+    assert batch.count(CHAIN_MARK) == restarts and batch.count(START_MARK) == restarts + 1, batch[-3000:]
+    used = int((run_dir(user, run_id) / ".cloudddp-used-seconds").read_text())
+    assert steps <= used < 600, used
+    records = [json.loads(line) for line in cloudddp(user, "metrics", run_id, "--json").splitlines()]
+    assert [r["step"] for r in records] == list(range(1, steps + 1)), "every step exactly once, over allocations"
+    assert "and done" in cloudddp(user, "logs", run_id)
+
+
+def test_an_unprivileged_users_two_node_torchrun_job_runs_where_node_data_is_private(
+    slurm_cluster: SlurmCluster, user: ClusterUser
+) -> None:
+    """PrivateData=nodes: `scontrol show node` is refused to the user, so the rendezvous host is the batch
+    script's host; both torchrun agents meet there."""
+    refused = user.run(["scontrol", "-o", "show", "node", "node1"])
+    assert refused.returncode != 0 and "permission denied" in refused.stderr.lower(), refused
+    run_id = submit(
+        user,
+        FIXTURES / "tinyjob" / "job.yaml",
+        "resources.nodes=2",
+        "resources.processes_per_node=1",
+        "code.args=[--epochs, '2', --sleep, '0.05']",
+    )
+    status = finished(user, run_id)
+    assert status["state"] == "succeeded", status
+    logs = cloudddp(user, "logs", run_id)
+    assert "rank 0/2" in logs and "rank 1/2" in logs, logs[-3000:]
+    records = [json.loads(line) for line in cloudddp(user, "metrics", run_id, "--json").splitlines()]
+    assert [(r["epoch"], r["world"]) for r in records] == [(1, 2), (2, 2)]

@@ -1,0 +1,61 @@
+"""States that are true: `cloudddp list` shows each run's state now, not the one it had when last looked at."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from cloudddp.runs.registry import Registry
+from tests.support.cli import FIXTURES, cli
+from tests.support.waiting import wait_until
+
+TINY = FIXTURES / "tinyjob" / "job.yaml"
+
+
+@pytest.mark.slow
+def test_a_detached_run_shows_succeeded_in_list_after_it_ends_without_any_status_call() -> None:
+    submitted = cli("submit", str(TINY), "--detach", "--quiet", "-o", "code.args=[--epochs, 2, --sleep, 0.2]")
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = submitted.stdout.strip().splitlines()[-1]
+    assert Registry().get(run_id).state == "pending"  # type: ignore[union-attr]  # as the submit left it
+
+    def listed() -> dict[str, object] | None:
+        rows = json.loads(cli("list", "--json").stdout)
+        row = next(r for r in rows if r["run_id"] == run_id)
+        return row if row["state"] == "succeeded" else None
+
+    row = wait_until(listed, timeout=120, poll=1.0)
+    assert row["refreshed"] is True
+    assert Registry().get(run_id).state == "succeeded"  # type: ignore[union-attr]  # the record follows
+
+    # Run ids people can type: no id is the latest run (named on stderr), and the random tail finds it too.
+    latest = cli("status", "--json")
+    assert latest.returncode == 0 and f"latest run: {run_id}" in latest.stderr, latest.stderr
+    assert json.loads(latest.stdout)["run_id"] == run_id
+    by_tail = cli("status", run_id[-4:], "--json")
+    assert by_tail.returncode == 0 and json.loads(by_tail.stdout)["state"] == "succeeded", by_tail.stderr
+
+
+def test_a_run_whose_backend_cannot_answer_shows_the_state_last_seen_with_when_and_why() -> None:
+    registry = Registry()
+    registry.add("ghost-20260101-000000-0000", "local", "ghost", "running", {})  # its run folder is gone
+    rows = json.loads(cli("list", "--json").stdout)
+    (row,) = [r for r in rows if r["run_id"] == "ghost-20260101-000000-0000"]
+    assert row["state"] == "running" and row["refreshed"] is False
+    assert row["last_seen"] <= time.time() and "ghost-20260101-000000-0000" in row["why_not_refreshed"]
+    table = cli("list").stdout
+    assert "last seen" in table
+
+
+def test_a_suffix_shared_by_two_runs_asks_for_more_and_no_runs_says_how_to_start() -> None:
+    assert "no runs submitted from this machine yet" in cli("status").stderr
+    registry = Registry()
+    for run_id in ("a-20260101-000000-ab12", "b-20260101-000001-ab12", "c-20260101-000002-cd34"):
+        registry.add(run_id, "local", run_id[0], "succeeded", {})
+    assert sorted(r.run_id for r in registry.find("ab12")) == ["a-20260101-000000-ab12", "b-20260101-000001-ab12"]
+    assert [r.run_id for r in registry.find("cd34")] == ["c-20260101-000002-cd34"]
+    assert [r.run_id for r in registry.find("AB12")] == []  # ids are matched exactly, case included
+    ambiguous = cli("status", "ab12")
+    assert ambiguous.returncode == 2 and "matches 2 runs" in ambiguous.stderr, ambiguous.stderr
