@@ -9,7 +9,7 @@ the file as JSON: its keys are these fields' names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from cloudddp.backends.procs import Process
@@ -92,13 +92,13 @@ class LocalRunStatus(JsonDataclass):
         return {k: list(v) if isinstance(v, tuple) else v for k, v in shown.items() if v is not None}
 
 
-FIELDS = frozenset(LocalRunStatus.__dataclass_fields__)
+_KEYS = frozenset(f.name for f in fields(LocalRunStatus))
 
 
 def checked(changes: dict[str, Any]) -> dict[str, Any]:
     """``changes`` to status.json, refused when one names a key the record does not have (a misspelt key is a bug)
     or has a value of the wrong type."""
-    unknown = sorted(set(changes) - FIELDS)
+    unknown = sorted(set(changes) - _KEYS)
     if unknown:
         raise TypeError(f"status.json has no key {', '.join(map(repr, unknown))}")
     LocalRunStatus.from_dict(changes)
