@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from cloudddp.backends.base import Backend, Launched, Progress
 from cloudddp.backends.checks import Check
@@ -33,6 +33,7 @@ from cloudddp.backends.local.launch import launch
 from cloudddp.backends.local.nodes import LOST_CODE, Node
 from cloudddp.backends.local.options import LocalOptions
 from cloudddp.backends.local.outcome import conclude
+from cloudddp.backends.local.record import LocalRunStatus
 from cloudddp.backends.local.request import LocalRequest
 from cloudddp.backends.local.rundir import RunDir
 from cloudddp.backends.procs import Process
@@ -168,10 +169,9 @@ class LocalBackend(Backend[LocalOptions]):
         if not run.status_file.exists():
             return None
         st = run.read_status()
-        state = RunState(st.get("state", "unknown"))
-        message = st.get("message", "")
-        cause = Cause(st["cause"]) if st.get("cause") else None
-        supervisor = Process.from_record(st.get("supervisor_pid"), st.get("supervisor"))
+        state, message = st.run_state, st.message
+        cause = Cause(st.cause) if st.cause else None
+        supervisor = st.supervisor_process()
         if not state.terminal and not (supervisor is not None and supervisor.alive()):
             # The supervisor is gone without writing an end state (killed -9, out of memory, machine rebooted):
             # the state follows the nodes, not the supervisor.
@@ -180,14 +180,14 @@ class LocalBackend(Backend[LocalOptions]):
                 state, message = RunState.RUNNING, SUPERVISOR_LOST
             else:
                 codes = [code if (code := n.exit_code()) is not None else LOST_CODE for n in nodes]
-                state, message, extra = conclude(run, codes, "cancelled" if st.get("cancel_requested") else None)
-                message += " (decided from what the nodes recorded: the run's supervisor is gone)"
-                cause = Cause(extra["cause"]) if "cause" in extra else None
-                st = {**st, **extra}
-        elif not state.terminal and st.get("adopted_at"):
-            at = time.strftime("%H:%M:%S", time.localtime(st["adopted_at"]))
+                ending = conclude(run, codes, "cancelled" if st.cancel_requested else None)
+                state, cause = ending.state, ending.cause
+                message = ending.message + " (decided from what the nodes recorded: the run's supervisor is gone)"
+                st = st.updated(**ending.changes())
+        elif not state.terminal and st.adopted_at:
+            at = time.strftime("%H:%M:%S", time.localtime(st.adopted_at))
             message = f"{state.value} (its supervisor was lost; a new one took over at {at})"
-        details = {k: st[k] for k in ("exit_codes", "failure", "restarts") if k in st} | {"run_dir": str(run.path)}
+        details = st.details() | {"run_dir": str(run.path)}
         left = run.left_behind() if state.terminal else []
         if left:
             details["left_behind"] = left
@@ -196,11 +196,11 @@ class LocalBackend(Backend[LocalOptions]):
             run_id=run_id,
             backend=self.name,
             state=state,
-            name=st.get("name", run_id.rsplit("-", 3)[0]),
-            native_state=st.get("state", ""),
+            name=st.name if st.name is not None else run_id.rsplit("-", 3)[0],
+            native_state=st.state or "",
             message=message,
-            created_at=st.get("created_at"),
-            ended_at=st.get("ended_at"),
+            created_at=st.created_at,
+            ended_at=st.ended_at,
             details=details,
             cause=cause,
         )
@@ -240,9 +240,9 @@ class LocalBackend(Backend[LocalOptions]):
         follows the nodes if they still train, and records how the run ended either way."""
         run = self._run(run_id)
         st = run.read_status()
-        if not st or RunState(st.get("state", "unknown")).terminal or "supervisor" not in st:
+        if st.run_state.terminal or st.supervisor_pid is None:
             return False  # ended, or still being launched
-        supervisor = Process.from_record(st.get("supervisor_pid"), st.get("supervisor"))
+        supervisor = st.supervisor_process()
         if supervisor is not None and supervisor.alive():
             return False
         with open(run.path / "supervisor.log", "ab") as log:
@@ -262,19 +262,18 @@ class LocalBackend(Backend[LocalOptions]):
         deadline = time.monotonic() + ADOPT_WAIT_SECONDS
         while time.monotonic() < deadline:
             st = run.read_status()
-            supervisor = Process.from_record(st.get("supervisor_pid"), st.get("supervisor"))
+            supervisor = st.supervisor_process()
             if supervisor is not None and supervisor.alive():
                 return supervisor
-            if RunState(st.get("state", "unknown")).terminal:
+            if st.run_state.terminal:
                 return None
             time.sleep(0.1)
         return None
 
     def _cancel(self, run_id: str) -> None:
         run = self._run(run_id)
-        st = run.read_status()
+        supervisor = run.read_status().supervisor_process()
         run.write_status(cancel_requested=True)
-        supervisor = Process.from_record(st.get("supervisor_pid"), st.get("supervisor"))
         if not (supervisor is not None and supervisor.alive()) and self.adopt(run_id):
             supervisor = self._adopted_supervisor(run)  # it stops the nodes with the same grace and escalation
         if supervisor is not None and supervisor.alive() and supervisor.signal(signal.SIGTERM):
@@ -285,22 +284,16 @@ class LocalBackend(Backend[LocalOptions]):
         # Whatever is left (a supervisor killed -9, a hung worker) goes now, process group by process group:
         # only groups whose recorded leader is still that process (or gone, its group left behind).
         st = run.read_status()
-        nodes = [
-            Process.from_record(pid, record)
-            for pid, record in zip(st.get("node_pgids", []), st.get("node_processes", []), strict=False)
-        ]
-        store = Process.from_record(st.get("store_pid"), st.get("store"))
-        for process in [*nodes, supervisor, store]:
+        for process in [*st.node_groups(), supervisor, st.store_process()]:
             if process is not None:
                 process.signal_group(signal.SIGKILL)
-        if not RunState(run.read_status().get("state", "unknown")).terminal:
+        if not run.read_status().run_state.terminal:
             run.write_status(state=RunState.CANCELLED.value, message="cancelled", ended_at=time.time())
 
 
-def recorded_nodes(run: RunDir, st: dict[str, Any]) -> list[Node]:
+def recorded_nodes(run: RunDir, st: LocalRunStatus) -> list[Node]:
     """The run's node groups as recorded in ``status.json``."""
-    records = zip(st.get("node_pgids", []), st.get("node_processes", []), strict=False)
-    return [Node(i, Process.from_record(pid, record), run.exit_file(i)) for i, (pid, record) in enumerate(records)]
+    return [Node(i, process, run.exit_file(i)) for i, process in enumerate(st.node_groups())]
 
 
 __all__ = ["LocalBackend", "LocalOptions"]

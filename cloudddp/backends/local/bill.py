@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from cloudddp.backends.local.record import LocalRunStatus
 from cloudddp.backends.local.request import LocalRequest
 from cloudddp.catalog.bill import Bill, Figure
 
 
-def bill(request: LocalRequest, st: dict[str, Any], *, final: bool) -> Bill:
+def bill(request: LocalRequest, st: LocalRunStatus, *, final: bool) -> Bill:
     """Held time from the supervisor's clock (``st``: the run's status.json), as GPU-hours (one GPU per process) or
     the CPU time the run's processes used; ``final``: the run has ended."""
     device, nodes, procs = request.device, request.nnodes, request.nproc_per_node
-    started, ended = st.get("started_at"), st.get("ended_at")
+    started, ended = st.started_at, st.ended_at
     until = ended if ended is not None else (None if final else time.time())
     ran = max(0.0, until - started) if started is not None and until is not None else 0.0
     figures = [
@@ -31,7 +31,7 @@ def bill(request: LocalRequest, st: dict[str, Any], *, final: bool) -> Bill:
         hours, unit = ran * nodes * procs / 3600, "GPU-hours"
         figures.append(Figure("GPU-hours", round(hours, 6), "h", "wall time × processes (one GPU per process)"))
     else:
-        hours, unit = _cpu_hours(st.get("cpu_s"), figures), "CPU-hours"
+        hours, unit = _cpu_hours(st.cpu_s, figures), "CPU-hours"
     return Bill(
         final=final,
         size=f"local:{device}",
@@ -48,10 +48,10 @@ def bill(request: LocalRequest, st: dict[str, Any], *, final: bool) -> Bill:
     )
 
 
-def _cpu_hours(cpu: object, figures: list[Figure]) -> float | None:
+def _cpu_hours(cpu: float | None, figures: list[Figure]) -> float | None:
     """The run's CPU time in hours, its figure added to ``figures``; None until the supervisor records it at the
     end."""
-    if not isinstance(cpu, (int, float)):
+    if cpu is None:
         figures.append(Figure("CPU time", None, "s", "known when the run ends"))
         return None
     figures.append(

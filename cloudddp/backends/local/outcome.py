@@ -4,6 +4,7 @@ whose supervisor and nodes are all gone)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from cloudddp.backends.local.rundir import RunDir
@@ -47,28 +48,42 @@ def describe_failure(info: dict[str, Any]) -> str:
     return f"node {info.get('node', 0)} failed with exit code {info.get('exitcode')}"
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How a run ended: its state, its message and what ``status.json`` records with them."""
+
+    state: RunState
+    message: str
+    exit_codes: list[int]
+    failure: dict[str, Any] | None = None
+    cause: Cause | None = None
+
+    def changes(self) -> dict[str, Any]:
+        """The keys of ``status.json`` it sets besides the state and the message (a failure and a cause only where
+        it has them)."""
+        changes: dict[str, Any] = {"exit_codes": self.exit_codes}
+        if self.failure is not None:
+            changes["failure"] = self.failure
+        if self.cause is not None:
+            changes["cause"] = self.cause.value
+        return changes
+
+
 def conclude(
     run: RunDir, codes: list[int], stop_reason: str | None, first_failed: int | None = None, *, max_runtime: Any = None
-) -> tuple[RunState, str, dict[str, Any]]:
+) -> Ending:
     """The end state, its message and what ``status.json`` records with it (exit codes, failure, cause)."""
     if stop_reason == "cancelled":
-        return RunState.CANCELLED, "cancelled", {"exit_codes": codes, "cause": Cause.CANCELLED.value}
+        return Ending(RunState.CANCELLED, "cancelled", codes, cause=Cause.CANCELLED)
     if stop_reason == "max_runtime":
-        message = f"stopped after limits.max_runtime ({max_runtime} s)"
-        return RunState.FAILED, message, {"exit_codes": codes, "cause": Cause.LIMIT.value}
+        return Ending(RunState.FAILED, f"stopped after limits.max_runtime ({max_runtime} s)", codes, cause=Cause.LIMIT)
     if stop_reason is not None and stop_reason.startswith("stalled"):
-        return RunState.FAILED, stop_reason, {"exit_codes": codes, "cause": Cause.STALLED.value}
+        return Ending(RunState.FAILED, stop_reason, codes, cause=Cause.STALLED)
     if codes and all(c == 0 for c in codes):
-        return RunState.SUCCEEDED, "finished", {"exit_codes": codes}
+        return Ending(RunState.SUCCEEDED, "finished", codes)
     if not codes:
-        return (
-            RunState.FAILED,
-            "the run's supervisor exited before it started the nodes",
-            {
-                "exit_codes": codes,
-                "cause": Cause.INFRASTRUCTURE.value,
-            },
-        )
+        message = "the run's supervisor exited before it started the nodes"
+        return Ending(RunState.FAILED, message, codes, cause=Cause.INFRASTRUCTURE)
     info = failure(run, codes, first_failed)
     cause = Cause.INFRASTRUCTURE if info.get("lost") else Cause.USER_ERROR
-    return RunState.FAILED, describe_failure(info), {"exit_codes": codes, "failure": info, "cause": cause.value}
+    return Ending(RunState.FAILED, describe_failure(info), codes, failure=info, cause=cause)

@@ -3,7 +3,7 @@
 runs/<run_id>/
     spec.yaml        the spec, secrets redacted
     plan.json        the plan that was launched (port and folders filled in)
-    status.json      state, process ids, exit codes, failure details (written atomically)
+    status.json      state, process ids, exit codes, failure details (written atomically; LocalRunStatus)
     logs/node<i>.log what each torchrun "node" printed, rank-prefixed
     ranks/           torchrun's per-rank stdout/stderr files, by attempt; node<i>.console, what each torchrun agent
                      printed (raw: secrets are redacted when it is copied to the log), and node<i>.exit, its exit code
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cloudddp.backends.local.record import LocalRunStatus, checked, parsed
 from cloudddp.backends.local.request import LocalRequest
 from cloudddp.code.keepfiles import matches
 from cloudddp.paths import home
@@ -103,21 +104,25 @@ class RunDir:
         return os.open(self.path / "supervisor.lock", os.O_RDWR | os.O_CREAT, 0o600)
 
     def node_logs(self) -> list[Path]:
-        nodes = int(self.read_status().get("nodes", 1))
-        return [self.node_log(i) for i in range(nodes)]
+        return [self.node_log(i) for i in range(self.read_status().nodes)]
 
-    def read_status(self) -> dict[str, Any]:
+    def read_status(self) -> LocalRunStatus:
+        """The run's record (``status.json``); the all-defaults one while the file is missing or damaged."""
+        return parsed(self._status_data())
+
+    def write_status(self, **changes: Any) -> LocalRunStatus:
+        """Merge ``changes`` (fields of :class:`LocalRunStatus`, as JSON values) into status.json atomically (temp
+        file + rename); a key the record does not have is refused. The file keeps every key it had."""
+        data = {**self._status_data(), **checked(changes)}
+        write_json_atomic(self.status_file, data)
+        return parsed(data)
+
+    def _status_data(self) -> dict[str, Any]:
         try:
             data = json.loads(self.status_file.read_text())
         except (FileNotFoundError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
-
-    def write_status(self, **changes: Any) -> dict[str, Any]:
-        """Merge ``changes`` into status.json atomically (temp file + rename)."""
-        status = {**self.read_status(), **changes}
-        write_json_atomic(self.status_file, status)
-        return status
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

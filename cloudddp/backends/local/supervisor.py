@@ -238,7 +238,7 @@ class Supervisor:
             copiers.append(threading.Thread(target=self._mask_rank_files, daemon=True))
         for t in copiers:
             t.start()
-        deadline = float(self.run.read_status().get("started_at") or time.time()) + float(self.request.max_runtime)
+        deadline = (self.run.read_status().started_at or time.time()) + float(self.request.max_runtime)
         while any([n.running() for n in self.nodes]):  # every node polled: any() of a generator stops early
             if time.time() > deadline:
                 self.request_stop("max_runtime")
@@ -322,23 +322,19 @@ class Supervisor:
                 pass
 
     def finish(self, codes: list[int]) -> None:
-        state, message, extra = conclude(
-            self.run, codes, self.stop_reason, self.first_failed, max_runtime=self.request.max_runtime
-        )
+        ending = conclude(self.run, codes, self.stop_reason, self.first_failed, max_runtime=self.request.max_runtime)
         if self.keeper is not None:
             self.keeper.save(final=True)  # a file the script renamed over its link
         if self.copy_raw and self.secrets:
             self.rank_files.sweep(final=True)
             redact_files(self.run.ranks, self.secrets)  # what else torchrun wrote there (error files)
-        if not self.adopted:  # the nodes' CPU time is known only to the process that waited for them
-            extra["cpu_s"] = _children_cpu_seconds()
-        else:
-            extra["adopted"] = True
-        st = self.run.read_status()
-        store = Process.from_record(st.get("store_pid"), st.get("store"))
+        # the nodes' CPU time is known only to the process that waited for them
+        own: dict[str, Any] = {"adopted": True} if self.adopted else {"cpu_s": _children_cpu_seconds()}
+        store = self.run.read_status().store_process()
         if store is not None:
             store.signal(signal.SIGTERM)
-        self.run.write_status(state=state.value, message=message, ended_at=time.time(), **extra)
+        changes = ending.changes() | own
+        self.run.write_status(state=ending.state.value, message=ending.message, ended_at=time.time(), **changes)
         if self.folder_lock is not None:
             self.folder_lock.release(self.run.run_id)
 
@@ -454,7 +450,7 @@ def main(argv: list[str]) -> int:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until this process ends, however it ends
         except BlockingIOError:
             return 0  # another supervisor has the run
-        if RunState(run.read_status().get("state", "unknown")).terminal:
+        if run.read_status().run_state.terminal:
             return 0
         me = Process.of(os.getpid())
         run.write_status(supervisor_pid=os.getpid(), supervisor=me.record() if me else None, adopted_at=time.time())
