@@ -61,8 +61,6 @@ class LocalRunStatus(JsonDataclass):
     """A :class:`~cloudddp.backends.status.Cause`'s value, for a run that did not succeed."""
     failure: dict[str, Any] | None = None
     """Which rank or node failed and the tail of its log (:func:`~cloudddp.backends.local.outcome.failure`)."""
-    restarts: int | None = None
-    """Shown with the run's details when present; the local supervisor does not write it."""
     cpu_s: float | None = None
     """User + system CPU time of the run's processes; only the supervisor that started the nodes knows it."""
     adopted: bool = False
@@ -88,7 +86,7 @@ class LocalRunStatus(JsonDataclass):
 
     def details(self) -> dict[str, Any]:
         """What a run's status shows of the end (``RunStatus.details``): the keys that were written."""
-        shown = {"exit_codes": self.exit_codes, "failure": self.failure, "restarts": self.restarts}
+        shown = {"exit_codes": self.exit_codes, "failure": self.failure}
         return {k: list(v) if isinstance(v, tuple) else v for k, v in shown.items() if v is not None}
 
 
