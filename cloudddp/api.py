@@ -81,9 +81,7 @@ class Job:
         """
         runner = Runner.open(backend, **options)
         submission = runner.submit(self.spec, checks=checks, provision=provision, progress=progress)
-        budget = self.spec.limits.max_recoveries if recover is None else recover
-        if budget > 0:
-            recovery.start_for(runner, self.spec, submission, budget)
+        recovery.start_for(runner, self.spec, submission, recover)
         return Run(submission.run_id, runner.backend, plan=submission.plan)
 
     def to_dict(self) -> dict[str, Any]:

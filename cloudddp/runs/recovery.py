@@ -161,8 +161,12 @@ def start(
     return chain
 
 
-def start_for(runner: Runner, spec: JobSpec, submission: Submission, max_recoveries: int) -> Chain:
-    """:func:`start` for a run just submitted from ``spec``, with the sizes ``limits.recover_to`` moves to."""
+def start_for(runner: Runner, spec: JobSpec, submission: Submission, recover: int | None = None) -> Chain | None:
+    """A chain and its watcher for a run just submitted from ``spec``, with the sizes ``limits.recover_to`` moves to:
+    up to ``recover`` resubmissions (None: the spec's ``limits.max_recoveries``); None when that is 0."""
+    max_recoveries = spec.limits.max_recoveries if recover is None else recover
+    if max_recoveries <= 0:
+        return None
     backend = runner.backend
     return start(
         backend,
