@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cloudddp.code import keepfiles, requirements
+from cloudddp.code import container_init, keepfiles, requirements
 from cloudddp.code.requirements import FILE, file_text
 from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.code.shipped import Snapshot
@@ -123,9 +123,17 @@ def job_env(
             f"env.{taken[0]}: names starting with {PREFIX} are set by cloudddp on every backend",
             hint="rename the variable; docs/runtime-contract.md lists what is set",
         )
-    extra = {k: v for k, v in (presets or {}).items() if k not in user}
+    extra = {k: v for k, v in {**launcher_grace(sigterm_grace), **(presets or {})}.items() if k not in user}
     contract = contract_env(spec, backend, places, on_gpu=on_gpu, sigterm_grace=sigterm_grace)
     return {**user, **extra, **contract}, sources
+
+
+def launcher_grace(sigterm_grace: int) -> dict[str, str]:
+    """How long a launcher waits, after passing a stop's SIGTERM to its ranks, before it SIGKILLs them: the
+    backend's whole grace, so the grace a script is told (``CLOUDDDP_SIGTERM_GRACE``) is the grace it gets.
+    Left alone, torchrun's agent waits 30 s and Open MPI's mpirun 1 s (``odls_base_sigkill_timeout``)."""
+    grace = str(sigterm_grace)
+    return {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": grace, "OMPI_MCA_odls_base_sigkill_timeout": grace}
 
 
 def code_snapshot(spec: JobSpec) -> Snapshot:
@@ -205,12 +213,16 @@ def checked_snapshot(spec: JobSpec) -> Snapshot:
 
 
 def shipped_files(*, keep: bool = False) -> dict[str, bytes]:
-    """Files cloudddp adds to every code snapshot, by their name there; ``keep``: the keeper of
-    ``checkpoint.files`` too (only a job that declares some gets it, so no other snapshot changes)."""
+    """Files cloudddp adds to every code snapshot, by their name there: the rank launcher, the container init
+    (SageMaker's PID 1); ``keep``: the keeper of ``checkpoint.files`` too (only a job that declares some gets it,
+    so no other snapshot changes)."""
     from importlib import resources
 
     code = resources.files("cloudddp.code")
-    files = {SHIPPED_AS: code.joinpath("shim.py").read_bytes()}
+    files = {
+        SHIPPED_AS: code.joinpath("shim.py").read_bytes(),
+        container_init.SHIPPED_AS: code.joinpath("container_init.py").read_bytes(),
+    }
     if keep:
         files[keepfiles.SHIPPED_AS] = code.joinpath("keepfiles.py").read_bytes()
     return files

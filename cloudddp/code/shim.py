@@ -20,22 +20,22 @@ from raw JSON; base64 has no character the shell changes)::
   other hosts, so what a rank must know travels here, in its argv.
 - ``env`` is set over what the platform set (the spec wins, NCCL settings included); ``unset`` names
   variables the platform set that the program must not get (SageMaker's forced ``NCCL_PROTO``).
-- ``metrics``: the metrics the job declares by regular expression. The program then runs as a child
-  whose output is copied through line by line; on rank 0 each line a pattern matches is also logged to
+- ``metrics``: the metrics the job declares by regular expression. The program's output is copied through line
+  by line; on rank 0 each line a pattern matches is also logged to
   MLflow when the platform names a tracking server (``MLFLOW_TRACKING_URI``; Azure ML sets it and the
   run, ``MLFLOW_RUN_ID``), so Azure ML Studio shows a script's own metrics; a declared ``epoch`` is logged as
   the metric ``epoch`` and a declared ``step`` as MLflow's step (where none is declared the run's tag
   ``cloudddp.step`` says ``none`` and MLflow's step only counts the records), so both keep their meaning when
-  cloudddp reads them back. Without ``metrics``, ``tag`` or ``keep`` this file replaces itself with the program (same
-  process id), so the platform's launcher supervises it directly. MLflow's "View run at" lines are off
+  cloudddp reads them back. MLflow's "View run at" lines are off
   (``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT``) for the program too: they are not the script's output.
 - ``tag``: prefix each line the program prints with its global rank (``[rank3]:``, as torchrun's
   ``--log-line-prefix-template`` would), for a platform whose logs do not say which process printed a line
-  (SageMaker: one stream per host, both ranks and the toolkit mixed). The program then runs as a child.
+  (SageMaker: one stream per host, both ranks and the toolkit mixed).
 - ``keep``: the job's ``checkpoint.files``: before the program starts each declared path is made to resolve into
   ``$CLOUDDDP_CHECKPOINT_DIR/files`` by the keeper shipped beside this file (``_cloudddp_keep.py``, see
-  ``cloudddp/code/keepfiles.py``); the program then runs as a child, and files that replaced their link are
-  saved while it runs and when it ends.
+  ``cloudddp/code/keepfiles.py``); files that replaced their link are saved while it runs and when it ends.
+- ``stops``: ``platform`` where the platform signals every process of the job itself (Slurm's steps); otherwise
+  the first SIGTERM or SIGINT this process gets is passed on to the program.
 - ``requirements``: the job's requirements file, for a platform that does not install it (Azure ML). The
   first process of a node installs it into an environment made for it in the node's temporary folder (in a
   folder private to the user, checked before it is trusted),
@@ -43,11 +43,15 @@ from raw JSON; base64 has no character the shell changes)::
   file lock, so the other processes of the node wait and reuse it; the program then runs with that
   environment's ``python`` (first on ``PATH`` too, for a ``code.command``).
 
+The program always runs as this process's child, in a process group of its own (:func:`start_program`): a
+launcher's stop (torchrun's ``killpg``) then reaches this process alone, which passes it on to the program once,
+and never to the program's DataLoader workers, which a signal from anyone but their parent kills.
+
 Under an MPI launcher (``mpirun``: Azure ML's MPI distribution) it sets the torch.distributed variables from
 Open MPI's (:func:`mpi_environment`), so every program sees the same runtime contract as under torchrun.
 
-``_cloudddp_launch.py --init COMMAND...`` is the container's PID 1 on SageMaker (see :func:`init`): it
-starts the image's own entry as its child and passes a stop's SIGTERM on to every process of the container.
+On SageMaker the container's PID 1 is cloudddp's init (:mod:`cloudddp.code.container_init`), which passes a stop
+on to the launchers (torchrun, mpirun) that started the processes of this file.
 
 It needs nothing but Python's standard library (and mlflow only where the image has it), because it
 runs in stock images where cloudddp is not installed.
@@ -260,16 +264,80 @@ class Metrics:
             self.active = False
 
 
-def run_teed(argv: list[str], metrics: Metrics, tag: str = "") -> int:
-    """Run ``argv`` as a child, copy its output and its errors through, each to where it was written (the
-    platform may read the errors apart: SageMaker's toolkit takes a failure's reason from them), each line after
-    ``tag``; read metrics from both; its exit code."""
-    child = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=1, text=True, errors="replace"
+def start_program(argv: list[str], *, piped: bool) -> subprocess.Popen[str]:
+    """Start the job's program as this process's child, in a process group of its own, to die with this process.
+
+    A launcher stops its worker (this process) by signalling the worker's whole process group: torchrun's agent
+    does ``killpg``. In the group of its own the program and its DataLoader workers are out of that reach, so the
+    program hears a stop only from :class:`StopForwarder`, its parent, once; a DataLoader worker signalled by
+    anyone but its parent dies and crashes the program before it can save. When the launcher kills this process
+    (SIGKILL after its shutdown timeout), the kernel kills the program too (``PR_SET_PDEATHSIG``)."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # found before the fork: nothing is imported in the child
+
+    def die_with_parent() -> None:  # in the child, before exec
+        os.setpgid(0, 0)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    pipe = subprocess.PIPE if piped else None
+    return subprocess.Popen(
+        argv,
+        stdout=pipe,
+        stderr=pipe,
+        bufsize=1,
+        text=True,
+        errors="replace",
+        preexec_fn=die_with_parent,  # noqa: PLW1509 - called before this process starts any thread
     )
-    for sig in (signal.SIGTERM, signal.SIGINT):  # a cancel or preemption reaches the program
-        signal.signal(sig, lambda number, _frame: child.send_signal(number))
-    assert child.stdout is not None and child.stderr is not None
+
+
+PR_SET_PDEATHSIG = 1
+"""Linux's prctl option: the signal a process gets when its parent dies."""
+
+
+class StopForwarder:
+    """Passes the first SIGTERM (or SIGINT) this process gets on to the program, once: the launcher chain above may
+    deliver it more than once (a platform signals several processes, each passing it on), and a framework whose
+    stop is collective (Lightning) hangs when its ranks count different numbers of signals. With ``platform`` the
+    platform itself signals every process of the job (Slurm's step): the program has its own, nothing is passed.
+    Listening starts before the program does; a stop heard before it exists reaches it once it does."""
+
+    def __init__(self, *, platform: bool) -> None:
+        self.platform = platform
+        self.child: subprocess.Popen[str] | None = None
+        self.heard: int | None = None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self.hear)
+
+    def hear(self, number: int, _frame: object) -> None:
+        if self.platform or self.heard is not None:
+            return
+        self.heard = number
+        if self.child is not None:
+            self.pass_on()
+
+    def attach(self, child: subprocess.Popen[str]) -> None:
+        self.child = child
+        if self.heard is not None:
+            self.pass_on()
+
+    def pass_on(self) -> None:
+        assert self.child is not None and self.heard is not None
+        try:
+            self.child.send_signal(self.heard)
+        except ProcessLookupError:
+            return
+        name = signal.Signals(self.heard).name
+        print(f"{SHIPPED_AS}: {name} passed on to the program; later ones are not", file=sys.stderr, flush=True)
+
+
+def follow(child: subprocess.Popen[str], metrics: Metrics, tag: str = "") -> int:
+    """The program's exit code, once it has ended. Where it was started piped, its output and its errors are
+    copied through, each to where it was written (the platform may read the errors apart: SageMaker's toolkit
+    takes a failure's reason from them), each line after ``tag``, and metrics are read from both."""
+    if child.stdout is None or child.stderr is None:
+        return _wait(child)
     reading = threading.Lock()
 
     def copy(source: Any, sink: Any) -> None:
@@ -283,71 +351,16 @@ def run_teed(argv: list[str], metrics: Metrics, tag: str = "") -> int:
     errors.start()
     copy(child.stdout, sys.stdout)
     errors.join()
-    return child.wait()
+    return _wait(child)
 
 
-def _parents() -> dict[int, int]:
-    """Every process's parent, from /proc (pid -> ppid)."""
-    found: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    found[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue  # gone meanwhile
-    return found
-
-
-def stop_targets(entry: int, parents: dict[int, int]) -> list[int]:
-    """The processes a stop's signal goes to: all but this one, the image's entry (``entry``) and the
-    entry's own children (the toolkit's ``train``), which copy the program's output to the job's log and
-    report its exit; signalled too, they would die first and leave the program writing into a closed pipe."""
-    spared = {os.getpid(), entry} | {pid for pid, parent in parents.items() if parent == entry}
-    return sorted(pid for pid in parents if pid not in spared)
-
-
-def init(argv: list[str]) -> int:
-    """Be the container's PID 1: run ``argv`` (the image's own entry) as a child, reap every orphan, and pass
-    SIGTERM and SIGINT on to every training process in the container at once.
-
-    The PyTorch images' own PID 1 (``bash -m start_with_right_hostname.sh``) forwards no signal, so a
-    StopTrainingJob, a spot interruption or MaxRuntime would SIGKILL the script after the grace without its
-    final checkpoint. Here a signal goes to every process but the entry and the toolkit (see
-    :func:`stop_targets`; torchrun's workers run in sessions of their own, so a process group would not
-    do), and this process waits until they have all exited. Only as PID 1 of a container (a PID
-    namespace); anywhere else it signals its child's process group.
-
-    The exit status is the child's (128 + N when a signal N ended it).
-    """
-    child = os.posix_spawnp(argv[0], argv, dict(os.environ), setpgroup=0)
-    stopping = False
-
-    def forward(number: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        targets = stop_targets(child, _parents()) if os.getpid() == 1 else [-child]
-        for pid in targets:
-            try:
-                os.killpg(-pid, number) if pid < 0 else os.kill(pid, number)
-            except (ProcessLookupError, PermissionError):
-                continue
-        print(f"{SHIPPED_AS}: signal {number} passed on to {len(targets)} process(es)", file=sys.stderr, flush=True)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, forward)
-    status: int | None = None
+def _wait(child: subprocess.Popen[str]) -> int:
+    """The child's exit code, waiting through the signals this process handles meanwhile."""
     while True:
         try:
-            pid, raw = os.wait()
-        except ChildProcessError:  # nothing left to wait for
-            break
-        if pid == child:
-            code = os.waitstatus_to_exitcode(raw)
-            status = 128 - code if code < 0 else code
-            if not stopping:  # done; whatever is left (a daemon) ends with the container
-                break
-    return 0 if status is None else status
+            return child.wait()
+        except InterruptedError:
+            continue
 
 
 def keeper(declared: list[str]) -> Any:
@@ -372,16 +385,10 @@ def keeper(declared: list[str]) -> Any:
             raise SystemExit(f"{SHIPPED_AS}: checkpoint.files: cannot link into the checkpoint folder: {e}") from None
         for note in notes:
             print(note, file=sys.stderr, flush=True)
-        if first:
-            found.keep_saving()
     return found
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--init"]:
-        if len(sys.argv) < 3:
-            raise SystemExit(f"usage: {SHIPPED_AS} --init COMMAND [ARGS...]")
-        sys.exit(init(sys.argv[2:]))
     payload = read_payload(sys.argv[1:])
     for name in payload.get("unset", []):  # what the platform set and the job must not get
         os.environ.pop(str(name), None)
@@ -394,18 +401,20 @@ def main() -> None:
     argv = command(payload, python)
     kept = keeper([str(p) for p in payload.get("keep", [])])
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-    if payload.get("metrics") or payload.get("tag") or kept is not None:
-        tag = RANK_TAG.format(rank=rank()) if payload.get("tag") else ""
-        code = run_teed(argv, Metrics(payload.get("metrics", [])), tag)
-        if kept is not None:
-            kept.save(final=True)
-        if code < 0:  # killed by a signal: end the same way, so the platform sees what happened
-            signal.signal(-code, signal.SIG_DFL)
-            os.kill(os.getpid(), -code)
-        sys.exit(code)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execvp(argv[0], argv)
+    tag = RANK_TAG.format(rank=rank()) if payload.get("tag") else ""
+    metrics = Metrics(payload.get("metrics", []))
+    stops = StopForwarder(platform=payload.get("stops") == "platform")
+    child = start_program(argv, piped=metrics.active or bool(tag))  # before any thread of this process starts
+    stops.attach(child)
+    if kept is not None and os.environ.get("LOCAL_RANK", "0") == "0":  # one saver per node
+        kept.keep_saving()
+    code = follow(child, metrics, tag)
+    if kept is not None:
+        kept.save(final=True)
+    if code < 0:  # killed by a signal: end the same way, so the launcher sees what happened
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

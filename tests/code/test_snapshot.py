@@ -389,6 +389,7 @@ def test_every_git_ignore_rule_and_credential_defaults_leave_files_out(tmp_path:
     (code / "job.yaml").write_text("name: rules\ncode: {dir: ., entry: train.py}\n")
     listed = cli("render", str(code / "job.yaml"), "--list-files")  # what a person sees before shipping
     assert listed.returncode == 0 and listed.stdout.split() == [
+        "_cloudddp_init.py",
         "_cloudddp_launch.py",
         "id_utils.py",
         "job.yaml",

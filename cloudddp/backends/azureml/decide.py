@@ -91,8 +91,8 @@ class AzureMLDecision:
     input_notes: list[str]
     """What an input became, where that is not what its name says."""
     program: Program
-    launcher: dict[str, Any] | None
-    """What the shipped launcher is told when the job runs under it; None: the program runs as it is."""
+    launcher: dict[str, Any]
+    """What the shipped launcher, which runs every process's program, is told."""
     bindings: dict[str, str]
     """Variables whose value is an Azure ML binding (``${{outputs.model}}``): set in front of the command."""
     env: dict[str, str]
@@ -292,11 +292,11 @@ def _check_job_tier(az: AzureMLOptions, cluster_name: str) -> None:
         )
 
 
-def _launcher(spec: JobSpec, reqs: Requirements | None) -> dict[str, Any] | None:
-    """A job that declares metrics, requirements or checkpoint.files runs under the shipped launcher, which logs
-    the metrics to the job's MLflow run (Studio's metrics) and installs the requirements on each node before the
-    program starts; so does every job of the MPI distribution, where the launcher sets the torch.distributed
-    variables from Open MPI's."""
+def _launcher(spec: JobSpec, reqs: Requirements | None) -> dict[str, Any]:
+    """Every job runs under the shipped launcher: it passes a stop to the program once and keeps it from the
+    program's DataLoader workers (torchrun signals its worker's whole process group); it logs declared metrics to
+    the job's MLflow run (Studio's metrics), installs the requirements on each node before the program starts, and
+    under mpirun sets the torch.distributed variables from Open MPI's."""
     shim: dict[str, Any] = {}
     if spec.metrics.declared:
         shim["metrics"] = [m.model_dump() for m in spec.metrics.declared]
@@ -304,9 +304,7 @@ def _launcher(spec: JobSpec, reqs: Requirements | None) -> dict[str, Any] | None
         shim["keep"] = list(spec.checkpoint.files)
     if reqs is not None:
         shim["requirements"] = {"file": requirements.FILE, "digest": reqs.digest}
-    if shim or spec.distribution.launcher == "mpi":  # under mpirun the launcher sets RANK, WORLD_SIZE, ...
-        return shim
-    return None
+    return shim
 
 
 def _cluster(spec: JobSpec, az: AzureMLOptions, name: str, size: str) -> Cluster:

@@ -81,11 +81,10 @@ def command(d: AzureMLDecision) -> str:
     """The shell command Azure ML runs on each process. Variables whose value is an Azure ML binding
     (``${{outputs.model}}``) are set in front of it, because only the command is resolved by Azure ML;
     ${{...}} references are left unquoted, every other character is shlex-quoted (the text around a reference
-    too). The program runs under the shipped launcher when the decision says so."""
+    too). The program runs under the shipped launcher."""
     program = ["python", *d.program.argv] if d.program.python else list(d.program.argv)
-    if d.launcher is not None:
-        payload = json.dumps(d.launcher, separators=(",", ":"))
-        program = ["python", SHIPPED_AS, "--cloudddp-00", payload, "--", *program]
+    payload = json.dumps(d.launcher, separators=(",", ":"))
+    program = ["python", SHIPPED_AS, "--cloudddp-00", payload, "--", *program]
     quoted = [quote_around_bindings(a) for a in program]
     return " ".join([f"{k}={quote_around_bindings(v)}" for k, v in d.bindings.items()] + quoted)
 

@@ -69,7 +69,8 @@ class LocalDecision:
     stack_mechanism: str
     """How the stall watchdog takes the ranks' Python stacks on this machine, in words."""
     program: tuple[str, ...]
-    """What torchrun starts in each process (``--no-python`` first for a command)."""
+    """What torchrun starts in each process: the job's program under the rank launcher of
+    :mod:`cloudddp.code.shim`, which passes a stop on to it once and keeps it from its DataLoader workers."""
     python: str
     """The Python that runs torchrun: this one, or ``{PYTHON}`` (bound at launch) where the job has requirements."""
     requirements: Requirements | None
@@ -79,6 +80,10 @@ class LocalDecision:
     max_runtime: int
     own_script: bool
     keep_files: tuple[str, ...]
+
+
+RANK_LAUNCHER = ("-m", "cloudddp.code.shim", "--cloudddp-00", "{}", "--")
+"""What torchrun starts as each rank: cloudddp's rank launcher, which runs the program after ``--`` as its child."""
 
 
 def decide(spec: JobSpec, opts: LocalOptions, *, backend: str, sigterm_grace: int) -> LocalDecision:
@@ -99,6 +104,7 @@ def decide(spec: JobSpec, opts: LocalOptions, *, backend: str, sigterm_grace: in
         env["CUDA_VISIBLE_DEVICES"] = ""
     run = runtime_program(spec, places)
     reqs = requirements.of(spec)
+    python = PYTHON if reqs else sys.executable
     return LocalDecision(
         snapshot=snapshot,
         upload=snapshot_upload(spec, snapshot, CODE_DIR),
@@ -119,8 +125,8 @@ def decide(spec: JobSpec, opts: LocalOptions, *, backend: str, sigterm_grace: in
             "limits.stall_timeout" if spec.limits.stall_timeout is not None else "twice distribution.collective_timeout"
         ),
         stack_mechanism=stall.mechanism(),
-        program=tuple(run.argv) if run.python else ("--no-python", *run.argv),
-        python=PYTHON if reqs else sys.executable,
+        program=(*RANK_LAUNCHER, *([python] if run.python else []), *run.argv),
+        python=python,
         requirements=reqs,
         requirements_env=home() / "envs" / reqs.digest if reqs else None,
         max_restarts=spec.limits.max_restarts,

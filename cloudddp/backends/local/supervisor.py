@@ -38,6 +38,7 @@ from cloudddp.backends.local.console import Cursor, Output, copy_lines
 from cloudddp.backends.local.masking import RankFiles, byte_forms
 from cloudddp.backends.local.nodes import LOST_CODE, Node, wrapped
 from cloudddp.backends.local.outcome import conclude
+from cloudddp.backends.local.processes import rank_processes, run_processes, secrets_of
 from cloudddp.backends.local.rendezvous import ID_VARIABLE, LOOPBACK, new_rdzv_id
 from cloudddp.backends.local.request import LocalRequest
 from cloudddp.backends.local.rundir import RunDir
@@ -365,14 +366,6 @@ def start_store(run: RunDir, port: int) -> Process:
     raise RuntimeError(f"the rendezvous store did not start on {LOOPBACK}:{port} (supervisor.log says why)")
 
 
-def _environ(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
-
-
 def keeper_for(request: LocalRequest, env: dict[str, str], *, link: bool = True) -> Keeper | None:
     """The run's ``checkpoint.files``, linked into its checkpoint folder (one code folder serves every node here);
     ``link=False`` for a run being adopted, whose nodes already run with the links: only the saving goes on."""
@@ -384,43 +377,6 @@ def keeper_for(request: LocalRequest, env: dict[str, str], *, link: bool = True)
         print(note, flush=True)  # into supervisor.log
     keeper.keep_saving()  # a file renamed over its link is saved while the run goes on, not only at its end
     return keeper
-
-
-def run_processes(run_id: str) -> list[int]:
-    """The live processes whose environment names run ``run_id`` (CLOUDDDP_RUN_ID), this one excepted."""
-    marker = f"CLOUDDDP_RUN_ID={run_id}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def rank_processes(run_id: str) -> dict[tuple[int, int], tuple[int, int]]:
-    """(node, local rank) -> (rank, pid) of the run's training processes: the first process of each (a rank's
-    program may start Python processes of its own, which inherit its variables)."""
-    found: dict[tuple[int, int], tuple[int, int]] = {}
-    for pid in sorted(run_processes(run_id)):
-        env = _environ(pid)
-        if "RANK" in env and "LOCAL_RANK" in env and "TORCHELASTIC_RUN_ID" in env:
-            with contextlib.suppress(ValueError):
-                key = (int(env.get("NODE_RANK", "0")), int(env["LOCAL_RANK"]))
-                found.setdefault(key, (int(env["RANK"]), pid))
-    return found
-
-
-def secrets_of(pids: list[int], names: list[str]) -> list[str]:
-    """The values of the secret variables ``names`` in the environment of the first of ``pids`` that has them."""
-    for pid in pids:
-        env = _environ(pid)
-        if all(name in env for name in names):
-            return [env[name] for name in names]
-    return []
 
 
 def redact_files(folder: Path, forms: list[str]) -> None:

@@ -103,6 +103,8 @@ class Launch:
     """The launcher removes the toolkit's ``NCCL_PROTO`` (the image's plugin picks the protocol itself)."""
     payload: dict[str, Any]
     """The launcher's: the program's argv, the environment (no secrets), the files to keep, what to unset."""
+    grace: int
+    """Seconds between a stop's SIGTERM and SIGKILL (StopTrainingJob's 120), which torchrun and mpirun are given."""
 
 
 @dataclass(frozen=True)
@@ -308,6 +310,7 @@ def _launch(spec: JobSpec, size: SizeDecision, image: str, how: str, sigterm_gra
         efa_dropped=efa_dropped,
         unset_proto=unset_proto,
         payload=_payload(spec, places, env, env_sources, unset_proto),
+        grace=sigterm_grace,
     )
 
 

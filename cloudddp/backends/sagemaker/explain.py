@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cloudddp.backends.sagemaker.decide import TENSORBOARD_LOCAL, SageMakerDecision
+from cloudddp.code import container_init
 from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.code.shipped import snapshot_warnings
 
@@ -43,9 +44,11 @@ def _running(d: SageMakerDecision) -> list[str]:
             "itself, so the launcher removes it"
         )
     lines.append(
-        f"the container's PID 1 is cloudddp's init ({SHIPPED_AS} --init; ContainerEntrypoint): it runs the "
-        "image's entry and passes a stop's SIGTERM to every process; the image's toolkit starts "
-        f"{SHIPPED_AS}, which runs the job's program with the spec's exact arguments and environment"
+        f"the container's PID 1 is cloudddp's init ({container_init.SHIPPED_AS}; ContainerEntrypoint): it runs the "
+        "image's entry and passes a stop's SIGTERM to torchrun or mpirun only; the image's toolkit starts "
+        f"{SHIPPED_AS} on each rank, which runs the job's program with the spec's exact arguments and environment "
+        f"and passes the stop to it once (never to its DataLoader workers); torchrun and mpirun wait "
+        f"{d.launch.grace} s, the grace SageMaker gives, before they kill a rank"
     )
     lines += d.instances.volume_notes
     if d.instances.max_wait is not None:

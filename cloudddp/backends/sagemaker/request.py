@@ -9,9 +9,9 @@ the script as ``--key value``; cloudddp's launcher (``_cloudddp_launch.py``) is 
 the job's program with the exact argv carried in its ``cloudddp-NN`` hyperparameters.
 
 What starts the container is cloudddp's own (``ContainerEntrypoint``, as the SDK v3's ModelTrainer does):
-the launcher in ``--init`` mode is PID 1, runs the image's own entry (``bash -m
-start_with_right_hostname.sh train``, which runs the toolkit) as its child and passes a stop's SIGTERM
-on to every process. The image's own PID 1 forwards no signal.
+its init (``_cloudddp_init.py``, :mod:`cloudddp.code.container_init`) is PID 1, runs the image's own entry
+(``bash -m start_with_right_hostname.sh train``, which runs the toolkit) as its child and passes a stop's
+SIGTERM on to torchrun or mpirun, which pass it to each rank. The image's own PID 1 forwards no signal.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from cloudddp.backends.sagemaker.decide import (
 )
 from cloudddp.backends.sagemaker.limits import LIMITS
 from cloudddp.backends.sagemaker.limits import check as check_limits
+from cloudddp.code import container_init
 from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.observe.metrics import STANDARD_METRICS, metric_regex
 from cloudddp.plan import substitute
@@ -42,13 +43,13 @@ CODE_ARCHIVE = f"/opt/ml/input/data/{CODE_CHANNEL}/sourcedir.tar.gz"
 # The PyTorch training images' ENTRYPOINT and SageMaker's argument (aws/deep-learning-containers,
 # docker/pytorch/Dockerfile.cuda and the older pytorch/training Dockerfiles): what PID 1 runs as its child.
 IMAGE_ENTRY = ["bash", "-m", "start_with_right_hostname.sh", "train"]
-# PID 1: take the launcher out of the code channel's archive and run it as the container's init. Each string
+# PID 1: take the init out of the code channel's archive and run it as the container's init. Each string
 # is at most 256 characters (TrainingContainerEntrypointString); python3 is on PATH in every PyTorch image. The
 # folder is a fresh one (mktemp), never a fixed name: two hosts sharing one /tmp (the container rehearsal runs
 # them on one machine) once unpacked into the same folder at once and one of them failed.
 INIT_SCRIPT = (
-    "d=$(mktemp -d /tmp/cloudddp-init.XXXXXX) && tar -xzf {archive} -C $d {shim} && "
-    'exec "$(command -v python3 || command -v python)" $d/{shim} --init "$@"'
+    "d=$(mktemp -d /tmp/cloudddp-init.XXXXXX) && tar -xzf {archive} -C $d {init} && "
+    'exec "$(command -v python3 || command -v python)" $d/{init} "$@"'
 )
 _NAME_OK = re.compile(r"[^a-zA-Z0-9-]")
 
@@ -83,7 +84,7 @@ def shim_payload(hyperparameters: dict[str, str]) -> dict[str, Any]:
 
 def container_entrypoint() -> dict[str, list[str]]:
     """``ContainerEntrypoint`` and ``ContainerArguments``: cloudddp's init as PID 1, the image's entry as its child."""
-    script = INIT_SCRIPT.format(archive=CODE_ARCHIVE, shim=SHIPPED_AS)
+    script = INIT_SCRIPT.format(archive=CODE_ARCHIVE, init=container_init.SHIPPED_AS)
     return {"ContainerEntrypoint": ["/bin/bash", "-c", script, "cloudddp-init"], "ContainerArguments": IMAGE_ENTRY}
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.local.supervisor import run_processes
+from cloudddp.backends.local.processes import run_processes
 from cloudddp.backends.status import Cause, RunState
 from tests.support.cli import FIXTURES
 from tests.support.waiting import wait_until

@@ -11,29 +11,70 @@ import time
 from pathlib import Path
 
 from cloudddp.backends.sagemaker.request import container_entrypoint, shim_hyperparameters, shim_payload
-from cloudddp.code import shim
+from cloudddp.code import container_init, shim
 
-SHIM = Path(shim.__file__)
+INIT = Path(container_init.__file__)
 
 
-def test_a_stop_spares_the_entry_and_the_toolkit_and_reaches_everything_else() -> None:
+LAUNCH = "/opt/ml/code/_cloudddp_launch.py --cloudddp-00 e30="
+RANK = "python3 " + LAUNCH
+MPI_RANK = "python3 -m mpi4py " + LAUNCH
+TORCHRUN = {"TORCHELASTIC_RUN_ID"}
+MPI = {"OMPI_COMM_WORLD_RANK"}
+
+
+def _tree(*rows: tuple[int, int, str, str]) -> dict[int, tuple[int, str, list[str]]]:
+    """pid, parent, command name, command line; this process is the init (under the image's entry, pid 10)."""
+    return {pid: (parent, name, line.split(" ")) for pid, parent, name, line in rows}
+
+
+def test_a_stop_goes_to_torchrun_once_never_to_the_ranks_their_programs_or_dataloader_workers() -> None:
     me = os.getpid()
-    parents = {1: 0, me: 0, 10: me, 11: 10, 12: 11, 13: 12, 14: 1}  # entry 10, toolkit 11, torchrun 12, worker 13
-    assert shim.stop_targets(10, parents) == [1, 12, 13, 14]
+    tree = _tree(
+        (10, me, "bash", "bash -m start_with_right_hostname.sh train"),
+        (11, 10, "train", "/usr/bin/python3 /usr/local/bin/train"),
+        (12, 11, "sh", "/bin/sh -c torchrun --nnodes 1 ..."),  # the toolkit up to 5.1.2 runs it through a shell
+        (13, 12, "torchrun", "/usr/bin/python3 /usr/local/bin/torchrun --nnodes 1 _cloudddp_launch.py ..."),
+        (14, 13, "python3", RANK),
+        (15, 13, "python3", RANK),
+        (16, 14, "python3", "python3 train.py --epochs 3"),  # the program, in a group of its own
+        (17, 16, "pt_data_worker", "python3 train.py --epochs 3"),  # its DataLoader worker
+    )
+    assert container_init.stop_targets(10, tree, names=lambda pid: TORCHRUN) == [13]
+
+
+def test_mpirun_is_stopped_on_its_host_and_an_open_mpi_daemons_ranks_are_left_to_it() -> None:
+    me = os.getpid()
+    first = _tree((10, me, "bash", "bash"), (11, 10, "train", "train"), (12, 11, "mpirun", "mpirun -np 4 ..."))
+    first |= _tree((13, 12, "python3", MPI_RANK), (14, 12, "python3", MPI_RANK))
+    assert container_init.stop_targets(10, first, names=lambda pid: MPI) == [12]
+    other = _tree((10, me, "bash", "bash"), (11, 10, "train", "train"), (20, 11, "sshd", "/usr/sbin/sshd -D"))
+    other |= _tree((21, 20, "orted", "orted ..."), (22, 21, "python3", MPI_RANK))
+    assert container_init.stop_targets(10, other, names=lambda pid: MPI) == []
+
+
+def test_a_rank_without_a_launcher_is_stopped_itself_and_before_any_rank_everything_but_the_toolkit() -> None:
+    me = os.getpid()
+    tree = _tree((10, me, "bash", "bash"), (11, 10, "train", "train"), (12, 11, "python3", RANK))
+    assert container_init.stop_targets(10, tree, names=lambda pid: set()) == [12]
+    early = _tree((10, me, "bash", "bash"), (11, 10, "train", "train"), (12, 11, "pip", "pip install -r x"))
+    assert container_init.stop_targets(10, early, names=lambda pid: set()) == [12]
 
 
 def test_the_init_passes_sigterm_to_its_child_and_returns_its_status() -> None:
     child = (
         "import signal, sys, time; signal.signal(15, lambda *a: sys.exit(7)); print('up', flush=True); time.sleep(60)"
     )
-    init = subprocess.Popen(
-        [sys.executable, str(SHIM), "--init", sys.executable, "-c", child], stdout=subprocess.PIPE, text=True
-    )
+    init = subprocess.Popen([sys.executable, str(INIT), sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
     assert init.stdout is not None and init.stdout.readline().strip() == "up"
     sent = time.monotonic()
     init.send_signal(signal.SIGTERM)
     assert init.wait(timeout=10) == 7
     assert time.monotonic() - sent < 1.0
+
+
+def test_the_init_knows_the_rank_launcher_by_its_shipped_name() -> None:
+    assert container_init.RANK_LAUNCHER == shim.SHIPPED_AS
 
 
 def test_the_payload_survives_a_shell_and_decodes_back() -> None:

@@ -1,0 +1,153 @@
+"""cloudddp's init on SageMaker: the container's PID 1, which passes a stop to the job's launchers only.
+
+Shipped inside every code snapshot as ``_cloudddp_init.py`` and started as the container's entry
+(``ContainerEntrypoint``; see :mod:`cloudddp.backends.sagemaker.request`)::
+
+    python _cloudddp_init.py COMMAND...
+
+It runs COMMAND (the image's own entry) as its child and reaps every orphan. The PyTorch images' own PID 1
+(``bash -m start_with_right_hostname.sh``) forwards no signal, so without this a StopTrainingJob, a spot
+interruption or MaxRuntime would SIGKILL the script after the grace without its final checkpoint. The stop goes
+where a normal launch sends it, once: to torchrun's agent or mpirun (:func:`stop_targets`), which pass it to each
+rank, the rank launcher (``_cloudddp_launch.py``, :mod:`cloudddp.code.shim`) to its program. Signalling every
+process instead (as this file once did) kills DataLoader workers, which die on a signal from anyone but their
+parent and crash the program before it saves, and reaches each program up to three times.
+
+It needs nothing but Python's standard library: it runs in stock images where cloudddp is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+
+SHIPPED_AS = "_cloudddp_init.py"
+RANK_LAUNCHER = "_cloudddp_launch.py"
+"""The rank launcher's name in the snapshot (:data:`cloudddp.code.shim.SHIPPED_AS`): a rank is a process of it."""
+
+
+def _processes() -> dict[int, tuple[int, str, list[str]]]:
+    """Every process: pid -> (parent, command name, argv), from /proc."""
+    found: dict[int, tuple[int, str, list[str]]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    line = f.read().decode(errors="replace").split("\0")
+                name = stat[stat.index("(") + 1 : stat.rindex(")")]
+                found[int(entry)] = (int(stat.rsplit(")", 1)[1].split()[1]), name, line)
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+    return found
+
+
+def _environment(pid: int) -> set[str]:
+    """The names of the variables process ``pid`` started with (empty when unreadable)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return {item.split(b"=", 1)[0].decode(errors="replace") for item in f.read().split(b"\0") if item}
+    except OSError:
+        return set()
+
+
+SHELLS = frozenset({"sh", "dash", "bash"})
+"""Processes a launch may pass through (a toolkit running its command through ``/bin/sh``): never a launcher."""
+MPI_DAEMONS = frozenset({"orted", "prted"})
+"""Open MPI's per-host daemons: on a host without mpirun its ranks hear a stop from mpirun through these."""
+
+
+def is_rank(argv: list[str]) -> bool:
+    """Whether a command line is the rank launcher's: ``python [-u] [-m mpi4py] _cloudddp_launch.py ...`` (a launcher
+    names that file among its own arguments: torchrun's, mpirun's command lines are not ranks)."""
+    if not argv or not os.path.basename(argv[0]).startswith("python"):
+        return False
+    rest = argv[1:]
+    while rest and rest[0] in ("-u", "-m", "mpi4py", "-X", "faulthandler"):
+        rest = rest[1:]
+    return bool(rest) and rest[0].endswith(RANK_LAUNCHER)
+
+
+def stop_targets(
+    entry: int, processes: dict[int, tuple[int, str, list[str]]], names: Callable[[int], set[str]] = _environment
+) -> list[int]:
+    """Where a stop goes in a container: to each launcher of the job's ranks, once, as a normal launch does.
+
+    The ranks are the rank launcher's processes (``_cloudddp_launch.py``). A rank that torchrun
+    (``TORCHELASTIC_RUN_ID``) or mpirun (``OMPI_COMM_WORLD_RANK``) started is stopped by signalling that launcher
+    (past any shell in between): it passes the signal to each rank and waits for the grace it was given
+    (``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, ``OMPI_MCA_odls_base_sigkill_timeout``). Under an Open MPI daemon nothing
+    is signalled here: mpirun, on the first host, reaches it. A rank without a launcher is signalled itself.
+    Never DataLoader workers, the toolkit or a launcher's helpers. Before any rank has started, every process but
+    this one, the image's entry and the entry's own children (the toolkit, which reports how the job ended)."""
+    ranks = [pid for pid, (_p, _n, argv) in processes.items() if is_rank(argv)]
+    if not ranks:
+        spared = {os.getpid(), entry} | {pid for pid, (parent, _n, _l) in processes.items() if parent == entry}
+        return sorted(pid for pid in processes if pid not in spared)
+    targets: set[int] = set()
+    for pid in ranks:
+        if not names(pid) & {"TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_RANK"}:
+            targets.add(pid)
+            continue
+        launcher = processes[pid][0]
+        while launcher in processes and processes[launcher][1] in SHELLS:
+            launcher = processes[launcher][0]
+        if launcher in processes and processes[launcher][1] not in MPI_DAEMONS:
+            targets.add(launcher)
+    return sorted(targets)
+
+
+def init(argv: list[str]) -> int:
+    """Be the container's PID 1: run ``argv`` (the image's own entry) as a child, reap every orphan, and pass the
+    first SIGTERM or SIGINT on to the job's launchers (:func:`stop_targets`), which pass it to each rank.
+
+    The PyTorch images' own PID 1 (``bash -m start_with_right_hostname.sh``) forwards no signal, so a
+    StopTrainingJob, a spot interruption or MaxRuntime would SIGKILL the script after the grace without its
+    final checkpoint. This process waits until everything it signalled has exited. Only as PID 1 of a container
+    (a PID namespace); anywhere else it signals its child's process group.
+
+    The exit status is the child's (128 + N when a signal N ended it).
+    """
+    child = os.posix_spawnp(argv[0], argv, dict(os.environ), setpgroup=0)
+    stopping = False
+
+    def forward(number: int, _frame: object) -> None:
+        nonlocal stopping
+        if stopping:
+            return  # once: a second signal would reach each rank twice
+        stopping = True
+        targets = stop_targets(child, _processes()) if os.getpid() == 1 else [-child]
+        for pid in targets:
+            try:
+                os.killpg(-pid, number) if pid < 0 else os.kill(pid, number)
+            except (ProcessLookupError, PermissionError):
+                continue
+        print(f"{SHIPPED_AS}: signal {number} passed on to {len(targets)} process(es)", file=sys.stderr, flush=True)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    status: int | None = None
+    while True:
+        try:
+            pid, raw = os.wait()
+        except ChildProcessError:  # nothing left to wait for
+            break
+        if pid == child:
+            code = os.waitstatus_to_exitcode(raw)
+            status = 128 - code if code < 0 else code
+            if not stopping:  # done; whatever is left (a daemon) ends with the container
+                break
+    return 0 if status is None else status
+
+
+def main() -> None:
+    if len(sys.argv) < 2:
+        raise SystemExit(f"usage: {SHIPPED_AS} COMMAND [ARGS...]")
+    sys.exit(init(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
