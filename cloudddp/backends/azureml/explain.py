@@ -56,6 +56,11 @@ def _cluster_lines(d: AzureMLDecision) -> list[str]:
     if cluster.spot:
         lines.append("low priority cluster (tier low_priority): cheaper, preemptible; checkpoints resume the job")
     lines.append(
+        "a stop: Azure documents no signal to a job's processes; one that comes reaches each rank's program once, "
+        "through cloudddp's rank launcher, and torchrun/mpirun wait CLOUDDDP_SIGTERM_GRACE before they kill it; "
+        "declared checkpoint.files are saved every 30 s whatever comes"
+    )
+    lines.append(
         f"cluster {cluster.name}: created when missing as {cluster.size}, {cluster.tier}, "
         f"{cluster.min_instances}–{cluster.max_instances} nodes, scaling down after "
         f"{cluster.idle_s} s idle; an existing one keeps its settings, and only its "

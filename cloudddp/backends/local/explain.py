@@ -43,6 +43,10 @@ def explain(d: LocalDecision) -> tuple[list[str], list[str]]:
             f"limits.max_restarts {d.max_restarts}: each restart of the processes starts with a store "
             "of its own (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1), so none reads the last attempt's addresses"
         )
+    decisions.append(
+        f"a stop (cancel, limits.max_runtime): each rank's program gets SIGTERM once, from cloudddp's rank launcher "
+        f"(never its DataLoader workers), then {d.env['CLOUDDDP_SIGTERM_GRACE']} s to save before SIGKILL"
+    )
     return decisions, _warnings(d)
 
 
