@@ -23,6 +23,11 @@ def epoch_ends(run: Run) -> list[int]:
     return [r.epoch for r in run.metrics() if "epoch_time" in r.values]
 
 
+def finished(run: Run) -> None:
+    status = run.wait(timeout=300, poll=0.5)
+    assert status.state is RunState.SUCCEEDED, (status, [line.text for line in run.logs()][-30:])
+
+
 def resubmit(overrides: list[str], *, resumes: str, was: str, now: str) -> tuple[Run, Path]:
     """Render (the plan says what it resumes from, and that the arguments differ), then run to the end."""
     job = Job.load(DIGITS, [*BASE, *overrides])
@@ -32,13 +37,13 @@ def resubmit(overrides: list[str], *, resumes: str, was: str, now: str) -> tuple
     differ = f"the arguments differ from those that wrote the checkpoint it will resume (was: {was}, now: {now})"
     assert any(differ in w for w in plan.warnings), plan.warnings
     run = job.submit("local")
-    assert run.wait(timeout=300, poll=0.5).state is RunState.SUCCEEDED
+    finished(run)
     return run, Path(plan.request.env["CLOUDDDP_CHECKPOINT_DIR"])
 
 
 def test_a_resubmit_with_an_added_argument_and_with_another_node_count_resumes_from_the_last_checkpoint() -> None:
     first = Job.load(DIGITS, [*BASE, "code.args=[--dataset, digits, --epochs, '2']"]).submit("local")
-    assert first.wait(timeout=300, poll=0.5).state is RunState.SUCCEEDED
+    finished(first)
     assert epoch_ends(first) == [1, 2]
 
     added = "code.args=[--dataset, digits, --epochs, '3', --log-every, '4']"
