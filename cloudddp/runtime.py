@@ -300,22 +300,50 @@ def packed(upload: Mapping[str, Any]) -> Path:
 
 
 def checkpoint_key(spec: JobSpec) -> str:
-    """What makes two runs the same training, for their checkpoints: the program, its arguments, its inputs
-    and its (non-secret) environment. A resubmitted job gets the same key and resumes; a variant (another
-    model, learning rate, dataset or override of those) gets its own folder and never loads another's
-    checkpoint. Sizes, limits and backend settings are left out: moving the same training to more nodes or
-    another backend still resumes it."""
+    """What makes two runs the same training, for their checkpoints (the folder ``<name>/<key>``): the job's
+    name, its program (:func:`program_identity`) and ``checkpoint.key``. Nothing else: its arguments, inputs,
+    environment, node count, processes and backend do not move the folder, so a resubmit that adds an argument
+    (``--resume_from_checkpoint``, more epochs, Lightning's ``--num_nodes``) or moves to more nodes finds its
+    checkpoints. A variant that must not load another's checkpoints (another learning rate, model or dataset) is
+    named as one: its own ``name`` or ``checkpoint.key``; where the plan can read the folder, it says when the
+    arguments differ from those that wrote the checkpoint it resumes (:mod:`cloudddp.backends.resumes`)."""
     import hashlib
     import json
 
-    what = {
-        "entry": spec.code.entry,
-        "command": spec.code.command,
-        "args": spec.code.args,
-        "inputs": {name: item.model_dump(mode="json", exclude={"mode", "kind"}) for name, item in spec.inputs.items()},
-        "env": {name: entry.value for name, entry in spec.env.items() if not entry.secret},
-    }
+    what = {"program": program_identity(spec), "key": spec.checkpoint.key}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def program_identity(spec: JobSpec) -> list[str]:
+    """The program a training runs, without its arguments: ``code.entry``; or the words of ``code.command`` before
+    its first option (``-x``, ``--x``) or ``key=value`` override (``[accelerate, launch, train.py, --lr, ...]``:
+    ``accelerate launch train.py``)."""
+    if spec.code.command is None:
+        return [spec.code.entry or ""]
+    words: list[str] = []
+    for word in spec.code.command:
+        if word.startswith("-") or "=" in word:
+            break
+        words.append(word)
+    return words
+
+
+def checkpoint_owner(spec: JobSpec) -> str:
+    """Why the plan's checkpoint folder is the one it names, in words, for the plan's checkpoint line."""
+    if spec.checkpoint.path:
+        return "checkpoint.path"
+    key = f", checkpoint.key {spec.checkpoint.key}" if spec.checkpoint.key else ""
+    return (
+        f"the training {spec.name} running {' '.join(program_identity(spec))}{key}: arguments and size do not move it"
+    )
+
+
+def program_words(spec: JobSpec) -> tuple[str, ...]:
+    """The program and arguments as the spec gives them (``code.entry`` and ``code.args``, or ``code.command``),
+    without the inputs' arguments, which differ by backend: what a run records beside its checkpoints."""
+    if spec.code.command is not None:
+        return tuple(spec.code.command)
+    return (spec.code.entry or "", *spec.code.args)
 
 
 def checkpoint_folder(spec: JobSpec, base: str) -> str:

@@ -169,8 +169,8 @@ def train_epochs(t: Training) -> float | None:
     if t.epoch >= args.epochs and ctx.is_main:
         print(
             f"the checkpoint in {args.checkpoint_dir} is already at epoch {t.epoch} of {args.epochs}: nothing "
-            "left to train (to continue, raise --epochs and point checkpoint.path at this folder; to start "
-            "over, --resume never / checkpoint.resume: never)",
+            "left to train (to continue, raise --epochs: the arguments do not move the checkpoint folder; to "
+            "start over, --resume never / checkpoint.resume: never)",
             flush=True,
         )
     stop = StopFlag()

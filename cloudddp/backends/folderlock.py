@@ -35,8 +35,8 @@ class FolderHeld(UserError):
         super().__init__(
             f"the checkpoint folder {folder} is held by run {holder.get('run_id')} (running since {since}): "
             "two copies of one training would overwrite each other's checkpoints",
-            hint=f"wait for it to end, or `cloudddp cancel {holder.get('run_id')}`; or give this copy its own "
-            "checkpoint.path",
+            hint=f"wait for it to end, or `cloudddp cancel {holder.get('run_id')}`; a variant (other arguments to "
+            "train separately) needs its own checkpoint.key or name",
         )
         self.holder = holder
 

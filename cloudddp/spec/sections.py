@@ -26,6 +26,7 @@ from pydantic import (
 
 _DURATION = re.compile(r"^\s*(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?\s*(?:(\d+)\s*s?)?\s*\Z")
 MAX_SECONDS = 28 * 24 * 3600  # SageMaker's and Azure ML's longest job runtime
+_CHECKPOINT_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 
 
 def validate_regex(regex: str) -> str:
@@ -344,6 +345,12 @@ class Checkpoint(Strict):
     )
     resume: Literal["auto", "never"] = "auto"
     path: str | None = Field(None, description="Cloud URI for checkpoints; default: under the job's output.")
+    key: str | None = Field(
+        None,
+        description="Names a variant of the training: the checkpoint folder is the job's name, its program and this "
+        "key, never its arguments or size, so give another learning rate, model or dataset its own key (or name). "
+        "Letters, digits, '-', '_' and '.', at most 64.",
+    )
     files: list[str] = Field(
         default_factory=list,
         max_length=64,
@@ -351,6 +358,15 @@ class Checkpoint(Strict):
         "working folder or absolute: each resolves into the checkpoint folder on every node (a link into "
         "CLOUDDDP_CHECKPOINT_DIR/files), so a resubmit resumes. docs/own-script.md says what breaks a link.",
     )
+
+    @field_validator("key")
+    @classmethod
+    def _short_safe_name(cls, v: str | None) -> str | None:
+        if v is not None and not _CHECKPOINT_KEY.match(v):
+            raise ValueError(
+                f"{v!r} is not a short safe name: use letters, digits, '-', '_' and '.', at most 64 (e.g. lr-0.05)"
+            )
+        return v
 
     @field_validator("files")
     @classmethod

@@ -26,7 +26,7 @@ from cloudddp.code.requirements import Requirements
 from cloudddp.code.shipped import Snapshot
 from cloudddp.errors import UserError
 from cloudddp.plan import EnvSource
-from cloudddp.runtime import Places, Program, checkpoint_folder, code_snapshot, job_env
+from cloudddp.runtime import Places, Program, checkpoint_folder, checkpoint_owner, code_snapshot, job_env
 from cloudddp.runtime import program as runtime_program
 from cloudddp.spec.model import JobSpec
 
@@ -102,6 +102,8 @@ class AzureMLDecision:
     """The outputs besides the checkpoints, each with the spec's path (None: Azure ML's default)."""
     checkpoints: str | None
     """This training's checkpoint folder (an output); None when checkpointing is off."""
+    checkpoint_owner: str
+    """Why the checkpoints are there (:func:`cloudddp.runtime.checkpoint_owner`)."""
     checkpoint_minutes: float | None
     """``checkpoint.every_minutes``: what bounds what an eviction loses."""
     distribution: str
@@ -158,6 +160,7 @@ def decide(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, *, sigterm_gra
         env_sources=sources,
         outputs=_outputs(spec),
         checkpoints=_checkpoints(spec),
+        checkpoint_owner=checkpoint_owner(spec),
         checkpoint_minutes=spec.checkpoint.every_minutes,
         distribution="mpi" if spec.distribution.launcher == "mpi" else "pytorch",
         environment=az.environment,

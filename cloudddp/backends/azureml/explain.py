@@ -38,7 +38,10 @@ def _decisions(d: AzureMLDecision) -> list[str]:
         lines.append("MPI presets (as Azure's ACPT MPI jobs): " + ", ".join(f"{k}={v}" for k, v in d.mpi.items()))
     lines += d.input_notes
     if d.checkpoints is not None:
-        lines.append(f"checkpoints in {d.checkpoints} (this training's own folder: a resubmit resumes from it)")
+        lines.append(
+            f"checkpoints in {d.checkpoints} ({d.checkpoint_owner}): a resubmit finds its checkpoints there "
+            "(not read at render)"
+        )
     lines.append(describe_environment(d.environment))
     if not d.gpus and d.environment == DEFAULT_ENVIRONMENT:
         lines.append(

@@ -28,6 +28,7 @@ def request(d: LocalDecision) -> LocalRequest:
         requirements=d.requirements.lines if d.requirements else (),
         own_script=d.own_script,
         keep_files=d.keep_files,
+        arguments=d.arguments,
     )
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from cloudddp.backends import resumes
 from cloudddp.backends.local.estimate import time_estimate
 from cloudddp.backends.local.options import LocalOptions
 from cloudddp.code import requirements, stall
@@ -22,7 +23,15 @@ from cloudddp.code.shipped import Snapshot
 from cloudddp.errors import UserError
 from cloudddp.paths import home
 from cloudddp.plan import EnvSource, late
-from cloudddp.runtime import Places, checked_snapshot, checkpoint_folder, job_env, snapshot_upload
+from cloudddp.runtime import (
+    Places,
+    checked_snapshot,
+    checkpoint_folder,
+    checkpoint_owner,
+    job_env,
+    program_words,
+    snapshot_upload,
+)
 from cloudddp.runtime import program as runtime_program
 from cloudddp.spec.model import JobSpec, is_shared_script
 
@@ -33,13 +42,15 @@ CODE_DIR = f"{RUN_DIR}/code"
 
 @dataclass(frozen=True)
 class Checkpoints:
-    """Where the training's checkpoints are, and what a run starts from."""
+    """Where the training's checkpoints are, why there, and what a run starts from."""
 
     folder: Path
-    latest: str | None
-    """The newest checkpoint in the folder, which the run resumes from; None when there is none yet."""
+    owner: str
+    """Why this folder (:func:`cloudddp.runtime.checkpoint_owner`)."""
+    found: resumes.Found
+    """What the folder holds now."""
     never_resume: bool
-    """``checkpoint.resume: never``: the run starts from scratch whatever the folder holds."""
+    """``checkpoint.resume: never``: the shared script and the kept files start from scratch."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,8 @@ class LocalDecision:
     max_runtime: int
     own_script: bool
     keep_files: tuple[str, ...]
+    arguments: tuple[str, ...]
+    """The spec's program and arguments: recorded beside the checkpoints at launch, compared with the last run's."""
 
 
 RANK_LAUNCHER = ("-m", "cloudddp.code.shim", "--cloudddp-00", "{}", "--")
@@ -99,7 +112,8 @@ def decide(spec: JobSpec, opts: LocalOptions, *, backend: str, sigterm_grace: in
     places = _places(spec, folder, backend)
     env, sources = job_env(spec, backend, places, on_gpu=device == "cuda", sigterm_grace=sigterm_grace)
     env["CLOUDDDP_DIST_BACKEND"] = process_group
-    checkpoints = _checkpoints(spec, folder) if spec.checkpoint.enabled else None
+    own_script = not is_shared_script(spec)
+    checkpoints = _checkpoints(spec, folder, own_script=own_script) if spec.checkpoint.enabled else None
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     run = runtime_program(spec, places)
@@ -131,8 +145,9 @@ def decide(spec: JobSpec, opts: LocalOptions, *, backend: str, sigterm_grace: in
         requirements_env=home() / "envs" / reqs.digest if reqs else None,
         max_restarts=spec.limits.max_restarts,
         max_runtime=spec.limits.max_runtime,
-        own_script=not is_shared_script(spec),  # name the files it leaves in its working folder
+        own_script=own_script,  # name the files it leaves in its working folder
         keep_files=tuple(spec.checkpoint.files),  # linked into the checkpoint folder by the supervisor
+        arguments=program_words(spec),
     )
 
 
@@ -158,8 +173,8 @@ def _processes_per_node(spec: JobSpec, opts: LocalOptions, device: str) -> int:
 
 
 def checkpoint_dir(spec: JobSpec) -> Path:
-    """Checkpoints live per training (job name + what the script computes from), so a resubmitted job
-    resumes where the last run stopped and a variant never loads another's checkpoint."""
+    """Checkpoints live per training (:func:`cloudddp.runtime.checkpoint_key`), so a resubmitted job resumes where
+    the last run stopped, whatever its arguments or size."""
     if spec.checkpoint.path and "://" in spec.checkpoint.path:
         raise UserError(
             f"checkpoint.path: {spec.checkpoint.path} is remote; the local backend writes local folders",
@@ -187,8 +202,10 @@ def _local_output(spec: JobSpec, name: str, default: str) -> str:
     return str((spec.base_dir / output.path).resolve())
 
 
-def _checkpoints(spec: JobSpec, folder: Path) -> Checkpoints:
-    never = spec.checkpoint.resume == "never"
-    found = sorted(folder.glob("ckpt-*.pt.sha256")) if folder.is_dir() and not never else []
-    latest = found[-1].name.removesuffix(".sha256") if found else None
-    return Checkpoints(folder=folder, latest=latest, never_resume=never)
+def _checkpoints(spec: JobSpec, folder: Path, *, own_script: bool) -> Checkpoints:
+    return Checkpoints(
+        folder=folder,
+        owner=checkpoint_owner(spec),
+        found=resumes.look(folder, shared_script=not own_script, keeps=bool(spec.checkpoint.files)),
+        never_resume=spec.checkpoint.resume == "never",
+    )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from cloudddp.backends import resumes
 from cloudddp.backends.folderlock import LOCK_NAME
-from cloudddp.backends.local.decide import Checkpoints, LocalDecision
+from cloudddp.backends.local.decide import LocalDecision
 from cloudddp.code.shipped import snapshot_warnings
 from cloudddp.observe.units import human_bytes
 
@@ -28,9 +29,10 @@ def explain(d: LocalDecision) -> tuple[list[str], list[str]]:
             "(set local.nodes to run several torchrun nodes on this machine)"
         )
     if d.checkpoints is not None:
+        c = d.checkpoints
         decisions.append(
-            f"checkpoints in {d.checkpoints.folder}: {_resume_note(d.checkpoints)}; held by one run at a time "
-            f"({LOCK_NOTE})"
+            f"checkpoints in {c.folder} ({c.owner}): {resumes.resume_note(c.found, never=c.never_resume)}; "
+            f"held by one run at a time ({LOCK_NOTE})"
         )
     decisions.append(_stall_note(d))
     if d.requirements is not None:
@@ -52,6 +54,9 @@ def explain(d: LocalDecision) -> tuple[list[str], list[str]]:
 
 def _warnings(d: LocalDecision) -> list[str]:
     warnings = snapshot_warnings(d.snapshot)
+    if d.checkpoints is not None and not d.checkpoints.never_resume:
+        differ = resumes.arguments_warning(d.checkpoints.found, d.arguments)
+        warnings += [differ] if differ else []
     if d.nccl_without_cuda:
         warnings.append("distribution.backend nccl needs CUDA; this machine has none, so gloo is used here")
     processes = d.processes_per_node * d.nodes
@@ -61,14 +66,6 @@ def _warnings(d: LocalDecision) -> list[str]:
             "lower local.processes_per_node or local.nodes"
         )
     return warnings
-
-
-def _resume_note(checkpoints: Checkpoints) -> str:
-    if checkpoints.never_resume:
-        return "starts from scratch (checkpoint.resume: never)"
-    if checkpoints.latest is None:
-        return "no checkpoint yet: starts from scratch"
-    return f"resumes from {checkpoints.latest}"
 
 
 def _stall_note(d: LocalDecision) -> str:

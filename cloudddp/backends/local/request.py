@@ -48,3 +48,6 @@ class LocalRequest(JsonDataclass):
     working folder."""
     keep_files: tuple[str, ...] = ()
     """``checkpoint.files``: linked into the checkpoint folder by the supervisor."""
+    arguments: tuple[str, ...] = ()
+    """The spec's program and arguments, which launch records beside the checkpoints
+    (:data:`cloudddp.backends.resumes.RECORD`)."""

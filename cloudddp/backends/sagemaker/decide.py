@@ -30,7 +30,7 @@ from cloudddp.code.shipped import Snapshot
 from cloudddp.code.snapshot import folder_digest
 from cloudddp.errors import UserError
 from cloudddp.plan import EnvSource, late
-from cloudddp.runtime import Places, checkpoint_folder, code_snapshot, job_env, snapshot_upload
+from cloudddp.runtime import Places, checkpoint_folder, checkpoint_owner, code_snapshot, job_env, snapshot_upload
 from cloudddp.runtime import program as runtime_program
 from cloudddp.spec.model import JobSpec
 
@@ -76,6 +76,8 @@ class Storage:
     """The inputs' channels, then the code's."""
     output_uri: str
     checkpoint_uri: str
+    checkpoint_owner: str
+    """Why the checkpoints are there (:func:`cloudddp.runtime.checkpoint_owner`)."""
     tensorboard_uri: str | None
     """None when the spec declares no ``outputs.tensorboard``."""
     kms_key: str | None
@@ -253,6 +255,7 @@ def _storage(spec: JobSpec, sm: SageMakerOptions, region: str) -> Storage:
         channels=tuple(channels),
         output_uri=output.path if output and output.path else f"{prefix}/output",
         checkpoint_uri=checkpoint_folder(spec, f"{prefix}/checkpoints"),
+        checkpoint_owner=checkpoint_owner(spec),
         tensorboard_uri=(board.path or f"{prefix}/tensorboard/{spec.name}") if board is not None else None,
         kms_key=sm.output_kms_key,
     )

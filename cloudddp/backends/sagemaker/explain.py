@@ -37,7 +37,10 @@ def _setup(d: SageMakerDecision) -> list[str]:
 def _running(d: SageMakerDecision) -> list[str]:
     """How the processes start, and what SageMaker keeps, syncs, waits for and retries."""
     checkpoints = d.storage.checkpoint_uri
-    lines = [f"checkpoints in {checkpoints} (this training's own folder: a resubmit resumes from it)"]
+    lines = [
+        f"checkpoints in {checkpoints} ({d.storage.checkpoint_owner}): a resubmit finds its checkpoints there "
+        "(not read at render)"
+    ]
     if d.launch.unset_proto:
         lines.append(
             "NCCL_PROTO: the toolkit forces 'simple'; this image's aws-ofi-nccl (>= 1.6) picks the protocol "

@@ -70,6 +70,8 @@ def request(decision: SlurmDecision) -> SlurmRequest:
             if d.cpus_per_process
             else CpusAtSubmit(partition=d.options.partition, gpus_per_node=d.gpus_per_node, per_task=d.per_task)
         ),
+        checkpoint_dir=places.checkpoint_dir,
+        arguments=d.arguments,
     )
 
 

@@ -3,7 +3,8 @@ the time limit (one allocation or a chain), the requirements environment and the
 
 :func:`decide` refuses what Slurm cannot run as asked (a UserError naming the field) and decides nothing from
 the cluster itself: what only the cluster knows is decided at submit (CPUs per task when
-``slurm.cpus_per_process`` is not given) or checked by the preflight. The script, the request
+``slurm.cpus_per_process`` is not given) or checked by the preflight. It only reads, for the plan's words, the
+checkpoint folder where it is this machine's (:mod:`cloudddp.backends.resumes`). The script, the request
 (:mod:`.build`) and the plan's lines (:mod:`.explain`) are made from the :class:`SlurmDecision` alone.
 """
 
@@ -13,8 +14,10 @@ import math
 import secrets
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from cloudddp.backends import resumes
 from cloudddp.backends.slurm import envs, images, paths
 from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.backends.slurm.request import Launcher
@@ -26,8 +29,17 @@ from cloudddp.code.shipped import Snapshot
 from cloudddp.errors import UserError
 from cloudddp.paths import home
 from cloudddp.plan import EnvSource
-from cloudddp.runtime import Places, Program, checked_snapshot, job_env, program, snapshot_upload
-from cloudddp.spec.model import JobSpec
+from cloudddp.runtime import (
+    Places,
+    Program,
+    checked_snapshot,
+    checkpoint_owner,
+    job_env,
+    program,
+    program_words,
+    snapshot_upload,
+)
+from cloudddp.spec.model import JobSpec, is_shared_script
 
 TORCHRUN_STOP_SECONDS = 30
 """torchrun gives its workers this long after SIGTERM before it kills them (its agent's shutdown timeout)."""
@@ -73,6 +85,14 @@ class SlurmDecision:
     image: str | None
     """The container image file every node runs (None: no container)."""
     program: Program
+    arguments: tuple[str, ...]
+    """The spec's program and arguments: recorded beside the checkpoints at submit."""
+    checkpoint_owner: str
+    """Why the checkpoint folder is this one (:func:`cloudddp.runtime.checkpoint_owner`)."""
+    found: resumes.Found | None
+    """What the checkpoint folder holds, where Slurm's commands run on this machine (the folder is read at
+    render); None through ssh (the folder is the cluster's) or with checkpointing off."""
+    never_resume: bool
     max_restarts: int
     keep_files: tuple[str, ...]
     fabric_unplaced: bool
@@ -137,11 +157,23 @@ def decide(spec: JobSpec, opts: SlurmOptions, *, token: str | None) -> SlurmDeci
         env_key=env_key,
         image=images.image_file(opts.container, layout.workdir) if opts.container is not None else None,
         program=program(spec, places),
+        arguments=program_words(spec),
+        checkpoint_owner=checkpoint_owner(spec),
+        found=_found(spec, opts, places),
+        never_resume=spec.checkpoint.resume == "never",
         max_restarts=spec.limits.max_restarts,
         keep_files=tuple(spec.checkpoint.files),
         fabric_unplaced=fabric_unplaced,
         accelerator_unsent=res.accelerator if res.accelerator and not (opts.gpu_type or opts.constraint) else None,
     )
+
+
+def _found(spec: JobSpec, opts: SlurmOptions, places: Places) -> resumes.Found | None:
+    """The checkpoint folder's contents, read only where it is this machine's folder (no login host)."""
+    if places.checkpoint_dir is None or opts.login_host is not None:
+        return None
+    folder = Path(places.checkpoint_dir)
+    return resumes.look(folder, shared_script=is_shared_script(spec), keeps=bool(spec.checkpoint.files))
 
 
 def _fabric_unplaced(spec: JobSpec, opts: SlurmOptions) -> bool:

@@ -3,6 +3,7 @@ and ``plan`` show before anything is sent)."""
 
 from __future__ import annotations
 
+from cloudddp.backends import resumes
 from cloudddp.backends.slurm import images
 from cloudddp.backends.slurm.decide import TORCHRUN_STOP_SECONDS, SlurmDecision
 from cloudddp.code.shipped import snapshot_warnings
@@ -14,7 +15,7 @@ def explain(decision: SlurmDecision) -> tuple[list[str], list[str]]:
     d = decision
     decisions = [_processes(d), _places(d), _code(d), _grace(d)]
     if d.places.checkpoint_dir:
-        decisions.append(f"checkpoints in {d.places.checkpoint_dir}: a requeued or resubmitted job resumes there")
+        decisions.append(_checkpoints(d, d.places.checkpoint_dir))
     decisions += [_cpus(d), _time_limit(d), _preemption(d)]
     decisions += [line for line in (_requirements(d), _container(d)) if line]
     return decisions, _warnings(d)
@@ -48,6 +49,15 @@ def _grace(d: SlurmDecision) -> str:
         if d.launch == "torchrun" and kill_wait > TORCHRUN_STOP_SECONDS
         else ""
     )
+
+
+def _checkpoints(d: SlurmDecision, folder: str) -> str:
+    """Which folder and why; what the run will start from where the folder is this machine's to read."""
+    if d.found is None:
+        note = "a requeued or resubmitted job finds its checkpoints there (on the cluster: not read at render)"
+    else:
+        note = resumes.resume_note(d.found, never=d.never_resume)
+    return f"checkpoints in {folder} ({d.checkpoint_owner}): {note}"
 
 
 def _cpus(d: SlurmDecision) -> str:
@@ -110,6 +120,8 @@ def _warnings(d: SlurmDecision) -> list[str]:
     """What the plan warns of: the code snapshot's oddities, what cloudddp cannot check on a cluster it does
     not know, and restarts srun cannot make."""
     warnings = list(snapshot_warnings(d.snapshot))
+    differ = resumes.arguments_warning(d.found, d.arguments) if d.found and not d.never_resume else None
+    warnings += [differ] if differ else []
     if d.fabric_unplaced:
         warnings.append(
             f"{d.nodes} GPU nodes want InfiniBand between them, and cloudddp cannot see this cluster's "

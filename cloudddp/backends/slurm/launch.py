@@ -10,6 +10,7 @@ import secrets
 import time
 from typing import Any
 
+from cloudddp.backends import resumes
 from cloudddp.backends.base import Launched, Progress
 from cloudddp.backends.slurm import envs
 from cloudddp.backends.slurm.record import SlurmRunInfo
@@ -51,10 +52,21 @@ def submit(plan: Plan[SlurmRequest], progress: Progress | None) -> Launched:
     carried = {name: plan.reveal(req.env[name]) for name in req.env_from_submit}
     if req.launch == "torchrun":
         carried[RDZV_ID_VARIABLE] = secrets.token_hex(16)  # a rendezvous only the job can name
+    submitted = time.time()
     job_id = shell.run_with_env(sbatch, carried).split(";")[0].strip()
+    if req.checkpoint_dir:
+        _record(shell, req, submitted)
     if progress:
         progress.step(f"submitted Slurm job {job_id} ({req.run_id}) {shell.where}")
     return Launched(req.run_id, _run_info(plan, shell, job_id).to_dict())
+
+
+def _record(shell: Shell, req: SlurmRequest, submitted: float) -> None:
+    """Which arguments write the checkpoints from now on, beside them (a later plan compares its own). The job is
+    queued already: a folder that refuses the line costs the comparison, not the submit."""
+    line = resumes.record_line(req.run_id, req.arguments, submitted)
+    where = f"{req.checkpoint_dir}/{resumes.RECORD}"
+    shell.run(["bash", "-c", 'cat >> "$1"', "cloudddp-record", where], stdin=line, check=False)
 
 
 def _run_info(plan: Plan[SlurmRequest], shell: Shell, job_id: str) -> SlurmRunInfo:

@@ -71,3 +71,8 @@ class SlurmRequest(JsonDataclass):
     """The requirements environment to build at submit; None when there is none, or the job builds it."""
     cpus_at_submit: CpusAtSubmit | None = None
     """None when the script says the CPUs per task already."""
+    checkpoint_dir: str | None = None
+    """The checkpoint folder, where submit records the run (:data:`cloudddp.backends.resumes.RECORD`); None
+    with checkpointing off."""
+    arguments: tuple[str, ...] = ()
+    """The spec's program and arguments, recorded there."""

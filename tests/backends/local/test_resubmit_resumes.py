@@ -1,0 +1,76 @@
+"""A training keeps its checkpoint folder when only its arguments or its size change: real torchrun runs of the
+shared script, resubmitted with an added argument and then on another node count, each resuming where the last
+one stopped; the plan names the folder, what the run resumes from, and the arguments that wrote it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cloudddp.api import Job, Run
+from cloudddp.backends.resumes import RECORD
+from cloudddp.backends.status import RunState
+from tests.support.cli import ROOT
+
+pytestmark = pytest.mark.slow
+DIGITS = ROOT / "jobs" / "digits-local.yaml"
+BASE = ["name=grow", "checkpoint.resume=auto"]
+
+
+def epoch_ends(run: Run) -> list[int]:
+    return [r.epoch for r in run.metrics() if "epoch_time" in r.values]
+
+
+def finished(run: Run) -> None:
+    status = run.wait(timeout=300, poll=0.5)
+    assert status.state is RunState.SUCCEEDED, (status, [line.text for line in run.logs()][-30:])
+
+
+def resubmit(overrides: list[str], *, resumes: str, was: str, now: str) -> tuple[Run, Path]:
+    """Render (the plan says what it resumes from, and that the arguments differ), then run to the end."""
+    job = Job.load(DIGITS, [*BASE, *overrides])
+    plan = job.render("local")
+    line = next(d for d in plan.decisions if d.startswith("checkpoints in"))
+    assert f"resumes from {resumes}" in line and "arguments and size do not move it" in line, line
+    differ = f"the arguments differ from those that wrote the checkpoint it will resume (was: {was}, now: {now})"
+    assert any(differ in w for w in plan.warnings), plan.warnings
+    run = job.submit("local")
+    finished(run)
+    return run, Path(plan.request.env["CLOUDDDP_CHECKPOINT_DIR"])
+
+
+def test_a_resubmit_with_an_added_argument_and_with_another_node_count_resumes_from_the_last_checkpoint() -> None:
+    first = Job.load(DIGITS, [*BASE, "code.args=[--dataset, digits, --epochs, '2']"]).submit("local")
+    finished(first)
+    assert epoch_ends(first) == [1, 2]
+
+    added = "code.args=[--dataset, digits, --epochs, '3', --log-every, '4']"
+    second, folder = resubmit(
+        [added],
+        resumes="ckpt-e0002",
+        was="train.py --dataset digits --epochs 2",
+        now="train.py --dataset digits --epochs 3 --log-every 4",
+    )
+    assert any("resumed from" in line.text and "at epoch 3," in line.text for line in second.logs())
+    assert epoch_ends(second) == [3]
+
+    wider = [
+        "code.args=[--dataset, digits, --epochs, '4', --log-every, '4']",
+        "local.nodes=2",
+        "local.processes_per_node=1",
+    ]
+    third, same_folder = resubmit(
+        wider,
+        resumes="ckpt-e0003",
+        was="train.py --dataset digits --epochs 3 --log-every 4",
+        now="train.py --dataset digits --epochs 4 --log-every 4",
+    )
+    assert same_folder == folder
+    assert json.loads((Path(third.status().details["run_dir"]) / "plan.json").read_text())["request"]["nnodes"] == 2
+    assert any("resumed from" in line.text and "at epoch 4," in line.text for line in third.logs())
+    assert epoch_ends(third) == [4]
+    runs = [json.loads(line) for line in (folder / RECORD).read_text().splitlines()]
+    assert [r["run_id"] for r in runs] == [first.run_id, second.run_id, third.run_id]
+    assert runs[2]["argv"] == ["train.py", "--dataset", "digits", "--epochs", "4", "--log-every", "4"]
