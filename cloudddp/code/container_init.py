@@ -1,4 +1,4 @@
-"""cloudddp's init on SageMaker: the container's PID 1, which passes a stop to the job's launchers only.
+"""cloudddp's init on SageMaker: the container's PID 1, which passes a stop to torchrun's agent or the ranks only.
 
 Shipped inside every code snapshot as ``_cloudddp_init.py`` and started as the container's entry
 (``ContainerEntrypoint``; see :mod:`cloudddp.backends.sagemaker.request`)::
@@ -8,10 +8,11 @@ Shipped inside every code snapshot as ``_cloudddp_init.py`` and started as the c
 It runs COMMAND (the image's own entry) as its child and reaps every orphan. The PyTorch images' own PID 1
 (``bash -m start_with_right_hostname.sh``) forwards no signal, so without this a StopTrainingJob, a spot
 interruption or MaxRuntime would SIGKILL the script after the grace without its final checkpoint. The stop goes
-where a normal launch sends it, once: to torchrun's agent or mpirun (:func:`stop_targets`), which pass it to each
-rank, the rank launcher (``_cloudddp_launch.py``, :mod:`cloudddp.code.shim`) to its program. Signalling every
-process instead (as this file once did) kills DataLoader workers, which die on a signal from anyone but their
-parent and crash the program before it saves, and reaches each program up to three times.
+where a normal launch sends it, once: to torchrun's agent, which passes it to each rank, or under Open MPI to each
+rank itself (:func:`stop_targets`); the rank launcher (``_cloudddp_launch.py``, :mod:`cloudddp.code.shim`) passes it
+to its program. Signalling every process instead (as this file once did) kills DataLoader workers, which die on a
+signal from anyone but their parent and crash the program before it saves, and reaches each program up to three
+times.
 
 It needs nothing but Python's standard library: it runs in stock images where cloudddp is not installed.
 """
@@ -56,8 +57,6 @@ def _environment(pid: int) -> set[str]:
 
 SHELLS = frozenset({"sh", "dash", "bash"})
 """Processes a launch may pass through (a toolkit running its command through ``/bin/sh``): never a launcher."""
-MPI_DAEMONS = frozenset({"orted", "prted"})
-"""Open MPI's per-host daemons: on a host without mpirun its ranks hear a stop from mpirun through these."""
 
 
 def is_rank(argv: list[str]) -> bool:
@@ -76,33 +75,33 @@ def stop_targets(
 ) -> list[int]:
     """Where a stop goes in a container: to each launcher of the job's ranks, once, as a normal launch does.
 
-    The ranks are the rank launcher's processes (``_cloudddp_launch.py``). A rank that torchrun
-    (``TORCHELASTIC_RUN_ID``) or mpirun (``OMPI_COMM_WORLD_RANK``) started is stopped by signalling that launcher
-    (past any shell in between): it passes the signal to each rank and waits for the grace it was given
-    (``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, ``OMPI_MCA_odls_base_sigkill_timeout``). Under an Open MPI daemon nothing
-    is signalled here: mpirun, on the first host, reaches it. A rank without a launcher is signalled itself.
-    Never DataLoader workers, the toolkit or a launcher's helpers. Before any rank has started, every process but
-    this one, the image's entry and the entry's own children (the toolkit, which reports how the job ended)."""
+    The ranks are the rank launcher's processes (``_cloudddp_launch.py``). A rank that torchrun started
+    (``TORCHELASTIC_RUN_ID``) is stopped by signalling torchrun's agent (past any shell in between): it passes the
+    signal to each rank and waits ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` before it kills them. Every other rank is
+    signalled itself, under Open MPI too (``mpirun`` or, on the other hosts, its ``orted``): Open MPI's mpirun,
+    on SIGTERM, sends its ranks SIGCONT, waits ``odls_base_sigkill_timeout``, only then SIGTERM, waits again and
+    SIGKILLs them, so signalled through mpirun a rank would hear the stop only after that timeout, and with it
+    raised to the platform's grace never before the platform's SIGKILL; each host's init signals its own ranks,
+    they save and exit 0, and mpirun ends as after any run. Never DataLoader workers, the toolkit or a launcher's
+    helpers. Before any rank has started, every process but this one, the image's entry and the entry's own
+    children (the toolkit, which reports how the job ended)."""
     ranks = [pid for pid, (_p, _n, argv) in processes.items() if is_rank(argv)]
     if not ranks:
         spared = {os.getpid(), entry} | {pid for pid, (parent, _n, _l) in processes.items() if parent == entry}
         return sorted(pid for pid in processes if pid not in spared)
     targets: set[int] = set()
     for pid in ranks:
-        if not names(pid) & {"TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_RANK"}:
-            targets.add(pid)
-            continue
         launcher = processes[pid][0]
         while launcher in processes and processes[launcher][1] in SHELLS:
             launcher = processes[launcher][0]
-        if launcher in processes and processes[launcher][1] not in MPI_DAEMONS:
-            targets.add(launcher)
+        torchrun = "TORCHELASTIC_RUN_ID" in names(pid) and launcher in processes
+        targets.add(launcher if torchrun else pid)
     return sorted(targets)
 
 
 def init(argv: list[str]) -> int:
     """Be the container's PID 1: run ``argv`` (the image's own entry) as a child, reap every orphan, and pass the
-    first SIGTERM or SIGINT on to the job's launchers (:func:`stop_targets`), which pass it to each rank.
+    first SIGTERM or SIGINT on to torchrun's agent or each MPI rank (:func:`stop_targets`).
 
     The PyTorch images' own PID 1 (``bash -m start_with_right_hostname.sh``) forwards no signal, so a
     StopTrainingJob, a spot interruption or MaxRuntime would SIGKILL the script after the grace without its

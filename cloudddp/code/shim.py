@@ -51,7 +51,7 @@ Under an MPI launcher (``mpirun``: Azure ML's MPI distribution) it sets the torc
 Open MPI's (:func:`mpi_environment`), so every program sees the same runtime contract as under torchrun.
 
 On SageMaker the container's PID 1 is cloudddp's init (:mod:`cloudddp.code.container_init`), which passes a stop
-on to the launchers (torchrun, mpirun) that started the processes of this file.
+on to torchrun's agent, which started the processes of this file, or under Open MPI to these processes themselves.
 
 It needs nothing but Python's standard library (and mlflow only where the image has it), because it
 runs in stock images where cloudddp is not installed.

@@ -54,6 +54,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -415,18 +416,24 @@ def _prepare_host(
     smddp: bool,
     isolated: bool,
     toolkit: Path | None,
+    short: Path,
 ) -> Path:
-    """The host's sandbox folder (its /opt/ml, Python, stubs) and the namespaces.host_argv config; the config."""
+    """The host's sandbox folder (its /opt/ml, Python, stubs) and the namespaces.host_argv config; the config.
+
+    Its TMPDIR is ``short/<host>``, a link to the sandbox's ``tmp``: a socket's path must fit in 108 bytes, and a
+    DataLoader worker hands tensors to its parent through a socket in TMPDIR (``AF_UNIX path too long`` under
+    pytest's long folder names; SageMaker's containers have /tmp)."""
     folder = sandbox / name
     for sub in ("home", "tmp", "opt-view"):
         (folder / sub).mkdir(parents=True)
+    (short / name).symlink_to(folder / "tmp")
     _opt_ml(request, name, names, folder / "opt-ml", s3)
     bin_dir = _container_python(folder, patch_sshd=smddp, toolkit=toolkit)
     stubs = _stubs(folder, bin_dir / "python", gpus, smddp)
     env = {
         "PATH": ":".join(filter(None, [str(stubs) if stubs else "", str(bin_dir), CONTAINER_PATH])),
         "HOME": str(folder / "home"),
-        "TMPDIR": str(folder / "tmp"),
+        "TMPDIR": str(short / name),
         **IMAGE_ENV,
         "TRAINING_JOB_NAME": request["TrainingJobName"],
         "AWS_REGION": aws.region,
@@ -550,29 +557,34 @@ def rehearse(
     isolated = bool(request.get("EnableNetworkIsolation"))  # no way out and no credentials in the container
     s3 = aws.client("s3")
     (sandbox / "hosts").write_text(_hosts_file(names))
-    configs = [
-        _prepare_host(
-            request,
-            name,
-            names,
-            sandbox,
-            aws,
-            s3,
-            gpus=gpus_per_host,
-            smddp=smddp,
-            isolated=isolated,
-            toolkit=toolkit_dir,
-        )
-        for name in names
-    ]
-    started = time.monotonic()
-    with namespaces.job_network(sandbox, None if isolated else aws.port) as network:
-        codes = _run_hosts(
-            [namespaces.host_argv(network, config) for config in configs],
-            [config.parent / "container.log" for config in configs],
-            started + timeout,
-            stop,
-        )
+    short = Path(tempfile.mkdtemp(prefix="smr-", dir="/tmp"))  # the hosts' TMPDIR links (see _prepare_host)
+    try:
+        configs = [
+            _prepare_host(
+                request,
+                name,
+                names,
+                sandbox,
+                aws,
+                s3,
+                gpus=gpus_per_host,
+                smddp=smddp,
+                isolated=isolated,
+                toolkit=toolkit_dir,
+                short=short,
+            )
+            for name in names
+        ]
+        started = time.monotonic()
+        with namespaces.job_network(sandbox, None if isolated else aws.port) as network:
+            codes = _run_hosts(
+                [namespaces.host_argv(network, config) for config in configs],
+                [config.parent / "container.log" for config in configs],
+                started + timeout,
+                stop,
+            )
+    finally:
+        shutil.rmtree(short)  # the links only: their targets stay in the sandbox
     hosts = [
         HostRun(name, config.parent, code, (config.parent / "container.log").read_text(errors="replace"))
         for name, config, code in zip(names, configs, codes, strict=True)

@@ -34,6 +34,27 @@ def _setup(d: SageMakerDecision) -> list[str]:
     return lines
 
 
+def _stop_line(d: SageMakerDecision) -> str:
+    """Who passes a stop to whom in the container, and the grace each rank gets (docs/sagemaker.md, "Stops")."""
+    init = (
+        f"the container's PID 1 is cloudddp's init ({container_init.SHIPPED_AS}; ContainerEntrypoint): "
+        "it runs the image's entry"
+    )
+    rank = (
+        f"{SHIPPED_AS}, which the image's toolkit starts on each rank and which runs the job's program with the spec's "
+        "exact arguments and environment, passes the stop to the program once (never to its DataLoader workers)"
+    )
+    if d.launch.runner in ("smddp", "mpi"):
+        return (
+            f"{init} and passes a stop's SIGTERM to each rank's {rank}; not through mpirun, which would pass it "
+            f"on only after its kill timeout; SageMaker's SIGKILL comes {d.launch.grace} s after the SIGTERM"
+        )
+    return (
+        f"{init} and passes a stop's SIGTERM to torchrun's agent only, which passes it to each rank's {rank}; "
+        f"torchrun waits {d.launch.grace} s, the grace SageMaker gives, before it kills a rank"
+    )
+
+
 def _running(d: SageMakerDecision) -> list[str]:
     """How the processes start, and what SageMaker keeps, syncs, waits for and retries."""
     checkpoints = d.storage.checkpoint_uri
@@ -46,13 +67,7 @@ def _running(d: SageMakerDecision) -> list[str]:
             "NCCL_PROTO: the toolkit forces 'simple'; this image's aws-ofi-nccl (>= 1.6) picks the protocol "
             "itself, so the launcher removes it"
         )
-    lines.append(
-        f"the container's PID 1 is cloudddp's init ({container_init.SHIPPED_AS}; ContainerEntrypoint): it runs the "
-        "image's entry and passes a stop's SIGTERM to torchrun or mpirun only; the image's toolkit starts "
-        f"{SHIPPED_AS} on each rank, which runs the job's program with the spec's exact arguments and environment "
-        f"and passes the stop to it once (never to its DataLoader workers); torchrun and mpirun wait "
-        f"{d.launch.grace} s, the grace SageMaker gives, before they kill a rank"
-    )
+    lines.append(_stop_line(d))
     lines += d.instances.volume_notes
     if d.instances.max_wait is not None:
         lines.append(

@@ -11,7 +11,8 @@ the job's program with the exact argv carried in its ``cloudddp-NN`` hyperparame
 What starts the container is cloudddp's own (``ContainerEntrypoint``, as the SDK v3's ModelTrainer does):
 its init (``_cloudddp_init.py``, :mod:`cloudddp.code.container_init`) is PID 1, runs the image's own entry
 (``bash -m start_with_right_hostname.sh train``, which runs the toolkit) as its child and passes a stop's
-SIGTERM on to torchrun or mpirun, which pass it to each rank. The image's own PID 1 forwards no signal.
+SIGTERM on to torchrun's agent, which passes it to each rank, or under Open MPI to each rank itself. The image's
+own PID 1 forwards no signal.
 """
 
 from __future__ import annotations

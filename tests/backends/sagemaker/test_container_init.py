@@ -43,14 +43,17 @@ def test_a_stop_goes_to_torchrun_once_never_to_the_ranks_their_programs_or_datal
     assert container_init.stop_targets(10, tree, names=lambda pid: TORCHRUN) == [13]
 
 
-def test_mpirun_is_stopped_on_its_host_and_an_open_mpi_daemons_ranks_are_left_to_it() -> None:
+def test_under_open_mpi_each_host_stops_its_own_ranks_never_mpirun_which_would_delay_the_sigterm() -> None:
+    """mpirun, on SIGTERM, waits odls_base_sigkill_timeout before it passes SIGTERM on (then SIGKILLs as long after):
+    signalled directly, the ranks hear the stop at once, save and exit 0, and mpirun ends as after any run."""
     me = os.getpid()
     first = _tree((10, me, "bash", "bash"), (11, 10, "train", "train"), (12, 11, "mpirun", "mpirun -np 4 ..."))
-    first |= _tree((13, 12, "python3", MPI_RANK), (14, 12, "python3", MPI_RANK))
-    assert container_init.stop_targets(10, first, names=lambda pid: MPI) == [12]
+    first |= _tree((13, 12, "smddprun", "/bin/bash smddprun python3"), (14, 13, "python3", MPI_RANK))
+    first |= _tree((15, 12, "python3", MPI_RANK), (16, 15, "python3", "python3 -m mpi4py train.py"))
+    assert container_init.stop_targets(10, first, names=lambda pid: MPI) == [14, 15]
     other = _tree((10, me, "bash", "bash"), (11, 10, "train", "train"), (20, 11, "sshd", "/usr/sbin/sshd -D"))
     other |= _tree((21, 20, "orted", "orted ..."), (22, 21, "python3", MPI_RANK))
-    assert container_init.stop_targets(10, other, names=lambda pid: MPI) == []
+    assert container_init.stop_targets(10, other, names=lambda pid: MPI) == [22]
 
 
 def test_a_rank_without_a_launcher_is_stopped_itself_and_before_any_rank_everything_but_the_toolkit() -> None:

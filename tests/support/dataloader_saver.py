@@ -1,0 +1,125 @@
+"""A user's own DDP script, written as tutorials write them (not cloudddp's shared script): a ``DataLoader`` with
+``num_workers=2``, and on SIGTERM it finishes its step, takes a deliberately slow ``--save-delay`` seconds (a big
+model's save), writes its checkpoint into ``$CLOUDDDP_CHECKPOINT_DIR`` and exits 0. A rerun resumes from it.
+
+What a stop must give such a script (issue 36): one SIGTERM per rank, from its parent (a DataLoader worker signalled
+by anyone else dies and the script crashes with ``DataLoader worker (pid N) is killed by signal``), and the whole
+grace (torchrun's agent SIGKILLs its ranks 30 s after passing a SIGTERM on unless told otherwise). Each backend's
+stop test runs it: :func:`dataloader_saver_code` writes it, the helpers below read what its output says.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+SCRIPT = """
+import argparse
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, required=True, help="steps this run trains (after a resume too)")
+parser.add_argument("--save-delay", type=float, default=60.0, help="seconds the save takes after a SIGTERM")
+parser.add_argument("--step-time", type=float, default=0.2)
+args = parser.parse_args()
+
+stop = []
+def on_sigterm(number, frame):
+    print(f"rank {os.environ['RANK']} got SIGTERM", flush=True)
+    stop.append(number)
+signal.signal(signal.SIGTERM, on_sigterm)
+
+dist.init_process_group("gloo", init_method="env://")  # RANK, WORLD_SIZE, MASTER_ADDR/PORT from the launcher
+rank = dist.get_rank()
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+path = os.path.join(os.environ["CLOUDDDP_CHECKPOINT_DIR"], "dataloader-saver.pt")
+step = epoch = 0
+if os.path.exists(path):
+    state = torch.load(path)
+    model.module.load_state_dict(state["model"])
+    step, epoch = state["step"], state["epoch"]
+    print(f"rank {rank} resumed at step {step} epoch {epoch}", flush=True)
+data = TensorDataset(torch.randn(512, 8), torch.randn(512, 1))
+sampler = DistributedSampler(data)
+loader = DataLoader(data, batch_size=4, sampler=sampler, num_workers=2)
+
+def save():
+    time.sleep(args.save_delay)  # a slow save: the grace must hold
+    if rank == 0:
+        torch.save({"model": model.module.state_dict(), "step": step, "epoch": epoch}, path + ".tmp")
+        os.replace(path + ".tmp", path)
+        print(f"saved at step {step} epoch {epoch}", flush=True)
+    dist.barrier()
+
+last = step + args.steps
+
+
+def train():  # up to step `last`; True when a stop ended it (every rank at the same step)
+    global step, epoch
+    while True:
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+            step += 1
+            if rank == 0:
+                print(f"dataloader-saver step {step}", flush=True)
+            time.sleep(args.step_time)
+            stopping = torch.tensor([float(bool(stop))])
+            dist.all_reduce(stopping)  # the ranks agree: a stop heard by any rank ends this step on every rank
+            if stopping.item():
+                return True
+            if step == last:
+                return False
+        epoch += 1
+
+
+if train():
+    print(f"rank {rank} stopping at step {step} epoch {epoch}", flush=True)
+    save()
+else:
+    print(f"rank {rank} finished at step {step} epoch {epoch}", flush=True)
+dist.destroy_process_group()
+"""
+ENTRY = "train.py"
+RUNNING = "dataloader-saver step 5"
+"""A line rank 0 prints once training runs, DataLoader workers and all: a test's moment to stop it."""
+_SAVED = re.compile(r"saved at step (\d+) epoch (\d+)")
+_RESUMED = re.compile(r"rank (\d+) resumed at step (\d+) epoch (\d+)")
+_GOT = re.compile(r"rank (\d+) got SIGTERM")
+WORKER_KILLED = re.compile(r"DataLoader worker \(pid \S+\) is killed by signal")
+
+
+def dataloader_saver_code(folder: Path) -> Path:
+    """``folder/dataloader-saver/train.py``: the script, in a code folder of its own."""
+    code = folder / "dataloader-saver"
+    code.mkdir(parents=True, exist_ok=True)
+    (code / ENTRY).write_text(SCRIPT)
+    return code
+
+
+def saved(text: str) -> list[tuple[int, int]]:
+    """(step, epoch) of every checkpoint a run's output says it saved."""
+    return [(int(m.group(1)), int(m.group(2))) for m in _SAVED.finditer(text)]
+
+
+def resumed(text: str) -> dict[int, tuple[int, int]]:
+    """rank -> (step, epoch) each rank says it resumed at."""
+    return {int(m.group(1)): (int(m.group(2)), int(m.group(3))) for m in _RESUMED.finditer(text)}
+
+
+def sigterms(text: str) -> dict[int, int]:
+    """rank -> how many times that rank's script said it got SIGTERM."""
+    counts: dict[int, int] = {}
+    for m in _GOT.finditer(text):
+        counts[int(m.group(1))] = counts.get(int(m.group(1)), 0) + 1
+    return counts
