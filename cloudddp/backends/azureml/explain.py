@@ -58,11 +58,7 @@ def _cluster_lines(d: AzureMLDecision) -> list[str]:
         lines.append(f"a new cluster allows SSH as {SSH_USER} with azureml.ssh_public_key")
     if cluster.spot:
         lines.append("low priority cluster (tier low_priority): cheaper, preemptible; checkpoints resume the job")
-    lines.append(
-        "a stop: Azure documents no signal to a job's processes; one that comes reaches each rank's program once, "
-        "through cloudddp's rank launcher, and torchrun/mpirun wait CLOUDDDP_SIGTERM_GRACE before they kill it; "
-        "declared checkpoint.files are saved every 30 s whatever comes"
-    )
+    lines.append(_stop_line(d))
     lines.append(
         f"cluster {cluster.name}: created when missing as {cluster.size}, {cluster.tier}, "
         f"{cluster.min_instances}–{cluster.max_instances} nodes, scaling down after "
@@ -70,6 +66,19 @@ def _cluster_lines(d: AzureMLDecision) -> list[str]:
         f"max_instances is raised when below {cluster.max_instances}"
     )
     return lines
+
+
+def _stop_line(d: AzureMLDecision) -> str:
+    grace = d.env["CLOUDDDP_SIGTERM_GRACE"]
+    how = (
+        f"mpirun passes it on and SIGKILLs the ranks {grace} s later (Open MPI's own timing)"
+        if d.distribution == "mpi"
+        else f"torchrun waits {grace} s (CLOUDDDP_SIGTERM_GRACE) before it kills a rank"
+    )
+    return (
+        "a stop: Azure documents no signal to a job's processes; one that comes reaches each rank's program once, "
+        f"through cloudddp's rank launcher: {how}; declared checkpoint.files are saved every 30 s whatever comes"
+    )
 
 
 def _warnings(d: AzureMLDecision) -> list[str]:
@@ -81,6 +90,11 @@ def _warnings(d: AzureMLDecision) -> list[str]:
         warnings.append(
             f"{d.sizing.size} has {sku.gpus} GPUs; {d.gpus} processes per node leave {sku.gpus - d.gpus} idle "
             f"(set resources.gpus_per_node: {sku.gpus})"
+        )
+    if d.distribution == "mpi" and d.checkpoints is not None and d.checkpoint_minutes is None:
+        warnings.append(
+            "distribution.launcher mpi: a stop gives each rank about 1 s (mpirun SIGKILLs it right after passing "
+            "SIGTERM on), too little to save; checkpoint.every_minutes (e.g. 15) bounds what a stop loses"
         )
     if d.cluster.spot and d.checkpoints is not None and d.checkpoint_minutes is None:
         warnings.append(

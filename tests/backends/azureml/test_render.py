@@ -394,3 +394,15 @@ def test_the_t4_sizes_are_in_the_catalog_and_a_job_that_does_not_fit_one_is_told
     assert not any("not in cloudddp's catalog" in w for w in fits.warnings)
     result = cli("render", str(AZURE_JOB), "-b", "azureml", "-o", "azureml.vm_size=Standard_NC16as_T4_v3")
     assert result.returncode == 2 and "Standard_NC16as_T4_v3: 1 GPUs per node, the job needs 8" in result.stderr
+
+
+def test_the_grace_a_script_is_told_is_what_its_launcher_gives_and_mpi_is_warned() -> None:
+    torchrun, mpi = render(), render("distribution.launcher=mpi")
+    assert torchrun.request["job"]["environment_variables"]["CLOUDDDP_SIGTERM_GRACE"] == "30"
+    assert torchrun.request["job"]["environment_variables"]["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "30"
+    assert any("torchrun waits 30 s" in line for line in torchrun.decisions)
+    assert mpi.request["job"]["environment_variables"]["CLOUDDDP_SIGTERM_GRACE"] == "1"
+    assert any("mpirun passes it on and SIGKILLs the ranks 1 s later" in line for line in mpi.decisions)
+    assert any("checkpoint.every_minutes" in w and "about 1 s" in w for w in mpi.warnings)
+    assert not any("about 1 s" in w for w in torchrun.warnings)
+    assert "_cloudddp_launch.py" in torchrun.request["job"]["command"]  # every job runs under the rank launcher
