@@ -73,7 +73,7 @@ def _stop_line(d: AzureMLDecision) -> str:
     how = (
         f"mpirun passes it on and SIGKILLs the ranks {grace} s later (Open MPI's own timing)"
         if d.distribution == "mpi"
-        else f"torchrun waits {grace} s (CLOUDDDP_SIGTERM_GRACE) before it kills a rank"
+        else f"the script is told {grace} s (CLOUDDDP_SIGTERM_GRACE), the notice a low-priority VM may get"
     )
     return (
         "a stop: Azure documents no signal to a job's processes; one that comes reaches each rank's program once, "

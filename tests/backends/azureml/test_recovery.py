@@ -19,6 +19,7 @@ from tests.support.azure_launchers import Datastores
 from tests.support.azure_nodes import AzureNodes
 from tests.support.azure_rig import WorkspaceModel, create_container, serve, served_environment
 from tests.support.cli import ROOT, cli
+from tests.support.dataloader_saver import RUNNING, WORKER_KILLED, dataloader_saver_code, resumed, saved, sigterms
 from tests.support.harnesses import AzureMLHarness
 from tests.support.mlflow_server import MlflowServer
 from tests.support.waiting import wait_until
@@ -39,13 +40,15 @@ def rig(blob_endpoint: str, mlflow_server: MlflowServer, monkeypatch: pytest.Mon
         yield model
 
 
-def spot_job(tmp_path: Path, name: str, args: list[str]) -> Path:
-    """A low-priority CPU job of the shared training script, recovered once."""
+def spot_job(
+    tmp_path: Path, name: str, args: list[str], code: Path = ROOT / "src_train", nodes: int = 1, processes: int = 1
+) -> Path:
+    """A low-priority CPU job of the shared training script (or the script in ``code``), recovered once."""
     overrides = dict(o.split("=", 1) for o in AzureMLHarness.overrides)
     spec: dict[str, Any] = {
         "name": name,
-        "code": {"dir": str(ROOT / "src_train"), "entry": "train.py", "args": args},
-        "resources": {"nodes": 1, "gpus_per_node": 0, "spot": True},
+        "code": {"dir": str(code), "entry": "train.py", "args": args},
+        "resources": {"nodes": nodes, "gpus_per_node": 0, "processes_per_node": processes, "spot": True},
         "checkpoint": {"every_epochs": 1, "resume": "auto"},
         "limits": {"max_recoveries": 1, "max_runtime": "10m"},
         "azureml": {key.removeprefix("azureml."): value for key, value in overrides.items()},
@@ -100,6 +103,32 @@ def test_a_preempted_low_priority_job_is_resubmitted_after_the_cli_exits_and_res
     assert [r.step for r in records if "test_acc" in r.values] == [ends[epoch] for epoch in (1, 2, 3, 4)]
     shown = cli("status", first)
     assert shown.returncode == 0 and "preempted" in shown.stdout and second in shown.stdout, shown.stdout
+
+
+@pytest.mark.timeout(300)
+def test_a_preempted_own_script_with_dataloader_workers_on_2_nodes_saves_once_per_rank_and_its_recovery_resumes(
+    rig: WorkspaceModel, tmp_path: Path
+) -> None:
+    args = ["--steps", "30", "--save-delay", "8"]  # a slow save, inside the eviction notice the rig gives (30 s)
+    first = submitted(
+        spot_job(tmp_path, "dataloader-spot", args, code=dataloader_saver_code(tmp_path), nodes=2, processes=2)
+    )
+    stores = Datastores(tmp_path / "blob")
+    nodes = AzureNodes(rig, first, tmp_path / "attempt1", stores)
+    try:
+        wait_until(lambda: RUNNING in nodes.started.log_file(0).read_text(errors="replace"), 120, poll=0.1)
+        preempted = nodes.preempt()
+    finally:
+        nodes.stop()
+    log = "\n".join(preempted.logs.values())
+    assert sigterms(log) == {0: 1, 1: 1, 2: 1, 3: 1}, preempted.describe()  # once each, from its rank launcher
+    assert not WORKER_KILLED.search(log), preempted.describe()
+    (where,) = saved(log)
+
+    second = wait_until(lambda: f"{first}-r2" in rig.jobs and f"{first}-r2", 60)
+    finished = AzureNodes(rig, second, tmp_path / "attempt2", stores).finish(timeout=180)
+    assert finished.ok, finished.describe()
+    assert resumed("\n".join(finished.logs.values())) == {rank: where for rank in range(4)}, finished.describe()
 
 
 @pytest.mark.timeout(300)

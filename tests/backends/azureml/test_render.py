@@ -400,7 +400,7 @@ def test_the_grace_a_script_is_told_is_what_its_launcher_gives_and_mpi_is_warned
     torchrun, mpi = render(), render("distribution.launcher=mpi")
     assert torchrun.request["job"]["environment_variables"]["CLOUDDDP_SIGTERM_GRACE"] == "30"
     assert torchrun.request["job"]["environment_variables"]["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "30"
-    assert any("torchrun waits 30 s" in line for line in torchrun.decisions)
+    assert any("the script is told 30 s" in line for line in torchrun.decisions)
     assert mpi.request["job"]["environment_variables"]["CLOUDDDP_SIGTERM_GRACE"] == "1"
     assert any("mpirun passes it on and SIGKILLs the ranks 1 s later" in line for line in mpi.decisions)
     assert any("checkpoint.every_minutes" in w and "about 1 s" in w for w in mpi.warnings)
