@@ -66,6 +66,9 @@ class Found:
     others: tuple[Item, ...]
     runs: tuple[tuple[float, tuple[str, ...]], ...]
     """From :data:`RECORD`: when each run launched into the folder started, and its program and arguments."""
+    elsewhere: tuple[str, ...] = ()
+    """When this folder holds nothing: the job's other checkpoint folders that hold something (another
+    ``checkpoint.key``, or a folder keyed by the arguments, as cloudddp did before issue 36), newest first."""
 
     @property
     def newest(self) -> float | None:
@@ -84,22 +87,36 @@ class Found:
 NOTHING = Found(shared=None, kept=(), frameworks=(), others=(), runs=())
 
 
-def look(folder: Path, *, shared_script: bool, keeps: bool) -> Found:
+def look(folder: Path, *, shared_script: bool, keeps: bool, siblings: bool = False) -> Found:
     """What ``folder`` holds (:data:`NOTHING` when it does not exist). The shared script's checkpoints count as
     such only for a run of the shared script, and kept files only for a spec that declares ``checkpoint.files``
-    (nothing links them back otherwise): else they are files like any other."""
+    (nothing links them back otherwise): else they are files like any other. With ``siblings`` (a folder cloudddp
+    named, ``<job>/<key>``) an empty folder also names the job's other folders that hold checkpoints."""
     if not folder.is_dir():
-        return NOTHING
+        return Found(**{**NOTHING.__dict__, "elsewhere": _elsewhere(folder) if siblings else ()})
     digests = sorted(folder.glob("ckpt-*.pt.sha256")) if shared_script else []
     shared = Item(digests[-1].name.removesuffix(".sha256"), _mtime(digests[-1])) if digests else None
     frameworks, others = _scan(folder, skip_shared=shared_script, skip_kept=keeps)
-    return Found(
+    found = Found(
         shared=shared,
         kept=_newest_first(_kept(folder / KEPT)) if keeps else (),
         frameworks=_newest_first(frameworks),
         others=_newest_first(others),
         runs=_runs(folder / RECORD),
     )
+    if siblings and found.newest is None:
+        return Found(**{**found.__dict__, "elsewhere": _elsewhere(folder)})
+    return found
+
+
+def _elsewhere(folder: Path) -> tuple[str, ...]:
+    """The other folders beside ``folder`` (the job's other keys) that hold a file, newest first."""
+    try:
+        others = [p for p in folder.parent.iterdir() if p.is_dir() and p.name != folder.name and not p.is_symlink()]
+    except OSError:
+        return ()
+    held = [(_mtime(p), str(p)) for p in others if any(f.is_file() and f.name != RECORD for f in p.rglob("[!.]*"))]
+    return tuple(path for _when, path in sorted(held, reverse=True))
 
 
 def _scan(folder: Path, *, skip_shared: bool, skip_kept: bool) -> tuple[list[Item], list[Item]]:
@@ -198,7 +215,15 @@ def resume_note(found: Found, *, never: bool) -> str:
             f"the checkpoint folder holds {_names(found.others)} (saved {_when(found.others[0])}): your script "
             "resumes if it loads it"
         )
-    return "; ".join(notes) or "no checkpoint yet: starts from scratch"
+    if notes:
+        return "; ".join(notes)
+    if found.elsewhere:
+        return (
+            f"no checkpoint in this folder: starts from scratch; other folders of this job hold checkpoints "
+            f"({', '.join(found.elsewhere[:3])}: another checkpoint.key, or keyed by the arguments as cloudddp did "
+            "before): to continue one, set checkpoint.path to it"
+        )
+    return "no checkpoint yet: starts from scratch"
 
 
 def _never_note(found: Found) -> str:

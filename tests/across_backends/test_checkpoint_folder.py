@@ -146,6 +146,19 @@ def test_an_own_scripts_framework_checkpoints_are_named_never_called_a_fresh_sta
     assert "found acc/state/, lightning_logs/version_0/checkpoints/last.ckpt, out/checkpoint-40/ and 2 more" in said
 
 
+def test_an_empty_folder_names_the_jobs_other_folders_that_hold_checkpoints_and_how_to_continue_one() -> None:
+    folder = folder_of(local_plan())
+    old = folder.parent / "0123456789ab"  # keyed by the arguments, as before issue 36
+    touch(old / "ckpt-e0003-s000120.pt", 1.2e9)
+    touch(folder.parent / "fedcba987654" / resumes.RECORD, 1.3e9, "")  # a record alone is not a checkpoint
+    said = note(local_plan())
+    assert f"other folders of this job hold checkpoints ({old}:" in said and "set checkpoint.path to it" in said
+    assert "fedcba987654" not in said
+    assert "other folders" not in note(local_plan(f"checkpoint.path={folder}"))  # a path the user named: no guess
+    touch(folder / "last.pt", 1.4e9)
+    assert "other folders" not in note(local_plan())
+
+
 def test_an_own_scripts_other_files_and_the_shared_scripts_checkpoints_are_told_apart(tmp_path: Path) -> None:
     folder = folder_of(local_plan())
     touch(folder / "last.pt", 1e9)  # what the init template saves

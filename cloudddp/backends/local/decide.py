@@ -206,6 +206,8 @@ def _checkpoints(spec: JobSpec, folder: Path, *, own_script: bool) -> Checkpoint
     return Checkpoints(
         folder=folder,
         owner=checkpoint_owner(spec),
-        found=resumes.look(folder, shared_script=not own_script, keeps=bool(spec.checkpoint.files)),
+        found=resumes.look(
+            folder, shared_script=not own_script, keeps=bool(spec.checkpoint.files), siblings=not spec.checkpoint.path
+        ),
         never_resume=spec.checkpoint.resume == "never",
     )
