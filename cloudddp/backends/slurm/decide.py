@@ -29,9 +29,6 @@ from cloudddp.plan import EnvSource
 from cloudddp.runtime import Places, Program, checked_snapshot, job_env, program, snapshot_upload
 from cloudddp.spec.model import JobSpec
 
-TORCHRUN_STOP_SECONDS = 30
-"""torchrun gives its workers this long after SIGTERM before it kills them (its agent's shutdown timeout)."""
-
 
 @dataclass(frozen=True)
 class SlurmDecision:
@@ -54,7 +51,8 @@ class SlurmDecision:
     """``distribution.launcher: mpi`` is srun's (one task per process); otherwise slurm.launch."""
     places: Places
     grace: int
-    """Seconds between SIGTERM and SIGKILL for the training (torchrun's own stop caps slurm.kill_wait)."""
+    """Seconds between SIGTERM and SIGKILL the training is told (CLOUDDDP_SIGTERM_GRACE): the smaller of Slurm's
+    two (:func:`graces`)."""
     env: dict[str, str]
     env_sources: dict[str, EnvSource]
     per_task: int
@@ -104,8 +102,10 @@ def decide(spec: JobSpec, opts: SlurmOptions, *, token: str | None) -> SlurmDeci
     launch: Launcher = "srun" if spec.distribution.launcher == "mpi" else opts.launch
     fabric_unplaced = _fabric_unplaced(spec, opts)
     places = paths.places(spec, opts, layout)
-    grace = min(opts.kill_wait, TORCHRUN_STOP_SECONDS) if launch == "torchrun" else opts.kill_wait
-    env, sources = job_env(spec, "slurm", places, on_gpu=res.gpus_per_node > 0, sigterm_grace=grace)
+    grace = min(graces(opts).values())
+    # torchrun's agent may wait the longest grace: Slurm's own SIGKILL ends what overstays the shorter one.
+    waits = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(max(graces(opts).values()))} if launch == "torchrun" else {}
+    env, sources = job_env(spec, "slurm", places, on_gpu=res.gpus_per_node > 0, sigterm_grace=grace, presets=waits)
     env["CLOUDDDP_RUN_ID"] = run_id
     per_task = res.processes if launch == "torchrun" else 1
     minutes, budget = _allocation(spec, opts)
@@ -142,6 +142,16 @@ def decide(spec: JobSpec, opts: SlurmOptions, *, token: str | None) -> SlurmDeci
         fabric_unplaced=fabric_unplaced,
         accelerator_unsent=res.accelerator if res.accelerator and not (opts.gpu_type or opts.constraint) else None,
     )
+
+
+def graces(opts: SlurmOptions) -> dict[str, int]:
+    """Slurm's seconds between SIGTERM and SIGKILL, by what sends the SIGTERM: a cancel, a requeue and the time
+    limit give KillWait (``slurm.kill_wait``); a preemption gives the partition's GraceTime
+    (``slurm.grace_time``; a GraceTime of 0 preempts at once, which gives KillWait)."""
+    found = {"slurm.kill_wait": opts.kill_wait}
+    if opts.grace_time:
+        found["slurm.grace_time"] = opts.grace_time
+    return found
 
 
 def _fabric_unplaced(spec: JobSpec, opts: SlurmOptions) -> bool:
