@@ -102,13 +102,16 @@ def decide(spec: JobSpec, opts: SlurmOptions, *, token: str | None) -> SlurmDeci
     launch: Launcher = "srun" if spec.distribution.launcher == "mpi" else opts.launch
     fabric_unplaced = _fabric_unplaced(spec, opts)
     places = paths.places(spec, opts, layout)
+    minutes, budget = _allocation(spec, opts)
+    stop_lead = min(opts.stop_before_limit, minutes * 60 // 2)
     grace = min(graces(opts).values())
-    # torchrun's agent may wait the longest grace: Slurm's own SIGKILL ends what overstays the shorter one.
-    waits = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(max(graces(opts).values()))} if launch == "torchrun" else {}
+    # torchrun's agent waits for its ranks as long as any stop lasts (a time-limit stop lasts stop_lead and more):
+    # Slurm's own SIGKILL ends what overstays; the agent's would come first.
+    longest = max(*graces(opts).values(), stop_lead)
+    waits = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(longest)} if launch == "torchrun" else {}
     env, sources = job_env(spec, "slurm", places, on_gpu=res.gpus_per_node > 0, sigterm_grace=grace, presets=waits)
     env["CLOUDDDP_RUN_ID"] = run_id
     per_task = res.processes if launch == "torchrun" else 1
-    minutes, budget = _allocation(spec, opts)
     reqs = _requirements(spec, opts)
     env_key = envs.key(opts.python, opts.modules, opts.setup, reqs.text) if reqs else ""
     return SlurmDecision(
@@ -130,7 +133,7 @@ def decide(spec: JobSpec, opts: SlurmOptions, *, token: str | None) -> SlurmDeci
         per_task=per_task,
         cpus_per_process=opts.cpus_per_process or (None if res.gpus_per_node > 0 else 1),
         time_minutes=minutes,
-        stop_lead=min(opts.stop_before_limit, minutes * 60 // 2),
+        stop_lead=stop_lead,
         budget_seconds=budget,
         requirements=reqs,
         requirements_env=envs.folder(layout.workdir, env_key) if reqs else None,

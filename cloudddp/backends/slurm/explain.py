@@ -51,7 +51,8 @@ def _grace(d: SlurmDecision) -> str:
         if len(set(found.values())) > 1:
             told += f": the script is told the smaller, {d.grace} s"
     who = (
-        "torchrun's agent waits for its ranks up to the longest of them (TORCH_ELASTIC_SHUTDOWN_TIMEOUT)"
+        f"torchrun's agent waits for its ranks as long as any stop lasts (TORCH_ELASTIC_SHUTDOWN_TIMEOUT "
+        f"{d.env.get('TORCH_ELASTIC_SHUTDOWN_TIMEOUT')} s; the time limit's lasts {d.stop_lead} s and more)"
         if d.launch == "torchrun"
         else "each rank runs under cloudddp's launcher"
     )
