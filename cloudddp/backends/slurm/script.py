@@ -5,9 +5,13 @@ Pure text from decided values (no spec, no cluster): what ``cloudddp render -b s
 
 - node names need not resolve as host names, so the rendezvous address is the first node's ``NodeAddr``
   (``scontrol show node``), and each torchrun agent announces its own node's address (``--local-addr``);
-- cancel, requeue, preemption and the time limit send SIGTERM to every process of the job, the training
-  processes included, and SIGKILL KillWait seconds later; this script keeps waiting for srun meanwhile, so
-  the training can checkpoint;
+- cancel, requeue, preemption and the time limit send SIGTERM to every process of the job step (slurmstepd
+  signals them all: each rank, torchrun's agent, a rank's DataLoader workers), and SIGKILL KillWait (for a
+  preemption GraceTime) seconds later; this script keeps waiting for srun meanwhile, so the training can
+  checkpoint. Each rank runs under cloudddp's launcher (``stops: platform``: it passes nothing on, so a rank
+  hears Slurm's SIGTERM once; torchrun's ``killpg`` reaches only the launcher); the launcher also keeps
+  ``checkpoint.files``. torchrun's agent exits 1 on SIGTERM: the node's wrapper exits 0 after a stop, so that
+  ``srun --kill-on-bad-exit`` does not kill rank 0 on another node while it saves;
 - ``--signal=B:USR1@<lead>`` reaches only this script, ``lead`` seconds before the time limit: it asks the
   training to stop (``scancel --signal=TERM``, which reaches the tasks directly; srun itself would kill
   them on SIGTERM) and exits 124, so the run reads as stopped by ``limits.max_runtime``;
@@ -16,7 +20,8 @@ Pure text from decided values (no spec, no cluster): what ``cloudddp render -b s
 - preemption with a grace time (``GraceTime>0``) sends SIGTERM to the training only and requeues the job
   GraceTime seconds later: a training that checkpoints sooner would end the job (as succeeded, or as its own
   failure). So once the training has ended, this script asks Slurm whether the job was selected for
-  preemption (``PreemptTime`` in ``scontrol show job``; a requeue resets it) and requeues it itself;
+  preemption (``PreemptTime`` in ``scontrol show job``; a requeue resets it) and requeues it itself, unless
+  Slurm is ending the job (a scancel during the grace: SIGTERM reached this script, the job is not RUNNING);
 - a ``limits.max_runtime`` longer than the partition's time limit (``slurm.partition_time_limit``) runs as a
   chain of allocations: at each one's warning signal the training checkpoints and the script requeues the
   job; the seconds used so far are kept in the run folder, and the last allocation stops at the budget;

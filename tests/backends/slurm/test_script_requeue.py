@@ -15,7 +15,7 @@ import pytest
 
 from cloudddp.api import Job
 from cloudddp.backends.slurm import SlurmBackend
-from cloudddp.backends.slurm.preflight import _slurm_minutes
+from cloudddp.backends.slurm.preflight import _grace_check, _slurm_minutes
 from cloudddp.backends.slurm.script import (
     CANCEL_MARK,
     CHAIN_MARK,
@@ -256,3 +256,37 @@ def test_module_load_finds_the_module_systems_init_where_module_is_missing(tmp_p
     status, out = finish(start(script, nowhere))
     assert status == 2 and "slurm.modules is set, but this node has no module command" in out, out
     assert not calls(nowhere, "srun")
+
+
+def test_the_script_is_told_the_smaller_grace_and_torchrun_waits_as_long_as_any_stop_lasts() -> None:
+    """KillWait 30 s and GraceTime 10 s: CLOUDDDP_SIGTERM_GRACE is 10 and the plan says why; torchrun's agent
+    waits the longest stop (the time limit's lead, 180 s), so it never SIGKILLs a rank Slurm would still let
+    save. Without slurm.grace_time the script is told KillWait."""
+    backend = get_backend("slurm", token="t1")
+    plan = backend.render(Job.load(TINY, ["slurm.kill_wait=30", "slurm.grace_time=10"]).spec)
+    env = plan.request.env
+    assert (env["CLOUDDDP_SIGTERM_GRACE"], env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]) == ("10", "180"), env
+    said = next(d for d in plan.decisions if d.startswith("SIGTERM grace"))
+    assert "GraceTime (slurm.grace_time 10 s): the script is told the smaller, 10 s" in said, said
+    plain = backend.render(Job.load(TINY, ["slurm.kill_wait=30"]).spec).request.env
+    assert plain["CLOUDDDP_SIGTERM_GRACE"] == "30", plain
+
+
+class _Config:
+    """Slurm's `scontrol show config`, as the cluster would answer (the preflight's only question here)."""
+
+    def text(self, argv: list[str]) -> str:
+        assert argv == ["scontrol", "show", "config"], argv
+        return "KillWait                = 30 sec\n"
+
+
+def test_doctor_fails_when_the_script_would_be_told_more_than_the_partitions_grace_time() -> None:
+    backend = get_backend("slurm", token="t1")
+    spot = {"PartitionName": "spot", "PreemptMode": "REQUEUE", "GraceTime": "10"}
+    told_30 = backend.render(Job.load(TINY, ["slurm.kill_wait=30"]).spec)
+    check = _grace_check(_Config(), told_30, spot)  # type: ignore[arg-type]
+    assert not check.ok and "GraceTime 10 s; the script is told 30 s" in check.detail, check
+    assert check.fix == "set slurm.kill_wait: 30 and slurm.grace_time: 10 (partition spot)", check
+    told_10 = backend.render(Job.load(TINY, ["slurm.kill_wait=30", "slurm.grace_time=10"]).spec)
+    assert _grace_check(_Config(), told_10, spot).ok  # type: ignore[arg-type]
+    assert _grace_check(_Config(), told_30, {**spot, "PreemptMode": "OFF"}).ok  # type: ignore[arg-type]
