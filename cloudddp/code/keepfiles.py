@@ -24,8 +24,8 @@ With ``CLOUDDDP_RESUME=never`` (``checkpoint.resume: never``) the kept copies ar
 starts: it begins from scratch, and what it saves is kept for the next run.
 
 It needs nothing but Python's standard library: it is shipped in every code snapshot as ``_cloudddp_keep.py``
-next to the in-job launcher, which loads it from there, and Slurm's batch script runs it as
-``python _cloudddp_keep.py link|save PATTERN...`` in the run's code folder.
+next to the in-job launcher, which loads it from there (on every backend but local, Slurm included); it also runs
+as ``python _cloudddp_keep.py link|save PATTERN...`` (``python -m cloudddp.code.keepfiles`` in the local script).
 """
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ def from_environment(declared: Sequence[str], workdir: str | Path = ".") -> Keep
 
 
 def main(argv: list[str]) -> int:
-    """``_cloudddp_keep.py link|save PATTERN...`` in the working folder (Slurm's batch script)."""
+    """``_cloudddp_keep.py link|save PATTERN...`` in the working folder."""
     if len(argv) < 2 or argv[0] not in ("link", "save"):
         print(f"usage: {SHIPPED_AS} link|save PATTERN...", file=sys.stderr)
         return 2

@@ -67,6 +67,9 @@ def main() -> None:
         model_dir = Path(os.environ.get("CLOUDDDP_MODEL_DIR", "model"))
         model_dir.mkdir(parents=True, exist_ok=True)
         torch.save(model.module.state_dict(), model_dir / "model.pt")
+    # Every rank waits here until rank 0 has saved: a rank that exited first could end the job (Slurm's srun, a
+    # launcher) while rank 0 still writes.
+    dist.barrier()
     del model, optimizer  # free DDP (it sits in reference cycles) before its process group ends
     gc.collect()
     dist.destroy_process_group()

@@ -55,7 +55,7 @@ TERMINAL = {
 }
 NODE_MARKER = "CLOUDDDP_TEST_SLURM_NODE"  # set on each slurmd; its job steps inherit it
 SPOT, URGENT, SHORT = "spot", "urgent", "short"
-GRACE_TIME = 20
+GRACE_TIME = 60
 """spot's GraceTime: a preempted job's tasks get SIGTERM, and Slurm requeues the job this many seconds later."""
 SHORT_MINUTES = 1
 """short's MaxTime (minutes)."""

@@ -41,9 +41,6 @@ from cloudddp.runtime import (
 )
 from cloudddp.spec.model import JobSpec, is_shared_script
 
-TORCHRUN_STOP_SECONDS = 30
-"""torchrun gives its workers this long after SIGTERM before it kills them (its agent's shutdown timeout)."""
-
 
 @dataclass(frozen=True)
 class SlurmDecision:
@@ -66,7 +63,8 @@ class SlurmDecision:
     """``distribution.launcher: mpi`` is srun's (one task per process); otherwise slurm.launch."""
     places: Places
     grace: int
-    """Seconds between SIGTERM and SIGKILL for the training (torchrun's own stop caps slurm.kill_wait)."""
+    """Seconds between SIGTERM and SIGKILL the training is told (CLOUDDDP_SIGTERM_GRACE): the smaller of Slurm's
+    two (:func:`graces`)."""
     env: dict[str, str]
     env_sources: dict[str, EnvSource]
     per_task: int
@@ -124,11 +122,16 @@ def decide(spec: JobSpec, opts: SlurmOptions, *, token: str | None) -> SlurmDeci
     launch: Launcher = "srun" if spec.distribution.launcher == "mpi" else opts.launch
     fabric_unplaced = _fabric_unplaced(spec, opts)
     places = paths.places(spec, opts, layout)
-    grace = min(opts.kill_wait, TORCHRUN_STOP_SECONDS) if launch == "torchrun" else opts.kill_wait
-    env, sources = job_env(spec, "slurm", places, on_gpu=res.gpus_per_node > 0, sigterm_grace=grace)
+    minutes, budget = _allocation(spec, opts)
+    stop_lead = min(opts.stop_before_limit, minutes * 60 // 2)
+    grace = min(graces(opts).values())
+    # torchrun's agent waits for its ranks as long as any stop lasts (a time-limit stop lasts stop_lead and more):
+    # Slurm's own SIGKILL ends what overstays; the agent's would come first.
+    longest = max(*graces(opts).values(), stop_lead)
+    waits = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(longest)} if launch == "torchrun" else {}
+    env, sources = job_env(spec, "slurm", places, on_gpu=res.gpus_per_node > 0, sigterm_grace=grace, presets=waits)
     env["CLOUDDDP_RUN_ID"] = run_id
     per_task = res.processes if launch == "torchrun" else 1
-    minutes, budget = _allocation(spec, opts)
     reqs = _requirements(spec, opts)
     env_key = envs.key(opts.python, opts.modules, opts.setup, reqs.text) if reqs else ""
     return SlurmDecision(
@@ -150,7 +153,7 @@ def decide(spec: JobSpec, opts: SlurmOptions, *, token: str | None) -> SlurmDeci
         per_task=per_task,
         cpus_per_process=opts.cpus_per_process or (None if res.gpus_per_node > 0 else 1),
         time_minutes=minutes,
-        stop_lead=min(opts.stop_before_limit, minutes * 60 // 2),
+        stop_lead=stop_lead,
         budget_seconds=budget,
         requirements=reqs,
         requirements_env=envs.folder(layout.workdir, env_key) if reqs else None,
@@ -173,7 +176,22 @@ def _found(spec: JobSpec, opts: SlurmOptions, places: Places) -> resumes.Found |
     if places.checkpoint_dir is None or opts.login_host is not None:
         return None
     folder = Path(places.checkpoint_dir)
-    return resumes.look(folder, shared_script=is_shared_script(spec), keeps=bool(spec.checkpoint.files))
+    return resumes.look(
+        folder,
+        shared_script=is_shared_script(spec),
+        keeps=bool(spec.checkpoint.files),
+        siblings=not spec.checkpoint.path,
+    )
+
+
+def graces(opts: SlurmOptions) -> dict[str, int]:
+    """Slurm's seconds between SIGTERM and SIGKILL, by what sends the SIGTERM: a cancel, a requeue and the time
+    limit give KillWait (``slurm.kill_wait``); a preemption gives the partition's GraceTime
+    (``slurm.grace_time``; a GraceTime of 0 preempts at once, which gives KillWait)."""
+    found = {"slurm.kill_wait": opts.kill_wait}
+    if opts.grace_time:
+        found["slurm.grace_time"] = opts.grace_time
+    return found
 
 
 def _fabric_unplaced(spec: JobSpec, opts: SlurmOptions) -> bool:

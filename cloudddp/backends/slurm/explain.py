@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cloudddp.backends import resumes
 from cloudddp.backends.slurm import images
-from cloudddp.backends.slurm.decide import TORCHRUN_STOP_SECONDS, SlurmDecision
+from cloudddp.backends.slurm.decide import SlurmDecision, graces
 from cloudddp.code.shipped import snapshot_warnings
 from cloudddp.observe.units import human_bytes
 
@@ -43,11 +43,23 @@ def _code(d: SlurmDecision) -> str:
 
 
 def _grace(d: SlurmDecision) -> str:
-    kill_wait = d.options.kill_wait
-    return f"SIGTERM grace {d.grace} s: slurm.kill_wait {kill_wait} s" + (
-        f", and torchrun stops its workers {TORCHRUN_STOP_SECONDS} s after SIGTERM"
-        if d.launch == "torchrun" and kill_wait > TORCHRUN_STOP_SECONDS
-        else ""
+    """The grace the script is told, where Slurm's numbers come from, and who passes the stop to whom."""
+    found = graces(d.options)
+    told = f"SIGTERM grace {d.grace} s (CLOUDDDP_SIGTERM_GRACE): a cancel, a requeue or the time limit gives KillWait"
+    told += f" (slurm.kill_wait {d.options.kill_wait} s)"
+    if "slurm.grace_time" in found:
+        told += f", a preemption the partition's GraceTime (slurm.grace_time {found['slurm.grace_time']} s)"
+        if len(set(found.values())) > 1:
+            told += f": the script is told the smaller, {d.grace} s"
+    who = (
+        f"torchrun's agent waits for its ranks as long as any stop lasts (TORCH_ELASTIC_SHUTDOWN_TIMEOUT "
+        f"{d.env.get('TORCH_ELASTIC_SHUTDOWN_TIMEOUT')} s; the time limit's lasts {d.stop_lead} s and more)"
+        if d.launch == "torchrun"
+        else "each rank runs under cloudddp's launcher"
+    )
+    return (
+        f"{told}. Slurm signals every process of the job step itself, each rank once; {who}, and a rank's "
+        "launcher passes nothing on (its DataLoader workers get Slurm's SIGTERM too: ignore it in worker_init_fn)"
     )
 
 

@@ -108,6 +108,15 @@ class SlurmOptions(Strict):
         le=65535,
         description="The cluster's KillWait: seconds between SIGTERM and SIGKILL (`scontrol show config`).",
     )
+    grace_time: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="The partition's GraceTime when it is preemptible (`scontrol show partition`): seconds between "
+        "a preemption's SIGTERM and its SIGKILL. The script is told the smaller of this and slurm.kill_wait "
+        "(CLOUDDDP_SIGTERM_GRACE). Default: the job is not preempted with a grace time (0 counts as none: Slurm "
+        "then requeues at once, giving KillWait).",
+    )
     stop_before_limit: Duration = Field(
         180,
         le=65535,

@@ -1,5 +1,6 @@
-"""What ``doctor`` and a launch check on the cluster before submitting: Slurm answers, its KillWait gives the
-training the SIGTERM grace the plan counts on, the partition exists and its MaxTime admits the job's time limit,
+"""What ``doctor`` and a launch check on the cluster before submitting: Slurm answers, its KillWait (and the
+partition's GraceTime, where it preempts) give the training the SIGTERM grace the plan counts on, the partition
+exists and its MaxTime admits the job's time limit,
 the working folder is writable and nobody else's to write in, and the inputs are there."""
 
 from __future__ import annotations
@@ -36,21 +37,32 @@ def preflight(plan: Plan[SlurmRequest]) -> list[Check]:
             )
         ]
     checks = [Check("Slurm reachable", True, f"{version} {shell.where}")]
-    checks.append(_grace_check(shell, plan.request.kill_wait))
     checks += _partition_checks(shell, plan)
     checks += _workdir_checks(shell, plan.request.workdir)
     checks += _input_checks(shell, plan.request.env)
     return checks
 
 
-def _grace_check(shell: Shell, kill_wait: int) -> Check:
+def _grace_check(shell: Shell, plan: Plan[SlurmRequest], partition: dict[str, str] | None) -> Check:
+    """The grace the script is told (CLOUDDDP_SIGTERM_GRACE) is no longer than any Slurm gives: KillWait (a cancel,
+    a requeue, the time limit) and, where the partition preempts with a grace time, its GraceTime."""
     config = dict(_config_pairs(shell.text(["scontrol", "show", "config"])))
-    cluster = int(config.get("KillWait", "30 sec").split()[0])
+    given = {"KillWait": int(config.get("KillWait", "30 sec").split()[0])}
+    row = partition or {}
+    preempts = row.get("PreemptMode", "OFF").upper() not in ("OFF", "")
+    grace_time = int(row.get("GraceTime", "0") or 0)
+    if preempts and grace_time:
+        given["GraceTime"] = grace_time
+    told = int(plan.request.env.get("CLOUDDDP_SIGTERM_GRACE", plan.request.kill_wait))
+    said = ", ".join(f"{name} {seconds} s" for name, seconds in given.items())
+    fix = f"set slurm.kill_wait: {given['KillWait']}"
+    if "GraceTime" in given:
+        fix += f" and slurm.grace_time: {given['GraceTime']} (partition {row.get('PartitionName', '?')})"
     return Check(
         "SIGTERM grace",
-        cluster >= kill_wait,
-        f"the cluster's KillWait is {cluster} s; slurm.kill_wait says {kill_wait} s",
-        fix=f"set slurm.kill_wait: {cluster}",
+        told <= min(given.values()),
+        f"the cluster gives {said}; the script is told {told} s",
+        fix=fix,
     )
 
 
@@ -67,7 +79,10 @@ def _partition_checks(shell: Shell, plan: Plan[SlurmRequest]) -> list[Check]:
     )
     which = [partition.split(",")[0]] if partition else []
     known = shell.run(["scontrol", "-o", "show", "partition", *which], check=False)
-    checks = []
+    text = known.stdout.decode(errors="replace")
+    rows = [parse_pairs(line) for line in text.splitlines() if line.startswith("PartitionName=")]
+    row = rows[0] if partition and rows else next((r for r in rows if r.get("Default") == "YES"), None)
+    checks = [_grace_check(shell, plan, row)]
     if partition:
         checks.append(
             Check(
@@ -77,7 +92,7 @@ def _partition_checks(shell: Shell, plan: Plan[SlurmRequest]) -> list[Check]:
                 fix="`sinfo -s` lists the partitions",
             )
         )
-    return checks + _time_limit_check(plan, known.stdout.decode(errors="replace"), partition)
+    return checks + _time_limit_check(plan, row)
 
 
 def _workdir_checks(shell: Shell, workdir: str) -> list[Check]:
@@ -124,11 +139,9 @@ def _input_checks(shell: Shell, env: dict[str, str]) -> list[Check]:
     return checks
 
 
-def _time_limit_check(plan: Plan[SlurmRequest], partitions: str, named: str | None) -> list[Check]:
+def _time_limit_check(plan: Plan[SlurmRequest], row: dict[str, str] | None) -> list[Check]:
     """The script's --time against the partition's MaxTime: a longer one would wait in the queue forever
     (Reason=PartitionTimeLimit), or be refused."""
-    rows = [parse_pairs(line) for line in partitions.splitlines() if line.startswith("PartitionName=")]
-    row = rows[0] if named else next((r for r in rows if r.get("Default") == "YES"), None)
     script = plan.documents["job.sbatch"].splitlines()
     wanted = next((line.split("=", 1)[1] for line in script if line.startswith("#SBATCH --time=")), None)
     if row is None or wanted is None:

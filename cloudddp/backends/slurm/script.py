@@ -5,9 +5,13 @@ Pure text from decided values (no spec, no cluster): what ``cloudddp render -b s
 
 - node names need not resolve as host names, so the rendezvous address is the first node's ``NodeAddr``
   (``scontrol show node``), and each torchrun agent announces its own node's address (``--local-addr``);
-- cancel, requeue, preemption and the time limit send SIGTERM to every process of the job, the training
-  processes included, and SIGKILL KillWait seconds later; this script keeps waiting for srun meanwhile, so
-  the training can checkpoint;
+- cancel, requeue, preemption and the time limit send SIGTERM to every process of the job step (slurmstepd
+  signals them all: each rank, torchrun's agent, a rank's DataLoader workers), and SIGKILL KillWait (for a
+  preemption GraceTime) seconds later; this script keeps waiting for srun meanwhile, so the training can
+  checkpoint. Each rank runs under cloudddp's launcher (``stops: platform``: it passes nothing on, so a rank
+  hears Slurm's SIGTERM once; torchrun's ``killpg`` reaches only the launcher); the launcher also keeps
+  ``checkpoint.files``. torchrun's agent exits 1 on SIGTERM: the node's wrapper exits 0 after a stop, so that
+  ``srun --kill-on-bad-exit`` does not kill rank 0 on another node while it saves;
 - ``--signal=B:USR1@<lead>`` reaches only this script, ``lead`` seconds before the time limit: it asks the
   training to stop (``scancel --signal=TERM``, which reaches the tasks directly; srun itself would kill
   them on SIGTERM) and exits 124, so the run reads as stopped by ``limits.max_runtime``;
@@ -16,7 +20,8 @@ Pure text from decided values (no spec, no cluster): what ``cloudddp render -b s
 - preemption with a grace time (``GraceTime>0``) sends SIGTERM to the training only and requeues the job
   GraceTime seconds later: a training that checkpoints sooner would end the job (as succeeded, or as its own
   failure). So once the training has ended, this script asks Slurm whether the job was selected for
-  preemption (``PreemptTime`` in ``scontrol show job``; a requeue resets it) and requeues it itself;
+  preemption (``PreemptTime`` in ``scontrol show job``; a requeue resets it) and requeues it itself, unless
+  Slurm is ending the job (a scancel during the grace: SIGTERM reached this script, the job is not RUNNING);
 - a ``limits.max_runtime`` longer than the partition's time limit (``slurm.partition_time_limit``) runs as a
   chain of allocations: at each one's warning signal the training checkpoints and the script requeues the
   job; the seconds used so far are kept in the run folder, and the last allocation stops at the budget;
@@ -26,6 +31,7 @@ Pure text from decided values (no spec, no cluster): what ``cloudddp render -b s
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +39,7 @@ from dataclasses import dataclass, field
 from cloudddp.backends import torchrun
 from cloudddp.backends.slurm import envs, images
 from cloudddp.backends.slurm.options import SlurmOptions
-from cloudddp.code.keepfiles import SHIPPED_AS as KEEPER
+from cloudddp.code.shim import SHIPPED_AS as LAUNCHER
 
 LIMIT_EXIT = 124
 """The script's exit code when it stopped the training ahead of the time limit."""
@@ -44,6 +50,10 @@ PREEMPTED_EXIT = 75
 PREEMPT_MARK = "cloudddp: preempted"
 CHAIN_MARK = "cloudddp: the time limit of this allocation"
 REQUEUE_MARK = "cloudddp: requeueing Slurm job"
+CANCEL_MARK = "cloudddp: Slurm is ending this job (a cancel, its time limit, its own requeue): not requeued"
+STOPPED_NODE_MARK = "cloudddp: torchrun on node"
+SAVED_MARK = "cloudddp: the training wrote to its checkpoint folder in this run"
+UNSAVED_MARK = "cloudddp: nothing was written to the checkpoint folder in this run"
 
 
 @dataclass(frozen=True)
@@ -106,7 +116,8 @@ class Job:
     requirements_env: str | None = None
     """Where the job's requirements are installed (a venv over slurm.python's packages), or None."""
     keep_files: Sequence[str] = ()
-    """``checkpoint.files``: linked into the checkpoint folder before the training starts, saved after it ends."""
+    """``checkpoint.files``: each rank's launcher links them into the checkpoint folder before the training starts;
+    each node's first saves them every 30 s and when the training ends."""
     env_key: str = ""
     """What shapes that environment, hashed (:func:`envs.key`)."""
     cpus_per_task: int | None = None
@@ -187,13 +198,6 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
             "# (torchrun reads it there), never an argv: with it in `ps` anyone who reaches the port could join",
             f': "${{{RDZV_ID_VARIABLE}:?no rendezvous id: sbatch is given one by cloudddp submit}}"',
         ]
-    keep = " ".join(q(path) for path in job.keep_files)
-    if keep:
-        out += [
-            "# checkpoint.files: each path resolves into $CLOUDDDP_CHECKPOINT_DIR/files (a link, made once: every node",
-            "# shares this code folder); a file the script renamed over its link is saved after the training.",
-            f"{q(job.python(opts))} {KEEPER} link {keep}",
-        ]
     out += [
         "set +e",
         "",
@@ -210,6 +214,7 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
         _port_line(opts),
         "",
         *_stop_lines(job),
+        f'began_mark={shlex.quote(job.layout.run_dir)}/.cloudddp-run-began; touch "$began_mark"',
         "",
     ]
     out += _launch_lines(job, opts)
@@ -217,7 +222,6 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
         "training=$!",
         'wait "$training"; code=$?',
         'while kill -0 "$training" 2>/dev/null; do wait "$training"; code=$?; done',
-        *([f"{q(job.python(opts))} {KEEPER} save {keep}"] if keep else []),
         *_end_lines(job, opts),
     ]
     return "\n".join(out) + "\n"
@@ -251,12 +255,12 @@ def _stop_lines(job: Job) -> list[str]:
     lines = [
         "# SIGTERM (cancel, requeue, preemption, the time limit) reaches the training processes from Slurm itself;",
         "# this script waits for them to checkpoint. USR1 comes from --signal above, before the time limit.",
-        "stopped=0 chained=0",
+        "stopped=0 chained=0 terminated=0",
     ]
     if job.budget_seconds is None:
         return [
             *lines,
-            "trap 'echo \"cloudddp: SIGTERM: the training checkpoints and stops\"' TERM",
+            "trap 'terminated=1; echo \"cloudddp: SIGTERM: the training checkpoints and stops\"' TERM",
             f"trap 'stopped=1; echo \"{limit}\"; {ask}' USR1",
         ]
     chain = (
@@ -277,7 +281,7 @@ def _stop_lines(job: Job) -> list[str]:
         'if [ "$left" -le "$lead" ]; then',
         f'  echo "{LIMIT_MARK} spent by earlier allocations: the training does not start again"; exit {LIMIT_EXIT}',
         "fi",
-        "trap 'account; echo \"cloudddp: SIGTERM: the training checkpoints and stops\"' TERM",
+        "trap 'terminated=1; account; echo \"cloudddp: SIGTERM: the training checkpoints and stops\"' TERM",
         f'trap \'if [ "$final" = 1 ]; then stopped=1; echo "{limit}"; else chained=1; echo "{chain}"; fi; {ask}\' USR1',
         'if [ "$left" -le "$link" ]; then',
         "  # The last allocation: limits.max_runtime ends before Slurm's limit does; a timer gives the warning.",
@@ -287,17 +291,22 @@ def _stop_lines(job: Job) -> list[str]:
 
 
 def _end_lines(job: Job, opts: SlurmOptions) -> list[str]:
-    """After the training: requeue a preempted job (and a chain's next allocation), else exit with its code."""
+    """After the training: requeue a preempted job (and a chain's next allocation) unless it was cancelled, else
+    exit with its code (the time limit's, once it has said whether the training checkpointed)."""
     lines = [
         "# Preempted with a grace time: Slurm sent SIGTERM to the training only and would requeue the job GraceTime",
         "# seconds later; the training has checkpointed and ended sooner, so requeue it now (as submitit does).",
-        "preempted() {",
-        '  local info; info=$(scontrol -o show job "$SLURM_JOB_ID") || return 1',
-        '  [[ $info == *" PreemptTime="* && $info != *" PreemptTime=None "* ]]',
-        "}",
+        "# A job Slurm is ending (scancel during the grace: this script got SIGTERM, and the job is COMPLETING, not",
+        "# RUNNING) is never requeued: scontrol would accept it.",
+        'info=$(scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null); state=${info#* JobState=}; state=${state%% *}',
+        'preempted() { [[ $info == *" PreemptTime="* && $info != *" PreemptTime=None "* ]]; }',
     ]
     if job.budget_seconds is not None:
         lines += ['[ -n "$timer" ] && kill "$timer" 2>/dev/null', "account"]
+    lines.append(
+        f'if [ "$terminated" = 1 ] || [ "$state" != RUNNING ]; then echo "{CANCEL_MARK} (JobState=$state)"; '
+        'exit "$code"; fi'
+    )
     if opts.requeue:
         lines += [
             "requeue() {",
@@ -314,7 +323,18 @@ def _end_lines(job: Job, opts: SlurmOptions) -> list[str]:
             f'preempted && {{ echo "{PREEMPT_MARK}, and slurm.requeue is off: the job ends here" >&2; '
             f"exit {PREEMPTED_EXIT}; }}"
         )
-    return [*lines, f'[ "$stopped" = 1 ] && exit {LIMIT_EXIT}', 'exit "$code"']
+    return [
+        *lines,
+        "# Stopped ahead of the time limit: say whether the training checkpointed (status tells it on).",
+        'if [ "$stopped" = 1 ]; then',
+        '  if [ -n "${CLOUDDDP_CHECKPOINT_DIR:-}" ] && [ -n "$(find "$CLOUDDDP_CHECKPOINT_DIR" -type f -newer '
+        '"$began_mark" -print -quit 2>/dev/null)" ]; then',
+        f'    echo "{SAVED_MARK}"',
+        f'  elif [ -n "${{CLOUDDDP_CHECKPOINT_DIR:-}}" ]; then echo "{UNSAVED_MARK}"; fi',
+        f"  exit {LIMIT_EXIT}",
+        "fi",
+        'exit "$code"',
+    ]
 
 
 def _requirements_lines(job: Job, opts: SlurmOptions) -> list[str]:
@@ -342,13 +362,16 @@ def _port_line(opts: SlurmOptions) -> str:
 def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
     q = shlex.quote
     python = job.python(opts)
+    program = [python, LAUNCHER, "--cloudddp-00", launcher_payload(job), "--"]
+    program += list(job.program) if job.command else [python, *job.program]
     if job.launch == "torchrun":
-        program = list(job.program) if job.command else [python, *job.program]
         body = [
             "# Each training process first says its global rank (torchrun's output prefix is the local rank).",
             'announce=\'echo "cloudddp: rank $RANK of $WORLD_SIZE (local rank $LOCAL_RANK)"; exec "$@"\'',
             "# One torchrun agent per node: $1 the rendezvous host:port, $2 the nodes' addresses, $3 the",
-            "# announcement, then the program.",
+            "# announcement, then the program. Slurm's SIGTERM reaches every process of the step, the agent too,",
+            "# which then exits 1: a node stopped on request exits 0 instead, so that srun --kill-on-bad-exit does",
+            "# not kill the other nodes' ranks while rank 0 saves; a crash still ends the whole job at once.",
             "per_node='",
             "addr=$(hostname)  # its NodeAddr below, where node data is readable",
             'for pair in $2; do [ "${pair%%=*}" = "$SLURMD_NODENAME" ] && addr=${pair#*=}; done',
@@ -357,16 +380,22 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
                 f"export {name}={value}  # each restart starts with a store of its own (pytorch/pytorch#135712)"
                 for name, value in torchrun.restart_env(job.max_restarts).items()
             ],
-            f'exec {q(python)} -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" '
+            'stopped=0; trap "stopped=1" TERM',
+            f'{q(python)} -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" '
             f"--nproc-per-node={job.processes_per_node} \\",
             '  --rdzv-backend=c10d --rdzv-endpoint="$rdzv" --rdzv-conf=is_host=$(( SLURM_NODEID == 0 )) \\',
             f'  --local-addr="$addr" --max-restarts={job.max_restarts} --tee=3 '
-            '--no-python bash -c "$announce" cloudddp-rank "$@"',
+            '--no-python bash -c "$announce" cloudddp-rank "$@" &',
+            'agent=$!; wait "$agent"; code=$?',
+            'while kill -0 "$agent" 2>/dev/null; do wait "$agent"; code=$?; done',
+            'if [ "$stopped" = 1 ] && [ "$code" != 0 ]; then',
+            f'  echo "{STOPPED_NODE_MARK} $SLURMD_NODENAME ended $code after the stop: read as stopped"; code=0',
+            "fi",
+            'exit "$code"',
             "'",
         ]
         tasks, label, name, extra = 1, [], "cloudddp-node", ['"$announce"']
     else:
-        program = list(job.program) if job.command else [python, *job.program]
         body = [
             "# One Slurm task per training process: the distributed variables from SLURM_*; $1 is host:port.",
             "per_node='",
@@ -407,6 +436,16 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
     words = [f'"{w}"' if "$" in w else q(w) for w in srun]  # $SLURM_CPUS_PER_TASK, expanded by bash
     words += [w if w.startswith('"') else q(w) for w in inner] + [q(w) for w in program]
     return [*body, _wrap(words) + " &"]
+
+
+def launcher_payload(job: Job) -> str:
+    """What each rank's launcher (cloudddp/code/shim.py) is told: Slurm signals every process of the step itself,
+    so the launcher passes nothing on (``stops: platform``); it keeps ``checkpoint.files`` (the first launcher of
+    each node saves them every 30 s, and each when its program ends, inside the grace)."""
+    payload: dict[str, object] = {"stops": "platform"}
+    if job.keep_files:
+        payload["keep"] = list(job.keep_files)
+    return json.dumps(payload, separators=(",", ":"))
 
 
 def _wrap(words: list[str], width: int = 110) -> str:

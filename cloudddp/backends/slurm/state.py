@@ -17,7 +17,9 @@ from cloudddp.backends.slurm.script import (
     LIMIT_MARK,
     PREEMPT_MARK,
     PREEMPTED_EXIT,
+    SAVED_MARK,
     START_MARK,
+    UNSAVED_MARK,
 )
 from cloudddp.backends.status import Cause, RunState
 
@@ -166,8 +168,7 @@ def failure(job: Mapping[str, str], batch_log: str, *, tasks_are_ranks: bool = F
         return Failure(message, Cause.INFRASTRUCTURE, node)
     if state == "FAILED" and exit_code.split(":")[0] == str(LIMIT_EXIT) and LIMIT_MARK in run:
         return Failure(
-            "stopped ahead of limits.max_runtime: the training was asked to checkpoint and stop; "
-            "submit again to continue from its checkpoint",
+            "stopped ahead of limits.max_runtime: the training was asked to checkpoint and stop; " + _resumes(run),
             Cause.LIMIT,
         )
     if state == "FAILED" and exit_code.split(":")[0] == str(PREEMPTED_EXIT) and PREEMPT_MARK in run:
@@ -187,6 +188,18 @@ def failure(job: Mapping[str, str], batch_log: str, *, tasks_are_ranks: bool = F
     code, _, signal = exit_code.partition(":")
     why = f"killed by signal {signal}" if signal not in ("", "0") else f"exit code {code or '?'}"
     return Failure(f"the job failed: {why} (Reason={job.get('Reason', '?')})", Cause.USER_ERROR)
+
+
+def _resumes(run: str) -> str:
+    """What a resubmit continues from, as the batch script saw the checkpoint folder when the training ended."""
+    if SAVED_MARK in run:
+        return "it wrote its checkpoint: submit again to continue from it"
+    if UNSAVED_MARK in run:
+        return (
+            "it wrote nothing to its checkpoint folder in this run: a resubmit starts from the last earlier "
+            "checkpoint, if any"
+        )
+    return "cloudddp cannot tell whether it checkpointed (no checkpoint folder): a resubmit starts from what it saved"
 
 
 def requeue_reasons(batch_log: str) -> list[str]:

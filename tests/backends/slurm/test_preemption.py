@@ -1,7 +1,8 @@
 """Slurm as real clusters are configured (tests/support/slurm_cluster.py): jobs submitted by an unprivileged user,
 who cannot read node data (``PrivateData=nodes``); preemption with a grace time (partition ``spot``,
 ``GraceTime>0``, ``PreemptMode=REQUEUE``, preempted from the higher-tier partition ``urgent``); and a training
-longer than its partition's time limit (partition ``short``), run as a chain of requeued allocations.
+longer than its partition's time limit (partition ``short``), run as a chain of requeued allocations
+(test_stops.py, with torchrun's shape).
 
 The user submits with ``cloudddp`` as on a login node (its own uid, home and ``CLOUDDDP_HOME``, nothing of this
 process's environment); this process, as root, makes the cluster preempt the job and reads the user's files."""
@@ -10,33 +11,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cloudddp.backends.slurm.script import CHAIN_MARK, PREEMPT_MARK, REQUEUE_MARK, START_MARK
+from cloudddp.backends.slurm.script import PREEMPT_MARK, REQUEUE_MARK, START_MARK
 from cloudddp.observe.metrics import parse_metric_line
-from tests.support import users
 from tests.support.cli import FIXTURES, ROOT
-from tests.support.slurm_cluster import GRACE_TIME, SHORT, SHORT_MINUTES, SPOT, URGENT, ClusterUser, SlurmCluster
+from tests.support.slurm_cluster import GRACE_TIME, SPOT, URGENT, ClusterUser, SlurmCluster
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def user(slurm_cluster: SlurmCluster) -> Iterator[ClusterUser]:
-    reason = users.unavailable()
-    if reason:
-        pytest.skip(f"no unprivileged user for the cluster's jobs: {reason}")
-    yield slurm_cluster.user()
-    jobs = slurm_cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
-    if jobs:  # a test that failed half-way leaves no job behind to hold the nodes for the next one
-        slurm_cluster.run("scancel", *jobs, check=False)
-        deadline = time.monotonic() + 30
-        while slurm_cluster.run("squeue", "-h", check=False).stdout.strip() and time.monotonic() < deadline:
-            time.sleep(0.2)
 
 
 def cloudddp(user: ClusterUser, *args: str, timeout: float = 120) -> str:
@@ -131,16 +117,17 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.parametrize("launch", ["torchrun", "srun"])
 def test_a_job_preempted_with_a_grace_time_is_requeued_resumes_and_runs_every_step_once(
-    slurm_cluster: SlurmCluster, user: ClusterUser, tmp_path: Path, launch: str
+    slurm_cluster: SlurmCluster, user: ClusterUser, tmp_path: Path
 ) -> None:
     """A DDP training (gloo, 2 nodes, paced at 5 steps a second so the preemption lands mid-run), submitted by an
     unprivileged user (node data private to it) to a partition with GraceTime>0: a job of a higher-tier
     partition takes both nodes, Slurm sends SIGTERM to the training only, the training checkpoints and ends
     within the grace time, and the batch script requeues the job itself (without it the job ended: succeeded
     after a few steps with srun, failed as the script's fault with torchrun). It resumes from its checkpoint and
-    succeeds with every step once; status says why it was requeued, while it waits and at the end."""
+    succeeds with every step once; status says why it was requeued, while it waits and at the end. Under srun
+    (one task per rank); torchrun's shape is the next test's."""
+    launch = "srun"
     refused = user.run(["scontrol", "-o", "show", "node", "node1"])
     assert refused.returncode != 0 and "permission denied" in refused.stderr.lower(), refused
     steps = 60
@@ -182,72 +169,6 @@ def test_a_job_preempted_with_a_grace_time_is_requeued_resumes_and_runs_every_st
     assert "stopping on SIGTERM after step" in logs and "resumed from" in logs, logs[-3000:]
     records = [json.loads(line) for line in cloudddp(user, "metrics", run_id, "--json").splitlines()]
     assert [r["step"] for r in records] == list(range(1, steps + 1)), "every step exactly once, none lost"
-
-
-CHAIN_TRAINING = """
-import json, os, signal, time
-stop = False
-def on_term(*_):
-    global stop
-    stop = True
-signal.signal(signal.SIGTERM, on_term)
-mark = os.path.join(os.environ["CLOUDDDP_MODEL_DIR"], "step")
-step = int(open(mark).read()) if os.path.exists(mark) else 0
-print(f"starting after step {step}", flush=True)
-while step < STEPS and not stop:
-    time.sleep(1)
-    step += 1
-    print("CLOUDDDP_METRIC " + json.dumps({"step": step}), flush=True)
-    open(mark, "w").write(str(step))
-print("checkpointed at step", step, "and stopping" if stop else "and done", flush=True)
-"""
-
-
-def test_a_training_longer_than_its_partitions_time_limit_runs_as_a_chain_of_requeues(
-    slurm_cluster: SlurmCluster, user: ClusterUser
-) -> None:
-    """limits.max_runtime 10 min on a partition whose MaxTime is 1 min: the job asks for 1 min; at Slurm's
-    warning signal the training checkpoints and the script requeues the job, and the next allocation continues
-    until the training is done. doctor says what to set when the partition's limit is not given."""
-    steps = 70  # more than one allocation's ~30-60 s before its warning signal
-    code = user.home / "chain"
-    code.mkdir(exist_ok=True)
-    (code / "train.py").write_text(CHAIN_TRAINING.replace("STEPS", str(steps)))
-    spec = user.home / "chain.yaml"
-    spec.write_text(
-        json.dumps(
-            {
-                "name": "chain",
-                "code": {"dir": str(code), "command": [user.python, "train.py"]},
-                "limits": {"max_runtime": "10m"},
-                "slurm": {"launch": "srun", "partition": SHORT},
-            }
-        )
-    )
-    told = user.run(
-        [user.python, "-m", "cloudddp", "doctor", str(spec), "-b", "slurm", *("-o", "slurm.kill_wait=5")],
-        env=user.env(CLOUDDDP_HOME=str(user.home / ".cloudddp"), PYTHONPATH=str(ROOT), COLUMNS="200"),
-    )
-    said = " ".join(told.stdout.split())
-    assert told.returncode == 2 and "longer than partition short's MaxTime" in said, said + told.stderr[-2000:]
-    assert f"set slurm.partition_time_limit: {SHORT_MINUTES}m" in said, said
-
-    run_id = submit(user, spec, f"slurm.partition_time_limit={SHORT_MINUTES}m")
-    script = (run_dir(user, run_id) / "job.sbatch").read_text()
-    assert "#SBATCH --time=0-00:01:00" in script and "budget=600 link=60" in script
-    status = finished(user, run_id, timeout=300)
-    assert status["state"] == "succeeded", status
-    details = status["details"]
-    restarts = details["restarts"]
-    assert restarts >= 1, status
-    assert details["requeue_reasons"] == ["the partition's time limit (a chain of allocations)"] * restarts, details
-    batch = (run_dir(user, run_id) / "batch.log").read_text()
-    assert batch.count(CHAIN_MARK) == restarts and batch.count(START_MARK) == restarts + 1, batch[-3000:]
-    used = int((run_dir(user, run_id) / ".cloudddp-used-seconds").read_text())
-    assert steps <= used < 600, used
-    records = [json.loads(line) for line in cloudddp(user, "metrics", run_id, "--json").splitlines()]
-    assert [r["step"] for r in records] == list(range(1, steps + 1)), "every step exactly once, over allocations"
-    assert "and done" in cloudddp(user, "logs", run_id)
 
 
 def test_an_unprivileged_users_two_node_torchrun_job_runs_where_node_data_is_private(

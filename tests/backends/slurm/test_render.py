@@ -315,7 +315,8 @@ def test_the_rendered_script_runs_under_bash_with_slurm_variables(tmp_path: Path
     srun_args = (tmp_path / "srun.args").read_text().split("\0")[:-1]
     at = srun_args.index("cloudddp-node")
     assert srun_args[at + 1 : at + 3] == ["10.0.0.1:15070", "n1=10.0.0.1\nn2=10.0.0.2"], srun_args
-    assert srun_args[at + 4 :] == ["python3", "train.py", "--epochs", "3"]
+    launcher = ["python3", "_cloudddp_launch.py", "--cloudddp-00", '{"stops":"platform"}', "--"]
+    assert srun_args[at + 4 :] == [*launcher, "python3", "train.py", "--epochs", "3"]  # Slurm signals each rank
     assert srun_args[at - 3 : at - 1] == ["bash", "-c"]
     assert srun_args[: at - 3] == [
         "--export=ALL",
@@ -347,7 +348,7 @@ def test_requirements_environments_are_keyed_on_their_base_and_checked_by_the_jo
         for d in plan.decisions
     ), plan.decisions
     assert f"cloudddp_env {env} /opt/py/bin/python3 {key} check requirements.txt || exit 1" in script
-    assert f"exec {env}/bin/python -m torch.distributed.run" in script
+    assert f"\n{env}/bin/python -m torch.distributed.run" in script
     in_job = render(spec, "slurm.install_on=job")
     assert in_job.request.environment is None
     assert f"cloudddp_env {env} /opt/py/bin/python3 {key} build requirements.txt" in in_job.documents["job.sbatch"]

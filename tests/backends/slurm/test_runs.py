@@ -338,7 +338,7 @@ def test_a_failed_rank_is_named_with_its_node_and_the_tail_of_its_output(cluster
 def test_doctor_checks_the_cluster_and_a_retried_launch_finds_its_job(cluster: SlurmCluster, tmp_path: Path) -> None:
     told = cli("doctor", str(FIXTURES / "tinyjob" / "job.yaml"), "-b", "slurm")
     assert told.returncode == 2, told.stdout + told.stderr
-    assert "the cluster's KillWait is 5 s; slurm.kill_wait says 30 s" in told.stdout
+    assert "the cluster gives KillWait 5 s; the script is told 30 s" in told.stdout, told.stdout
     assert "fix: set slurm.kill_wait: 5" in told.stdout and "Slurm reachable" in told.stdout
     fixed = cli("doctor", str(FIXTURES / "tinyjob" / "job.yaml"), "-b", "slurm", "-o", "slurm.kill_wait=5")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr

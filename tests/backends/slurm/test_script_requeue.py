@@ -15,14 +15,17 @@ import pytest
 
 from cloudddp.api import Job
 from cloudddp.backends.slurm import SlurmBackend
-from cloudddp.backends.slurm.preflight import _slurm_minutes
+from cloudddp.backends.slurm.preflight import _grace_check, _slurm_minutes
 from cloudddp.backends.slurm.script import (
+    CANCEL_MARK,
     CHAIN_MARK,
     LIMIT_EXIT,
     LIMIT_MARK,
     PREEMPT_MARK,
     PREEMPTED_EXIT,
     REQUEUE_MARK,
+    SAVED_MARK,
+    UNSAVED_MARK,
 )
 from cloudddp.backends.slurm.state import failure, requeue_reasons
 from cloudddp.backends.status import Cause
@@ -34,18 +37,20 @@ FAKES = {
     # scontrol: `show job` says whether the job was selected for preemption ($PREEMPTED), `show node` is refused
     # unless $NODE_DATA, `requeue` is recorded.
     "scontrol": """case "$1 $2 $3" in
-  "-o show job") echo "JobId=$SLURM_JOB_ID JobName=x PreemptEligibleTime=None PreemptTime=${PREEMPTED:-None} \
-SuspendTime=None Restarts=0";;
+  "-o show job") echo "JobId=$SLURM_JOB_ID JobName=x JobState=${JOB_STATE:-RUNNING} Reason=None \
+PreemptEligibleTime=None PreemptTime=${PREEMPTED:-None} SuspendTime=None Restarts=0";;
   "-o show node") [ -n "$NODE_DATA" ] || { echo "slurm_load_node error: Access/permission denied" >&2; exit 1; }
     echo "NodeName=node1 Arch=x86_64 CoresPerSocket=1 NodeAddr=10.0.0.1 NodeHostName=n1 Version=22.05";;
   "show hostnames "*) echo node1;;
   "requeue "*) echo "$2" >> "$CALLS/requeue"; [ -z "$REQUEUE_FAILS" ];;
   *) echo "unexpected scontrol $*" >&2; exit 9;;
 esac""",
-    # srun: records its arguments; runs until scancel asks the training to stop, or $TRAIN_SECONDS pass.
+    # srun: records its arguments; runs until scancel asks the training to stop, or $TRAIN_SECONDS pass; then
+    # checkpoints when $CHECKPOINTS.
     "srun": """printf '%s\\n' "$@" > "$CALLS/srun"
 end=$(( SECONDS + ${TRAIN_SECONDS:-0} ))
 while [ "$SECONDS" -lt "$end" ] && [ ! -e "$CALLS/scancel" ]; do sleep 0.05; done
+[ -n "$CHECKPOINTS" ] && mkdir -p "$CLOUDDDP_CHECKPOINT_DIR" && touch "$CLOUDDDP_CHECKPOINT_DIR/ckpt.pt"
 exit "${TRAIN_EXIT:-0}\"""",
     "scancel": 'echo "$*" >> "$CALLS/scancel"',
     "hostname": "echo batch-host.example",
@@ -124,6 +129,53 @@ def test_with_requeue_off_or_refused_a_preempted_job_ends_as_preempted_not_as_it
     assert said.cause is Cause.PREEMPTED and said.message.startswith("the cluster preempted it"), said
 
 
+def test_a_job_cancelled_during_its_preemption_grace_or_a_chains_stop_is_never_requeued(tmp_path: Path) -> None:
+    """scancel while the training checkpoints after a preemption (or a chain's warning): Slurm's record says
+    CANCELLED, and `scontrol requeue` would accept the job all the same: the script must not ask."""
+    preempted, signalled, chained = tmp_path / "preempted", tmp_path / "signalled", tmp_path / "chained"
+    for folder in (preempted, signalled, chained):
+        folder.mkdir()
+    _, out = finish(start(render(), preempted, PREEMPTED="2026-11-25T11:07:13", JOB_STATE="COMPLETING"))
+    assert calls(preempted, "requeue") == [] and CANCEL_MARK in out and REQUEUE_MARK not in out, out
+    proc = start(render(), signalled, PREEMPTED="2026-11-25T11:07:13", TRAIN_SECONDS="2")
+    wait_for_srun(signalled)
+    os.kill(proc.pid, signal.SIGTERM)  # scancel signals the batch script too; its record may still say RUNNING
+    _, out = finish(proc)
+    assert calls(signalled, "requeue") == [] and CANCEL_MARK in out, out
+    script = render(f"slurm.workdir={tmp_path / 'w'}", "slurm.partition_time_limit=2m", "limits.max_runtime=1h")
+    proc = start(script, chained, TRAIN_SECONDS="60", JOB_STATE="COMPLETING")
+    wait_for_srun(chained)
+    os.kill(proc.pid, signal.SIGUSR1)  # the allocation's warning: the training stops, then the user cancels
+    _, out = finish(proc)
+    assert calls(chained, "requeue") == [] and CANCEL_MARK in out and CHAIN_MARK in out, out
+
+
+def test_stopped_ahead_of_the_time_limit_status_says_from_its_checkpoint_only_when_one_was_written(
+    tmp_path: Path,
+) -> None:
+    script = render(f"slurm.workdir={tmp_path / 'w'}", "limits.max_runtime=1h")
+    (tmp_path / "w" / "runs" / "tiny-t1").mkdir(parents=True)
+    said = {}
+    for checkpoints in ("", "1"):
+        folder = tmp_path / f"checkpoints{checkpoints}"
+        folder.mkdir()
+        proc = start(script, folder, TRAIN_SECONDS="60", CHECKPOINTS=checkpoints)
+        wait_for_srun(folder)
+        os.kill(proc.pid, signal.SIGUSR1)  # Slurm's --signal=B:USR1@lead
+        status, out = finish(proc)
+        assert status == LIMIT_EXIT and (SAVED_MARK if checkpoints else UNSAVED_MARK) in out, out
+        said[checkpoints] = failure({"JobState": "FAILED", "ExitCode": f"{LIMIT_EXIT}:0"}, out).message
+    assert said["1"].endswith("it wrote its checkpoint: submit again to continue from it"), said
+    assert "it wrote nothing to its checkpoint folder in this run" in said[""] and "from its" not in said[""], said
+
+
+def wait_for_srun(folder: Path) -> None:
+    deadline = time.monotonic() + 30
+    while not calls(folder, "srun"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
 def test_the_rendezvous_host_is_the_nodes_address_or_where_node_data_is_private_the_batch_hosts(
     tmp_path: Path,
 ) -> None:
@@ -147,10 +199,7 @@ def test_a_chains_allocation_is_requeued_at_its_warning_signal_and_the_last_stop
     script = render(f"slurm.workdir={tmp_path / 'w'}", "slurm.partition_time_limit=2m", "limits.max_runtime=1h")
     assert "#SBATCH --time=0-00:02:00" in script and "budget=3600 link=120 lead=60" in script
     proc = start(script, tmp_path, TRAIN_SECONDS="60")
-    deadline = time.monotonic() + 30
-    while not calls(tmp_path, "srun"):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for_srun(tmp_path)
     os.kill(proc.pid, signal.SIGUSR1)  # Slurm's --signal=B:USR1@lead
     status, out = finish(proc)
     assert status == 0 and calls(tmp_path, "scancel") == ["--signal=TERM 7"], out
@@ -207,3 +256,37 @@ def test_module_load_finds_the_module_systems_init_where_module_is_missing(tmp_p
     status, out = finish(start(script, nowhere))
     assert status == 2 and "slurm.modules is set, but this node has no module command" in out, out
     assert not calls(nowhere, "srun")
+
+
+def test_the_script_is_told_the_smaller_grace_and_torchrun_waits_as_long_as_any_stop_lasts() -> None:
+    """KillWait 30 s and GraceTime 10 s: CLOUDDDP_SIGTERM_GRACE is 10 and the plan says why; torchrun's agent
+    waits the longest stop (the time limit's lead, 180 s), so it never SIGKILLs a rank Slurm would still let
+    save. Without slurm.grace_time the script is told KillWait."""
+    backend = get_backend("slurm", token="t1")
+    plan = backend.render(Job.load(TINY, ["slurm.kill_wait=30", "slurm.grace_time=10"]).spec)
+    env = plan.request.env
+    assert (env["CLOUDDDP_SIGTERM_GRACE"], env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]) == ("10", "180"), env
+    said = next(d for d in plan.decisions if d.startswith("SIGTERM grace"))
+    assert "GraceTime (slurm.grace_time 10 s): the script is told the smaller, 10 s" in said, said
+    plain = backend.render(Job.load(TINY, ["slurm.kill_wait=30"]).spec).request.env
+    assert plain["CLOUDDDP_SIGTERM_GRACE"] == "30", plain
+
+
+class _Config:
+    """Slurm's `scontrol show config`, as the cluster would answer (the preflight's only question here)."""
+
+    def text(self, argv: list[str]) -> str:
+        assert argv == ["scontrol", "show", "config"], argv
+        return "KillWait                = 30 sec\n"
+
+
+def test_doctor_fails_when_the_script_would_be_told_more_than_the_partitions_grace_time() -> None:
+    backend = get_backend("slurm", token="t1")
+    spot = {"PartitionName": "spot", "PreemptMode": "REQUEUE", "GraceTime": "10"}
+    told_30 = backend.render(Job.load(TINY, ["slurm.kill_wait=30"]).spec)
+    check = _grace_check(_Config(), told_30, spot)  # type: ignore[arg-type]
+    assert not check.ok and "GraceTime 10 s; the script is told 30 s" in check.detail, check
+    assert check.fix == "set slurm.kill_wait: 30 and slurm.grace_time: 10 (partition spot)", check
+    told_10 = backend.render(Job.load(TINY, ["slurm.kill_wait=30", "slurm.grace_time=10"]).spec)
+    assert _grace_check(_Config(), told_10, spot).ok  # type: ignore[arg-type]
+    assert _grace_check(_Config(), told_30, {**spot, "PreemptMode": "OFF"}).ok  # type: ignore[arg-type]

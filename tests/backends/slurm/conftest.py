@@ -1,0 +1,26 @@
+"""The Slurm rig's unprivileged user, for the tests that submit as on a login node (test_preemption.py,
+test_stops.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support import users
+from tests.support.slurm_cluster import ClusterUser, SlurmCluster
+
+
+@pytest.fixture
+def user(slurm_cluster: SlurmCluster) -> Iterator[ClusterUser]:
+    reason = users.unavailable()
+    if reason:
+        pytest.skip(f"no unprivileged user for the cluster's jobs: {reason}")
+    yield slurm_cluster.user()
+    jobs = slurm_cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
+    if jobs:  # a test that failed half-way leaves no job behind to hold the nodes for the next one
+        slurm_cluster.run("scancel", *jobs, check=False)
+        deadline = time.monotonic() + 30
+        while slurm_cluster.run("squeue", "-h", check=False).stdout.strip() and time.monotonic() < deadline:
+            time.sleep(0.2)
