@@ -412,9 +412,17 @@ def main() -> None:
     if kept is not None:
         kept.save(final=True)
     if code < 0:  # killed by a signal: end the same way, so the launcher sees what happened
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
+        end_as_killed_by(-code)
     sys.exit(code)
+
+
+def end_as_killed_by(number: int) -> None:
+    """End this process by signal ``number``, as its program ended. SIGKILL and SIGSTOP have no handler to reset
+    (``signal.signal`` refuses them); any other signal this process handles (SIGTERM) gets its default back first."""
+    if number not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(number, signal.SIG_DFL)
+    os.kill(os.getpid(), number)
+    sys.exit(128 + number)  # a signal that does not end a process (SIGSTOP, SIGCHLD): say which one ended the program
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -249,3 +250,10 @@ def test_declared_metrics_reach_mlflow_from_the_rendered_azure_ml_command(tmp_pa
     assert "[GPU0] Epoch 2 | Steps: 2 | loss 0.3333" in done.stdout  # the output is copied through
     history = client.get_metric_history(run_id, "loss")
     assert [(m.step, round(m.value, 4)) for m in history] == [(0, 1.0), (1, 0.5), (2, 0.3333)]
+
+
+@pytest.mark.parametrize("number", [signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV])
+def test_the_rank_launcher_ends_by_the_signal_that_ended_its_program(number: int) -> None:
+    program = [sys.executable, "-c", f"import os; os.kill(os.getpid(), {int(number)})"]
+    done = subprocess.run([sys.executable, "-m", "cloudddp.code.shim", "--cloudddp-00", "{}", "--", *program])
+    assert done.returncode == -number  # the launcher above (torchrun) sees the program's own end
