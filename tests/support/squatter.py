@@ -1,6 +1,6 @@
 """An attacker as a second Unix user: watches ``/proc`` for the processes of a test's local runs, takes every port
-it sees in their argv (binding it on 127.0.0.1 and on every interface, with ``SO_REUSEADDR`` and ``SO_REUSEPORT``) and accepts
-whatever connects there, as a proxy to a store of its own would; it reports what it saw, bound and was sent.
+it sees in their argv (binding it on 127.0.0.1 and on every interface, with ``SO_REUSEADDR`` and ``SO_REUSEPORT``)
+and accepts whatever connects there, as a proxy to a store of its own would; it reports what it saw, bound and was sent.
 
 It races for a port while a process showing it runs (read from ``/proc``, then bound at once): a run's processes
 hold its port until the last of them is gone, so a port the attacker binds was free while the run lived."""
