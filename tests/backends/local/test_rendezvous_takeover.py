@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,22 @@ def test_the_store_ends_with_its_run_when_the_supervisor_was_killed_and_nobody_a
     wait_until(lambda: not rank_processes(run_dir), timeout=180)  # the nodes train on and finish
     wait_until(lambda: not processes_naming(run_dir), timeout=30)  # the store (and every helper) went with them
     assert not store.alive()
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_no_process_of_a_local_run_listens_beyond_loopback(nodes: int) -> None:
+    """``ss -ltnp`` while the ranks train: the rendezvous store, torchrun's store for the workers and gloo's
+    listeners are all on 127.0.0.1 (torchrun's own agent store listened on every interface)."""
+    overrides = ["code.args=[--epochs, 200, --sleep, 0.1]", f"local.nodes={nodes}"]
+    run = Job.load(TINY, overrides).submit("local")
+    try:
+        wait_until(lambda: any(True for _ in run.metrics()), timeout=180)
+        pids = set(processes_naming(run.status().details["run_dir"]))
+        listening = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout.splitlines()
+        ours = [line for line in listening if any(f"pid={pid}," in line for pid in pids)]
+    finally:
+        run.cancel()
+    # the rendezvous store, the agents' worker store(s), one gloo listener per rank at least
+    assert len(ours) >= 2 + nodes, listening
+    local = [line.split()[3] for line in ours]
+    assert all(address.startswith("127.0.0.1:") for address in local), ours
