@@ -38,7 +38,7 @@ from cloudddp.code.ignore import ignore_line
 from cloudddp.code.requirements import FILE, file_text
 from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.code.shipped import Snapshot
-from cloudddp.code.snapshot import pack
+from cloudddp.code.snapshot import holds_sha256, pack
 from cloudddp.errors import UserError
 from cloudddp.plan import EnvSource, late
 from cloudddp.spec.model import JobSpec
@@ -293,7 +293,7 @@ def packed(upload: Mapping[str, Any]) -> Path:
     from pathlib import Path
 
     path = Path(upload["path"])
-    if path.is_file() and path.name == f"{upload['sha256']}.tar.gz":
+    if path.is_file() and path.name == f"{upload['sha256']}.tar.gz" and holds_sha256(path, upload["sha256"]):
         return path
     extra = shipped_files(keep=upload.get("keep", False))
     if upload["requirements"]:

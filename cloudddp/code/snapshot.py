@@ -157,7 +157,7 @@ def _lookup(
     sha256, size = str(record.get("sha256")), record.get("size")
     archive = directory / f"{sha256}.tar.gz"
     try:
-        if archive.stat().st_size != size:
+        if archive.stat().st_size != size or not holds_sha256(archive, sha256):
             return None
         os.utime(archive)  # most recently used: the last to be pruned
     except OSError:
@@ -171,6 +171,15 @@ def _lookup(
             return None
         contents[rel] = digest
     return sha256, int(size), contents
+
+
+def holds_sha256(archive: Path, sha256: str) -> bool:
+    """Whether the cached ``archive`` still has the content its name says: a cache entry is used only then (an
+    archive swapped for another of the same size ran its own code)."""
+    try:
+        return file_sha256(archive) == sha256
+    except OSError:
+        return False
 
 
 def _write_archive(
