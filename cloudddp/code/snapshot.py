@@ -29,6 +29,7 @@ from cloudddp.code.tarstream import Member, write_targz
 from cloudddp.errors import UserError
 from cloudddp.observe.units import human_bytes
 from cloudddp.paths import home
+from cloudddp.spec.load import MAX_BYTES as SPEC_BYTES
 
 MAX_BYTES = 2_000_000_000
 """Folders holding more than this (before compression) are refused before anything is packed."""
@@ -131,8 +132,6 @@ def holding_secrets(root: Path, entries: Sequence[Entry], secrets: Sequence[str]
     """The spec files (:data:`SPEC_SUFFIXES`, no bigger than a spec may be) among ``entries`` that hold one of the
     literal ``secrets``: ``cloudddp init`` puts job.yaml in the code folder, and a ``{value: ..., secret: true}``
     there would otherwise ship with the code (to S3, a datastore, a cluster's shared folder)."""
-    from cloudddp.spec.load import MAX_BYTES as SPEC_BYTES
-
     if not secrets:
         return []
     found = []
@@ -177,7 +176,11 @@ def holds_sha256(archive: Path, sha256: str) -> bool:
     """Whether the cached ``archive`` still has the content its name says: a cache entry is used only then (an
     archive swapped for another of the same size ran its own code)."""
     try:
-        return file_sha256(archive) == sha256
+        digest = hashlib.sha256()
+        with open(archive, "rb") as f:  # the cache's own file: the folder itself stays unread
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        return digest.hexdigest() == sha256
     except OSError:
         return False
 

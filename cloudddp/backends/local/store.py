@@ -17,7 +17,9 @@ import signal
 import sys
 from pathlib import Path
 
+from cloudddp.backends.local import recorded_nodes
 from cloudddp.backends.local.rendezvous import READY, host_store, listening_socket, verified
+from cloudddp.backends.local.rundir import RunDir
 from cloudddp.backends.procs import Process
 
 LIVENESS_SECONDS = 2.0
@@ -27,9 +29,6 @@ _STOP = {signal.SIGTERM, signal.SIGINT}
 def run_goes_on(run_dir: Path, parent: Process | None) -> bool:
     """Whether the run still needs its store: its folder is there, it has not ended, and its supervisor (the one
     that started this store) or one of its nodes lives."""
-    from cloudddp.backends.local import recorded_nodes
-    from cloudddp.backends.local.rundir import RunDir
-
     run = RunDir(run_dir)
     if not run.status_file.exists():
         return False
