@@ -82,3 +82,14 @@ def test_logs_and_metrics_of_a_run_printing_escapes_obey_none_and_mask_the_split
     metrics = cli("metrics", run.run_id)
     assert metrics.returncode == 0 and "loss" in metrics.stdout, metrics
     assert obeyed(metrics.stdout) == []
+
+
+def test_a_requirements_file_linked_out_of_the_code_folder_is_refused_unread(tmp_path: Path) -> None:
+    outside = tmp_path / "shadow"
+    outside.write_text("root-hash-9f8e7d:$6$salt$hash:19000\n")  # what a first line printed in an error would leak
+    folder = tmp_path / "job"
+    shutil.copytree(FIXTURES / "tinyjob", folder)
+    (folder / "requirements.txt").symlink_to(outside)
+    result = cli("render", str(folder / "job.yaml"), "--list-files")
+    assert result.returncode == 2 and "outside code.dir: it is not read" in result.stderr, result
+    assert "root-hash" not in result.stdout + result.stderr
