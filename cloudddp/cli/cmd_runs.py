@@ -119,7 +119,7 @@ def status(run: str | None, backend: str | None, json_: bool) -> None:
             if k != "log_tail":
                 out().print(f"  {k}: {v}")
         for line in failure.get("log_tail", [])[-20:]:
-            out().print(f"  | {escape(line)}")
+            out().print(f"  | {escape(printable(line))}")  # the job's own output
 
 
 @click.command()

@@ -191,12 +191,12 @@ def print_end(status: RunStatus, *, quiet: bool) -> None:
     colour = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}.get(status.state.value, "white")
     if quiet:
         return
-    err().print(f"[bold {colour}]{status.state.value}[/] {status.run_id}: {escape(status.message)}")
+    err().print(f"[bold {colour}]{status.state.value}[/] {status.run_id}: {escape(printable(status.message))}")
     failure = status.details.get("failure")
     if failure and failure.get("log_tail"):
         err().print("[dim]last lines of the failed rank:[/]")
         for line in failure["log_tail"][-10:]:
-            err().print(f"  {escape(line)}")
+            err().print(f"  {escape(printable(line))}")  # the job's own output
 
 
 @click.command()

@@ -16,26 +16,12 @@ from cloudddp.backends.procs import Process
 from cloudddp.backends.status import Cause, RunState
 from tests.support import users
 from tests.support.cli import FIXTURES
-from tests.support.faults import rank_processes, wait_for_rank
+from tests.support.faults import processes_naming, rank_processes, wait_for_rank
 from tests.support.squatter import Squatter
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 TINY = FIXTURES / "tinyjob" / "job.yaml"
-
-
-def processes_naming(run_dir: str) -> list[int]:
-    """The live processes whose argv or environment names the run's folder (its supervisor, store, agents, ranks)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            raw = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if run_dir.encode() in raw and state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.mark.parametrize("shape", ["1x2", "2x2-restarted"])
