@@ -13,8 +13,9 @@ store's port can plant that state and run code as the job's user. So here no age
   never re-bound: the store serves it (``TCPStore(master_listen_fd=...)``), and while any process of the run
   lives the port stays bound, so a store that died leaves the agents waiting, not talking to a newcomer;
 - the store is trusted only when it says so over a private pipe, after writing a random key into the store it
-  serves and reading it back through 127.0.0.1:port, the way the agents reach it (:func:`verified`); "something
-  accepts connections on the port" is never taken for it;
+  serves and reading it back through 127.0.0.1:port, the way the agents reach it (:func:`verified`), and while the
+  socket handed down is the port's only listener (:func:`sole_listener`); "something accepts connections on the
+  port" is never taken for it;
 - the id is 128 random bits the supervisor makes and passes in ``PET_RDZV_ID`` (torchrun reads it when
   ``--rdzv-id`` is absent). A process's environment is readable by its own user only; its argv by everyone.
 
@@ -24,6 +25,7 @@ store's port can plant that state and run code as the job's user. So here no age
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
 from datetime import timedelta
@@ -61,6 +63,23 @@ def port_of(fd: int) -> int:
         return port
     finally:
         sock.detach()
+
+
+def listeners(port: int) -> set[int]:
+    """The socket inodes listening on TCP ``port`` of any IPv4 address (``/proc/net/tcp``): who answers there."""
+    found = set()
+    with open("/proc/net/tcp") as table:
+        for row in table.read().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                found.add(int(fields[9]))
+    return found
+
+
+def sole_listener(fd: int) -> bool:
+    """Whether the socket ``fd`` is the one and only listener on its port (no other socket of any user's shares
+    it, as ``SO_REUSEPORT`` would let one of the same user's)."""
+    return listeners(port_of(fd)) == {os.fstat(fd).st_ino}
 
 
 def host_store(fd: int) -> Any:

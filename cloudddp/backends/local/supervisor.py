@@ -38,7 +38,7 @@ from cloudddp.backends.local.masking import RankFiles, byte_forms
 from cloudddp.backends.local.nodes import LOST_CODE, Node, wrapped
 from cloudddp.backends.local.outcome import conclude
 from cloudddp.backends.local.processes import rank_processes, run_processes, secrets_of
-from cloudddp.backends.local.rendezvous import ID_VARIABLE, READY, new_rdzv_id, port_of
+from cloudddp.backends.local.rendezvous import ID_VARIABLE, READY, new_rdzv_id, port_of, sole_listener
 from cloudddp.backends.local.request import LocalRequest
 from cloudddp.backends.local.rundir import RunDir
 from cloudddp.backends.procs import Process
@@ -355,8 +355,9 @@ def start_store(run: RunDir, fd: int) -> Process:
     """The rendezvous store as a process of its own, in a session of its own, serving the listening socket ``fd``
     (bound by launch: :mod:`~cloudddp.backends.local.rendezvous`); verified and serving when this returns.
 
-    Ready is the store's own word over a private pipe, said after it read a random key back through the port:
-    nothing that merely accepts connections on the port is taken for it."""
+    Ready is the store's own word over a private pipe, said after it read a random key back through the port, and
+    the socket handed down still the port's only listener: nothing that merely accepts connections on the port is
+    taken for it."""
     child = subprocess.Popen(  # its stderr is this process's: supervisor.log, at the same offset
         [sys.executable, "-m", "cloudddp.backends.local.store", "--fd", str(fd), str(run.path)],
         stdin=subprocess.DEVNULL,
@@ -369,7 +370,7 @@ def start_store(run: RunDir, fd: int) -> Process:
     line = child.stdout.readline().decode(errors="replace").split() if ready else []
     child.stdout.close()
     process = Process.of(child.pid)
-    if line == [READY, str(port_of(fd))] and process is not None:
+    if line == [READY, str(port_of(fd))] and process is not None and sole_listener(fd):
         return process
     child.kill()
     child.wait()
