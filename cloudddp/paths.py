@@ -8,6 +8,7 @@ share and it imports nothing of cloudddp.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 
@@ -16,10 +17,40 @@ def home() -> Path:
     logs and checkpoints. An existing one of ours that others could enter is closed too."""
     path = Path(os.environ.get("CLOUDDDP_HOME") or Path.home() / ".cloudddp")
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    refuse_unless_private(path, "CLOUDDDP_HOME")
     st = path.stat()
-    if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+    if st.st_mode & 0o077:
         path.chmod(0o700)
     return path
+
+
+class UnsafeFolder(Exception):
+    """A state folder another user owns or may write in. Exit code 2, like a user error (this module imports
+    nothing of cloudddp: the CLI gives it its exit code)."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, hint: str) -> None:
+        super().__init__(f"{message}\nhint: {hint}")
+
+
+def refuse_unless_private(path: Path, what: str) -> None:
+    """A folder cloudddp keeps its state in (snapshots it unpacks and runs, status files whose pids it signals) must
+    be this user's, and nobody else may have been able to write in it: else :class:`UnsafeFolder` (exit 2)."""
+    for checked in {path, path.resolve()}:
+        st = checked.lstat()
+        if st.st_uid != os.geteuid():
+            raise UnsafeFolder(
+                f"{what} {checked} belongs to another user (uid {st.st_uid}): what it holds could have been "
+                "planted there, and cloudddp would run it as you",
+                hint=f"set {what} to a folder of your own (it is created 0700 when missing)",
+            )
+        if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:
+            raise UnsafeFolder(
+                f"{what} {checked} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): what it holds could "
+                "have been planted there",
+                hint=f"if nobody else wrote in it: chmod 700 {checked}; or set {what} to a fresh folder",
+            )
 
 
 PACKAGE = Path(__file__).resolve().parent

@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from cloudddp.code import container_init, keepfiles, requirements
+from cloudddp.code.ignore import ignore_line
 from cloudddp.code.requirements import FILE, file_text
 from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.code.shipped import Snapshot
-from cloudddp.code.snapshot import pack
+from cloudddp.code.snapshot import holds_sha256, pack
 from cloudddp.errors import UserError
 from cloudddp.plan import EnvSource, late
 from cloudddp.spec.model import JobSpec
@@ -150,7 +151,9 @@ def code_snapshot(spec: JobSpec) -> Snapshot:
         **({requirements.FILE: reqs.text.encode()} if reqs and reqs.shipped else {}),
     }
     limit = spec.code.max_size_mb * 1_000_000
-    return pack(spec.code_dir, spec.code.ignore, extra=extra, max_bytes=limit, inputs=inputs_in_code(spec))
+    literal = [e.value for e in spec.env.values() if e.secret and e.value is not None]
+    inputs = inputs_in_code(spec)
+    return pack(spec.code_dir, spec.code.ignore, extra=extra, max_bytes=limit, inputs=inputs, secrets=literal)
 
 
 def inputs_in_code(spec: JobSpec) -> dict[str, str]:
@@ -273,7 +276,9 @@ def snapshot_upload(spec: JobSpec, snapshot: Snapshot, destination: str) -> dict
         "kind": "code",
         "path": str(snapshot.path),
         "source": str(spec.code_dir),
-        "ignore": list(spec.code.ignore),
+        # the spec files left out for their secrets, by name: packed again (launch after a pruned cache), the
+        # folder gives the same archive without the values
+        "ignore": [*spec.code.ignore, *map(ignore_line, snapshot.secrets_left_out)],
         "requirements": list(reqs.lines) if reqs and reqs.shipped else [],
         "keep": bool(spec.checkpoint.files),
         "max_bytes": spec.code.max_size_mb * 1_000_000,
@@ -290,7 +295,7 @@ def packed(upload: Mapping[str, Any]) -> Path:
     from pathlib import Path
 
     path = Path(upload["path"])
-    if path.is_file() and path.name == f"{upload['sha256']}.tar.gz":
+    if path.is_file() and path.name == f"{upload['sha256']}.tar.gz" and holds_sha256(path, upload["sha256"]):
         return path
     extra = shipped_files(keep=upload.get("keep", False))
     if upload["requirements"]:

@@ -13,6 +13,7 @@ cannot both take it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -49,7 +50,15 @@ class FolderLock:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[int]:
         self.folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:  # never through a link: in a shared folder it could point at any file of ours, overwritten with {}
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise UserError(
+                f"{self.path} is a symbolic link: the checkpoint folder's lock must be a file of its own",
+                hint=f"remove it (rm {self.path}), and keep checkpoint.path where only you can write",
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield fd

@@ -19,6 +19,7 @@ import click
 from cloudddp.backends import installed
 from cloudddp.errors import CloudDDPError
 from cloudddp.observe.console import print_json
+from cloudddp.paths import UnsafeFolder
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
@@ -117,10 +118,10 @@ def main() -> None:
     any plugin of its own is installed (:func:`cloudddp.backends.installed.spare_pydantic_plugin_scan`).
     """
     _COLLECTOR.pause()
-    installed.spare_pydantic_plugin_scan()
     try:
+        installed.spare_pydantic_plugin_scan()  # reads the cache in $CLOUDDDP_HOME: a home refused is exit 2 too
         app.main(prog_name="cloudddp", standalone_mode=True)
-    except CloudDDPError as e:
+    except (CloudDDPError, UnsafeFolder) as e:
         if "--json" in sys.argv[1:]:  # scripts read stdout: one document there, on failure too
             problems = getattr(e, "problems", None) or [str(e).split("\nhint: ")[0]]
             hint = getattr(e, "hint", None)
@@ -131,7 +132,7 @@ def main() -> None:
         gc.freeze()
 
 
-def fail(e: CloudDDPError) -> NoReturn:
+def fail(e: CloudDDPError | UnsafeFolder) -> NoReturn:
     """The error's message on stderr, no traceback, and its exit code."""
     click.secho("error: ", fg="red", bold=True, nl=False, err=True)
     click.echo(str(e), err=True)

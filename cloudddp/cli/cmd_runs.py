@@ -25,7 +25,7 @@ from cloudddp.cli.options import (
     sdk_log,
 )
 from cloudddp.errors import UserError
-from cloudddp.observe.console import err, escape, line_tag, out, print_json
+from cloudddp.observe.console import err, escape, line_tag, out, print_json, printable
 from cloudddp.observe.live import follow_table
 from cloudddp.observe.plotting import plot_metrics
 from cloudddp.observe.sdklog import divert
@@ -119,7 +119,7 @@ def status(run: str | None, backend: str | None, json_: bool) -> None:
             if k != "log_tail":
                 out().print(f"  {k}: {v}")
         for line in failure.get("log_tail", [])[-20:]:
-            out().print(f"  | {escape(line)}")
+            out().print(f"  | {escape(printable(line))}")  # the job's own output
 
 
 @click.command()
@@ -304,8 +304,8 @@ def print_log_line(line: LogLine, *, json_: bool) -> None:
         document = {"source": line.source, "rank": line.rank, "text": line.text, "time": line.time}
         sys.stdout.write(json.dumps(document) + "\n")
     else:
-        tag = line_tag(line)
-        sys.stdout.write(f"[{tag}] {line.text}\n" if tag else f"{line.text}\n")
+        tag, text = printable(line_tag(line)), printable(line.text)
+        sys.stdout.write(f"[{tag}] {text}\n" if tag else f"{text}\n")
     sys.stdout.flush()
 
 
@@ -344,7 +344,7 @@ def metrics(run: str | None, follow: bool, backend: str | None, json_: bool, plo
             if json_:
                 sys.stdout.write(json.dumps(record.to_dict()) + "\n")
             else:
-                out().print(format_record(record))
+                out().print(escape(format_record(record)))
             sys.stdout.flush()
     except KeyboardInterrupt:
         sys.exit(130)

@@ -121,6 +121,7 @@ def render(
                     "files": list(snapshot.files),
                     "left_out_as_credentials": list(snapshot.left_out),
                     "left_out_as_inputs": dict(snapshot.inputs_left_out),
+                    "left_out_for_secrets": list(snapshot.secrets_left_out),
                 }
             )
             return

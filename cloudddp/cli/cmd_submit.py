@@ -24,7 +24,7 @@ from cloudddp.cli.options import (
     sdk_log,
 )
 from cloudddp.errors import RunFailed
-from cloudddp.observe.console import Progress, err, escape, line_tag, note, out, print_json
+from cloudddp.observe.console import Progress, err, escape, line_tag, note, out, print_json, printable
 from cloudddp.observe.live import EpochProgress
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.observe.sdklog import divert, diverted_to
@@ -145,7 +145,7 @@ def event_text(event: MetricRecord | LogLine) -> str:
     outside the program marked so)."""
     if isinstance(event, MetricRecord):
         return f"[cyan]{escape(format_record(event))}[/]"
-    return f"[dim]\\[{escape(line_tag(event))}][/] {escape(event.text)}"
+    return f"[dim]\\[{escape(printable(line_tag(event)))}][/] {escape(printable(event.text))}"
 
 
 def follow_run(
@@ -191,12 +191,12 @@ def print_end(status: RunStatus, *, quiet: bool) -> None:
     colour = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}.get(status.state.value, "white")
     if quiet:
         return
-    err().print(f"[bold {colour}]{status.state.value}[/] {status.run_id}: {escape(status.message)}")
+    err().print(f"[bold {colour}]{status.state.value}[/] {status.run_id}: {escape(printable(status.message))}")
     failure = status.details.get("failure")
     if failure and failure.get("log_tail"):
         err().print("[dim]last lines of the failed rank:[/]")
         for line in failure["log_tail"][-10:]:
-            err().print(f"  {escape(line)}")
+            err().print(f"  {escape(printable(line))}")  # the job's own output
 
 
 @click.command()

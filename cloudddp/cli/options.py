@@ -12,7 +12,7 @@ import click
 from click.shell_completion import CompletionItem
 
 from cloudddp.backends.registry import load_spec, names
-from cloudddp.observe.console import note, print_json
+from cloudddp.observe.console import note, print_json, printable
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.paths import home
 from cloudddp.plan import Plan
@@ -122,7 +122,7 @@ def format_record(record: MetricRecord) -> str:
         parts.append(f"step {record.step}")
     for k, v in record.values.items():
         parts.append(f"{k}={number(v)}")
-    return "  ".join(parts)
+    return printable("  ".join(parts))
 
 
 def number(value: float) -> str:

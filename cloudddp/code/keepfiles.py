@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import glob
 import hashlib
 import os
@@ -222,13 +223,31 @@ class Keeper:
         import fcntl
 
         digest = hashlib.sha256(str(self.workdir).encode()).hexdigest()[:16]
-        where = Path(tempfile.gettempdir()) / f"cloudddp-keep-{os.getuid()}-{digest}.lock"
+        where = _private_folder() / f"keep-{digest}.lock"
         fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)
+
+
+@functools.lru_cache(maxsize=1)
+def _private_folder() -> Path:
+    """``<tmp>/cloudddp-<uid>``, created 0700 and used only while it is a real folder of this user's alone (the
+    shipped launcher's, :func:`cloudddp.code.shim.private_folder`): a lock at a fixed name in a shared /tmp, made
+    and held by another user, stalled the saving. Otherwise a fresh private folder (no lock shared with the node's
+    other processes then: each save still replaces its file whole)."""
+    import stat
+
+    base = Path(tempfile.gettempdir()) / f"cloudddp-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(base, 0o700)
+    st = os.lstat(base)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077:
+        return base
+    print(f"{TAG} not using {base}: it is not this user's alone", file=sys.stderr, flush=True)
+    return Path(tempfile.mkdtemp(prefix="cloudddp-keep-"))
 
 
 def _copy_atomic(source: Path, destination: Path) -> None:

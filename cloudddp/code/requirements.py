@@ -59,6 +59,7 @@ def of(spec: JobSpec) -> Requirements | None:
             )
         found = Requirements(tuple(spec.code.requirements), "code.requirements", shipped=True)
     elif in_folder.is_file():
+        _refuse_outside(in_folder, spec.code_dir)
         lines = [line.strip() for line in in_folder.read_text(encoding="utf-8", errors="replace").splitlines()]
         found = Requirements(
             tuple(line for line in lines if line and not line.startswith("#")), str(in_folder), shipped=False
@@ -68,6 +69,17 @@ def of(spec: JobSpec) -> Requirements | None:
     for line in found.lines:
         check_line(line, found.source)
     return found if found.lines else None
+
+
+def _refuse_outside(path: Path, folder: Path) -> None:
+    """A requirements file that is a link out of the code folder is refused before it is read: a line of it (of
+    ``/etc/shadow``, say) would otherwise reach an error message."""
+    target = path.resolve()
+    if not target.is_relative_to(folder.resolve()):
+        raise UserError(
+            f"{path} is a link to {target}, outside code.dir: it is not read",
+            hint=f"copy the file into {folder} instead of linking to it",
+        )
 
 
 def check_line(line: str, source: str) -> None:

@@ -35,6 +35,7 @@ class Snapshot:
     largest: tuple[tuple[str, int], ...] = ()  # the biggest files and their sizes, biggest first
     left_out: tuple[str, ...] = ()  # files left out only because they look like credentials
     inputs_left_out: tuple[tuple[str, str], ...] = ()  # (path, input name): the job's inputs inside the folder
+    secrets_left_out: tuple[str, ...] = ()  # spec files that hold literal secret values
 
     def open(self) -> BinaryIO:
         """The archive for reading (to upload it as a stream)."""
@@ -64,6 +65,12 @@ def snapshot_warnings(snapshot: Snapshot, threshold: int = WARN_BYTES) -> list[s
         f"left out of the code snapshot: {rel}, which is inputs.{name}: the job gets it once, as an input, not a "
         f"second time with the code (the script finds it through the input's `arg` or CLOUDDDP_INPUT_{name.upper()})"
         for rel, name in snapshot.inputs_left_out
+    ]
+    notes += [
+        f"left out of the code snapshot: {rel}, which holds the literal value of a `secret: true` variable "
+        "(secret values never leave this machine); give the secret with `from_env:` instead, or keep the spec "
+        "outside code.dir, if the job needs the file"
+        for rel in snapshot.secrets_left_out
     ]
     if snapshot.left_out:
         shown = ", ".join(snapshot.left_out[:10]) + (" ..." if len(snapshot.left_out) > 10 else "")

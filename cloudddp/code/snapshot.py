@@ -29,6 +29,7 @@ from cloudddp.code.tarstream import Member, write_targz
 from cloudddp.errors import UserError
 from cloudddp.observe.units import human_bytes
 from cloudddp.paths import home
+from cloudddp.spec.load import MAX_BYTES as SPEC_BYTES
 
 MAX_BYTES = 2_000_000_000
 """Folders holding more than this (before compression) are refused before anything is packed."""
@@ -57,11 +58,14 @@ def pack(
     *,
     max_bytes: int = MAX_BYTES,
     inputs: Mapping[str, str] | None = None,
+    secrets: Sequence[str] = (),
 ) -> Snapshot:
     """The folder as a deterministic .tar.gz in the snapshot cache, and its sha256; ``extra`` adds files
     cloudddp ships with the code (name in the archive -> bytes), which must not collide with the folder's own.
     ``inputs`` (a path relative to ``root`` -> the input's name) are the job's data inside the folder: they
     travel as inputs, so they are left out of the snapshot (and said so in :func:`snapshot_warnings`).
+    ``secrets`` (the spec's literal secret values): a spec file in the folder that holds one is left out, so the
+    values never leave this machine (:func:`holding_secrets`).
 
     An unchanged folder (same files, same stamps, same ignore rules, same extras) is recognised from the
     index without being read. A folder holding more than ``max_bytes`` of files is refused up front.
@@ -72,6 +76,8 @@ def pack(
     lines = ignore_lines(root, [*ignore, *map(ignore_line, inputs)])
     left_out: list[str] = []
     entries = scan(root, lines, left_out)
+    secret_files = holding_secrets(root, entries, secrets)
+    entries = [e for e in entries if e.rel not in secret_files]
     extra = dict(extra or {})
     taken = sorted(set(extra) & {e.rel for e in entries})
     if taken:
@@ -114,7 +120,31 @@ def pack(
         largest,
         tuple(sorted(left_out)),
         tuple(inputs.items()),
+        tuple(secret_files),
     )
+
+
+SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+"""The files looked into for literal secrets: those a job spec (or a copy of one) can be."""
+
+
+def holding_secrets(root: Path, entries: Sequence[Entry], secrets: Sequence[str]) -> list[str]:
+    """The spec files (:data:`SPEC_SUFFIXES`, no bigger than a spec may be) among ``entries`` that hold one of the
+    literal ``secrets``: ``cloudddp init`` puts job.yaml in the code folder, and a ``{value: ..., secret: true}``
+    there would otherwise ship with the code (to S3, a datastore, a cluster's shared folder)."""
+    if not secrets:
+        return []
+    found = []
+    for entry in entries:
+        if not entry.rel.endswith(SPEC_SUFFIXES) or entry.stamp.size > SPEC_BYTES:
+            continue
+        try:
+            text = (root / entry.rel).read_bytes()
+        except OSError:
+            continue
+        if any(value.encode() in text for value in secrets):
+            found.append(entry.rel)
+    return found
 
 
 def _lookup(
@@ -126,7 +156,7 @@ def _lookup(
     sha256, size = str(record.get("sha256")), record.get("size")
     archive = directory / f"{sha256}.tar.gz"
     try:
-        if archive.stat().st_size != size:
+        if archive.stat().st_size != size or not holds_sha256(archive, sha256):
             return None
         os.utime(archive)  # most recently used: the last to be pruned
     except OSError:
@@ -140,6 +170,19 @@ def _lookup(
             return None
         contents[rel] = digest
     return sha256, int(size), contents
+
+
+def holds_sha256(archive: Path, sha256: str) -> bool:
+    """Whether the cached ``archive`` still has the content its name says: a cache entry is used only then (an
+    archive swapped for another of the same size ran its own code)."""
+    try:
+        digest = hashlib.sha256()
+        with open(archive, "rb") as f:  # the cache's own file: the folder itself stays unread
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        return digest.hexdigest() == sha256
+    except OSError:
+        return False
 
 
 def _write_archive(

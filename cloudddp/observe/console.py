@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +32,19 @@ def err() -> Any:
 def print_json(data: Any) -> None:
     """One JSON document on stdout (what ``--json`` prints)."""
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+_CONTROL = re.compile(
+    r"\x1b\[[0-9;:]*m"  # SGR (colour, bold): kept
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # every other control character (ESC starting OSC 52, a title, ESC[2J)
+)
+
+
+def printable(text: str) -> str:
+    """``text`` safe to write to a terminal: colour and style (SGR) pass, every other control sequence is shown,
+    not obeyed (its ESC as ``\\x1b``: no clipboard write, no title, no screen cleared, no cursor moved). Output
+    is masked before it gets here, so a secret split by a colour reset is already hidden."""
+    return _CONTROL.sub(lambda m: m[0] if len(m[0]) > 1 else f"\\x{ord(m[0]):02x}", text)
 
 
 def escape(text: str) -> str:

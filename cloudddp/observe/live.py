@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from cloudddp.observe.console import out
+from cloudddp.observe.console import escape, out, printable
 from cloudddp.observe.metrics import MetricRecord
 
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -54,7 +54,9 @@ def table(history: dict[str, list[float]], last: MetricRecord | None, state: str
     for column in ("metric", "last", "min", "max", "history"):
         t.add_column(column, justify="right" if column in ("last", "min", "max") else "left")
     for name, values in history.items():
-        t.add_row(name, f"{values[-1]:.4g}", f"{min(values):.4g}", f"{max(values):.4g}", sparkline(values))
+        t.add_row(
+            escape(printable(name)), f"{values[-1]:.4g}", f"{min(values):.4g}", f"{max(values):.4g}", sparkline(values)
+        )
     return t
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import difflib
+import stat
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -357,7 +358,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = (), *, sections: Sect
     path = Path(path)
     source = str(path)
     try:
-        raw = path.read_bytes()
+        raw = _read_spec_file(path, source)
     except FileNotFoundError:
         raise UserError(
             f"{source}: no such file", hint="give the path of a job spec, e.g. jobs/digits-local.yaml"
@@ -367,6 +368,27 @@ def load_spec(path: str | Path, overrides: Sequence[str] = (), *, sections: Sect
     except OSError as e:
         raise UserError(f"{source}: cannot read: {e.strerror}") from None
     return spec_from_bytes(raw, sections=sections, source=source, base_dir=path.resolve().parent, overrides=overrides)
+
+
+def _read_spec_file(path: Path, source: str) -> bytes:
+    """The file's bytes, read only when it is a regular file no bigger than a spec may be: a FIFO would hang the
+    read, a device (``/dev/zero``) never end it, a huge file fill memory before it is refused."""
+    st = path.stat()
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(path)
+    if not stat.S_ISREG(st.st_mode):
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(st.st_mode)
+            else "a device"
+            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+            else "not a regular file"
+        )
+        raise UserError(f"{source}: is {kind}, not a job spec file", hint="give the path of a YAML file")
+    if st.st_size > MAX_BYTES:
+        raise UserError(f"{source}: {st.st_size:,} bytes is too large for a job spec (limit {MAX_BYTES:,})")
+    with open(path, "rb") as f:
+        return f.read(MAX_BYTES + 1)  # the file may have grown since: _decode refuses it then
 
 
 def spec_from_dict(

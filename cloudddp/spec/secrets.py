@@ -8,6 +8,7 @@ when the request is sent.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -47,10 +48,19 @@ def redaction_forms(values: Iterable[str]) -> list[str]:
     return sorted(forms, key=len, reverse=True)
 
 
+_SGR = r"(?:(?:\x1b|\\u001b|\\x1b|\\033)\[[0-9;:]*m)*"
+"""Colour and style sequences, which a terminal shows (so logs keep them) but which are invisible: a secret
+printed with one between its characters (``sec\x1b[0mret``) reads whole on the screen; so do its JSON- and
+repr-escaped forms (``sec\\u001b[0mret``) to whoever reads them."""
+
+
 def redact(text: str, forms: Iterable[str]) -> str:
-    """``text`` with each of ``forms`` (see :func:`redaction_forms`) replaced by ``***``."""
+    """``text`` with each of ``forms`` (see :func:`redaction_forms`) replaced by ``***``, also where colour
+    sequences split it."""
     for form in forms:
         text = text.replace(form, "***")
+        if "\x1b" in text or "1b[" in text or "033[" in text:
+            text = re.sub(_SGR.join(map(re.escape, form)), "***", text)
     return text
 
 

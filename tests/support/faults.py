@@ -64,3 +64,17 @@ def kill_node(run_dir: str, node: int) -> list[int]:
         except ProcessLookupError:
             pass
     return [agent, *ranks]
+
+
+def processes_naming(run_dir: str) -> list[int]:
+    """The live processes whose argv or environment names the run's folder (its supervisor, store, agents, ranks)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            raw = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if run_dir.encode() in raw and state != "Z":
+            found.append(int(entry.name))
+    return found

@@ -32,11 +32,32 @@ def request(d: LocalDecision) -> LocalRequest:
     )
 
 
+AGENT = """import socket, sys
+import torch.distributed as dist
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
+from torch.distributed.run import main
+def on_loopback(self, addr, port):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", port))
+    sock.listen(512)
+    return dist.TCPStore("127.0.0.1", sock.getsockname()[1], is_master=True, multi_tenant=True,
+                         master_listen_fd=sock.detach())
+DynamicRendezvousHandler._create_tcp_store_server = on_loopback
+sys.exit(main())
+"""
+"""torchrun's agent, with the store it makes for its workers (``MASTER_PORT``) on 127.0.0.1: torchrun binds it to
+every interface (TCPStore has no bind address; it takes a listening socket, as the rendezvous store does). Every
+local "node" is on this machine, so its workers reach it there (``--local-addr 127.0.0.1`` makes that their
+``MASTER_ADDR``). Run with ``-c``: the job's Python may not have cloudddp."""
+
+
 def _node(d: LocalDecision, node: int) -> NodeCommand:
     argv = (
         d.python,
-        "-m",
-        "torch.distributed.run",
+        "-c",
+        AGENT,
+        "--local-addr",
+        LOOPBACK,
         "--nnodes",
         str(d.nodes),
         "--nproc-per-node",
@@ -59,6 +80,8 @@ def _node(d: LocalDecision, node: int) -> NodeCommand:
     env = {
         "NODE_RANK": str(node),
         "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": RANK_TAG,
+        # gloo's own connections between the ranks on loopback too (the job's env may name another interface)
+        **({} if "GLOO_SOCKET_IFNAME" in d.env else {"GLOO_SOCKET_IFNAME": "lo"}),
         **torchrun.restart_env(d.max_restarts),
     }
     return NodeCommand(node_rank=node, argv=argv, env=env)

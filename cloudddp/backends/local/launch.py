@@ -21,6 +21,7 @@ from typing import Any
 from cloudddp.backends import resumes
 from cloudddp.backends.base import Launched, Progress
 from cloudddp.backends.folderlock import FolderLock
+from cloudddp.backends.local.rendezvous import listening_socket
 from cloudddp.backends.local.request import LocalRequest
 from cloudddp.backends.local.rundir import RunDir, write_json_atomic
 from cloudddp.backends.procs import Process
@@ -33,13 +34,6 @@ from cloudddp.runtime import extract, packed
 
 def new_run_id(name: str) -> str:
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{_random.token_hex(2)}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def launch(plan: Plan[LocalRequest], progress: Progress | None) -> Launched:
@@ -61,7 +55,21 @@ def _start(
     plan: Plan[LocalRequest], run_id: str, folder_lock: FolderLock | None, progress: Progress | None
 ) -> Launched:
     run = RunDir.for_run(run_id)
-    values = {"RUN_DIR": str(run.path), "PORT": str(free_port()), "RUN_ID": run_id}
+    # The store's socket is bound here, before its port is written anywhere, and handed down as a descriptor: no
+    # other process can take the port first (rendezvous.py).
+    with listening_socket() as store_socket:
+        return _bind_and_start(plan, run, store_socket, folder_lock, progress)
+
+
+def _bind_and_start(
+    plan: Plan[LocalRequest],
+    run: RunDir,
+    store_socket: socket.socket,
+    folder_lock: FolderLock | None,
+    progress: Progress | None,
+) -> Launched:
+    run_id = run.run_id
+    values = {"RUN_DIR": str(run.path), "PORT": str(store_socket.getsockname()[1]), "RUN_ID": run_id}
     values |= _prepare(run, plan, progress)
     bound = plan.bind(values)
     env = bound.reveal(bound.request.env)  # real secret values: to the supervisor's stdin, never to disk
@@ -74,7 +82,7 @@ def _start(
     run.write_status(
         state=RunState.STARTING.value, name=plan.job_name, nodes=bound.request.nnodes, created_at=time.time()
     )
-    proc = _start_supervisor(run, bound.request)
+    proc = _start_supervisor(run, bound.request, store_socket.fileno())
     # The supervisor waits for its stdin to close before it touches status.json, so this write
     # cannot race with its own.
     started = Process.of(proc.pid)  # with its start time: cancel signals this process, never a reused pid
@@ -82,7 +90,8 @@ def _start(
     if folder_lock is not None and started is not None:
         folder_lock.hand_over(run_id, [started])  # then the supervisor adds the node groups
     assert proc.stdin is not None
-    proc.stdin.write(json.dumps({"env": env, "secrets": secrets}).encode())
+    given = {"env": env, "secrets": secrets, "store_fd": store_socket.fileno()}
+    proc.stdin.write(json.dumps(given).encode())
     proc.stdin.close()
     if progress:
         progress.step(f"started {run_id} (supervisor pid {proc.pid})")
@@ -110,7 +119,7 @@ def _prepare(run: RunDir, plan: Plan[LocalRequest], progress: Progress | None) -
     return {"PYTHON": python}
 
 
-def _start_supervisor(run: RunDir, request: LocalRequest) -> subprocess.Popen[bytes]:
+def _start_supervisor(run: RunDir, request: LocalRequest, store_fd: int) -> subprocess.Popen[bytes]:
     # The supervisor lock is taken here and handed down (an inherited descriptor), so the supervisor holds it
     # from its first instant: a supervisor started to adopt the run cannot slip in before it.
     lock = run.supervisor_lock()
@@ -124,7 +133,7 @@ def _start_supervisor(run: RunDir, request: LocalRequest) -> subprocess.Popen[by
             cwd=request.cwd,
             start_new_session=True,
             umask=0o077,  # what it and its children write is private to this user
-            pass_fds=(lock,),
+            pass_fds=(lock, store_fd),
         )
     os.close(lock)  # the lock stays with the supervisor's copy of the descriptor
     return proc

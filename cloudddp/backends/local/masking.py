@@ -13,6 +13,7 @@ ours ever sees a half-masked value.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,13 +27,26 @@ def byte_forms(forms: Iterable[str]) -> list[bytes]:
     return sorted({form.encode("utf-8") for form in forms if form}, key=len, reverse=True)
 
 
+_SGR = rb"(?:(?:\x1b|\\u001b|\\x1b|\\033)\[[0-9;:]*m)*"
+"""Colour sequences (raw, JSON- or repr-escaped) a secret may be split by and still read whole on a terminal, as
+:func:`cloudddp.spec.secrets.redact` knows them."""
+
+
 def mask(fd: int, offset: int, data: bytes, forms: list[bytes]) -> None:
-    """Overwrite each of ``forms`` found in ``data`` (the file's bytes at ``offset``) with ``*`` in the file."""
+    """Overwrite each of ``forms`` found in ``data`` (the file's bytes at ``offset``) with ``*`` in the file, also
+    where colour sequences split it (the whole span then)."""
+    split = b"\x1b" in data or b"1b[" in data or b"033[" in data
     for form in forms:
-        start = 0
-        while (found := data.find(form, start)) >= 0:
-            os.pwrite(fd, b"*" * len(form), offset + found)
-            start = found + len(form)
+        if split:
+            pattern = _SGR.join(re.escape(form[i : i + 1]) for i in range(len(form)))
+            spans = [m.span() for m in re.finditer(pattern, data)]
+        else:
+            spans, start = [], 0
+            while (found := data.find(form, start)) >= 0:
+                spans.append((found, found + len(form)))
+                start = found + len(form)
+        for begin, end in spans:
+            os.pwrite(fd, b"*" * (end - begin), offset + begin)
 
 
 class RankFiles:

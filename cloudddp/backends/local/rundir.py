@@ -29,7 +29,7 @@ from typing import Any
 from cloudddp.backends.local.record import LocalRunStatus, checked, parsed
 from cloudddp.backends.local.request import LocalRequest
 from cloudddp.code.keepfiles import matches
-from cloudddp.paths import home
+from cloudddp.paths import home, refuse_unless_private
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,9 @@ class RunDir:
         return parsed(data)
 
     def _status_data(self) -> dict[str, Any]:
+        """The record as written; refused when another user could have written it (its pids get signalled)."""
         try:
+            refuse_unless_private(self.status_file, "the run's status file")
             data = json.loads(self.status_file.read_text())
         except (FileNotFoundError, ValueError):
             return {}

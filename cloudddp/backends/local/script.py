@@ -18,7 +18,7 @@ def shell_script(request: LocalRequest, archive: Path) -> str:
         lines.append(f"python -m cloudddp.code.keepfiles link {shlex.join(request.keep_files)}")
     lines += [
         f"export {ID_VARIABLE}=$(python -c 'import secrets; print(secrets.token_hex(16))')",
-        f"python -m cloudddp.backends.local.store {shlex.quote(request.rendezvous_port)} &"
+        f"python -m cloudddp.backends.local.store --port {shlex.quote(request.rendezvous_port)} &"
         "  # the rendezvous store, on 127.0.0.1 only",
     ]
     for node in request.nodes:

@@ -18,12 +18,11 @@ supervisor and the node groups, so it stays held while any of them lives.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
+import select
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -39,11 +38,11 @@ from cloudddp.backends.local.masking import RankFiles, byte_forms
 from cloudddp.backends.local.nodes import LOST_CODE, Node, wrapped
 from cloudddp.backends.local.outcome import conclude
 from cloudddp.backends.local.processes import rank_processes, run_processes, secrets_of
-from cloudddp.backends.local.rendezvous import ID_VARIABLE, LOOPBACK, new_rdzv_id
+from cloudddp.backends.local.rendezvous import ID_VARIABLE, READY, new_rdzv_id, port_of, sole_listener
 from cloudddp.backends.local.request import LocalRequest
 from cloudddp.backends.local.rundir import RunDir
 from cloudddp.backends.procs import Process
-from cloudddp.backends.status import RunState
+from cloudddp.backends.status import Cause, RunState
 from cloudddp.catalog.stepstore import keep_measured
 from cloudddp.code import stall
 from cloudddp.code.keepfiles import Keeper
@@ -60,8 +59,10 @@ DUMP_WAIT_SECONDS = 10.0
 
 
 class Supervisor:
-    def __init__(self, run: RunDir, env: dict[str, str], secrets: list[str]) -> None:
+    def __init__(self, run: RunDir, env: dict[str, str], secrets: list[str], store_fd: int | None = None) -> None:
         self.run = run
+        self.store_fd = store_fd
+        """The store's listening socket, bound by launch (None for a supervisor that adopts the run)."""
         self.plan = json.loads(run.plan.read_text())
         self.request = LocalRequest.from_dict(self.plan["request"])
         self.env = env
@@ -99,8 +100,10 @@ class Supervisor:
     # -- starting or adopting the nodes ---------------------------------------------------------------
     def start(self) -> None:
         # The store is a process of its own, so the nodes can go on without this one; its id reaches the agents'
-        # environment only.
-        store = start_store(self.run, int(self.request.rendezvous_port))
+        # environment only. Every node's agent holds the store's socket too: the port stays bound while the run lives.
+        if self.store_fd is None:
+            raise StoreFailed("launch handed down no rendezvous socket")
+        store = start_store(self.run, self.store_fd)
         self.run.write_status(store_pid=store.pid, store=store.record())
         base_env = {**os.environ, **self.env, ID_VARIABLE: new_rdzv_id()}
         self.keeper = keeper_for(self.request, self.env)
@@ -120,6 +123,7 @@ class Supervisor:
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,  # its own process group, so stopping a node stops all its ranks
+                    pass_fds=(self.store_fd,),
                 )
             self.nodes.append(Node(index, Process.of(child.pid), self.run.exit_file(index), child))
         self.run.write_status(
@@ -343,27 +347,34 @@ class Supervisor:
 STORE_START_SECONDS = 120.0
 
 
-def start_store(run: RunDir, port: int) -> Process:
-    """The rendezvous store (on 127.0.0.1 only: :mod:`~cloudddp.backends.local.rendezvous`) as a process in a session
-    of its own, listening when this returns."""
-    with open(run.path / "supervisor.log", "ab") as log:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "cloudddp.backends.local.store", str(port)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+class StoreFailed(RuntimeError):
+    """The rendezvous store did not start: the machine's fault (no memory, torch broken), never the job's."""
+
+
+def start_store(run: RunDir, fd: int) -> Process:
+    """The rendezvous store as a process of its own, in a session of its own, serving the listening socket ``fd``
+    (bound by launch: :mod:`~cloudddp.backends.local.rendezvous`); verified and serving when this returns.
+
+    Ready is the store's own word over a private pipe, said after it read a random key back through the port, and
+    the socket handed down still the port's only listener: nothing that merely accepts connections on the port is
+    taken for it."""
+    child = subprocess.Popen(  # its stderr is this process's: supervisor.log, at the same offset
+        [sys.executable, "-m", "cloudddp.backends.local.store", "--fd", str(fd), str(run.path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+        pass_fds=(fd,),
+    )
+    assert child.stdout is not None
+    ready, _, _ = select.select([child.stdout], [], [], STORE_START_SECONDS)
+    line = child.stdout.readline().decode(errors="replace").split() if ready else []
+    child.stdout.close()
     process = Process.of(child.pid)
-    deadline = time.monotonic() + STORE_START_SECONDS
-    while time.monotonic() < deadline and child.poll() is None:
-        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout=1):
-            if process is None:
-                break
-            return process
-        time.sleep(0.05)
+    if line == [READY, str(port_of(fd))] and process is not None and sole_listener(fd):
+        return process
     child.kill()
-    raise RuntimeError(f"the rendezvous store did not start on {LOOPBACK}:{port} (supervisor.log says why)")
+    child.wait()
+    raise StoreFailed("the rendezvous store did not start (supervisor.log says why)")
 
 
 def keeper_for(request: LocalRequest, env: dict[str, str], *, link: bool = True) -> Keeper | None:
@@ -414,14 +425,15 @@ def main(argv: list[str]) -> int:
         sup = Supervisor(run, {}, [])
     else:  # the launcher holds the supervisor lock for this process (an inherited descriptor)
         given = json.loads(sys.stdin.read() or "{}")
-        sup = Supervisor(run, given.get("env", {}), given.get("secrets", []))
+        sup = Supervisor(run, given.get("env", {}), given.get("secrets", []), given.get("store_fd"))
     signal.signal(signal.SIGTERM, lambda *_: sup.request_stop("cancelled"))
     signal.signal(signal.SIGINT, lambda *_: sup.request_stop("cancelled"))
     try:
         sup.adopt() if adopting else sup.start()
         sup.finish(sup.wait())
     except Exception as e:  # the run must always get an end state, whatever broke
-        run.write_status(state=RunState.FAILED.value, message=f"supervisor error: {e}", ended_at=time.time())
+        cause = {"cause": Cause.INFRASTRUCTURE.value} if isinstance(e, StoreFailed) else {}
+        run.write_status(state=RunState.FAILED.value, message=f"supervisor error: {e}", ended_at=time.time(), **cause)
         raise
     _learn_step_time(run)
     return 0

@@ -68,7 +68,9 @@ def _agents(run_dir: str) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"torch.distributed.run" in cmdline and any(run_dir.encode() in part for part in cmdline):
+        if any(b"torch.distributed.run" in part for part in cmdline) and any(
+            run_dir.encode() in part for part in cmdline
+        ):
             found.append(int(entry.name))
     return found
 

@@ -22,7 +22,7 @@ from cloudddp.backends.local.nodes import recorded_exit
 from cloudddp.backends.procs import Process
 from cloudddp.backends.status import RunState
 from tests.support.cli import ROOT, cli
-from tests.support.faults import rank_processes
+from tests.support.faults import processes_naming, rank_processes
 from tests.support.harnesses import TINY
 from tests.support.waiting import wait_until
 
@@ -74,6 +74,7 @@ def test_a_killed_supervisor_is_adopted_and_the_run_succeeds_with_every_epoch_an
     assert sum("rank 1/2" in line for line in log) == 1
     folder = json.loads((run_dir / "plan.json").read_text())["request"]["env"]["CLOUDDDP_CHECKPOINT_DIR"]
     assert FolderLock(Path(folder)).holder() is None  # released at the end
+    wait_until(lambda: not processes_naming(str(run_dir)), timeout=30)  # nothing of the run is left: no store
 
 
 @pytest.mark.slow
