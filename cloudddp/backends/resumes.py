@@ -91,7 +91,8 @@ def look(folder: Path, *, shared_script: bool, keeps: bool, siblings: bool = Fal
     """What ``folder`` holds (:data:`NOTHING` when it does not exist). The shared script's checkpoints count as
     such only for a run of the shared script, and kept files only for a spec that declares ``checkpoint.files``
     (nothing links them back otherwise): else they are files like any other. With ``siblings`` (a folder cloudddp
-    named, ``<job>/<key>``) an empty folder also names the job's other folders that hold checkpoints."""
+    named, ``<job>/<key>``, for a spec that names no ``checkpoint.key``: a named variant's siblings are not its
+    own) an empty folder also names the job's other folders that hold checkpoints."""
     if not folder.is_dir():
         return Found(**{**NOTHING.__dict__, "elsewhere": _elsewhere(folder) if siblings else ()})
     digests = sorted(folder.glob("ckpt-*.pt.sha256")) if shared_script else []

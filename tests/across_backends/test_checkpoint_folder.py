@@ -155,6 +155,7 @@ def test_an_empty_folder_names_the_jobs_other_folders_that_hold_checkpoints_and_
     assert f"other folders of this job hold checkpoints ({old}:" in said and "set checkpoint.path to it" in said
     assert "fedcba987654" not in said
     assert "other folders" not in note(local_plan(f"checkpoint.path={folder}"))  # a path the user named: no guess
+    assert "other folders" not in note(local_plan("checkpoint.key=v2"))  # a named variant: its siblings are others'
     touch(folder / "last.pt", 1.4e9)
     assert "other folders" not in note(local_plan())
 

@@ -19,7 +19,7 @@ from cloudddp.api import Job, Run
 from cloudddp.backends.status import RunState
 from cloudddp.code.shim import read_payload
 from cloudddp.runs.runner import get_backend
-from cloudddp.runtime import NAMES
+from cloudddp.runtime import NAMES, shipped_files
 from tests.support.cli import FIXTURES, ROOT, cli
 from tests.support.harnesses import AzureMLHarness, SageMakerHarness
 
@@ -124,6 +124,8 @@ def test_the_script_gets_exactly_the_specs_arguments_from_the_rendered_azure_ml_
     command = get_backend("azureml").render(spec).request["job"]["command"]
     model = tmp_path / "model"
     model.mkdir()
+    for name, data in shipped_files().items():  # the snapshot Azure ML unpacks holds cloudddp's rank launcher
+        (code / name).write_bytes(data)
     # What Azure ML does with the command: binds ${{outputs.model}} and runs it with bash in the code folder.
     bound = command.replace("${{outputs.model}}", shlex.quote(str(model)))
     bound = bound.replace("${{outputs.checkpoints}}", shlex.quote(str(tmp_path / "ckpt")))

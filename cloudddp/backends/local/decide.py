@@ -207,7 +207,10 @@ def _checkpoints(spec: JobSpec, folder: Path, *, own_script: bool) -> Checkpoint
         folder=folder,
         owner=checkpoint_owner(spec),
         found=resumes.look(
-            folder, shared_script=not own_script, keeps=bool(spec.checkpoint.files), siblings=not spec.checkpoint.path
+            folder,
+            shared_script=not own_script,
+            keeps=bool(spec.checkpoint.files),
+            siblings=not (spec.checkpoint.path or spec.checkpoint.key),
         ),
         never_resume=spec.checkpoint.resume == "never",
     )

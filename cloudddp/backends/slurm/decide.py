@@ -180,7 +180,7 @@ def _found(spec: JobSpec, opts: SlurmOptions, places: Places) -> resumes.Found |
         folder,
         shared_script=is_shared_script(spec),
         keeps=bool(spec.checkpoint.files),
-        siblings=not spec.checkpoint.path,
+        siblings=not (spec.checkpoint.path or spec.checkpoint.key),
     )
 
 
