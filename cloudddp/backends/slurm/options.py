@@ -137,7 +137,12 @@ class SlurmOptions(Strict):
         "and the job is requeued for the rest. Default: one allocation of limits.max_runtime.",
     )
     rendezvous_port: int | None = Field(
-        None, ge=1024, le=65535, description="Port on the first node for the rendezvous; default: from the job id."
+        None,
+        ge=1024,
+        le=65535,
+        description="Port on the first node for the rendezvous, bound by node 0's torchrun agent (taken: the run "
+        "fails as an infrastructure failure); default: a port the kernel picks. With slurm.launch: srun, the "
+        "training's store port; default there: from the job id.",
     )
     sbatch_options: list[str] = Field(
         default_factory=list, description="More #SBATCH options as written, e.g. [--reservation=ml, --mail-type=END]."

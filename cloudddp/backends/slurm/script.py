@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 from cloudddp.backends import torchrun
 from cloudddp.backends.slurm import envs, images
+from cloudddp.backends.slurm.agent import AGENT
 from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.code.shim import SHIPPED_AS as LAUNCHER
 
@@ -211,7 +212,7 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
         'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "rdzv_host=$(hostname)",
         'for pair in $nodes; do [ "${pair%%=*}" = "$first" ] && rdzv_host=${pair#*=}; done',
-        _port_line(opts),
+        *_endpoint_lines(job, opts),
         "",
         *_stop_lines(job),
         f'began_mark={shlex.quote(job.layout.run_dir)}/.cloudddp-run-began; touch "$began_mark"',
@@ -351,12 +352,22 @@ def _requirements_lines(job: Job, opts: SlurmOptions) -> list[str]:
     ]
 
 
-def _port_line(opts: SlurmOptions) -> str:
+def _endpoint_lines(job: Job, opts: SlurmOptions) -> list[str]:
+    """Where the rendezvous is. torchrun: node 0's agent binds it and writes ``host:port`` into the run folder
+    (cloudddp/backends/slurm/agent.py); the file of an earlier run of this job is removed first. srun: the rank 0
+    process's store, on ``slurm.rendezvous_port`` or a port from the job id."""
+    if job.launch == "torchrun":
+        return [
+            "# The rendezvous: node 0's agent binds a port nobody could know before (or slurm.rendezvous_port) and",
+            "# writes host:port here; the other nodes' agents join only the address read from this file.",
+            f'rdzv_file={shlex.quote(job.layout.run_dir)}/.cloudddp-rendezvous; rm -f "$rdzv_file"',
+            f"rdzv_agent={shlex.quote(AGENT)}",
+        ]
     if opts.rendezvous_port:
-        return f"rdzv_port={opts.rendezvous_port}"
+        return [f"rdzv_port={opts.rendezvous_port}"]
     # Distinct per job and per requeued run, so two jobs sharing a node (or a port still in TIME_WAIT) differ.
     # Below Linux's ephemeral range (32768-60999), where torchrun's own connections take their ports.
-    return "rdzv_port=$(( 15000 + (SLURM_JOB_ID * 10 + ${SLURM_RESTART_COUNT:-0}) % 15000 ))"
+    return ["rdzv_port=$(( 15000 + (SLURM_JOB_ID * 10 + ${SLURM_RESTART_COUNT:-0}) % 15000 ))"]
 
 
 def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
@@ -368,22 +379,23 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
         body = [
             "# Each training process first says its global rank (torchrun's output prefix is the local rank).",
             'announce=\'echo "cloudddp: rank $RANK of $WORLD_SIZE (local rank $LOCAL_RANK)"; exec "$@"\'',
-            "# One torchrun agent per node: $1 the rendezvous host:port, $2 the nodes' addresses, $3 the",
-            "# announcement, then the program. Slurm's SIGTERM reaches every process of the step, the agent too,",
-            "# which then exits 1: a node stopped on request exits 0 instead, so that srun --kill-on-bad-exit does",
-            "# not kill the other nodes' ranks while rank 0 saves; a crash still ends the whole job at once.",
+            "# One torchrun agent per node: $1 the rendezvous host, $2 the nodes' addresses, $3 the announcement,",
+            "# $4 the agent's wrapper, $5 the file where node 0 writes the rendezvous' address, then the program.",
+            "# Slurm's SIGTERM reaches every process of the step, the agent too, which then exits 1: a node stopped",
+            "# on request exits 0 instead, so that srun --kill-on-bad-exit does not kill the other nodes' ranks",
+            "# while rank 0 saves; a crash still ends the whole job at once.",
             "per_node='",
             "addr=$(hostname)  # its NodeAddr below, where node data is readable",
             'for pair in $2; do [ "${pair%%=*}" = "$SLURMD_NODENAME" ] && addr=${pair#*=}; done',
-            "rdzv=$1; announce=$3; shift 3",
+            "rdzv=$1; announce=$3; wrapper=$4; rdzv_file=$5; shift 5",
             *[
                 f"export {name}={value}  # each restart starts with a store of its own (pytorch/pytorch#135712)"
                 for name, value in torchrun.restart_env(job.max_restarts).items()
             ],
             'stopped=0; trap "stopped=1" TERM',
-            f'{q(python)} -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" '
-            f"--nproc-per-node={job.processes_per_node} \\",
-            '  --rdzv-backend=c10d --rdzv-endpoint="$rdzv" --rdzv-conf=is_host=$(( SLURM_NODEID == 0 )) \\',
+            f'{q(python)} -c "$wrapper" "$rdzv_file" "$rdzv" {opts.rendezvous_port or 0} \\',
+            f'  --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node={job.processes_per_node} \\',
+            "  --rdzv-backend=c10d --rdzv-conf=is_host=$(( SLURM_NODEID == 0 )) \\",
             f'  --local-addr="$addr" --max-restarts={job.max_restarts} --tee=3 '
             '--no-python bash -c "$announce" cloudddp-rank "$@" &',
             'agent=$!; wait "$agent"; code=$?',
@@ -394,7 +406,8 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
             'exit "$code"',
             "'",
         ]
-        tasks, label, name, extra = 1, [], "cloudddp-node", ['"$announce"']
+        tasks, label, name = 1, [], "cloudddp-node"
+        extra = ['"$rdzv_host"', '"$nodes"', '"$announce"', '"$rdzv_agent"', '"$rdzv_file"']
     else:
         body = [
             "# One Slurm task per training process: the distributed variables from SLURM_*; $1 is host:port.",
@@ -406,7 +419,8 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
             'exec "$@"',
             "'",
         ]
-        tasks, label, name, extra = job.processes_per_node, ["--label"], "cloudddp-task", []
+        tasks, label, name = job.processes_per_node, ["--label"], "cloudddp-task"
+        extra = ['"$rdzv_host:$rdzv_port"', '"$nodes"']
     # srun is told the CPUs of each task: Slurm 22.05 and later no longer read SLURM_CPUS_PER_TASK in srun.
     cpus = str(job.cpus_per_task) if job.cpus_per_task else "$SLURM_CPUS_PER_TASK"
     srun = [
@@ -419,7 +433,7 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
         f"--output={job.layout.node_log('%n')}",
         "--open-mode=append",
     ]
-    inner = ["bash", "-c", '"$per_node"', name, '"$rdzv_host:$rdzv_port"', '"$nodes"', *extra]
+    inner = ["bash", "-c", '"$per_node"', name, *extra]
     container = opts.container
     image = images.image_file(container, job.layout.workdir) if container is not None else ""
     if container is not None and container.runtime == "pyxis":

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cloudddp.backends.slurm.agent import PORT_TAKEN_EXIT
 from cloudddp.backends.slurm.script import (
     CHAIN_MARK,
     LIMIT_EXIT,
@@ -180,6 +181,14 @@ def failure(job: Mapping[str, str], batch_log: str, *, tasks_are_ranks: bool = F
     if state in _ENDINGS:
         return Failure(_ENDINGS[state], _CAUSES.get(state, Cause.UNKNOWN))
     task_error = _TASK_ERROR.search(run)
+    if task_error and not tasks_are_ranks and task_error.group(3) == f"Exited with exit code {PORT_TAKEN_EXIT}":
+        return Failure(
+            f"slurm.rendezvous_port is taken on node {task_error.group(1)}: another process listens there, and "
+            "cloudddp joins no listener it did not bind (leave slurm.rendezvous_port unset: node 0 then binds a "
+            "port the kernel picks)",
+            Cause.INFRASTRUCTURE,
+            task_error.group(1),
+        )
     if task_error:
         node, tasks, what = task_error.groups()
         first = int(re.split(r"[,-]", tasks)[0])

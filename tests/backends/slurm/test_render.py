@@ -16,6 +16,7 @@ import pytest
 from cloudddp.api import Job
 from cloudddp.backends.slurm import SlurmBackend
 from cloudddp.backends.slurm import launch as slurm_launch
+from cloudddp.backends.slurm.agent import AGENT, PORT_TAKEN_EXIT
 from cloudddp.backends.slurm.logs import Labels
 from cloudddp.backends.slurm.script import LIMIT_EXIT, LIMIT_MARK
 from cloudddp.backends.slurm.shell import READ_CAP, Shell
@@ -120,7 +121,7 @@ def test_the_example_job_renders_offline_to_the_sbatch_script_it_describes() -> 
         ),
         (
             ["slurm.requeue=false", "slurm.rendezvous_port=29400", "slurm.sbatch_options=[--reservation=ml]"],
-            ["--no-requeue", "rdzv_port=29400", "#SBATCH --reservation=ml"],
+            ["--no-requeue", '"$rdzv_file" "$rdzv" 29400 --nnodes', "#SBATCH --reservation=ml"],
             ["#SBATCH --requeue"],
         ),
         (["limits.max_runtime=90"], ["--time=0-00:02:00", "--signal=B:USR1@60"], []),
@@ -276,6 +277,11 @@ def test_a_failed_run_is_explained_from_the_batch_log_of_its_latest_run() -> Non
     assert failure({"JobState": "PREEMPTED"}, "").cause is Cause.PREEMPTED
     killed = failure({"JobState": "FAILED", "ExitCode": "0:9"}, "")
     assert killed.message.startswith("the job failed: killed by signal 9")
+    taken = f"cloudddp: run 0\nsrun: error: node1: task 0: Exited with exit code {PORT_TAKEN_EXIT}\n"
+    port = failure(job, taken)
+    assert port.message.startswith("slurm.rendezvous_port is taken on node node1") and port.node == "node1"
+    assert port.cause is Cause.INFRASTRUCTURE  # recovery may retry it: the site's port, not the user's code
+    assert failure(job, taken, tasks_are_ranks=True).cause is Cause.USER_ERROR  # a rank's own exit code 98
 
 
 def test_why_a_job_was_requeued_and_accounting_rows() -> None:
@@ -290,8 +296,10 @@ def test_why_a_job_was_requeued_and_accounting_rows() -> None:
 
 
 def test_the_rendered_script_runs_under_bash_with_slurm_variables(tmp_path: Path) -> None:
-    """The script's own shell logic (node addresses, rendezvous port, the launch line) with stand-ins for
-    Slurm's commands: what srun would start on each node is printed instead of run."""
+    """The script's own shell logic (node addresses, the rendezvous, the launch line) with stand-ins for
+    Slurm's commands: what srun would start on each node is printed instead of run. No port is fixed or derived
+    from the job id (issue #38: one could be bound in advance): node 0's agent is given port 0 and writes where
+    it listens into the run folder, emptied of an earlier run's file first."""
     plan = render(TINY, "resources.nodes=2", f"slurm.workdir={tmp_path}")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -307,6 +315,11 @@ def test_the_rendered_script_runs_under_bash_with_slurm_variables(tmp_path: Path
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]"}
     script = plan.documents["job.sbatch"]
     assert "--rdzv-id" not in script  # the id is not in any argv (ps); torchrun reads PET_RDZV_ID
+    assert "rdzv_port" not in script and "SLURM_JOB_ID *" not in script and "--rdzv-endpoint=" not in script
+    assert '"$rdzv_file" "$rdzv" 0 --nnodes' in flat(script)
+    endpoint = tmp_path / "runs" / "tiny-t1" / ".cloudddp-rendezvous"
+    endpoint.parent.mkdir(parents=True)
+    endpoint.write_text("10.9.9.9:4242")  # an earlier run's
     unnamed = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert unnamed.returncode != 0 and "PET_RDZV_ID" in unnamed.stderr and not (tmp_path / "srun.args").exists()
     env["PET_RDZV_ID"] = "0123456789abcdef0123456789abcdef"  # what submit puts in sbatch's environment
@@ -314,9 +327,10 @@ def test_the_rendered_script_runs_under_bash_with_slurm_variables(tmp_path: Path
     assert done.returncode == 0, done.stderr
     srun_args = (tmp_path / "srun.args").read_text().split("\0")[:-1]
     at = srun_args.index("cloudddp-node")
-    assert srun_args[at + 1 : at + 3] == ["10.0.0.1:15070", "n1=10.0.0.1\nn2=10.0.0.2"], srun_args
+    assert srun_args[at + 1 : at + 3] == ["10.0.0.1", "n1=10.0.0.1\nn2=10.0.0.2"], srun_args
+    assert srun_args[at + 4 : at + 6] == [AGENT, str(endpoint)] and not endpoint.exists()
     launcher = ["python3", "_cloudddp_launch.py", "--cloudddp-00", '{"stops":"platform"}', "--"]
-    assert srun_args[at + 4 :] == [*launcher, "python3", "train.py", "--epochs", "3"]  # Slurm signals each rank
+    assert srun_args[at + 6 :] == [*launcher, "python3", "train.py", "--epochs", "3"]  # Slurm signals each rank
     assert srun_args[at - 3 : at - 1] == ["bash", "-c"]
     assert srun_args[: at - 3] == [
         "--export=ALL",
@@ -348,7 +362,7 @@ def test_requirements_environments_are_keyed_on_their_base_and_checked_by_the_jo
         for d in plan.decisions
     ), plan.decisions
     assert f"cloudddp_env {env} /opt/py/bin/python3 {key} check requirements.txt || exit 1" in script
-    assert f"\n{env}/bin/python -m torch.distributed.run" in script
+    assert f'\n{env}/bin/python -c "$wrapper" "$rdzv_file"' in script
     in_job = render(spec, "slurm.install_on=job")
     assert in_job.request.environment is None
     assert f"cloudddp_env {env} /opt/py/bin/python3 {key} build requirements.txt" in in_job.documents["job.sbatch"]

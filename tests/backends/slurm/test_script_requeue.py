@@ -186,8 +186,7 @@ def test_the_rendezvous_host_is_the_nodes_address_or_where_node_data_is_private_
     assert finish(start(script, private))[0] == 0
     assert finish(start(script, public, NODE_DATA="1"))[0] == 0
     private_args, public_args = calls(private, "srun"), calls(public, "srun")
-    assert any(a.startswith("batch-host.example:") for a in private_args), private_args
-    assert any(a.startswith("10.0.0.1:") for a in public_args), public_args
+    assert "batch-host.example" in private_args and "10.0.0.1" in public_args, (private_args, public_args)
     assert "node1=10.0.0.1" in public_args
 
 

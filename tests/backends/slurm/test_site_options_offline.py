@@ -93,8 +93,9 @@ def test_sbatch_options_are_read_as_sbatch_reads_them_and_rendered_in_one_form(t
     assert "#SBATCH --nodelist=node1\n#SBATCH --mail-type=END\n" in script
 
 
-def test_the_rendezvous_port_is_below_the_ephemeral_range_and_differs_per_job_and_restart() -> None:
-    plan = get_backend("slurm", token="t1").render(Job.load(TINY, ["resources.nodes=2"]).spec)
+def test_the_srun_launchs_port_is_below_the_ephemeral_range_and_differs_per_job_and_restart() -> None:
+    """Under slurm.launch: srun the training's own store takes the port (torchrun's: node 0 binds one itself)."""
+    plan = get_backend("slurm", token="t1").render(Job.load(TINY, ["resources.nodes=2", "slurm.launch=srun"]).spec)
     line = next(x for x in plan.documents["job.sbatch"].splitlines() if x.startswith("rdzv_port="))
     ports = set()
     for job_id, restart in [(1, 0), (1, 1), (1499, 0), (1500, 0), (123456789, 3), (2**31 - 1, 0)]:

@@ -1,0 +1,76 @@
+"""torchrun's agent on a Slurm node, as a ``python -c`` wrapper: node 0 binds the rendezvous store's socket itself
+and tells the other nodes where it is through a file in the run folder; no agent computes a port or trusts one.
+
+A port known before the job runs (the old ``15000 + job id * 10 + restart``) could be bound in advance by anyone on
+the first node: node 0 then failed with EADDRINUSE while the other nodes connected to that listener, sent it the
+rendezvous id and unpickled the state it answered. Here node 0's agent binds a port the kernel picks (port 0, every
+interface: the other nodes must reach it), or ``slurm.rendezvous_port`` where a site fixes one, before any process
+can know which; torchrun's c10d store serves on that socket (``master_listen_fd``). Only then does node 0 write
+``host:port`` into the run folder, which only the submitting user may write (preflight checks the working folder),
+and the other nodes' agents read it from there (a regular file of their own user, not a link) and connect to
+nothing else. A site's fixed port that is taken ends node 0 with :data:`PORT_TAKEN_EXIT`, read as an
+infrastructure failure: it never connects to a listener it did not bind. Runs with the job's Python, which may not
+have cloudddp; argv: the endpoint file, the rendezvous host, the port (0: any), then torchrun's own arguments.
+"""
+
+from __future__ import annotations
+
+PORT_TAKEN_EXIT = 98
+"""Node 0's agent's exit code when ``slurm.rendezvous_port`` is taken on its node (EADDRINUSE's number)."""
+PORT_TAKEN_MARK = "cloudddp: the rendezvous port"
+ENDPOINT_WAIT = 600
+"""Seconds the other nodes wait for node 0 to write the endpoint (torchrun's own join timeout)."""
+
+AGENT = f"""import os, socket, stat, sys, time
+from datetime import timedelta
+import torch.distributed as dist
+from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
+from torch.distributed.run import main
+path, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+del sys.argv[1:4]
+def bind(port):
+    try:
+        if socket.has_dualstack_ipv6():
+            return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=512)
+        return socket.create_server(("", port), backlog=512)
+    except OSError as exc:
+        print(f"{PORT_TAKEN_MARK} {{port}} (slurm.rendezvous_port) is taken on this node: {{exc.strerror}}; "
+              "cloudddp never joins a listener it did not bind", file=sys.stderr, flush=True)
+        sys.exit({PORT_TAKEN_EXIT})
+def publish(endpoint):
+    part = f"{{path}}.{{os.getpid()}}"
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    os.write(fd, endpoint.encode())
+    os.close(fd)
+    os.replace(part, path)
+def read():
+    deadline = time.monotonic() + {ENDPOINT_WAIT}
+    while time.monotonic() < deadline:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            time.sleep(0.2)
+            continue
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            sys.exit(f"cloudddp: {{path}} is not a file of this user: not joining the rendezvous it names")
+        endpoint = os.read(fd, 4096).decode()
+        os.close(fd)
+        return endpoint
+    sys.exit(f"cloudddp: node 0 did not say where the rendezvous is ({{path}}) within {ENDPOINT_WAIT} s")
+if os.environ["SLURM_NODEID"] == "0":
+    sock = bind(port)
+    port = sock.getsockname()[1]
+    def hosted(params):
+        timeout = timedelta(seconds=params.get_as_int("read_timeout", 60))
+        return dist.TCPStore(host, port, is_master=True, multi_tenant=True, timeout=timeout,
+                             master_listen_fd=sock.detach())
+    c10d._create_tcp_store = hosted
+    endpoint = f"{{host}}:{{port}}"
+    publish(endpoint)
+else:
+    endpoint = read()
+sys.argv[1:1] = ["--rdzv-endpoint", endpoint]
+sys.exit(main())
+"""
+"""The wrapper's code (``python -c``)."""
