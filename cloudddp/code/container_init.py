@@ -110,7 +110,12 @@ def init(argv: list[str]) -> int:
 
     The exit status is the child's (128 + N when a signal N ended it).
     """
-    child = os.posix_spawnp(argv[0], argv, dict(os.environ), setpgroup=0)
+    # An init starts from a clean slate, and so does its child: whatever started it may have left signals blocked
+    # or SIGCHLD ignored (then no exit status could be waited for).
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    reset = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE)
+    child = os.posix_spawnp(argv[0], argv, dict(os.environ), setpgroup=0, setsigmask=[], setsigdef=reset)
     stopping = False
 
     def forward(number: int, _frame: object) -> None:

@@ -279,6 +279,7 @@ def start_program(argv: list[str], *, piped: bool) -> subprocess.Popen[str]:
     def die_with_parent() -> None:  # in the child, before exec
         os.setpgid(0, 0)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])  # a stop must reach it, whatever mask this process inherited
 
     pipe = subprocess.PIPE if piped else None
     return subprocess.Popen(

@@ -72,8 +72,8 @@ def test_the_init_passes_sigterm_to_its_child_and_returns_its_status() -> None:
     assert init.stdout is not None and init.stdout.readline().strip() == "up"
     sent = time.monotonic()
     init.send_signal(signal.SIGTERM)
-    assert init.wait(timeout=10) == 7
-    assert time.monotonic() - sent < 1.0
+    assert init.wait(timeout=30) == 7
+    assert time.monotonic() - sent < 5.0  # at once (a loaded machine may take a moment to schedule either)
 
 
 def test_the_init_knows_the_rank_launcher_by_its_shipped_name() -> None:
@@ -103,3 +103,20 @@ def test_the_entrypoint_fits_sagemakers_limits_and_runs_the_images_entry() -> No
     assert entry["ContainerEntrypoint"][:2] == ["/bin/bash", "-c"]
     assert all(len(s) <= 256 for s in [*entry["ContainerEntrypoint"], *entry["ContainerArguments"]])
     assert entry["ContainerArguments"] == ["bash", "-m", "start_with_right_hostname.sh", "train"]
+
+
+def test_the_init_gives_its_child_a_clean_signal_mask_whatever_it_inherited() -> None:
+    """Started with SIGTERM blocked (a parent's mask survives exec), the init must still reach its child: the old
+    init passed its mask on and the child never heard the stop (seen once in the full suite)."""
+    child = (
+        "import signal, sys, time; signal.signal(15, lambda *a: sys.exit(7)); print('up', flush=True); time.sleep(60)"
+    )
+    init = subprocess.Popen(
+        [sys.executable, str(INIT), sys.executable, "-c", child],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}),
+    )
+    assert init.stdout is not None and init.stdout.readline().strip() == "up"
+    init.send_signal(signal.SIGTERM)
+    assert init.wait(timeout=30) == 7
