@@ -111,12 +111,13 @@ def test_the_init_gives_its_child_a_clean_signal_mask_whatever_it_inherited() ->
     child = (
         "import signal, sys, time; signal.signal(15, lambda *a: sys.exit(7)); print('up', flush=True); time.sleep(60)"
     )
-    init = subprocess.Popen(
-        [sys.executable, str(INIT), sys.executable, "-c", child],
-        stdout=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}),
-    )
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the init inherits this thread's mask
+    try:
+        init = subprocess.Popen(
+            [sys.executable, str(INIT), sys.executable, "-c", child], stdout=subprocess.PIPE, text=True
+        )
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
     assert init.stdout is not None and init.stdout.readline().strip() == "up"
     init.send_signal(signal.SIGTERM)
     assert init.wait(timeout=30) == 7
