@@ -12,27 +12,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from tests.support.squatter import TAKE
 from tests.support.users import OtherUser
 
-_CODE = r"""
+_CODE = (
+    r"""
 import json, signal, socket, sys, time
 stop = []
 signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
 servers, bound, received = [], [], []
+"""
+    + TAKE
+    + r"""
 for port in map(int, sys.argv[1:]):
-    for host in ("127.0.0.1", "0.0.0.0"):
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        try:
-            s.bind((host, port))
-            s.listen(64)
-        except OSError:
-            s.close()
-            continue
-        s.setblocking(False)
-        servers.append(s)
-        bound.append([host, port])
+    take(port)
 print("ready", flush=True)
 while not stop:
     for s in servers:
@@ -48,6 +41,7 @@ while not stop:
     time.sleep(0.005)
 print(json.dumps({"bound": bound, "received": received}), flush=True)
 """
+)
 
 
 @dataclass

@@ -16,19 +16,8 @@ from typing import Any
 
 from tests.support.users import OtherUser
 
-_CODE = r"""
-import json, os, re, signal, socket, sys, time
-marker = sys.argv[1].encode()
-stop = []
-signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-seen, bound, servers, received = set(), [], [], []
-endpoint = re.compile(rb"127\.0\.0\.1:(\d+)")
-
-def ports(cmdline):
-    found = {int(p) for p in endpoint.findall(cmdline)}
-    return found | {int(a) for a in cmdline.split(b"\0") if a.isdigit() and 1024 < int(a) < 65536}
-
-def take(port):
+TAKE = r"""
+def take(port):  # bind it on loopback and every interface, as far as the kernel lets another user
     for host in ("127.0.0.1", "0.0.0.0"):
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -42,7 +31,25 @@ def take(port):
         s.setblocking(False)
         servers.append(s)
         bound.append([host, port])
+"""
+"""The attacker's binding of one port, shared by both attackers' code (``servers`` and ``bound`` are theirs)."""
 
+_CODE = (
+    r"""
+import json, os, re, signal, socket, sys, time
+marker = sys.argv[1].encode()
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+seen, bound, servers, received = set(), [], [], []
+endpoint = re.compile(rb"127\.0\.0\.1:(\d+)")
+
+def ports(cmdline):
+    found = {int(p) for p in endpoint.findall(cmdline)}
+    return found | {int(a) for a in cmdline.split(b"\0") if a.isdigit() and 1024 < int(a) < 65536}
+
+"""
+    + TAKE
+    + r"""
 while not stop:
     live = set()  # ports in the argv of a process that runs now: a port is taken only while its run lives
     for entry in os.listdir("/proc"):
@@ -72,6 +79,7 @@ while not stop:
     time.sleep(0.005)
 print(json.dumps({"seen": sorted(seen), "bound": bound, "received": received}), flush=True)
 """
+)
 
 
 @dataclass
