@@ -14,6 +14,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from tests.support.rigs import rig_unavailable
+
 NAME = "cloudddp-other"
 
 
@@ -48,6 +50,15 @@ def unavailable() -> str | None:
         if shutil.which(tool) is None:
             return f"needs {tool} (shadow-utils / util-linux) to act as a second user"
     return None
+
+
+def required(what: str) -> OtherUser:
+    """The second user for a test of ``what``; where none can be had, the test is skipped, and on CI it fails
+    (:func:`tests.support.rigs.rig_unavailable`): a second-user guarantee must not go unproven silently."""
+    reason = unavailable()
+    if reason:
+        rig_unavailable(f"{what}: {reason}")
+    return other_user()
 
 
 def other_user() -> OtherUser:

@@ -30,10 +30,7 @@ from tests.support.victim import Victim
 
 @pytest.fixture
 def other() -> users.OtherUser:
-    reason = users.unavailable()
-    if reason:
-        pytest.skip(reason)
-    return users.other_user()
+    return users.required("a second user planting state")
 
 
 def test_a_home_another_user_owns_or_may_write_in_is_refused(tmp_path: Path, other: users.OtherUser) -> None:

@@ -26,10 +26,7 @@ TINY = FIXTURES / "tinyjob" / "job.yaml"
 
 @pytest.mark.parametrize("shape", ["1x2", "2x2-restarted"])
 def test_an_attacker_racing_for_the_store_port_never_gets_a_connection(shape: str, cloudddp_home: Path) -> None:
-    reason = users.unavailable()
-    if reason:
-        pytest.skip(reason)
-    squatter = Squatter.start(users.other_user(), str(cloudddp_home))
+    squatter = Squatter.start(users.required("an attacker racing for the port"), str(cloudddp_home))
     overrides = ["code.args=[--epochs, 6, --sleep, 0.3]"]
     if shape == "2x2-restarted":
         overrides += ["local.nodes=2", "local.processes_per_node=2", "limits.max_restarts=1"]

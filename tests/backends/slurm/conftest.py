@@ -14,13 +14,16 @@ from tests.support.slurm_cluster import ClusterUser, SlurmCluster
 
 @pytest.fixture
 def user(slurm_cluster: SlurmCluster) -> Iterator[ClusterUser]:
-    reason = users.unavailable()
-    if reason:
-        pytest.skip(f"no unprivileged user for the cluster's jobs: {reason}")
+    users.required("an unprivileged user for the cluster's jobs")
     yield slurm_cluster.user()
+    cancel_leftover_jobs(slurm_cluster)
+
+
+def cancel_leftover_jobs(slurm_cluster: SlurmCluster, seconds: float = 30) -> None:
+    """A test that failed half-way leaves no job behind to hold the nodes for the next one."""
     jobs = slurm_cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
-    if jobs:  # a test that failed half-way leaves no job behind to hold the nodes for the next one
+    if jobs:
         slurm_cluster.run("scancel", *jobs, check=False)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + seconds
         while slurm_cluster.run("squeue", "-h", check=False).stdout.strip() and time.monotonic() < deadline:
             time.sleep(0.2)

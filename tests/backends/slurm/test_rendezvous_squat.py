@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import stat
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 
 from cloudddp.api import Job, Run
 from cloudddp.backends.status import Cause, RunState
+from tests.backends.slurm.conftest import cancel_leftover_jobs
 from tests.support import users
 from tests.support.cli import FIXTURES
 from tests.support.port_squatter import PortSquatter
@@ -29,17 +29,10 @@ SPREAD = [*range(15000, 30000, 250), *range(32800, 61000, 1000)]
 
 @pytest.fixture
 def other(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[OtherUser]:
-    reason = users.unavailable()
-    if reason:
-        pytest.skip(f"no second user to squat the ports: {reason}")
+    squatter = users.required("a second user to squat the ports")
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    yield users.other_user()
-    jobs = slurm_cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
-    if jobs:  # a test that failed half-way leaves no job behind to hold the nodes for the next one
-        slurm_cluster.run("scancel", *jobs, check=False)
-        deadline = time.monotonic() + 20
-        while slurm_cluster.run("squeue", "-h", check=False).stdout.strip() and time.monotonic() < deadline:
-            time.sleep(0.2)
+    yield squatter
+    cancel_leftover_jobs(slurm_cluster, seconds=20)
 
 
 def old_ports(cluster: SlurmCluster) -> list[int]:
