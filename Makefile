@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-EXTRAS  := train,aws,azure,notebook,dev
+EXTRAS  := train,aws,azure,notebook,frameworks,dev
 
 .PHONY: demo test test-fast lint bench bench-gpu venv azurite system-deps sdk-data toolkits gnu-time clean
 
