@@ -42,6 +42,7 @@ from cloudddp.code.snapshot import holds_sha256, pack
 from cloudddp.errors import UserError
 from cloudddp.plan import EnvSource, late
 from cloudddp.spec.model import JobSpec
+from cloudddp.spec.placeholders import INPUT, expand
 from cloudddp.spec.secrets import rendered_env
 
 PREFIX = "CLOUDDDP_"
@@ -63,17 +64,22 @@ NAMES = (
     "CLOUDDDP_DIST_BACKEND",
     "CLOUDDDP_COLLECTIVE_TIMEOUT",
     "CLOUDDDP_SIGTERM_GRACE",
+    "CLOUDDDP_NUM_NODES",
+    "CLOUDDDP_PROCESSES_PER_NODE",
     TENSORBOARD_DIR,
 )
 
 
 @dataclass(frozen=True)
 class Places:
-    """Where things are inside a job on one backend (paths, or the backend's own expressions)."""
+    """Where things are inside a job on one backend (paths, or the backend's own expressions), and the shape the
+    backend runs it in (the local backend's comes from ``local.*``, the clouds' from ``resources.*``)."""
 
     model_dir: str
     checkpoint_dir: str | None
     """None when checkpointing is off."""
+    nodes: int
+    processes_per_node: int
     inputs: Mapping[str, str] = field(default_factory=dict)
     """Input name -> where it is inside the job."""
     tensorboard_dir: str | None = None
@@ -95,6 +101,8 @@ def contract_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, s
         "CLOUDDDP_CHECKPOINT_EVERY": str(ckpt.every_epochs if ckpt.enabled else 0),
         "CLOUDDDP_CHECKPOINT_MINUTES": str(ckpt.every_minutes if ckpt.enabled and ckpt.every_minutes else 0),
         "CLOUDDDP_SIGTERM_GRACE": str(sigterm_grace),
+        "CLOUDDDP_NUM_NODES": str(places.nodes),
+        "CLOUDDDP_PROCESSES_PER_NODE": str(places.processes_per_node),
     }
     if ckpt.enabled and places.checkpoint_dir is not None:
         env[CHECKPOINT_DIR] = places.checkpoint_dir
@@ -124,9 +132,45 @@ def job_env(
             f"env.{taken[0]}: names starting with {PREFIX} are set by cloudddp on every backend",
             hint="rename the variable; docs/runtime-contract.md lists what is set",
         )
-    extra = {k: v for k, v in {**launcher_grace(sigterm_grace), **(presets or {})}.items() if k not in user}
+    plain = {k: v for k, v in user.items() if k not in sources}  # a secret or from_env value is never expanded
+    user.update({k: expanded(spec, places, v, f"env.{k}") for k, v in plain.items()})
+    framework = {} if on_gpu else {"ACCELERATE_USE_CPU": "true"}
+    everything = {**launcher_grace(sigterm_grace), **framework, **(presets or {})}
+    extra = {k: v for k, v in everything.items() if k not in user}
     contract = contract_env(spec, backend, places, on_gpu=on_gpu, sigterm_grace=sigterm_grace)
     return {**user, **extra, **contract}, sources
+
+
+def placeholder_values(spec: JobSpec, places: Places) -> dict[str, str]:
+    """What each placeholder of :mod:`cloudddp.spec.placeholders` stands for in this job on this backend (a place
+    the job does not have is absent: checkpoints off, no TensorBoard output)."""
+    values = {
+        "nodes": str(places.nodes),
+        "processes_per_node": str(places.processes_per_node),
+        "world_size": str(places.nodes * places.processes_per_node),
+        "model_dir": places.model_dir,
+        "output_dir": places.model_dir,
+        "job_name": spec.name,
+        **{f"{INPUT}{name}": where for name, where in places.inputs.items()},
+    }
+    if places.checkpoint_dir is not None and spec.checkpoint.enabled:
+        values["checkpoint_dir"] = places.checkpoint_dir
+    if places.tensorboard_dir is not None and "tensorboard" in spec.outputs:
+        values["tensorboard_dir"] = places.tensorboard_dir
+    return values
+
+
+def expanded(spec: JobSpec, places: Places, text: str, field: str) -> str:
+    """``text`` with its placeholders expanded for this job; a UserError naming ``field`` for a place the job does
+    not have."""
+    try:
+        return expand(text, placeholder_values(spec, places))
+    except KeyError as e:
+        name = e.args[0]
+        needs = "checkpointing on (checkpoint.enabled)" if name == "checkpoint_dir" else "outputs.tensorboard"
+        raise UserError(
+            f"{field}: {{{{{name}}}}} names a folder this job does not have", hint=f"the placeholder needs {needs}"
+        ) from None
 
 
 def launcher_grace(sigterm_grace: int) -> dict[str, str]:
@@ -371,12 +415,15 @@ class Program:
 
 
 def program(spec: JobSpec, places: Places) -> Program:
-    """The program of ``spec`` with its inputs' arguments pointing where ``places`` says they are."""
+    """The program of ``spec`` with its inputs' arguments pointing where ``places`` says they are and its
+    placeholders (``{{nodes}}``, ``{{checkpoint_dir}}``...) expanded for this backend."""
     inputs = _input_args(spec, places)
     if spec.code.command is not None:
-        return Program((*spec.code.command, *inputs), python=False)
+        words = tuple(expanded(spec, places, w, "code.command") for w in spec.code.command)
+        return Program((*words, *inputs), python=False)
     assert spec.code.entry is not None, "the spec's own check: code.entry is set when code.command is not"
-    return Program((spec.code.entry, *spec.code.args, *inputs), python=True)
+    args = tuple(expanded(spec, places, w, "code.args") for w in spec.code.args)
+    return Program((spec.code.entry, *args, *inputs), python=True)
 
 
 def _input_args(spec: JobSpec, places: Places) -> list[str]:

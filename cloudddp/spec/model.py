@@ -21,6 +21,7 @@ from typing import Annotated, Any, ClassVar, Protocol
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
 
 from cloudddp.errors import UserError
+from cloudddp.spec.placeholders import unknown
 from cloudddp.spec.sections import (
     HIDDEN,
     MAX_SECONDS,
@@ -176,7 +177,18 @@ class JobSpec(Strict):
             raise ValueError("distribution.backend smddp needs GPUs: set resources.gpus_per_node")
         if d.backend == "nccl" and self.resources.gpus_per_node == 0:
             raise ValueError("distribution.backend nccl needs GPUs: set resources.gpus_per_node, or use gloo")
+        self._known_placeholders()
         return self
+
+    def _known_placeholders(self) -> None:
+        """Every ``{{inputs.NAME}}`` names one of the job's inputs (the sections check the other names, with
+        their lines: :mod:`cloudddp.spec.placeholders`), so a typo fails here and not on the cloud."""
+        words = [("code.command", w) for w in self.code.command or ()] + [("code.args", w) for w in self.code.args]
+        words += [(f"env.{k}", e.value) for k, e in self.env.items() if e.value is not None and not e.secret]
+        for where, text in words:
+            why = unknown(text, self.inputs)
+            if why:
+                raise ValueError(f"{where}: {why}")
 
     # -- conveniences every backend uses ---------------------------------------------------------
     @property

@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from cloudddp.spec.placeholders import unknown
+
 _DURATION = re.compile(r"^\s*(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?\s*(?:(\d+)\s*s?)?\s*\Z")
 MAX_SECONDS = 28 * 24 * 3600  # SageMaker's and Azure ML's longest job runtime
 _CHECKPOINT_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
@@ -106,6 +108,15 @@ class Code(Strict):
     def _scalars_to_str(cls, v: Any) -> Any:
         if isinstance(v, list):
             return [str(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x for x in v]
+        return v
+
+    @field_validator("args", "command")
+    @classmethod
+    def _known_placeholders(cls, v: list[str] | None) -> list[str] | None:
+        for word in v or ():
+            why = unknown(word)
+            if why:
+                raise ValueError(why)
         return v
 
     @model_validator(mode="after")
@@ -253,6 +264,9 @@ class EnvValue(Strict):
     def _one_source(self) -> EnvValue:
         if (self.value is None) == (self.from_env is None):
             raise ValueError("give exactly one of `value` or `from_env`")
+        why = None if self.secret or self.value is None else unknown(self.value)
+        if why:
+            raise ValueError(why)
         if self.secret and self.value is not None and len(self.value) < MIN_SECRET_CHARS:
             raise ValueError(
                 f"a secret value needs {MIN_SECRET_CHARS} characters or more: a shorter one cannot be told apart "

@@ -254,6 +254,8 @@ def _places(spec: JobSpec) -> Places:
     """Where things are in the job: Azure ML's bindings, which it replaces with the mounted paths."""
     return Places(
         model_dir="${{outputs.model}}",
+        nodes=spec.resources.nodes,
+        processes_per_node=spec.resources.processes,
         checkpoint_dir="${{outputs.checkpoints}}" if spec.checkpoint.enabled else None,
         tensorboard_dir="${{outputs.tensorboard}}",
         inputs={name: f"${{{{inputs.{name}}}}}" for name in spec.inputs},

@@ -109,7 +109,7 @@ def decide(spec: JobSpec, opts: LocalOptions, *, backend: str, sigterm_grace: in
     process_group = "gloo" if nccl_without_cuda else asked
     estimate = time_estimate(spec, device, nnodes, nproc)
     folder = checkpoint_dir(spec)
-    places = _places(spec, folder, backend)
+    places = _places(spec, folder, backend, nnodes, nproc)
     env, sources = job_env(spec, backend, places, on_gpu=device == "cuda", sigterm_grace=sigterm_grace)
     env["CLOUDDDP_DIST_BACKEND"] = process_group
     own_script = not is_shared_script(spec)
@@ -183,9 +183,11 @@ def checkpoint_dir(spec: JobSpec) -> Path:
     return (spec.base_dir / checkpoint_folder(spec, str(home() / "checkpoints"))).resolve()
 
 
-def _places(spec: JobSpec, checkpoints: Path, backend: str) -> Places:
+def _places(spec: JobSpec, checkpoints: Path, backend: str, nodes: int, processes_per_node: int) -> Places:
     return Places(
         model_dir=f"{RUN_DIR}/outputs",
+        nodes=nodes,
+        processes_per_node=processes_per_node,
         tensorboard_dir=_local_output(spec, "tensorboard", f"{RUN_DIR}/tensorboard"),
         checkpoint_dir=str(checkpoints),
         # resolved, not required to exist yet: the preflight check says when one is missing

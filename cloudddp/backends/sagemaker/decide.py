@@ -289,6 +289,8 @@ def _input(spec: JobSpec, name: str, prefix: str) -> tuple[str, dict[str, Any] |
 def _launch(spec: JobSpec, size: SizeDecision, image: str, how: str, sigterm_grace: int) -> Launch:
     places = Places(
         model_dir=MODEL_DIR,
+        nodes=spec.resources.nodes,
+        processes_per_node=spec.resources.processes,
         checkpoint_dir=CHECKPOINT_LOCAL,
         tensorboard_dir=TENSORBOARD_LOCAL,
         inputs={name: f"/opt/ml/input/data/{name}" for name in spec.inputs},

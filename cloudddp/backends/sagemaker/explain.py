@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from cloudddp.backends.sagemaker.decide import TENSORBOARD_LOCAL, SageMakerDecision
 from cloudddp.code import container_init
 from cloudddp.code.shim import SHIPPED_AS
@@ -58,9 +60,11 @@ def _stop_line(d: SageMakerDecision) -> str:
 def _running(d: SageMakerDecision) -> list[str]:
     """How the processes start, and what SageMaker keeps, syncs, waits for and retries."""
     checkpoints = d.storage.checkpoint_uri
+    argv = shlex.join(d.launch.payload["argv"])
     lines = [
+        f"each process runs: {argv} (in the launcher's payload, cloudddp-NN, base64)",
         f"checkpoints in {checkpoints} ({d.storage.checkpoint_owner}): a resubmit finds its checkpoints there "
-        "(not read at render)"
+        "(not read at render)",
     ]
     if d.launch.unset_proto:
         lines.append(

@@ -17,6 +17,8 @@ def places(spec: JobSpec, opts: SlurmOptions, layout: Layout) -> Places:
     """Where the job's model, TensorBoard logs, checkpoints and inputs are on the cluster."""
     return Places(
         model_dir=output_dir(spec, opts, "model", layout.model_dir) or layout.model_dir,
+        nodes=spec.resources.nodes,
+        processes_per_node=spec.resources.processes,
         tensorboard_dir=output_dir(spec, opts, "tensorboard", f"{layout.run_dir}/tensorboard"),
         checkpoint_dir=checkpoints(spec, opts, layout),
         inputs={name: input_path(spec, opts, name) for name in spec.inputs},

@@ -1,0 +1,61 @@
+"""Placeholders a spec's arguments and environment use to name the job's shape and places on every backend.
+
+One ``job.yaml`` serves every backend although each runs the job in another shape and at other paths: local 2×2
+from ``local.*``, the cloud's from ``resources.*``, checkpoints in a local folder, an S3-synced one or an Azure ML
+output. A framework that must be told the shape (Lightning's ``--trainer.num_nodes``) or a folder (Hugging Face's
+``--output_dir``) gets it from a placeholder, which each backend expands in what it runs and ``render`` shows
+expanded::
+
+    code:
+      args: [--trainer.num_nodes, "{{nodes}}", --trainer.devices, "{{processes_per_node}}"]
+
+The syntax is double braces because single braces (``{epoch}``) are Python format fields that frameworks take as
+arguments themselves (Lightning's checkpoint ``filename``), ``$X`` and ``${X}`` belong to the shell and
+``${x.y}`` to Hydra/OmegaConf (and ``${{...}}`` to Azure ML, whose bindings pass through untouched). A name this module does not know is an error at load, so a typo never reaches the
+cloud; a literal ``{{`` followed by a known name cannot be written (none of those tools needs one).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+
+PATTERN = re.compile(r"(?<!\$)\{\{\s*([^{}\s]+)\s*\}\}")
+"""``{{name}}``, but not Azure ML's own ``${{outputs.x}}`` bindings, which a spec may still write for Azure ML."""
+INPUT = "inputs."
+NAMES = {
+    "nodes": "the job's node count",
+    "processes_per_node": "processes on each node",
+    "world_size": "every process of the job (nodes × processes_per_node)",
+    "checkpoint_dir": "the training's checkpoint folder (CLOUDDDP_CHECKPOINT_DIR; needs checkpointing on)",
+    "model_dir": "where rank 0 writes what the run keeps (CLOUDDDP_MODEL_DIR)",
+    "output_dir": "the same folder as model_dir, under the name frameworks give it",
+    "tensorboard_dir": "where TensorBoard logs go (CLOUDDDP_TENSORBOARD_DIR)",
+    "job_name": "the job's name",
+}
+"""Every placeholder but ``{{inputs.NAME}}`` (input NAME's path inside the job), with what it stands for."""
+
+
+def names_in(text: str) -> list[str]:
+    """The placeholder names ``text`` uses, in order."""
+    return PATTERN.findall(text)
+
+
+def unknown(text: str, inputs: Iterable[str] | None = None) -> str | None:
+    """Why a placeholder in ``text`` names nothing (with the closest name), or None when every one is known.
+    ``inputs``: the job's input names; None accepts any ``{{inputs.NAME}}`` (a section that cannot see them)."""
+    known = [*NAMES, *(INPUT + name for name in inputs or ())]
+    for name in names_in(text):
+        if name not in known and not (inputs is None and name.startswith(INPUT)):
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {{{{{close[0]}}}}}? " if close else ""
+            listed = ", ".join("{{" + k + "}}" for k in [*known, *([] if known[len(NAMES) :] else [INPUT + "NAME"])])
+            return f"unknown placeholder {{{{{name}}}}} in {text!r}: {hint}known: {listed}"
+    return None
+
+
+def expand(text: str, values: Mapping[str, str]) -> str:
+    """``text`` with each placeholder replaced by its value (a name missing from ``values`` raises KeyError: the
+    caller says why that place does not exist in this job)."""
+    return PATTERN.sub(lambda m: values[m.group(1)], text)
