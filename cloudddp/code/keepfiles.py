@@ -18,7 +18,10 @@ What breaks a link, and how it is handled:
   match are linked at start and new matches are saved as above (restore-and-save).
 - **a working folder where no link can be made** (a read-only or link-less filesystem): the kept copy is copied
   in instead and saved back as above, and the launcher says so, naming the path and the error.
-- **deleting the path** removes the link, not the kept copy: delete it in the checkpoint folder too.
+- **deleting the path** (a framework's rotation: Lightning's ``save_top_k``, Hugging Face's ``save_total_limit``
+  removing an old checkpoint) removes the link; at its next look the keeper removes the kept copy too, so the kept
+  set follows the script's and a resumed run finds only the files the script still had. A path is forgotten only
+  when this run saw it (linked or saved it) and it is gone, link and all: a file never seen is left alone.
 
 With ``CLOUDDDP_RESUME=never`` (``checkpoint.resume: never``) the kept copies are removed before the program
 starts: it begins from scratch, and what it saves is kept for the next run.
@@ -101,6 +104,8 @@ class Keeper:
         """A plain file's (mtime, size) at the last look: saved once it stops changing."""
         self.saved: dict[Path, tuple[float, int]] = {}
         """A plain file's (mtime, size) when it was last saved: not copied again unchanged."""
+        self.known: set[Path] = set()
+        """The paths this run linked or saved: one that disappears was deleted by the script."""
 
     # -- where things are ------------------------------------------------------------------------
     def place(self, declared: str) -> Path:
@@ -159,6 +164,7 @@ class Keeper:
             path.unlink()
         elif path.exists():
             return [f"{TAG} {path} is a folder: declare the files in it (e.g. {path.name}/**)"]
+        self.known.add(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             os.symlink(kept, path)
@@ -189,8 +195,26 @@ class Keeper:
                     print(f"{TAG} could not save {path}: {e}", file=sys.stderr, flush=True)
                     continue
                 self.saved[path] = now
+                self.known.add(path)
                 saved.append(str(path))
+            self._forget_deleted()
         return saved
+
+    def _forget_deleted(self) -> None:
+        """Remove the kept copy of every known path the script deleted (and the folders that leaves empty)."""
+        for path in [p for p in self.known if not os.path.lexists(p)]:
+            self.known.discard(path)
+            self.saved.pop(path, None)
+            kept = self.kept_copy(path)
+            with contextlib.suppress(FileNotFoundError):
+                kept.unlink()
+            folder = kept.parent
+            while folder != self.kept and self.kept in folder.parents:
+                try:
+                    folder.rmdir()  # only while empty: another kept file in it stops the walk
+                except OSError:
+                    break
+                folder = folder.parent
 
     def _plain_files(self) -> list[Path]:
         found: dict[Path, None] = {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -137,6 +138,34 @@ def test_a_pattern_links_the_kept_files_and_saves_new_ones(tmp_path: Path) -> No
     assert (ckpt / "files" / "logs" / "x" / "l.txt").read_text() == "log"
     assert matches(["state/*.json"], "state/new.json") and not matches(["state/*.json"], "state/deep/b.json")
     assert matches(["logs/**/*.txt"], "logs/x/l.txt") and matches(["./snapshot.pt"], "snapshot.pt")
+
+
+def test_a_kept_file_the_script_deletes_leaves_the_kept_set_as_a_frameworks_rotation_expects(tmp_path: Path) -> None:
+    """Lightning's ``save_top_k`` and Hugging Face's ``save_total_limit`` delete old checkpoints: the kept copies
+    follow, so the next run is not handed back every checkpoint ever written (and nothing the script still has,
+    or never saw, is touched)."""
+    ckpt, work = tmp_path / "ckpt", tmp_path / "work"
+    (ckpt / "files" / "out" / "checkpoint-1").mkdir(parents=True)
+    (ckpt / "files" / "out" / "checkpoint-1" / "model.pt").write_text("1")
+    (ckpt / "files" / "out" / "checkpoint-1" / "trainer_state.json").write_text("{}")
+    (ckpt / "files" / "other.txt").write_text("not declared")
+    work.mkdir()
+    keeper = Keeper(["out/**", "last.ckpt"], work, ckpt)
+    keeper.link()
+    (work / "out" / "checkpoint-2").mkdir()
+    (work / "out" / "checkpoint-2" / "model.pt").write_text("2")
+    keeper.save(final=True)
+    assert (ckpt / "files" / "out" / "checkpoint-2" / "model.pt").read_text() == "2"
+    shutil.rmtree(work / "out" / "checkpoint-1")  # save_total_limit=1: the older folder goes
+    (work / "last.ckpt").unlink()  # a link to a kept copy that does not exist yet: nothing to remove
+    keeper.save()
+    assert not (ckpt / "files" / "out" / "checkpoint-1").exists(), "the deleted folder's kept copies are gone"
+    assert (ckpt / "files" / "out" / "checkpoint-2" / "model.pt").read_text() == "2"
+    assert (ckpt / "files" / "other.txt").exists(), "a kept file this run never saw is left alone"
+    fresh = tmp_path / "work2"
+    fresh.mkdir()
+    Keeper(["out/**"], fresh, ckpt).link()
+    assert sorted(p.name for p in (fresh / "out").iterdir()) == ["checkpoint-2"]
 
 
 def test_where_no_link_can_be_made_the_file_is_copied_in_and_saved_back_and_it_says_why(
