@@ -41,8 +41,8 @@ system-deps:
 # import layers (import-linter: a module imports only from layers below its own; docs/architecture.md), and the
 # code's shape (no function over 80 lines, no module over 500, but for the reasoned allowances in the script).
 lint: venv
-	$(BIN)/ruff check cloudddp tests bench src_train
-	$(BIN)/ruff format --check cloudddp tests bench src_train
+	$(BIN)/ruff check cloudddp tests bench src_train examples
+	$(BIN)/ruff format --check cloudddp tests bench src_train examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m tests.support.shape

@@ -65,8 +65,13 @@ class RandomRegression(L.LightningDataModule):
         self.train, self.val = TensorDataset(x[:split], y[:split]), TensorDataset(x[split:], y[split:])
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.train, batch_size=self.batch_size, shuffle=True, num_workers=self.workers,
-                          persistent_workers=self.workers > 0)
+        return DataLoader(
+            self.train,
+            batch_size=self.batch_size,
+            shuffle=True,
+            num_workers=self.workers,
+            persistent_workers=self.workers > 0,
+        )
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val, batch_size=self.batch_size, num_workers=0)
@@ -94,8 +99,13 @@ def main() -> None:
     args = parser.parse_args()
 
     L.seed_everything(0, workers=True)
-    checkpoint = ModelCheckpoint(dirpath=os.path.join(args.root, "checkpoints"), save_last=True, save_top_k=2,
-                                 monitor="train_loss", every_n_train_steps=args.every_n_steps)
+    checkpoint = ModelCheckpoint(
+        dirpath=os.path.join(args.root, "checkpoints"),
+        save_last=True,
+        save_top_k=2,
+        monitor="train_loss",
+        every_n_train_steps=args.every_n_steps,
+    )
     trainer = L.Trainer(
         accelerator="auto",
         devices=args.devices,
