@@ -11,7 +11,7 @@ backend already reads (:mod:`cloudddp.observe.metrics`).
 - ``metrics.csv`` beside an ``hparams.yaml`` or in a ``version_N`` folder (Lightning's CSVLogger): each new row
   once (``step`` and ``epoch`` set the record's, the other non-empty cells are its values). Lightning rewrites the
   file with a wider header when a new column appears; the rows read before are then skipped by count.
-- ``events.out.tfevents.*``: the scalars of each new event (``simple_value``, or a scalar float/int tensor) with
+- ``events.out.tfevents.*``: the scalars of each new event (``simple_value``, or a scalar tensor) with
   the event's step and wall time; consecutive events of one step make one record. Read with tensorboard's own
   ``EventFileLoader``, which keeps its place in the file; without tensorboard in the job, the launcher says once
   what to install.
@@ -185,23 +185,21 @@ TENSOR_FORMATS = {1: "<f", 2: "<d", 3: "<i", 9: "<q"}
 
 
 def scalar(value: Any) -> float | None:
-    """One summary value's number: ``simple_value`` (PyTorch's SummaryWriter, tensorboardX), or a scalar tensor
-    (TensorFlow 2's ``tf.summary.scalar``); None for an image, a histogram, text."""
-    if value.HasField("simple_value"):
-        number_ = float(value.simple_value)
-    elif value.HasField("tensor") and not value.tensor.tensor_shape.dim:
-        tensor = value.tensor
-        listed = list(tensor.float_val) or list(tensor.double_val) or list(tensor.int_val) or list(tensor.int64_val)
-        layout = TENSOR_FORMATS.get(tensor.dtype)
-        if listed:
-            number_ = float(listed[0])
-        elif layout and len(tensor.tensor_content) == struct.calcsize(layout):
-            number_ = float(struct.unpack(layout, tensor.tensor_content)[0])
-        else:
-            return None
+    """One summary value's number, None for an image, a histogram, text. ``EventFileLoader`` gives every scalar as
+    TensorFlow 2 writes it, a scalar tensor of the ``scalars`` plugin (the ``simple_value`` of PyTorch's
+    SummaryWriter or tensorboardX is turned into one)."""
+    tensor = value.tensor
+    if value.metadata.plugin_data.plugin_name != "scalars" or tensor.tensor_shape.dim:
+        return None
+    listed = list(tensor.float_val) or list(tensor.double_val) or list(tensor.int_val) or list(tensor.int64_val)
+    layout = TENSOR_FORMATS.get(tensor.dtype)
+    if listed:
+        found = float(listed[0])
+    elif layout and len(tensor.tensor_content) == struct.calcsize(layout):
+        found = float(struct.unpack(layout, tensor.tensor_content)[0])
     else:
         return None
-    return number_ if math.isfinite(number_) else None
+    return found if math.isfinite(found) else None
 
 
 def event_loader() -> Any:

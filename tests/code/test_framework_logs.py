@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +74,7 @@ def test_a_half_written_row_waits_for_the_next_look(tmp_path: Path) -> None:
 
 
 def test_tensorboard_scalars_keep_their_step_and_time_and_are_read_on_from_where_they_were(tmp_path: Path) -> None:
+    import torch
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(tmp_path / "runs" / "exp")  # what Lightning's TensorBoardLogger and HF's callback use
@@ -80,6 +83,7 @@ def test_tensorboard_scalars_keep_their_step_and_time_and_are_read_on_from_where
     writer.add_scalar("lr", 0.1, 10)
     writer.add_scalar("train/loss", 1.0, 20)
     writer.add_text("note", "not a number", 20)
+    writer.add_histogram("weights", torch.arange(4.0), 20)
     writer.flush()
     watcher.look()
     assert [{k: v for k, v in r.items() if k != "time"} for r in seen] == [
@@ -94,20 +98,26 @@ def test_tensorboard_scalars_keep_their_step_and_time_and_are_read_on_from_where
 
 
 def test_scalar_tensors_as_tensorflow_2_writes_them_are_read(tmp_path: Path) -> None:
-    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
     from tensorboard.util import tensor_util
 
+    def plugin(name: str) -> Any:
+        return summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=name))
+
+    as_bytes = tensor_pb2.TensorProto(dtype=types_pb2.DT_DOUBLE, tensor_content=struct.pack("<d", 2.5))
+    tensors = [(1, tensor_util.make_tensor_proto(0.25)), (2, tensor_util.make_tensor_proto(3)), (3, as_bytes)]
     writer = EventFileWriter(str(tmp_path))
-    for step, value in ((1, 0.25), (2, 3)):
-        summary = summary_pb2.Summary(
-            value=[summary_pb2.Summary.Value(tag="loss", tensor=tensor_util.make_tensor_proto(value))]
-        )
-        writer.add_event(event_pb2.Event(step=step, wall_time=1.0, summary=summary))
+    for step, tensor in tensors:
+        values = [
+            summary_pb2.Summary.Value(tag="loss", tensor=tensor, metadata=plugin("scalars")),
+            summary_pb2.Summary.Value(tag="other", tensor=tensor, metadata=plugin("hparams")),  # not a scalar's
+        ]
+        writer.add_event(event_pb2.Event(step=step, wall_time=1.0, summary=summary_pb2.Summary(value=values)))
     writer.close()
     watcher, seen = watching(tmp_path)
     watcher.look()
-    assert seen == [{"step": 1, "time": 1.0, "loss": 0.25}, {"step": 2, "time": 1.0, "loss": 3.0}]
+    assert seen == [{"step": s, "time": 1.0, "loss": v} for s, v in ((1, 0.25), (2, 3.0), (3, 2.5))]
 
 
 def test_without_tensorboard_the_job_is_told_once_what_to_install(
@@ -164,3 +174,28 @@ def test_the_shipped_launcher_prints_the_rows_as_metric_lines_on_rank_0(
         f'[rank{rank}]:CLOUDDDP_METRIC {{"step":2,"epoch":1,"loss":0.5}}',
     ]
     assert done.stdout.splitlines() == (expected if printed else [])
+
+
+def test_rows_are_printed_while_the_program_runs_and_once_more_when_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(framework_logs, "EVERY", 0.05)
+    folder = tmp_path / "lightning_logs" / "version_0"
+    folder.mkdir(parents=True)
+    log = folder / "metrics.csv"
+    log.write_text("epoch,step,loss\n")
+    watcher, seen = watching(tmp_path)
+    watcher.read_past()
+    watcher.start()
+    with open(log, "a") as f:
+        f.write("0,0,1.5\n")
+    deadline = time.monotonic() + 10
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert seen == [{"step": 0, "epoch": 0, "loss": 1.5}]  # live, before the program ends
+    monkeypatch.setattr(framework_logs, "EVERY", 3600.0)
+    time.sleep(0.2)  # the thread now sleeps for an hour
+    with open(log, "a") as f:
+        f.write("0,1,1.0\n")
+    watcher.stop()  # the last look, when the program has ended
+    assert seen[1:] == [{"step": 1, "epoch": 0, "loss": 1.0}] and not watcher.thread.is_alive()
