@@ -1,0 +1,101 @@
+"""The conformance matrix, SageMaker cell: the Lightning project of ``examples/`` as it is, rehearsed as AWS ships
+it (tests/support/sagemaker_container.py: the request cloudddp sent, AWS's real training toolkit, one
+namespace-isolated container per host), stopped as StopTrainingJob stops it, resumed by a second job from the
+checkpoint SageMaker synced to S3, with its metrics read back from CloudWatch the way ``cloudddp metrics`` does.
+
+2 hosts × 1 process, not 1 × 2: across hosts ``{{nodes}}`` must expand to 2 for Lightning's ``num_nodes``, the stop
+reaches two containers whose ranks must agree on it over the network, only algo-1's disk holds rank 0's
+``last.ckpt`` and ``metrics.csv``, and both hosts of the second job must find the checkpoint SageMaker restored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import torch
+import yaml
+
+from cloudddp.api import Run
+from cloudddp.backends.sagemaker import SageMakerBackend
+from cloudddp.observe.metrics import MetricRecord
+from cloudddp.runs.registry import Registry
+from tests.backends.sagemaker.test_container_rehearsal import CPU_IMAGE, REGION, ROLE, aws, launch, run, succeeded
+from tests.support.aws_emulator import own_bucket, put_logs
+from tests.support.frameworks import project, steps_in
+from tests.support.sagemaker_container import Aws, Rehearsal, Stop
+
+pytestmark = pytest.mark.slow
+__all__ = ["aws"]  # the module's moto environment, shared with the container rehearsals
+
+ARGS = ["--num-nodes", "{{nodes}}", "--devices", "{{processes_per_node}}", "--root", "{{checkpoint_dir}}"]
+ONCE = ["--max-epochs", "1", "--every-n-steps", "1000"]
+"""One epoch (1792 samples, batches of 32, 2 ranks: 28 steps); no periodic checkpoint before it ends, so a
+resume can only come from the stop's own ``last.ckpt``."""
+TRAINING = 'CLOUDDDP_METRIC {"step":'
+"""The first metric line the launcher reads out of rank 0's metrics.csv: training runs, the moment to stop."""
+GRACE = 60.0
+
+
+def lightning_job(root: Path, args: list[str]) -> dict[str, Any]:
+    job: dict[str, Any] = yaml.safe_load(project("lightning", root, args).read_text())
+    job["code"]["dir"] = str(root / "lightning")
+    job["resources"] = {"nodes": 2, "gpus_per_node": 0, "processes_per_node": 1, "interconnect": "any"}
+    job["sagemaker"] = {
+        "region": REGION,
+        "role": ROLE,
+        "bucket": own_bucket(root),  # the test's own: both jobs find the same checkpoints there
+        "instance_type": "ml.m5.xlarge",
+        "image": CPU_IMAGE,
+    }
+    return job
+
+
+def text(rehearsal: Rehearsal) -> str:
+    return "\n".join(host.log for host in rehearsal.hosts)
+
+
+def read_back(request: dict[str, Any], rehearsal: Rehearsal) -> list[MetricRecord]:
+    """The job's metric records as ``cloudddp metrics`` reads them: the hosts' output sent to CloudWatch Logs
+    (moto) as SageMaker sends it, read back through the Run API."""
+    job = request["TrainingJobName"]
+    for host in rehearsal.hosts:
+        put_logs(job, host.name, [line for line in host.lines if line], 0)  # CloudWatch keeps no empty event
+    backend = SageMakerBackend(registry=Registry(), session=boto3.session.Session(region_name=REGION))
+    return list(Run(job, backend).metrics())
+
+
+def metric_steps(request: dict[str, Any], rehearsal: Rehearsal, name: str) -> list[int]:
+    """The steps of ``name``'s records, read back as ``cloudddp metrics`` reads them."""
+    return [r.step for r in read_back(request, rehearsal) if name in r.values and r.step is not None]
+
+
+@pytest.mark.timeout(300)
+def test_lightning_on_two_hosts_stops_into_last_ckpt_and_a_second_job_resumes_from_it(tmp_path: Path, aws: Aws) -> None:
+    request = launch(lightning_job(tmp_path / "a", [*ARGS, *ONCE, "--step-sleep", "0.1"]), "lit1")
+    stop = Stop(on=TRAINING, grace=GRACE)
+    first = run(request, tmp_path / "first", aws, stop=stop, timeout=GRACE + 120)
+    log = text(first)
+    print(f"\nlightning 2x1 stopped: {first.seconds:.1f} s")
+    assert stop.sent_at is not None, log[-4000:]
+    assert all(host.returncode is not None for host in first.hosts), log[-4000:]  # none needed the SIGKILL
+    kept = first.host("algo-1").opt_ml.parent / "opt-ml" / "checkpoints" / "checkpoints" / "last.ckpt"
+    stopped_at = torch.load(kept, map_location="cpu", weights_only=False)["global_step"]
+    assert 5 <= stopped_at < 28, log[-4000:]
+    before = metric_steps(request, first, "train_loss")
+    assert before and before == sorted(set(before)) and before[-1] < stopped_at, before
+
+    more = lightning_job(tmp_path / "b", [*ARGS, *ONCE])
+    more["checkpoint"] = {"path": request["CheckpointConfig"]["S3Uri"]}  # the first job's checkpoints
+    again = launch(more, "lit2")
+    second = run(again, tmp_path / "second", aws)
+    print(f"lightning 2x1 resumed: {second.seconds:.1f} s")
+    succeeded(second)
+    log = text(second)
+    assert "Restored all states from the checkpoint at /opt/ml/checkpoints/checkpoints/last.ckpt" in log, log[-4000:]
+    # Both ranks ended together at the epoch's end: each loaded the stop's step from SageMaker's copy on its host.
+    assert steps_in(r"finished at step (\d+)", log) == [28, 28], log[-4000:]
+    after = metric_steps(again, second, "train_loss")
+    assert after and stopped_at <= after[0] < stopped_at + 5 and after[-1] <= 28, (stopped_at, after)
