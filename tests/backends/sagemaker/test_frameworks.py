@@ -35,7 +35,8 @@ ONCE = ["--max-epochs", "1", "--every-n-steps", "1000"]
 """One epoch (1792 samples, batches of 32, 2 ranks: 28 steps); no periodic checkpoint before it ends, so a
 resume can only come from the stop's own ``last.ckpt``."""
 TRAINING = 'CLOUDDDP_METRIC {"step":'
-"""The first metric line the launcher reads out of rank 0's metrics.csv: training runs, the moment to stop."""
+"""The first metric line the launcher reads out of rank 0's metrics.csv: training runs, the moment to stop. The
+launcher looks every 5 s, so the first job's steps take 0.5 s (14 s an epoch): the stop lands mid-epoch."""
 GRACE = 60.0
 
 
@@ -74,7 +75,7 @@ def metric_steps(request: dict[str, Any], rehearsal: Rehearsal, name: str) -> li
 
 @pytest.mark.timeout(300)
 def test_lightning_on_two_hosts_stops_into_last_ckpt_and_a_second_job_resumes_from_it(tmp_path: Path, aws: Aws) -> None:
-    request = launch(lightning_job(tmp_path / "a", [*ARGS, *ONCE, "--step-sleep", "0.1"]), "lit1")
+    request = launch(lightning_job(tmp_path / "a", [*ARGS, *ONCE, "--step-sleep", "0.5"]), "lit1")
     stop = Stop(on=TRAINING, grace=GRACE)
     first = run(request, tmp_path / "first", aws, stop=stop, timeout=GRACE + 120)
     log = text(first)

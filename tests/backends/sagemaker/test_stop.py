@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 
 from tests.backends.sagemaker.test_container_rehearsal import CPU_IMAGE, REGION, ROLE, aws, launch, run, succeeded
+from tests.backends.sagemaker.test_frameworks import metric_steps
 from tests.support.aws_emulator import own_bucket
 from tests.support.dataloader_saver import (
     ENTRY,
+    METRICS,
     RUNNING,
     WORKER_KILLED,
     dataloader_saver_code,
@@ -45,6 +47,7 @@ def saver_job(root: Path, nodes: int, processes: int, args: list[str]) -> dict[s
         "name": "dataloader-saver",
         "code": {"dir": str(dataloader_saver_code(root)), "entry": ENTRY, "args": args},
         "resources": {"nodes": nodes, "gpus_per_node": 0, "processes_per_node": processes, "interconnect": "any"},
+        "metrics": METRICS,  # the loss the script prints in its own words
         "sagemaker": {
             "region": REGION,
             "role": ROLE,
@@ -90,13 +93,14 @@ def test_a_stop_lets_an_own_script_with_dataloader_workers_save_for_60_s_and_a_s
     bucket, _, prefix = request["CheckpointConfig"]["S3Uri"].removeprefix("s3://").partition("/")
     listed = aws.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix + "/").get("Contents", [])
     assert "dataloader-saver.pt" in {o["Key"].rsplit("/", 1)[1] for o in listed}
+    assert metric_steps(request, first, "loss") == list(range(1, step + 1))  # each step's loss once, rank 0's
 
     more = saver_job(tmp_path, nodes, processes, ["--steps", "3", "--save-delay", "0"])
     more["checkpoint"] = {"path": request["CheckpointConfig"]["S3Uri"]}  # other arguments: name the first's folder
-    second = run(
-        launch(more, f"e{nodes}{processes}" + toolkit.replace(".", "")), tmp_path / "second", aws, toolkit=toolkit
-    )
+    more_request = launch(more, f"e{nodes}{processes}" + toolkit.replace(".", ""))
+    second = run(more_request, tmp_path / "second", aws, toolkit=toolkit)
     succeeded(second)
     log = text(second)
     assert resumed(log) == {rank: (step, epoch) for rank in range(nodes * processes)}, log[-4000:]
     assert f"rank 0 finished at step {step + 3} " in log, log[-4000:]
+    assert metric_steps(more_request, second, "loss") == [step + 1, step + 2, step + 3]
