@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from cloudddp.api import Run
 from tests.backends.azureml.test_recovery import rig, submitted
 from tests.support.azure_launchers import Datastores
 from tests.support.azure_nodes import AzureNodes
@@ -52,13 +53,16 @@ def trainer_job(root: Path) -> Path:
     return spec
 
 
-def loss_steps(run_id: str) -> list[int]:
-    """The steps of the loss records ``cloudddp metrics --json`` prints: the Trainer prints its epoch (a fraction),
-    not its step."""
-    shown = cli("metrics", run_id, "--json")
-    assert shown.returncode == 0, shown.stderr
-    records = [json.loads(line) for line in shown.stdout.splitlines()]
+def loss_steps(records: list[dict[str, Any]]) -> list[int]:
+    """The steps of the loss records: the Trainer prints its epoch (a fraction), not its step."""
     return [round(r["epochs"] * EPOCH) for r in records if "loss" in r]
+
+
+def shown(run_id: str) -> list[dict[str, Any]]:
+    """The records ``cloudddp metrics --json`` prints."""
+    done = cli("metrics", run_id, "--json")
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 @pytest.mark.timeout(300)
@@ -78,7 +82,7 @@ def test_the_trainer_on_2_nodes_saves_its_checkpoint_on_preemption_and_the_recov
     assert 5 <= stopped_at < STEPS, preempted.describe()
     state = json.loads((nodes.checkpoints / saved / "trainer_state.json").read_text())
     assert state["global_step"] == stopped_at
-    before = loss_steps(first)
+    before = loss_steps([r.to_dict() for r in Run.attach(first).metrics()])  # what the command below reads
     assert before and before[-1] <= stopped_at, before
 
     second = wait_until(lambda: f"{first}-r2" in rig.jobs and f"{first}-r2", 60)
@@ -88,5 +92,5 @@ def test_the_trainer_on_2_nodes_saves_its_checkpoint_on_preemption_and_the_recov
     assert steps_in(r"finished at step (\d+)", log) == [STEPS, STEPS], finished.describe()
     # The chain's records (one run id for both attempts): the first attempt's, then the second's from the saved
     # step on. A resume from scratch would log steps 5.. again; one that skipped the save, none up to it.
-    chain = loss_steps(first)
+    chain = loss_steps(shown(first))
     assert chain == [*before, *range(stopped_at // 5 * 5 + 5, STEPS + 1, 5)], (stopped_at, before, chain)
