@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 EXTRAS  := train,aws,azure,notebook,frameworks,dev
 
-.PHONY: demo test test-fast lint bench bench-gpu venv azurite system-deps sdk-data toolkits gnu-time clean
+.PHONY: demo test test-fast conformance lint bench bench-gpu venv azurite system-deps sdk-data toolkits gnu-time clean
 
 venv: $(STAMP)
 
@@ -57,7 +57,12 @@ toolkits: venv
 # one worker, one after another (tests/conftest.py: xdist_group). TEST_WORKERS=0 runs everything in this process.
 TEST_WORKERS ?= 2
 test: venv azurite system-deps sdk-data toolkits lint
-	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not conformance"
+
+# The framework matrix in full: every example at every local shape and on Slurm, besides make test's cells.
+conformance: venv azurite system-deps toolkits
+	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \
+		-m conformance tests/across_backends/test_examples.py tests/backends/slurm
 
 # The quick loop: no torchrun, no emulators.
 test-fast: venv
