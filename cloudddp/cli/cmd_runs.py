@@ -340,7 +340,9 @@ def metrics(run: str | None, follow: bool, backend: str | None, json_: bool, plo
         if follow and not json_ and sys.stdout.isatty():
             follow_table(handle.metrics(follow=True), lambda: handle.status().state.value, handle.run_id)
             return
+        shown = 0
         for record in handle.metrics(follow=follow):
+            shown += 1
             if json_:
                 sys.stdout.write(json.dumps(record.to_dict()) + "\n")
             else:
@@ -348,6 +350,23 @@ def metrics(run: str | None, follow: bool, backend: str | None, json_: bool, plo
             sys.stdout.flush()
     except KeyboardInterrupt:
         sys.exit(130)
+    if not shown:
+        err().print(escape(no_metrics(handle.run_id, handle.status().state.value)))
+
+
+def no_metrics(run_id: str, state: str) -> str:
+    """Why a run shows no metrics, and what gives it some."""
+    yet = " yet" if state in ("pending", "starting", "running") else ""
+    return (
+        f"{run_id} ({state}) has no metrics{yet}: "
+        "cloudddp reads global rank 0's output for `CLOUDDDP_METRIC {json}` lines, the lines the job's declared "
+        "`metrics:` regexes match, and a Hugging Face Trainer's printed log records; in the job it turns Lightning "
+        "CSVLogger files (metrics.csv) and TensorBoard event files under the working folder or the "
+        "CLOUDDDP_*_DIR folders into such lines. To get metrics: print CLOUDDDP_METRIC lines "
+        "(src_train/metrics.py has an `emit` to copy), declare a regex per metric under `metrics:` in the job's "
+        "spec, or log with Lightning's CSVLogger (TensorBoard files need `tensorboard` installed in the job). "
+        "See docs/metrics-and-logs.md."
+    )
 
 
 @click.command()

@@ -364,19 +364,31 @@ def _wait(child: subprocess.Popen[str]) -> int:
             continue
 
 
+def shipped(name: str, module: str) -> Any:
+    """The module shipped beside this file as ``name`` (in a code snapshot), or cloudddp's own ``module`` where this
+    file runs as part of cloudddp (``python -m cloudddp.code.shim``: the local backend); None when neither is there."""
+    import importlib
+    import importlib.util
+
+    if __package__:
+        return importlib.import_module(module)
+    where = Path(__file__).resolve().parent / name
+    spec = importlib.util.spec_from_file_location(where.stem, where)
+    if spec is None or spec.loader is None or not where.is_file():
+        return None
+    found = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(found)
+    return found
+
+
 def keeper(declared: list[str]) -> Any:
     """The keeper of the job's ``checkpoint.files`` (the module shipped beside this file), its links made; None
     when nothing is declared or checkpointing is off."""
-    import importlib.util
-
     if not declared:
         return None
-    where = Path(__file__).resolve().parent / "_cloudddp_keep.py"
-    spec = importlib.util.spec_from_file_location("_cloudddp_keep", where)
-    if spec is None or spec.loader is None or not where.is_file():
-        raise SystemExit(f"{SHIPPED_AS}: checkpoint.files needs {where.name} beside this file; it is not there")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = shipped("_cloudddp_keep.py", "cloudddp.code.keepfiles")
+    if module is None:
+        raise SystemExit(f"{SHIPPED_AS}: checkpoint.files needs _cloudddp_keep.py beside this file; it is not there")
     found = module.from_environment(declared)
     if found is not None:
         first = os.environ.get("LOCAL_RANK", "0") == "0"  # only one process of a node starts it afresh
@@ -386,6 +398,23 @@ def keeper(declared: list[str]) -> Any:
             raise SystemExit(f"{SHIPPED_AS}: checkpoint.files: cannot link into the checkpoint folder: {e}") from None
         for note in notes:
             print(note, file=sys.stderr, flush=True)
+    return found
+
+
+def log_watcher(tag: str) -> Any:
+    """On global rank 0, the watcher of the frameworks' own log files (Lightning's ``metrics.csv``, TensorBoard
+    event files: :mod:`cloudddp.code.framework_logs`, shipped beside this file), which prints their new rows as
+    metric lines on this process's output, what is there already read past; None on other ranks."""
+    module = shipped("_cloudddp_logs.py", "cloudddp.code.framework_logs") if rank() == "0" else None
+    if module is None:
+        return None
+
+    def write(line: str) -> None:
+        sys.stdout.write(f"{tag}{line}\n")
+        sys.stdout.flush()
+
+    found = module.watcher(write)
+    found.read_past()
     return found
 
 
@@ -405,11 +434,16 @@ def main() -> None:
     tag = RANK_TAG.format(rank=rank()) if payload.get("tag") else ""
     metrics = Metrics(payload.get("metrics", []))
     stops = StopForwarder(platform=payload.get("stops") == "platform")
+    logs = log_watcher(tag)
     child = start_program(argv, piped=metrics.active or bool(tag))  # before any thread of this process starts
     stops.attach(child)
+    if logs is not None:
+        logs.start()
     if kept is not None and os.environ.get("LOCAL_RANK", "0") == "0":  # one saver per node
         kept.keep_saving()
     code = follow(child, metrics, tag)
+    if logs is not None:
+        logs.stop()
     if kept is not None:
         kept.save(final=True)
     if code < 0:  # killed by a signal: end the same way, so the launcher sees what happened

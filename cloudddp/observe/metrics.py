@@ -4,6 +4,10 @@ Rank 0 of the training script prints one line per measurement::
 
     CLOUDDDP_METRIC {"epoch":1,"step":40,"time":1732280000.1,"train_loss":0.52,"lr":0.1}
 
+A Hugging Face Trainer's printed log records (``{'loss': 5.3, 'epoch': 0.5}``) are read as records too
+(:func:`trainer_record`); the frameworks' log files are turned into metric lines inside the job
+(:mod:`cloudddp.code.framework_logs`).
+
 Every backend can stream logs, so every backend can stream metrics; SageMaker's MetricDefinitions use
 :func:`metric_regex` over the same lines. The format is defined here and in ``src_train/metrics.py``
 (which cannot import cloudddp because it runs in stock cloud images); a test keeps the two in step.
@@ -16,6 +20,7 @@ program (a launcher, a toolkit, the runtime: no rank) never carry metrics.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import json
@@ -151,8 +156,53 @@ def parse_line(
         return None
 
 
+TRAINER_LINE = re.compile(r"\s*(?:\[[^\]\s]*\]:?\s*)*(\{'.*\})\s*")
+"""A printed dict, after the launchers' tags: how a Hugging Face Trainer prints each log record on rank 0."""
+TRAINER_LONGEST = 4000
+"""Longer printed dicts are not read: a Trainer's log record is a few hundred characters."""
+
+
+def _numeric(value: Any) -> float | None:
+    """A Trainer record's value as a number: a number, or a number as a string (transformers 5 prints floats
+    formatted, ``'4e-05'``); None for anything else."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    return _number(value)
+
+
+def trainer_record(line: str, source: str = "") -> MetricRecord | None:
+    """The record of a Hugging Face Trainer's printed log record (``{'loss': 5.3, 'grad_norm': 1.2, 'epoch': 0.5}``,
+    its ProgressCallback's or PrinterCallback's line), or None. Read as a Python literal, never run; a dict is one
+    when it has a numeric ``epoch`` (the Trainer adds it to every record) and another numeric value. The Trainer's
+    epoch counts fractions (0.5: half of the first): it is kept as the value ``epochs``, and as the record's epoch
+    only when it is whole. Its step is not printed, so the record has none."""
+    match = TRAINER_LINE.fullmatch(line) if len(line) <= TRAINER_LONGEST else None
+    if match is None:
+        return None
+    try:
+        obj = ast.literal_eval(match.group(1))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    numbers = {str(k): n for k, v in obj.items() if isinstance(k, str) and (n := _numeric(v)) is not None}
+    epochs = numbers.pop("epoch", None)
+    if epochs is None or not numbers:
+        return None
+    return MetricRecord(
+        step=None,
+        epoch=int(epochs) if epochs.is_integer() else None,
+        time=None,
+        values={**{k: v for k, v in numbers.items() if k not in RESERVED}, "epochs": epochs},
+        source=source,
+    )
+
+
 def _parse_line(line: str, patterns: Sequence[Pattern], source: str) -> MetricRecord | None:
-    record = parse_metric_line(line, source)
+    record = parse_metric_line(line, source) or trainer_record(line, source)
     if record is not None or not patterns:
         return record
     found: dict[str, float] = {}

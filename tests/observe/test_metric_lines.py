@@ -23,3 +23,46 @@ def test_a_bad_line_is_skipped_with_one_warning_and_the_lines_after_it_still_cou
     assert "9" * 50 not in "".join(warned)  # the line itself is not repeated
     seen: list[str] = []
     assert parse_line(lines[1], warn=seen.append) is None and len(seen) == 1
+
+
+def trainer_printed(logs: dict[str, float], capsys: pytest.CaptureFixture[str]) -> str:
+    """The line a Hugging Face Trainer prints for ``logs`` on rank 0 (its own PrinterCallback, as it is)."""
+    from transformers.trainer_callback import PrinterCallback, TrainerControl, TrainerState
+
+    state = TrainerState()
+    state.is_local_process_zero = state.is_world_process_zero = True
+    capsys.readouterr()
+    PrinterCallback().on_log(None, state, TrainerControl(), logs=dict(logs))
+    (line,) = capsys.readouterr().out.splitlines()
+    return line
+
+
+def test_a_hugging_face_trainer_log_record_is_read_as_a_record(capsys: pytest.CaptureFixture[str]) -> None:
+    line = trainer_printed({"loss": 5.3125, "grad_norm": 1.5, "learning_rate": 4e-05, "epoch": 0.5}, capsys)
+    assert "'loss': '5.312'" in line  # transformers 5 prints floats as formatted strings
+    record = parse_line("[rank0]: " + line)
+    assert record is not None and (record.step, record.epoch) == (None, None)
+    assert record.values == {"loss": 5.312, "grad_norm": 1.5, "learning_rate": 4e-05, "epochs": 0.5}
+    final = parse_line(
+        trainer_printed({"train_runtime": 2.5, "train_loss": 1.25, "epoch": 1.0, "total_flos": 9}, capsys)
+    )
+    assert (
+        final is not None
+        and final.epoch == 1
+        and final.values == {"train_runtime": 2.5, "train_loss": 1.25, "epochs": 1}
+    )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "{'lr': 0.1, 'batch_size': 32}",  # a script's config: no epoch, no Trainer record
+        "{'epoch': 1}",  # a position alone
+        "{'epoch': 1, 'loss': __import__('os').getcwd()}",  # never run, only read
+        "config: {'epoch': 1, 'loss': 2.0} was used",  # a dict inside a sentence is not a printed record
+        "{'epoch': 1, " + ", ".join(f"'k{i}': {i}" for i in range(600)) + "}",  # too long for a Trainer's record
+    ],
+)
+def test_other_printed_dicts_are_no_records(line: str) -> None:
+    warned: list[str] = []
+    assert parse_line(line, warn=warned.append) is None and warned == []  # not a record, and nothing went wrong
