@@ -62,7 +62,8 @@ def main() -> None:
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     progress = Progress()
     accelerator.register_for_checkpointing(progress)
-    accelerator.init_trackers("accelerate-example")
+    # flush_secs: torch's SummaryWriter writes its events every 120 s by default; cloudddp reads them as written
+    accelerator.init_trackers("accelerate-example", init_kwargs={"tensorboard": {"flush_secs": 5}})
     signal.signal(signal.SIGTERM, lambda signum, frame: accelerator.set_trigger())
 
     checkpoints = os.path.join(args.output_dir, "checkpoints")
