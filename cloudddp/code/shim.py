@@ -20,8 +20,8 @@ from raw JSON; base64 has no character the shell changes)::
   other hosts, so what a rank must know travels here, in its argv.
 - ``env`` is set over what the platform set (the spec wins, NCCL settings included); ``unset`` names
   variables the platform set that the program must not get (SageMaker's forced ``NCCL_PROTO``).
-- ``metrics``: the metrics the job declares by regular expression. The program's output is copied through line
-  by line; on rank 0 each line a pattern matches is also logged to
+- ``metrics``: the metrics the job declares by regular expression. The program's output is copied through in whole
+  lines (a progress bar's ``\\r`` updates as its latest state: :class:`Lines`); on rank 0 each line a pattern matches is also logged to
   MLflow when the platform names a tracking server (``MLFLOW_TRACKING_URI``; Azure ML sets it and the
   run, ``MLFLOW_RUN_ID``), so Azure ML Studio shows a script's own metrics; a declared ``epoch`` is logged as
   the metric ``epoch`` and a declared ``step`` as MLflow's step (where none is declared the run's tag
@@ -61,14 +61,18 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -264,8 +268,9 @@ class Metrics:
             self.active = False
 
 
-def start_program(argv: list[str], *, piped: bool) -> subprocess.Popen[str]:
-    """Start the job's program as this process's child, in a process group of its own, to die with this process.
+def start_program(argv: list[str]) -> subprocess.Popen[bytes]:
+    """Start the job's program as this process's child, in a process group of its own, to die with this process,
+    its output and errors piped here (:func:`follow` copies them on as whole lines).
 
     A launcher stops its worker (this process) by signalling the worker's whole process group: torchrun's agent
     does ``killpg``. In the group of its own the program and its DataLoader workers are out of that reach, so the
@@ -281,14 +286,10 @@ def start_program(argv: list[str], *, piped: bool) -> subprocess.Popen[str]:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])  # a stop must reach it, whatever mask this process inherited
 
-    pipe = subprocess.PIPE if piped else None
     return subprocess.Popen(
         argv,
-        stdout=pipe,
-        stderr=pipe,
-        bufsize=1,
-        text=True,
-        errors="replace",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         preexec_fn=die_with_parent,  # noqa: PLW1509 - called before this process starts any thread
     )
 
@@ -306,7 +307,7 @@ class StopForwarder:
 
     def __init__(self, *, platform: bool) -> None:
         self.platform = platform
-        self.child: subprocess.Popen[str] | None = None
+        self.child: subprocess.Popen[bytes] | None = None
         self.heard: int | None = None
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.hear)
@@ -318,7 +319,7 @@ class StopForwarder:
         if self.child is not None:
             self.pass_on()
 
-    def attach(self, child: subprocess.Popen[str]) -> None:
+    def attach(self, child: subprocess.Popen[bytes]) -> None:
         self.child = child
         if self.heard is not None:
             self.pass_on()
@@ -333,29 +334,95 @@ class StopForwarder:
         print(f"{SHIPPED_AS}: {name} passed on to the program; later ones are not", file=sys.stderr, flush=True)
 
 
-def follow(child: subprocess.Popen[str], metrics: Metrics, tag: str = "") -> int:
-    """The program's exit code, once it has ended. Where it was started piped, its output and its errors are
-    copied through, each to where it was written (the platform may read the errors apart: SageMaker's toolkit
+TRACEBACK = "Traceback (most recent call last):"
+PROGRESS_SECONDS = 10.0
+"""How often a progress bar that is still running shows its state: a ``\\r`` update is held, not written."""
+
+
+class Lines:
+    """A program's output in, whole lines out. A progress bar (tqdm) rewrites its line with ``\\r`` and ends it only
+    when it closes: its updates would reach the launcher's log as unfinished lines, which the launcher's own lines
+    and other processes' lines get glued to. Here a line with ``\\r`` updates is written as its latest state only,
+    once it ends, and every ``every`` seconds while it runs; a traceback printed behind a bar starts a line."""
+
+    def __init__(self, every: float = PROGRESS_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.every, self.clock = every, clock
+        self.partial, self.shown, self.since = "", "", self.clock()
+
+    def feed(self, data: bytes, final: bool = False) -> list[str]:
+        """The lines ``data`` completes (each ending in ``\\n``); with ``final``, the unfinished one too."""
+        if not self.partial:
+            self.since = self.clock()  # a line that starts now is held for `every` from now
+        *ended, self.partial = (self.partial + self.decoder.decode(data, final)).split("\n")
+        lines = [part for line in ended for part in self._whole(line)]
+        if final and self.partial:
+            lines += self._whole(self.partial)
+            self.partial = ""
+        elif "\r" in self.partial:  # keep the latest state only: memory stays bounded while a bar runs
+            self.partial = self.partial[max(self.partial.rfind("\r", 0, len(self.partial) - 1), 0) :]
+            lines += self.due()
+        if ended:
+            self.since = self.clock()
+        return lines
+
+    def due(self) -> list[str]:
+        """A running bar's latest state, when it has been held for ``every`` seconds."""
+        state = _latest(self.partial)
+        if "\r" not in self.partial or not state or state == self.shown or self.clock() - self.since < self.every:
+            return []
+        self.shown, self.since = state, self.clock()
+        return [state + "\n"]
+
+    def _whole(self, line: str) -> list[str]:
+        state = _latest(line.removesuffix("\r"))
+        shown, self.shown = self.shown, ""
+        if "\r" in line and shown and state == shown:
+            return []  # the bar's last state is out already
+        at = state.find(TRACEBACK)
+        return [state[:at] + "\n", state[at:] + "\n"] if at > 0 else [state + "\n"]
+
+
+def _latest(line: str) -> str:
+    """What a terminal would show of a line that ``\\r`` rewrote: its last non-empty part."""
+    return next((part for part in reversed(line.split("\r")) if part), "")
+
+
+def follow(child: subprocess.Popen[bytes], metrics: Metrics, tag: str = "") -> int:
+    """The program's exit code, once it has ended. Its output and its errors are copied through as whole lines
+    (:class:`Lines`), each to where it was written (the platform may read the errors apart: SageMaker's toolkit
     takes a failure's reason from them), each line after ``tag``, and metrics are read from both."""
-    if child.stdout is None or child.stderr is None:
-        return _wait(child)
-    reading = threading.Lock()
+    assert child.stdout is not None and child.stderr is not None
+    reading, ended = threading.Lock(), threading.Event()
 
     def copy(source: Any, sink: Any) -> None:
-        for line in source:
-            sink.write(tag + line)
-            sink.flush()
-            with reading:
-                metrics.read(line)
+        lines, fd = Lines(), source.fileno()
+        while True:
+            quiet = not select.select([fd], [], [], 0.5)[0]
+            data = b"" if quiet else os.read(fd, 65536)
+            last = not data and (not quiet or ended.is_set())  # its end; or quiet, the program gone (not its orphans)
+            for line in lines.feed(data, final=last):  # quiet: a held bar state may be due
+                sink.write(tag + line)
+                sink.flush()
+                with reading:
+                    metrics.read(line)
+            if last:
+                return
 
-    errors = threading.Thread(target=copy, args=(child.stderr, sys.stderr), daemon=True)
-    errors.start()
-    copy(child.stdout, sys.stdout)
-    errors.join()
-    return _wait(child)
+    copiers = [
+        threading.Thread(target=copy, args=pair, daemon=True)
+        for pair in ((child.stdout, sys.stdout), (child.stderr, sys.stderr))
+    ]
+    for copier in copiers:
+        copier.start()
+    code = _wait(child)
+    ended.set()
+    for copier in copiers:
+        copier.join()
+    return code
 
 
-def _wait(child: subprocess.Popen[str]) -> int:
+def _wait(child: subprocess.Popen[bytes]) -> int:
     """The child's exit code, waiting through the signals this process handles meanwhile."""
     while True:
         try:
@@ -405,7 +472,7 @@ def main() -> None:
     tag = RANK_TAG.format(rank=rank()) if payload.get("tag") else ""
     metrics = Metrics(payload.get("metrics", []))
     stops = StopForwarder(platform=payload.get("stops") == "platform")
-    child = start_program(argv, piped=metrics.active or bool(tag))  # before any thread of this process starts
+    child = start_program(argv)  # before any thread of this process starts
     stops.attach(child)
     if kept is not None and os.environ.get("LOCAL_RANK", "0") == "0":  # one saver per node
         kept.keep_saving()
