@@ -21,10 +21,10 @@ from raw JSON; base64 has no character the shell changes)::
 - ``env`` is set over what the platform set (the spec wins, NCCL settings included); ``unset`` names
   variables the platform set that the program must not get (SageMaker's forced ``NCCL_PROTO``).
 - ``metrics``: the metrics the job declares by regular expression. The program's output is copied through in whole
-  lines (a progress bar's ``\\r`` updates as its latest state: :class:`Lines`); on rank 0 each line a pattern matches is also logged to
-  MLflow when the platform names a tracking server (``MLFLOW_TRACKING_URI``; Azure ML sets it and the
-  run, ``MLFLOW_RUN_ID``), so Azure ML Studio shows a script's own metrics; a declared ``epoch`` is logged as
-  the metric ``epoch`` and a declared ``step`` as MLflow's step (where none is declared the run's tag
+  lines (a progress bar's ``\\r`` updates as its latest state: :class:`Lines`); on rank 0 each line a pattern
+  matches is also logged to MLflow when the platform names a tracking server (``MLFLOW_TRACKING_URI``; Azure ML
+  sets it and the run, ``MLFLOW_RUN_ID``), so Azure ML Studio shows a script's own metrics; a declared ``epoch``
+  is logged as the metric ``epoch`` and a declared ``step`` as MLflow's step (where none is declared the run's tag
   ``cloudddp.step`` says ``none`` and MLflow's step only counts the records), so both keep their meaning when
   cloudddp reads them back. MLflow's "View run at" lines are off
   (``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT``) for the program too: they are not the script's output.
@@ -375,10 +375,10 @@ class Lines:
         return [state + "\n"]
 
     def _whole(self, line: str) -> list[str]:
-        state = _latest(line.removesuffix("\r"))
-        shown, self.shown = self.shown, ""
-        if "\r" in line and shown and state == shown:
-            return []  # the bar's last state is out already
+        line = line.removesuffix("\r")  # a \r\n line end
+        state, shown, self.shown = _latest(line), self.shown, ""
+        if "\r" in line and (state == shown or not state.strip()):
+            return []  # the bar's last state is out already, or the bar cleared itself (tqdm's leave=False)
         at = state.find(TRACEBACK)
         return [state[:at] + "\n", state[at:] + "\n"] if at > 0 else [state + "\n"]
 
@@ -401,10 +401,11 @@ def follow(child: subprocess.Popen[bytes], metrics: Metrics, tag: str = "") -> i
             quiet = not select.select([fd], [], [], 0.5)[0]
             data = b"" if quiet else os.read(fd, 65536)
             last = not data and (not quiet or ended.is_set())  # its end; or quiet, the program gone (not its orphans)
-            for line in lines.feed(data, final=last):  # quiet: a held bar state may be due
-                sink.write(tag + line)
-                sink.flush()
-                with reading:
+            out = lines.feed(data, final=last)  # quiet: a held bar state may be due
+            sink.write("".join(tag + line for line in out))  # whole lines, in one write
+            sink.flush()
+            with reading:
+                for line in out:
                     metrics.read(line)
             if last:
                 return

@@ -25,7 +25,7 @@ def fed(lines: Lines, *chunks: bytes) -> list[str]:
 
 
 def test_plain_lines_pass_whole_and_the_last_unfinished_one_comes_at_the_end() -> None:
-    assert fed(Lines(), b"one\ntw", b"o\r\n", b"\nlast") == ["one\n", "two\n", "\n", "last\n"]
+    assert fed(Lines(), b"one\ntw", b"o\r\n", b"\n\r\nlast") == ["one\n", "two\n", "\n", "\n", "last\n"]
 
 
 def test_a_bars_updates_collapse_to_its_last_state_on_one_line() -> None:
@@ -37,9 +37,13 @@ def test_a_bars_updates_collapse_to_its_last_state_on_one_line() -> None:
     ]
 
 
+def test_a_bar_that_clears_itself_leaves_no_line() -> None:
+    assert fed(Lines(), b"\r 50%|#####", b"\r" + b" " * 11 + b"\r", b"after\n") == ["after\n"]
+
+
 def test_a_multibyte_character_split_between_reads_is_not_garbled() -> None:
     bar = "\r 50%|█████".encode()
-    assert fed(Lines(), bar[:9], bar[9:], b"\n") == [" 50%|█████\n"]
+    assert fed(Lines(), bar[:7], bar[7:], b"\n") == [" 50%|█████\n"]
 
 
 def test_a_running_bar_shows_its_state_every_interval_and_its_end_once() -> None:

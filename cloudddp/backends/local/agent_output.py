@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-TRACEBACK = "Traceback (most recent call last):"
+from cloudddp.code.shim import TRACEBACK
 
 
 class StopTracebackFolder:

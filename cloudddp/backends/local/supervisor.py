@@ -166,7 +166,8 @@ class Supervisor:
         metrics = self._metrics
         failed: set[str] = set()
         warned_raw = False
-        folded = StopTracebackFolder(self.signalled.is_set)  # a held traceback is lost if this supervisor dies inside it
+        # a held traceback is lost if this supervisor dies inside it
+        folded = StopTracebackFolder(self.signalled.is_set)
 
         def warn(message: str) -> None:
             print(f"node {node.index}: {message}", flush=True)  # supervisor.log

@@ -13,10 +13,10 @@ import pytest
 
 from cloudddp.api import Job, Run
 from cloudddp.backends.status import RunState
-from cloudddp.code.shim import TRACEBACK
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
+TRACEBACK = "Traceback (most recent call last):"
 
 BARS = """
 import os, sys, time
