@@ -62,6 +62,7 @@ from __future__ import annotations
 import base64
 import binascii
 import codecs
+import contextlib
 import json
 import os
 import re
@@ -402,18 +403,17 @@ def follow(child: subprocess.Popen[bytes], metrics: Metrics, tag: str = "") -> i
             data = b"" if quiet else os.read(fd, 65536)
             last = not data and (not quiet or ended.is_set())  # its end; or quiet, the program gone (not its orphans)
             out = lines.feed(data, final=last)  # quiet: a held bar state may be due
-            sink.write("".join(tag + line for line in out))  # whole lines, in one write
-            sink.flush()
+            with contextlib.suppress(OSError, ValueError):  # nowhere to write: drain on, so the program never blocks
+                sink.write("".join(tag + line for line in out))  # whole lines, in one write
+                sink.flush()
             with reading:
                 for line in out:
                     metrics.read(line)
             if last:
                 return
 
-    copiers = [
-        threading.Thread(target=copy, args=pair, daemon=True)
-        for pair in ((child.stdout, sys.stdout), (child.stderr, sys.stderr))
-    ]
+    streams = ((child.stdout, sys.stdout), (child.stderr, sys.stderr))
+    copiers = [threading.Thread(target=copy, args=pair, daemon=True) for pair in streams]
     for copier in copiers:
         copier.start()
     code = _wait(child)

@@ -102,3 +102,13 @@ def test_the_launcher_writes_a_tqdm_scripts_output_as_whole_lines(tmp_path: Path
     bars = [line for line in errors if "/50" in line]
     assert bars and bars[0].startswith("100%|") and "50/50" in bars[0], errors
     assert errors[1] == TRACEBACK + "\n" and "RuntimeError: boom behind the bar\n" in errors[2:], errors
+
+
+def test_a_program_whose_output_cannot_be_written_anywhere_still_runs_to_its_end(tmp_path: Path) -> None:
+    """A launcher whose own output is gone drains the program's all the same: a full pipe would block it for good."""
+    launcher = [sys.executable, "-m", "cloudddp.code.shim", "--cloudddp-00", json.dumps({}), "--"]
+    program = [sys.executable, "-c", "for i in range(300_000): print(i)"]
+    child = subprocess.Popen([*launcher, *program], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert child.stdout is not None
+    child.stdout.close()
+    assert child.wait(timeout=30) == 0
