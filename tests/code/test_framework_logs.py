@@ -158,6 +158,7 @@ def test_the_shipped_launcher_prints_the_rows_as_metric_lines_on_rank_0(
     tmp_path: Path, rank: str, printed: bool
 ) -> None:
     shutil.copy(CODE / "shim.py", tmp_path / "_cloudddp_launch.py")
+    shutil.copy(CODE / "output_lines.py", tmp_path / "_cloudddp_lines.py")
     shutil.copy(CODE / "framework_logs.py", tmp_path / "_cloudddp_logs.py")
     old = tmp_path / "lightning_logs" / "version_0"
     old.mkdir(parents=True)
