@@ -12,6 +12,7 @@ resubmit, which must find its checkpoint under the same job name.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from pathlib import Path
@@ -35,6 +36,13 @@ LIGHTNING_STEPS = 42
 def records(user: ClusterUser, run_id: str) -> list[dict[str, Any]]:
     """The run's records as the user's ``cloudddp metrics --json`` prints them."""
     return [json.loads(line) for line in cloudddp(user, "metrics", run_id, "--json").splitlines()]
+
+
+def logged_steps(folder: Path, name: str) -> list[int]:
+    """The steps of ``name``'s rows in every CSVLogger file under ``folder`` (each run of the job writes its own
+    ``version_N/metrics.csv``)."""
+    rows = [row for path in folder.rglob("metrics.csv") for row in csv.DictReader(path.open())]
+    return sorted(int(row["step"]) for row in rows if row.get(name))
 
 
 def preempt(cluster: SlurmCluster, folder: Path, tmp_path: Path) -> None:
@@ -82,6 +90,7 @@ def test_lightning_preempted_on_2x2_saves_last_ckpt_and_its_requeue_resumes_ther
     assert steps_in(r"finished at step (\d+)", logs) == [LIGHTNING_STEPS] * 4, logs[-3000:]  # every rank
     assert "killed by signal" not in logs and "last-v1.ckpt" not in logs, logs[-3000:]
     steps = [r["step"] for r in records(user, run_id) if "train_loss" in r]
+    assert steps == logged_steps(checkpoint_dir(folder), "train_loss"), steps  # each row once, the last ones too
     assert steps == sorted(set(steps)) and steps[-1] >= LIGHTNING_STEPS - 5, steps  # none doubled by the resume
     resumed = [s for s in steps if s > saved]
     assert resumed and resumed[0] <= saved + 5, (saved, steps)  # a row every 5 steps: the first after the save
