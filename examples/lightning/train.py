@@ -10,6 +10,9 @@ It runs unchanged on every cloudddp backend (job.yaml). What cloudddp needs from
 - ``CheckpointOnStop``: a stop (cancel, preemption, spot reclaim) writes ``last.ckpt`` before the process
   exits. Lightning already agrees on a SIGTERM across the ranks and ends the fit with SIGTERMException; without
   this callback the run resumes from its last periodic checkpoint instead.
+- ``spare_worker``: the DataLoader workers ignore SIGTERM (their parent ends them). Slurm signals every process
+  of a step itself, and a worker killed by a SIGTERM that did not come from its parent crashes the rank before it
+  can save (docs/stopping.md, "DataLoader workers on Slurm"). Harmless on every other backend.
 
 The data is made here (no download): a fixed random regression task, so any machine can run it.
 """
@@ -18,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 
 import lightning as L
 import torch
+from lightning.fabric.utilities.seed import pl_worker_init_function
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -52,6 +57,14 @@ class Regressor(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
 
 
+def spare_worker(worker_id: int) -> None:
+    """A DataLoader worker ignores SIGTERM (on Slurm every process of the step gets one; the worker's parent ends
+    it), then seeds itself as Lightning would have (``seed_everything(workers=True)`` adds its own only to a loader
+    without a ``worker_init_fn``)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    pl_worker_init_function(worker_id)
+
+
 class RandomRegression(L.LightningDataModule):
     def __init__(self, samples: int = 2048, features: int = 32, batch_size: int = 32, workers: int = 2) -> None:
         super().__init__()
@@ -71,6 +84,7 @@ class RandomRegression(L.LightningDataModule):
             shuffle=True,
             num_workers=self.workers,
             persistent_workers=self.workers > 0,
+            worker_init_fn=spare_worker,
         )
 
     def val_dataloader(self) -> DataLoader:

@@ -49,7 +49,7 @@ if os.path.exists(path):
     print(f"rank {rank} resumed at step {step} epoch {epoch}", flush=True)
 data = TensorDataset(torch.randn(512, 8), torch.randn(512, 1))
 sampler = DistributedSampler(data)
-loader = DataLoader(data, batch_size=4, sampler=sampler, num_workers=2)
+loader = DataLoader(data, batch_size=4, sampler=sampler, num_workers=2)  # WORKERS
 
 def save():
     time.sleep(args.save_delay)  # a slow save: the grace must hold
@@ -68,11 +68,12 @@ def train():  # up to step `last`; True when a stop ended it (every rank at the 
         sampler.set_epoch(epoch)
         for x, y in loader:
             optimizer.zero_grad()
-            torch.nn.functional.mse_loss(model(x), y).backward()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
             optimizer.step()
             step += 1
             if rank == 0:
-                print(f"dataloader-saver step {step}", flush=True)
+                print(f"dataloader-saver step {step} loss {loss.item():.4f}", flush=True)
             time.sleep(args.step_time)
             stopping = torch.tensor([float(bool(stop))])
             dist.all_reduce(stopping)  # the ranks agree: a stop heard by any rank ends this step on every rank
@@ -97,13 +98,25 @@ _SAVED = re.compile(r"saved at step (\d+) epoch (\d+)")
 _RESUMED = re.compile(r"rank (\d+) resumed at step (\d+) epoch (\d+)")
 _GOT = re.compile(r"rank (\d+) got SIGTERM")
 WORKER_KILLED = re.compile(r"DataLoader worker \(pid \S+\) is killed by signal")
+METRICS = [
+    {"name": "step", "regex": r"dataloader-saver step (\d+) loss "},
+    {"name": "loss", "regex": r"dataloader-saver step \d+ loss ([0-9.]+)"},
+]
+"""The job's ``metrics``: the script prints its loss in its own words."""
+SPARED_WORKERS = (
+    "num_workers=2)  # WORKERS",
+    "num_workers=2, worker_init_fn=lambda _: signal.signal(signal.SIGTERM, signal.SIG_IGN))",
+)
+"""The loader as docs/stopping.md tells a script to write it for Slurm, which signals every process of a step:
+its workers ignore a SIGTERM (their parent ends them)."""
 
 
-def dataloader_saver_code(folder: Path) -> Path:
-    """``folder/dataloader-saver/train.py``: the script, in a code folder of its own."""
+def dataloader_saver_code(folder: Path, for_slurm: bool = False) -> Path:
+    """``folder/dataloader-saver/train.py``: the script, in a code folder of its own; ``for_slurm``: its workers
+    ignore SIGTERM (elsewhere the backend spares them, and the tests there prove it with workers that do not)."""
     code = folder / "dataloader-saver"
     code.mkdir(parents=True, exist_ok=True)
-    (code / ENTRY).write_text(SCRIPT)
+    (code / ENTRY).write_text(SCRIPT.replace(*SPARED_WORKERS) if for_slurm else SCRIPT)
     return code
 
 

@@ -1,0 +1,141 @@
+"""The conformance matrix, Slurm cells (torchrun, 2 nodes × 2 processes, an unprivileged user on the rig of
+tests/support/slurm_cluster.py): the Lightning example as it is, and a tutorial-style DDP script with
+``DataLoader(num_workers=2)``, each trained, stopped, resumed from its own checkpoint, with its metrics in
+``cloudddp metrics --json``.
+
+Slurm signals every process of a step itself, DataLoader workers included (docs/stopping.md): both scripts give
+their loaders the documented ``worker_init_fn`` that ignores SIGTERM. Lightning is stopped by a preemption (Slurm's
+own stop, the one a cluster user meets without asking: the 60 s grace, then a requeue that must find ``last.ckpt``
+at the path it was written to); the DataLoader script by ``cloudddp cancel`` (KillWait: 5 s to save) and a
+resubmit, which must find its checkpoint under the same job name.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.backends.slurm.test_preemption import cloudddp, finished, job_id_of, metrics_in, run_dir, submit, wait_for
+from tests.backends.slurm.test_stops import node_logs
+from tests.support import dataloader_saver
+from tests.support.frameworks import project, steps_in
+from tests.support.slurm_cluster import GRACE_TIME, SPOT, URGENT, ClusterUser, SlurmCluster
+
+pytestmark = pytest.mark.slow
+
+LIGHTNING_STEPS = 42
+"""3 epochs of 14 steps: 1792 samples, batches of 32, 4 ranks."""
+
+
+def records(user: ClusterUser, run_id: str) -> list[dict[str, Any]]:
+    """The run's records as the user's ``cloudddp metrics --json`` prints them."""
+    return [json.loads(line) for line in cloudddp(user, "metrics", run_id, "--json").splitlines()]
+
+
+def logged_steps(folder: Path, name: str) -> list[int]:
+    """The steps of ``name``'s rows in every CSVLogger file under ``folder`` (each run of the job writes its own
+    ``version_N/metrics.csv``)."""
+    rows = [row for path in folder.rglob("metrics.csv") for row in csv.DictReader(path.open())]
+    return sorted(int(row["step"]) for row in rows if row.get(name))
+
+
+def preempt(cluster: SlurmCluster, folder: Path, tmp_path: Path) -> None:
+    """Once metrics.csv's rows have reached step 5, a 3 s job of the higher-tier partition takes both nodes; back
+    when Slurm has requeued the training."""
+    wait_for("step 5", lambda: any((r.get("step") or 0) >= 5 for r in metrics_in(folder)))
+    urgent = cluster.sbatch(
+        "-p", URGENT, "-N2", "--cpus-per-task=2", "-o", "urgent.log", "--wrap", "sleep 3", cwd=tmp_path
+    )
+    cluster.wait_job(urgent, {"RUNNING", "COMPLETED"}, timeout=GRACE_TIME + 30)
+
+
+def checkpoint_dir(folder: Path) -> Path:
+    """The job's checkpoint folder as its batch script names it (``{{checkpoint_dir}}``)."""
+    found = re.search(r"^export CLOUDDDP_CHECKPOINT_DIR=(\S+)$", (folder / "job.sbatch").read_text(), re.M)
+    assert found, (folder / "job.sbatch").read_text()
+    return Path(found.group(1).strip("'"))
+
+
+@pytest.mark.timeout(300)
+def test_lightning_preempted_on_2x2_saves_last_ckpt_and_its_requeue_resumes_there_with_metrics_from_metrics_csv(
+    slurm_cluster: SlurmCluster, user: ClusterUser, tmp_path: Path
+) -> None:
+    """The example's job.yaml with shorter arguments: Lightning's num_nodes × devices is the world torchrun
+    started (``{{nodes}}``, ``{{processes_per_node}}``), the preemption's SIGTERM ends the fit on every rank with
+    ``last.ckpt`` (CheckpointOnStop; no periodic checkpoint before it), the requeued allocation restores that file
+    and ends at step 42, and metrics.csv's train_loss rows reach ``cloudddp metrics`` each once, in step order."""
+    args = ["--num-nodes", "{{nodes}}", "--devices", "{{processes_per_node}}", "--root", "{{checkpoint_dir}}"]
+    shorter = ["--max-epochs", "3", "--every-n-steps", "1000", "--step-sleep", "0.3"]
+    spec = project("lightning", user.home, [*args, *shorter], slurm={"partition": SPOT})
+    run_id = submit(user, spec, f"slurm.grace_time={GRACE_TIME}")
+    folder = run_dir(user, run_id)
+    job = job_id_of(slurm_cluster, run_id)
+    preempt(slurm_cluster, folder, tmp_path)
+    assert slurm_cluster.job(job)["Restarts"] == "1", node_logs(folder)[-3000:]
+    kept = sorted(checkpoint_dir(folder).rglob("*"))
+    assert [p.name for p in kept if p.suffix == ".ckpt"] == ["last.ckpt"], (kept, node_logs(folder)[-5000:])
+    [last] = (p for p in kept if p.suffix == ".ckpt")  # the stop's, and the only one
+    saved = torch.load(last, map_location="cpu", weights_only=False)["global_step"]
+    assert last.name == "last.ckpt" and 5 <= saved < LIGHTNING_STEPS, (last, saved)
+
+    finished(user, run_id)
+    logs = node_logs(folder)
+    assert f"Restored all states from the checkpoint at {last}" in logs, logs[-3000:]
+    assert steps_in(r"finished at step (\d+)", logs) == [LIGHTNING_STEPS] * 4, logs[-3000:]  # every rank
+    assert "killed by signal" not in logs and "last-v1.ckpt" not in logs, logs[-3000:]
+    steps = [r["step"] for r in records(user, run_id) if "train_loss" in r]
+    assert steps == logged_steps(checkpoint_dir(folder), "train_loss"), steps  # each row once, the last ones too
+    assert steps == sorted(set(steps)) and steps[-1] >= LIGHTNING_STEPS - 5, steps  # none doubled by the resume
+    resumed = [s for s in steps if s > saved]
+    assert resumed and resumed[0] <= saved + 5, (saved, steps)  # a row every 5 steps: the first after the save
+
+
+@pytest.mark.timeout(240)
+def test_a_dataloader_script_cancelled_on_2x2_saves_and_its_resubmit_resumes_with_its_printed_loss_as_metrics(
+    user: ClusterUser,
+) -> None:
+    """``cloudddp cancel`` (SIGTERM to every process of the step, SIGKILL 5 s later): each rank hears it once,
+    no worker dies (they ignore it, as docs/stopping.md says to), rank 0 saves; the resubmit under the same name
+    resumes at the saved step on every rank and trains 10 more; the loss the script prints is each run's metric,
+    at each step once."""
+    code = dataloader_saver.dataloader_saver_code(user.home, for_slurm=True)
+
+    def job(steps: int) -> Path:
+        spec = code / f"job-{steps}.yaml"
+        body = {
+            "name": "dataloader-saver",
+            "code": {
+                "dir": ".",
+                "entry": dataloader_saver.ENTRY,
+                "args": ["--steps", str(steps), "--save-delay", "1", "--step-time", "0.1"],
+            },
+            "resources": {"nodes": 2, "processes_per_node": 2},
+            "checkpoint": {"enabled": True},
+            "metrics": dataloader_saver.METRICS,
+        }
+        spec.write_text(json.dumps(body))
+        return spec
+
+    first = submit(user, job(400))
+    wait_for("training", lambda: dataloader_saver.RUNNING in node_logs(run_dir(user, first)))
+    cloudddp(user, "cancel", first)
+    logs = node_logs(run_dir(user, first))
+    assert not dataloader_saver.WORKER_KILLED.search(logs), logs[-3000:]
+    assert dataloader_saver.sigterms(logs) == dict.fromkeys(range(4), 1), logs[-3000:]
+    [(saved, epoch)] = dataloader_saver.saved(logs)
+    before = [r["step"] for r in records(user, first) if "loss" in r]
+    assert before == list(range(1, saved + 1)), (saved, before)
+
+    second = submit(user, job(10))
+    finished(user, second)
+    logs = node_logs(run_dir(user, second))
+    assert dataloader_saver.resumed(logs) == dict.fromkeys(range(4), (saved, epoch)), logs[-3000:]
+    assert f"rank 0 finished at step {saved + 10} " in logs, logs[-3000:]
+    after = [r["step"] for r in records(user, second) if "loss" in r]
+    assert after == list(range(saved + 1, saved + 11)), after
