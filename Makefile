@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 EXTRAS  := train,aws,azure,notebook,frameworks,dev
 
-.PHONY: demo test test-fast lint bench bench-gpu venv azurite system-deps sdk-data toolkits gnu-time clean
+.PHONY: demo test test-fast conformance lint bench bench-gpu venv azurite system-deps sdk-data toolkits gnu-time clean
 
 venv: $(STAMP)
 
@@ -52,8 +52,17 @@ lint: venv
 toolkits: venv
 	$(BIN)/python -c "from tests.support.sagemaker_container import TOOLKITS, toolkit_folder; [toolkit_folder(v) for v in TOOLKITS]"
 
+# Two pytest workers (pytest-xdist): most of the suite's time is real waiting (graces, polls, a 60 s save), which
+# two workers overlap on the 2-core CI machine. The tests that share the Slurm cluster or the second Unix user run on
+# one worker, one after another (tests/conftest.py: xdist_group). TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 2
 test: venv azurite system-deps sdk-data toolkits lint
-	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q
+	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not conformance"
+
+# The framework matrix in full: every example at every local shape and on Slurm, besides make test's cells.
+conformance: venv azurite system-deps toolkits
+	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \
+		-m conformance tests/across_backends/test_examples.py tests/backends/slurm
 
 # The quick loop: no torchrun, no emulators.
 test-fast: venv

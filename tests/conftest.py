@@ -69,6 +69,20 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     yield from cluster_fixture()  # in a folder of its own that an unprivileged test user may enter
 
 
+# -- two workers (make test: pytest -n 2 --dist loadgroup) -----------------------------------------
+SECOND_USER_MODULES = ("test_second_user.py", "test_rendezvous_takeover.py", "test_planted_state.py")
+"""Modules that act as the second Unix user outside the Slurm rig (whose jobs run as the same user)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that share one machine-wide party run on one worker, one after another: the session's Slurm cluster
+    (one per worker would be two sets of daemons) and the second Unix user (its home and /tmp folder are the same
+    for every worker). Without pytest-xdist the mark does nothing."""
+    for item in items:
+        if "slurm_cluster" in item.fixturenames or item.path.name in SECOND_USER_MODULES:
+            item.add_marker(pytest.mark.xdist_group("cluster-and-second-user"))
+
+
 # -- on CI, a skip is a missing proof -------------------------------------------------------------
 _unexpected_skips: list[str] = []
 

@@ -137,6 +137,7 @@ from cloudddp.errors import CloudDDPError, RunNotFound, UserError
 from cloudddp.observe.metrics import RANK_ZERO, MetricRecord, Pattern, metrics_from_lines, patterns_from
 from cloudddp.plan import JsonDataclass, Plan
 from cloudddp.spec.model import JobSpec, is_shared_script, job_key
+from cloudddp.spec.placeholders import names_in
 
 
 @dataclass(frozen=True)
@@ -402,9 +403,16 @@ def resume_notes(spec: JobSpec) -> list[str]:
         ]
     if not spec.checkpoint.enabled or is_shared_script(spec):
         return []
+    given = [w for w in (*(spec.code.command or ()), *spec.code.args) if "checkpoint_dir" in names_in(w)]
+    if given:
+        return [
+            f"your script is given the checkpoint folder ({given[0]}): what it saves there, a resubmit finds; "
+            "what it writes in its working folder is discarded with the run"
+        ]
     return [
-        "your script: a resubmit resumes only if your script writes to $CLOUDDDP_CHECKPOINT_DIR or declares "
-        "checkpoint.files; what it writes in its working folder is discarded with the run"
+        "your script: a resubmit resumes only if your script writes to $CLOUDDDP_CHECKPOINT_DIR (or "
+        "{{checkpoint_dir}} in code.args) or declares checkpoint.files; what it writes in its working folder is "
+        "discarded with the run"
     ]
 
 

@@ -138,6 +138,8 @@ class CsvLog:
             if not header.endswith(b"\n"):
                 return []
             skip = 0
+            if os.fstat(f.fileno()).st_size < self.offset:  # written afresh: its rows are all new
+                self.header, self.rows = b"", 0
             if header != self.header:  # first look, or Lightning rewrote it with a new column
                 self.header, self.offset, skip = header, len(header), self.rows
             f.seek(self.offset)

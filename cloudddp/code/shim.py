@@ -20,11 +20,11 @@ from raw JSON; base64 has no character the shell changes)::
   other hosts, so what a rank must know travels here, in its argv.
 - ``env`` is set over what the platform set (the spec wins, NCCL settings included); ``unset`` names
   variables the platform set that the program must not get (SageMaker's forced ``NCCL_PROTO``).
-- ``metrics``: the metrics the job declares by regular expression. The program's output is copied through line
-  by line; on rank 0 each line a pattern matches is also logged to
-  MLflow when the platform names a tracking server (``MLFLOW_TRACKING_URI``; Azure ML sets it and the
-  run, ``MLFLOW_RUN_ID``), so Azure ML Studio shows a script's own metrics; a declared ``epoch`` is logged as
-  the metric ``epoch`` and a declared ``step`` as MLflow's step (where none is declared the run's tag
+- ``metrics``: the metrics the job declares by regular expression. The program's output is copied through in whole
+  lines (a progress bar's ``\\r`` updates as its latest state: :class:`Lines`); on rank 0 each line a pattern
+  matches is also logged to MLflow when the platform names a tracking server (``MLFLOW_TRACKING_URI``; Azure ML
+  sets it and the run, ``MLFLOW_RUN_ID``), so Azure ML Studio shows a script's own metrics; a declared ``epoch``
+  is logged as the metric ``epoch`` and a declared ``step`` as MLflow's step (where none is declared the run's tag
   ``cloudddp.step`` says ``none`` and MLflow's step only counts the records), so both keep their meaning when
   cloudddp reads them back. MLflow's "View run at" lines are off
   (``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT``) for the program too: they are not the script's output.
@@ -61,9 +61,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -76,6 +78,8 @@ FLAG = "--cloudddp-"
 SHIPPED_AS = "_cloudddp_launch.py"
 RANK_TAG = "[rank{rank}]:"
 """The prefix of each line a program's process prints, where the launcher adds one: its global rank."""
+LINES_SHIPPED_AS = "_cloudddp_lines.py"
+"""The line discipline (:mod:`cloudddp.code.output_lines`), shipped beside this file in every snapshot."""
 RANK_LINE = re.compile(r"\[rank(\d+)\]:")
 """A line's rank prefix, as this launcher and torchrun's ``--log-line-prefix-template`` write it."""
 
@@ -264,8 +268,9 @@ class Metrics:
             self.active = False
 
 
-def start_program(argv: list[str], *, piped: bool) -> subprocess.Popen[str]:
-    """Start the job's program as this process's child, in a process group of its own, to die with this process.
+def start_program(argv: list[str]) -> subprocess.Popen[bytes]:
+    """Start the job's program as this process's child, in a process group of its own, to die with this process,
+    its output and errors piped here (:func:`follow` copies them on as whole lines).
 
     A launcher stops its worker (this process) by signalling the worker's whole process group: torchrun's agent
     does ``killpg``. In the group of its own the program and its DataLoader workers are out of that reach, so the
@@ -281,14 +286,10 @@ def start_program(argv: list[str], *, piped: bool) -> subprocess.Popen[str]:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])  # a stop must reach it, whatever mask this process inherited
 
-    pipe = subprocess.PIPE if piped else None
     return subprocess.Popen(
         argv,
-        stdout=pipe,
-        stderr=pipe,
-        bufsize=1,
-        text=True,
-        errors="replace",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         preexec_fn=die_with_parent,  # noqa: PLW1509 - called before this process starts any thread
     )
 
@@ -306,7 +307,7 @@ class StopForwarder:
 
     def __init__(self, *, platform: bool) -> None:
         self.platform = platform
-        self.child: subprocess.Popen[str] | None = None
+        self.child: subprocess.Popen[bytes] | None = None
         self.heard: int | None = None
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.hear)
@@ -318,7 +319,7 @@ class StopForwarder:
         if self.child is not None:
             self.pass_on()
 
-    def attach(self, child: subprocess.Popen[str]) -> None:
+    def attach(self, child: subprocess.Popen[bytes]) -> None:
         self.child = child
         if self.heard is not None:
             self.pass_on()
@@ -333,29 +334,46 @@ class StopForwarder:
         print(f"{SHIPPED_AS}: {name} passed on to the program; later ones are not", file=sys.stderr, flush=True)
 
 
-def follow(child: subprocess.Popen[str], metrics: Metrics, tag: str = "") -> int:
-    """The program's exit code, once it has ended. Where it was started piped, its output and its errors are
-    copied through, each to where it was written (the platform may read the errors apart: SageMaker's toolkit
-    takes a failure's reason from them), each line after ``tag``, and metrics are read from both."""
-    if child.stdout is None or child.stderr is None:
-        return _wait(child)
-    reading = threading.Lock()
+def follow(child: subprocess.Popen[bytes], metrics: Metrics, tag: str = "") -> int:
+    """The program's exit code, once it has ended. Its output and its errors are copied through as whole lines
+    (:class:`cloudddp.code.output_lines.Lines`), each to where it was written (the platform may read the errors
+    apart: SageMaker's toolkit takes a failure's reason from them), each line after ``tag``, and metrics are read
+    from both."""
+    assert child.stdout is not None and child.stderr is not None
+    reading, ended = threading.Lock(), threading.Event()
+
+    whole = shipped(LINES_SHIPPED_AS, "cloudddp.code.output_lines")
+    if whole is None:
+        raise SystemExit(f"{SHIPPED_AS}: {LINES_SHIPPED_AS} is not beside this file; it ships with every snapshot")
 
     def copy(source: Any, sink: Any) -> None:
-        for line in source:
-            sink.write(tag + line)
-            sink.flush()
+        lines, fd = whole.Lines(), source.fileno()
+        while True:
+            quiet = not select.select([fd], [], [], 0.5)[0]
+            data = b"" if quiet else os.read(fd, 65536)
+            last = not data and (not quiet or ended.is_set())  # its end; or quiet, the program gone (not its orphans)
+            out = lines.feed(data, final=last)  # quiet: a held bar state may be due
+            with contextlib.suppress(OSError, ValueError):  # nowhere to write: drain on, so the program never blocks
+                sink.write("".join(tag + line for line in out))  # whole lines, in one write
+                sink.flush()
             with reading:
-                metrics.read(line)
+                for line in out:
+                    metrics.read(line)
+            if last:
+                return
 
-    errors = threading.Thread(target=copy, args=(child.stderr, sys.stderr), daemon=True)
-    errors.start()
-    copy(child.stdout, sys.stdout)
-    errors.join()
-    return _wait(child)
+    streams = ((child.stdout, sys.stdout), (child.stderr, sys.stderr))
+    copiers = [threading.Thread(target=copy, args=pair, daemon=True) for pair in streams]
+    for copier in copiers:
+        copier.start()
+    code = _wait(child)
+    ended.set()
+    for copier in copiers:
+        copier.join()
+    return code
 
 
-def _wait(child: subprocess.Popen[str]) -> int:
+def _wait(child: subprocess.Popen[bytes]) -> int:
     """The child's exit code, waiting through the signals this process handles meanwhile."""
     while True:
         try:
@@ -366,13 +384,16 @@ def _wait(child: subprocess.Popen[str]) -> int:
 
 def shipped(name: str, module: str) -> Any:
     """The module shipped beside this file as ``name`` (in a code snapshot), or cloudddp's own ``module`` where this
-    file runs as part of cloudddp (``python -m cloudddp.code.shim``: the local backend); None when neither is there."""
+    file runs as part of cloudddp (``python -m cloudddp.code.shim``: the local backend, or as a script from the
+    source); None when neither is there."""
     import importlib
     import importlib.util
 
     if __package__:
         return importlib.import_module(module)
     where = Path(__file__).resolve().parent / name
+    if not where.is_file():  # this file run as a script from cloudddp's source: the module is beside it by its own name
+        where = where.with_name(module.rsplit(".", 1)[-1] + ".py")
     spec = importlib.util.spec_from_file_location(where.stem, where)
     if spec is None or spec.loader is None or not where.is_file():
         return None
@@ -435,7 +456,7 @@ def main() -> None:
     metrics = Metrics(payload.get("metrics", []))
     stops = StopForwarder(platform=payload.get("stops") == "platform")
     logs = log_watcher(tag)
-    child = start_program(argv, piped=metrics.active or bool(tag))  # before any thread of this process starts
+    child = start_program(argv)  # before any thread of this process starts
     stops.attach(child)
     if logs is not None:
         logs.start()

@@ -11,8 +11,9 @@ expanded::
 
 The syntax is double braces because single braces (``{epoch}``) are Python format fields that frameworks take as
 arguments themselves (Lightning's checkpoint ``filename``), ``$X`` and ``${X}`` belong to the shell and
-``${x.y}`` to Hydra/OmegaConf (and ``${{...}}`` to Azure ML, whose bindings pass through untouched). A name this module does not know is an error at load, so a typo never reaches the
-cloud; a literal ``{{`` followed by a known name cannot be written (none of those tools needs one).
+``${x.y}`` to Hydra/OmegaConf (and ``${{...}}`` to Azure ML, whose bindings pass through untouched). A name
+this module does not know is an error at load, so a typo never reaches the cloud; a literal ``{{`` followed by a
+known name cannot be written (none of those tools needs one).
 """
 
 from __future__ import annotations

@@ -60,9 +60,15 @@ def main() -> None:
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 2))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+
+    def say(message: str) -> None:  # once per job (accelerator.print speaks once per node)
+        if accelerator.is_main_process:
+            print(message, flush=True)
+
     progress = Progress()
     accelerator.register_for_checkpointing(progress)
-    accelerator.init_trackers("accelerate-example")
+    # flush_secs: torch's SummaryWriter writes its events every 120 s by default; cloudddp reads them as written
+    accelerator.init_trackers("accelerate-example", init_kwargs={"tensorboard": {"flush_secs": 5}})
     signal.signal(signal.SIGTERM, lambda signum, frame: accelerator.set_trigger())
 
     checkpoints = os.path.join(args.output_dir, "checkpoints")
@@ -70,7 +76,7 @@ def main() -> None:
         newest = max(os.listdir(checkpoints), key=lambda name: int(name.rsplit("_", 1)[-1]))
         accelerator.load_state(os.path.join(checkpoints, newest))
         project.iteration = int(newest.rsplit("_", 1)[-1]) + 1  # the next save gets the next number
-        accelerator.print(f"resumed from {newest} at step {progress.step}")
+        say(f"resumed from {newest} at step {progress.step}")
 
     per_epoch = len(loader)
     for epoch in range(progress.step // per_epoch, args.epochs):
@@ -89,13 +95,13 @@ def main() -> None:
                 accelerator.log({"train_loss": accelerator.gather(loss.detach()).mean().item()}, step=progress.step)
             if accelerator.check_trigger():  # a stop, agreed by every rank
                 accelerator.save_state()
-                accelerator.print(f"stopped: saved at step {progress.step}")
+                say(f"stopped: saved at step {progress.step}")
                 accelerator.end_training()
                 return
             if progress.step % args.save_every == 0:
                 accelerator.save_state()
     accelerator.end_training()
-    accelerator.print(f"finished at step {progress.step}")
+    say(f"finished at step {progress.step}")
 
 
 if __name__ == "__main__":

@@ -55,7 +55,8 @@ def _env(plan: Plan[Any]) -> dict[str, str]:
 
 def test_one_spec_names_each_backends_own_shape_and_places_and_render_shows_them_expanded() -> None:
     plans = _plans()
-    shapes = {"local": ("2", "1", "2"), "slurm": ("2", "3", "6"), "sagemaker": ("2", "3", "6"), "azureml": ("2", "3", "6")}
+    cloud = ("2", "3", "6")  # resources.*: 2 nodes x 3 processes
+    shapes = {"local": ("2", "1", "2"), "slurm": cloud, "sagemaker": cloud, "azureml": cloud}
     for backend, plan in plans.items():
         argv = _argv(plan)
         nodes, per_node, world = shapes[backend]

@@ -47,8 +47,10 @@ def own_job(folder: Path) -> Job:
 
 def test_the_plan_of_an_own_script_says_what_makes_a_resubmit_resume(tmp_path: Path) -> None:
     own = own_job(tmp_path).render("local")
-    fix = "a resubmit resumes only if your script writes to $CLOUDDDP_CHECKPOINT_DIR or declares checkpoint.files"
+    fix = "resumes only if your script writes to $CLOUDDDP_CHECKPOINT_DIR (or {{checkpoint_dir}} in code.args)"
     assert any(fix in d for d in own.decisions), own.decisions
+    told = Job.load(ROOT / "examples" / "huggingface" / "job.yaml").render("local")
+    assert any("your script is given the checkpoint folder ({{checkpoint_dir}})" in d for d in told.decisions)
     shared = Job.load(ROOT / "jobs" / "digits-local.yaml").render("local")
     assert not any("your script" in d or "checkpoint.files" in d for d in shared.decisions)  # it checkpoints itself
     kept = Job.from_dict(

@@ -60,7 +60,7 @@ def test_rows_there_before_the_program_started_are_not_printed_again(tmp_path: P
     assert seen == [{"step": 5, "train_loss": 1.0}]
 
 
-def test_a_half_written_row_waits_for_the_next_look(tmp_path: Path) -> None:
+def test_a_half_written_row_waits_for_the_next_look_and_a_file_written_afresh_is_read_afresh(tmp_path: Path) -> None:
     folder = tmp_path / "lightning_logs" / "version_3"
     folder.mkdir(parents=True)
     (folder / "metrics.csv").write_text("epoch,step,loss\n0,0,1.5\n0,1,1.")
@@ -71,6 +71,9 @@ def test_a_half_written_row_waits_for_the_next_look(tmp_path: Path) -> None:
         f.write("25\n")
     watcher.look()
     assert seen[1:] == [{"step": 1, "epoch": 0, "loss": 1.25}]
+    (folder / "metrics.csv").write_text("epoch,step,loss\n0,0,7.0\n")  # written afresh (a run that starts over)
+    watcher.look()
+    assert seen[2:] == [{"step": 0, "epoch": 0, "loss": 7.0}]
 
 
 def test_tensorboard_scalars_keep_their_step_and_time_and_are_read_on_from_where_they_were(tmp_path: Path) -> None:
@@ -155,6 +158,7 @@ def test_the_shipped_launcher_prints_the_rows_as_metric_lines_on_rank_0(
     tmp_path: Path, rank: str, printed: bool
 ) -> None:
     shutil.copy(CODE / "shim.py", tmp_path / "_cloudddp_launch.py")
+    shutil.copy(CODE / "output_lines.py", tmp_path / "_cloudddp_lines.py")
     shutil.copy(CODE / "framework_logs.py", tmp_path / "_cloudddp_logs.py")
     old = tmp_path / "lightning_logs" / "version_0"
     old.mkdir(parents=True)

@@ -391,6 +391,7 @@ def test_every_git_ignore_rule_and_credential_defaults_leave_files_out(tmp_path:
     assert listed.returncode == 0 and listed.stdout.split() == [
         "_cloudddp_init.py",
         "_cloudddp_launch.py",
+        "_cloudddp_lines.py",
         "_cloudddp_logs.py",
         "id_utils.py",
         "job.yaml",

@@ -258,9 +258,10 @@ ValueError: a real failure
 """
 
 
-def without_stop_traceback(lines: list[str]) -> list[str]:
-    """What the supervisor records of ``lines``, fed one by one as it copies them, then flushed at the end."""
-    folder = StopTracebackFolder()
+def without_stop_traceback(lines: list[str], *, asked: bool = True) -> list[str]:
+    """What the supervisor records of ``lines``, fed one by one as it copies them, then flushed at the end
+    (``asked``: the supervisor had signalled the agent)."""
+    folder = StopTracebackFolder(lambda: asked)
     return [kept for line in lines for kept in folder.feed(line)] + folder.flush()
 
 
@@ -268,6 +269,8 @@ def test_a_stopped_agents_signal_traceback_is_one_line_and_any_other_traceback_s
     stopped = without_stop_traceback(AGENT_STOPPED.splitlines(keepends=True))
     assert stopped[0].startswith("W1125") and len(stopped) == 2, stopped
     assert stopped[1].startswith("torchrun stopped on signal 15, after passing it to its processes")
+    unasked = AGENT_STOPPED.splitlines(keepends=True)  # a signal from someone else: the traceback stays
+    assert without_stop_traceback(unasked, asked=False) == unasked
     crashed = AGENT_CRASHED.splitlines(keepends=True)
     assert (without_stop_traceback(crashed)) == crashed
     cut_short = crashed[:2]  # the stream ended inside a traceback: nothing is lost

@@ -2,22 +2,26 @@
 
 An agent stopped by a signal (a cancel, ``limits.max_runtime``) passes it to its ranks, waits for them, and then
 raises ``SignalException`` out of ``main()``: its traceback would end the log of a cleanly cancelled run and read
-like a crash. It is folded into one line saying what happened. Any other traceback passes unchanged.
+like a crash. When the stop was asked for, it is folded into one line saying what happened; a signal nobody here
+sent (a person killing the agent) keeps its traceback, as does any other.
 """
 
 from __future__ import annotations
 
-TRACEBACK = "Traceback (most recent call last):"
+from collections.abc import Callable
+
+from cloudddp.code.output_lines import TRACEBACK
 
 
 class StopTracebackFolder:
     """Fed a node's output line by line, gives back the lines to record: a traceback is held until its last
     line shows whether it is torchrun's ``SignalException`` (folded into one line) or anything else (passed on
     whole). Push-style, so the supervisor can feed it from its console copier; :meth:`flush` at the end gives
-    back a traceback the output stopped inside."""
+    back a traceback the output stopped inside. ``expected()`` says whether the agent was asked to stop."""
 
-    def __init__(self) -> None:
+    def __init__(self, expected: Callable[[], bool]) -> None:
         self.held: list[str] = []
+        self.expected = expected
 
     def feed(self, line: str) -> list[str]:
         if not self.held:
@@ -29,7 +33,7 @@ class StopTracebackFolder:
         if line[:1] in (" ", "\t"):  # a frame of the traceback
             return []
         held, self.held = self.held, []
-        if "SignalException" in line and "got signal" in line:
+        if "SignalException" in line and "got signal" in line and self.expected():
             signal = line.rstrip("\n").rsplit(" ", 1)[-1]
             return [
                 f"torchrun stopped on signal {signal}, after passing it to its processes and waiting for them "

@@ -8,9 +8,11 @@ session of its own with the job's real environment on its stdin (never on disk).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import secrets as _random
+import shutil
 import socket
 import subprocess
 import sys
@@ -103,7 +105,7 @@ def _prepare(run: RunDir, plan: Plan[LocalRequest], progress: Progress | None) -
     requirements, where it has some (the value of ``{PYTHON}``)."""
     (run.path / "logs").mkdir(parents=True)
     (run.path / "outputs").mkdir()
-    code = run.path / "code"  # where the plan's code upload goes: {RUN_DIR}/code
+    code = _working_folder(run, plan.request.env.get("CLOUDDDP_CHECKPOINT_DIR"))
     for upload in plan.uploads:
         extract(packed(upload), code)  # the code snapshot, as a cloud job gets it
     if plan.request.own_script:
@@ -117,6 +119,24 @@ def _prepare(run: RunDir, plan: Plan[LocalRequest], progress: Progress | None) -
     if progress:
         progress.step(done)
     return {"PYTHON": python}
+
+
+def _working_folder(run: RunDir, checkpoints: str | None) -> Path:
+    """Where the plan's code upload goes, ``{RUN_DIR}/code``, and where the program runs. A training with a checkpoint
+    folder runs in the same physical folder every time (``$CLOUDDDP_HOME/work/<digest of the checkpoint folder>``,
+    emptied and unpacked afresh, reached through ``{RUN_DIR}/code``): frameworks record absolute paths in their
+    checkpoints (Lightning's ModelCheckpoint ``dirpath`` under ``os.getcwd()``), and a resumed run that saw another
+    folder would not restore them (Lightning names its next ``last.ckpt`` ``last-v1.ckpt``). Only one run of a
+    training holds its checkpoint folder at a time (its lock), so no two runs share the folder."""
+    code = run.path / "code"
+    if not checkpoints:
+        return code
+    same = home() / "work" / hashlib.sha256(checkpoints.encode()).hexdigest()[:16]
+    if same.is_dir() and not same.is_symlink():
+        shutil.rmtree(same)  # what the last run wrote beside its code is discarded with it, as in a fresh folder
+    same.mkdir(parents=True, mode=0o700)
+    code.symlink_to(same, target_is_directory=True)
+    return code
 
 
 def _start_supervisor(run: RunDir, request: LocalRequest, store_fd: int) -> subprocess.Popen[bytes]:

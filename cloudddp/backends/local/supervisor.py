@@ -69,6 +69,8 @@ class Supervisor:
         self.secrets = redaction_forms(secrets)  # every form a secret may be printed in
         self.stop_reason: str | None = None
         self.stopping = threading.Event()
+        self.signalled = threading.Event()
+        """Set before this supervisor signals the nodes: an agent's SignalException is then no crash."""
         self.nodes: list[Node] = []
         self.patterns = patterns_from(self.plan.get("metrics", []))
         self.ranks = str(self.plan.get("metric_ranks", RANK_ZERO))
@@ -164,7 +166,8 @@ class Supervisor:
         metrics = self._metrics
         failed: set[str] = set()
         warned_raw = False
-        folded = StopTracebackFolder()  # a held traceback is lost if this supervisor dies inside it
+        # a held traceback is lost if this supervisor dies inside it
+        folded = StopTracebackFolder(self.signalled.is_set)
 
         def warn(message: str) -> None:
             print(f"node {node.index}: {message}", flush=True)  # supervisor.log
@@ -311,6 +314,7 @@ class Supervisor:
         self._stop_nodes(grace=STALL_GRACE_SECONDS)
 
     def _stop_nodes(self, grace: float = GRACE_SECONDS) -> None:
+        self.signalled.set()
         for node in self.nodes:  # each agent passes it to its ranks: they checkpoint and leave
             node.signal_group(signal.SIGTERM)
         end = time.time() + grace

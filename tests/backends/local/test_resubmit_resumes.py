@@ -5,7 +5,9 @@ one stopped; the plan names the folder, what the run resumes from, and the argum
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,3 +76,29 @@ def test_a_resubmit_with_an_added_argument_and_with_another_node_count_resumes_f
     runs = [json.loads(line) for line in (folder / RECORD).read_text().splitlines()]
     assert [r["run_id"] for r in runs] == [first.run_id, second.run_id, third.run_id]
     assert runs[2]["argv"] == ["train.py", "--dataset", "digits", "--epochs", "4", "--log-every", "4"]
+
+
+WHERE = """
+import os, sys
+print(f"cwd={os.getcwd()} left={os.path.exists('left.txt')}", flush=True)
+open("left.txt", "w").write("written beside the code, not kept")
+"""
+
+
+def test_a_resubmit_runs_in_the_same_working_folder_as_the_run_before_it_emptied_afresh(tmp_path: Path) -> None:
+    """Frameworks record absolute paths under the working folder in their checkpoints (Lightning's dirpath): a
+    training with checkpoints runs in one physical folder every time, unpacked afresh (what the last run left there
+    is gone, as in a new folder). A job without checkpoints runs in its own run folder (every other local test)."""
+    (tmp_path / "train.py").write_text(WHERE)
+    job = {"name": "where", "code": {"dir": ".", "entry": "train.py"}, "local": {"processes_per_node": 1}}
+
+    def working_folder(**more: Any) -> tuple[str, str]:
+        run = Job.from_dict({**job, **more}, base_dir=tmp_path).submit("local")
+        assert run.wait(timeout=120, poll=0.3).state is RunState.SUCCEEDED
+        found = re.search(r"cwd=(\S+) left=(\w+)", "\n".join(line.text for line in run.logs()))
+        assert found, list(run.logs())
+        return found.group(1), found.group(2)
+
+    first, second = working_folder(checkpoint={"enabled": True}), working_folder(checkpoint={"enabled": True})
+    assert first == (second[0], "False") == (first[0], second[1]), (first, second)
+    assert "/runs/" not in first[0] and "/work/" in first[0]

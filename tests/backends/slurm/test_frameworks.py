@@ -12,6 +12,7 @@ resubmit, which must find its checkpoint under the same job name.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from pathlib import Path
@@ -20,11 +21,11 @@ from typing import Any
 import pytest
 import torch
 
-from tests.backends.slurm.test_preemption import cloudddp, finished, job_id_of, run_dir, submit, wait_for
-from tests.backends.slurm.test_stops import node_logs, preempt
+from tests.backends.slurm.test_preemption import cloudddp, finished, job_id_of, metrics_in, run_dir, submit, wait_for
+from tests.backends.slurm.test_stops import node_logs
 from tests.support import dataloader_saver
 from tests.support.frameworks import project, steps_in
-from tests.support.slurm_cluster import GRACE_TIME, SPOT, ClusterUser, SlurmCluster
+from tests.support.slurm_cluster import GRACE_TIME, SPOT, URGENT, ClusterUser, SlurmCluster
 
 pytestmark = pytest.mark.slow
 
@@ -35,6 +36,23 @@ LIGHTNING_STEPS = 42
 def records(user: ClusterUser, run_id: str) -> list[dict[str, Any]]:
     """The run's records as the user's ``cloudddp metrics --json`` prints them."""
     return [json.loads(line) for line in cloudddp(user, "metrics", run_id, "--json").splitlines()]
+
+
+def logged_steps(folder: Path, name: str) -> list[int]:
+    """The steps of ``name``'s rows in every CSVLogger file under ``folder`` (each run of the job writes its own
+    ``version_N/metrics.csv``)."""
+    rows = [row for path in folder.rglob("metrics.csv") for row in csv.DictReader(path.open())]
+    return sorted(int(row["step"]) for row in rows if row.get(name))
+
+
+def preempt(cluster: SlurmCluster, folder: Path, tmp_path: Path) -> None:
+    """Once metrics.csv's rows have reached step 5, a 3 s job of the higher-tier partition takes both nodes; back
+    when Slurm has requeued the training."""
+    wait_for("step 5", lambda: any((r.get("step") or 0) >= 5 for r in metrics_in(folder)))
+    urgent = cluster.sbatch(
+        "-p", URGENT, "-N2", "--cpus-per-task=2", "-o", "urgent.log", "--wrap", "sleep 3", cwd=tmp_path
+    )
+    cluster.wait_job(urgent, {"RUNNING", "COMPLETED"}, timeout=GRACE_TIME + 30)
 
 
 def checkpoint_dir(folder: Path) -> Path:
@@ -53,13 +71,12 @@ def test_lightning_preempted_on_2x2_saves_last_ckpt_and_its_requeue_resumes_ther
     ``last.ckpt`` (CheckpointOnStop; no periodic checkpoint before it), the requeued allocation restores that file
     and ends at step 42, and metrics.csv's train_loss rows reach ``cloudddp metrics`` each once, in step order."""
     args = ["--num-nodes", "{{nodes}}", "--devices", "{{processes_per_node}}", "--root", "{{checkpoint_dir}}"]
-    shorter = ["--max-epochs", "3", "--every-n-steps", "1000", "--step-sleep", "0.5"]
+    shorter = ["--max-epochs", "3", "--every-n-steps", "1000", "--step-sleep", "0.3"]
     spec = project("lightning", user.home, [*args, *shorter], slurm={"partition": SPOT})
     run_id = submit(user, spec, f"slurm.grace_time={GRACE_TIME}")
     folder = run_dir(user, run_id)
     job = job_id_of(slurm_cluster, run_id)
-    urgent = preempt(slurm_cluster, folder, tmp_path)  # once metrics.csv's rows reach step 5
-    slurm_cluster.wait_job(urgent, {"RUNNING"}, timeout=GRACE_TIME + 30)
+    preempt(slurm_cluster, folder, tmp_path)
     assert slurm_cluster.job(job)["Restarts"] == "1", node_logs(folder)[-3000:]
     kept = sorted(checkpoint_dir(folder).rglob("*"))
     assert [p.name for p in kept if p.suffix == ".ckpt"] == ["last.ckpt"], (kept, node_logs(folder)[-5000:])
@@ -73,6 +90,7 @@ def test_lightning_preempted_on_2x2_saves_last_ckpt_and_its_requeue_resumes_ther
     assert steps_in(r"finished at step (\d+)", logs) == [LIGHTNING_STEPS] * 4, logs[-3000:]  # every rank
     assert "killed by signal" not in logs and "last-v1.ckpt" not in logs, logs[-3000:]
     steps = [r["step"] for r in records(user, run_id) if "train_loss" in r]
+    assert steps == logged_steps(checkpoint_dir(folder), "train_loss"), steps  # each row once, the last ones too
     assert steps == sorted(set(steps)) and steps[-1] >= LIGHTNING_STEPS - 5, steps  # none doubled by the resume
     resumed = [s for s in steps if s > saved]
     assert resumed and resumed[0] <= saved + 5, (saved, steps)  # a row every 5 steps: the first after the save
@@ -92,7 +110,11 @@ def test_a_dataloader_script_cancelled_on_2x2_saves_and_its_resubmit_resumes_wit
         spec = code / f"job-{steps}.yaml"
         body = {
             "name": "dataloader-saver",
-            "code": {"dir": ".", "entry": dataloader_saver.ENTRY, "args": ["--steps", str(steps), "--save-delay", "1"]},
+            "code": {
+                "dir": ".",
+                "entry": dataloader_saver.ENTRY,
+                "args": ["--steps", str(steps), "--save-delay", "1", "--step-time", "0.1"],
+            },
             "resources": {"nodes": 2, "processes_per_node": 2},
             "checkpoint": {"enabled": True},
             "metrics": dataloader_saver.METRICS,
@@ -104,9 +126,9 @@ def test_a_dataloader_script_cancelled_on_2x2_saves_and_its_resubmit_resumes_wit
     wait_for("training", lambda: dataloader_saver.RUNNING in node_logs(run_dir(user, first)))
     cloudddp(user, "cancel", first)
     logs = node_logs(run_dir(user, first))
-    [(saved, epoch)] = dataloader_saver.saved(logs)
-    assert dataloader_saver.sigterms(logs) == dict.fromkeys(range(4), 1), logs[-3000:]
     assert not dataloader_saver.WORKER_KILLED.search(logs), logs[-3000:]
+    assert dataloader_saver.sigterms(logs) == dict.fromkeys(range(4), 1), logs[-3000:]
+    [(saved, epoch)] = dataloader_saver.saved(logs)
     before = [r["step"] for r in records(user, first) if "loss" in r]
     assert before == list(range(1, saved + 1)), (saved, before)
 
