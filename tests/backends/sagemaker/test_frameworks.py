@@ -11,7 +11,7 @@ Known race (Lightning 2.6.6, not cloudddp's): Lightning's SIGTERM handler itself
 PR #20825), and its training loop broadcasts once a step. Every rank gets SIGTERM here (each host's torchrun agent
 passes it on), so when one rank's handler runs while the other rank waits inside a collective, the two ranks'
 collectives pair up wrongly and both hang until the SIGKILL: this test then fails at "none needed the SIGKILL"
-(seen once in five stops here).
+(seen once in six stops here).
 """
 
 from __future__ import annotations
