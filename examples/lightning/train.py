@@ -7,9 +7,10 @@ It runs unchanged on every cloudddp backend (job.yaml). What cloudddp needs from
 - ``--root`` is the training's checkpoint folder (``{{checkpoint_dir}}``): Lightning's checkpoints and its
   CSVLogger's ``metrics.csv`` go there, so a resubmit resumes (``ckpt_path="last"``) and cloudddp reads the
   metrics from the file as they are written (every 10 steps here; Lightning's default is 100).
-- ``CheckpointOnStop``: a stop (cancel, preemption, spot reclaim) writes ``last.ckpt`` before the process
-  exits. Lightning already agrees on a SIGTERM across the ranks and ends the fit with SIGTERMException; without
-  this callback the run resumes from its last periodic checkpoint instead.
+- ``CheckpointOnStop``: a stop (cancel, preemption, spot reclaim) writes ``last.ckpt`` at a step every rank
+  agrees on and ends the fit; without it the run resumes from its last periodic checkpoint instead. (Lightning's
+  own SIGTERM handling saves nothing and broadcasts inside its signal handler, which can hang when every rank is
+  signalled at once: the callback takes its place.)
 - ``spare_worker``: the DataLoader workers ignore SIGTERM (their parent ends them). Slurm signals every process
   of a step itself, and a worker killed by a SIGTERM that did not come from its parent crashes the rank before it
   can save (docs/stopping.md, "DataLoader workers on Slurm"). Harmless on every other backend.
@@ -28,7 +29,6 @@ import torch
 from lightning.fabric.utilities.seed import pl_worker_init_function
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -92,14 +92,31 @@ class RandomRegression(L.LightningDataModule):
 
 
 class CheckpointOnStop(Callback):
-    """A stop writes ``last.ckpt`` (every rank takes part: Lightning raised SIGTERMException on all of them)."""
+    """A stop (SIGTERM) writes ``last.ckpt`` at the end of the step every rank agrees on, then ends the fit.
+
+    It replaces Lightning's own SIGTERM handler, which broadcasts from inside the signal handler: when every rank
+    is signalled (cloudddp's launchers do, and Slurm does) a rank whose handler runs while another rank is inside a
+    collective can leave both waiting until the SIGKILL. Here the handler only notes the signal; the ranks agree on
+    it with one all-reduce at each step's end. The checkpoint names itself as the callback's ``last_model_path``, so
+    the resumed run writes its next ``last.ckpt`` over it (not ``last-v1.ckpt`` beside it)."""
 
     def __init__(self, checkpoint: ModelCheckpoint) -> None:
-        self.checkpoint = checkpoint
+        self.checkpoint, self.heard, self.stopped_at = checkpoint, False, None
 
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if isinstance(exception, SIGTERMException) and self.checkpoint.dirpath:
-            trainer.save_checkpoint(os.path.join(self.checkpoint.dirpath, "last.ckpt"))
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        signal.signal(signal.SIGTERM, self._heard)  # after Lightning installed its own for this fit
+
+    def _heard(self, signum: int, frame: object) -> None:
+        self.heard = True
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: object) -> None:
+        flag = trainer.strategy.reduce(torch.tensor([float(self.heard)], device=pl_module.device), reduce_op="max")
+        if flag.item() and self.checkpoint.dirpath and self.stopped_at is None:
+            path = os.path.join(self.checkpoint.dirpath, "last.ckpt")
+            self.checkpoint.last_model_path = path
+            trainer.save_checkpoint(path)
+            self.stopped_at = trainer.global_step
+            trainer.should_stop = True
 
 
 def main() -> None:
@@ -128,12 +145,17 @@ def main() -> None:
         max_epochs=args.max_epochs,
         default_root_dir=args.root,
         logger=CSVLogger(args.root, flush_logs_every_n_steps=10),  # written every 10 steps, not 100: read live
-        callbacks=[checkpoint, CheckpointOnStop(checkpoint)],
+        callbacks=[checkpoint],
         log_every_n_steps=5,
         enable_progress_bar=False,  # a log file is not a terminal; cloudddp reads metrics from metrics.csv
     )
+    stop = CheckpointOnStop(checkpoint)
+    trainer.callbacks.append(stop)
     trainer.fit(Regressor(step_sleep=args.step_sleep), RandomRegression(), ckpt_path="last")
-    print(f"finished at step {trainer.global_step}")
+    if stop.stopped_at is not None:
+        print(f"stopped: saved last.ckpt at step {stop.stopped_at}", flush=True)
+    else:
+        print(f"finished at step {trainer.global_step}", flush=True)
 
 
 if __name__ == "__main__":
