@@ -15,7 +15,7 @@ launcher, or plainly (``python train.py``: one process, ./outputs and ./checkpoi
   ``MLFLOW_TRACKING_URI`` is set and mlflow is installed (mlflow_log.py);
 - takes its folders and settings from the arguments, else the runtime contract's variables (config.py).
 
-To train your own model on your own data, edit user.py; the steps below stay as they are.
+To train your own model on your own data, edit ddptrain/user.py; the steps below stay as they are.
 
 Batch size and learning rate: ``--batch-size`` is per process, so the global batch is
 ``batch-size × world size`` (the seed scripts' rule); ``--global-batch-size`` instead fixes the global
@@ -34,19 +34,15 @@ import random
 import sys
 from pathlib import Path
 
-import checkpoint
-import config
-import distributed
-import loop
 import numpy as np
-import storage
 import torch
-import user
-from distributed import Context, UsageError
-from loop import EpochEnd, Schedule, StopFlag, Training
-from metrics import Reporter
-from mlflow_log import MlflowLogger
 from torch import nn
+
+from ddptrain import checkpoint, config, distributed, loop, storage, user
+from ddptrain.distributed import Context, UsageError
+from ddptrain.loop import EpochEnd, Schedule, StopFlag, Training
+from ddptrain.metrics import Reporter
+from ddptrain.mlflow_log import MlflowLogger
 
 # cloudddp's cost estimate reads this script's --model/--dataset/--epochs/--batch-size because of this line
 # (cloudddp/catalog/sizing.py). Remove it if you make a step do other work than those arguments say.

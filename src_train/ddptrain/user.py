@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 
-import data
-import models
 from torch import nn
+
+from . import data, models
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:

@@ -16,14 +16,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import augment
-import distributed
 import torch
 import torch.nn.functional as F
-from data import Dataset
-from distributed import Context
-from metrics import Reporter
 from torch import nn
+
+from . import augment, distributed
+from .data import Dataset
+from .distributed import Context
+from .metrics import Reporter
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import user
+from . import user
 
 INPUT_PREFIX = "CLOUDDDP_INPUT_"
 

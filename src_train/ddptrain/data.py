@@ -17,10 +17,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
-import augment
 import numpy as np
 import torch
-from distributed import UsageError
+
+from . import augment
+from .distributed import UsageError
 
 _D = TypeVar("_D", bound="Dataset")
 
