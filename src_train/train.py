@@ -4,9 +4,12 @@ Launch it with torchrun, Azure ML's PyTorch or MPI distribution, SageMaker's tor
 launcher, or plainly (``python train.py``: one process, ./outputs and ./checkpoints). It:
 
 - sets up the process group from the standard variables (see distributed.py);
-- keeps the whole dataset on the device and augments whole batches there (data.py, augment.py);
-- shards each epoch's permutation over the ranks (seeded by seed + epoch, so every epoch differs
-  and every restart repeats it exactly) and evaluates on all ranks, summing the counts (loop.py);
+- reads the data by one of two paths (``--data-path``, feed.py): the whole dataset on the device, or streamed
+  by a ``DataLoader`` with ``--workers`` per rank (folders of image files: images.py); augments whole batches
+  on the device (data.py, augment.py);
+- shards each epoch's permutation over the ranks (``DistributedSampler`` with ``set_epoch``: every epoch
+  differs and every restart repeats it exactly; a mid-epoch resume skips exactly the batches done) and
+  evaluates on all ranks, summing the counts (loop.py);
 - writes checksummed checkpoints on rank 0 (atomic where the filesystem allows, checked on cloud
   mounts too) and resumes from the newest valid one (checkpoint.py, storage.py);
 - on SIGTERM (cancel, spot reclamation) agrees with the other ranks, checkpoints where it is and
@@ -38,7 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ddptrain import checkpoint, config, distributed, loop, storage, user
+from ddptrain import checkpoint, config, distributed, feed, loop, storage, user
 from ddptrain.distributed import Context, UsageError
 from ddptrain.loop import EpochEnd, Schedule, StopFlag, Training
 from ddptrain.metrics import Reporter
@@ -71,7 +74,7 @@ def build(args: argparse.Namespace, ctx: Context, report: Reporter) -> Training:
     amp = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None, "auto": torch.bfloat16 if cuda else None}[
         args.amp
     ]
-    data = user.build_data(args).to(ctx.device)
+    data = user.build_data(args)
     per_rank = args.batch_size or (max(1, args.global_batch_size // ctx.world_size) if args.global_batch_size else 64)
     steps_per_epoch = len(data.train_y) // (per_rank * ctx.world_size)
     if steps_per_epoch < 1:
@@ -79,10 +82,15 @@ def build(args: argparse.Namespace, ctx: Context, report: Reporter) -> Training:
             f"{len(data.train_y)} training samples are fewer than one global batch of {per_rank * ctx.world_size}"
         )
     schedule = Schedule(per_rank, steps_per_epoch, int(args.warmup_epochs * steps_per_epoch), args.lr, args.epochs)
+    batches = feed.EpochBatches(len(data.train_y), per_rank, steps_per_epoch, args.seed, ctx)
+    workers = feed.DEFAULT_WORKERS if args.workers is None else args.workers
+    source = feed.make(data, args.data_path, getattr(args, "dataset", ""), workers, batches, ctx)
+    data = source.data
     model = user.build_model(args, data).to(ctx.device)
     if cuda:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    return Training(args, ctx, data, model, model, loop.make_optimizer(model, args), schedule, amp, report)
+    optimizer = loop.make_optimizer(model, args)
+    return Training(args, ctx, data, model, model, optimizer, schedule, amp, report, source)
 
 
 def resume(t: Training) -> None:
