@@ -83,7 +83,7 @@ def build(args: argparse.Namespace, ctx: Context, report: Reporter) -> Training:
         )
     schedule = Schedule(per_rank, steps_per_epoch, int(args.warmup_epochs * steps_per_epoch), args.lr, args.epochs)
     batches = feed.EpochBatches(len(data.train_y), per_rank, steps_per_epoch, args.seed, ctx)
-    workers = feed.DEFAULT_WORKERS if args.workers is None else args.workers
+    workers = feed.default_workers(ctx) if args.workers is None else args.workers
     source = feed.make(data, args.data_path, getattr(args, "dataset", ""), workers, batches, ctx)
     data = source.data
     model = user.build_model(args, data).to(ctx.device)

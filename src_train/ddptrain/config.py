@@ -92,7 +92,12 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] = os.enviro
         help="device: the whole dataset on the device; stream: a DataLoader with --workers reads each batch; "
         "auto: the faster per dataset (stream for imagefolder, else device; feed.py)",
     )
-    p.add_argument("--workers", type=int, default=None, help="DataLoader processes per rank, stream path (default 2)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="DataLoader processes per rank, stream path (default: 2, fewer where a rank has under 3 CPUs)",
+    )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto", help="auto: on for CUDA only")
     p.add_argument("--amp", choices=["auto", "bf16", "fp16", "off"], default="auto", help="auto: bf16 on CUDA")
