@@ -14,6 +14,7 @@ from .common import ROOT, Result, machine
 
 CASES = {
     "throughput": "bench.throughput",
+    "data-paths": "bench.data_paths",
     "render": "bench.render_latency",
     "launcher": "bench.launcher",
     "metrics": "bench.metrics_latency",

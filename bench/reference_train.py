@@ -22,9 +22,8 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src_train"))
-import data as datasets
-import metrics
-import models
+from ddptrain import data as datasets
+from ddptrain import metrics, models
 
 MEAN = np.array([0.4914, 0.4822, 0.4465], dtype=np.float32).reshape(3, 1, 1)
 STD = np.array([0.2023, 0.1994, 0.2010], dtype=np.float32).reshape(3, 1, 1)

@@ -4,9 +4,12 @@ Launch it with torchrun, Azure ML's PyTorch or MPI distribution, SageMaker's tor
 launcher, or plainly (``python train.py``: one process, ./outputs and ./checkpoints). It:
 
 - sets up the process group from the standard variables (see distributed.py);
-- keeps the whole dataset on the device and augments whole batches there (data.py, augment.py);
-- shards each epoch's permutation over the ranks (seeded by seed + epoch, so every epoch differs
-  and every restart repeats it exactly) and evaluates on all ranks, summing the counts (loop.py);
+- reads the data by one of two paths (``--data-path``, feed.py): the whole dataset on the device, or streamed
+  by a ``DataLoader`` with ``--workers`` per rank (folders of image files: images.py); augments whole batches
+  on the device (data.py, augment.py);
+- shards each epoch's permutation over the ranks (``DistributedSampler`` with ``set_epoch``: every epoch
+  differs and every restart repeats it exactly; a mid-epoch resume skips exactly the batches done) and
+  evaluates on all ranks, summing the counts (loop.py);
 - writes checksummed checkpoints on rank 0 (atomic where the filesystem allows, checked on cloud
   mounts too) and resumes from the newest valid one (checkpoint.py, storage.py);
 - on SIGTERM (cancel, spot reclamation) agrees with the other ranks, checkpoints where it is and
@@ -15,7 +18,7 @@ launcher, or plainly (``python train.py``: one process, ./outputs and ./checkpoi
   ``MLFLOW_TRACKING_URI`` is set and mlflow is installed (mlflow_log.py);
 - takes its folders and settings from the arguments, else the runtime contract's variables (config.py).
 
-To train your own model on your own data, edit user.py; the steps below stay as they are.
+To train your own model on your own data, edit ddptrain/user.py; the steps below stay as they are.
 
 Batch size and learning rate: ``--batch-size`` is per process, so the global batch is
 ``batch-size × world size`` (the seed scripts' rule); ``--global-batch-size`` instead fixes the global
@@ -34,19 +37,15 @@ import random
 import sys
 from pathlib import Path
 
-import checkpoint
-import config
-import distributed
-import loop
 import numpy as np
-import storage
 import torch
-import user
-from distributed import Context, UsageError
-from loop import EpochEnd, Schedule, StopFlag, Training
-from metrics import Reporter
-from mlflow_log import MlflowLogger
 from torch import nn
+
+from ddptrain import checkpoint, config, distributed, feed, loop, storage, user
+from ddptrain.distributed import Context, UsageError
+from ddptrain.loop import EpochEnd, Schedule, StopFlag, Training
+from ddptrain.metrics import Reporter
+from ddptrain.mlflow_log import MlflowLogger
 
 # cloudddp's cost estimate reads this script's --model/--dataset/--epochs/--batch-size because of this line
 # (cloudddp/catalog/sizing.py). Remove it if you make a step do other work than those arguments say.
@@ -75,7 +74,7 @@ def build(args: argparse.Namespace, ctx: Context, report: Reporter) -> Training:
     amp = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None, "auto": torch.bfloat16 if cuda else None}[
         args.amp
     ]
-    data = user.build_data(args).to(ctx.device)
+    data = user.build_data(args)
     per_rank = args.batch_size or (max(1, args.global_batch_size // ctx.world_size) if args.global_batch_size else 64)
     steps_per_epoch = len(data.train_y) // (per_rank * ctx.world_size)
     if steps_per_epoch < 1:
@@ -83,10 +82,15 @@ def build(args: argparse.Namespace, ctx: Context, report: Reporter) -> Training:
             f"{len(data.train_y)} training samples are fewer than one global batch of {per_rank * ctx.world_size}"
         )
     schedule = Schedule(per_rank, steps_per_epoch, int(args.warmup_epochs * steps_per_epoch), args.lr, args.epochs)
+    batches = feed.EpochBatches(len(data.train_y), per_rank, steps_per_epoch, args.seed, ctx)
+    workers = feed.default_workers(ctx) if args.workers is None else args.workers
+    source = feed.make(data, args.data_path, getattr(args, "dataset", ""), workers, batches, ctx)
+    data = source.data
     model = user.build_model(args, data).to(ctx.device)
     if cuda:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    return Training(args, ctx, data, model, model, loop.make_optimizer(model, args), schedule, amp, report)
+    optimizer = loop.make_optimizer(model, args)
+    return Training(args, ctx, data, model, model, optimizer, schedule, amp, report, source)
 
 
 def resume(t: Training) -> None:

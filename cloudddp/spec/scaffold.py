@@ -114,7 +114,8 @@ def init(path: Path, *, schema: dict[str, Any], name: str | None, with_script: b
     if with_script:
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
         shutil.copytree(shared_script_dir(), shared, dirs_exist_ok=True, ignore=ignore)
-        done.append(f"wrote {shared} (the shared training script; your model and data go in {shared / 'user.py'})")
+        user = shared / "ddptrain" / "user.py"
+        done.append(f"wrote {shared} (the shared training script; your model and data go in {user})")
     elif script.exists() and not force:
         done.append(f"kept {script}: the spec runs it (check code.args)")
     else:

@@ -81,4 +81,4 @@ def test_every_own_script_walkthrough_command_runs_and_the_script_shown_is_the_o
     assert "succeeded" in submitted and "epoch 3" in submitted, submitted[-2000:]
     tail = next(out for line, out in outputs.items() if line.startswith("cloudddp logs"))
     assert '[rank0] CLOUDDDP_METRIC {"epoch": 3' in tail, tail
-    assert (tmp_path / "my-model" / "src_train" / "user.py").is_file()
+    assert (tmp_path / "my-model" / "src_train" / "ddptrain" / "user.py").is_file()

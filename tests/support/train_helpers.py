@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import pickle
 import socket
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -77,3 +79,29 @@ def write_cifar10_batches(
         b"filenames": [b"x.png"] * len(test[1]),
     }
     (folder / "test_batch").write_bytes(pickle.dumps(blob, protocol=2))
+
+
+def png_bytes(image: np.ndarray) -> bytes:
+    """An (H, W, 3) uint8 array as an 8-bit RGB PNG (standard library only: no filter, zlib)."""
+    height, width, _ = image.shape
+    chunk = lambda kind, body: (  # noqa: E731
+        struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    )
+    rows = b"".join(b"\x00" + image[y].tobytes() for y in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def write_image_folder(root: Path, train_per_class: int, test_per_class: int, size: int = 32) -> None:
+    """A CIFAR-10-shaped folder of PNG files, ``train/<class>/*.png`` and ``test/<class>/*.png``, 10 classes whose
+    images differ in colour (learnable), with noise."""
+    rng = np.random.default_rng(0)
+    for split, count in (("train", train_per_class), ("test", test_per_class)):
+        for label in range(10):
+            folder = root / split / f"class{label}"
+            folder.mkdir(parents=True, exist_ok=True)
+            base = np.array([label * 25, 255 - label * 25, (label * 70) % 256], dtype=np.float64)
+            for i in range(count):
+                noise = rng.integers(0, 60, (size, size, 3))
+                image = np.clip(base * 0.75 + noise, 0, 255).astype(np.uint8)
+                (folder / f"{i:04d}.png").write_bytes(png_bytes(image))

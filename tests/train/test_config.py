@@ -13,7 +13,7 @@ from tests.support.cli import ROOT
 from tests.support.train_helpers import train
 
 sys.path.insert(0, str(ROOT / "src_train"))
-import config
+from ddptrain import config
 
 CONTRACT_ENV = {
     "CLOUDDDP_MODEL_DIR": "/job/model",
@@ -107,7 +107,7 @@ def test_a_bad_contract_value_exits_2_naming_the_variable(
 
 
 def test_no_backend_specific_fallbacks_are_left_in_the_script() -> None:
-    source = "\n".join(p.read_text() for p in (ROOT / "src_train").glob("*.py"))
+    source = "\n".join(p.read_text() for p in (ROOT / "src_train").rglob("*.py"))
     for name in ("SM_CHANNEL_TRAIN", "SM_MODEL_DIR", "/opt/ml/checkpoints", "CLOUDDDP_DATA_DIR", "CLOUDDDP_OUTPUT_DIR"):
         assert name not in source, name
 

@@ -18,8 +18,8 @@ from tests.support.rigs import rig_unavailable
 from tests.support.train_helpers import train
 
 sys.path.insert(0, str(ROOT / "src_train"))
-import metrics as script_metrics
-import mlflow_log
+from ddptrain import metrics as script_metrics
+from ddptrain import mlflow_log
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient

@@ -18,9 +18,9 @@ from tests.support.cli import ROOT
 from tests.support.train_helpers import train, write_cifar10_batches
 
 sys.path.insert(0, str(ROOT / "src_train"))
-import checkpoint
-import data as datasets
-import metrics as script_metrics
+from ddptrain import checkpoint
+from ddptrain import data as datasets
+from ddptrain import metrics as script_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -140,7 +140,7 @@ def test_sharded_evaluation_equals_single_process(tmp_path: Path) -> None:
     assert one.returncode == 0 and two.returncode == 0, two.stderr[-2000:]
     # Evaluate rank 0's final weights both ways: the 2-rank sharded, summed accuracy must equal 1 rank's.
     sd = torch.load(tmp_path / "b" / "model.pt")
-    import models
+    from ddptrain import models
 
     model = models.build("cnn", 1, 10)
     model.load_state_dict(sd)

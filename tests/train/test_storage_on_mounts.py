@@ -21,9 +21,9 @@ import torch
 from tests.support.cli import ROOT
 
 sys.path.insert(0, str(ROOT / "src_train"))
-import checkpoint
-import storage
 import train
+
+from ddptrain import checkpoint, storage
 
 
 class FuseLikeMount:

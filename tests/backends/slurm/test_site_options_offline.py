@@ -299,7 +299,7 @@ def test_the_controller_is_asked_at_most_once_per_interval_and_less_while_a_job_
 def test_threads_follow_the_processes_affinity_and_slurms_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     sys.path.insert(0, str(ROOT / "src_train"))
     try:
-        from distributed import cpu_threads  # type: ignore[import-not-found]
+        from ddptrain.distributed import cpu_threads  # type: ignore[import-not-found]
     finally:
         sys.path.remove(str(ROOT / "src_train"))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))

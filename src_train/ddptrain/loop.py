@@ -2,8 +2,9 @@
 
 :class:`Training` carries everything they share. Its position (``epoch``, ``step_in_epoch``,
 ``global_step``) is what a checkpoint records: each epoch's order is a permutation seeded by seed and
-epoch, and each step's augmentation draws come from a generator seeded by (seed, epoch, step, rank), so
-a run resumed at any position repeats exactly what an uninterrupted run would have done.
+epoch (the order and resume rules are in feed.py, the same for both data paths), and each step's augmentation
+draws come from a generator seeded by (seed, epoch, step, rank), so a run resumed at any position repeats exactly
+what an uninterrupted run would have done.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import augment
-import distributed
 import torch
 import torch.nn.functional as F
-from data import Dataset
-from distributed import Context
-from metrics import Reporter
 from torch import nn
+
+from . import augment, distributed
+from .data import Dataset
+from .distributed import Context
+from .feed import Feed
+from .metrics import Reporter
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Training:
     schedule: Schedule
     amp: torch.dtype | None
     report: Reporter  # rank 0's metrics (call it on rank 0 only)
+    feed: Feed  # the data path: each step's batch on the device
     epoch: int = 0  # epochs finished
     step_in_epoch: int = 0  # steps finished in the current epoch
     global_step: int = 0  # optimizer steps in total
@@ -117,13 +120,6 @@ def make_optimizer(model: nn.Module, args: argparse.Namespace) -> torch.optim.Op
         return torch.optim.SGD(model.parameters(), **kwargs)
 
 
-def epoch_shard(t: Training) -> torch.Tensor:
-    """This rank's sample indices for epoch ``t.epoch``: the same on every restart, different every epoch."""
-    ctx, s = t.ctx, t.schedule
-    perm = torch.randperm(len(t.data.train_y), generator=torch.Generator().manual_seed(t.args.seed * 7919 + t.epoch))
-    return perm[ctx.rank :: ctx.world_size][: s.steps_per_epoch * s.per_rank].to(ctx.device)
-
-
 def _as_input(t: Training, x: torch.Tensor) -> torch.Tensor:
     return x.contiguous(memory_format=torch.channels_last) if t.ctx.device.type == "cuda" and x.dim() == 4 else x
 
@@ -135,15 +131,12 @@ def train_one_epoch(
     ``save`` writes a checkpoint where the run is whenever ``cadence`` says one is due (the epoch goes on)."""
     ctx, args, s, ds = t.ctx, t.args, t.schedule, t.data
     check_every = 1 if ctx.device.type != "cuda" else 25  # on GPU, each check is a host sync
-    shard = epoch_shard(t)
     stats = torch.zeros(3, dtype=torch.float64, device=ctx.device)  # loss sum, correct, seen
     began = time.perf_counter()
     end = EpochEnd.FINISHED
-    for step in range(t.step_in_epoch, s.steps_per_epoch):
-        idx = shard[step * s.per_rank : (step + 1) * s.per_rank]
+    for step, (raw, y) in enumerate(t.feed.epoch(t.epoch, t.step_in_epoch), t.step_in_epoch):
         g = augment.step_generator(ctx.device, args.seed, t.epoch, step, ctx.rank)
-        x = _as_input(t, ds.train_inputs(ds.train_x[idx], g))
-        y = ds.train_y[idx]
+        x = _as_input(t, ds.train_inputs(raw, g))
         lr = s.lr(t.global_step)
         for group in t.optimizer.param_groups:
             group["lr"] = lr
@@ -210,17 +203,14 @@ def evaluate(t: Training) -> tuple[float, float]:
             torch.distributed.broadcast(buf, src=0)
     batch = max(t.schedule.per_rank, 256)
     model.eval()
-    idx = torch.arange(ctx.rank, len(ds.test_y), ctx.world_size, device=ctx.device)
     sums = torch.zeros(3, dtype=torch.float64, device=ctx.device)
     with torch.no_grad(), torch.autocast(ctx.device.type, dtype=t.amp or torch.float32, enabled=t.amp is not None):
-        for start in range(0, len(idx), batch):
-            part = idx[start : start + batch]
-            x = _as_input(t, ds.test_inputs(ds.test_x[part]))
-            y = ds.test_y[part]
+        for raw, y in t.feed.test(batch):
+            x = _as_input(t, ds.test_inputs(raw))
             out = model(x).float()
             sums[0] += F.cross_entropy(out, y, reduction="sum")
             sums[1] += (out.argmax(1) == y).sum()
-            sums[2] += len(part)
+            sums[2] += len(y)
     distributed.all_sum(ctx, sums)
     model.train()
     loss, acc = (sums[0] / sums[2]).item(), (sums[1] / sums[2]).item()

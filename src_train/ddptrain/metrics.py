@@ -21,7 +21,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mlflow_log import MlflowLogger
+    from .mlflow_log import MlflowLogger
 
 PREFIX = "CLOUDDDP_METRIC "
 

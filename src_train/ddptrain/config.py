@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import user
+from . import user
 
 INPUT_PREFIX = "CLOUDDDP_INPUT_"
 
@@ -85,6 +85,19 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] = os.enviro
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-every", type=int, default=1, help="epochs between evaluations (the last epoch always)")
     p.add_argument("--log-every", type=int, default=0, help="steps between mid-epoch metric lines; 0 = epoch ends only")
+    p.add_argument(
+        "--data-path",
+        choices=["auto", "device", "stream"],
+        default="auto",
+        help="device: the whole dataset on the device; stream: a DataLoader with --workers reads each batch; "
+        "auto: the faster per dataset (stream for imagefolder, else device; feed.py)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="DataLoader processes per rank, stream path (default: 2, fewer where a rank has under 3 CPUs)",
+    )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto", help="auto: on for CUDA only")
     p.add_argument("--amp", choices=["auto", "bf16", "fp16", "off"], default="auto", help="auto: bf16 on CUDA")
@@ -117,6 +130,8 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] = os.enviro
         p.error("give --batch-size (per process) or --global-batch-size, not both")
     if args.epochs < 1:
         p.error("--epochs must be at least 1")
+    if args.workers is not None and args.workers < 0:
+        p.error("--workers must be 0 (read in the training process) or more")
     if args.checkpoint_every < 0:
         p.error("--checkpoint-every must be 0 (never) or more")
     if args.checkpoint_minutes < 0:

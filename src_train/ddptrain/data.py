@@ -1,5 +1,5 @@
-"""Datasets held whole in memory, then on the device: :class:`Dataset` (what the training loop needs),
-:class:`ImageDataset` (uint8 images with augmentation on the device), and the three image sets:
+"""Datasets: :class:`Dataset` (what the training loop needs), :class:`ImageDataset` (uint8 images with
+augmentation on the device), and the four image sets:
 
 - ``cifar10``: the standard python pickle batches (``cifar-10-batches-py/data_batch_1..5``,
   ``test_batch``; the format inside cifar-10-python.tar.gz), read without torchvision. ``--data-dir``
@@ -7,6 +7,11 @@
 - ``digits``: scikit-learn's ``load_digits`` (1,797 real 8×8 handwritten digits that ship inside the
   wheel), split 80/20 with a fixed seed; or a ``digits.npz`` (images, labels) in ``--data-dir``.
 - ``synthetic``: deterministic CIFAR-shaped data with a learnable signal, for benchmarks and tests.
+- ``imagefolder``: folders of image files, ``train/<class>/*`` and ``test/<class>/*`` (images.py): read batch by
+  batch by the streaming data path (feed.py), or all at once by the device path.
+
+The first three are held whole in memory; the data path (``--data-path``, feed.py) then either moves them to
+the device whole or streams them batch by batch through a ``DataLoader``.
 """
 
 from __future__ import annotations
@@ -17,32 +22,36 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
-import augment
 import numpy as np
 import torch
-from distributed import UsageError
+
+from . import augment
+from .distributed import UsageError
+from .images import Images, scan
 
 _D = TypeVar("_D", bound="Dataset")
 
 
 @dataclass
 class Dataset:
-    """A classification dataset held whole in memory, then on the device: what the training loop needs.
+    """A classification dataset: what the training loop needs.
 
-    ``train_x``/``test_x`` hold one sample per index of dim 0; ``train_y``/``test_y`` are int64 class
-    labels in ``[0, num_classes)``. The loop indexes batches itself and calls :meth:`train_inputs` /
-    :meth:`test_inputs` to turn raw samples into the model's float input; override them for your own
-    augmentation and normalization (:class:`ImageDataset` does it for uint8 images).
+    ``train_x``/``test_x`` hold one sample per index of dim 0 (a tensor, or :class:`Images` read from files
+    when indexed); ``train_y``/``test_y`` are int64 class labels in ``[0, num_classes)``. The data path
+    (feed.py) indexes batches of raw samples and calls :meth:`train_inputs` / :meth:`test_inputs` on the device to
+    turn them into the model's float input; override them for your own augmentation and normalization
+    (:class:`ImageDataset` does it for uint8 images).
     """
 
-    train_x: torch.Tensor
+    train_x: torch.Tensor | Images
     train_y: torch.Tensor
-    test_x: torch.Tensor
+    test_x: torch.Tensor | Images
     test_y: torch.Tensor
     num_classes: int
 
     def to(self: _D, device: torch.device) -> _D:
-        move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
+        """The whole dataset on ``device`` (image files are read into memory first): the device data path."""
+        move = lambda t: (t.load() if isinstance(t, Images) else t).to(device, non_blocking=True)  # noqa: E731
         return replace(
             self,
             train_x=move(self.train_x),
@@ -75,10 +84,16 @@ class ImageDataset(Dataset):
 
     def train_inputs(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         x = augment.translate_flip(x, self.pad, self.flip, g)
-        return augment.normalize(x, self.mean, self.std, torch.float32)
+        return augment.normalize(x, *self._stats(x.device), torch.float32)
 
     def test_inputs(self, x: torch.Tensor) -> torch.Tensor:
-        return augment.normalize(x, self.mean, self.std, torch.float32)
+        return augment.normalize(x, *self._stats(x.device), torch.float32)
+
+    def _stats(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The normalization on the batches' device (the stream path leaves the dataset, and them, on the host)."""
+        if self.mean.device != device:
+            self.mean, self.std = self.mean.to(device), self.std.to(device)
+        return self.mean, self.std
 
 
 def _unpickle(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -164,11 +179,31 @@ def load_synthetic(size: int, seed: int = 0) -> ImageDataset:
     return ImageDataset(images[:size], labels[:size], images[size:], labels[size:], 10, flip=True, pad=4)
 
 
+def load_imagefolder(root: Path) -> ImageDataset:
+    """``root/train/<class>/*`` and ``root/test/<class>/*``: flips, and translation by up to 1/8 of the width."""
+    train_files, train_labels, classes = scan(root, "train")
+    test_files, test_labels, _ = scan(root, "test", classes)
+    train_x = Images(train_files)
+    return ImageDataset(
+        train_x,
+        torch.tensor(train_labels),
+        Images(test_files),
+        torch.tensor(test_labels),
+        len(classes),
+        flip=True,
+        pad=max(1, train_x.shape[3] // 8),
+    )
+
+
 def load(name: str, data_dir: str | None, synthetic_size: int, seed: int) -> ImageDataset:
     if name == "cifar10":
         if not data_dir:
             raise UsageError("--dataset cifar10 needs --data-dir (in a job spec: an input with `arg: --data-dir`)")
         return load_cifar10(Path(data_dir))
+    if name == "imagefolder":
+        if not data_dir:
+            raise UsageError("--dataset imagefolder needs --data-dir (a folder with train/<class>/ and test/<class>/)")
+        return load_imagefolder(Path(data_dir))
     if name == "digits":
         return load_digits(Path(data_dir) if data_dir else None)
     return load_synthetic(synthetic_size, seed)

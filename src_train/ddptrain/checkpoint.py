@@ -25,8 +25,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import storage
 import torch
+
+from . import storage
 
 _NAME = re.compile(r"^ckpt-e(\d{4,})-s(\d{7,})\.pt$")
 
