@@ -9,7 +9,7 @@ A Hugging Face Trainer's printed log records (``{'loss': 5.3, 'epoch': 0.5}``) a
 (:mod:`cloudddp.code.framework_logs`).
 
 Every backend can stream logs, so every backend can stream metrics; SageMaker's MetricDefinitions use
-:func:`metric_regex` over the same lines. The format is defined here and in ``src_train/metrics.py``
+:func:`metric_regex` over the same lines. The format is defined here and in ``src_train/ddptrain/metrics.py``
 (which cannot import cloudddp because it runs in stock cloud images); a test keeps the two in step.
 
 One meaning on every backend: metric lines and declared patterns are read from **global rank 0's** output
