@@ -91,6 +91,7 @@ def test_lightning_on_two_hosts_stops_into_last_ckpt_and_a_second_job_resumes_fr
     kept = first.host("algo-1").opt_ml.parent / "opt-ml" / "checkpoints" / "checkpoints" / "last.ckpt"
     stopped_at = torch.load(kept, map_location="cpu", weights_only=False)["global_step"]
     assert 5 <= stopped_at < 28, log[-4000:]
+    assert steps_in(r"stopped: saved last.ckpt at step (\d+)", log) == [stopped_at] * 2, log[-4000:]  # both agreed
     before = metric_steps(request, first, "train_loss")
     assert before and before == sorted(set(before)) and before[-1] < stopped_at, before
 
@@ -104,5 +105,7 @@ def test_lightning_on_two_hosts_stops_into_last_ckpt_and_a_second_job_resumes_fr
     assert "Restored all states from the checkpoint at /opt/ml/checkpoints/checkpoints/last.ckpt" in log, log[-4000:]
     # Both ranks ended together at the epoch's end: each loaded the stop's step from SageMaker's copy on its host.
     assert steps_in(r"finished at step (\d+)", log) == [28, 28], log[-4000:]
+    saved = second.host("algo-1").opt_ml.parent / "opt-ml" / "checkpoints" / "checkpoints"
+    assert not list(saved.glob("last-v*.ckpt")), "the resumed run wrote over the stop's last.ckpt"
     after = metric_steps(again, second, "train_loss")
     assert after and stopped_at <= after[0] < stopped_at + 5 and after[-1] <= 28, (stopped_at, after)

@@ -68,8 +68,9 @@ def test_lightning_preempted_on_2x2_saves_last_ckpt_and_its_requeue_resumes_ther
 ) -> None:
     """The example's job.yaml with shorter arguments: Lightning's num_nodes × devices is the world torchrun
     started (``{{nodes}}``, ``{{processes_per_node}}``), the preemption's SIGTERM ends the fit on every rank with
-    ``last.ckpt`` (CheckpointOnStop; no periodic checkpoint before it), the requeued allocation restores that file
-    and ends at step 42, and metrics.csv's train_loss rows reach ``cloudddp metrics`` each once, in step order."""
+    ``last.ckpt`` at a step every rank agreed on (CheckpointOnStop; no periodic checkpoint before it), the requeued
+    allocation restores that file and ends at step 42, and metrics.csv's train_loss rows reach ``cloudddp metrics``
+    each once, in step order."""
     args = ["--num-nodes", "{{nodes}}", "--devices", "{{processes_per_node}}", "--root", "{{checkpoint_dir}}"]
     shorter = ["--max-epochs", "3", "--every-n-steps", "1000", "--step-sleep", "0.3"]
     spec = project("lightning", user.home, [*args, *shorter], slurm={"partition": SPOT})
@@ -87,6 +88,7 @@ def test_lightning_preempted_on_2x2_saves_last_ckpt_and_its_requeue_resumes_ther
     finished(user, run_id)
     logs = node_logs(folder)
     assert f"Restored all states from the checkpoint at {last}" in logs, logs[-3000:]
+    assert steps_in(r"stopped: saved last.ckpt at step (\d+)", logs) == [saved] * 4, logs[-3000:]  # all agreed
     assert steps_in(r"finished at step (\d+)", logs) == [LIGHTNING_STEPS] * 4, logs[-3000:]  # every rank
     assert "killed by signal" not in logs and "last-v1.ckpt" not in logs, logs[-3000:]
     steps = [r["step"] for r in records(user, run_id) if "train_loss" in r]
