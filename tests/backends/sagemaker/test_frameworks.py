@@ -1,7 +1,9 @@
 """The conformance matrix, SageMaker cell: the Lightning project of ``examples/`` as it is, rehearsed as AWS ships
 it (tests/support/sagemaker_container.py: the request cloudddp sent, AWS's real training toolkit, one
 namespace-isolated container per host), stopped as StopTrainingJob stops it, resumed by a second job from the
-checkpoint SageMaker synced to S3, with its metrics read back from CloudWatch the way ``cloudddp metrics`` does.
+checkpoint SageMaker synced to S3, with its metrics read back from CloudWatch the way ``cloudddp metrics`` does
+(the rows of Lightning's metrics.csv, printed by the shipped reader ``_cloudddp_logs.py`` beside the launcher on
+global rank 0's host: without it no record comes back and the stop is never sent).
 
 2 hosts × 1 process, not 1 × 2: across hosts ``{{nodes}}`` must expand to 2 for Lightning's ``num_nodes``, the stop
 reaches two containers whose ranks must agree on it over the network, only algo-1's disk holds rank 0's
