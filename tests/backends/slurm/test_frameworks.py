@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from tests.backends.slurm.test_preemption import cloudddp, finished, job_id_of, metrics_in, run_dir, submit, wait_for
 from tests.backends.slurm.test_stops import node_logs
 from tests.support import dataloader_saver
-from tests.support.frameworks import project, steps_in
+from tests.support.frameworks import EXAMPLES, project, steps_in
 from tests.support.slurm_cluster import GRACE_TIME, SPOT, URGENT, ClusterUser, SlurmCluster
 
 pytestmark = pytest.mark.slow
@@ -141,3 +142,24 @@ def test_a_dataloader_script_cancelled_on_2x2_saves_and_its_resubmit_resumes_wit
     assert f"rank 0 finished at step {saved + 10} " in logs, logs[-3000:]
     after = [r["step"] for r in records(user, second) if "loss" in r]
     assert after == list(range(saved + 1, saved + 11)), after
+
+
+@pytest.mark.conformance
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("name", "final"), [("huggingface", 60), ("accelerate", 48)])
+def test_the_other_examples_train_on_slurm_unchanged(
+    name: str, final: int, slurm_cluster: SlurmCluster, user: ClusterUser
+) -> None:
+    """The Trainer's and Accelerate's job.yaml as they are (their own arguments), 2 nodes × 2 processes under
+    torchrun: both end where one world of 4 ends (``make conformance``; the matrix's Slurm cells stop and resume
+    Lightning and the DataLoader script)."""
+    spec = project(name, user.home, example_args(name))
+    run_id = submit(user, spec)
+    finished(user, run_id)
+    logs = node_logs(run_dir(user, run_id))
+    assert steps_in(r"finished at step (\d+)", logs)[-1:] == [final], logs[-3000:]
+
+
+def example_args(name: str) -> list[str]:
+    """The arguments the example's own job.yaml gives."""
+    return list(yaml.safe_load((EXAMPLES / name / "job.yaml").read_text())["code"]["args"])
