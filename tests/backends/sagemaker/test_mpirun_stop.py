@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,9 +31,9 @@ from typing import Any
 
 import pytest
 
-from cloudddp.code import container_init, shim
+from cloudddp.code import container_init
 from cloudddp.code.shim import SHIPPED_AS
-from cloudddp.runtime import launcher_grace
+from cloudddp.runtime import launcher_grace, shipped_files
 from tests.support.aws_emulator import free_port
 from tests.support.dataloader_saver import ENTRY, RUNNING, WORKER_KILLED, dataloader_saver_code, saved, sigterms
 
@@ -101,7 +100,8 @@ def stop(job: subprocess.Popen[bytes], log: Path) -> float:
 def start(tmp_path: Path, code: Path, payload: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
     """The toolkit's mpirun command, through /bin/sh as the toolkit up to 5.1.2 runs it, with 2 rank launchers running
     ``payload`` and the environment cloudddp gives every job (its launcher settings for a 20 s grace)."""
-    shutil.copy(shim.__file__, code / SHIPPED_AS)  # as every snapshot ships it
+    for name, data in shipped_files().items():  # as every snapshot ships them
+        (code / name).write_bytes(data)
     encoded = base64.b64encode(json.dumps(payload).encode()).decode()
     command = shlex.join([*toolkit_mpirun(tmp_path / "opt-ml"), sys.executable, SHIPPED_AS, "--cloudddp-00", encoded])
     env = {**os.environ, **launcher_grace(GRACE), "PYTHONUNBUFFERED": "1"}  # as the request's Environment has them

@@ -235,7 +235,7 @@ def test_each_srun_task_has_its_processes_cpus_in_its_affinity(cluster: SlurmClu
     environment), so with the cluster binding tasks to cores each process sees its own CPUs, and the shared
     script's threads follow them."""
     probe = (
-        "import json, os, sys; sys.path.insert(0, os.environ['SRC']); from distributed import cpu_threads; "
+        "import json, os, sys; sys.path.insert(0, os.environ['SRC']); from ddptrain.distributed import cpu_threads; "
         "local = int(os.environ['LOCAL_WORLD_SIZE']); "
         "print(json.dumps([int(os.environ['RANK']), len(os.sched_getaffinity(0)), cpu_threads(local)]))"
     )
