@@ -69,6 +69,14 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     yield from cluster_fixture()  # in a folder of its own that an unprivileged test user may enter
 
 
+@pytest.fixture
+def cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
+    """The session's Slurm cluster with ``SLURM_CONF`` pointing at it, as a user's shell on its login node has it:
+    for tests that call the Slurm backend (or Slurm's commands) in this process."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    yield slurm_cluster
+
+
 # -- two workers (make test: pytest -n 2 --dist loadgroup) -----------------------------------------
 SECOND_USER_MODULES = ("test_second_user.py", "test_rendezvous_takeover.py", "test_planted_state.py")
 """Modules that act as the second Unix user outside the Slurm rig (whose jobs run as the same user)."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,12 +61,6 @@ def test_locally_a_job_that_reads_every_ranks_metrics_gets_each_ranks_records_na
     assert every == [(k, e, round(0.1 * (e + 1) + k, 4)) for k in range(ranks.WORLD) for e in range(ranks.EPOCHS)]
     _, shown = ranks.attached_view(attached.stdout)
     assert sorted(shown) == sorted(ranks.json_records(metrics.stdout)) and "rank 3  epoch 2  loss=3.3" in shown
-
-
-@pytest.fixture
-def cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
-    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    yield slurm_cluster
 
 
 @pytest.mark.timeout(500)
