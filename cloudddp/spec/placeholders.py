@@ -25,17 +25,18 @@ from collections.abc import Iterable, Mapping
 PATTERN = re.compile(r"(?<!\$)\{\{\s*([^{}\s]+)\s*\}\}")
 """``{{name}}``, but not Azure ML's own ``${{outputs.x}}`` bindings, which a spec may still write for Azure ML."""
 INPUT = "inputs."
-NAMES = {
-    "nodes": "the job's node count",
-    "processes_per_node": "processes on each node",
-    "world_size": "every process of the job (nodes × processes_per_node)",
-    "checkpoint_dir": "the training's checkpoint folder (CLOUDDDP_CHECKPOINT_DIR; needs checkpointing on)",
-    "model_dir": "where rank 0 writes what the run keeps (CLOUDDDP_MODEL_DIR)",
-    "output_dir": "the same folder as model_dir, under the name frameworks give it",
-    "tensorboard_dir": "where TensorBoard logs go (CLOUDDDP_TENSORBOARD_DIR)",
-    "job_name": "the job's name",
-}
-"""Every placeholder but ``{{inputs.NAME}}`` (input NAME's path inside the job), with what it stands for."""
+NAMES = (
+    "nodes",  # the job's node count on this backend
+    "processes_per_node",
+    "world_size",  # nodes × processes_per_node
+    "checkpoint_dir",  # CLOUDDDP_CHECKPOINT_DIR (needs checkpointing on)
+    "model_dir",  # CLOUDDDP_MODEL_DIR: what the run keeps
+    "output_dir",  # the same folder, under the name frameworks give it
+    "tensorboard_dir",  # CLOUDDDP_TENSORBOARD_DIR (needs outputs.tensorboard)
+    "job_name",
+)
+"""Every placeholder but ``{{inputs.NAME}}`` (input NAME's path inside the job); docs/runtime-contract.md says
+what each expands to on each backend."""
 
 
 def names_in(text: str) -> list[str]:
@@ -51,7 +52,8 @@ def unknown(text: str, inputs: Iterable[str] | None = None) -> str | None:
         if name not in known and not (inputs is None and name.startswith(INPUT)):
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"did you mean {{{{{close[0]}}}}}? " if close else ""
-            listed = ", ".join("{{" + k + "}}" for k in [*known, *([] if known[len(NAMES) :] else [INPUT + "NAME"])])
+            shown = [*NAMES, *([INPUT + name for name in inputs or ()] or [INPUT + "NAME"])]
+            listed = ", ".join("{{" + k + "}}" for k in shown)
             return f"unknown placeholder {{{{{name}}}}} in {text!r}: {hint}known: {listed}"
     return None
 
