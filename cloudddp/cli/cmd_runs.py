@@ -363,8 +363,8 @@ def no_metrics(run_id: str, state: str) -> str:
         "`metrics:` regexes match, and a Hugging Face Trainer's printed log records; in the job it turns Lightning "
         "CSVLogger files (metrics.csv) and TensorBoard event files under the working folder or the "
         "CLOUDDDP_*_DIR folders into such lines. To get metrics: print CLOUDDDP_METRIC lines "
-        "(src_train/ddptrain/metrics.py has an `emit` to copy), declare a regex per metric under `metrics:` in the job's "
-        "spec, or log with Lightning's CSVLogger (TensorBoard files need `tensorboard` installed in the job). "
+        "(src_train/ddptrain/metrics.py has an `emit` to copy), declare a regex per metric under `metrics:` in the "
+        "job's spec, or log with Lightning's CSVLogger (TensorBoard files need `tensorboard` installed in the job). "
         "See docs/metrics-and-logs.md."
     )
 
