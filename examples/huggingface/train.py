@@ -41,7 +41,7 @@ class StopSavesCallback(TrainerCallback):
     """On SIGTERM: save a checkpoint at the end of the current step on every rank, then stop."""
 
     def __init__(self, step_sleep: float = 0.0) -> None:
-        self.stopping = False
+        self.stopping, self.stopped_at = False, None
         self.step_sleep = step_sleep
         signal.signal(signal.SIGTERM, self._heard)
 
@@ -57,6 +57,7 @@ class StopSavesCallback(TrainerCallback):
         if flag.item():
             control.should_save = True
             control.should_training_stop = True
+            self.stopped_at = state.global_step
         return control
 
 
@@ -83,15 +84,21 @@ def main() -> None:
         disable_tqdm=True,  # a log file is not a terminal
         seed=0,
     )
+    stop = StopSavesCallback(args.step_sleep)
     trainer = Trainer(
         model=model,
         args=training,
         train_dataset=RandomTokens(512, 32, config.vocab_size),
-        callbacks=[StopSavesCallback(args.step_sleep)],
+        callbacks=[stop],
     )
     last = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
     trainer.train(resume_from_checkpoint=last)
-    print(f"finished at step {trainer.state.global_step}")
+    if stop.stopped_at is not None:
+        print(f"stopped: saved checkpoint-{stop.stopped_at}", flush=True)
+    else:
+        print(f"finished at step {trainer.state.global_step}", flush=True)
+    if dist.is_initialized():  # gloo's threads, left to the interpreter's exit, can abort it
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import torch
 from lightning.fabric.utilities.seed import pl_worker_init_function
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -92,16 +93,18 @@ class RandomRegression(L.LightningDataModule):
 
 
 class CheckpointOnStop(Callback):
-    """A stop (SIGTERM) writes ``last.ckpt`` at the end of the step every rank agrees on, then ends the fit.
+    """A stop (SIGTERM) ends the fit at a step every rank agrees on, with ``last.ckpt`` written there.
 
     It replaces Lightning's own SIGTERM handler, which broadcasts from inside the signal handler: when every rank
     is signalled (cloudddp's launchers do, and Slurm does) a rank whose handler runs while another rank is inside a
     collective can leave both waiting until the SIGKILL. Here the handler only notes the signal; the ranks agree on
-    it with one all-reduce at each step's end. The checkpoint names itself as the callback's ``last_model_path``, so
-    the resumed run writes its next ``last.ckpt`` over it (not ``last-v1.ckpt`` beside it)."""
+    it with one all-reduce before each step, end the fit as Lightning ends it on SIGTERM (``SIGTERMException``,
+    between two steps, so the interrupted epoch resumes where it stopped) and save. The checkpoint names itself as
+    the callback's ``last_model_path``, so the resumed run writes its next ``last.ckpt`` over it (not
+    ``last-v1.ckpt`` beside it)."""
 
     def __init__(self, checkpoint: ModelCheckpoint) -> None:
-        self.checkpoint, self.heard, self.stopped_at = checkpoint, False, None
+        self.checkpoint, self.heard = checkpoint, False
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         signal.signal(signal.SIGTERM, self._heard)  # after Lightning installed its own for this fit
@@ -109,14 +112,16 @@ class CheckpointOnStop(Callback):
     def _heard(self, signum: int, frame: object) -> None:
         self.heard = True
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: object) -> None:
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: object) -> None:
         flag = trainer.strategy.reduce(torch.tensor([float(self.heard)], device=pl_module.device), reduce_op="max")
-        if flag.item() and self.checkpoint.dirpath and self.stopped_at is None:
+        if flag.item():
+            raise SIGTERMException
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if isinstance(exception, SIGTERMException) and self.checkpoint.dirpath:
             path = os.path.join(self.checkpoint.dirpath, "last.ckpt")
             self.checkpoint.last_model_path = path
             trainer.save_checkpoint(path)
-            self.stopped_at = trainer.global_step
-            trainer.should_stop = True
 
 
 def main() -> None:
@@ -145,17 +150,18 @@ def main() -> None:
         max_epochs=args.max_epochs,
         default_root_dir=args.root,
         logger=CSVLogger(args.root, flush_logs_every_n_steps=10),  # written every 10 steps, not 100: read live
-        callbacks=[checkpoint],
+        callbacks=[checkpoint, CheckpointOnStop(checkpoint)],
         log_every_n_steps=5,
         enable_progress_bar=False,  # a log file is not a terminal; cloudddp reads metrics from metrics.csv
     )
-    stop = CheckpointOnStop(checkpoint)
-    trainer.callbacks.append(stop)
-    trainer.fit(Regressor(step_sleep=args.step_sleep), RandomRegression(), ckpt_path="last")
-    if stop.stopped_at is not None:
-        print(f"stopped: saved last.ckpt at step {stop.stopped_at}", flush=True)
+    try:
+        trainer.fit(Regressor(step_sleep=args.step_sleep), RandomRegression(), ckpt_path="last")
+    except SIGTERMException:  # the stop: last.ckpt is written, the process ends cleanly
+        print(f"stopped: saved last.ckpt at step {trainer.global_step}", flush=True)
     else:
         print(f"finished at step {trainer.global_step}", flush=True)
+    if torch.distributed.is_initialized():  # gloo's threads, left to the interpreter's exit, can abort it
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -245,8 +245,8 @@ def wait_for(condition: Any, timeout: float = 20) -> None:
 RANK0 = """
 import sys
 sys.path.insert(0, sys.argv[1])
-from metrics import Reporter
-from mlflow_log import MlflowLogger
+from ddptrain.metrics import Reporter
+from ddptrain.mlflow_log import MlflowLogger
 
 report = Reporter(MlflowLogger.from_environment())
 for epoch in (1, 2):

@@ -42,6 +42,7 @@ if __name__ == "__main__":
         enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False,
     )
     trainer.fit(Tiny(), DataLoader(data, batch_size=8))
+    torch.distributed.destroy_process_group()  # gloo's threads, left to the interpreter's exit, can abort it
 """
 
 
