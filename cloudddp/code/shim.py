@@ -62,6 +62,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -199,11 +200,13 @@ def private_folder() -> Path:
 
 def environment_for(listing: str, digest: str) -> str:
     """The ``python`` of this node's environment for the requirements in ``listing``, built by the first
-    process that gets here (the others wait on the lock, then reuse it)."""
+    process that gets here (the others wait on the lock, then reuse it). It is kept per requirements and per base
+    Python: it sees the base's packages, so one made over another Python (a removed venv) would lack them."""
     import fcntl
     import venv
 
-    root = private_folder() / f"env-{digest}"
+    base = hashlib.sha256(os.path.realpath(sys.executable).encode()).hexdigest()[:12]  # it layers over this Python
+    root = private_folder() / f"env-{digest}-{base}"
     python = root / "bin" / "python"
     with open(f"{root}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
