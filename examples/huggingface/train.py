@@ -97,8 +97,6 @@ def main() -> None:
         print(f"stopped: saved checkpoint-{stop.stopped_at}", flush=True)
     else:
         print(f"finished at step {trainer.state.global_step}", flush=True)
-    if dist.is_initialized():  # gloo's threads, left to the interpreter's exit, can abort it
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
