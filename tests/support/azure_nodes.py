@@ -18,6 +18,7 @@ from typing import Any
 
 from tests.support.azure_launchers import AzureRun, Datastores, Started, start_pytorch
 from tests.support.azure_rig import PREEMPTED, SCRIPT_FAILED, WorkspaceModel
+from tests.support.waiting import wait_until
 
 
 class AzureNodes:
@@ -74,6 +75,15 @@ class AzureNodes:
         run = self._end(notice)
         self.model.fail_job(self.name, PREEMPTED)
         return run
+
+    def preempt_once_logged(self, marker: str, timeout: float = 120) -> AzureRun:
+        """The nodes preempted once rank 0 has printed ``marker`` (training is under way); whatever still runs is
+        killed if the wait fails."""
+        try:
+            wait_until(lambda: marker in self.started.log_file(0).read_text(errors="replace"), timeout, poll=0.1)
+            return self.preempt()
+        finally:
+            self.stop()
 
     def stop(self) -> None:
         """Kill whatever still runs (a test that failed half-way)."""

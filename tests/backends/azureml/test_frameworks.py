@@ -72,11 +72,7 @@ def test_the_trainer_on_2_nodes_saves_its_checkpoint_on_preemption_and_the_recov
     first = submitted(trainer_job(tmp_path))
     stores = Datastores(tmp_path / "blob")
     nodes = AzureNodes(rig, first, tmp_path / "attempt1", stores)
-    try:
-        wait_until(lambda: LOGGED in nodes.started.log_file(0).read_text(errors="replace"), 120, poll=0.1)
-        preempted = nodes.preempt()
-    finally:
-        nodes.stop()
+    preempted = nodes.preempt_once_logged(LOGGED)
     [saved] = [p.name for p in nodes.checkpoints.glob("checkpoint-*")]
     stopped_at = int(saved.removeprefix("checkpoint-"))
     assert 5 <= stopped_at < STEPS, preempted.describe()

@@ -115,11 +115,7 @@ def test_a_preempted_own_script_with_dataloader_workers_on_2_nodes_saves_once_pe
     )
     stores = Datastores(tmp_path / "blob")
     nodes = AzureNodes(rig, first, tmp_path / "attempt1", stores)
-    try:
-        wait_until(lambda: RUNNING in nodes.started.log_file(0).read_text(errors="replace"), 120, poll=0.1)
-        preempted = nodes.preempt()
-    finally:
-        nodes.stop()
+    preempted = nodes.preempt_once_logged(RUNNING)
     log = "\n".join(preempted.logs.values())
     assert sigterms(log) == {0: 1, 1: 1, 2: 1, 3: 1}, preempted.describe()  # once each, from its rank launcher
     assert not WORKER_KILLED.search(log), preempted.describe()
