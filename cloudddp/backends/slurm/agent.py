@@ -1,5 +1,6 @@
-"""torchrun's agent on a Slurm node, as a ``python -c`` wrapper: node 0 binds the rendezvous store's socket itself
-and tells the other nodes where it is through a file in the run folder; no agent computes a port or trusts one.
+"""The rendezvous store on Slurm, as ``python -c`` wrappers: under ``slurm.launch: torchrun`` node 0's agent
+(:data:`AGENT`), under ``srun`` rank 0's task (:data:`STORE`) binds the store's socket itself and tells the others
+where it is through a file in the run folder; no process computes a port or trusts one.
 
 A port known before the job runs (the old ``15000 + job id * 10 + restart``) could be bound in advance by anyone on
 the first node: node 0 then failed with EADDRINUSE while the other nodes connected to that listener, sent it the
@@ -8,9 +9,10 @@ interface: the other nodes must reach it), or ``slurm.rendezvous_port`` where a 
 can know which; torchrun's c10d store serves on that socket (``master_listen_fd``). Only then does node 0 write
 ``host:port`` into the run folder, which only the submitting user may write (preflight checks the working folder),
 and the other nodes' agents read it from there (a regular file of their own user, not a link) and connect to
-nothing else. A site's fixed port that is taken ends node 0 with :data:`PORT_TAKEN_EXIT`, read as an
-infrastructure failure: it never connects to a listener it did not bind. Runs with the job's Python, which may not
-have cloudddp; argv: the endpoint file, the rendezvous host, the port (0: any), then torchrun's own arguments.
+nothing else. A site's fixed port that is taken ends node 0 with :data:`PORT_TAKEN_EXIT` and the file saying
+:data:`TAKEN` (the others end at once), read as an infrastructure failure: nothing connects to a listener it did
+not bind. Both run with the job's Python, which may not have cloudddp; argv: the endpoint file, the rendezvous
+host, the port (0: any), then torchrun's own arguments or the store's role.
 """
 
 from __future__ import annotations
@@ -18,14 +20,12 @@ from __future__ import annotations
 PORT_TAKEN_EXIT = 98
 """Node 0's agent's exit code when ``slurm.rendezvous_port`` is taken on its node (EADDRINUSE's number)."""
 PORT_TAKEN_MARK = "cloudddp: the rendezvous port"
+TAKEN = "taken"
+"""What the endpoint file says when the binding node found ``slurm.rendezvous_port`` taken: the others end too."""
 ENDPOINT_WAIT = 600
 """Seconds the other nodes wait for node 0 to write the endpoint (torchrun's own join timeout)."""
 
-AGENT = f"""import os, socket, stat, sys, time
-from datetime import timedelta
-import torch.distributed as dist
-from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
-from torch.distributed.run import main
+_SHARED = f"""import os, socket, stat, sys, time
 path, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 del sys.argv[1:4]
 def bind(port):
@@ -36,6 +36,7 @@ def bind(port):
     except OSError as exc:
         print(f"{PORT_TAKEN_MARK} {{port}} (slurm.rendezvous_port) is taken on this node: {{exc.strerror}}; "
               "cloudddp never joins a listener it did not bind", file=sys.stderr, flush=True)
+        publish("{TAKEN}")
         sys.exit({PORT_TAKEN_EXIT})
 def publish(endpoint):
     part = f"{{path}}.{{os.getpid()}}"
@@ -51,13 +52,27 @@ def read():
         except FileNotFoundError:
             time.sleep(0.2)
             continue
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+        except OSError:  # ELOOP: a link
+            fd = -1
+        info = os.fstat(fd) if fd >= 0 else None
+        if info is None or not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
             sys.exit(f"cloudddp: {{path}} is not a file of this user: not joining the rendezvous it names")
         endpoint = os.read(fd, 4096).decode()
         os.close(fd)
+        if endpoint == "{TAKEN}":
+            sys.exit({PORT_TAKEN_EXIT})
         return endpoint
     sys.exit(f"cloudddp: node 0 did not say where the rendezvous is ({{path}}) within {ENDPOINT_WAIT} s")
+"""
+"""Both wrappers' start: their arguments, binding (a taken port ends the process with its reason), and the
+endpoint file written by the node that binds and read, checked, by the others."""
+
+AGENT = (
+    _SHARED
+    + """from datetime import timedelta
+import torch.distributed as dist
+from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
+from torch.distributed.run import main
 if os.environ["SLURM_NODEID"] == "0":
     sock = bind(port)
     port = sock.getsockname()[1]
@@ -66,11 +81,42 @@ if os.environ["SLURM_NODEID"] == "0":
         return dist.TCPStore(host, port, is_master=True, multi_tenant=True, timeout=timeout,
                              master_listen_fd=sock.detach())
     c10d._create_tcp_store = hosted
-    endpoint = f"{{host}}:{{port}}"
+    endpoint = f"{host}:{port}"
     publish(endpoint)
 else:
     endpoint = read()
 sys.argv[1:1] = ["--rdzv-endpoint", endpoint]
 sys.exit(main())
 """
-"""The wrapper's code (``python -c``)."""
+)
+"""torchrun's wrapper (``python -c``)."""
+
+STORE = (
+    _SHARED
+    + """if sys.argv[1] == "read":
+    print(read(), flush=True)
+    sys.exit()
+watched = f"/proc/{sys.argv[2]}"
+sock = bind(port)
+port = sock.getsockname()[1]
+try:
+    import torch.distributed as dist
+except ImportError as exc:
+    sys.exit(f"cloudddp: {sys.executable} cannot host the rendezvous store ({exc}): slurm.python (or the "
+             "job's requirements environment) must be a Python with torch, the one the training uses")
+store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False, multi_tenant=True,
+                      master_listen_fd=sock.detach())
+endpoint = f"{host}:{port}"
+publish(endpoint)
+print(endpoint, flush=True)
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+while os.path.exists(watched):
+    time.sleep(1)
+"""
+)
+"""``slurm.launch: srun``'s store (``python -c``), where each task is a training process and torch's own
+``env://`` rendezvous would have rank 0 bind ``MASTER_PORT`` (known in advance, so squattable) as the program
+starts. Rank 0's task runs it first, with ``serve <pid>``: it binds, hosts the store on that socket, writes the
+endpoint into the run folder and prints it, then lives while ``<pid>`` (its task, which becomes the training
+program) does. Every other task runs it with ``read``. The ranks then join as clients only
+(``TORCHELASTIC_USE_AGENT_STORE=True``, as under torchrun's agent)."""

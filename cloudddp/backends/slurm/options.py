@@ -140,9 +140,9 @@ class SlurmOptions(Strict):
         None,
         ge=1024,
         le=65535,
-        description="Port on the first node for the rendezvous, bound by node 0's torchrun agent (taken: the run "
-        "fails as an infrastructure failure); default: a port the kernel picks. With slurm.launch: srun, the "
-        "training's store port; default there: from the job id.",
+        description="Port on the first node for the rendezvous store, bound by node 0's torchrun agent (srun: by "
+        "rank 0's task) before anything joins it (taken: the run fails as an infrastructure failure); default: a "
+        "port the kernel picks.",
     )
     sbatch_options: list[str] = Field(
         default_factory=list, description="More #SBATCH options as written, e.g. [--reservation=ml, --mail-type=END]."

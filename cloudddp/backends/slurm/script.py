@@ -37,8 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cloudddp.backends import torchrun
-from cloudddp.backends.slurm import envs, images
-from cloudddp.backends.slurm.agent import AGENT
+from cloudddp.backends.slurm import envs, images, rendezvous
 from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.code.shim import SHIPPED_AS as LAUNCHER
 
@@ -212,7 +211,7 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
         'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "rdzv_host=$(hostname)",
         'for pair in $nodes; do [ "${pair%%=*}" = "$first" ] && rdzv_host=${pair#*=}; done',
-        *_endpoint_lines(job, opts),
+        *rendezvous.endpoint_lines(job),
         "",
         *_stop_lines(job),
         f'began_mark={shlex.quote(job.layout.run_dir)}/.cloudddp-run-began; touch "$began_mark"',
@@ -223,6 +222,7 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
         "training=$!",
         'wait "$training"; code=$?',
         'while kill -0 "$training" 2>/dev/null; do wait "$training"; code=$?; done',
+        *rendezvous.taken_lines(job, opts),
         *_end_lines(job, opts),
     ]
     return "\n".join(out) + "\n"
@@ -352,24 +352,6 @@ def _requirements_lines(job: Job, opts: SlurmOptions) -> list[str]:
     ]
 
 
-def _endpoint_lines(job: Job, opts: SlurmOptions) -> list[str]:
-    """Where the rendezvous is. torchrun: node 0's agent binds it and writes ``host:port`` into the run folder
-    (cloudddp/backends/slurm/agent.py); the file of an earlier run of this job is removed first. srun: the rank 0
-    process's store, on ``slurm.rendezvous_port`` or a port from the job id."""
-    if job.launch == "torchrun":
-        return [
-            "# The rendezvous: node 0's agent binds a port nobody could know before (or slurm.rendezvous_port) and",
-            "# writes host:port here; the other nodes' agents join only the address read from this file.",
-            f'rdzv_file={shlex.quote(job.layout.run_dir)}/.cloudddp-rendezvous; rm -f "$rdzv_file"',
-            f"rdzv_agent={shlex.quote(AGENT)}",
-        ]
-    if opts.rendezvous_port:
-        return [f"rdzv_port={opts.rendezvous_port}"]
-    # Distinct per job and per requeued run, so two jobs sharing a node (or a port still in TIME_WAIT) differ.
-    # Below Linux's ephemeral range (32768-60999), where torchrun's own connections take their ports.
-    return ["rdzv_port=$(( 15000 + (SLURM_JOB_ID * 10 + ${SLURM_RESTART_COUNT:-0}) % 15000 ))"]
-
-
 def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
     q = shlex.quote
     python = job.python(opts)
@@ -407,20 +389,11 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
             "'",
         ]
         tasks, label, name = 1, [], "cloudddp-node"
-        extra = ['"$rdzv_host"', '"$nodes"', '"$announce"', '"$rdzv_agent"', '"$rdzv_file"']
+        extra = ['"$rdzv_host"', '"$nodes"', '"$announce"', '"$rdzv_wrapper"', '"$rdzv_file"']
     else:
-        body = [
-            "# One Slurm task per training process: the distributed variables from SLURM_*; $1 is host:port.",
-            "per_node='",
-            "export MASTER_ADDR=${1%:*} MASTER_PORT=${1##*:} RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID",
-            f"export WORLD_SIZE=$SLURM_NTASKS LOCAL_WORLD_SIZE={job.processes_per_node} GROUP_RANK=$SLURM_NODEID",
-            "shift 2",
-            'echo "cloudddp: rank $RANK of $WORLD_SIZE (local rank $LOCAL_RANK)"',
-            'exec "$@"',
-            "'",
-        ]
+        body = rendezvous.task_lines(job, opts, python)
         tasks, label, name = job.processes_per_node, ["--label"], "cloudddp-task"
-        extra = ['"$rdzv_host:$rdzv_port"', '"$nodes"']
+        extra = ['"$rdzv_host"', '"$nodes"', '"$rdzv_wrapper"', '"$rdzv_file"']
     # srun is told the CPUs of each task: Slurm 22.05 and later no longer read SLURM_CPUS_PER_TASK in srun.
     cpus = str(job.cpus_per_task) if job.cpus_per_task else "$SLURM_CPUS_PER_TASK"
     srun = [

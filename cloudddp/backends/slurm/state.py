@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cloudddp.backends.slurm.agent import PORT_TAKEN_EXIT
+from cloudddp.backends.slurm.agent import PORT_TAKEN_MARK
 from cloudddp.backends.slurm.script import (
     CHAIN_MARK,
     LIMIT_EXIT,
@@ -26,6 +26,7 @@ from cloudddp.backends.status import Cause, RunState
 
 _PAIR = re.compile(r"(\S+?)=(.*?)(?= \S+?=|$)")
 _NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
+_PORT_TAKEN = re.compile(re.escape(PORT_TAKEN_MARK) + r" \d+ \(slurm\.rendezvous_port\) was taken on (\S+):")
 _TASK_ERROR = re.compile(r"srun: error: (\S+): tasks? ([0-9,-]+): (.+)")
 _CANCELLED_DUE = re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT \S+ DUE TO ([A-Z ]+?) \*\*\*")
 _GRES_GPUS = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
@@ -180,15 +181,16 @@ def failure(job: Mapping[str, str], batch_log: str, *, tasks_are_ranks: bool = F
         )
     if state in _ENDINGS:
         return Failure(_ENDINGS[state], _CAUSES.get(state, Cause.UNKNOWN))
-    task_error = _TASK_ERROR.search(run)
-    if task_error and not tasks_are_ranks and task_error.group(3) == f"Exited with exit code {PORT_TAKEN_EXIT}":
+    taken = _PORT_TAKEN.search(run)
+    if taken:
         return Failure(
-            f"slurm.rendezvous_port is taken on node {task_error.group(1)}: another process listens there, and "
+            f"slurm.rendezvous_port is taken on node {taken.group(1)}: another process listens there, and "
             "cloudddp joins no listener it did not bind (leave slurm.rendezvous_port unset: node 0 then binds a "
             "port the kernel picks)",
             Cause.INFRASTRUCTURE,
-            task_error.group(1),
+            taken.group(1),
         )
+    task_error = _TASK_ERROR.search(run)
     if task_error:
         node, tasks, what = task_error.groups()
         first = int(re.split(r"[,-]", tasks)[0])

@@ -16,7 +16,7 @@ import pytest
 from cloudddp.api import Job
 from cloudddp.backends.slurm import SlurmBackend
 from cloudddp.backends.slurm import launch as slurm_launch
-from cloudddp.backends.slurm.agent import AGENT, PORT_TAKEN_EXIT
+from cloudddp.backends.slurm.agent import AGENT, PORT_TAKEN_EXIT, PORT_TAKEN_MARK
 from cloudddp.backends.slurm.logs import Labels
 from cloudddp.backends.slurm.script import LIMIT_EXIT, LIMIT_MARK
 from cloudddp.backends.slurm.shell import READ_CAP, Shell
@@ -277,11 +277,13 @@ def test_a_failed_run_is_explained_from_the_batch_log_of_its_latest_run() -> Non
     assert failure({"JobState": "PREEMPTED"}, "").cause is Cause.PREEMPTED
     killed = failure({"JobState": "FAILED", "ExitCode": "0:9"}, "")
     assert killed.message.startswith("the job failed: killed by signal 9")
-    taken = f"cloudddp: run 0\nsrun: error: node1: task 0: Exited with exit code {PORT_TAKEN_EXIT}\n"
-    port = failure(job, taken)
-    assert port.message.startswith("slurm.rendezvous_port is taken on node node1") and port.node == "node1"
-    assert port.cause is Cause.INFRASTRUCTURE  # recovery may retry it: the site's port, not the user's code
-    assert failure(job, taken, tasks_are_ranks=True).cause is Cause.USER_ERROR  # a rank's own exit code 98
+    exit_98 = f"cloudddp: run 0\nsrun: error: node1: task 0: Exited with exit code {PORT_TAKEN_EXIT}\n"
+    taken = f"{exit_98}{PORT_TAKEN_MARK} 29411 (slurm.rendezvous_port) was taken on node1: nothing joined it\n"
+    for tasks_are_ranks in (False, True):
+        port = failure(job, taken, tasks_are_ranks=tasks_are_ranks)
+        assert port.message.startswith("slurm.rendezvous_port is taken on node node1") and port.node == "node1"
+        assert port.cause is Cause.INFRASTRUCTURE  # recovery may retry it: the site's port, not the user's code
+    assert failure(job, exit_98, tasks_are_ranks=True).cause is Cause.USER_ERROR  # a rank's own exit code 98
 
 
 def test_why_a_job_was_requeued_and_accounting_rows() -> None:

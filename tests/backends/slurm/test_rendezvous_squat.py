@@ -1,7 +1,7 @@
-"""Issue #38: a listener that another user binds in advance, on the port the old script computed from the job id
-and on a spread of others, is never joined: node 0's torchrun agent binds the rendezvous itself and the other node
-reads where it is from the run folder. A site's fixed ``slurm.rendezvous_port`` that is taken fails the run as an
-infrastructure failure, and nothing connects to the listener there either."""
+"""Issue #38: a listener that another user binds in advance, on the port the old script computed from the job id and on
+a spread of others, is never joined: node 0's torchrun agent (or, under ``slurm.launch: srun``, rank 0's task) binds
+the rendezvous itself and the others read where it is from the run folder. A site's fixed ``slurm.rendezvous_port``
+that is taken fails the run as an infrastructure failure, and nothing connects to the listener there either."""
 
 from __future__ import annotations
 
@@ -49,13 +49,14 @@ def submit(*overrides: str) -> Run:
     return Job.load(TINY, [*on_cluster, *overrides]).submit("slurm", poll_seconds=0.2)
 
 
+@pytest.mark.parametrize("launch", ["torchrun", "srun"])
 def test_a_listener_bound_in_advance_on_the_old_port_and_a_spread_is_never_joined(
-    slurm_cluster: SlurmCluster, other: OtherUser
+    slurm_cluster: SlurmCluster, other: OtherUser, launch: str
 ) -> None:
     predicted = old_ports(slurm_cluster)
     squatter = PortSquatter.start(other, [*predicted, *SPREAD])
     try:
-        run = submit("code.args=[--epochs, '2', --sleep, '0.05']")
+        run = submit("code.args=[--epochs, '2', --sleep, '0.05']", f"slurm.launch={launch}")
         status = run.wait(timeout=180, poll=0.5)
     finally:
         seen = squatter.report()
@@ -72,12 +73,13 @@ def test_a_listener_bound_in_advance_on_the_old_port_and_a_spread_is_never_joine
     assert stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o600
 
 
+@pytest.mark.parametrize("launch", ["torchrun", "srun"])
 def test_a_taken_site_port_fails_as_infrastructure_and_is_not_joined(
-    slurm_cluster: SlurmCluster, other: OtherUser
+    slurm_cluster: SlurmCluster, other: OtherUser, launch: str
 ) -> None:
     squatter = PortSquatter.start(other, [29411])
     try:
-        run = submit("slurm.rendezvous_port=29411")
+        run = submit("slurm.rendezvous_port=29411", f"slurm.launch={launch}")
         status = run.wait(timeout=120, poll=0.5)
     finally:
         seen = squatter.report()

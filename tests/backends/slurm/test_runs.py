@@ -295,7 +295,7 @@ resources: {{nodes: 2, processes_per_node: 2}}
 env:
   PLAIN: visible
   API_TOKEN: {{from_env: TEST_API_TOKEN, secret: true}}
-slurm: {{launch: srun, kill_wait: 5, status_every: 1}}
+slurm: {{launch: srun, python: {sys.executable}, kill_wait: 5, status_every: 1}}
 """)
     run = Job.load(spec).submit("slurm", poll_seconds=0.2)
     status = run.wait(timeout=60, poll=0.5)
@@ -400,6 +400,7 @@ def test_through_ssh_to_a_login_node_the_same_verbs_work(
         "slurm.kill_wait=5",
         "slurm.status_every=1",
         "slurm.launch=srun",
+        f"slurm.python={sys.executable}",  # rank 0's task hosts the store with it
         "resources.nodes=2",
         "env={API_TOKEN: {from_env: TEST_API_TOKEN, secret: true}}",
         "code.args=[]",

@@ -11,6 +11,7 @@ import datetime
 import itertools
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 from cloudddp.api import Job
 from cloudddp.backends.slurm import SlurmBackend, envs
 from cloudddp.backends.slurm import shell as shell_module
+from cloudddp.backends.slurm.agent import STORE
 from cloudddp.backends.slurm.flags import normalize
 from cloudddp.backends.slurm.launch import cpus_per_task
 from cloudddp.backends.slurm.record import SlurmRunInfo
@@ -93,23 +95,15 @@ def test_sbatch_options_are_read_as_sbatch_reads_them_and_rendered_in_one_form(t
     assert "#SBATCH --nodelist=node1\n#SBATCH --mail-type=END\n" in script
 
 
-def test_the_srun_launchs_port_is_below_the_ephemeral_range_and_differs_per_job_and_restart() -> None:
-    """Under slurm.launch: srun the training's own store takes the port (torchrun's: node 0 binds one itself)."""
+def test_the_srun_launch_derives_no_port_and_its_ranks_join_only_the_published_store() -> None:
+    """Under slurm.launch: srun no port comes from the job id (issue #38: one could be bound in advance): rank 0's
+    task starts the store wrapper on port 0 and every rank joins the published address as a client."""
     plan = get_backend("slurm", token="t1").render(Job.load(TINY, ["resources.nodes=2", "slurm.launch=srun"]).spec)
-    line = next(x for x in plan.documents["job.sbatch"].splitlines() if x.startswith("rdzv_port="))
-    ports = set()
-    for job_id, restart in [(1, 0), (1, 1), (1499, 0), (1500, 0), (123456789, 3), (2**31 - 1, 0)]:
-        out = subprocess.run(
-            ["bash", "-c", f'{line}; echo "$rdzv_port"'],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={"SLURM_JOB_ID": str(job_id), "SLURM_RESTART_COUNT": str(restart), "PATH": os.environ["PATH"]},
-        )
-        port = int(out.stdout)
-        assert 15000 <= port < 30000, (job_id, port)
-        ports.add(port)
-    assert len(ports) == 6
+    script = plan.documents["job.sbatch"]
+    assert "rdzv_port" not in script and "SLURM_JOB_ID *" not in script and "15000" not in script
+    assert f"rdzv_wrapper={shlex.quote(STORE)}" in script
+    assert '"$rdzv_file" "$rdzv_host" 0 serve $$)' in script and '"$rdzv_file" "" 0 read) || exit $?' in script
+    assert "MASTER_PORT=${endpoint##*:} TORCHELASTIC_USE_AGENT_STORE=True" in script
 
 
 def test_cpus_per_process_mean_the_same_on_either_launch() -> None:

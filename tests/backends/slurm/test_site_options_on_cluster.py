@@ -50,14 +50,15 @@ def cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Ite
 
 
 def command_job(tmp_path: Path, name: str, command: str, **slurm: object) -> Path:
-    """A spec whose every process runs ``bash -c command`` (srun launch)."""
+    """A spec whose every process runs ``bash -c command`` (srun launch; slurm.python has torch: rank 0's task
+    hosts the rendezvous store with it)."""
     spec = tmp_path / f"{name}.yaml"
     spec.write_text(
         json.dumps(
             {
                 "name": name,
                 "code": {"dir": str(FIXTURES / "tinyjob"), "command": ["bash", "-c", command]},
-                "slurm": {"launch": "srun", "kill_wait": 5, "status_every": 1, **slurm},
+                "slurm": {"launch": "srun", "python": sys.executable, "kill_wait": 5, "status_every": 1, **slurm},
             }
         )
     )
