@@ -18,13 +18,16 @@ def shell_script(request: LocalRequest, archive: Path) -> str:
         lines.append(f"python -m cloudddp.code.keepfiles link {shlex.join(request.keep_files)}")
     lines += [
         f"export {ID_VARIABLE}=$(python -c 'import secrets; print(secrets.token_hex(16))')",
-        f"python -m cloudddp.backends.local.store --port {shlex.quote(request.rendezvous_port)} &"
-        "  # the rendezvous store, on 127.0.0.1 only",
+        "# The rendezvous store binds 127.0.0.1 on a port the kernel picks, and says which (nobody can take it first).",
+        "exec 3< <(python -m cloudddp.backends.local.store --port 0); store=$!",
+        "trap 'kill \"$store\"' EXIT  # the store ends with this script",
+        "read -r _ _ _ rdzv <&3; rdzv_port=${rdzv##*:}",
     ]
     for node in request.nodes:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in node.env.items())
         amp = " &" if len(request.nodes) > 1 else ""
-        lines.append(f"{env} {shlex.join(node.argv)}{amp}")
+        argv = shlex.join(node.argv).replace(request.rendezvous_port, "'\"$rdzv_port\"'")  # inside single quotes
+        lines.append(f"{env} {argv}{amp}")
     if len(request.nodes) > 1:
         lines.append("wait")
     return "\n".join(lines) + "\n"
