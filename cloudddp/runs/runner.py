@@ -29,6 +29,7 @@ Recovery (:mod:`cloudddp.runs.recovery`) sits on top of the runner: it resubmits
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import subprocess
 import sys
@@ -140,6 +141,7 @@ class Runner:
             self.backend.adopt(run_id)
         status = self.backend.status(run_id)
         record = self.backend.registry.get(run_id)
+        status = _standing(status, record)
         if record is not None and record.state != status.state.value:
             self.backend.registry.update(run_id, state=status.state.value)
             if status.state.terminal:
@@ -152,7 +154,7 @@ class Runner:
         out = []
         for record in registry.list(backend=self.backend.name, limit=limit):
             try:
-                out.append(self.backend.status(record.run_id))
+                out.append(_standing(self.backend.status(record.run_id), record))
             except RunNotFound:
                 continue
         return out
@@ -219,3 +221,17 @@ def start_budget_watch(run_id: str) -> dict[str, Any]:
 def budget_poll_seconds() -> float:
     """Seconds between two looks at a run's bill: ``CLOUDDDP_BUDGET_POLL``, default 60."""
     return float(os.environ.get(BUDGET_POLL_ENV, "60"))
+
+
+def _standing(status: RunStatus, record: RunRecord | None) -> RunStatus:
+    """``status``, unless the backend no longer knows a run this machine saw end (Slurm's MinJobAge without
+    accounting, a cloud's retention): a known end is never downgraded to unknown."""
+    if record is None or status.state is not RunState.UNKNOWN:
+        return status
+    try:
+        seen = RunState(record.state)
+    except ValueError:
+        return status
+    if not seen.terminal:
+        return status
+    return dataclasses.replace(status, state=seen, message=f"{seen.value} when last seen; {status.message}")

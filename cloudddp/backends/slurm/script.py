@@ -54,6 +54,9 @@ CANCEL_MARK = "cloudddp: Slurm is ending this job (a cancel, its time limit, its
 STOPPED_NODE_MARK = "cloudddp: torchrun on node"
 SAVED_MARK = "cloudddp: the training wrote to its checkpoint folder in this run"
 UNSAVED_MARK = "cloudddp: nothing was written to the checkpoint folder in this run"
+ENDED_FILE = ".cloudddp-ended"
+"""In the run folder: ``exit=N restarts=N slurm=STATE end=TIME`` of a run's last end (status reads it when Slurm
+has forgotten the job)."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,7 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
     ]
     out += [f"#SBATCH {line}" for line in sbatch_lines(job, opts)]
     out += ["", "set -e  # a failing module load or setup line ends the job here, with its message in batch.log"]
+    out += _ended_lines(job)
     out += _module_lines(opts.modules)
     out += list(opts.setup)
     if job.requirements_env:
@@ -228,6 +232,18 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
     return "\n".join(out) + "\n"
 
 
+def _ended_lines(job: Job) -> list[str]:
+    """The run's end, kept in the run folder for when Slurm has forgotten the job (MinJobAge, and no accounting
+    the user may read): its exit code, its restarts and what Slurm was doing; a run that requeues itself records
+    nothing (it goes on)."""
+    return [
+        "# How this run ended, for cloudddp status once Slurm has forgotten the job (no accounting to ask).",
+        f'ended_file={shlex.quote(job.layout.run_dir)}/{ENDED_FILE}; rm -f "$ended_file"; requeued=0 state=',
+        'trap \'ended=$?; [ "$requeued" = 1 ] || echo "exit=$ended restarts=${SLURM_RESTART_COUNT:-0} '
+        'slurm=${state:-RUNNING} end=$(date -u +%FT%T%z)" > "$ended_file"\' EXIT',
+    ]
+
+
 def _module_lines(modules: Sequence[str]) -> list[str]:
     """``module load`` each module, after making sure ``module`` exists: a non-login ``#!/bin/bash`` (sbatch's,
     or one reached over ssh) often lacks it, so the module system's own init is sourced when it is missing."""
@@ -253,16 +269,20 @@ def _stop_lines(job: Job) -> list[str]:
     """What this script does on SIGTERM, and on the warning signal (USR1) before the allocation's time limit."""
     ask = 'scancel --signal=TERM "$SLURM_JOB_ID"'
     limit = f"{LIMIT_MARK} {job.stop_lead} s away: asking the training to checkpoint and stop"
+    preempt = f"{PREEMPT_MARK}: the warning signal came with a preemption (PreemptParameters=send_user_signal)"
     lines = [
         "# SIGTERM (cancel, requeue, preemption, the time limit) reaches the training processes from Slurm itself;",
-        "# this script waits for them to checkpoint. USR1 comes from --signal above, before the time limit.",
+        "# this script waits for them to checkpoint. USR1 comes from --signal above, before the time limit, or at",
+        "# a preemption where the cluster sends it then (send_user_signal): the job's record tells which.",
         "stopped=0 chained=0 terminated=0",
+        'preempting() { local i; i=$(scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null); '
+        '[[ $i == *" PreemptTime="* && $i != *" PreemptTime=None "* ]]; }',
     ]
     if job.budget_seconds is None:
         return [
             *lines,
             "trap 'terminated=1; echo \"cloudddp: SIGTERM: the training checkpoints and stops\"' TERM",
-            f"trap 'stopped=1; echo \"{limit}\"; {ask}' USR1",
+            f'trap \'if preempting; then echo "{preempt}"; else stopped=1; echo "{limit}"; fi; {ask}\' USR1',
         ]
     chain = (
         f"{CHAIN_MARK} is $lead s away: the training checkpoints, then the job is requeued for the rest of "
@@ -283,7 +303,8 @@ def _stop_lines(job: Job) -> list[str]:
         f'  echo "{LIMIT_MARK} spent by earlier allocations: the training does not start again"; exit {LIMIT_EXIT}',
         "fi",
         "trap 'terminated=1; account; echo \"cloudddp: SIGTERM: the training checkpoints and stops\"' TERM",
-        f'trap \'if [ "$final" = 1 ]; then stopped=1; echo "{limit}"; else chained=1; echo "{chain}"; fi; {ask}\' USR1',
+        f'trap \'if preempting; then echo "{preempt}"; elif [ "$final" = 1 ]; then stopped=1; echo "{limit}"; '
+        f'else chained=1; echo "{chain}"; fi; {ask}\' USR1',
         'if [ "$left" -le "$link" ]; then',
         "  # The last allocation: limits.max_runtime ends before Slurm's limit does; a timer gives the warning.",
         '  final=1; (sleep $(( left - lead )); kill -USR1 "$$") & timer=$!',
@@ -312,7 +333,10 @@ def _end_lines(job: Job, opts: SlurmOptions) -> list[str]:
         lines += [
             "requeue() {",
             f'  echo "{REQUEUE_MARK} $SLURM_JOB_ID after $1 ($(date -u +%FT%TZ))"',
-            '  scontrol requeue "$SLURM_JOB_ID" && exit 0',
+            "  # The requeue's own SIGTERM reaches this script and scontrol too: ignored, it cannot turn a requeue",
+            "  # that happened into a failed scontrol.",
+            "  trap '' TERM",
+            '  scontrol requeue "$SLURM_JOB_ID" && { requeued=1; exit 0; }',
             f'  echo "cloudddp: scontrol requeue failed: the job ends here" >&2; exit {PREEMPTED_EXIT}',
             "}",
             f'preempted && {{ echo "{PREEMPT_MARK}: Slurm selected this job for preemption"; requeue preemption; }}',

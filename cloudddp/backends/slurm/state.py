@@ -91,6 +91,31 @@ def from_sacct(line: str) -> dict[str, str]:
     }
 
 
+def from_ended(text: str) -> dict[str, str] | None:
+    """The run folder's end record (``exit=N restarts=N slurm=STATE end=TIME``, written by the batch script as it
+    exits) with scontrol's key names, or None when there is none. What Slurm was doing then decides: a job it was
+    ending (a cancel, the time limit) is that; otherwise the script's exit code tells success from failure."""
+    pairs = dict(word.split("=", 1) for word in text.split() if "=" in word)
+    code = pairs.get("exit", "")
+    if not code.isdigit():
+        return None
+    slurm = pairs.get("slurm", "RUNNING")
+    if STATES.get(slurm, RunState.RUNNING).terminal:
+        state = slurm
+    elif slurm != "RUNNING":  # COMPLETING: Slurm was ending it (a cancel) as the script exited
+        state = "CANCELLED"
+    else:
+        state = "COMPLETED" if code == "0" else "FAILED"
+    return {
+        "JobState": state,
+        "ExitCode": f"{code}:0",
+        "Restarts": pairs.get("restarts", "0"),
+        "EndTime": pairs.get("end", ""),
+        "Reason": "None",
+        "FromRunFolder": "1",
+    }
+
+
 def timestamp(value: str | None) -> float | None:
     """A time Slurm printed in :data:`TIME_FORMAT` as epoch seconds (None for Unknown/None). One without an
     offset (a Slurm that ignored SLURM_TIME_FORMAT) is read in this machine's zone, the best left to do."""

@@ -14,12 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 from cloudddp.backends.slurm.record import SlurmRunInfo
+from cloudddp.backends.slurm.script import ENDED_FILE
 from cloudddp.backends.slurm.shell import Shell
 from cloudddp.backends.slurm.state import (
     SACCT_FIELDS,
     STATES,
     TIME_FORMAT,
     failure,
+    from_ended,
     from_sacct,
     held,
     parse_pairs,
@@ -37,9 +39,11 @@ LOG_TAIL = 65536
 """How much of a log's end is read for what it says about a requeue or a failure."""
 
 
-def job_record(shell: Shell, job_id: str) -> dict[str, str] | None:
-    """Slurm's record of the job: scontrol while slurmctld remembers it, else accounting (or jobcomp).
-    Times come with their zone (:data:`TIME_FORMAT`), so they read right wherever this machine is."""
+def job_record(shell: Shell, job_id: str, run_dir: str | None = None) -> dict[str, str] | None:
+    """Slurm's record of the job: scontrol while slurmctld remembers it, else accounting (or jobcomp), else the end
+    the batch script recorded in ``run_dir`` (a cluster without accounting the user may read forgets a finished
+    job after MinJobAge). Times come with their zone (:data:`TIME_FORMAT`), so they read right wherever this
+    machine is. A requeued job's restarts are its accounting rows less one."""
     zoned = ["env", f"SLURM_TIME_FORMAT={TIME_FORMAT}"]
     shown = shell.run([*zoned, "scontrol", "-o", "show", "job", job_id], check=False)
     lines = shown.stdout.decode(errors="replace").splitlines()
@@ -48,9 +52,9 @@ def job_record(shell: Shell, job_id: str) -> dict[str, str] | None:
     for completion in ([], ["--completion"]):
         listed = shell.run([*zoned, "sacct", *completion, "-j", job_id, "-n", "-P", "-o", SACCT_FIELDS], check=False)
         rows = [r for r in listed.stdout.decode(errors="replace").splitlines() if r.split("|")[0] == job_id]
-        if listed.returncode == 0 and rows:
-            return from_sacct(rows[-1])  # a requeued job has a row per run: the last is the latest
-    return None
+        if listed.returncode == 0 and rows:  # a requeued job has a row per run: the last is the latest
+            return {**from_sacct(rows[-1]), "Restarts": str(len(rows) - 1)}
+    return from_ended(shell.tail(f"{run_dir}/{ENDED_FILE}", 4096)) if run_dir else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +99,7 @@ class Polls:
 def current_status(backend: str, run_id: str, info: SlurmRunInfo) -> RunStatus:
     """The run's status as Slurm tells it now."""
     shell = info.shell
-    job = job_record(shell, info.job_id)
+    job = job_record(shell, info.job_id, info.run_dir)
     details: dict[str, Any] = {"job_id": info.job_id, "run_dir": info.run_dir}
     if job is None:
         return RunStatus(
@@ -104,7 +108,8 @@ def current_status(backend: str, run_id: str, info: SlurmRunInfo) -> RunStatus:
             RunState.UNKNOWN,
             name=info.name,
             details=details,
-            message=f"Slurm no longer knows job {info.job_id} (no accounting record)",
+            message=f"Slurm no longer knows job {info.job_id} (no accounting record, and the run folder records no "
+            "end: its batch script never finished)",
         )
     native = job.get("JobState", "")
     state = STATES.get(native, RunState.UNKNOWN)

@@ -18,9 +18,17 @@ from cloudddp.backends.slurm import SlurmBackend
 from cloudddp.backends.slurm import launch as slurm_launch
 from cloudddp.backends.slurm.agent import AGENT, PORT_TAKEN_EXIT, PORT_TAKEN_MARK
 from cloudddp.backends.slurm.logs import Labels
-from cloudddp.backends.slurm.script import LIMIT_EXIT, LIMIT_MARK
+from cloudddp.backends.slurm.script import ENDED_FILE, LIMIT_EXIT, LIMIT_MARK, PREEMPT_MARK
 from cloudddp.backends.slurm.shell import READ_CAP, Shell
-from cloudddp.backends.slurm.state import STATES, failure, from_sacct, parse_pairs, requeue_reasons
+from cloudddp.backends.slurm.state import (
+    STATES,
+    failure,
+    from_ended,
+    from_sacct,
+    parse_pairs,
+    requeue_reasons,
+    timestamp,
+)
 from cloudddp.backends.status import Cause
 from cloudddp.plan import Plan
 from cloudddp.runs.runner import get_backend
@@ -447,3 +455,61 @@ def test_a_snapshot_whose_sha256_is_not_the_plans_is_not_unpacked(tmp_path: Path
     assert wrong.returncode == 3 and "is not the one uploaded" in wrong.stderr and not (tmp_path / "a").exists()
     ok = subprocess.run([*unpack, str(tmp_path / "b"), str(archive), right], capture_output=True, text=True)
     assert ok.returncode == 0 and (tmp_path / "b" / "train.py").is_file(), ok.stderr
+
+
+def test_a_runs_end_record_reads_as_slurms_record_would() -> None:
+    """The run folder's end record (when Slurm has forgotten the job): the exit code decides a run Slurm was not
+    ending; one it was ending is that ending (a cancel shows as COMPLETING while the script exits)."""
+    done = from_ended("exit=0 restarts=2 slurm=RUNNING end=2026-11-27T15:00:00+0000\n")
+    assert done is not None and (done["JobState"], done["Restarts"], done["ExitCode"]) == ("COMPLETED", "2", "0:0")
+    assert timestamp(done["EndTime"]) == 1795791600.0
+    assert from_ended("exit=124 restarts=0 slurm=RUNNING end=x") == {
+        **done,
+        "JobState": "FAILED",
+        "ExitCode": "124:0",
+        "Restarts": "0",
+        "EndTime": "x",
+    }
+    cancelled, timed_out = from_ended("exit=0 slurm=COMPLETING"), from_ended("exit=1 slurm=TIMEOUT")
+    assert cancelled is not None and cancelled["JobState"] == "CANCELLED"
+    assert timed_out is not None and timed_out["JobState"] == "TIMEOUT"
+    assert from_ended("") is None and from_ended("exit= slurm=RUNNING") is None
+
+
+@pytest.mark.parametrize("preempt_time", ["2026-11-27T15:00:00", "None"])
+def test_the_warning_signal_is_told_as_a_preemption_or_the_time_limit_and_the_end_is_recorded(
+    tmp_path: Path, preempt_time: str
+) -> None:
+    """USR1 comes before the time limit, or at a preemption on a cluster with send_user_signal: the batch log says
+    which (issue #42: a preemption was logged as the time limit). A preempted run requeues itself and records no
+    end; a run stopped ahead of the limit records its exit. Stand-ins for Slurm's commands: srun sends the
+    script USR1 as Slurm would, and scontrol answers the job's record."""
+    plan = render(TINY, f"slurm.workdir={tmp_path}")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = f"JobId=7 JobState=RUNNING Restarts=0 PreemptTime={preempt_time} SuspendTime=None"
+    tools = {
+        "scontrol": f'case "$1 $2" in "show hostnames") echo n1;; "requeue 7") exit 0;; *) echo "{record}";; esac',
+        "srun": "kill -USR1 $PPID; sleep 1",
+        "scancel": "exit 0",
+    }
+    for name, body in tools.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NODELIST": "n1",
+        "PET_RDZV_ID": "0123456789abcdef0123456789abcdef",
+    }
+    ended = tmp_path / "runs" / "tiny-t1" / ENDED_FILE
+    ended.parent.mkdir(parents=True)  # submit makes it
+    done = subprocess.run(["bash", "-c", plan.documents["job.sbatch"]], capture_output=True, text=True, env=env)
+    if preempt_time != "None":
+        assert done.returncode == 0 and f"{PREEMPT_MARK}: the warning signal came with a preemption" in done.stdout
+        assert "time limit" not in done.stdout and "requeueing Slurm job 7 after preemption" in done.stdout
+        assert not ended.exists()  # requeued: the run goes on
+    else:
+        assert done.returncode == LIMIT_EXIT and f"{LIMIT_MARK} " in done.stdout and PREEMPT_MARK not in done.stdout
+        assert ended.read_text().startswith(f"exit={LIMIT_EXIT} restarts=0 slurm=RUNNING end=")
