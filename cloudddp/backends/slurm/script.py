@@ -239,8 +239,8 @@ def _ended_lines(job: Job) -> list[str]:
     return [
         "# How this run ended, for cloudddp status once Slurm has forgotten the job (no accounting to ask).",
         f'ended_file={shlex.quote(job.layout.run_dir)}/{ENDED_FILE}; rm -f "$ended_file"; requeued=0 state=',
-        'trap \'ended=$?; [ "$requeued" = 1 ] || echo "exit=$ended restarts=${SLURM_RESTART_COUNT:-0} '
-        'slurm=${state:-RUNNING} end=$(date -u +%FT%T%z)" > "$ended_file"\' EXIT',
+        'trap \'ended=$?; [ "$requeued" = 1 ] || { echo "exit=$ended restarts=${SLURM_RESTART_COUNT:-0} '
+        'slurm=${state:-RUNNING} end=$(date -u +%FT%T%z)" > "$ended_file"; } 2>/dev/null || true; exit "$ended"\' EXIT',
     ]
 
 
