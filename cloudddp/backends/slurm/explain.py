@@ -4,7 +4,7 @@ and ``plan`` show before anything is sent)."""
 from __future__ import annotations
 
 from cloudddp.backends import resumes
-from cloudddp.backends.slurm import images
+from cloudddp.backends.slurm import flags, images
 from cloudddp.backends.slurm.decide import SlurmDecision, graces
 from cloudddp.code.shipped import snapshot_warnings
 from cloudddp.observe.units import human_bytes
@@ -144,6 +144,12 @@ def _warnings(d: SlurmDecision) -> list[str]:
         warnings.append(
             f"resources.accelerator {d.accelerator_unsent} is not sent to Slurm: set slurm.gpu_type (the "
             "cluster's GRES type name) or slurm.constraint"
+        )
+    site = flags.site_options(d.options.sbatch_options)
+    if site:
+        warnings.append(
+            f"slurm.sbatch_options: {', '.join(site)} is not one of sbatch's own options (Slurm 22.05-24.11): a "
+            "plugin's (SPANK, e.g. pyxis) or a newer Slurm's; submit checks it against the cluster's sbatch --help"
         )
     if d.max_restarts and d.launch == "srun":
         warnings.append(

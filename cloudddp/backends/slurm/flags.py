@@ -3,7 +3,11 @@ in the next item, unambiguous prefixes of long names (sbatch uses getopt_long). 
 one canonical form, ``--name`` or ``--name=value``, which the script's ``#SBATCH`` lines carry.
 
 The table is sbatch's options from Slurm 22.05 to 24.11 (``sbatch --help`` and the man page). Options the
-rendered script sets itself are refused by name, with the spec field that says it instead.
+rendered script sets itself are refused by name, with the spec field that says it instead, and so are those
+cloudddp cannot follow (:data:`UNSUPPORTED`). A long option the table lacks (a SPANK plugin's, such as pyxis's
+``--container-image``, or a newer Slurm's) is taken as written when it is one item, ``--name`` or
+``--name=value``, unless it is a near miss of a known one (a typo); submit then checks it against the cluster's
+own ``sbatch --help`` (:func:`site_options`, :func:`offered`).
 """
 
 from __future__ import annotations
@@ -100,11 +104,25 @@ LONG: dict[str, Takes] = {
             "tres-per-task",
             "uid",
             "wckey",
+            "wait-all-nodes",
             "wrap",
+            "segment",
         ),
         _VALUE,
     ),
-    **dict.fromkeys(("exclusive", "export", "get-user-env", "nice", "propagate", "kill-on-invalid-dep"), _OPTIONAL),
+    **dict.fromkeys(
+        (
+            "exclusive",
+            "export",
+            "get-user-env",
+            "nice",
+            "propagate",
+            "kill-on-invalid-dep",
+            "oom-kill-step",
+            "resv-ports",
+        ),
+        _OPTIONAL,
+    ),
     **dict.fromkeys(
         (
             "contiguous",
@@ -120,6 +138,7 @@ LONG: dict[str, Takes] = {
             "reboot",
             "requeue",
             "spread-job",
+            "stepmgr",
             "test-only",
             "usage",
             "use-min-nodes",
@@ -204,7 +223,19 @@ OWNED: dict[str, str] = {
 }
 """Options the rendered script decides, and what to change instead."""
 
+UNSUPPORTED: dict[str, str] = {
+    "array": "a job array would run every index in one run folder, with one batch.log and one checkpoint folder; "
+    "submit one run per index instead (a loop over `cloudddp submit -o code.args=...`)",
+    "clusters": "status, logs and cancel ask the login node's own cluster: submit from (or set slurm.login_host to) "
+    "a login node of the cluster the job is for",
+}
+"""Options sbatch has that a cloudddp run cannot follow, and why."""
+
 _WORD = re.compile(r"[^\s'\"\\#]+\Z")  # one #SBATCH word: sbatch splits the line on spaces and quotes
+_NAME = re.compile(r"[a-z][a-z0-9-]*\Z")
+NEAR_MISS = 0.85
+"""How alike an unknown name must be to a known one to be taken for its typo (``reservaton``: 0.95; pyxis's
+``container-image`` against ``container-id``: 0.81, a plugin's own)."""
 
 
 def normalize(items: list[str]) -> list[str]:
@@ -220,7 +251,12 @@ def normalize(items: list[str]) -> list[str]:
             given, sep, value = item[2:].partition("=")
             has_value = bool(sep)
             name = _long_name(given, item)
-            takes = LONG[name]
+            takes = LONG.get(name, _OPTIONAL if has_value else _NONE)  # another's option: as written
+            if name not in LONG and not has_value and rest and not rest[0].startswith("-"):
+                raise ValueError(
+                    f"{item!r} {rest[0]!r}: write --{name}={rest[0]} as one item (--{name} is not one of sbatch's "
+                    "own options, so cloudddp cannot tell whether it takes a value)"
+                )
             if takes == _NONE and has_value:
                 raise ValueError(f"{item!r}: --{name} takes no value")
             if takes == _VALUE and not has_value:
@@ -247,6 +283,8 @@ def normalize(items: list[str]) -> list[str]:
             raise ValueError(f"{item!r}: write each as on sbatch's command line, e.g. --reservation=ml")
         if name in OWNED:
             raise ValueError(f"--{name} is set by cloudddp ({OWNED[name]}); leave it out of slurm.sbatch_options")
+        if name in UNSUPPORTED:
+            raise ValueError(f"--{name} is not supported: {UNSUPPORTED[name]}")
         if has_value and not _WORD.match(value):
             raise ValueError(
                 f"{item!r}: the value {value!r} must be one word without spaces, quotes, backslashes or #, "
@@ -265,6 +303,31 @@ def _long_name(given: str, item: str) -> str:
         return matches[0]
     if len(matches) > 1:
         raise ValueError(f"{item!r}: --{given} is ambiguous (" + ", ".join(f"--{m}" for m in sorted(matches)) + ")")
-    close = difflib.get_close_matches(given, LONG, n=1)
-    hint = f"; did you mean --{close[0]}?" if close else ""
-    raise ValueError(f"{item!r}: sbatch has no option --{given}{hint}")
+    close = difflib.get_close_matches(given, LONG, n=1, cutoff=NEAR_MISS)
+    if close:
+        raise ValueError(f"{item!r}: sbatch has no option --{given}; did you mean --{close[0]}?")
+    if not _NAME.match(given):
+        raise ValueError(f"{item!r}: not an option name; write each as on sbatch's command line, e.g. --reservation=ml")
+    return given  # a plugin's or a newer Slurm's: checked against the cluster's sbatch at submit
+
+
+SINCE: dict[str, tuple[int, int]] = {"stepmgr": (24, 5), "segment": (24, 11), "oom-kill-step": (24, 11)}
+"""Options in the table that only newer Slurm versions have (their release notes), by the version that added them."""
+
+
+def too_new(items: list[str], version: tuple[int, int]) -> list[str]:
+    """The options among normalized ``items`` that the cluster's Slurm ``version`` does not have yet."""
+    names = (item.partition("=")[0][2:] for item in items)
+    return [
+        f"--{name} (Slurm {SINCE[name][0]}.{SINCE[name][1]:02d})" for name in names if SINCE.get(name, (0, 0)) > version
+    ]
+
+
+def site_options(items: list[str]) -> list[str]:
+    """The options among normalized ``items`` that are not sbatch's own as this table knows them (``--name``)."""
+    return [name for name in (item.partition("=")[0] for item in items) if name[2:] not in LONG]
+
+
+def offered(help_text: str) -> set[str]:
+    """Every long option the cluster's ``sbatch --help`` names, its plugins' (SPANK) included."""
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", help_text))

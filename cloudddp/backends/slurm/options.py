@@ -16,9 +16,11 @@ from cloudddp.spec.model import Duration, Strict
 
 _TOKEN = re.compile(r"^[^\s'\"\\]+\Z")  # \Z: `$` also matches before a final newline
 _MEMORY = re.compile(r"^[0-9]+[KMGT]?\Z")
-_PATH = re.compile(r"/[\w.+,:=@/-]*\Z")
+_PATH = re.compile(r"/[\w.+=@/-]*\Z")
 """A workdir sbatch's ``#SBATCH --output=``/``--chdir=`` lines carry unchanged: no spaces or quotes (sbatch
-splits the line there), no ``%`` (``--output`` expands %j, %n, ...), no ``$`` or ``#``."""
+splits the line there), no ``%`` (``--output`` expands %j, %n, ...), no ``$`` or ``#``; and that a container's
+mount list can name: no ``,`` (it separates pyxis's ``--container-mounts`` and apptainer's ``--bind`` entries) or
+``:`` (it separates a mount's source, target and flags)."""
 
 
 class Container(Strict):
@@ -179,11 +181,11 @@ class SlurmOptions(Strict):
         if not v.startswith("/"):
             raise ValueError("give an absolute path on the cluster's shared filesystem")
         if not _PATH.match(v):
-            bad = sorted({c for c in v if not re.match(r"[\w.+,:=@/-]", c)})
+            bad = sorted({c for c in v if not re.match(r"[\w.+=@/-]", c)})
             raise ValueError(
                 f"{' '.join(repr(c) for c in bad)} in the path: sbatch's #SBATCH lines cannot carry it (spaces and "
-                "quotes split the line, % is a file-name pattern); use a folder whose path has only letters, "
-                "digits and . _ - + , : = @ /"
+                "quotes split the line, % is a file-name pattern) and container mounts cannot (, separates them, : "
+                "a mount's parts); use a folder whose path has only letters, digits and . _ - + = @ /"
             )
         return v.rstrip("/") or "/"
 

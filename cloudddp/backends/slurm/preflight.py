@@ -5,9 +5,11 @@ the working folder is writable and nobody else's to write in, and the inputs are
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from cloudddp.backends.checks import Check
+from cloudddp.backends.slurm import flags
 from cloudddp.backends.slurm.request import SlurmRequest
 from cloudddp.backends.slurm.shell import Shell
 from cloudddp.backends.slurm.state import parse_pairs
@@ -37,10 +39,41 @@ def preflight(plan: Plan[SlurmRequest]) -> list[Check]:
             )
         ]
     checks = [Check("Slurm reachable", True, f"{version} {shell.where}")]
+    checks += _options_checks(shell, plan, version)
     checks += _partition_checks(shell, plan)
     checks += _workdir_checks(shell, plan.request.workdir)
     checks += _input_checks(shell, plan.request.env)
     return checks
+
+
+def _options_checks(shell: Shell, plan: Plan[SlurmRequest], version: str) -> list[Check]:
+    """The spec's sbatch options this cluster's sbatch has: a plugin's (SPANK) or a newer Slurm's option, which the
+    table does not know, is looked for in its ``sbatch --help``; one the table knows from a newer Slurm than the
+    cluster's (``sbatch --version``) is named with the version that has it. Asked only when there are such."""
+    given = [line.removeprefix("#SBATCH ") for line in plan.documents["job.sbatch"].splitlines()]
+    given = [item for item in given if item.startswith("--")]
+    found = re.search(r"(\d+)\.(\d+)", version)
+    missing = flags.too_new(given, (int(found[1]), int(found[2])) if found else (99, 0))
+    unknown = flags.site_options(given)
+    if unknown:
+        offered = flags.offered(shell.text(["sbatch", "--help"]))
+        missing += [
+            f"{name} (not in its sbatch --help, its plugins' options included)"
+            for name in unknown
+            if name not in offered
+        ]
+    if not missing and not unknown:
+        return []
+    return [
+        Check(
+            "sbatch options",
+            not missing,
+            "this cluster's sbatch has no " + ", ".join(missing)
+            if missing
+            else "the cluster's sbatch offers " + ", ".join(unknown),
+            fix="remove them from slurm.sbatch_options, or load the plugin that offers them (plugstack.conf)",
+        )
+    ]
 
 
 def _grace_check(shell: Shell, plan: Plan[SlurmRequest], partition: dict[str, str] | None) -> Check:

@@ -16,7 +16,9 @@ cloudddp runs:
 - **One ssh connection.** Through a login host, the first command starts a master connection
   (``ControlMaster``, ``ControlPersist`` 60 s) whose socket is in a folder only this user may enter; every
   later command, from this process or the next, reuses it instead of logging in again. ``slurm.ssh_options``
-  come first, so ``[-o, ControlMaster=no]`` there turns it off.
+  come first, so ``[-o, ControlMaster=no]`` there turns it off. Where the user's ssh config names a
+  ControlPath for the host (a login node with MFA: a master opened once by hand), cloudddp uses theirs and
+  starts or stops none of its own.
 """
 
 from __future__ import annotations
@@ -101,9 +103,25 @@ class Shell:
         return [*self._ssh("no"), self.login_host, "--", shlex.join(argv)]
 
     def _ssh(self, master: str) -> list[str]:
-        """ssh with the user's options first (ssh takes the first value of each), then the shared connection."""
-        shared = ["-o", f"ControlMaster={master}", "-o", f"ControlPath={self.control_path}"]
+        """ssh with the user's options first (ssh takes the first value of each), then the shared connection
+        unless the user's own config (or options) names a ControlPath: their master connection, opened once
+        with a login node's MFA, is then the one used."""
+        shared = (
+            [] if self.users_master else ["-o", f"ControlMaster={master}", "-o", f"ControlPath={self.control_path}"]
+        )
         return ["ssh", "-o", "BatchMode=yes", *self.ssh_options, *shared]
+
+    @functools.cached_property
+    def users_master(self) -> bool:
+        """Whether ssh's own configuration for the login host sets a ControlPath (``ssh -G``, which reads
+        ``~/.ssh/config`` and the options without connecting)."""
+        if self.login_host is None:
+            return False
+        shown = subprocess.run(
+            ["ssh", "-G", *self.ssh_options, self.login_host], capture_output=True, timeout=30, check=False
+        )
+        config = shown.stdout.decode(errors="replace").splitlines()
+        return any(line.lower().startswith("controlpath ") and line.split()[1:] != ["none"] for line in config)
 
     @property
     def control_path(self) -> str:
@@ -115,7 +133,7 @@ class Shell:
         """Start the master connection if none is up (``ssh -f -N``: it goes to the background once logged in,
         holding none of this process's pipes). Nothing to do here, or when it cannot start: each command then
         logs in on its own, and says why if that fails too."""
-        if self.login_host is None or self.connected():
+        if self.login_host is None or self.users_master or self.connected():
             return
         with_persist = [*self._ssh("auto"), "-o", f"ControlPersist={CONTROL_PERSIST}", "-f", "-N", self.login_host]
         subprocess.run(
@@ -138,8 +156,9 @@ class Shell:
         return up.returncode == 0
 
     def close(self) -> None:
-        """Stop the master connection now (``ssh -O exit``) rather than ControlPersist seconds after last use."""
-        if self.login_host is not None:
+        """Stop cloudddp's master connection now (``ssh -O exit``) rather than ControlPersist seconds after last
+        use; the user's own is theirs to keep."""
+        if self.login_host is not None and not self.users_master:
             subprocess.run(
                 [*self._ssh("no"), "-O", "exit", self.login_host], capture_output=True, timeout=30, check=False
             )

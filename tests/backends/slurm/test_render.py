@@ -513,3 +513,16 @@ def test_the_warning_signal_is_told_as_a_preemption_or_the_time_limit_and_the_en
     else:
         assert done.returncode == LIMIT_EXIT and f"{LIMIT_MARK} " in done.stdout and PREEMPT_MARK not in done.stdout
         assert ended.read_text().startswith(f"exit={LIMIT_EXIT} restarts=0 slurm=RUNNING end=")
+
+
+def test_a_users_own_ssh_master_is_used_where_their_config_names_one(tmp_path: Path) -> None:
+    """Issue #42: a login node with MFA is reached through the master connection the user opened by hand (their
+    ~/.ssh/config's ControlPath); cloudddp's own ControlPath would bypass it and, with BatchMode, fail."""
+    theirs = tmp_path / "theirs"
+    theirs.write_text(f"Host login\n  ControlMaster auto\n  ControlPath {tmp_path}/cm-%C\n")
+    plain = tmp_path / "plain"
+    plain.write_text("Host login\n  User me\n")
+    own = Shell("login", ("-F", str(theirs))).argv(["true"])
+    assert not any(word.startswith("ControlPath=") or word.startswith("ControlMaster=") for word in own), own
+    ours = Shell("login", ("-F", str(plain))).argv(["true"])
+    assert f"ControlPath={Shell('login').control_path}" in ours, ours

@@ -62,6 +62,11 @@ def spec_with(tmp_path: Path, slurm_lines: list[str]) -> tuple[Path, int]:
         ("workdir: /shared/100%", ["'%'", "file-name pattern"]),
         ('workdir: "/shared/it\'s"', ['"\'"']),
         ("workdir: shared", ["absolute path"]),
+        ("workdir: /shared/a,b", ["','", "container mounts cannot"]),
+        ("workdir: /shared/a:b", ["':'", "a mount's parts"]),
+        ("sbatch_options: [--array=0-2]", ["--array is not supported", "one run per index"]),
+        ("sbatch_options: [-M, other]", ["--clusters is not supported", "slurm.login_host"]),
+        ("sbatch_options: [--container-image, img]", ["--container-image=img as one item"]),
         ("stop_before_limit: 70000", ["65535"]),
         ("cpus_per_task: 64", ["cpus_per_task is now cpus_per_process", "divide it by the processes per node"]),
         ("status_every: 0", ["between 1 s"]),
@@ -81,7 +86,7 @@ def test_bad_slurm_input_exits_2_naming_the_field_the_line_and_what_to_do(
 
 
 def test_sbatch_options_are_read_as_sbatch_reads_them_and_rendered_in_one_form(tmp_path: Path) -> None:
-    assert normalize(["-w", "node1", "-H", "--mail-type", "END,FAIL", "--res=ml", "-xnode2", "--nice"]) == [
+    assert normalize(["-w", "node1", "-H", "--mail-type", "END,FAIL", "--reser=ml", "-xnode2", "--nice"]) == [
         "--nodelist=node1",
         "--hold",
         "--mail-type=END,FAIL",

@@ -26,7 +26,7 @@ from cloudddp.api import Job
 from cloudddp.backends.slurm.shell import Shell
 from cloudddp.backends.status import RunState
 from cloudddp.paths import home
-from tests.support.cli import FIXTURES
+from tests.support.cli import FIXTURES, cli
 from tests.support.rigs import rig_unavailable
 from tests.support.slurm_cluster import SlurmCluster
 from tests.support.ssh_server import SshUnavailable, ssh_server
@@ -368,3 +368,22 @@ def test_through_ssh_one_login_serves_every_command_of_a_run(
         assert not shell.connected()  # the master connection is gone: nothing left running
     finally:
         server_context.__exit__(None, None, None)
+
+
+def test_sbatch_options_are_what_this_clusters_sbatch_accepts(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Issue #42: --wait-all-nodes (which sbatch 22.05's --help does not even list) runs; an option that is not
+    sbatch's own (a plugin's, as pyxis's --container-image is) renders with a warning and is refused at submit by
+    the cluster's own sbatch --help, as is an option from a newer Slurm than this one (22.05)."""
+    spec = command_job(tmp_path, "wait-all", "echo all nodes up", sbatch_options=["--wait-all-nodes=1"])
+    run = Job.load(spec, ["resources.nodes=2"]).submit("slurm")
+    status = run.wait(timeout=90, poll=0.5)
+    assert status.state is RunState.SUCCEEDED, (status, [line.text for line in run.logs()])
+    assert "#SBATCH --wait-all-nodes=1" in (Path(status.details["run_dir"]) / "job.sbatch").read_text()
+    plugin = command_job(tmp_path, "plugin", "true", sbatch_options=["--container-image=pytorch:24.01", "--stepmgr"])
+    rendered = cli("render", str(plugin), "-b", "slurm")
+    assert rendered.returncode == 0 and "--container-image is not one of sbatch's own options" in rendered.stderr
+    refused = cli("submit", str(plugin), "-b", "slurm")
+    assert refused.returncode != 0, refused
+    said = refused.stdout + refused.stderr
+    assert "this cluster's sbatch has no --stepmgr (Slurm 24.05), --container-image (not in its sbatch --help" in said
+    assert "plugstack.conf" in said, said
