@@ -97,8 +97,9 @@ def _warnings(d: SageMakerDecision) -> list[str]:
     sku, instance_type, gpus = d.size.sku, d.instances.instance_type, d.gpus_per_node
     if sku is not None and gpus and gpus != sku.gpus:
         warnings.append(
-            f"{instance_type} has {sku.gpus} GPUs but resources.gpus_per_node is {gpus}: the container starts one "
-            f"process per GPU ({sku.gpus}); set gpus_per_node: {sku.gpus}"
+            f"{instance_type} has {sku.gpus} GPUs but resources.gpus_per_node is {gpus}: the request starts {gpus} "
+            f"processes per host (sagemaker_mpi_num_of_processes_per_host), so {sku.gpus - gpus} GPUs are billed "
+            f"and idle; set gpus_per_node: {sku.gpus} to use them all"
         )
     warnings += snapshot_warnings(d.storage.snapshot)
     if d.launch.efa_dropped:
