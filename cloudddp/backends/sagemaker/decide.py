@@ -19,6 +19,7 @@ from cloudddp.backends.sagemaker.hardware import uncatalogued
 from cloudddp.backends.sagemaker.images import training_image
 from cloudddp.backends.sagemaker.limits import check_instance_type
 from cloudddp.backends.sagemaker.options import SageMakerOptions
+from cloudddp.backends.sagemaker.smddp import own_script_warnings, preload
 from cloudddp.backends.sagemaker.volumes import check_isolation, check_volume
 from cloudddp.catalog import find, nccl_env_presets, sizing
 from cloudddp.catalog.sizing import SizeDecision
@@ -108,6 +109,8 @@ class Launch:
     """The launcher's: the program's argv, the environment (no secrets), the files to keep, what to unset."""
     grace: int
     """Seconds between a stop's SIGTERM and SIGKILL (StopTrainingJob's 120), which torchrun and mpirun are given."""
+    program_warnings: tuple[str, ...]
+    """What may keep the job's own program from working here (smddp: :mod:`.smddp`)."""
 
 
 @dataclass(frozen=True)
@@ -325,6 +328,7 @@ def _launch(spec: JobSpec, size: SizeDecision, image: str, how: str, sigterm_gra
         unset_proto=unset_proto,
         payload=_payload(spec, places, env, env_sources, unset_proto),
         grace=sigterm_grace,
+        program_warnings=tuple(own_script_warnings(spec)),
     )
 
 
@@ -340,6 +344,8 @@ def _payload(
         payload["keep"] = list(spec.checkpoint.files)
     if unset_proto:
         payload["unset"] = ["NCCL_PROTO"]
+    if preload(spec):  # imported in the script's process before it runs: smddp's backend registered
+        payload["preload"] = preload(spec)
     return payload
 
 

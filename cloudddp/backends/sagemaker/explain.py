@@ -102,6 +102,7 @@ def _warnings(d: SageMakerDecision) -> list[str]:
             f"and idle; set gpus_per_node: {sku.gpus} to use them all"
         )
     warnings += snapshot_warnings(d.storage.snapshot)
+    warnings += d.launch.program_warnings
     if d.launch.efa_dropped:
         warnings.append(
             f"{instance_type}: EC2 gives this size EFA, but SageMaker's training toolkit does not use it there "

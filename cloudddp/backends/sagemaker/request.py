@@ -53,6 +53,8 @@ INIT_SCRIPT = (
     'exec "$(command -v python3 || command -v python)" $d/{init} "$@"'
 )
 _NAME_OK = re.compile(r"[^a-zA-Z0-9-]")
+CHARTED = (*STANDARD_METRICS, "loss", "epoch")
+"""The metric lines' names SageMaker charts: the shared script's, and what the init template and README print."""
 
 
 def encode(hyperparameters: dict[str, Any]) -> dict[str, str]:
@@ -151,9 +153,9 @@ def algorithm_specification(d: SageMakerDecision) -> dict[str, Any]:
         "TrainingImage": d.launch.image,
         "TrainingInputMode": "File",
         **container_entrypoint(),
-        # The shared script's metric lines, then what the job declares in its own words.
+        # The metric lines' names, then what the job declares in its own words (which wins a name both have).
         "MetricDefinitions": [
-            *({"Name": m, "Regex": metric_regex(m)} for m in STANDARD_METRICS),
+            *({"Name": m, "Regex": metric_regex(m)} for m in CHARTED if m not in dict(d.metrics)),
             *({"Name": name, "Regex": regex} for name, regex in d.metrics),
         ],
         "EnableSageMakerMetricsTimeSeries": True,

@@ -207,3 +207,25 @@ def test_efa_settings_follow_sagemakers_own_list_of_efa_types() -> None:
     on_g5 = SageMakerBackend().render(load_spec(SMDDP_JOB, g5))
     assert "FI_PROVIDER" not in on_g5.request["Environment"]
     assert any("SM_EFA_NCCL_INSTANCES" in w for w in on_g5.warnings), on_g5.warnings
+
+
+def test_sagemaker_charts_every_metric_the_template_and_the_shared_script_print() -> None:
+    """A MetricDefinition per name, reading compact JSON and json.dumps's default (a space after the colon)."""
+    import re
+
+    from cloudddp.observe.metrics import STANDARD_METRICS
+
+    plan = SageMakerBackend().render(load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml"))
+    charted = {m["Name"]: m["Regex"] for m in plan.request["AlgorithmSpecification"]["MetricDefinitions"]}
+    template = (ROOT / "cloudddp" / "data" / "train_template.py").read_text()
+    printed = set(re.findall(r'"(\w+)": ', "".join(re.findall(r"json\.dumps\((\{.*?\})\)", template))))
+    assert printed == {"epoch", "loss"}
+    for name in printed | set(STANDARD_METRICS):
+        for line in (json.dumps({"x_" + name: 9, name: 0.25}), json.dumps({name: 0.25}, separators=(",", ":"))):
+            found = re.search(charted[name], f"[rank0]:CLOUDDDP_METRIC {line}")
+            assert found is not None and found.group(1) == "0.25", (name, line)
+    declared = load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml", ["metrics=[{name: loss, regex: 'L=([0-9]+)'}]"])
+    names = [
+        m["Name"] for m in SageMakerBackend().render(declared).request["AlgorithmSpecification"]["MetricDefinitions"]
+    ]
+    assert names.count("loss") == 1
