@@ -23,6 +23,7 @@ import json
 import re
 from typing import Any
 
+from cloudddp.backends.sagemaker.argsize import check_argument_size
 from cloudddp.backends.sagemaker.decide import (
     CHECKPOINT_LOCAL,
     CODE_CHANNEL,
@@ -144,6 +145,7 @@ def build(d: SageMakerDecision, token: str) -> dict[str, Any]:
         request["RetryStrategy"] = {"MaximumRetryAttempts": d.retries}
     request = substitute(request, {RUN_ID: name})
     check_limits(request)
+    check_argument_size(request)
     return request
 
 
