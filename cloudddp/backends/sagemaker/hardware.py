@@ -55,8 +55,8 @@ def _words(text: str) -> set[str]:
     return set(re.findall(r"[a-z0-9]+", text.lower()))
 
 
-def _refusals(spec: JobSpec, name: str, hw: Hardware) -> list[str]:
-    """Why ``name`` cannot run ``spec`` (none: it can)."""
+def _refusals(spec: JobSpec, hw: Hardware) -> list[str]:
+    """Why a type with ``hw`` cannot run ``spec`` (none: it can)."""
     r, reasons = spec.resources, []
     if hw.neuron:
         return [f"its {hw.neuron} accelerators are AWS Neuron devices, not CUDA GPUs (the job needs CUDA)"]
@@ -70,7 +70,7 @@ def _refusals(spec: JobSpec, name: str, hw: Hardware) -> list[str]:
         reasons.append(f"{hw.gpu_mem_gb:g} GB per GPU; the job needs {r.min_gpu_memory_gb:g}")
     if spec.distribution.backend == "smddp":
         reasons.append("smddp runs only on the types the catalog marks for it (`cloudddp skus --backend sagemaker`)")
-    if not hw.efa and (r.interconnect == "rdma"):
+    if not hw.efa and r.interconnect == "rdma":
         reasons.append("no EFA, and the job asks for an RDMA interconnect (resources.interconnect: rdma)")
     return reasons
 
@@ -98,7 +98,7 @@ def uncatalogued(spec: JobSpec, name: str) -> SizeDecision:
                 "are not checked against resources.*; no cost estimate"
             ],
         )
-    reasons = _refusals(spec, name, hw)
+    reasons = _refusals(spec, hw)
     if reasons:
         raise UserError(
             f"sagemaker.instance_type: {name} cannot run this job: " + "; ".join(reasons),
