@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cloudddp.code import container_init, framework_logs, keepfiles, output_lines, requirements
+from cloudddp.code import container_init, framework_logs, keepfiles, output_lines, preload, requirements
 from cloudddp.code.ignore import ignore_line
 from cloudddp.code.requirements import FILE, file_text
 from cloudddp.code.shim import SHIPPED_AS
@@ -263,17 +263,21 @@ def checked_snapshot(spec: JobSpec) -> Snapshot:
 
 def shipped_files(*, keep: bool = False) -> dict[str, bytes]:
     """Files cloudddp adds to every code snapshot, by their name there: the rank launcher, the container init
-    (SageMaker's PID 1), the reader of the frameworks' log files (:mod:`cloudddp.code.framework_logs`), the line
-    discipline of the program's output (:mod:`cloudddp.code.output_lines`); ``keep``:
-    the keeper of ``checkpoint.files`` too (only a job that declares some gets it, so no other snapshot changes)."""
+    (SageMaker's PID 1) and its own start of a job, the reader of the frameworks' log files
+    (:mod:`cloudddp.code.framework_logs`), the line discipline of the program's output
+    (:mod:`cloudddp.code.output_lines`), the importer of what a script needs imported first
+    (:mod:`cloudddp.code.preload`: smddp's backend); ``keep``: the keeper of ``checkpoint.files`` too (only a
+    job that declares some gets it, so no other snapshot changes)."""
     from importlib import resources
 
     code = resources.files("cloudddp.code")
     files = {
         SHIPPED_AS: code.joinpath("shim.py").read_bytes(),
         container_init.SHIPPED_AS: code.joinpath("container_init.py").read_bytes(),
+        container_init.START_AS: code.joinpath("container_start.py").read_bytes(),
         framework_logs.SHIPPED_AS: code.joinpath("framework_logs.py").read_bytes(),
         output_lines.SHIPPED_AS: code.joinpath("output_lines.py").read_bytes(),
+        preload.SHIPPED_AS: code.joinpath("preload.py").read_bytes(),
     }
     if keep:
         files[keepfiles.SHIPPED_AS] = code.joinpath("keepfiles.py").read_bytes()

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from cloudddp.backends.registry import backend_class, backend_classes
-from cloudddp.catalog import CATALOG_DATE, Requirements, all_skus, select, workload_for_model
+from cloudddp.catalog import CATALOG_DATE, Requirements, all_skus, find, select, workload_for_model
 from cloudddp.catalog.model import DATASET_SAMPLES
 from cloudddp.catalog.sizing import choose
 from cloudddp.cli.options import (
@@ -189,7 +189,9 @@ def plan(job: Path, backend: str | None, override: tuple[str, ...], explain: boo
         f"{m.field} is not set: this plan uses a stand-in; submit needs {m.what} (e.g. {m.example})" for m in stand_ins
     ]
     target = impl.size_target(spec)
-    selection = choose(spec, target) if target is not None and spec.resources.gpus_per_node else None
+    # A named size without a catalog row was checked by the render itself (SageMaker: EC2's data); no ranking.
+    ranked = target is not None and spec.resources.gpus_per_node and (not target.named or find(target.named))
+    selection = choose(spec, target) if target is not None and ranked else None
     if json_:
         print_json({"plan": rendered.to_dict(), "selection": selection.to_dict() if selection else None})
         return

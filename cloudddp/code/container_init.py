@@ -5,7 +5,9 @@ Shipped inside every code snapshot as ``_cloudddp_init.py`` and started as the c
 
     python _cloudddp_init.py COMMAND...
 
-It runs COMMAND (the image's own entry) as its child and reaps every orphan. The PyTorch images' own PID 1
+It runs COMMAND (the image's own entry) as its child and reaps every orphan. An image without that entry (a
+program COMMAND names is not on ``PATH``: not a DLC) gets cloudddp's own start instead, ``_cloudddp_start.py``
+(:mod:`cloudddp.code.container_start`), taken out of the code channel's archive. The PyTorch images' own PID 1
 (``bash -m start_with_right_hostname.sh``) forwards no signal, so without this a StopTrainingJob, a spot
 interruption or MaxRuntime would SIGKILL the script after the grace without its final checkpoint. The stop goes
 where a normal launch sends it, once: to torchrun's agent, which passes it to each rank, or under Open MPI to each
@@ -20,11 +22,14 @@ It needs nothing but Python's standard library: it runs in stock images where cl
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Callable
 
 SHIPPED_AS = "_cloudddp_init.py"
+START_AS = "_cloudddp_start.py"
+"""cloudddp's own start (:mod:`cloudddp.code.container_start`), for an image without the DLC's entry."""
 RANK_LAUNCHER = "_cloudddp_launch.py"
 """The rank launcher's name in the snapshot (:data:`cloudddp.code.shim.SHIPPED_AS`): a rank is a process of it."""
 
@@ -147,10 +152,43 @@ def init(argv: list[str]) -> int:
     return 0 if status is None else status
 
 
+def has_entry(argv: list[str]) -> bool:
+    """Whether the image has the entry ``argv`` names: its program on ``PATH`` and, for a shell (``bash -m
+    start_with_right_hostname.sh train``), the script too, which the shell looks up on ``PATH``."""
+    if shutil.which(argv[0]) is None:
+        return False
+    script = next((word for word in argv[1:] if not word.startswith("-")), None)
+    return os.path.basename(argv[0]) not in SHELLS or script is None or shutil.which(script) is not None
+
+
+def own_start() -> list[str]:
+    """The command of cloudddp's own start: ``_cloudddp_start.py`` taken out of the code archive
+    (``sagemaker_submit_directory``) into this file's folder."""
+    import json
+    import tarfile
+
+    base = os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")
+    with open(os.path.join(base, "input", "config", "hyperparameters.json")) as f:
+        archive = json.loads(json.load(f)["sagemaker_submit_directory"])
+    target = os.path.join(os.path.dirname(os.path.abspath(__file__)), START_AS)
+    with tarfile.open(archive) as tar, open(target, "wb") as out:
+        member = tar.extractfile(START_AS)
+        if member is None:
+            raise SystemExit(f"{SHIPPED_AS}: {START_AS} is not in {archive}")
+        out.write(member.read())
+    return [sys.executable, target]
+
+
 def main() -> None:
     if len(sys.argv) < 2:
         raise SystemExit(f"usage: {SHIPPED_AS} COMMAND [ARGS...]")
-    sys.exit(init(sys.argv[1:]))
+    argv = sys.argv[1:]
+    if not has_entry(argv):
+        print(
+            f"{SHIPPED_AS}: the image has no {' '.join(argv)}: {START_AS} starts the job", file=sys.stderr, flush=True
+        )
+        argv = own_start()
+    sys.exit(init(argv))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ from raw JSON; base64 has no character the shell changes)::
   ``cloudddp.step`` says ``none`` and MLflow's step only counts the records), so both keep their meaning when
   cloudddp reads them back. MLflow's "View run at" lines are off
   (``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT``) for the program too: they are not the script's output.
+- ``preload``: modules the script's own process imports before the script runs (smddp's client, which registers
+  its process-group backend), through ``_cloudddp_preload.py`` (:mod:`cloudddp.code.preload`).
 - ``tag``: prefix each line the program prints with its global rank (``[rank3]:``, as torchrun's
   ``--log-line-prefix-template`` would), for a platform whose logs do not say which process printed a line
   (SageMaker: one stream per host, both ranks and the toolkit mixed).
@@ -81,6 +83,7 @@ RANK_TAG = "[rank{rank}]:"
 """The prefix of each line a program's process prints, where the launcher adds one: its global rank."""
 LINES_SHIPPED_AS = "_cloudddp_lines.py"
 """The line discipline (:mod:`cloudddp.code.output_lines`), shipped beside this file in every snapshot."""
+PRELOAD_AS = "_cloudddp_preload.py"  # cloudddp/code/preload.py, shipped beside this file
 RANK_LINE = re.compile(r"\[rank(\d+)\]:")
 """A line's rank prefix, as this launcher and torchrun's ``--log-line-prefix-template`` write it."""
 
@@ -156,6 +159,10 @@ def command(payload: dict[str, Any], python: str = sys.executable) -> list[str]:
     argv = [str(a) for a in payload["argv"]]
     if not payload.get("python"):
         return argv
+    if payload.get("preload"):  # modules the script's own process imports first (cloudddp/code/preload.py)
+        here = Path(__file__).resolve().parent
+        runner = here / PRELOAD_AS if (here / PRELOAD_AS).is_file() else here / "preload.py"
+        argv = [str(runner), *payload["preload"], "--", *argv]
     if "mpi4py.run" in sys.modules:  # this file was started as `python -m mpi4py` (smddp)
         return [python, "-m", "mpi4py", *argv]
     return [python, *argv]

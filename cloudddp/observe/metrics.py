@@ -274,5 +274,6 @@ def record_of_log_line(item: Any, patterns: Sequence[Pattern] = (), ranks: str =
 
 
 def metric_regex(name: str) -> str:
-    """A regex whose first group captures ``name``'s value in a metric line (SageMaker MetricDefinitions)."""
-    return f'{re.escape(PREFIX.strip())} .*"{re.escape(name)}":{_NUMBER}'
+    """A regex whose first group captures ``name``'s value in a metric line (SageMaker MetricDefinitions), compact
+    JSON or ``json.dumps``'s default (``"loss": 0.5``, with a space: what a script of one's own prints)."""
+    return f'{re.escape(PREFIX.strip())} .*"{re.escape(name)}":\\s*{_NUMBER}'

@@ -393,6 +393,8 @@ def test_every_git_ignore_rule_and_credential_defaults_leave_files_out(tmp_path:
         "_cloudddp_launch.py",
         "_cloudddp_lines.py",
         "_cloudddp_logs.py",
+        "_cloudddp_preload.py",
+        "_cloudddp_start.py",
         "id_utils.py",
         "job.yaml",
         "sub/.gitignore",

@@ -18,6 +18,11 @@ what SageMaker does with it:
   ``Environment`` and the platform's variables. The toolkit itself downloads
   ``sagemaker_submit_directory`` from moto, installs ``requirements.txt`` and starts the runner the
   hyperparameters ask for (torchrun for ``sagemaker_torch_distributed_enabled``);
+- ``image``: ``dlc`` (the PyTorch DLC, above), ``byoc`` (an image built the way AWS documents for your own
+  container: ``pip install sagemaker-training``, so ``train`` is on PATH, but no DLC start script and no
+  ``SAGEMAKER_TRAINING_MODULE``) or ``python`` (a plain Python image with torch: no toolkit command, no start
+  script); the toolkit's package stays importable in every kind (the hosts' Python layers this venv), which
+  only the DLC kind's entry uses;
 - under ``EnableNetworkIsolation`` gives the containers no way out of their network and no credentials,
   while the platform's own steps (channels, checkpoints) still reach S3, as on SageMaker;
 - ``stop_on``: once a host's log shows that text, sends SIGTERM to every host's PID 1, as StopTrainingJob,
@@ -69,6 +74,9 @@ STUB_EXIT = 86  # exit status of the mpirun stub: the rehearsal stops at the run
 FAIL_GRACE = 10.0  # seconds the other hosts get after one host failed
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The PyTorch training image's own ENV (its Dockerfile); the toolkit's `train` reads the first.
+DLC_ONLY_ENV = ("SAGEMAKER_TRAINING_MODULE", "DLC_CONTAINER_TYPE")
+"""What only the DLC sets: an image with ``sagemaker-training`` alone has no framework module."""
+IMAGE_KINDS = ("dlc", "byoc", "python")
 IMAGE_ENV = {
     "SAGEMAKER_TRAINING_MODULE": "sagemaker_pytorch_container.training:main",
     "DLC_CONTAINER_TYPE": "training",
@@ -333,9 +341,10 @@ def _script(path: Path, python: Path, body: str) -> None:
     path.chmod(0o755)
 
 
-def _container_python(folder: Path, patch_sshd: bool, toolkit: Path | None) -> Path:
+def _container_python(folder: Path, patch_sshd: bool, toolkit: Path | None, image: str = "dlc") -> Path:
     """A venv in the sandbox layered over ``toolkit`` (a sagemaker-training version) and this interpreter's
-    packages, with the image's ``train`` and ``torchrun`` commands and its entry script; its bin folder."""
+    packages, with the image's ``train`` and ``torchrun`` commands and its entry script as ``image`` has them
+    (see :func:`rehearse`); its bin folder."""
     venv = folder / "python"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
@@ -349,7 +358,8 @@ def _container_python(folder: Path, patch_sshd: bool, toolkit: Path | None) -> P
     (Path(site) / "_rehearsal_base.pth").write_text(
         "".join(f"import site; site.addsitedir({layer!r})\n" for layer in layers)
     )
-    shutil.copy(IMAGE / "start_with_right_hostname.sh", venv / "bin")
+    if image == "dlc":
+        shutil.copy(IMAGE / "start_with_right_hostname.sh", venv / "bin")
     patch = (
         (
             "import sagemaker_training.smdataparallel as smdataparallel\n"
@@ -358,11 +368,12 @@ def _container_python(folder: Path, patch_sshd: bool, toolkit: Path | None) -> P
         if patch_sshd
         else ""
     )
-    _script(
-        venv / "bin" / "train",
-        python,
-        f"import sys\n{patch}from sagemaker_training.cli.train import main\nsys.exit(main())\n",
-    )
+    if image != "python":
+        _script(
+            venv / "bin" / "train",
+            python,
+            f"import sys\n{patch}from sagemaker_training.cli.train import main\nsys.exit(main())\n",
+        )
     _script(venv / "bin" / "torchrun", python, "import sys\nfrom torch.distributed.run import main\nsys.exit(main())\n")
     return venv / "bin"
 
@@ -417,6 +428,7 @@ def _prepare_host(
     isolated: bool,
     toolkit: Path | None,
     short: Path,
+    image: str = "dlc",
 ) -> Path:
     """The host's sandbox folder (its /opt/ml, Python, stubs) and the namespaces.host_argv config; the config.
 
@@ -428,13 +440,13 @@ def _prepare_host(
         (folder / sub).mkdir(parents=True)
     (short / name).symlink_to(folder / "tmp")
     _opt_ml(request, name, names, folder / "opt-ml", s3)
-    bin_dir = _container_python(folder, patch_sshd=smddp, toolkit=toolkit)
+    bin_dir = _container_python(folder, patch_sshd=smddp, toolkit=toolkit, image=image)
     stubs = _stubs(folder, bin_dir / "python", gpus, smddp)
     env = {
         "PATH": ":".join(filter(None, [str(stubs) if stubs else "", str(bin_dir), CONTAINER_PATH])),
         "HOME": str(folder / "home"),
         "TMPDIR": str(short / name),
-        **IMAGE_ENV,
+        **(IMAGE_ENV if image == "dlc" else {k: v for k, v in IMAGE_ENV.items() if k not in DLC_ONLY_ENV}),
         "TRAINING_JOB_NAME": request["TrainingJobName"],
         "AWS_REGION": aws.region,
         **({} if isolated else aws.env()),
@@ -528,6 +540,7 @@ def rehearse(
     timeout: float = 240.0,
     toolkit: str | None = None,
     stop: Stop | None = None,
+    image: str = "dlc",
 ) -> Rehearsal:
     """Run ``request`` (a CreateTrainingJob as sent) on this machine, one namespace-isolated host per
     instance, with ``sagemaker-training`` at ``toolkit`` (None: this venv's); returns when every host's
@@ -554,6 +567,10 @@ def rehearse(
             ),
             "sagemaker_training.smdataparallel._start_sshd_daemon: skipped (no sshd needed on one host)",
         ]
+    if image not in IMAGE_KINDS:
+        raise ValueError(f"image {image!r}: one of {', '.join(IMAGE_KINDS)}")
+    if image != "dlc":
+        patches.append(f"image {image}: no DLC start script" + (", no toolkit command" if image == "python" else ""))
     isolated = bool(request.get("EnableNetworkIsolation"))  # no way out and no credentials in the container
     s3 = aws.client("s3")
     (sandbox / "hosts").write_text(_hosts_file(names))
@@ -572,6 +589,7 @@ def rehearse(
                 isolated=isolated,
                 toolkit=toolkit_dir,
                 short=short,
+                image=image,
             )
             for name in names
         ]

@@ -57,6 +57,11 @@ _STATES = {
     "Stopping": RunState.STOPPING,
     "Stopped": RunState.CANCELLED,
 }
+_TIME_LIMITS = {  # SecondaryStatus of a job SageMaker stopped at its StoppingCondition
+    "MaxRuntimeExceeded": "stopped at its time limit: MaxRuntimeExceeded (limits.max_runtime)",
+    "MaxWaitTimeExceeded": "stopped at its time limit: MaxWaitTimeExceeded (managed spot waited and ran longer than "
+    "sagemaker.max_wait)",
+}
 _STARTING = {
     "Starting",
     "LaunchingMLInstances",
@@ -329,13 +334,16 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
             if state is RunState.FAILED
             else (Cause.CANCELLED if state is RunState.CANCELLED else None)
         )
+        message = d.get("FailureReason") or secondary
+        if native == "Stopped" and secondary in _TIME_LIMITS:  # stopped at a StoppingCondition: a limit, no cancel
+            state, cause, message = RunState.FAILED, Cause.LIMIT, _TIME_LIMITS[secondary]
         return RunStatus(
             run_id=run_id,
             backend=self.name,
             state=state,
             name=run_id.rsplit("-", 2)[0],
             native_state=f"{native}/{secondary}" if secondary else native,
-            message=d.get("FailureReason") or secondary,
+            message=message,
             created_at=created.timestamp() if isinstance(created, datetime.datetime) else None,
             ended_at=ended.timestamp() if isinstance(ended, datetime.datetime) else None,
             details={
@@ -355,10 +363,11 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
         instances = int(self.status(run_id).details.get("instance_count") or 1)
         while True:
             finished = self.status(run_id).state.terminal if follow else True
-            try:
-                streams = logs.describe_log_streams(logGroupName=LOG_GROUP, logStreamNamePrefix=f"{run_id}/")[
-                    "logStreams"
-                ]
+            try:  # 50 streams a page: a job of more hosts (or restarts: a stream each) needs the next pages
+                pages = logs.get_paginator("describe_log_streams").paginate(
+                    logGroupName=LOG_GROUP, logStreamNamePrefix=f"{run_id}/"
+                )
+                streams = [stream for page in pages for stream in page["logStreams"]]
             except ClientError as e:
                 if e.response["Error"].get("Code") != "ResourceNotFoundException":
                     raise

@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from cloudddp.backends.sagemaker.efa import plugin_picks_protocol, sagemaker_efa
+from cloudddp.backends.sagemaker.hardware import uncatalogued
 from cloudddp.backends.sagemaker.images import training_image
 from cloudddp.backends.sagemaker.limits import check_instance_type
 from cloudddp.backends.sagemaker.options import SageMakerOptions
+from cloudddp.backends.sagemaker.smddp import own_script_warnings, preload
 from cloudddp.backends.sagemaker.volumes import check_isolation, check_volume
-from cloudddp.catalog import nccl_env_presets, sizing
+from cloudddp.catalog import find, nccl_env_presets, sizing
 from cloudddp.catalog.sizing import SizeDecision
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.code import requirements
@@ -107,6 +109,8 @@ class Launch:
     """The launcher's: the program's argv, the environment (no secrets), the files to keep, what to unset."""
     grace: int
     """Seconds between a stop's SIGTERM and SIGKILL (StopTrainingJob's 120), which torchrun and mpirun are given."""
+    program_warnings: tuple[str, ...]
+    """What may keep the job's own program from working here (smddp: :mod:`.smddp`)."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +177,7 @@ def decide(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, sigterm_grac
     region, role = region_for(sm), role_for(sm)
     if sm.instance_type:
         check_instance_type(sm.instance_type)  # before the catalog: a typo is named as one, with the closest type
-    size = sizing.decide(spec, target, "instance type")
+    size = _size(spec, target)
     gpu, smddp = spec.resources.gpus_per_node > 0, spec.distribution.backend == "smddp"
     image, how = training_image(sm.image, region, sm.framework_version, sm.py_version, gpu=gpu, smddp=smddp)
     storage = _storage(spec, sm, region)
@@ -201,6 +205,14 @@ def decide(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, sigterm_grac
         network_isolation=sm.network_isolation,
         encrypt_inter_container_traffic=sm.encrypt_inter_container_traffic,
     )
+
+
+def _size(spec: JobSpec, target: SizeTarget) -> SizeDecision:
+    """The catalog's choice or check; a GPU job naming a valid type the catalog lacks is checked against EC2's
+    description of it (:mod:`.hardware`)."""
+    if target.named and spec.resources.gpus_per_node and find(target.named) is None:
+        return uncatalogued(spec, target.named)
+    return sizing.decide(spec, target, "instance type")
 
 
 def _runner(spec: JobSpec) -> Runner:
@@ -316,6 +328,7 @@ def _launch(spec: JobSpec, size: SizeDecision, image: str, how: str, sigterm_gra
         unset_proto=unset_proto,
         payload=_payload(spec, places, env, env_sources, unset_proto),
         grace=sigterm_grace,
+        program_warnings=tuple(own_script_warnings(spec)),
     )
 
 
@@ -331,6 +344,8 @@ def _payload(
         payload["keep"] = list(spec.checkpoint.files)
     if unset_proto:
         payload["unset"] = ["NCCL_PROTO"]
+    if preload(spec):  # imported in the script's process before it runs: smddp's backend registered
+        payload["preload"] = preload(spec)
     return payload
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 from cloudddp.backends.sagemaker.decide import TENSORBOARD_LOCAL, SageMakerDecision
+from cloudddp.backends.sagemaker.images import is_official
 from cloudddp.code import container_init
 from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.code.shipped import snapshot_warnings
@@ -24,6 +25,7 @@ def _setup(d: SageMakerDecision) -> list[str]:
     if d.launch.runner == "smddp" and d.launch.launcher == "torchrun":
         lines.append("smddp: the container's smddp launcher (MPI) starts the processes")
     lines.append(f"image {d.launch.image} ({d.launch.image_how})")
+    lines.append(_entry_line(d))
     reqs = d.storage.requirements
     if reqs is not None:
         lines.append(
@@ -36,11 +38,25 @@ def _setup(d: SageMakerDecision) -> list[str]:
     return lines
 
 
+def _entry_line(d: SageMakerDecision) -> str:
+    """Which start applies: the DLC's entry (AWS's toolkit), or cloudddp's own on any other image."""
+    if is_official(d.launch.image):
+        return (
+            "start: an official PyTorch DLC: cloudddp's init runs the image's entry (start_with_right_hostname.sh), "
+            "whose training toolkit starts the processes"
+        )
+    return (
+        "start: not an official PyTorch DLC: cloudddp's init runs the image's DLC entry if it has one, else "
+        f"{container_init.START_AS} unpacks the code to /opt/ml/code, installs its requirements.txt and runs torchrun "
+        "as the toolkit would (the image needs /bin/sh and Python 3 with torch; no bash, tar or toolkit)"
+    )
+
+
 def _stop_line(d: SageMakerDecision) -> str:
     """Who passes a stop to whom in the container, and the grace each rank gets (docs/sagemaker.md, "Stops")."""
     init = (
         f"the container's PID 1 is cloudddp's init ({container_init.SHIPPED_AS}; ContainerEntrypoint): "
-        "it runs the image's entry"
+        "it runs the image's entry (or, on an image without it, its own start)"
     )
     rank = (
         f"{SHIPPED_AS}, which the image's toolkit starts on each rank and which runs the job's program with the spec's "
@@ -97,10 +113,17 @@ def _warnings(d: SageMakerDecision) -> list[str]:
     sku, instance_type, gpus = d.size.sku, d.instances.instance_type, d.gpus_per_node
     if sku is not None and gpus and gpus != sku.gpus:
         warnings.append(
-            f"{instance_type} has {sku.gpus} GPUs but resources.gpus_per_node is {gpus}: the container starts one "
-            f"process per GPU ({sku.gpus}); set gpus_per_node: {sku.gpus}"
+            f"{instance_type} has {sku.gpus} GPUs but resources.gpus_per_node is {gpus}: the request starts {gpus} "
+            f"processes per host (sagemaker_mpi_num_of_processes_per_host), so {sku.gpus - gpus} GPUs are billed "
+            f"and idle; set gpus_per_node: {sku.gpus} to use them all"
         )
     warnings += snapshot_warnings(d.storage.snapshot)
+    warnings += d.launch.program_warnings
+    if d.launch.runner != "torchrun" and not is_official(d.launch.image):
+        warnings.append(
+            f"{d.launch.image} is not an official PyTorch DLC: {d.launch.runner} starts only through the DLC's entry "
+            f"and toolkit (mpirun); on an image without them {container_init.START_AS} refuses to start"
+        )
     if d.launch.efa_dropped:
         warnings.append(
             f"{instance_type}: EC2 gives this size EFA, but SageMaker's training toolkit does not use it there "

@@ -148,6 +148,19 @@ def official_image(region: str, version: str, py_version: str | None, gpu: bool)
     return f"{account}.dkr.ecr.{region}.{domain}/{entry['repository']}:{tag}"
 
 
+_ECR_IMAGE = re.compile(r"^(\d{12})\.dkr\.ecr\.[^/]+/([^:@]+)")
+
+
+def is_official(image: str) -> bool:
+    """Whether ``image`` is an AWS PyTorch training DLC (its account and repository in the registry file): those
+    have the DLC entry that runs AWS's training toolkit (torchrun, smddp, MPI)."""
+    found = _ECR_IMAGE.match(image)
+    if found is None:
+        return False
+    entries = registry()["versions"].values()
+    return any(found.group(1) in e["registries"].values() and found.group(2) == e["repository"] for e in entries)
+
+
 def training_image(
     image: str | None, region: str, version: str | None, py_version: str | None, gpu: bool, *, smddp: bool = False
 ) -> tuple[str, str]:

@@ -10,9 +10,10 @@ the job's program with the exact argv carried in its ``cloudddp-NN`` hyperparame
 
 What starts the container is cloudddp's own (``ContainerEntrypoint``, as the SDK v3's ModelTrainer does):
 its init (``_cloudddp_init.py``, :mod:`cloudddp.code.container_init`) is PID 1, runs the image's own entry
-(``bash -m start_with_right_hostname.sh train``, which runs the toolkit) as its child and passes a stop's
-SIGTERM on to torchrun's agent, which passes it to each rank, or under Open MPI to each rank itself. The image's
-own PID 1 forwards no signal.
+(``bash -m start_with_right_hostname.sh train``, which runs the toolkit) as its child where the image has it (the
+DLCs), else cloudddp's own start (``_cloudddp_start.py``: torchrun, as the toolkit would start it), and passes a
+stop's SIGTERM on to torchrun's agent, which passes it to each rank, or under Open MPI to each rank itself. The
+image's own PID 1 forwards no signal. The entry needs only ``/bin/sh`` and Python 3 in the image.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 import re
 from typing import Any
 
+from cloudddp.backends.sagemaker.argsize import check_argument_size
 from cloudddp.backends.sagemaker.decide import (
     CHECKPOINT_LOCAL,
     CODE_CHANNEL,
@@ -44,15 +46,20 @@ CODE_ARCHIVE = f"/opt/ml/input/data/{CODE_CHANNEL}/sourcedir.tar.gz"
 # The PyTorch training images' ENTRYPOINT and SageMaker's argument (aws/deep-learning-containers,
 # docker/pytorch/Dockerfile.cuda and the older pytorch/training Dockerfiles): what PID 1 runs as its child.
 IMAGE_ENTRY = ["bash", "-m", "start_with_right_hostname.sh", "train"]
-# PID 1: take the init out of the code channel's archive and run it as the container's init. Each string
-# is at most 256 characters (TrainingContainerEntrypointString); python3 is on PATH in every PyTorch image. The
-# folder is a fresh one (mktemp), never a fixed name: two hosts sharing one /tmp (the container rehearsal runs
-# them on one machine) once unpacked into the same folder at once and one of them failed.
-INIT_SCRIPT = (
-    "d=$(mktemp -d /tmp/cloudddp-init.XXXXXX) && tar -xzf {archive} -C $d {init} && "
-    'exec "$(command -v python3 || command -v python)" $d/{init} "$@"'
+# PID 1: take the init out of the code channel's archive and run it as the container's init, with nothing but
+# /bin/sh and Python 3 (no bash, no tar: a slim or NGC-based image may lack them). sh finds the interpreter and runs
+# the Python line (its $0) with the archive and the image's entry; each string is at most 256 characters
+# (TrainingContainerEntrypointString). The folder is a fresh one (mkdtemp), never a fixed name: two hosts sharing one
+# /tmp (the container rehearsal runs them on one machine) once unpacked into the same folder at once and one failed.
+ENTRY_SHELL = 'exec "$(command -v python3 || command -v python)" -c "$0" "$@"'
+INIT_PYTHON = (
+    "import os,sys,tarfile,tempfile;d=tempfile.mkdtemp(prefix='cloudddp-init.');f=d+'/{init}';"
+    "open(f,'wb').write(tarfile.open(sys.argv[1]).extractfile('{init}').read());"
+    "os.execv(sys.executable,[sys.executable,f]+sys.argv[2:])"
 )
 _NAME_OK = re.compile(r"[^a-zA-Z0-9-]")
+CHARTED = (*STANDARD_METRICS, "loss", "epoch")
+"""The metric lines' names SageMaker charts: the shared script's, and what the init template and README print."""
 
 
 def encode(hyperparameters: dict[str, Any]) -> dict[str, str]:
@@ -84,9 +91,13 @@ def shim_payload(hyperparameters: dict[str, str]) -> dict[str, Any]:
 
 
 def container_entrypoint() -> dict[str, list[str]]:
-    """``ContainerEntrypoint`` and ``ContainerArguments``: cloudddp's init as PID 1, the image's entry as its child."""
-    script = INIT_SCRIPT.format(archive=CODE_ARCHIVE, init=container_init.SHIPPED_AS)
-    return {"ContainerEntrypoint": ["/bin/bash", "-c", script, "cloudddp-init"], "ContainerArguments": IMAGE_ENTRY}
+    """``ContainerEntrypoint`` and ``ContainerArguments``: cloudddp's init as PID 1, the image's entry as its child
+    where the image has it (a DLC), else cloudddp's own start (:mod:`cloudddp.code.container_start`)."""
+    line = INIT_PYTHON.format(init=container_init.SHIPPED_AS)
+    return {
+        "ContainerEntrypoint": ["/bin/sh", "-c", ENTRY_SHELL, line, CODE_ARCHIVE],
+        "ContainerArguments": IMAGE_ENTRY,
+    }
 
 
 def job_name(name: str, content: dict[str, Any], token: str) -> str:
@@ -142,6 +153,7 @@ def build(d: SageMakerDecision, token: str) -> dict[str, Any]:
         request["RetryStrategy"] = {"MaximumRetryAttempts": d.retries}
     request = substitute(request, {RUN_ID: name})
     check_limits(request)
+    check_argument_size(request)
     return request
 
 
@@ -151,9 +163,9 @@ def algorithm_specification(d: SageMakerDecision) -> dict[str, Any]:
         "TrainingImage": d.launch.image,
         "TrainingInputMode": "File",
         **container_entrypoint(),
-        # The shared script's metric lines, then what the job declares in its own words.
+        # The metric lines' names, then what the job declares in its own words (which wins a name both have).
         "MetricDefinitions": [
-            *({"Name": m, "Regex": metric_regex(m)} for m in STANDARD_METRICS),
+            *({"Name": m, "Regex": metric_regex(m)} for m in CHARTED if m not in dict(d.metrics)),
             *({"Name": name, "Regex": regex} for name, regex in d.metrics),
         ],
         "EnableSageMakerMetricsTimeSeries": True,

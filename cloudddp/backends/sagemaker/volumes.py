@@ -5,6 +5,7 @@
   effect there (SageMaker puts /opt/ml on the instance storage). botocore's ResourceConfig doc strings
   (1.44.5) say both and name ml.p4d, ml.g4dn and ml.g5; the other families below list NVMe instance
   storage in EC2's instance-type specifications (EC2 User Guide, "Instance store volumes").
+  EC2's data (``InstanceStorageSupported``, as moto bundles it) agrees for every type it describes (a test).
 - Under network isolation the container has no network, so pip cannot fetch the job's requirements
   from an index: only a requirements file that installs from the snapshot (``--no-index`` with local
   wheels) can work.
@@ -32,6 +33,8 @@ LOCAL_STORAGE_FAMILIES = frozenset(
         "g5",
         "g6",
         "g6e",
+        "g7",
+        "g7e",
         "trn1",
         "trn1n",
         "trn2",

@@ -100,7 +100,7 @@ def test_a_long_payload_is_split_into_parts_within_the_hyperparameter_limit() ->
 
 def test_the_entrypoint_fits_sagemakers_limits_and_runs_the_images_entry() -> None:
     entry = container_entrypoint()
-    assert entry["ContainerEntrypoint"][:2] == ["/bin/bash", "-c"]
+    assert entry["ContainerEntrypoint"][:2] == ["/bin/sh", "-c"]  # no bash needed
     assert all(len(s) <= 256 for s in [*entry["ContainerEntrypoint"], *entry["ContainerArguments"]])
     assert entry["ContainerArguments"] == ["bash", "-m", "start_with_right_hostname.sh", "train"]
 

@@ -15,7 +15,7 @@ import pytest
 from cloudddp.backends.registry import spec_from_dict
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.sagemaker.request import shim_payload
-from cloudddp.backends.status import RunState
+from cloudddp.backends.status import Cause, RunState
 from cloudddp.code.snapshot import pack
 from cloudddp.errors import UserError
 from cloudddp.runs.registry import Registry
@@ -196,6 +196,34 @@ def test_status_reaches_the_cli_for_each_state(tmp_path: Path) -> None:
     ):
         set_status(name, native, secondary)
         assert backend.status(name).state is expected
+
+
+def test_a_stop_at_the_time_limit_is_the_jobs_limit_not_a_cancel(tmp_path: Path) -> None:
+    backend = SageMakerBackend(registry=Registry(), token="tl")
+    name = backend.launch(backend.render(spec_from_dict(job(tmp_path, name="limit-sm"))))
+    for secondary, field in (
+        ("MaxRuntimeExceeded", "limits.max_runtime"),
+        ("MaxWaitTimeExceeded", "sagemaker.max_wait"),
+    ):
+        set_status(name, "Stopped", secondary)
+        status = backend.status(name)
+        assert (status.state, status.cause) == (RunState.FAILED, Cause.LIMIT), status
+        assert "time limit" in status.message and field in status.message
+    set_status(name, "Stopped", "Stopped")
+    assert backend.status(name).cause is Cause.CANCELLED  # a stop someone asked for stays a cancel
+
+
+def test_logs_and_metrics_read_every_hosts_stream_past_the_first_page(tmp_path: Path) -> None:
+    """DescribeLogStreams answers 50 streams a page: a 52-host job's algo-9 and algo-52 sort after the 50th."""
+    backend = SageMakerBackend(registry=Registry(), token="pg")
+    name = backend.launch(backend.render(spec_from_dict(job(tmp_path, name="pages-sm"))))
+    for host in range(1, 53):
+        put_logs(name, f"algo-{host}", [f"[rank{8 * (host - 1)}]:hello from algo-{host}"], 1_000 + host)
+    put_logs(name, "algo-9", ["[rank0]:" + metric(1, train_loss=0.25)], 2_000)
+    set_status(name, "Completed", "Completed")
+    sources = {line.source for line in backend.logs(name)}
+    assert {f"algo-{h}/rank{8 * (h - 1)}" for h in (1, 9, 50, 51, 52)} <= sources, sorted(sources)
+    assert [m.values["train_loss"] for m in backend.metrics(name)] == [0.25]
 
 
 def test_doctor_checks_credentials_and_that_s3_inputs_exist(tmp_path: Path) -> None:

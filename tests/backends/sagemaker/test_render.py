@@ -207,3 +207,52 @@ def test_efa_settings_follow_sagemakers_own_list_of_efa_types() -> None:
     on_g5 = SageMakerBackend().render(load_spec(SMDDP_JOB, g5))
     assert "FI_PROVIDER" not in on_g5.request["Environment"]
     assert any("SM_EFA_NCCL_INSTANCES" in w for w in on_g5.warnings), on_g5.warnings
+
+
+def test_sagemaker_charts_every_metric_the_template_and_the_shared_script_print() -> None:
+    """A MetricDefinition per name, reading compact JSON and json.dumps's default (a space after the colon)."""
+    import re
+
+    from cloudddp.observe.metrics import STANDARD_METRICS
+
+    plan = SageMakerBackend().render(load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml"))
+    charted = {m["Name"]: m["Regex"] for m in plan.request["AlgorithmSpecification"]["MetricDefinitions"]}
+    template = (ROOT / "cloudddp" / "data" / "train_template.py").read_text()
+    printed = set(re.findall(r'"(\w+)": ', "".join(re.findall(r"json\.dumps\((\{.*?\})\)", template))))
+    assert printed == {"epoch", "loss"}
+    for name in printed | set(STANDARD_METRICS):
+        for line in (json.dumps({"x_" + name: 9, name: 0.25}), json.dumps({name: 0.25}, separators=(",", ":"))):
+            found = re.search(charted[name], f"[rank0]:CLOUDDDP_METRIC {line}")
+            assert found is not None and found.group(1) == "0.25", (name, line)
+    declared = load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml", ["metrics=[{name: loss, regex: 'L=([0-9]+)'}]"])
+    names = [
+        m["Name"] for m in SageMakerBackend().render(declared).request["AlgorithmSpecification"]["MetricDefinitions"]
+    ]
+    assert names.count("loss") == 1
+
+
+def test_the_plan_says_which_start_applies_to_the_image() -> None:
+    job = ROOT / "jobs" / "cifar10-smddp.yaml"
+    official = SageMakerBackend().render(load_spec(job))
+    assert any(d.startswith("start: an official PyTorch DLC") for d in official.decisions)
+    assert not [w for w in official.warnings if "not an official PyTorch DLC" in w]
+    own = SageMakerBackend().render(
+        load_spec(job, ["sagemaker.image=111122223333.dkr.ecr.us-east-1.amazonaws.com/t:1"])
+    )
+    assert any(d.startswith("start: not an official PyTorch DLC") and "_cloudddp_start.py" in d for d in own.decisions)
+    assert any("smddp starts only through the DLC's entry" in w for w in own.warnings)  # smddp needs the DLC
+
+
+def test_fewer_processes_than_gpus_are_what_the_request_starts_and_the_warning_says_so() -> None:
+    spec = load_spec(ROOT / "jobs" / "cifar10-resnet18.yaml", ["sagemaker.instance_type=ml.p4d.24xlarge"])
+    plan = SageMakerBackend().render(spec)
+    four = SageMakerBackend().render(
+        load_spec(
+            ROOT / "jobs" / "cifar10-resnet18.yaml",
+            ["sagemaker.instance_type=ml.p4d.24xlarge", "resources.gpus_per_node=4"],
+        )
+    )
+    assert json.loads(four.request["HyperParameters"]["sagemaker_mpi_num_of_processes_per_host"]) == 4
+    (warning,) = [w for w in four.warnings if "resources.gpus_per_node is 4" in w]
+    assert "starts 4 processes per host" in warning and "4 GPUs are billed and idle" in warning
+    assert not [w for w in plan.warnings if "gpus_per_node is" in w]
