@@ -4,16 +4,26 @@ wrappers), where its address is written, and what each srun task exports to join
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from cloudddp.backends.slurm.agent import AGENT, PORT_TAKEN_EXIT, PORT_TAKEN_MARK, STORE, TAKEN
 from cloudddp.backends.slurm.options import SlurmOptions
 
-if TYPE_CHECKING:
-    from cloudddp.backends.slurm.script import Job
+
+class Job(Protocol):
+    """What these lines need of the job (:class:`cloudddp.backends.slurm.script.Job` has it)."""
+
+    @property
+    def launch(self) -> str: ...
+
+    @property
+    def nodes(self) -> int: ...
+
+    @property
+    def processes_per_node(self) -> int: ...
 
 
-def endpoint_lines(job: Job) -> list[str]:
+def endpoint_lines(job: Job, run_dir: str) -> list[str]:
     """Where the rendezvous is: node 0's torchrun agent, or rank 0's task under srun, binds it and writes
     ``host:port`` into the run folder (cloudddp/backends/slurm/agent.py); an earlier run's file is removed first."""
     if not hosts_store(job):
@@ -22,7 +32,7 @@ def endpoint_lines(job: Job) -> list[str]:
     return [
         "# The rendezvous: node 0 binds a port nobody could know before (or slurm.rendezvous_port) and writes",
         "# host:port here; every other process joins only the address read from this file.",
-        f'rdzv_file={shlex.quote(job.layout.run_dir)}/.cloudddp-rendezvous; rm -f "$rdzv_file"',
+        f'rdzv_file={shlex.quote(run_dir)}/.cloudddp-rendezvous; rm -f "$rdzv_file"',
         f"rdzv_wrapper={shlex.quote(wrapper)}",
     ]
 

@@ -215,7 +215,7 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
         'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "rdzv_host=$(hostname)",
         'for pair in $nodes; do [ "${pair%%=*}" = "$first" ] && rdzv_host=${pair#*=}; done',
-        *rendezvous.endpoint_lines(job),
+        *rendezvous.endpoint_lines(job, job.layout.run_dir),
         "",
         *_stop_lines(job),
         f'began_mark={shlex.quote(job.layout.run_dir)}/.cloudddp-run-began; touch "$began_mark"',
