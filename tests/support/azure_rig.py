@@ -172,6 +172,8 @@ def rig_usages() -> list[dict[str, Any]]:
         usage_row("NCADSA100v4", "Dedicated", 0, 0),
         usage_row("NCADSA100v4", "LowPriority", 0, -1),
         usage_row("DSv3", "Dedicated", 0, 24),
+        usage_row("NCadsH100v5", "Dedicated", 0, 80),
+        usage_row("NCadsH100v5", "LowPriority", 0, -1),
     ]
     return rows
 
@@ -449,6 +451,22 @@ class WorkspaceAdapter(BaseAdapter):
                             "lowPriorityCapable": True,
                         },
                         {
+                            "name": "Standard_NC24ads_A100_v4",
+                            "family": "standardNCADSA100v4Family",
+                            "vCPUs": 24,
+                            "gpus": 1,
+                            "memoryGB": 220,
+                            "lowPriorityCapable": True,
+                        },
+                        {
+                            "name": "Standard_NC40ads_H100_v5",
+                            "family": "standardNCadsH100v5Family",
+                            "vCPUs": 40,
+                            "gpus": 1,
+                            "memoryGB": 320,
+                            "lowPriorityCapable": True,
+                        },
+                        {
                             "name": "Standard_D4s_v3",
                             "family": "standardDSv3Family",
                             "vCPUs": 4,
@@ -569,6 +587,10 @@ class WorkspaceAdapter(BaseAdapter):
         name = parts[1] if len(parts) > 1 else ""
         if method == "PUT":
             props = copy.deepcopy(body["properties"])
+            if not props.get("computeId") and not props.get("resources", {}).get("instanceType"):
+                # serverless compute: the service needs the size the job names, as it has no cluster to read it from
+                message = "A job without a compute must give resources.instanceType (serverless compute)"
+                return 400, {"error": {"code": "UserError", "message": message}}, {}
             studio = {"endpoint": f"https://ml.azure.com/runs/{name}", "jobServiceType": "Studio"}
             props.update(status="Queued", services={"Studio": studio})
             props.setdefault("outputs", {})["default"] = {  # the service adds the job's artifact folder

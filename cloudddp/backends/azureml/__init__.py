@@ -1,9 +1,10 @@
-"""The Azure ML backend: a command job with PyTorch (or MPI) distribution on an AmlCompute cluster.
+"""The Azure ML backend: a command job with PyTorch (or MPI) distribution on serverless compute, or on an
+AmlCompute cluster when ``azureml.compute`` names one.
 
 ``render`` writes the CLI v2 YAML without importing azure-ai-ml (~2 s to import): decide.py makes the job's
-choices once, document.py builds the YAML documents from them and explain.py the plan's lines. ``launch``
-creates the cluster when it is missing, or raises only its ``max_instances`` when it is too small (cluster.py),
-then submits the rendered YAML through the SDK's own ``load_job``, so what runs is what was rendered. Logs are
+choices once, document.py builds the YAML documents from them and explain.py the plan's lines. For a cluster
+job ``launch`` creates the cluster when it is missing, or raises only its ``max_instances`` when it is too small
+(cluster.py); a serverless job needs neither. It then submits the rendered YAML through the SDK's own ``load_job``, so what runs is what was rendered. Logs are
 read from the job's artifact store a few new bytes at a time (logs.py); metrics from the job's MLflow run,
 as Studio shows them (mlflow_metrics.py), or from the metric lines in the logs when the run logged none.
 """
@@ -56,7 +57,7 @@ _FAILED_CLUSTER_FIX = (
 class AzureMLBackend(SizedBackend[AzureMLOptions]):
     name: ClassVar[str] = "azureml"
     description: ClassVar[str] = (
-        "Azure ML command job with PyTorch/MPI distribution on an autoscaling AmlCompute cluster"
+        "Azure ML command job with PyTorch/MPI distribution on serverless compute or an AmlCompute cluster"
     )
     options_model = AzureMLOptions
     cloud: ClassVar[str | None] = "azure"
@@ -128,7 +129,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             backend=self.name,
             job_name=job["name"],
             request={"job": job, "compute": compute},
-            documents={"job.yml": to_yaml(job), "compute.yml": to_yaml(compute)},
+            documents={"job.yml": to_yaml(job), **({"compute.yml": to_yaml(compute)} if compute else {})},
             decisions=lines,
             warnings=cautions,
             estimate=decision.sizing.estimate,
@@ -230,11 +231,15 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             pass
         for check in self._unchecked.pop(name, []):
             self._warn(f"not checked: {check.name}: {check.detail}", progress)
-        cluster = self._existing_cluster(client, plan.request["compute"]["name"])
-        if cluster is not None:
-            self._warn_on_tier(plan, cluster, progress)
-        if provision:
-            self._provision(client, plan, cluster, progress)
+        if plan.request["compute"] is None:
+            if progress:
+                progress.step("serverless compute: Azure ML provisions the nodes for this job; no cluster to create")
+        else:
+            cluster = self._existing_cluster(client, plan.request["compute"]["name"])
+            if cluster is not None:
+                self._warn_on_tier(plan, cluster, progress)
+            if provision:
+                self._provision(client, plan, cluster, progress)
         job = self._load_job(plan)
         if progress:
             progress.step(f"uploading code snapshot of {job.code} (skipped when unchanged)")

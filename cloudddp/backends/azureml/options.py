@@ -21,7 +21,8 @@ class AzureMLOptions(Strict):
     compute: str | None = Field(
         None,
         description="AmlCompute cluster name; created when missing, grown (max_instances "
-        "only) when too small, otherwise left as it is.",
+        "only) when too small, otherwise left as it is. 'auto': a cluster named after its size and tier "
+        "(cdp-<size>-d, cdp-<size>-lp). Unset (the default): serverless compute, no cluster.",
     )
     vm_size: str | None = Field(None, description="e.g. Standard_ND96asr_v4; default: chosen from resources.")
     min_nodes: int = Field(0, ge=0)
@@ -63,8 +64,9 @@ class AzureMLOptions(Strict):
     )
     job_tier: Literal["spot", "basic", "standard", "premium"] | None = Field(
         None,
-        description="Serverless compute only (queue_settings.job_tier), which cloudddp does not use: on a "
-        "cluster, resources.spot chooses dedicated or low priority. Refused when set.",
+        description="Serverless compute only (queue_settings.job_tier); default: spot for resources.spot, else "
+        "standard. basic or premium for a job that is not spot; refused on a cluster (its tier decides) and when "
+        "it contradicts resources.spot.",
     )
 
     @field_validator("idle_time_before_scale_down")
