@@ -280,6 +280,15 @@ class WorkspaceModel:
         blob.append_block(text.encode())
         self.log_files.setdefault(job, {})[name] = f"{blob.url}?{self.container_sas(self.artifact_container)}"
 
+    def overwrite_log(self, job: str, process: int, text: str) -> None:
+        """The process's log file written anew with ``text``, as Azure ML writes it when it restarts a preempted
+        job on new nodes."""
+        name = f"user_logs/{log_name(process)}"
+        blob = self.container_client(self.artifact_container).get_blob_client(f"ExperimentRun/dcid.{job}/{name}")
+        time.sleep(1.1)  # the blob's creation time has a one-second resolution
+        blob.create_append_blob()  # replaces the file: a new, empty one
+        blob.append_block(text.encode())
+
     def start_mlflow_run(self, job: str, experiment: str) -> None:
         """The job's MLflow run, with the job's name as its id (as Azure ML's tracking store has it). A stock
         MLflow server makes up run ids, so the run is created in the server's own SQLite store with that id."""

@@ -28,6 +28,7 @@ from cloudddp.backends.azureml.explain import explain
 from cloudddp.backends.azureml.extensions import credential_from_environment, transport_from_environment
 from cloudddp.backends.azureml.failures import failure_cause, failure_message, root_error
 from cloudddp.backends.azureml.logs import LogFiles
+from cloudddp.backends.azureml.metric_stream import MetricStream
 from cloudddp.backends.azureml.mlflow_metrics import MlflowMetrics, tracking_uri
 from cloudddp.backends.azureml.options import AzureMLOptions
 from cloudddp.backends.azureml.preflight import SIGN_IN_FIX, preflight_checks
@@ -429,10 +430,9 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             files.close()
 
     def _metric_iter(self, run_id: str, *, follow: bool) -> Iterator[MetricRecord]:
-        """The job's MLflow metrics (Azure ML's own record, what Studio charts), new points on each poll. A run
-        that logged nothing to MLflow by its end (a script that only prints metric lines) has its metrics read
-        from its log lines instead, and so has a job that reads every rank's metrics (``metrics.ranks: all``:
-        MLflow's run has no rank to tell them apart)."""
+        """The job's MLflow metrics (Azure ML's own record, what Studio charts), else the metric lines of its logs,
+        live and new points only on each poll (metric_stream.py). A job that reads every rank's metrics
+        (``metrics.ranks: all``) reads its log lines: MLflow's run has no rank to tell them apart."""
 
         patterns, ranks = self.metric_patterns(run_id), self.metric_ranks(run_id)
         if ranks != RANK_ZERO:
@@ -440,18 +440,27 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             return
         workspace = self._workspace_of(run_id)
         client = self._client(workspace)
-        source = MlflowMetrics(tracking_uri(client.workspaces.get(require_workspace(workspace).name)))
-        found = False
-        while True:
-            finished = self.status(run_id).state.terminal if follow else True
-            for record in source.new_records(run_id):
-                found = True
-                yield record
-            if finished:
-                break
-            time.sleep(self.poll_seconds)
-        if not found:
-            yield from metrics_from_lines(self._log_iter(run_id, follow=False), patterns)
+        stream = MetricStream(
+            run_id,
+            mlflow=lambda: self._mlflow_reader(client, workspace),
+            logs=lambda: LogFiles.of_job(client, client.jobs.get(run_id), self._credential(), self.transport),
+            finished=lambda: self.status(run_id).state.terminal,
+            patterns=patterns,
+            poll_seconds=self.poll_seconds,
+            say=lambda line: self._warn(line, None),
+        )
+        yield from stream.records(follow=follow)
+
+    @staticmethod
+    def _mlflow_reader(client: Any, workspace: dict[str, str]) -> MlflowMetrics:
+        """The MLflow reader at the workspace's tracking URI; a CloudDDPError saying why when there is none."""
+        from azure.core.exceptions import AzureError
+
+        try:
+            found = client.workspaces.get(require_workspace(workspace).name)
+        except AzureError as e:
+            raise CloudDDPError(f"the workspace's tracking URI could not be read: {str(e).splitlines()[0]}") from None
+        return MlflowMetrics(tracking_uri(found))
 
     def _cancel(self, run_id: str) -> None:
         self._client(self._workspace_of(run_id)).jobs.begin_cancel(run_id).result()
