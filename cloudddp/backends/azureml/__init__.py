@@ -4,9 +4,10 @@ AmlCompute cluster when ``azureml.compute`` names one.
 ``render`` writes the CLI v2 YAML without importing azure-ai-ml (~2 s to import): decide.py makes the job's
 choices once, document.py builds the YAML documents from them and explain.py the plan's lines. For a cluster
 job ``launch`` creates the cluster when it is missing, or raises only its ``max_instances`` when it is too small
-(cluster.py); a serverless job needs neither. It then submits the rendered YAML through the SDK's own ``load_job``, so what runs is what was rendered. Logs are
-read from the job's artifact store a few new bytes at a time (logs.py); metrics from the job's MLflow run,
-as Studio shows them (mlflow_metrics.py), or from the metric lines in the logs when the run logged none.
+(cluster.py); a serverless job needs neither. It then submits the rendered YAML through the SDK's own
+``load_job``, so what runs is what was rendered. Logs are read from the job's artifact store a few new bytes at a
+time (logs.py); metrics from the job's MLflow run, as Studio shows them (mlflow_metrics.py), or from the metric
+lines in the logs (metric_stream.py).
 """
 
 from __future__ import annotations

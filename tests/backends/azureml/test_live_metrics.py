@@ -81,8 +81,15 @@ def test_metrics_follow_shows_the_init_templates_lines_live_with_and_without_mlf
     project = tmp_path / "proj"
     assert cli("init", str(project), "--name", f"live-{mlflow}").returncode == 0
     overrides = [*AzureMLHarness.overrides, "azureml.compute=null", "code.args=[--epochs, '4']"]
-    submitted = cli("submit", str(project / "job.yaml"), "-b", "azureml", "--detach", "--quiet",
-                    *[a for o in overrides for a in ("-o", o)])  # fmt: skip
+    submitted = cli(
+        "submit",
+        str(project / "job.yaml"),
+        "-b",
+        "azureml",
+        "--detach",
+        "--quiet",
+        *[a for o in overrides for a in ("-o", o)],
+    )
     assert submitted.returncode == 0, submitted.stderr
     run_id = submitted.stdout.strip()
     nodes = AzureNodes(rig, run_id, tmp_path / "nodes", Datastores(tmp_path / "blob"))

@@ -66,8 +66,12 @@ def test_a_job_without_a_cluster_renders_as_serverless_and_loads_as_command_send
     for key in ("computeId", "resources", "queueSettings", "distribution", "environmentVariables", "command", "inputs"):
         assert loaded.get(key) == sent.get(key), key
     assert loaded.get("computeId") is None
-    assert loaded["resources"] == {"instanceCount": 2, "instanceType": "Standard_ND96asr_v4", "properties": {},
-                                   "shmSize": doc["resources"]["shm_size"]}  # fmt: skip
+    assert loaded["resources"] == {
+        "instanceCount": 2,
+        "instanceType": "Standard_ND96asr_v4",
+        "properties": {},
+        "shmSize": doc["resources"]["shm_size"],
+    }
     assert loaded["queueSettings"] == {"jobTier": "Standard"}
     said = " ".join(plan.decisions)
     assert "serverless compute (no azureml.compute)" in said and "no computes/write" in said
@@ -134,7 +138,7 @@ def digits_spec(tmp_path: Path, azureml: dict[str, Any] | None = None, **resourc
             "dir": str(ROOT / "src_train"),
             "entry": "train.py",
             "args": ["--dataset", "digits", "--model", "cnn", "--epochs", "1"],
-        },  # fmt: skip
+        },
         "resources": {"nodes": 1, "gpus_per_node": 0, "processes_per_node": 2, **resources},
         "limits": {"max_runtime": "10m"},
         "azureml": {
