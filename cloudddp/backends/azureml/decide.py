@@ -150,6 +150,7 @@ delays the SIGTERM (measured with Open MPI 4.1.4: docs/stopping.md)."""
 def decide(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, *, sigterm_grace: int) -> AzureMLDecision:
     """The choices of ``spec`` on Azure ML; a UserError for what Azure ML would refuse or not run as asked."""
     check_runtime(spec.limits.max_runtime, spot=spec.resources.spot)
+    _check_no_launcher(spec)
     snapshot = code_snapshot(spec)
     reqs = requirements.of(spec)
     sizing = unknown_size(spec, target) or decide_size(spec, target, "VM size")
@@ -198,6 +199,31 @@ def decide(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, *, sigterm_gra
         environment_value=environment,
         shm_size=shm_size(az, sizing.sku),
         timeout=spec.limits.max_runtime,
+    )
+
+
+_LAUNCHERS = (
+    ("torchrun",),
+    ("python", "-m", "torch.distributed.run"),
+    ("python", "-m", "torch.distributed.launch"),
+    ("accelerate", "launch"),
+)
+
+
+def _check_no_launcher(spec: JobSpec) -> None:
+    """``code.command`` is what each process runs: a launcher there would start its own processes in each of the
+    ``process_count_per_instance`` processes Azure ML's distribution starts (8 torchruns on an 8-GPU node)."""
+    words = tuple(w.rsplit("/", 1)[-1] for w in spec.code.command or ())
+    words = ("python", *words[1:]) if words and words[0].startswith("python") else words
+    found = next((launcher for launcher in _LAUNCHERS if words[: len(launcher)] == launcher), None)
+    if found is None:
+        return
+    raise UserError(
+        f"code.command starts with {' '.join(found)}, a launcher: on Azure ML every process of the job runs "
+        f"code.command, and Azure ML's distribution already starts {spec.resources.processes} per node, so each "
+        "would start its own",
+        hint="give the script itself (code.entry and code.args, or code.command without the launcher): cloudddp's "
+        "launcher and Azure ML start one process per GPU",
     )
 
 

@@ -43,7 +43,7 @@ def preflight_checks(connect: Callable[[], Any], ws: Workspace, request: dict[st
     try:
         target = quota_target(client, request)
         checks += target.checks
-        checks += _size_and_quota(client, found.location, target, nodes)
+        checks += _size_and_quota(client, found.location, target, nodes, ws.name)
     except Exception as e:  # noqa: BLE001
         size = request["job"]["resources"].get("instance_type") or (request["compute"] or {}).get("size")
         checks.append(Check(f"{size} offered and quota", None, f"could not check: {str(e).splitlines()[0]}"))
@@ -94,7 +94,7 @@ def quota_target(client: Any, request: dict[str, Any]) -> QuotaTarget:
     return QuotaTarget(size, spot, note, checks)
 
 
-def _size_and_quota(client: Any, location: str, target: QuotaTarget, nodes: int) -> list[Check]:
+def _size_and_quota(client: Any, location: str, target: QuotaTarget, nodes: int, workspace: str) -> list[Check]:
     size = target.size
     sizes = {s.name.lower(): s for s in client.compute.list_sizes(location=location)}
     offered = size.lower() in sizes
@@ -110,6 +110,6 @@ def _size_and_quota(client: Any, location: str, target: QuotaTarget, nodes: int)
     family = _field(sizes[size.lower()], "family", "family") if offered else None
     if offered and family and vcpus:
         usages = [usage_of(u) for u in client.compute.list_usage(location=location)]
-        found = quota_checks(usages, str(family), int(vcpus), nodes, spot=target.spot)
+        found = quota_checks(usages, str(family), int(vcpus), nodes, spot=target.spot, workspace=workspace)
         checks += [dataclasses.replace(c, detail=c.detail + target.note) if target.note else c for c in found]
     return checks

@@ -192,3 +192,29 @@ def test_a_spot_job_on_a_dedicated_cluster_is_counted_against_dedicated_quota_an
     assert "quota for standardDSv3Family: Standard DSv3 Family Cluster Dedicated vCPUs: 0 vCPUs free" in said, said
     assert "cluster cpu-dedicated is dedicated" in said and "the job asks for spot (resources.spot: true)" in said
     assert len(model.jobs) == 1  # the spot job was never sent
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "[torchrun, --nproc-per-node=8, train.py]",
+        "[/usr/bin/python3, -m, torch.distributed.run, train.py]",
+        "[accelerate, launch, train.py]",
+    ],
+)
+def test_a_launcher_in_code_command_is_refused_naming_why(command: str) -> None:
+    result = cli(
+        "render",
+        str(AZURE_JOB),
+        "-b",
+        "azureml",
+        "-o",
+        "code.entry=null",
+        "-o",
+        "code.args=[]",
+        "-o",
+        f"code.command={command}",
+    )
+    assert result.returncode == 2, result.stderr
+    assert "a launcher: on Azure ML every process of the job runs code.command" in result.stderr, result.stderr
+    assert "already starts 8 per node" in result.stderr
