@@ -223,6 +223,9 @@ class WorkspaceModel:
     """operation -> (cluster, scale settings) applied when the update succeeds."""
     update_polls: int = 2
     """How many times a cluster update's operation answers ``InProgress`` first."""
+    compute_write: bool = True
+    """Whether the caller's role may write computes: False is the built-in AzureML Data Scientist role, whose
+    NotActions hold ``workspaces/computes/write`` (a PUT or PATCH of a compute is refused with 403)."""
     update_outcome: str = "Succeeded"
     """How a cluster update's operation ends (``Failed``: the scale settings stay as they were)."""
     cancel_s: float = 0.3
@@ -645,6 +648,13 @@ class WorkspaceAdapter(BaseAdapter):
     def computes(self, method: str, parts: list[str], body: Any) -> Answer:
         m = self.model
         name = parts[1] if len(parts) > 1 else ""
+        if method in ("PUT", "PATCH") and not m.compute_write:
+            action = "Microsoft.MachineLearningServices/workspaces/computes/write"
+            message = (
+                f"The client 'rig-user' with object id '1111' does not have authorization to perform action "
+                f"'{action}' over scope '{WS_PATH}/computes/{name}' or the scope is invalid."
+            )
+            return 403, {"error": {"code": "AuthorizationFailed", "message": message}}, {}
         if method == "PUT":
             props = copy.deepcopy(body["properties"])
             props["provisioningState"] = "Succeeded" if m.create_error is None else "Creating"

@@ -344,7 +344,12 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
                 f"creating cluster {wanted['name']} ({wanted['size']}, {wanted['tier']}, "
                 f"{wanted['min_instances']}–{wanted['max_instances']} nodes)"
             )
-        poller = client.compute.begin_create_or_update(compute)
+        try:
+            poller = client.compute.begin_create_or_update(compute)
+        except HttpResponseError as e:
+            if e.status_code == 403:
+                raise self._no_compute_write(wanted["name"], e) from None
+            raise
         started = time.monotonic()
         try:
             while not poller.done():
@@ -360,6 +365,16 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
                 f"creating cluster {wanted['name']} ended Failed: {reason}. The job was not submitted. "
                 + _FAILED_CLUSTER_FIX.format(name=wanted["name"])
             ) from None
+
+    @staticmethod
+    def _no_compute_write(name: str, error: Any) -> UserError:
+        first = (error.message or str(error)).strip().splitlines()[0]
+        return UserError(
+            f"creating cluster {name} needs Microsoft.MachineLearningServices/workspaces/computes/write, which "
+            f"these credentials lack (the built-in AzureML Data Scientist role has it in its NotActions): {first}",
+            hint="remove azureml.compute to run on serverless compute (no cluster to create), ask the workspace's "
+            "owner to create the cluster (then submit again), or get a role with computes/write",
+        )
 
     # -- run verbs ---------------------------------------------------------------------------
     def _describe(self, run_id: str) -> RunStatus | None:

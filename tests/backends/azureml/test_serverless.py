@@ -16,6 +16,7 @@ from cloudddp.backends.azureml.limits import valid_cluster_name
 from cloudddp.backends.checks import PreflightFailed
 from cloudddp.backends.registry import load_spec, spec_from_dict
 from cloudddp.backends.status import RunState
+from cloudddp.errors import UserError
 from cloudddp.plan import Plan
 from cloudddp.runs.registry import Registry
 from tests.support.azure_launchers import Datastores
@@ -218,3 +219,18 @@ def test_a_launcher_in_code_command_is_refused_naming_why(command: str) -> None:
     assert result.returncode == 2, result.stderr
     assert "a launcher: on Azure ML every process of the job runs code.command" in result.stderr, result.stderr
     assert "already starts 8 per node" in result.stderr
+
+
+@pytest.mark.slow
+def test_without_computes_write_a_cluster_job_says_so_and_a_serverless_job_runs(
+    model: WorkspaceModel, tmp_path: Path
+) -> None:
+    """The AzureML Data Scientist role cannot write computes: the rig answers 403 as ARM does."""
+    model.compute_write = False
+    b = backend(model, "rbac")
+    with pytest.raises(UserError) as refused:
+        b.launch(b.render(digits_spec(tmp_path, azureml={"compute": "cpu-new"})), checks=False)
+    said = str(refused.value) + str(refused.value.hint)
+    assert refused.value.exit_code == 2 and "workspaces/computes/write" in said
+    assert "remove azureml.compute to run on serverless compute" in said and not model.jobs
+    assert b.launch(b.render(digits_spec(tmp_path))) in model.jobs and not model.computes
