@@ -223,6 +223,11 @@ class WorkspaceModel:
     """operation -> (cluster, scale settings) applied when the update succeeds."""
     update_polls: int = 2
     """How many times a cluster update's operation answers ``InProgress`` first."""
+    before_running: list[str] = field(default_factory=lambda: ["NotStarted", "Preparing", "Queued"])
+    """The states a new job goes through before it runs, as the REST examples show them: the PUT answers the first,
+    and each read of the job moves it one on, until it is ``Queued`` (where it waits) or a test sets its state."""
+    status_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    """Held while a job's state moves (a read moving it on must not undo a state a test sets meanwhile)."""
     compute_write: bool = True
     """Whether the caller's role may write computes: False is the built-in AzureML Data Scientist role, whose
     NotActions hold ``workspaces/computes/write`` (a PUT or PATCH of a compute is refused with 403)."""
@@ -359,7 +364,8 @@ class WorkspaceModel:
     def set_job_status(self, job: str, status: str, at: datetime.datetime | None = None) -> None:
         """Move a job to ``status``; the run history stamps startTimeUtc when it first runs (or at ``at``, given)
         and endTimeUtc when it ends (``at``, default now), as Azure ML's run history reports them."""
-        self.jobs[job]["properties"]["status"] = status
+        with self.status_lock:
+            self.jobs[job]["properties"]["status"] = status
         when = (at or datetime.datetime.now(datetime.timezone.utc)).isoformat()
         times = self.run_times.setdefault(job, {})
         if status in ("Running", "Finalizing"):
@@ -604,7 +610,7 @@ class WorkspaceAdapter(BaseAdapter):
                 message = "A job without a compute must give resources.instanceType (serverless compute)"
                 return 400, {"error": {"code": "UserError", "message": message}}, {}
             studio = {"endpoint": f"https://ml.azure.com/runs/{name}", "jobServiceType": "Studio"}
-            props.update(status="Queued", services={"Studio": studio})
+            props.update(status=m.before_running[0], services={"Studio": studio})
             props.setdefault("outputs", {})["default"] = {  # the service adds the job's artifact folder
                 "jobOutputType": "uri_folder",
                 "mode": "ReadWriteMount",
@@ -629,7 +635,12 @@ class WorkspaceAdapter(BaseAdapter):
                 self._cancel_later(name, m.cancel_s)
             return 202, None, {"Location": f"https://management.azure.com{WS_PATH}/operations/cancel-{name}"}
         if method == "GET" and len(parts) == 2:
-            return 200, m.jobs[name], {}
+            with m.status_lock:
+                answer = copy.deepcopy(m.jobs[name])
+                status = answer["properties"]["status"]
+                if status in m.before_running[:-1]:  # the next read finds it one state on
+                    m.jobs[name]["properties"]["status"] = m.before_running[m.before_running.index(status) + 1]
+            return 200, answer, {}
         return self._not_found("/".join(parts))
 
     def _cancel_later(self, name: str, seconds: float) -> None:

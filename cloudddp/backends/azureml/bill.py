@@ -100,6 +100,7 @@ def _notes(job: Any, cluster: Any, cluster_name: str, nodes: int, *, kept: bool)
     spot_tier = getattr(getattr(job, "queue_settings", None), "job_tier", None) == "spot"
     if spot_tier or str(getattr(cluster, "tier", "")).lower() == "low_priority":
         notes.append(
-            "low priority: priced here at the catalog's on-demand price (the catalog has no low-priority prices)"
+            "spot/low priority: priced here at the catalog's on-demand price, an upper bound: Azure bills these nodes "
+            "at Spot rates (low-priority VMs for Azure ML move to Spot VMs from 2026-03-31), which the catalog lacks"
         )
     return notes

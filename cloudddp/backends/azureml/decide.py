@@ -135,6 +135,8 @@ class AzureMLDecision:
     """``pytorch`` or ``mpi``."""
     environment: str
     """``azureml.environment`` as given."""
+    identity: str | None
+    """``azureml.job_identity``: ``user`` or ``managed``, the identity the job reads data with; None: Azure ML's."""
     environment_value: str | dict[str, Any]
     """The job document's ``environment``: the reference, or ``{image: ...}`` for a Docker image."""
     shm_size: str
@@ -196,6 +198,7 @@ def decide(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, *, sigterm_gra
         checkpoint_minutes=spec.checkpoint.every_minutes,
         distribution="mpi" if spec.distribution.launcher == "mpi" else "pytorch",
         environment=az.environment,
+        identity=az.job_identity,
         environment_value=environment,
         shm_size=shm_size(az, sizing.sku),
         timeout=spec.limits.max_runtime,

@@ -66,6 +66,8 @@ def _job(d: AzureMLDecision) -> dict[str, Any]:
     }
     if d.description:
         job["description"] = d.description
+    if d.identity:
+        job["identity"] = {"type": "user_identity" if d.identity == "user" else "managed"}
     if d.inputs:
         job["inputs"] = d.inputs
     job["outputs"] = _outputs(d)

@@ -62,6 +62,12 @@ class AzureMLOptions(Strict):
         description="A new cluster's managed identity: 'system' (system-assigned) or the resource id of a "
         "user-assigned identity (/subscriptions/.../userAssignedIdentities/<name>), for data access without keys.",
     )
+    job_identity: Literal["user", "managed"] | None = Field(
+        None,
+        description="The identity the job's code reads data with: 'user' (the submitter's, user_identity) or "
+        "'managed' (the compute's managed identity; serverless: the workspace's). Default: Azure ML's (the "
+        "datastores' own credentials).",
+    )
     job_tier: Literal["spot", "basic", "standard", "premium"] | None = Field(
         None,
         description="Serverless compute only (queue_settings.job_tier); default: spot for resources.spot, else "

@@ -234,3 +234,28 @@ def test_without_computes_write_a_cluster_job_says_so_and_a_serverless_job_runs(
     assert refused.value.exit_code == 2 and "workspaces/computes/write" in said
     assert "remove azureml.compute to run on serverless compute" in said and not model.jobs
     assert b.launch(b.render(digits_spec(tmp_path))) in model.jobs and not model.computes
+
+
+@pytest.mark.slow
+def test_a_new_job_goes_through_the_states_the_rest_examples_show_before_it_runs(
+    model: WorkspaceModel, tmp_path: Path
+) -> None:
+    b = backend(model, "states")
+    name = b.launch(b.render(digits_spec(tmp_path)))
+    seen = [(s.native_state, s.state) for s in (b.status(name) for _ in range(4))]
+    assert seen == [
+        ("NotStarted", RunState.PENDING),
+        ("Preparing", RunState.STARTING),
+        ("Queued", RunState.PENDING),
+        ("Queued", RunState.PENDING),
+    ]
+
+
+@pytest.mark.parametrize(("given", "rest"), [("user", "UserIdentity"), ("managed", "Managed")])
+def test_the_job_identity_reaches_the_rest_body(given: str, rest: str, tmp_path: Path) -> None:
+    from azure.ai.ml import load_job
+
+    plan = render("azureml.compute=null", f"azureml.job_identity={given}")
+    (tmp_path / "job.yml").write_text(plan.documents["job.yml"])
+    assert rest_properties(load_job(tmp_path / "job.yml"))["identity"] == {"identityType": rest}
+    assert "identity" not in render("azureml.compute=null").request["job"]
