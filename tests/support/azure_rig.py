@@ -244,6 +244,8 @@ class WorkspaceModel:
     """The error a cluster creation ends with (``{"code", "message"}``): its operation answers ``InProgress`` once,
     then ``Failed`` with it, and the cluster stays, ``Failed``, with it in its ``provisioningErrors``, as Azure
     leaves a cluster whose nodes could not be set up. None: created at once."""
+    usage_page: int = 5
+    """Rows per page of the usage list (the rig's rows take several pages)."""
     usages: list[dict[str, Any]] = field(default_factory=rig_usages)
     """The region's quota rows, as ``Usages - List`` answers them (``set_usage`` changes one)."""
 
@@ -497,7 +499,7 @@ class WorkspaceAdapter(BaseAdapter):
                 {},
             )
         if path.endswith("/usages"):  # Usages - List, in the REST example's shape (long names, -1 = no limit)
-            return 200, {"value": copy.deepcopy(m.usages)}, {}
+            return self.usages_page(path, query)
         if path.rstrip("/") == WS_PATH and method == "GET":
             props = {
                 "discoveryUrl": DISCOVERY,
@@ -535,6 +537,17 @@ class WorkspaceAdapter(BaseAdapter):
             return self.datastores(method, parts)
         m.unhandled.append(f"{method} {path}")
         return self._not_found(path)
+
+    def usages_page(self, path: str, query: dict[str, list[str]]) -> Answer:
+        """One page of the usage list, ``usage_page`` rows, with the ``nextLink`` to the next as ARM pages a list
+        (a region has more rows than fit one answer): a reader that stops at the first page misses rows."""
+        m = self.model
+        start = int(query.get("skip", ["0"])[0])
+        page: dict[str, Any] = {"value": copy.deepcopy(m.usages[start : start + m.usage_page])}
+        if start + m.usage_page < len(m.usages):
+            version = query.get("api-version", ["2024-04-01"])[0]
+            page["nextLink"] = f"https://management.azure.com{path}?api-version={version}&skip={start + m.usage_page}"
+        return 200, page, {}
 
     def codes(self, method: str, parts: list[str], query: dict[str, list[str]], body: Any) -> Answer:
         m = self.model
