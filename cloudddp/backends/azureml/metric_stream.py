@@ -52,7 +52,7 @@ class MetricStream:
                     except CloudDDPError as e:
                         if source == "mlflow":  # it gave points, then failed: the logs would repeat them
                             raise
-                        self.say(FALLBACK.format(why=str(e).splitlines()[0]))
+                        self.say(_fallback(e))
                         reader = None
                 if from_mlflow:
                     source = "mlflow"
@@ -70,9 +70,15 @@ class MetricStream:
         try:
             return self.mlflow()
         except CloudDDPError as e:
-            self.say(FALLBACK.format(why=str(e).splitlines()[0]))
+            self.say(_fallback(e))
             return None
 
     def _from_logs(self, files: LogFiles, final: bool) -> list[MetricRecord]:
         found = (record_of_log_line(line, self.patterns) for line in files.read(final=final))
         return [r for r in found if r is not None]
+
+
+def _fallback(error: CloudDDPError) -> str:
+    """:data:`FALLBACK` for ``error``, with what to do when it says (``pip install 'cloudddp[azure-mlflow]'``)."""
+    hint = getattr(error, "hint", None)
+    return FALLBACK.format(why=str(error).splitlines()[0] + (f"; {hint}" if hint else ""))
