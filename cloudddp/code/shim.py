@@ -129,13 +129,11 @@ def mpi_environment(env: dict[str, str]) -> dict[str, str]:
     ``OMPI_COMM_WORLD_*``; for the head node Azure ML's ``AZ_BATCH_MASTER_NODE`` (``addr:port``, set on more than
     one node) or ``AZ_BATCHAI_MPI_MASTER_NODE``, or the first of SageMaker's ``SM_HOSTS``, which its MPI runner
     passes to every rank), so a script's ``init_process_group("env://")`` works unchanged. What is set already is
-    kept; nothing without MPI. A world over several nodes with no head node named is said on stderr."""
+    kept; nothing without MPI."""
     if "OMPI_COMM_WORLD_RANK" not in env:
         return {}
     head, _, port = (env.get("AZ_BATCH_MASTER_NODE") or "").partition(":")
     addr = head or env.get("AZ_BATCHAI_MPI_MASTER_NODE") or _first_host(env.get("SM_HOSTS"))
-    if addr is None and env.get("OMPI_COMM_WORLD_SIZE", "1") != env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1"):
-        print("cloudddp: no head node named (AZ_BATCH_MASTER_NODE, SM_HOSTS): MASTER_ADDR 127.0.0.1", file=sys.stderr)
     derived = {
         "RANK": env["OMPI_COMM_WORLD_RANK"],
         "WORLD_SIZE": env.get("OMPI_COMM_WORLD_SIZE", "1"),
