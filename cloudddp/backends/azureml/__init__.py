@@ -102,8 +102,9 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         """job name -> its preflight checks that could not be made: said at launch, never passed in silence."""
 
     def _size_target(self, spec: JobSpec) -> SizeTarget:
-        az = self.options(spec)  # the cluster stays up (billed) for its scale-down delay after the job
-        return SizeTarget("azure", az.vm_size, "azureml.vm_size", idle_s=float(az.idle_time_before_scale_down))
+        az = self.options(spec)  # a cluster stays up (billed) for its scale-down delay after the job; serverless not
+        idle = float(az.idle_time_before_scale_down) if az.compute else 0.0
+        return SizeTarget("azure", az.vm_size, "azureml.vm_size", idle_s=idle)
 
     cpu_size_example = ("Standard_D8s_v5", "Standard_D8s_v5 has 8 vCPUs, Standard_F16s_v2 16")
 
