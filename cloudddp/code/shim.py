@@ -129,18 +129,21 @@ MPI_PORT = "29500"
 def mpi_environment(env: dict[str, str]) -> dict[str, str]:
     """The torch.distributed variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
     ``MASTER_ADDR``, ``MASTER_PORT``) for a process an MPI launcher started, from what it set (Open MPI's
-    ``OMPI_COMM_WORLD_*``; for the head node Azure ML's ``AZ_BATCHAI_MPI_MASTER_NODE``, or the first of SageMaker's
-    ``SM_HOSTS``, which its MPI runner passes to every rank), so a script's
-    ``init_process_group("env://")`` works unchanged. What is set already is kept; nothing without MPI."""
+    ``OMPI_COMM_WORLD_*``; for the head node Azure ML's ``AZ_BATCH_MASTER_NODE`` (``addr:port``, set on more than
+    one node) or ``AZ_BATCHAI_MPI_MASTER_NODE``, or the first of SageMaker's ``SM_HOSTS``, which its MPI runner
+    passes to every rank), so a script's ``init_process_group("env://")`` works unchanged. What is set already is
+    kept; nothing without MPI."""
     if "OMPI_COMM_WORLD_RANK" not in env:
         return {}
+    head, _, port = (env.get("AZ_BATCH_MASTER_NODE") or "").partition(":")
+    addr = head or env.get("AZ_BATCHAI_MPI_MASTER_NODE") or _first_host(env.get("SM_HOSTS"))
     derived = {
         "RANK": env["OMPI_COMM_WORLD_RANK"],
         "WORLD_SIZE": env.get("OMPI_COMM_WORLD_SIZE", "1"),
         "LOCAL_RANK": env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0"),
         "LOCAL_WORLD_SIZE": env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1"),
-        "MASTER_ADDR": env.get("AZ_BATCHAI_MPI_MASTER_NODE") or _first_host(env.get("SM_HOSTS")) or "127.0.0.1",
-        "MASTER_PORT": MPI_PORT,
+        "MASTER_ADDR": addr or "127.0.0.1",
+        "MASTER_PORT": port or MPI_PORT,
     }
     return {name: value for name, value in derived.items() if name not in env}
 

@@ -172,6 +172,8 @@ def rig_usages() -> list[dict[str, Any]]:
         usage_row("NCADSA100v4", "Dedicated", 0, 0),
         usage_row("NCADSA100v4", "LowPriority", 0, -1),
         usage_row("DSv3", "Dedicated", 0, 24),
+        usage_row("NCadsH100v5", "Dedicated", 0, 80),
+        usage_row("NCadsH100v5", "LowPriority", 0, -1),
     ]
     return rows
 
@@ -221,6 +223,14 @@ class WorkspaceModel:
     """operation -> (cluster, scale settings) applied when the update succeeds."""
     update_polls: int = 2
     """How many times a cluster update's operation answers ``InProgress`` first."""
+    before_running: list[str] = field(default_factory=lambda: ["NotStarted", "Preparing", "Queued"])
+    """The states a new job goes through before it runs, as the REST examples show them: the PUT answers the first,
+    and each read of the job moves it one on, until it is ``Queued`` (where it waits) or a test sets its state."""
+    status_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    """Held while a job's state moves (a read moving it on must not undo a state a test sets meanwhile)."""
+    compute_write: bool = True
+    """Whether the caller's role may write computes: False is the built-in AzureML Data Scientist role, whose
+    NotActions hold ``workspaces/computes/write`` (a PUT or PATCH of a compute is refused with 403)."""
     update_outcome: str = "Succeeded"
     """How a cluster update's operation ends (``Failed``: the scale settings stay as they were)."""
     cancel_s: float = 0.3
@@ -234,6 +244,8 @@ class WorkspaceModel:
     """The error a cluster creation ends with (``{"code", "message"}``): its operation answers ``InProgress`` once,
     then ``Failed`` with it, and the cluster stays, ``Failed``, with it in its ``provisioningErrors``, as Azure
     leaves a cluster whose nodes could not be set up. None: created at once."""
+    usage_page: int = 5
+    """Rows per page of the usage list (the rig's rows take several pages)."""
     usages: list[dict[str, Any]] = field(default_factory=rig_usages)
     """The region's quota rows, as ``Usages - List`` answers them (``set_usage`` changes one)."""
 
@@ -277,6 +289,15 @@ class WorkspaceModel:
             blob.create_append_blob()
         blob.append_block(text.encode())
         self.log_files.setdefault(job, {})[name] = f"{blob.url}?{self.container_sas(self.artifact_container)}"
+
+    def overwrite_log(self, job: str, process: int, text: str) -> None:
+        """The process's log file written anew with ``text``, as Azure ML writes it when it restarts a preempted
+        job on new nodes."""
+        name = f"user_logs/{log_name(process)}"
+        blob = self.container_client(self.artifact_container).get_blob_client(f"ExperimentRun/dcid.{job}/{name}")
+        time.sleep(1.1)  # the blob's creation time has a one-second resolution
+        blob.create_append_blob()  # replaces the file: a new, empty one
+        blob.append_block(text.encode())
 
     def start_mlflow_run(self, job: str, experiment: str) -> None:
         """The job's MLflow run, with the job's name as its id (as Azure ML's tracking store has it). A stock
@@ -345,7 +366,8 @@ class WorkspaceModel:
     def set_job_status(self, job: str, status: str, at: datetime.datetime | None = None) -> None:
         """Move a job to ``status``; the run history stamps startTimeUtc when it first runs (or at ``at``, given)
         and endTimeUtc when it ends (``at``, default now), as Azure ML's run history reports them."""
-        self.jobs[job]["properties"]["status"] = status
+        with self.status_lock:
+            self.jobs[job]["properties"]["status"] = status
         when = (at or datetime.datetime.now(datetime.timezone.utc)).isoformat()
         times = self.run_times.setdefault(job, {})
         if status in ("Running", "Finalizing"):
@@ -449,6 +471,22 @@ class WorkspaceAdapter(BaseAdapter):
                             "lowPriorityCapable": True,
                         },
                         {
+                            "name": "Standard_NC24ads_A100_v4",
+                            "family": "standardNCADSA100v4Family",
+                            "vCPUs": 24,
+                            "gpus": 1,
+                            "memoryGB": 220,
+                            "lowPriorityCapable": True,
+                        },
+                        {
+                            "name": "Standard_NC40ads_H100_v5",
+                            "family": "standardNCadsH100v5Family",
+                            "vCPUs": 40,
+                            "gpus": 1,
+                            "memoryGB": 320,
+                            "lowPriorityCapable": True,
+                        },
+                        {
                             "name": "Standard_D4s_v3",
                             "family": "standardDSv3Family",
                             "vCPUs": 4,
@@ -461,7 +499,7 @@ class WorkspaceAdapter(BaseAdapter):
                 {},
             )
         if path.endswith("/usages"):  # Usages - List, in the REST example's shape (long names, -1 = no limit)
-            return 200, {"value": copy.deepcopy(m.usages)}, {}
+            return self.usages_page(path, query)
         if path.rstrip("/") == WS_PATH and method == "GET":
             props = {
                 "discoveryUrl": DISCOVERY,
@@ -499,6 +537,17 @@ class WorkspaceAdapter(BaseAdapter):
             return self.datastores(method, parts)
         m.unhandled.append(f"{method} {path}")
         return self._not_found(path)
+
+    def usages_page(self, path: str, query: dict[str, list[str]]) -> Answer:
+        """One page of the usage list, ``usage_page`` rows, with the ``nextLink`` to the next as ARM pages a list
+        (a region has more rows than fit one answer): a reader that stops at the first page misses rows."""
+        m = self.model
+        start = int(query.get("skip", ["0"])[0])
+        page: dict[str, Any] = {"value": copy.deepcopy(m.usages[start : start + m.usage_page])}
+        if start + m.usage_page < len(m.usages):
+            version = query.get("api-version", ["2024-04-01"])[0]
+            page["nextLink"] = f"https://management.azure.com{path}?api-version={version}&skip={start + m.usage_page}"
+        return 200, page, {}
 
     def codes(self, method: str, parts: list[str], query: dict[str, list[str]], body: Any) -> Answer:
         m = self.model
@@ -569,8 +618,12 @@ class WorkspaceAdapter(BaseAdapter):
         name = parts[1] if len(parts) > 1 else ""
         if method == "PUT":
             props = copy.deepcopy(body["properties"])
+            if not props.get("computeId") and not props.get("resources", {}).get("instanceType"):
+                # serverless compute: the service needs the size the job names, as it has no cluster to read it from
+                message = "A job without a compute must give resources.instanceType (serverless compute)"
+                return 400, {"error": {"code": "UserError", "message": message}}, {}
             studio = {"endpoint": f"https://ml.azure.com/runs/{name}", "jobServiceType": "Studio"}
-            props.update(status="Queued", services={"Studio": studio})
+            props.update(status=m.before_running[0], services={"Studio": studio})
             props.setdefault("outputs", {})["default"] = {  # the service adds the job's artifact folder
                 "jobOutputType": "uri_folder",
                 "mode": "ReadWriteMount",
@@ -595,7 +648,12 @@ class WorkspaceAdapter(BaseAdapter):
                 self._cancel_later(name, m.cancel_s)
             return 202, None, {"Location": f"https://management.azure.com{WS_PATH}/operations/cancel-{name}"}
         if method == "GET" and len(parts) == 2:
-            return 200, m.jobs[name], {}
+            with m.status_lock:
+                answer = copy.deepcopy(m.jobs[name])
+                status = answer["properties"]["status"]
+                if status in m.before_running[:-1]:  # the next read finds it one state on
+                    m.jobs[name]["properties"]["status"] = m.before_running[m.before_running.index(status) + 1]
+            return 200, answer, {}
         return self._not_found("/".join(parts))
 
     def _cancel_later(self, name: str, seconds: float) -> None:
@@ -614,6 +672,13 @@ class WorkspaceAdapter(BaseAdapter):
     def computes(self, method: str, parts: list[str], body: Any) -> Answer:
         m = self.model
         name = parts[1] if len(parts) > 1 else ""
+        if method in ("PUT", "PATCH") and not m.compute_write:
+            action = "Microsoft.MachineLearningServices/workspaces/computes/write"
+            message = (
+                f"The client 'rig-user' with object id '1111' does not have authorization to perform action "
+                f"'{action}' over scope '{WS_PATH}/computes/{name}' or the scope is invalid."
+            )
+            return 403, {"error": {"code": "AuthorizationFailed", "message": message}}, {}
         if method == "PUT":
             props = copy.deepcopy(body["properties"])
             props["provisioningState"] = "Succeeded" if m.create_error is None else "Creating"

@@ -1,11 +1,13 @@
-"""The Azure ML backend: a command job with PyTorch (or MPI) distribution on an AmlCompute cluster.
+"""The Azure ML backend: a command job with PyTorch (or MPI) distribution on serverless compute, or on an
+AmlCompute cluster when ``azureml.compute`` names one.
 
 ``render`` writes the CLI v2 YAML without importing azure-ai-ml (~2 s to import): decide.py makes the job's
-choices once, document.py builds the YAML documents from them and explain.py the plan's lines. ``launch``
-creates the cluster when it is missing, or raises only its ``max_instances`` when it is too small (cluster.py),
-then submits the rendered YAML through the SDK's own ``load_job``, so what runs is what was rendered. Logs are
-read from the job's artifact store a few new bytes at a time (logs.py); metrics from the job's MLflow run,
-as Studio shows them (mlflow_metrics.py), or from the metric lines in the logs when the run logged none.
+choices once, document.py builds the YAML documents from them and explain.py the plan's lines. For a cluster
+job ``launch`` creates the cluster when it is missing, or raises only its ``max_instances`` when it is too small
+(cluster.py); a serverless job needs neither. It then submits the rendered YAML through the SDK's own
+``load_job``, so what runs is what was rendered. Logs are read from the job's artifact store a few new bytes at a
+time (logs.py); metrics from the job's MLflow run, as Studio shows them (mlflow_metrics.py), or from the metric
+lines in the logs (metric_stream.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from cloudddp.backends.azureml.explain import explain
 from cloudddp.backends.azureml.extensions import credential_from_environment, transport_from_environment
 from cloudddp.backends.azureml.failures import failure_cause, failure_message, root_error
 from cloudddp.backends.azureml.logs import LogFiles
+from cloudddp.backends.azureml.metric_stream import MetricStream
 from cloudddp.backends.azureml.mlflow_metrics import MlflowMetrics, tracking_uri
 from cloudddp.backends.azureml.options import AzureMLOptions
 from cloudddp.backends.azureml.preflight import SIGN_IN_FIX, preflight_checks
@@ -56,7 +59,7 @@ _FAILED_CLUSTER_FIX = (
 class AzureMLBackend(SizedBackend[AzureMLOptions]):
     name: ClassVar[str] = "azureml"
     description: ClassVar[str] = (
-        "Azure ML command job with PyTorch/MPI distribution on an autoscaling AmlCompute cluster"
+        "Azure ML command job with PyTorch/MPI distribution on serverless compute or an AmlCompute cluster"
     )
     options_model = AzureMLOptions
     cloud: ClassVar[str | None] = "azure"
@@ -99,8 +102,9 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         """job name -> its preflight checks that could not be made: said at launch, never passed in silence."""
 
     def _size_target(self, spec: JobSpec) -> SizeTarget:
-        az = self.options(spec)  # the cluster stays up (billed) for its scale-down delay after the job
-        return SizeTarget("azure", az.vm_size, "azureml.vm_size", idle_s=float(az.idle_time_before_scale_down))
+        az = self.options(spec)  # a cluster stays up (billed) for its scale-down delay after the job; serverless not
+        idle = float(az.idle_time_before_scale_down) if az.compute else 0.0
+        return SizeTarget("azure", az.vm_size, "azureml.vm_size", idle_s=idle)
 
     cpu_size_example = ("Standard_D8s_v5", "Standard_D8s_v5 has 8 vCPUs, Standard_F16s_v2 16")
 
@@ -128,7 +132,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             backend=self.name,
             job_name=job["name"],
             request={"job": job, "compute": compute},
-            documents={"job.yml": to_yaml(job), "compute.yml": to_yaml(compute)},
+            documents={"job.yml": to_yaml(job), **({"compute.yml": to_yaml(compute)} if compute else {})},
             decisions=lines,
             warnings=cautions,
             estimate=decision.sizing.estimate,
@@ -230,11 +234,15 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             pass
         for check in self._unchecked.pop(name, []):
             self._warn(f"not checked: {check.name}: {check.detail}", progress)
-        cluster = self._existing_cluster(client, plan.request["compute"]["name"])
-        if cluster is not None:
-            self._warn_on_tier(plan, cluster, progress)
-        if provision:
-            self._provision(client, plan, cluster, progress)
+        if plan.request["compute"] is None:
+            if progress:
+                progress.step("serverless compute: Azure ML provisions the nodes for this job; no cluster to create")
+        else:
+            cluster = self._existing_cluster(client, plan.request["compute"]["name"])
+            if cluster is not None:
+                self._warn_on_tier(plan, cluster, progress)
+            if provision:
+                self._provision(client, plan, cluster, progress)
         job = self._load_job(plan)
         if progress:
             progress.step(f"uploading code snapshot of {job.code} (skipped when unchanged)")
@@ -337,7 +345,12 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
                 f"creating cluster {wanted['name']} ({wanted['size']}, {wanted['tier']}, "
                 f"{wanted['min_instances']}–{wanted['max_instances']} nodes)"
             )
-        poller = client.compute.begin_create_or_update(compute)
+        try:
+            poller = client.compute.begin_create_or_update(compute)
+        except HttpResponseError as e:
+            if e.status_code == 403:
+                raise self._no_compute_write(wanted["name"], e) from None
+            raise
         started = time.monotonic()
         try:
             while not poller.done():
@@ -353,6 +366,16 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
                 f"creating cluster {wanted['name']} ended Failed: {reason}. The job was not submitted. "
                 + _FAILED_CLUSTER_FIX.format(name=wanted["name"])
             ) from None
+
+    @staticmethod
+    def _no_compute_write(name: str, error: Any) -> UserError:
+        first = (error.message or str(error)).strip().splitlines()[0]
+        return UserError(
+            f"creating cluster {name} needs Microsoft.MachineLearningServices/workspaces/computes/write, which "
+            f"these credentials lack (the built-in AzureML Data Scientist role has it in its NotActions): {first}",
+            hint="remove azureml.compute to run on serverless compute (no cluster to create), ask the workspace's "
+            "owner to create the cluster (then submit again), or get a role with computes/write",
+        )
 
     # -- run verbs ---------------------------------------------------------------------------
     def _describe(self, run_id: str) -> RunStatus | None:
@@ -424,10 +447,9 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             files.close()
 
     def _metric_iter(self, run_id: str, *, follow: bool) -> Iterator[MetricRecord]:
-        """The job's MLflow metrics (Azure ML's own record, what Studio charts), new points on each poll. A run
-        that logged nothing to MLflow by its end (a script that only prints metric lines) has its metrics read
-        from its log lines instead, and so has a job that reads every rank's metrics (``metrics.ranks: all``:
-        MLflow's run has no rank to tell them apart)."""
+        """The job's MLflow metrics (Azure ML's own record, what Studio charts), else the metric lines of its logs,
+        live and new points only on each poll (metric_stream.py). A job that reads every rank's metrics
+        (``metrics.ranks: all``) reads its log lines: MLflow's run has no rank to tell them apart."""
 
         patterns, ranks = self.metric_patterns(run_id), self.metric_ranks(run_id)
         if ranks != RANK_ZERO:
@@ -435,18 +457,27 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             return
         workspace = self._workspace_of(run_id)
         client = self._client(workspace)
-        source = MlflowMetrics(tracking_uri(client.workspaces.get(require_workspace(workspace).name)))
-        found = False
-        while True:
-            finished = self.status(run_id).state.terminal if follow else True
-            for record in source.new_records(run_id):
-                found = True
-                yield record
-            if finished:
-                break
-            time.sleep(self.poll_seconds)
-        if not found:
-            yield from metrics_from_lines(self._log_iter(run_id, follow=False), patterns)
+        stream = MetricStream(
+            run_id,
+            mlflow=lambda: self._mlflow_reader(client, workspace),
+            logs=lambda: LogFiles.of_job(client, client.jobs.get(run_id), self._credential(), self.transport),
+            finished=lambda: self.status(run_id).state.terminal,
+            patterns=patterns,
+            poll_seconds=self.poll_seconds,
+            say=lambda line: self._warn(line, None),
+        )
+        yield from stream.records(follow=follow)
+
+    @staticmethod
+    def _mlflow_reader(client: Any, workspace: dict[str, str]) -> MlflowMetrics:
+        """The MLflow reader at the workspace's tracking URI; a CloudDDPError saying why when there is none."""
+        from azure.core.exceptions import AzureError
+
+        try:
+            found = client.workspaces.get(require_workspace(workspace).name)
+        except AzureError as e:
+            raise CloudDDPError(f"the workspace's tracking URI could not be read: {str(e).splitlines()[0]}") from None
+        return MlflowMetrics(tracking_uri(found))
 
     def _cancel(self, run_id: str) -> None:
         self._client(self._workspace_of(run_id)).jobs.begin_cancel(run_id).result()

@@ -1,6 +1,7 @@
 """What an Azure ML job cost, with the source of each figure: an AmlCompute node is billed from allocation to
 release, so the run history's start to end on the nodes the job asked for, then the cluster's idle time before
-scale-down, which the job's end causes; priced at the catalog's price of the cluster's size."""
+scale-down, which the job's end causes; priced at the catalog's price of the cluster's size. A serverless job
+has no cluster: its nodes (``resources.instance_type``) are released when it ends, so no idle time follows."""
 
 from __future__ import annotations
 
@@ -23,26 +24,24 @@ def job_bill(client: Any, run_id: str) -> Bill | None:
     nodes = int(getattr(job.resources, "instance_count", None) or 1)
     processes = getattr(job.distribution, "process_count_per_instance", None)
     cluster_name = str(job.compute or "").rsplit("/", 1)[-1].removeprefix("azureml:")
+    serverless = not cluster_name
     try:
-        cluster = client.compute.get(cluster_name)
+        cluster = None if serverless else client.compute.get(cluster_name)
     except ResourceNotFoundError:  # deleted since: its size, and so the price, are no longer known
         cluster = None
-    size = str(getattr(cluster, "size", "") or "") or f"(cluster {cluster_name} no longer exists)"
+    if serverless:
+        size, whose = str(getattr(job.resources, "instance_type", "") or ""), "the job's resources.instance_type"
+    else:
+        size = str(getattr(cluster, "size", "") or "") or f"(cluster {cluster_name} no longer exists)"
+        whose = f"cluster {cluster_name}'s size (compute get)"
     idle = int(getattr(cluster, "idle_time_before_scale_down", None) or 0)
     kept = int(getattr(cluster, "min_instances", None) or 0) >= nodes  # nodes stay up: no scale-down to cause
     details = client.jobs._runs_operations.get_run_details(run_id)  # the run history, as the failure cause is read
     start, end = details.start_time_utc, details.end_time_utc
-    figures = [
-        Figure(
-            "nodes",
-            nodes,
-            f"× {size}",
-            f"the job's resources.instance_count; cluster {cluster_name}'s size (compute get)",
-        )
-    ]
+    figures = [Figure("nodes", nodes, f"× {size}", f"the job's resources.instance_count; {whose}")]
     ran = _run_time(start, end, final, figures)
-    pending = 0.0 if kept or start is None else float(idle)
-    if not kept and start is not None:
+    pending = 0.0 if kept or start is None or serverless else float(idle)
+    if not kept and start is not None and not serverless:
         figures.append(
             Figure(
                 "idle before scale-down",
@@ -101,6 +100,7 @@ def _notes(job: Any, cluster: Any, cluster_name: str, nodes: int, *, kept: bool)
     spot_tier = getattr(getattr(job, "queue_settings", None), "job_tier", None) == "spot"
     if spot_tier or str(getattr(cluster, "tier", "")).lower() == "low_priority":
         notes.append(
-            "low priority: priced here at the catalog's on-demand price (the catalog has no low-priority prices)"
+            "spot/low priority: priced here at the catalog's on-demand price, an upper bound: Azure bills these nodes "
+            "at Spot rates (low-priority VMs for Azure ML move to Spot VMs from 2026-03-31), which the catalog lacks"
         )
     return notes

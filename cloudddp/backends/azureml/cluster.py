@@ -107,16 +107,24 @@ def _json(response: Any) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _state_of(client: Any, url: str, operation: str | None) -> str:
-    """The operation's ``status``, or (no operation URL) the cluster's ``provisioningState``."""
+def _state_of(client: Any, url: str, operation: str | None, location: bool) -> tuple[str, str]:
+    """The operation's ``status`` and error message, or (no operation URL) the cluster's ``provisioningState``. A
+    ``Location`` URL (ARM's other long-running pattern) has no status: 202 is under way, 200/204 is done."""
     from azure.core.rest import HttpRequest
 
     response = client.send_request(HttpRequest("GET", operation or url))
     response.raise_for_status()
     data = _json(response)
+    if operation and location:
+        return ("InProgress" if response.status_code == 202 else "Succeeded"), ""
     if operation:
-        return str(data.get("status", ""))
-    return str(data.get("properties", {}).get("provisioningState", ""))
+        error = data.get("error") or {}
+        return str(data.get("status", "")), str(error.get("message", "") if isinstance(error, dict) else error)
+    props = data.get("properties", {})
+    errors = props.get("provisioningErrors") or []
+    return str(props.get("provisioningState", "")), "; ".join(
+        str((e.get("error") or {}).get("message", "")) for e in errors if isinstance(e, dict)
+    )
 
 
 def _patch_and_wait(
@@ -126,18 +134,21 @@ def _patch_and_wait(
 
     response = client.send_request(HttpRequest("PATCH", url, json=body))
     response.raise_for_status()
-    operation = response.headers.get("Azure-AsyncOperation") or response.headers.get("Location")
+    asynchronous = response.headers.get("Azure-AsyncOperation")
+    operation = asynchronous or response.headers.get("Location")
     state = str(_json(response).get("properties", {}).get("provisioningState", "") or "Updating")
     if not operation and state.lower() == "succeeded":
         return
     name = url.split("?", 1)[0].rsplit("/", 1)[-1]
     started = time.monotonic()
     while time.monotonic() - started < timeout:
-        state = _state_of(client, url, operation)
+        state, error = _state_of(client, url, operation, location=bool(operation) and not asynchronous)
         if state.lower() in _DONE:
             if state.lower() != "succeeded":
                 raise CloudDDPError(
-                    f"growing cluster {name} ended {state}; see the cluster in Azure ML studio",
+                    f"growing cluster {name} ended {state}"
+                    + (f": {error}" if error else "")
+                    + "; see the cluster in Azure ML studio",
                 )
             progress(f"cluster {name} grown ({time.monotonic() - started:.0f} s)")
             return

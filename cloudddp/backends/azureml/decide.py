@@ -10,6 +10,7 @@ always made them (the first refusal is the one said).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,12 +31,17 @@ from cloudddp.runtime import Places, Program, checkpoint_folder, checkpoint_owne
 from cloudddp.runtime import program as runtime_program
 from cloudddp.spec.model import JobSpec
 
-DEFAULT_CLUSTER = "cloudddp-gpu"
+AUTO_CLUSTER = "auto"
+"""``azureml.compute: auto``: a cluster of cloudddp's own, named after its size and tier (:func:`auto_cluster_name`)."""
 DEFAULT_DATASTORE = "azureml://datastores/workspaceblobstore/paths"
 DEFAULT_SHM = "16g"
 UCX_FOR_MPI = {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0"}
 SSH_USER = "azureuser"
 LOW_PRIORITY = "low_priority"
+CLUSTER_SETTINGS = frozenset(
+    {"min_nodes", "max_nodes", "idle_time_before_scale_down", "ssh_public_key", "subnet", "node_public_ip", "identity"}
+)
+"""``azureml.*`` settings of a cluster, which a serverless job has none of."""
 
 
 @dataclass(frozen=True)
@@ -55,10 +61,26 @@ class Cluster:
     identity: str | None
     """``system``, a user-assigned identity's resource id, or None."""
     ssh_public_key: str | None
+    auto: bool
+    """Named by cloudddp after its size and tier (``azureml.compute: auto``), not by the spec."""
 
     @property
     def spot(self) -> bool:
         return self.tier == LOW_PRIORITY
+
+
+@dataclass(frozen=True)
+class Serverless:
+    """Serverless compute (no ``azureml.compute``): Azure ML provisions the nodes for this job alone and releases
+    them when it ends; the job names the size (``resources.instance_type``) and the tier (``queue_settings``)."""
+
+    instance_type: str
+    job_tier: str
+    """``spot`` for ``resources.spot``, else ``standard`` (or ``azureml.job_tier`` when given and consistent)."""
+
+    @property
+    def spot(self) -> bool:
+        return self.job_tier == "spot"
 
 
 @dataclass(frozen=True)
@@ -73,7 +95,10 @@ class AzureMLDecision:
     requirements: Requirements | None
     sizing: SizeDecision
     """The VM size (its catalog entry when known), with its plan lines, warnings and estimate."""
-    cluster: Cluster
+    compute: Cluster | Serverless
+    """A named AmlCompute cluster (``azureml.compute``), else serverless compute."""
+    unused: list[str]
+    """``azureml.*`` cluster settings the spec gives for a serverless job, which has no cluster to apply them to."""
     nodes: int
     gpus: int
     """GPUs per node; 0 for CPU training."""
@@ -110,6 +135,8 @@ class AzureMLDecision:
     """``pytorch`` or ``mpi``."""
     environment: str
     """``azureml.environment`` as given."""
+    identity: str | None
+    """``azureml.job_identity``: ``user`` or ``managed``, the identity the job reads data with; None: Azure ML's."""
     environment_value: str | dict[str, Any]
     """The job document's ``environment``: the reference, or ``{image: ...}`` for a Docker image."""
     shm_size: str
@@ -124,9 +151,8 @@ delays the SIGTERM (measured with Open MPI 4.1.4: docs/stopping.md)."""
 
 def decide(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, *, sigterm_grace: int) -> AzureMLDecision:
     """The choices of ``spec`` on Azure ML; a UserError for what Azure ML would refuse or not run as asked."""
-    cluster_name = az.compute or DEFAULT_CLUSTER
-    check_cluster_name(cluster_name)
     check_runtime(spec.limits.max_runtime, spot=spec.resources.spot)
+    _check_no_launcher(spec)
     snapshot = code_snapshot(spec)
     reqs = requirements.of(spec)
     sizing = unknown_size(spec, target) or decide_size(spec, target, "VM size")
@@ -139,7 +165,7 @@ def decide(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, *, sigterm_gra
     places = _places(spec)
     grace = MPIRUN_STOP_SECONDS if spec.distribution.launcher == "mpi" else sigterm_grace
     env, bindings, sources = _environment(spec, places, {**infiniband, **mpi}, grace)
-    _check_job_tier(az, cluster_name)
+    compute = _compute(spec, az, sizing.size)
     environment = environment_field(az.environment)
     program = runtime_program(spec, places)
     return AzureMLDecision(
@@ -150,7 +176,8 @@ def decide(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, *, sigterm_gra
         snapshot=snapshot,
         requirements=reqs,
         sizing=sizing,
-        cluster=_cluster(spec, az, cluster_name, sizing.size),
+        compute=compute,
+        unused=sorted(CLUSTER_SETTINGS & az.model_fields_set) if isinstance(compute, Serverless) else [],
         nodes=spec.resources.nodes,
         gpus=gpus,
         processes=spec.resources.processes,
@@ -171,9 +198,35 @@ def decide(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, *, sigterm_gra
         checkpoint_minutes=spec.checkpoint.every_minutes,
         distribution="mpi" if spec.distribution.launcher == "mpi" else "pytorch",
         environment=az.environment,
+        identity=az.job_identity,
         environment_value=environment,
         shm_size=shm_size(az, sizing.sku),
         timeout=spec.limits.max_runtime,
+    )
+
+
+_LAUNCHERS = (
+    ("torchrun",),
+    ("python", "-m", "torch.distributed.run"),
+    ("python", "-m", "torch.distributed.launch"),
+    ("accelerate", "launch"),
+)
+
+
+def _check_no_launcher(spec: JobSpec) -> None:
+    """``code.command`` is what each process runs: a launcher there would start its own processes in each of the
+    ``process_count_per_instance`` processes Azure ML's distribution starts (8 torchruns on an 8-GPU node)."""
+    words = tuple(w.rsplit("/", 1)[-1] for w in spec.code.command or ())
+    words = ("python", *words[1:]) if words and words[0].startswith("python") else words
+    found = next((launcher for launcher in _LAUNCHERS if words[: len(launcher)] == launcher), None)
+    if found is None:
+        return
+    raise UserError(
+        f"code.command starts with {' '.join(found)}, a launcher: on Azure ML every process of the job runs "
+        f"code.command, and Azure ML's distribution already starts {spec.resources.processes} per node, so each "
+        "would start its own",
+        hint="give the script itself (code.entry and code.args, or code.command without the launcher): cloudddp's "
+        "launcher and Azure ML start one process per GPU",
     )
 
 
@@ -293,15 +346,54 @@ def _checkpoints(spec: JobSpec) -> str | None:
     return checkpoint_folder(spec, f"{DEFAULT_DATASTORE}/cloudddp/checkpoints").rstrip("/") + "/"
 
 
-def _check_job_tier(az: AzureMLOptions, cluster_name: str) -> None:
-    # limits.max_restarts: the backend's capabilities (Feature.MAX_RESTARTS) say it once, as every caveat.
+def _compute(spec: JobSpec, az: AzureMLOptions, size: str) -> Cluster | Serverless:
+    """Serverless compute unless ``azureml.compute`` names a cluster (or ``auto``: one named after its size and
+    tier); a UserError for a setting of the other path, or for ``limits.recover_to: next_size`` on a cluster
+    named by hand (a cluster has one size: the next size could never run on it)."""
+    spot = spec.resources.spot
+    if az.compute is None:
+        return Serverless(size, _job_tier(az, spot=spot))
     if az.job_tier:
         raise UserError(
-            f"azureml.job_tier: {az.job_tier} applies to serverless compute only "
-            f"(queue_settings.job_tier), and this job runs on the cluster {cluster_name}, whose tier "
-            "decides",
-            hint="remove azureml.job_tier; resources.spot: true runs the job on a low-priority cluster",
+            f"azureml.job_tier: {az.job_tier} applies to serverless compute only (queue_settings.job_tier), and this "
+            f"job runs on the cluster {az.compute}, whose tier decides",
+            hint="remove azureml.job_tier (resources.spot: true runs the job on a low-priority cluster), or remove "
+            "azureml.compute to run serverless",
         )
+    name = auto_cluster_name(size, spot=spot) if az.compute == AUTO_CLUSTER else az.compute
+    check_cluster_name(name)
+    if spec.limits.recover_to == "next_size" and az.compute != AUTO_CLUSTER:
+        raise UserError(
+            f"limits.recover_to: next_size moves a recovery to another VM size, and the cluster {az.compute} "
+            "(azureml.compute) has one size: the next size could never run on it",
+            hint="remove azureml.compute (serverless compute takes any size), or set azureml.compute: auto "
+            "(a cluster per size, named after it)",
+        )
+    return _cluster(spec, az, name, size)
+
+
+def _job_tier(az: AzureMLOptions, *, spot: bool) -> str:
+    """The serverless job tier: ``spot`` for ``resources.spot``, else ``standard``; ``azureml.job_tier`` may
+    choose another tier of the same kind (``basic``, ``premium``), never contradict ``resources.spot``."""
+    wanted = "spot" if spot else "standard"
+    if az.job_tier is None:
+        return wanted
+    if (az.job_tier == "spot") != spot:
+        raise UserError(
+            f"azureml.job_tier: {az.job_tier} contradicts resources.spot: {str(spot).lower()}",
+            hint=f"remove azureml.job_tier (resources.spot chooses: {wanted}), or set resources.spot: "
+            f"{str(az.job_tier == 'spot').lower()}",
+        )
+    return az.job_tier
+
+
+def auto_cluster_name(size: str, *, spot: bool) -> str:
+    """``cdp-nd96asrv4-d`` for Standard_ND96asr_v4 dedicated, ``...-lp`` low priority: one cluster per size and
+    tier, so a CPU job, a GPU job, a spot job and the next size of a recovery never meet on one cluster (a name
+    Azure ML accepts: at most 24 characters, the size's core cut to fit)."""
+    core = re.sub(r"[^a-z0-9]", "", size.lower().removeprefix("standard_"))
+    suffix = "-lp" if spot else "-d"
+    return f"cdp-{core[: 24 - 4 - len(suffix)]}{suffix}"
 
 
 def _launcher(spec: JobSpec, reqs: Requirements | None) -> dict[str, Any]:
@@ -332,6 +424,7 @@ def _cluster(spec: JobSpec, az: AzureMLOptions, name: str, size: str) -> Cluster
         node_public_ip=az.node_public_ip,
         identity=az.identity,
         ssh_public_key=az.ssh_public_key,
+        auto=az.compute == AUTO_CLUSTER,
     )
 
 

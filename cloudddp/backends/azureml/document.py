@@ -15,7 +15,7 @@ import re
 import shlex
 from typing import Any
 
-from cloudddp.backends.azureml.decide import SSH_USER, AzureMLDecision, Cluster
+from cloudddp.backends.azureml.decide import SSH_USER, AzureMLDecision, Cluster, Serverless
 from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.plan import substitute
 from cloudddp.runtime import RUN_ID, unpacked
@@ -25,10 +25,11 @@ COMPUTE_SCHEMA = "https://azuremlschemas.azureedge.net/latest/amlCompute.schema.
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_-]")
 
 
-def documents(decision: AzureMLDecision, token: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The job document and the compute document; the job is named after both (:func:`job_name`), and the
-    run id in its values is that name."""
-    job, compute = _job(decision), _compute(decision.cluster)
+def documents(decision: AzureMLDecision, token: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The job document and the compute document (None for serverless compute: there is no cluster); the job
+    is named after both (:func:`job_name`), and the run id in its values is that name."""
+    on = decision.compute
+    job, compute = _job(decision), (_compute(on) if isinstance(on, Cluster) else None)
     name = job_name(decision.name, {"job": job, "compute": compute}, token)
     job = substitute({"$schema": job.pop("$schema"), "name": name, **job}, {RUN_ID: name})
     return job, compute
@@ -58,19 +59,33 @@ def _job(d: AzureMLDecision) -> dict[str, Any]:
         "code": str(unpacked(d.snapshot.path)),
         "command": command(d),
         "environment": d.environment_value,
-        "compute": f"azureml:{d.cluster.name}",
-        "distribution": _distribution(d),
-        "resources": {"instance_count": d.nodes, "shm_size": d.shm_size},
+        **_where(d),
         "environment_variables": d.env,
         "limits": {"timeout": d.timeout},
         "tags": d.tags,
     }
     if d.description:
         job["description"] = d.description
+    if d.identity:
+        job["identity"] = {"type": "user_identity" if d.identity == "user" else "managed"}
     if d.inputs:
         job["inputs"] = d.inputs
     job["outputs"] = _outputs(d)
     return job
+
+
+def _where(d: AzureMLDecision) -> dict[str, Any]:
+    """Where the job runs: ``compute: azureml:<cluster>``, or serverless compute's ``resources.instance_type`` and
+    ``queue_settings.job_tier`` (what azure-ai-ml's ``command(instance_type=, queue_settings=)`` sends)."""
+    where: dict[str, Any] = {}
+    if isinstance(d.compute, Cluster):
+        where["compute"] = f"azureml:{d.compute.name}"
+    where["distribution"] = _distribution(d)
+    where["resources"] = {"instance_count": d.nodes, "shm_size": d.shm_size}
+    if isinstance(d.compute, Serverless):
+        where["resources"] = {"instance_type": d.compute.instance_type, **where["resources"]}
+        where["queue_settings"] = {"job_tier": d.compute.job_tier}
+    return where
 
 
 _BINDING = re.compile(r"\$\{\{[A-Za-z0-9_.]+\}\}")

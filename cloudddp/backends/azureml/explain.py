@@ -3,7 +3,7 @@ what will not go as the spec may expect."""
 
 from __future__ import annotations
 
-from cloudddp.backends.azureml.decide import SSH_USER, AzureMLDecision
+from cloudddp.backends.azureml.decide import AUTO_CLUSTER, SSH_USER, AzureMLDecision, Serverless
 from cloudddp.backends.azureml.environment import DEFAULT_ENVIRONMENT
 from cloudddp.backends.azureml.environment import describe as describe_environment
 from cloudddp.code.shipped import snapshot_warnings
@@ -53,18 +53,34 @@ def _decisions(d: AzureMLDecision) -> list[str]:
 
 
 def _cluster_lines(d: AzureMLDecision) -> list[str]:
-    cluster, lines = d.cluster, []
+    if isinstance(d.compute, Serverless):
+        return [_stop_line(d), *_serverless_lines(d, d.compute)]
+    cluster, lines = d.compute, []
     if cluster.ssh_public_key is not None:
         lines.append(f"a new cluster allows SSH as {SSH_USER} with azureml.ssh_public_key")
     if cluster.spot:
         lines.append("low priority cluster (tier low_priority): cheaper, preemptible; checkpoints resume the job")
     lines.append(_stop_line(d))
+    named = f"azureml.compute: {AUTO_CLUSTER}, named after its size and tier" if cluster.auto else "azureml.compute"
     lines.append(
-        f"cluster {cluster.name}: created when missing as {cluster.size}, {cluster.tier}, "
+        f"cluster {cluster.name} ({named}): created when missing as {cluster.size}, {cluster.tier}, "
         f"{cluster.min_instances}–{cluster.max_instances} nodes, scaling down after "
         f"{cluster.idle_s} s idle; an existing one keeps its settings, and only its "
         f"max_instances is raised when below {cluster.max_instances}"
     )
+    return lines
+
+
+def _serverless_lines(d: AzureMLDecision, on: Serverless) -> list[str]:
+    tier = "spot (resources.spot: true)" if on.spot else f"{on.job_tier} (resources.spot: false)"
+    lines = [
+        f"serverless compute (no azureml.compute): Azure ML provisions {d.nodes} × {on.instance_type} for this job "
+        f"alone and releases them when it ends (no idle scale-down to pay); job tier {tier}; no cluster is created "
+        "or changed, so the identity needs no computes/write (the built-in AzureML Data Scientist role suffices); "
+        "quota is counted as for a cluster of that size and tier"
+    ]
+    if on.spot:
+        lines.append("spot tier: cheaper, preemptible; a preempted job is restarted by Azure ML from its checkpoints")
     return lines
 
 
@@ -83,6 +99,11 @@ def _stop_line(d: AzureMLDecision) -> str:
 
 def _warnings(d: AzureMLDecision) -> list[str]:
     warnings = snapshot_warnings(d.snapshot) + d.sizing.warnings
+    if d.unused:
+        warnings.append(
+            f"{', '.join('azureml.' + u for u in d.unused)}: cluster settings, and this job runs on serverless "
+            "compute (no azureml.compute), so they do nothing; name a cluster in azureml.compute to use them"
+        )
     if d.ethernet_only is not None:
         warnings.append(f"{d.ethernet_only}: multi-node DDP over Ethernet does not scale; pick an InfiniBand size")
     sku = d.sizing.sku
@@ -96,7 +117,7 @@ def _warnings(d: AzureMLDecision) -> list[str]:
             "distribution.launcher mpi: a stop gives each rank about 1 s (mpirun SIGKILLs it right after passing "
             "SIGTERM on), too little to save; checkpoint.every_minutes (e.g. 15) bounds what a stop loses"
         )
-    if d.cluster.spot and d.checkpoints is not None and d.checkpoint_minutes is None:
+    if d.compute.spot and d.checkpoints is not None and d.checkpoint_minutes is None:
         warnings.append(
             "resources.spot: Azure ML takes low-priority nodes back without a signal to the processes, so a "
             "resubmit resumes from the last epoch's checkpoint; checkpoint.every_minutes (e.g. 15) bounds what is lost"

@@ -8,7 +8,8 @@ which is where azure-ai-ml's own ``jobs.stream`` and ``jobs.download`` look too.
 APIs only: ``jobs.get`` (the ``default`` output), ``datastores.get(include_secrets=True)`` (the storage
 account, container and a key or SAS; the caller's Entra credential when the datastore is identity-based
 or its secrets may not be read), then azure-storage-blob: one listing per poll, whose blob sizes say which
-files grew, and an HTTP Range read (``download_blob(offset=...)``) of only the new bytes of those.
+files grew, and an HTTP Range read (``download_blob(offset=...)``) of only the new bytes of those. A file written
+again from its start (a preempted job restarted by Azure ML) is read again from its start.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ class LogFiles:
         self.owns_transport = owns_transport
         self.offsets: dict[str, int] = {}
         self.partial: dict[str, bytes] = {}
+        self.created: dict[str, Any] = {}
+        """Each file's creation time when last read: a file made again is a new file (see :meth:`read`)."""
 
     @classmethod
     def of_job(cls, ml_client: Any, job: Any, credential: Any, transport: Any) -> LogFiles:
@@ -100,6 +103,7 @@ class LogFiles:
         blobs = sorted(listed, key=lambda b: _order(b.name))
         for blob in blobs:
             name = blob.name[len(self.prefix) :]
+            self._restarted(name, blob)
             done = self.offsets.get(name, 0)
             data = self.partial.pop(name, b"")
             if blob.size > done:
@@ -114,6 +118,17 @@ class LogFiles:
                 for text in data[:cut].decode("utf-8", errors="replace").splitlines()
             ]
         return lines
+
+    def _restarted(self, name: str, blob: Any) -> None:
+        """Forget what was read of a file that was written again from its start: Azure ML restarts a preempted
+        job on new nodes (not resumed) and its log files are written anew, so a file created again, or shorter
+        than what was read, is read from its first byte."""
+        created = getattr(blob, "creation_time", None)
+        again = name in self.created and created != self.created[name]
+        if again or blob.size < self.offsets.get(name, 0):
+            self.offsets.pop(name, None)
+            self.partial.pop(name, None)
+        self.created[name] = created
 
     def close(self) -> None:
         if self.owns_transport:

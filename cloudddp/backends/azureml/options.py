@@ -21,7 +21,8 @@ class AzureMLOptions(Strict):
     compute: str | None = Field(
         None,
         description="AmlCompute cluster name; created when missing, grown (max_instances "
-        "only) when too small, otherwise left as it is.",
+        "only) when too small, otherwise left as it is. 'auto': a cluster named after its size and tier "
+        "(cdp-<size>-d, cdp-<size>-lp). Unset (the default): serverless compute, no cluster.",
     )
     vm_size: str | None = Field(None, description="e.g. Standard_ND96asr_v4; default: chosen from resources.")
     min_nodes: int = Field(0, ge=0)
@@ -61,10 +62,17 @@ class AzureMLOptions(Strict):
         description="A new cluster's managed identity: 'system' (system-assigned) or the resource id of a "
         "user-assigned identity (/subscriptions/.../userAssignedIdentities/<name>), for data access without keys.",
     )
+    job_identity: Literal["user", "managed"] | None = Field(
+        None,
+        description="The identity the job's code reads data with: 'user' (the submitter's, user_identity) or "
+        "'managed' (the compute's managed identity; serverless: the workspace's). Default: Azure ML's (the "
+        "datastores' own credentials).",
+    )
     job_tier: Literal["spot", "basic", "standard", "premium"] | None = Field(
         None,
-        description="Serverless compute only (queue_settings.job_tier), which cloudddp does not use: on a "
-        "cluster, resources.spot chooses dedicated or low priority. Refused when set.",
+        description="Serverless compute only (queue_settings.job_tier); default: spot for resources.spot, else "
+        "standard. basic or premium for a job that is not spot; refused on a cluster (its tier decides) and when "
+        "it contradicts resources.spot.",
     )
 
     @field_validator("idle_time_before_scale_down")

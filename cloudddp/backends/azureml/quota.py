@@ -9,8 +9,10 @@ its family (the per-family LowPriority rows read ``limit: -1``, no limit of thei
 The service names usages in long form (the REST example ``Usage/list.json``: "Standard DSv2 Family Cluster
 Dedicated vCPUs", with ids ending ``Standard_DSv2_Family_Cluster_Dedicated_vCPUs``), while a VM size's
 ``family`` reads ``standardDSv2Family``; names are compared after reducing both to the family's core
-("DSv2"). Only the subscription-level rows count (the workspace and per-cluster rows repeat them). A lookup
-that matches nothing is a check that could not be made (``ok=None``) naming what was looked for, never a pass.
+("DSv2"). The subscription-level rows count, and so does the workspace's own row for the family where it is
+tighter (a workspace may be given less than the subscription has: Azure ML's workspace-level quota); other
+workspaces' and per-cluster rows do not. A lookup that matches nothing is a check that could not be made
+(``ok=None``) naming what was looked for, never a pass.
 """
 
 from __future__ import annotations
@@ -44,6 +46,15 @@ class Usage:
         """The region's row, not a workspace's or a cluster's copy of it."""
         return "/workspaces/" not in self.id.lower() and "/workspace/" not in self.type.lower()
 
+    def of_workspace(self, workspace: str) -> bool:
+        """The row of workspace ``workspace`` itself (not one of its clusters')."""
+        ident = self.id.lower()
+        return f"/workspaces/{workspace.lower()}/usages/" in ident and "/computes/" not in ident
+
+    @property
+    def free(self) -> float:
+        return float("inf") if self.limit < 0 else self.limit - self.current
+
 
 def family_core(family: str) -> str:
     """``standardNDASv4_A100Family`` -> ``ndasv4a100``: the part both name forms share, for comparing."""
@@ -58,12 +69,13 @@ def long_name(family: str, pool: str) -> str:
     return f"Standard {core} Family Cluster {'LowPriority' if pool == 'lowpriority' else 'Dedicated'} vCPUs"
 
 
-def family_row(usages: list[Usage], family: str, pool: str) -> Usage | None:
-    """The family's subscription-level row for ``pool`` (``dedicated``/``lowpriority``), in the long form or
-    as the bare family name (some api versions and the older rig answered so; a bare name is the dedicated row)."""
+def family_row(usages: list[Usage], family: str, pool: str, workspace: str | None = None) -> Usage | None:
+    """The family's subscription-level row for ``pool`` (``dedicated``/``lowpriority``), or workspace
+    ``workspace``'s own row, in the long form or as the bare family name (some api versions and the older rig
+    answered so; a bare name is the dedicated row)."""
     want = family_core(family)
     for usage in usages:
-        if not usage.subscription_level:
+        if not (usage.of_workspace(workspace) if workspace else usage.subscription_level):
             continue
         match = _LONG.match(usage.name.strip()) or _LONG.match(usage.id.rsplit("/", 1)[-1].replace("_", " "))
         if match and match["pool"].lower() == pool and re.sub(r"[\s_]", "", match["core"]).lower() == want:
@@ -95,9 +107,21 @@ def _check(label: str, usage: Usage, needed: int) -> Check:
     )
 
 
-def quota_checks(usages: list[Usage], family: str, vcpus_per_node: int, nodes: int, *, spot: bool) -> list[Check]:
-    """The checks for ``nodes`` nodes of ``vcpus_per_node`` vCPUs of ``family`` on dedicated or spot nodes."""
-    needed = vcpus_per_node * nodes
+def quota_checks(
+    usages: list[Usage], family: str, vcpus_per_node: int, nodes: int, *, spot: bool, workspace: str | None = None
+) -> list[Check]:
+    """The checks for ``nodes`` nodes of ``vcpus_per_node`` vCPUs of ``family`` on dedicated or spot nodes; with
+    ``workspace``, its own row for the family too where it leaves less than the subscription's."""
+    checks = _pool_checks(usages, family, vcpus_per_node * nodes, spot=spot)
+    pool = "lowpriority" if spot else "dedicated"
+    own = family_row(usages, family, pool, workspace) if workspace else None
+    region = family_row(usages, family, pool)
+    if own is not None and own.limit >= 0 and (region is None or own.free < region.free):
+        checks.append(_check(f"workspace {workspace}'s quota for {family}", own, vcpus_per_node * nodes))
+    return checks
+
+
+def _pool_checks(usages: list[Usage], family: str, needed: int, *, spot: bool) -> list[Check]:
     checks: list[Check] = []
     if spot:
         regional = regional_row(usages, "lowpriority")

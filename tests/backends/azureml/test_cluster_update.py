@@ -58,3 +58,45 @@ def test_an_update_already_done_is_not_polled_and_a_failed_one_is_an_error() -> 
     assert [m for m, _ in done.sent] == ["PATCH"]
     with pytest.raises(CloudDDPError, match="growing cluster gpu ended Failed"):
         _patch_and_wait(Client(updating(), ["Failed"]), URL, {}, 0, 60, print)
+
+
+class LocationClient(Client):
+    """Answers the PATCH with 202 and a ``Location`` URL, then that URL with 202 ``waits`` times and 200 (ARM's
+    Location pattern: no status in the body)."""
+
+    def __init__(self, waits: int) -> None:
+        super().__init__(Answer(202, {}, {"Location": URL.replace("/computes/gpu", "/operations/op1")}), [])
+        self.waits = waits
+
+    def send_request(self, request: Any) -> Answer:
+        self.sent.append((request.method, request.url))
+        if request.method == "PATCH":
+            return self.first
+        self.waits -= 1
+        return Answer(202 if self.waits >= 0 else 200, {})
+
+
+def test_a_location_only_update_ends_when_its_url_answers_200_not_after_the_timeout() -> None:
+    client, lines = LocationClient(waits=2), []
+    _patch_and_wait(client, URL, {}, 0, 60, lines.append)
+    assert [m for m, _ in client.sent] == ["PATCH", "GET", "GET", "GET"] and "/operations/op1" in client.sent[1][1]
+    assert lines[-1].startswith("cluster gpu grown"), lines
+
+
+def test_a_failed_update_says_the_services_reason() -> None:
+    failed = Client(updating(), [])
+    failed.send_request = lambda request: (  # type: ignore[method-assign]
+        failed.first
+        if request.method == "PATCH"
+        else Answer(
+            200,
+            {
+                "properties": {
+                    "provisioningState": "Failed",
+                    "provisioningErrors": [{"error": {"code": "QuotaExceeded", "message": "no cores"}}],
+                }
+            },
+        )
+    )
+    with pytest.raises(CloudDDPError, match="growing cluster gpu ended Failed: no cores"):
+        _patch_and_wait(failed, URL, {}, 0, 60, print)

@@ -271,3 +271,13 @@ def test_the_launcher_derives_the_torch_variables_from_open_mpis_and_keeps_what_
     }
     assert mpi_environment({**ompi, "MASTER_PORT": "7000"}).get("MASTER_PORT") is None  # set: kept
     assert mpi_environment({"RANK": "0"}) == {}  # not under MPI: nothing
+
+
+def test_on_several_nodes_the_head_node_and_port_azure_names_win() -> None:
+    from cloudddp.code.shim import mpi_environment
+
+    ompi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    both = {**ompi, "AZ_BATCH_MASTER_NODE": "10.0.0.5:6105", "AZ_BATCHAI_MPI_MASTER_NODE": "10.0.0.4"}
+    derived = mpi_environment(both)
+    assert (derived["MASTER_ADDR"], derived["MASTER_PORT"]) == ("10.0.0.5", "6105")
+    assert mpi_environment(ompi)["MASTER_ADDR"] == "127.0.0.1"  # none named: this machine, as before

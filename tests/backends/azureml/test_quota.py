@@ -41,3 +41,23 @@ def test_a_lookup_that_matches_nothing_is_a_named_unchecked_quota_never_a_pass()
     no_regional = [r for r in example_rows() if "LowPriority Regional" not in r.name]
     (spot,) = quota_checks(no_regional, "standardDSv2Family", 2, 1, spot=True)[:1]
     assert spot.ok is None and "Total Cluster LowPriority Regional vCPUs" in spot.detail
+
+
+def test_the_workspaces_own_row_counts_where_it_leaves_less_than_the_subscriptions() -> None:
+    """The example's demo_workspace1 row for DSv2 repeats the subscription's (24): no second check. Given 4 of its
+    own, a job of 8 vCPUs is refused by it though the subscription has 22 free; another workspace's row is not
+    this workspace's."""
+    same = quota_checks(example_rows(), "standardDSv2Family", 2, 4, spot=False, workspace="demo_workspace1")
+    assert [c.name for c in same] == ["quota for standardDSv2Family", "dedicated quota (regional)"]
+    rows = [
+        Usage(u.name, u.type, u.id, u.current, 4 if "/workspaces/demo_workspace1/" in u.id else u.limit)
+        for u in example_rows()
+    ]
+    checks = {
+        c.name: c for c in quota_checks(rows, "standardDSv2Family", 2, 4, spot=False, workspace="demo_workspace1")
+    }
+    own = checks["workspace demo_workspace1's quota for standardDSv2Family"]
+    assert own.ok is False and "2 vCPUs free (2 of 4 used), the job needs 8" in own.detail
+    assert checks["quota for standardDSv2Family"].ok
+    other = quota_checks(rows, "standardDSv2Family", 2, 4, spot=False, workspace="another")
+    assert all(c.ok for c in other), other

@@ -157,3 +157,26 @@ def test_status_gives_the_cause_the_run_history_reports_and_cancelled_for_a_canc
     assert st.details["failure"]["code"] == "UserError"
     model.set_job_status(job, "Canceled")
     assert backend.status(job).cause is Cause.CANCELLED
+
+
+@pytest.mark.timeout(480)
+def test_an_eviction_without_any_signal_is_recovered_from_the_last_periodic_checkpoint(
+    rig: WorkspaceModel, tmp_path: Path
+) -> None:
+    """Azure documents no signal before it takes low-priority nodes back: the processes are killed outright, so
+    what the next attempt resumes from is the last checkpoint written on the cadence, not one saved on a stop."""
+    first = submitted(spot_job(tmp_path, "digits-evict", ["--dataset", "digits", "--model", "cnn", "--epochs", "3"]))
+    stores = Datastores(tmp_path / "blob")
+    nodes = AzureNodes(rig, first, tmp_path / "attempt1", stores)
+    try:
+        wait_until(lambda: list(nodes.checkpoints.glob("ckpt-e0001-*.pt.sha256")), 180, poll=0.05)
+        evicted = nodes.preempt(notice=0)  # SIGKILL, no SIGTERM
+    finally:
+        nodes.stop()
+    assert "stopping on SIGTERM" not in evicted.logs[0] and evicted.returncodes[0] != 0, evicted.describe()
+
+    second = wait_until(lambda: f"{first}-r2" in rig.jobs and f"{first}-r2", 60)
+    finished = AzureNodes(rig, second, tmp_path / "attempt2", stores).finish(timeout=240)
+    assert finished.ok, finished.describe()
+    assert "resumed from" in finished.logs[0] and "ckpt-e000" in finished.logs[0], finished.describe()
+    assert Run.attach(first).wait(timeout=60, poll=0.5).state is RunState.SUCCEEDED

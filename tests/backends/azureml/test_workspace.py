@@ -334,18 +334,19 @@ def test_a_run_that_logged_nothing_to_mlflow_has_its_metric_lines_read(
     assert records[0].source == "rank0"
 
 
-def test_without_a_tracking_uri_reader_the_metrics_verb_names_the_extra_to_install(
+def test_without_a_tracking_uri_reader_the_metrics_verb_reads_the_logs_and_names_the_extra_to_install(
     model: WorkspaceModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from cloudddp.backends.azureml import mlflow_metrics
-    from cloudddp.errors import BackendUnavailable
 
     model.tracking_uri = "azureml://eastus.api.azureml.ms/mlflow/v1.0" + WS_PATH
     b = backend(model, "plugin")
     name = b.launch(b.render(load_spec(AZURE_JOB)))
+    model.write_log(name, 0, 'CLOUDDDP_METRIC {"epoch":1,"loss":0.5}\n')
     monkeypatch.setattr(mlflow_metrics, "_installed", lambda module: module != "azureml.mlflow")
-    with pytest.raises(BackendUnavailable, match=r"azureml-mlflow plugin[\s\S]*cloudddp\[azure-mlflow\]"):
-        list(b.metrics(name))
+    with pytest.warns(UserWarning, match=r"log lines .*azureml-mlflow plugin[\s\S]*cloudddp\[azure-mlflow\]"):
+        records = list(b.metrics(name))
+    assert [(r.epoch, r.values) for r in records] == [(1, {"loss": 0.5})]
 
 
 def test_the_logs_are_where_the_jobs_default_output_says_else_where_azure_ml_keeps_them() -> None:
