@@ -35,6 +35,7 @@ from cloudddp.backends.folderlock import FolderHeld
 from cloudddp.backends.procs import Process
 from cloudddp.backends.status import Cause, RunState, RunStatus
 from cloudddp.catalog.ranking import failures
+from cloudddp.errors import CloudDDPError
 from cloudddp.paths import home
 from cloudddp.plan import Plan
 from cloudddp.runs.fallback import Fallback, plan_fallback
@@ -299,9 +300,17 @@ def decide(chain: Chain, status: RunStatus, runner: Runner, literals: dict[str, 
         try:
             _launch(chain, runner, runner.backend.restore(chain.plan, literals), checks=False, size=size)
         except FolderHeld as e:  # a process of an earlier attempt still trains: never two copies of one training
-            chain.message = f"attempt {chain.current.number + 1} waits: {str(e).splitlines()[0]}"
+            chain.message = f"attempt {chain.current.number + 1} waits: {_first_line(e)}"
+            return
+        except CloudDDPError as e:  # said in the chain, never a watcher that dies and repeats it at each restart
+            chain.status = GAVE_UP
+            chain.message = f"not recovered: attempt {chain.current.number + 1} could not launch: {_first_line(e)}"
             return
         chain.message = f"attempt {chain.current.number} after {cause.value}: {status.message}"
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).splitlines() or [type(error).__name__])[0]
 
 
 def _capacity_failures(chain: Chain) -> int:
@@ -331,6 +340,9 @@ def _move_on(chain: Chain, runner: Runner, literals: dict[str, str], status: Run
             _launch(chain, runner, runner.backend.restore(nxt["plan"], literals), checks=True, size=nxt["size"])
         except PreflightFailed as e:
             skipped.append(f"{nxt['size']} ({'; '.join(f'{c.name}: {c.detail}' for c in e.checks)})")
+            continue
+        except CloudDDPError as e:  # the service refused that size (a clash, a 403): the next may launch
+            skipped.append(f"{nxt['size']} ({_first_line(e)})")
             continue
         chain.plan = nxt["plan"]
         chain.message = (

@@ -14,6 +14,7 @@ from cloudddp.backends.checks import Check, PreflightFailed
 from cloudddp.backends.sagemaker.request import shim_payload
 from cloudddp.backends.status import Cause, RunState, RunStatus
 from cloudddp.catalog.ranking import NEXT_SIZES, ranked_sizes
+from cloudddp.errors import CloudDDPError
 from cloudddp.plan import Plan
 from cloudddp.runs import recovery
 from cloudddp.runs.fallback import plan_fallback
@@ -33,6 +34,7 @@ class Launcher:
 
     def __init__(self, refused: set[str] | None = None) -> None:
         self.refused = refused or set()
+        self.clashing: set[str] = set()
         self.launched: list[str] = []
         self.registry = self
         self.backend = self  # the runner's backend, too
@@ -50,6 +52,8 @@ class Launcher:
         size = plan.request["ResourceConfig"]["InstanceType"]
         if checks and size in self.refused:
             raise PreflightFailed([Check(f"quota for {size}", False, "0 allowed, the job needs 1")])
+        if size in self.clashing:
+            raise CloudDDPError(f"the service refused {size}: a resource of that name exists with another size")
         self.launched.append(size)
         return f"run-{len(self.launched) + 1}"
 
@@ -146,3 +150,21 @@ def test_bad_recovery_settings_are_user_errors(value: str) -> None:
     field = "limits.capacity_tries" if value == "0" else "limits.recover_to"
     with pytest.raises(UserError, match=field.replace(".", r"\.")):
         Job.load(TINY, [f"{field}={value}"])
+
+
+def test_a_launch_the_service_refuses_is_said_in_the_chain_and_never_kills_the_watcher() -> None:
+    """A next size the service refuses (not a preflight check: e.g. a cluster of that name with another size) is
+    skipped with the reason; a same-size retry the service refuses gives up, naming why (issue #40: the watcher
+    died, and every restart repeated the crash)."""
+    chain = chain_for([*GPU, "limits.capacity_tries=1"])
+    sizes = [f["size"] for f in chain.fallbacks]
+    backend = Launcher()
+    backend.clashing = {sizes[0]}
+    end_attempt(chain, capacity_failure(), backend)
+    assert backend.launched == [sizes[1]] and chain.status == recovery.WATCHING
+    assert f"skipped {sizes[0]} (the service refused {sizes[0]}" in chain.message, chain.message
+    backend.clashing = {sizes[1]}
+    preempted = RunStatus("x", "sagemaker", RunState.FAILED, message="spot", cause=Cause.PREEMPTED)
+    end_attempt(chain, preempted, backend)
+    assert chain.status == recovery.GAVE_UP, chain.message
+    assert chain.message.startswith("not recovered: attempt 3 could not launch: the service refused"), chain.message
