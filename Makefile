@@ -56,7 +56,7 @@ toolkits: venv
 # two workers overlap on the 2-core CI machine. The tests that share the Slurm cluster or the second Unix user run on
 # one worker, one after another (tests/conftest.py: xdist_group). TEST_WORKERS=0 runs everything in this process.
 TEST_WORKERS ?= 2
-test: venv azurite system-deps sdk-data toolkits lint
+test: venv azurite system-deps sdk-data toolkits .venv-azureml-mlflow/.installed lint
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not conformance"
 
 # The framework matrix in full: every example at every local shape and on Slurm, besides make test's cells.
@@ -82,6 +82,14 @@ sdk-data: venv
 	.venv-sdk/bin/python -m pip install -q sagemaker
 	touch .venv-sdk/.installed
 
+# azureml-mlflow (the azureml:// tracking plugin) pins mlflow-skinny<=3.15, below the dev extra's mlflow server:
+# cloudddp with .[azure,azure-mlflow] lives in its own venv, from which the plugin's test reads an Azure run's metrics.
+.venv-azureml-mlflow/.installed: pyproject.toml constraints.txt
+	test -x .venv-azureml-mlflow/bin/python || $(PY) -m venv .venv-azureml-mlflow
+	.venv-azureml-mlflow/bin/python -m pip install -q --upgrade pip
+	.venv-azureml-mlflow/bin/python -m pip install -q -c constraints.txt -e ".[azure,azure-mlflow]"
+	touch .venv-azureml-mlflow/.installed
+
 # GNU time measures peak memory in the packaging benchmarks; installed from Debian's packages when missing.
 gnu-time:
 	@/usr/bin/time --version 2>&1 | grep -q GNU || (apt-get update -qq && apt-get install -y -qq time) || echo "GNU time unavailable: the benchmarks read peak memory with getrusage instead"
@@ -93,4 +101,4 @@ bench-gpu: venv
 	$(BIN)/python -m bench.gpu
 
 clean:
-	rm -rf $(VENV) .venv-sdk node_modules .cloudddp .cache
+	rm -rf $(VENV) .venv-sdk .venv-azureml-mlflow node_modules .cloudddp .cache
