@@ -9,12 +9,15 @@ workspace entity registers the MLClient's credential for that URI (and moves it 
 mlflow 2 and 3), so the reads sign in as cloudddp does; the URI must come from that call in this process.
 mlflow is imported here only, never on the render path.
 
-Each poll asks for the run's metric keys (``get_run``) and each key's history (``get_metric_history``),
-and returns only the points not returned before. Values logged together (one ``log_metrics`` call: the
-same step and timestamp) make one record; a metric named ``epoch`` is the record's epoch, as the
-metric-line format has it (the shared script and the in-job launcher both log it so), and MLflow's step is the
-record's step, unless the run's tag ``cloudddp.step`` is ``none``: the job declared no step, and MLflow's step only
-counts its records (:mod:`cloudddp.code.shim`), so the records say no step, as they do on every backend.
+Each poll asks for the run's metric keys (``get_run``) and each key's history, and returns only the points not
+returned before. The history is read in pages (MLflow's REST ``metrics/get-history`` with ``max_results`` and
+``page_token``, through the tracking store's own call): a key's next poll starts at the page where the last one
+ended, so a long run's polls read only what is new plus one page, not the whole history each time. A store that
+answers in one page without a token is read whole each poll, as before. Values logged together (one ``log_metrics``
+call: the same step and timestamp) make one record; a metric named ``epoch`` is the record's epoch, as the metric-
+line format has it (the shared script and the in-job launcher both log it so), and MLflow's step is the record's
+step, unless the run's tag ``cloudddp.step`` is ``none``: the job declared no step, and MLflow's step only counts
+its records (:mod:`cloudddp.code.shim`), so the records say no step, as they do on every backend.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from cloudddp.code.shim import STEP_TAG
 from cloudddp.errors import BackendUnavailable, CloudDDPError
 from cloudddp.observe.metrics import MetricRecord
 
+PAGE = 1000
+"""Points per request for a key's history."""
 INSTALL = "pip install 'cloudddp[azure-mlflow]' (mlflow and Microsoft's azureml-mlflow plugin)"
 
 
@@ -53,6 +58,8 @@ class MlflowMetrics:
 
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.seen: set[tuple[str, int, int, float]] = set()
+        self.cursors: dict[str, tuple[str | None, int]] = {}
+        """Per key: the token of the page the last poll ended in, and how many of that page's points it read."""
 
     def new_records(self, run_id: str) -> list[MetricRecord]:
         """Records of the points logged since the last call, oldest first; none while the run does not exist."""
@@ -62,9 +69,7 @@ class MlflowMetrics:
             run = self.client.get_run(run_id)
             steps = run.data.tags.get(STEP_TAG) != "none"
             points = [
-                (key, m.step, m.timestamp, m.value)
-                for key in sorted(run.data.metrics)
-                for m in self.client.get_metric_history(run_id, key)
+                (key, m.step, m.timestamp, m.value) for key in sorted(run.data.metrics) for m in self._new(run_id, key)
             ]
         except MlflowException as e:
             if getattr(e, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
@@ -73,6 +78,20 @@ class MlflowMetrics:
         fresh = [p for p in points if p not in self.seen]
         self.seen.update(fresh)
         return records(fresh, steps=steps)
+
+    def _new(self, run_id: str, key: str) -> list[Any]:
+        """The key's points from where the last poll ended (its last page, read again, less what was read)."""
+        token, skip = self.cursors.get(key, (None, 0))
+        out: list[Any] = []
+        store = self.client._tracking_client.store  # MlflowClient has no paged history; its store has REST's
+        while True:
+            page = store.get_metric_history(run_id, key, max_results=PAGE, page_token=token)
+            items = list(page)
+            out += items[skip:]
+            if not getattr(page, "token", None):
+                self.cursors[key] = (token, len(items))
+                return out
+            token, skip = page.token, 0
 
 
 def records(points: list[tuple[str, int, int, float]], *, steps: bool = True) -> list[MetricRecord]:
