@@ -7,18 +7,23 @@ workspace has an MLflow server. While they run, each process's output is appende
 ``user_logs/std_log_process_<rank>.txt`` in the artifact store, as Azure ML uploads it, so the backend reads
 it where it reads a real job's. The job then ends as Azure would end it: completed, failed by its own
 code, or preempted (its processes told with SIGTERM, as a low-priority node's eviction notice tells them, then
-killed, and the run history's error saying so).
+killed, and the run history's error saying so), through Finalizing (Running -> Finalizing -> Completed or
+Failed, as the REST spec's job states go).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from tests.support.azure_launchers import AzureRun, Datastores, Started, start_pytorch
 from tests.support.azure_rig import PREEMPTED, SCRIPT_FAILED, WorkspaceModel
 from tests.support.waiting import wait_until
+
+FINALIZING_SECONDS = 0.5
+"""How long a finished job shows Finalizing (its outputs uploaded) before its final state."""
 
 
 class AzureNodes:
@@ -63,6 +68,8 @@ class AzureNodes:
         """Wait for the processes; the job completes, or fails as a script that exits non-zero does."""
         self.started.wait(timeout)
         run = self._end()
+        self.model.set_job_status(self.name, "Finalizing")  # outputs and logs uploaded, as Azure ML does
+        time.sleep(FINALIZING_SECONDS)
         if run.ok:
             self.model.set_job_status(self.name, "Completed")
         else:

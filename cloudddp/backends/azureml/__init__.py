@@ -33,7 +33,7 @@ from cloudddp.backends.azureml.metric_stream import MetricStream
 from cloudddp.backends.azureml.mlflow_metrics import MlflowMetrics, tracking_uri
 from cloudddp.backends.azureml.options import AzureMLOptions
 from cloudddp.backends.azureml.preflight import SIGN_IN_FIX, preflight_checks
-from cloudddp.backends.azureml.states import STATES, native_state
+from cloudddp.backends.azureml.states import SAID, STATES, native_state
 from cloudddp.backends.azureml.workspace import ENV as WORKSPACE_ENV
 from cloudddp.backends.azureml.workspace import require_workspace, workspace_fields
 from cloudddp.backends.base import Launched, Progress
@@ -291,6 +291,8 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
     def _provision(self, client: Any, plan: Plan, current: Any, progress: Progress | None) -> None:
         """Create the cluster when it is missing; when it is smaller than the job, raise its max_instances
         and nothing else (its subnet, identity, SSH and scale-down settings stay the owner's)."""
+        from azure.core.exceptions import HttpResponseError
+
         wanted = plan.request["compute"]
         if current is None:
             self._create_cluster(client, plan, progress)
@@ -322,14 +324,19 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             )
         ws = require_workspace(plan.target["workspace"])
         url = compute_url(ws.subscription_id, ws.resource_group, ws.name, wanted["name"])
-        grow(
-            self._credential(),
-            self.transport,
-            url,
-            scale_settings(current, wanted["max_instances"]),
-            poll_seconds=self.poll_seconds,
-            progress=progress.step if progress else None,
-        )
+        try:
+            grow(
+                self._credential(),
+                self.transport,
+                url,
+                scale_settings(current, wanted["max_instances"]),
+                poll_seconds=self.poll_seconds,
+                progress=progress.step if progress else None,
+            )
+        except HttpResponseError as e:
+            if e.status_code == 403:
+                raise self._no_compute_write(wanted["name"], e, doing="growing") from None
+            raise
 
     def _create_cluster(self, client: Any, plan: Plan, progress: Progress | None) -> None:
         from azure.ai.ml import load_compute
@@ -368,13 +375,13 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             ) from None
 
     @staticmethod
-    def _no_compute_write(name: str, error: Any) -> UserError:
+    def _no_compute_write(name: str, error: Any, doing: str = "creating") -> UserError:
         first = (error.message or str(error)).strip().splitlines()[0]
         return UserError(
-            f"creating cluster {name} needs Microsoft.MachineLearningServices/workspaces/computes/write, which "
+            f"{doing} cluster {name} needs Microsoft.MachineLearningServices/workspaces/computes/write, which "
             f"these credentials lack (the built-in AzureML Data Scientist role has it in its NotActions): {first}",
-            hint="remove azureml.compute to run on serverless compute (no cluster to create), ask the workspace's "
-            "owner to create the cluster (then submit again), or get a role with computes/write",
+            hint="remove azureml.compute to run on serverless compute (no cluster to change), ask the workspace's "
+            "owner to do it (then submit again), or get a role with computes/write",
         )
 
     # -- run verbs ---------------------------------------------------------------------------
@@ -395,7 +402,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             "compute": job.compute,
             "instance_count": getattr(job.resources, "instance_count", None),
         }
-        cause, message = (Cause.CANCELLED if state is RunState.CANCELLED else None), native
+        cause, message = (Cause.CANCELLED if state is RunState.CANCELLED else None), SAID.get(native, native)
         if state is RunState.FAILED:
             cause, message, failure = self._failure(run_id, workspace)
             details["failure"] = failure

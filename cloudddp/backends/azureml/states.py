@@ -22,6 +22,14 @@ STATES = {
 }
 
 
+SAID = {
+    "Finalizing": "Finalizing: the training has ended and Azure ML is uploading its outputs and logs",
+    "NotResponding": "NotResponding: Azure ML has not heard from the job's nodes for a while (a node lost or "
+    "overloaded); it either recovers or fails",
+}
+"""What a status says for the states whose name alone would puzzle (Azure ML's job status descriptions)."""
+
+
 def native_state(job: Any) -> str:
     """The job's status as Azure ML names it (the SDK gives an enum, or a string)."""
     return str(getattr(job.status, "value", job.status) or "")

@@ -252,6 +252,15 @@ def test_a_new_job_goes_through_the_states_the_rest_examples_show_before_it_runs
         ("Queued", RunState.PENDING),
         ("Queued", RunState.PENDING),
     ]
+    for native, state, said in [
+        ("Running", RunState.RUNNING, "Running"),
+        ("NotResponding", RunState.UNKNOWN, "has not heard from the job's nodes"),
+        ("Finalizing", RunState.RUNNING, "uploading its outputs and logs"),
+        ("Completed", RunState.SUCCEEDED, "Completed"),
+    ]:
+        model.set_job_status(name, native)
+        status = b.status(name)
+        assert (status.native_state, status.state) == (native, state) and said in status.message, status
 
 
 @pytest.mark.parametrize(("given", "rest"), [("user", "UserIdentity"), ("managed", "Managed")])

@@ -21,7 +21,7 @@ from cloudddp.api import Run
 from cloudddp.backends.azureml import AzureMLBackend
 from cloudddp.backends.registry import load_spec
 from cloudddp.cli.app import app
-from cloudddp.errors import CloudDDPError
+from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.runs.registry import Registry
 from tests.support.azure_rig import (
     ACCOUNT_URL,
@@ -119,6 +119,21 @@ def test_growing_an_existing_cluster_changes_its_max_instances_and_nothing_else(
     again = backend(model, "grow-again")
     again.launch(again.render(load_spec(AZURE_JOB, ["resources.nodes=3"])), checks=False)
     assert len(model.compute_updates) == 1  # big enough now: left alone
+
+
+def test_growing_a_cluster_without_computes_write_says_which_permission_and_the_serverless_way(
+    model: WorkspaceModel,
+) -> None:
+    """A role without computes/write (the AzureML Data Scientist role) gets 403 on the grow's PATCH as on a
+    creation: said with the permission and the ways out, exit 2, no job submitted."""
+    users_cluster(model)
+    model.compute_write = False
+    b = backend(model, "grow-403")
+    with pytest.raises(UserError) as refused:
+        b.launch(b.render(load_spec(AZURE_JOB, ["resources.nodes=3"])), checks=False)
+    said = str(refused.value) + str(refused.value.hint)
+    assert refused.value.exit_code == 2 and said.startswith("growing cluster gpu-cluster needs")
+    assert "workspaces/computes/write" in said and "serverless" in said and not model.jobs
 
 
 def test_growing_a_cluster_waits_for_succeeded_when_the_patch_answers_200_with_an_async_operation(
