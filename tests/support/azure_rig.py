@@ -895,3 +895,14 @@ def env_for_rig() -> dict[str, str]:
         "AZUREML_WORKSPACE_NAME": WS,
         "AZUREML_LOG_LEVEL": "ERROR",
     }
+
+
+def rig_backend(model: WorkspaceModel, token: str | None = None, poll: float = 0.05) -> Any:
+    """The Azure ML backend in this process against ``model``: the rig's credential and transport, this
+    machine's registry, ``token`` for its run ids, polling every ``poll`` seconds."""
+    from cloudddp.backends.azureml import AzureMLBackend
+    from cloudddp.runs.registry import Registry
+
+    return AzureMLBackend(
+        registry=Registry(), credential=FakeCredential(), transport=ml_transport(model), poll_seconds=poll, token=token
+    )

@@ -17,7 +17,6 @@ import pytest
 from rich.console import Console
 
 from cloudddp.api import Run
-from cloudddp.backends.azureml import AzureMLBackend
 from cloudddp.backends.registry import load_spec
 from cloudddp.backends.status import RunState
 from cloudddp.catalog import find
@@ -26,12 +25,12 @@ from cloudddp.runs.budget import watch
 from cloudddp.runs.registry import Registry
 from tests.support.azure_rig import (
     WS_PATH,
-    FakeCredential,
     WorkspaceModel,
-    create_container,
-    ml_transport,
     serve,
     served_environment,
+)
+from tests.support.azure_rig import (
+    rig_backend as backend,
 )
 from tests.support.cli import ROOT, cli
 from tests.support.mlflow_server import MlflowServer
@@ -42,19 +41,6 @@ JOB = ROOT / "jobs" / "cifar10-azureml.yaml"  # the shared script, 2 × Standard
 ND96 = find("Standard_ND96asr_v4")
 assert ND96 is not None and ND96.price_per_hour is not None
 PRICE = ND96.price_per_hour
-
-
-@pytest.fixture()
-def model(blob_endpoint: str) -> WorkspaceModel:
-    m = WorkspaceModel(blob_endpoint)
-    create_container(m)
-    return m
-
-
-def backend(model: WorkspaceModel, token: str) -> AzureMLBackend:
-    return AzureMLBackend(
-        credential=FakeCredential(), transport=ml_transport(model), poll_seconds=0.05, token=token, registry=Registry()
-    )
 
 
 def ago(minutes: float) -> datetime.datetime:

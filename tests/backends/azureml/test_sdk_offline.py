@@ -19,7 +19,8 @@ from cloudddp.backends.registry import load_spec
 from cloudddp.backends.status import RunState
 from cloudddp.errors import UserError
 from cloudddp.runs.registry import Registry
-from tests.support.azure_rig import FakeCredential, WorkspaceModel, create_container, ml_transport
+from tests.support.azure_rig import WorkspaceModel
+from tests.support.azure_rig import rig_backend as backend
 from tests.support.cli import ROOT
 from tests.support.mlflow_server import MlflowServer
 from tests.support.waiting import wait_until
@@ -130,19 +131,6 @@ def test_workspace_from_spec_then_config_json_then_environment(tmp_path: Path, m
 
 
 # -- the real SDK against the offline workspace -----------------------------------------------------
-
-
-@pytest.fixture()
-def model(blob_endpoint: str) -> WorkspaceModel:
-    m = WorkspaceModel(blob_endpoint)
-    create_container(m)
-    return m
-
-
-def backend(model: WorkspaceModel, **kw: object) -> AzureMLBackend:
-    return AzureMLBackend(
-        registry=Registry(), credential=FakeCredential(), transport=ml_transport(model), poll_seconds=0.05, **kw
-    )  # type: ignore[arg-type]
 
 
 class Steps:

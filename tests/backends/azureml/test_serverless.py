@@ -18,10 +18,10 @@ from cloudddp.backends.registry import load_spec, spec_from_dict
 from cloudddp.backends.status import RunState
 from cloudddp.errors import UserError
 from cloudddp.plan import Plan
-from cloudddp.runs.registry import Registry
 from tests.support.azure_launchers import Datastores
 from tests.support.azure_nodes import AzureNodes
-from tests.support.azure_rig import FakeCredential, WorkspaceModel, create_container, ml_transport
+from tests.support.azure_rig import WorkspaceModel
+from tests.support.azure_rig import rig_backend as backend
 from tests.support.cli import ROOT, cli
 
 AZURE_JOB = ROOT / "jobs" / "cifar10-azureml.yaml"
@@ -120,19 +120,6 @@ def test_a_cluster_name_whose_last_dash_has_no_letter_after_it_is_refused(name: 
 
 
 # -- through the rig ------------------------------------------------------------------------------------
-
-
-@pytest.fixture()
-def model(blob_endpoint: str) -> WorkspaceModel:
-    m = WorkspaceModel(blob_endpoint)
-    create_container(m)
-    return m
-
-
-def backend(model: WorkspaceModel, token: str) -> AzureMLBackend:
-    return AzureMLBackend(
-        registry=Registry(), credential=FakeCredential(), transport=ml_transport(model), poll_seconds=0.05, token=token
-    )
 
 
 def digits_spec(tmp_path: Path, azureml: dict[str, Any] | None = None, **resources: Any) -> Any:

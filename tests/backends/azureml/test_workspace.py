@@ -22,18 +22,18 @@ from cloudddp.backends.azureml import AzureMLBackend
 from cloudddp.backends.registry import load_spec
 from cloudddp.cli.app import app
 from cloudddp.errors import CloudDDPError, UserError
-from cloudddp.runs.registry import Registry
 from tests.support.azure_rig import (
     ACCOUNT_URL,
     SUB,
     WS_PATH,
     FakeCredential,
     WorkspaceModel,
-    create_container,
-    ml_transport,
     rest_example,
     serve,
     served_environment,
+)
+from tests.support.azure_rig import (
+    rig_backend as backend,
 )
 from tests.support.cli import ROOT, cli
 from tests.support.mlflow_server import MlflowServer
@@ -42,19 +42,6 @@ pytestmark = pytest.mark.slow
 AZURE_JOB = ROOT / "jobs" / "cifar10-azureml.yaml"
 SUBNET = f"/subscriptions/{SUB}/resourceGroups/net-rg/providers/Microsoft.Network/virtualNetworks/vnet/subnets/ml"
 USER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOwnerskey owner@laptop"
-
-
-@pytest.fixture()
-def model(blob_endpoint: str) -> WorkspaceModel:
-    m = WorkspaceModel(blob_endpoint)
-    create_container(m)
-    return m
-
-
-def backend(model: WorkspaceModel, token: str, poll: float = 0.05) -> AzureMLBackend:
-    return AzureMLBackend(
-        registry=Registry(), credential=FakeCredential(), transport=ml_transport(model), poll_seconds=poll, token=token
-    )
 
 
 class Steps:
