@@ -99,6 +99,14 @@ class RehearsalUnavailable(Exception):
     """This machine cannot host a rehearsal (the message says why)."""
 
 
+def two_host_flags(rank: int, per_host: str) -> list[str]:
+    """torchrun's flags as the toolkit starts host ``rank`` of two (algo-1 hosts the rendezvous on 7777)."""
+    return [
+        "--nnodes", "2", "--nproc_per_node", per_host, "--master_addr", "algo-1", "--master_port", "7777",
+        "--node_rank", str(rank),
+    ]  # fmt: skip
+
+
 def installed_toolkit() -> str:
     from importlib.metadata import version
 

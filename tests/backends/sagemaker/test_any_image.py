@@ -19,7 +19,7 @@ from cloudddp.code.container_start import STARTING
 from tests.backends.sagemaker.test_container_rehearsal import aws, cpu_job, launch, metric_records, run, succeeded
 from tests.backends.sagemaker.test_stop import INIT_PASSED, saver_job, text
 from tests.support.dataloader_saver import RUNNING, WORKER_KILLED, saved, sigterms
-from tests.support.sagemaker_container import Aws, Stop
+from tests.support.sagemaker_container import Aws, Stop, two_host_flags
 
 pytestmark = pytest.mark.slow
 __all__ = ["aws"]  # the module's moto environment, shared with the container rehearsals
@@ -44,20 +44,7 @@ def test_an_image_without_the_dlc_entry_trains_on_two_hosts(image: str, tmp_path
     for rank, host in enumerate(rehearsal.hosts):
         assert NO_ENTRY in host.log, host.log[-3000:]
         argv = started_command(host.log)
-        assert argv[1:13] == [
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            "2",
-            "--nproc_per_node",
-            "1",
-            "--master_addr",
-            "algo-1",
-            "--master_port",
-            "7777",
-            "--node_rank",
-            str(rank),
-        ], argv
+        assert argv[1:13] == ["-m", "torch.distributed.run", *two_host_flags(rank, "1")], argv
         assert (host.opt_ml / "code" / "train.py").is_file()
     steps = 640 // (64 * 2)  # one process group over both hosts
     assert [r["step"] for r in metric_records(rehearsal) if "train_loss" in r] == [steps, 2 * steps]

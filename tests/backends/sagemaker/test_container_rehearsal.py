@@ -32,6 +32,7 @@ from tests.support.sagemaker_container import (
     RehearsalUnavailable,
     record_create_training_job,
     rehearse,
+    two_host_flags,
 )
 from tests.support.wheels import wheel
 
@@ -198,19 +199,7 @@ def test_two_hosts_algo_1_and_algo_2_train_one_model_together(tmp_path: Path, aw
     argvs = [torchrun_argv(rehearsal, host) for host in ("algo-1", "algo-2")]
     per_host = argvs[0][argvs[0].index("--nproc_per_node") + 1]
     for rank, argv in enumerate(argvs):
-        assert argv[:11] == [
-            "torchrun",
-            "--nnodes",
-            "2",
-            "--nproc_per_node",
-            per_host,
-            "--master_addr",
-            "algo-1",
-            "--master_port",
-            "7777",
-            "--node_rank",
-            str(rank),
-        ], argv
+        assert argv[:11] == ["torchrun", *two_host_flags(rank, per_host)], argv
     # One process group over both hosts: 640 samples / (64 × world size) steps, reported by rank 0 on algo-1.
     assert [r["step"] for r in metric_records(rehearsal) if "train_loss" in r] == [640 // (64 * 2 * int(per_host))]
     assert metric_records(rehearsal, "algo-2") == []
