@@ -50,9 +50,19 @@ def test_cancelled_run_checkpoints_and_a_resubmit_continues_without_losing_or_re
     done_first, done_second = epoch_ends(first), epoch_ends(second)
     assert resumed and f"at epoch {done_first[-1] + 1}," in resumed[0], (resumed, done_first)
     assert done_first + done_second == list(range(1, 9)), (done_first, done_second)
-    steps = [r.step for r in first.metrics() if "epoch_time" not in r.values and "test_acc" not in r.values]
-    steps += [r.step for r in second.metrics() if "epoch_time" not in r.values and "test_acc" not in r.values]
-    assert steps == sorted(set(steps)) and steps == list(range(1, steps[-1] + 1)), "every step once, none lost"
+    assert_every_step_once(first, second, epochs=8)
+
+
+def assert_every_step_once(*runs: Run, epochs: int) -> None:
+    """Each step of each epoch ran exactly once over ``runs``: a step's id is (epoch, step within the epoch),
+    read from its global step and the epoch its record names. A resume that repeated or skipped part of an
+    epoch keeps the global counter contiguous but puts an epoch's steps past its end (or short of it)."""
+    records = [r for run in runs for r in run.metrics() if "test_acc" not in r.values]
+    per_epoch = next(r.step for r in records if r.epoch == 1 and "epoch_time" in r.values)
+    assert [r.step for r in records if "epoch_time" in r.values] == [e * per_epoch for e in range(1, epochs + 1)]
+    ids = [(r.epoch, r.step - (r.epoch - 1) * per_epoch) for r in records if "epoch_time" not in r.values]
+    expected = [(e, i) for e in range(1, epochs + 1) for i in range(1, per_epoch + 1)]
+    assert ids == expected, sorted(set(expected) ^ set(ids))[:10]
 
 
 def _final_params(run: Run) -> dict[str, torch.Tensor]:
@@ -85,6 +95,7 @@ def test_a_rank_that_stops_participating_fails_the_run_within_the_collective_tim
         [
             "code.args=[--dataset, digits, --epochs, '50', --log-every, '1']",
             "distribution.collective_timeout=5",
+            "limits.stall_timeout='off'",  # the watchdog would fail a hung run too: only the timeout may end it
             "name=hang",
         ],
     )
@@ -95,16 +106,18 @@ def test_a_rank_that_stops_participating_fails_the_run_within_the_collective_tim
     os.kill(pid, signal.SIGSTOP)
     frozen_at = time.monotonic()
     try:
-        status = run.wait(timeout=120, poll=0.5)
+        status = run.wait(timeout=60, poll=0.5)
     finally:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    assert status.state is RunState.FAILED
-    assert time.monotonic() - frozen_at < 90, "it did not hang"
+    assert status.state is RunState.FAILED, status
+    assert time.monotonic() - frozen_at < 60, "it did not hang"
     text = "\n".join(line.text for line in run.logs())
-    assert "timed out" in text.lower() or "timeout" in text.lower(), text[-3000:]
+    assert "stall" not in text.lower() and "stall" not in str(status.message).lower()
+    # gloo's own error names the spec's timeout (5 s), not torch's default (600 s) or anything else
+    assert re.search(r"[Tt]imed out .*\b5000 ?ms\b", text), text[-3000:]
 
 
 JOB_OF = {"local": "digits-local", "sagemaker": "cifar10-smddp", "azureml": "cifar10-azureml", "slurm": "cifar10-slurm"}
