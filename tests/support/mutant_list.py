@@ -1,0 +1,182 @@
+"""The curated mutants ``make mutants`` runs (:mod:`tests.support.mutants`): each one a deliberate bug in the code
+behind a row of docs/guarantees.md, and the tests that row names, which must fail. The list and the last run's
+kill ratio are in docs/proof.md."""
+
+from __future__ import annotations
+
+from tests.support.mutants import Mutant
+
+LOCAL = "tests/backends/local/"
+SM = "tests/backends/sagemaker/"
+AZ = "tests/backends/azureml/"
+
+MUTANTS: tuple[Mutant, ...] = (
+    # -- the six that survived when #39 was filed ------------------------------------------------------------
+    Mutant(
+        "secrets-escaped-forms",
+        "Secret values (one line or multi-line) never appear",
+        "cloudddp/spec/secrets.py",
+        """                forms |= {
+                    piece,
+                    json.dumps(piece)[1:-1],
+                    json.dumps(piece, ensure_ascii=False)[1:-1],
+                    repr(piece)[1:-1],
+                }""",
+        "                forms |= {piece}",
+        (LOCAL + "test_runs.py::test_secret_values_stay_out_of_the_run_folder_and_registry",),
+    ),
+    Mutant(
+        "resume-at-step-0-of-the-epoch",
+        "SIGTERM (cancel, spot reclamation)",
+        "src_train/train.py",
+        't.epoch, t.step_in_epoch, t.global_step = state["epoch"], state["step_in_epoch"], state["global_step"]',
+        't.epoch, t.step_in_epoch, t.global_step = state["epoch"], 0, state["global_step"]',
+        (
+            LOCAL
+            + "test_stop_and_resume.py::"
+            + "test_cancelled_run_checkpoints_and_a_resubmit_continues_without_losing_or_repeating_an_epoch",
+        ),
+    ),
+    Mutant(
+        "budget-counts-the-current-attempt-twice",
+        "A run whose spend reaches `resources.max_cost`",
+        "cloudddp/runs/budget.py",
+        """        if attempt.run_id == run_id:
+            break
+""",
+        "",
+        (SM + "test_cost.py::test_under_recovery_the_budget_counts_every_attempt_and_a_budget_stop_ends_the_recovery",),
+    ),
+    *(
+        Mutant(
+            f"snapshot-ships-{folder.strip('.')}",
+            "A code snapshot leaves out",
+            "cloudddp/code/ignore.py",
+            f'    "{folder}/",\n',
+            "",
+            (
+                "tests/code/test_snapshot.py::test_each_default_ignored_folder_is_left_out_at_the_top_and_inside_a_code_folder",
+            ),
+        )
+        for folder in ("checkpoints", "outputs", ".venv", "node_modules")
+    ),
+    Mutant(
+        "collective-timeout-hard-coded-600-s",
+        "A rank that stops participating",
+        "src_train/ddptrain/distributed.py",
+        "timeout = datetime.timedelta(seconds=timeout_s)",
+        "timeout = datetime.timedelta(seconds=600)",
+        (
+            LOCAL + "test_stop_and_resume.py::"
+            "test_a_rank_that_stops_participating_fails_the_run_within_the_collective_timeout",
+        ),
+    ),
+    Mutant(
+        "lost-create-response-always-re-raised",
+        "Throttling, 5xx and a lost CreateTrainingJob response",
+        "cloudddp/backends/sagemaker/__init__.py",
+        'if e.response["Error"].get("Code") not in ("ResourceInUse", "ValidationException") or not self._exists(',
+        "if True or not self._exists(",
+        (SM + "test_emulator.py::test_throttling_5xx_and_a_lost_response_are_survived_without_a_duplicate",),
+    ),
+    # -- one per further row ----------------------------------------------------------------------------
+    Mutant(
+        "sagemaker-retry-creates-again",
+        "A retried submit finds its job",
+        "cloudddp/backends/sagemaker/__init__.py",
+        "if self._exists(sm, name):  # launched before",
+        "if False:  # launched before",
+        (SM + "test_emulator.py::test_a_retried_submit_does_not_start_a_second_job",),
+    ),
+    Mutant(
+        "azureml-retry-submits-again",
+        "A retried submit finds its job",
+        "cloudddp/backends/azureml/__init__.py",
+        "            client.jobs.get(name)\n",
+        '            client.jobs.get(name + "-not-this-one")\n',
+        (AZ + "test_sdk_offline.py::test_second_submit_of_unchanged_code_uploads_nothing_and_a_retry_finds_its_job",),
+    ),
+    Mutant(
+        "corrupt-checkpoint-loaded",
+        "A checkpoint torn mid-write or corrupted",
+        "src_train/ddptrain/checkpoint.py",
+        "if hashlib.sha256(payload).hexdigest() != expected:",
+        "if False:",
+        ("tests/train/test_script.py::test_resume_continues_at_the_next_epoch_and_corrupt_checkpoints_are_skipped",),
+    ),
+    Mutant(
+        "archive-member-climbs-out",
+        "Packaging cannot escape the code folder",
+        "cloudddp/code/snapshot.py",
+        'if name.startswith("/") or ".." in parts or not parts:',
+        "if not parts:",
+        ("tests/code/test_snapshot.py::test_archive_member_names_never_climb_out",),
+    ),
+    Mutant(
+        "bad-input-exits-1",
+        "Bad input exits 2",
+        "cloudddp/errors.py",
+        "    exit_code = 2\n",
+        "    exit_code = 1\n",
+        ("tests/spec/test_bad_input.py::test_broken_spec_gets_exit_2_and_a_one_screen_message",),
+    ),
+    Mutant(
+        "secrets-checked-after-launch-starts",
+        "A variable that `env.X.from_env` names but the shell lacks",
+        "cloudddp/backends/base.py",
+        "        plan.secret_values()  # a variable env.X.from_env names",
+        "        # plan.secret_values()  # a variable env.X.from_env names",
+        (
+            "tests/backends/test_launch_refusals.py",
+            AZ + "test_secrets.py::"
+            "test_a_secret_variable_missing_from_the_shell_stops_the_submit_before_anything_is_created",
+        ),
+    ),
+    Mutant(
+        "registry-wal-switch-not-retried",
+        "12 parallel submissions keep the registry consistent",
+        "cloudddp/runs/registry.py",
+        'if "locked" not in str(e) or time.monotonic() > deadline:',
+        "if True:",
+        (
+            "tests/runs/test_registry_concurrency.py::test_a_new_registry_opened_by_many_processes_at_once_loses_no_writer",
+        ),
+    ),
+    Mutant(
+        "cancel-while-stopping-sends-again",
+        "`cancel` is idempotent on every backend",
+        "cloudddp/backends/base.py",
+        """        if state is RunState.STOPPING:
+            return True  # a stop is under way""",
+        """        if state is None:
+            return True  # a stop is under way""",
+        ("tests/backends/test_contract.py::test_cancel_is_idempotent",),
+    ),
+    Mutant(
+        "placeholder-without-closest-name",
+        "One spec serves every shape",
+        "cloudddp/spec/placeholders.py",
+        "close = difflib.get_close_matches(name, known, n=1)",
+        "close: list[str] = []",
+        (
+            "tests/across_backends/test_placeholders.py::test_an_unknown_placeholder_fails_at_load_with_its_line_and_the_closest_name",
+        ),
+    ),
+    Mutant(
+        "shape-limit-raised",
+        "No function in `cloudddp/` is over 80 lines",
+        "tests/support/shape.py",
+        "FUNCTION_LINES, MODULE_LINES = 80, 500",
+        "FUNCTION_LINES, MODULE_LINES = 800, 5000",
+        ("tests/project/test_shape.py",),
+    ),
+    Mutant(
+        "ci-misses-collection-skips",
+        "On CI a rig that cannot start fails the run",
+        "tests/conftest.py",
+        """    controller sees the workers' skipped collections here too.\"\"\"
+    _note_skip(report)""",
+        """    controller sees the workers' skipped collections here too.\"\"\"""",
+        ("tests/project/test_proof.py::test_on_ci_a_module_skipped_at_collection_fails_the_run",),
+    ),
+)
