@@ -139,6 +139,8 @@ MUTANTS: tuple[Mutant, ...] = (
         'if "locked" not in str(e) or time.monotonic() > deadline:',
         "if True:",
         (
+            "tests/runs/test_registry_concurrency.py::"
+            "test_a_wal_switch_refused_as_locked_is_asked_again_and_another_error_is_not",
             "tests/runs/test_registry_concurrency.py::test_a_new_registry_opened_by_many_processes_at_once_loses_no_writer",
         ),
     ),
@@ -151,6 +153,82 @@ MUTANTS: tuple[Mutant, ...] = (
         """        if state is None:
             return True  # a stop is under way""",
         ("tests/backends/test_contract.py::test_cancel_is_idempotent",),
+    ),
+    Mutant(
+        "local-cancel-not-stopping-during-the-grace",
+        "`cancel` is idempotent on every backend",
+        "cloudddp/backends/local/__init__.py",
+        "elif not state.terminal and st.cancel_requested:",
+        "elif False:",
+        ("tests/backends/test_contract.py::test_cancel_is_idempotent",),
+    ),
+    Mutant(
+        "resume-at-step-0-of-the-epoch-on-slurm",
+        "Slurm: a requeued job resumes with every step once",
+        "src_train/train.py",
+        't.epoch, t.step_in_epoch, t.global_step = state["epoch"], state["step_in_epoch"], state["global_step"]',
+        't.epoch, t.step_in_epoch, t.global_step = state["epoch"], 0, state["global_step"]',
+        (
+            "tests/backends/slurm/test_runs.py::"
+            "test_a_requeued_two_node_job_resumes_from_its_checkpoint_and_runs_every_step_once",
+        ),
+    ),
+    Mutant(
+        "restarted-watcher-never-resubmits",
+        "A recovery watcher that died",
+        "cloudddp/runs/recovery.py",
+        "            _launch(chain, runner, runner.backend.restore(chain.plan, literals), checks=False, size=size)\n",
+        "            pass\n",
+        ("tests/runs/test_recovery.py::test_a_watcher_that_died_is_started_again_by_recover_and_finishes_the_chain",),
+    ),
+    Mutant(
+        "own-code-failure-resubmitted",
+        "A failure of the script's own code is never resubmitted",
+        "cloudddp/runs/recovery.py",
+        "elif not cause.recoverable:",
+        "elif False:",
+        ("tests/runs/test_recovery.py::test_a_failure_of_the_scripts_own_code_is_not_retried",),
+    ),
+    Mutant(
+        "template-ignores-sigterm",
+        "An input inside `code.dir` is uploaded once",
+        "cloudddp/data/train_template.py",
+        "    signal.signal(signal.SIGTERM, on_sigterm)\n",
+        "",
+        (
+            "tests/faces/test_newcomer_first_hour.py::test_a_cancelled_own_script_checkpoints_and_its_log_ends_without_a_traceback",
+        ),
+    ),
+    Mutant(
+        "second-copy-of-a-training-allowed",
+        "Two submits of one training at once",
+        "cloudddp/backends/folderlock.py",
+        'if data.get("run_id") not in (None, run_id) and self.alive(data):',
+        "if False:",
+        (
+            "tests/backends/local/test_supervisor_loss.py::"
+            "test_a_checkpoint_folder_is_held_while_a_holder_lives_and_taken_over_after",
+            "tests/backends/local/test_supervisor_loss.py::"
+            "test_a_second_copy_of_a_training_refuses_naming_the_holder_and_cancel_stops_an_adopted_run",
+        ),
+    ),
+    Mutant(
+        "any-control-sequence-obeyed",
+        "`logs`, `metrics` and the live view obey no control sequence but colour",
+        "cloudddp/observe/console.py",
+        r'r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"',
+        r'r"|[\x00-\x00]"',
+        (
+            "tests/observe/test_terminal_output.py::test_printable_keeps_colour_and_shows_every_other_control_sequence_as_text",
+        ),
+    ),
+    Mutant(
+        "azure-cluster-name-rule-loosened",
+        "Azure ML renders what the service runs and refuses",
+        "cloudddp/backends/azureml/limits.py",
+        'CLUSTER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{2,23}$")',
+        'CLUSTER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{2,63}$")',
+        (AZ + "test_render.py::test_what_the_service_would_refuse_exits_2_at_render_naming_the_rule",),
     ),
     Mutant(
         "placeholder-without-closest-name",

@@ -23,6 +23,7 @@ from cloudddp.backends.registry import backend_class, load_spec, names
 from cloudddp.backends.status import RunState
 from tests.support.cli import ROOT, cli
 from tests.support.faults import rank_processes, wait_for_rank
+from tests.support.train_helpers import assert_every_step_once
 
 pytestmark = pytest.mark.slow
 DIGITS = ROOT / "jobs" / "digits-local.yaml"
@@ -50,19 +51,7 @@ def test_cancelled_run_checkpoints_and_a_resubmit_continues_without_losing_or_re
     done_first, done_second = epoch_ends(first), epoch_ends(second)
     assert resumed and f"at epoch {done_first[-1] + 1}," in resumed[0], (resumed, done_first)
     assert done_first + done_second == list(range(1, 9)), (done_first, done_second)
-    assert_every_step_once(first, second, epochs=8)
-
-
-def assert_every_step_once(*runs: Run, epochs: int) -> None:
-    """Each step of each epoch ran exactly once over ``runs``: a step's id is (epoch, step within the epoch),
-    read from its global step and the epoch its record names. A resume that repeated or skipped part of an
-    epoch keeps the global counter contiguous but puts an epoch's steps past its end (or short of it)."""
-    records = [r for run in runs for r in run.metrics() if "test_acc" not in r.values]
-    per_epoch = next(r.step for r in records if r.epoch == 1 and "epoch_time" in r.values)
-    assert [r.step for r in records if "epoch_time" in r.values] == [e * per_epoch for e in range(1, epochs + 1)]
-    ids = [(r.epoch, r.step - (r.epoch - 1) * per_epoch) for r in records if "epoch_time" not in r.values]
-    expected = [(e, i) for e in range(1, epochs + 1) for i in range(1, per_epoch + 1)]
-    assert ids == expected, sorted(set(expected) ^ set(ids))[:10]
+    assert_every_step_once([*first.metrics(), *second.metrics()], epochs=8)
 
 
 def _final_params(run: Run) -> dict[str, torch.Tensor]:
