@@ -231,6 +231,127 @@ MUTANTS: tuple[Mutant, ...] = (
         (AZ + "test_render.py::test_what_the_service_would_refuse_exits_2_at_render_naming_the_rule",),
     ),
     Mutant(
+        "spec-file-with-a-literal-secret-shipped",
+        "A literal secret in a spec file inside `code.dir`",
+        "cloudddp/code/snapshot.py",
+        "        if any(value.encode() in text for value in secrets):\n",
+        "        if False:\n",
+        (
+            "tests/code/test_secret_spec_files.py::"
+            "test_spec_files_holding_a_literal_secret_are_left_out_with_a_warning_and_listed",
+        ),
+    ),
+    Mutant(
+        "traceback-glued-to-a-bar",
+        "Progress bars stay readable",
+        "cloudddp/code/output_lines.py",
+        'return [state[:at] + "\\n", state[at:] + "\\n"] if at > 0 else [state + "\\n"]',
+        'return [state + "\\n"]',
+        ("tests/code/test_progress_lines.py::test_a_traceback_printed_behind_a_bar_starts_a_line_of_its_own",),
+    ),
+    Mutant(
+        "status-json-takes-a-misspelt-key",
+        "A local run's `status.json` is a typed record",
+        "cloudddp/backends/local/record.py",
+        '        raise TypeError(f"status.json has no key',
+        '        print(f"status.json has no key',
+        (
+            LOCAL + "test_run_record.py::"
+            "test_a_misspelt_key_or_a_value_of_the_wrong_type_is_refused_and_nothing_is_written",
+        ),
+    ),
+    Mutant(
+        "cancel-never-escalates-to-sigkill",
+        "`limits.max_runtime` stops a local run as a limit",
+        "cloudddp/backends/local/supervisor.py",
+        """        for node in self.nodes:
+            node.signal_group(signal.SIGKILL)
+""",
+        "",
+        (LOCAL + "test_limits.py::test_cancel_escalates_to_sigkill_after_the_grace_and_leaves_no_process",),
+    ),
+    Mutant(
+        "stall-watchdog-never-fires",
+        "An own script that hangs after its first epoch fails as `stalled`",
+        "cloudddp/backends/local/supervisor.py",
+        "            if quiet is not None:\n                self._stalled(quiet)",
+        "            if False:\n                self._stalled(quiet)",
+        (
+            LOCAL + "test_stall_watchdog.py::"
+            "test_a_script_that_hangs_after_its_first_epoch_fails_as_stalled_with_the_stuck_ranks_stack",
+        ),
+    ),
+    Mutant(
+        "failed-rank-is-the-first-torchrun-names",
+        "The failed rank is the one whose failure caused the others'",
+        "cloudddp/backends/torchrun.py",
+        "candidates = [entry for entry in entries if -entry.failed.exitcode not in sent.get(entry.pid, set())]"
+        " or entries",
+        "candidates = entries",
+        ("tests/backends/test_torchrun_agents.py::test_a_rank_that_torchrun_itself_stopped_is_never_thefailed_rank",),
+    ),
+    Mutant(
+        "time-cadence-never-due",
+        "`checkpoint.every_minutes` writes checkpoints mid-epoch",
+        "src_train/ddptrain/loop.py",
+        "return self.seconds > 0 and time.monotonic() - self.last >= self.seconds",
+        "return False",
+        ("tests/train/test_script.py::test_checkpoint_minutes_writes_checkpoints_mid_epoch_and_the_epoch_goes_on",),
+    ),
+    Mutant(
+        "rank-files-not-masked-while-running",
+        "A secret printed by a running local job",
+        "cloudddp/backends/local/masking.py",
+        '            os.pwrite(fd, b"*" * (end - begin), offset + begin)\n',
+        "            pass\n",
+        (
+            LOCAL + "test_secret_masking.py::"
+            "test_a_secret_printed_by_a_running_job_is_in_no_file_of_its_run_while_it_still_runs",
+        ),
+    ),
+    Mutant(
+        "a-restarted-group-reuses-the-store",
+        "A restarted group (`limits.max_restarts`) starts with a store of its own",
+        "cloudddp/backends/torchrun.py",
+        "return dict(RESTART_ENV) if max_restarts > 0 else {}",
+        "return {}",
+        (
+            "tests/backends/test_torchrun_agents.py::"
+            "test_an_agent_that_restarts_its_workers_gives_each_attempt_a_store_of_its_own",
+        ),
+    ),
+    Mutant(
+        "a-lost-node-group-is-not-recovered",
+        "A run ended by the cloud (preemption, capacity, a lost node) is resubmitted",
+        "cloudddp/runs/recovery.py",
+        "            _launch(chain, runner, runner.backend.restore(chain.plan, literals), checks=False, size=size)\n",
+        "            pass\n",
+        (
+            "tests/runs/test_recovery.py::"
+            "test_a_lost_node_group_is_recovered_after_the_cli_exits_and_the_model_is_bitwise_equal",
+        ),
+    ),
+    Mutant(
+        "default-bucket-without-its-region",
+        "SageMaker S3: the default bucket is created in eu-west-1",
+        "cloudddp/backends/sagemaker/storage.py",
+        "config = {} if region == NO_LOCATION_CONSTRAINT else "
+        '{"CreateBucketConfiguration": {"LocationConstraint": region}}',
+        "config = {}",
+        (
+            SM + "test_emulator.py::"
+            "test_the_default_bucket_is_created_in_eu_west_1_and_every_call_to_it_names_its_owner",
+        ),
+    ),
+    Mutant(
+        "a-file-others-may-write-is-trusted",
+        "State another user could plant is refused or checked",
+        "cloudddp/paths.py",
+        "if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:",
+        "if False:",
+        (LOCAL + "test_planted_state.py::test_a_status_file_others_could_write_is_refused_and_cancel_signals_nothing",),
+    ),
+    Mutant(
         "placeholder-without-closest-name",
         "One spec serves every shape",
         "cloudddp/spec/placeholders.py",
