@@ -352,6 +352,30 @@ MUTANTS: tuple[Mutant, ...] = (
         (LOCAL + "test_planted_state.py::test_a_status_file_others_could_write_is_refused_and_cancel_signals_nothing",),
     ),
     Mutant(
+        "lightning-rows-read-again-after-a-new-header",
+        "Metrics come from the frameworks' own logs on every backend",
+        "cloudddp/code/framework_logs.py",
+        "self.header, self.offset, skip = header, len(header), self.rows",
+        "self.header, self.offset, skip = header, len(header), 0",
+        (
+            "tests/code/test_framework_logs.py::"
+            "test_lightning_csv_rows_are_read_once_each_even_when_lightning_rewrites_the_header",
+        ),
+    ),
+    Mutant(
+        "every-ranks-lines-carry-metrics",
+        "A 2-node × 2-process run where every rank prints the same measurement",
+        "cloudddp/observe/metrics.py",
+        "return rank == 0 or (ranks == EVERY_RANK and rank is not None)",
+        "return rank is not None",
+        (
+            "tests/across_backends/test_metric_meaning.py::"
+            "test_declared_metrics_are_read_from_global_rank_0_only_unless_the_job_reads_every_rank",
+            "tests/across_backends/test_metric_meaning_on_real_runs.py::"
+            "test_locally_metrics_are_rank_0s_in_the_attached_view_and_metrics_json_and_every_line_names_its_rank",
+        ),
+    ),
+    Mutant(
         "placeholder-without-closest-name",
         "One spec serves every shape",
         "cloudddp/spec/placeholders.py",
