@@ -376,6 +376,50 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "every-ranks-records-read-as-rank-0s",
+        "`metrics.ranks: all` gives each rank's records",
+        "cloudddp/observe/metrics.py",
+        "return rank == 0 or (ranks == EVERY_RANK and rank is not None)",
+        "return rank == 0",
+        (
+            "tests/across_backends/test_metric_meaning_on_real_runs.py::"
+            "test_locally_a_job_that_reads_every_ranks_metrics_gets_each_ranks_records_naming_it",
+        ),
+    ),
+    Mutant(
+        "collector-left-off-after-start-up",
+        "What makes a short command fast keeps every meaning",
+        "cloudddp/cli/app.py",
+        "            gc.freeze()\n            gc.enable()\n",
+        "            gc.freeze()\n",
+        (
+            "tests/project/test_startup.py::"
+            "test_a_warm_cache_spares_pydantic_its_plugin_scan_and_the_collector_runs_again_after_start_up",
+        ),
+    ),
+    Mutant(
+        "a-module-imported-inside-a-function",
+        "The layers hold",
+        "cloudddp/errors.py",
+        "\n\nclass CloudDDPError(Exception):",
+        "\n\ndef _late() -> None:\n    from cloudddp import paths  # noqa: F401\n\n\nclass CloudDDPError(Exception):",
+        ("tests/project/test_layers.py::test_no_module_of_cloudddp_is_imported_inside_a_function",),
+    ),
+    Mutant(
+        "slurm-stop-before-limit-unbounded",
+        "Slurm: bad input",
+        "cloudddp/backends/slurm/options.py",
+        """    stop_before_limit: Duration = Field(
+        180,
+        le=65535,""",
+        """    stop_before_limit: Duration = Field(
+        180,""",
+        (
+            "tests/backends/slurm/test_site_options_offline.py::"
+            "test_bad_slurm_input_exits_2_naming_the_field_the_line_and_what_to_do",
+        ),
+    ),
+    Mutant(
         "placeholder-without-closest-name",
         "One spec serves every shape",
         "cloudddp/spec/placeholders.py",
