@@ -28,6 +28,7 @@ from tests.support.rigs import rig_unavailable
 from tests.support.slurm_cluster import SlurmCluster
 from tests.support.ssh_server import SshServer, SshUnavailable, ssh_server
 from tests.support.train_helpers import assert_every_step_once
+from tests.support.waiting import wait_until
 from tests.support.wheels import wheel
 
 pytestmark = pytest.mark.slow
@@ -64,26 +65,37 @@ def job_id(run: Run) -> str:
 
 def test_a_requeued_two_node_job_resumes_from_its_checkpoint_and_runs_every_step_once(cluster: SlurmCluster) -> None:
     """The shared script on 2 nodes × 1 process (torchrun, c10d): `scontrol requeue` mid-run sends SIGTERM,
-    rank 0 checkpoints, Slurm runs the script again and the training continues where it stopped."""
+    rank 0 checkpoints, Slurm runs the script again and the training continues where it stopped. A requeue that
+    lands between epochs proves nothing about the step within an epoch, so the job is requeued again (at most
+    three times) until one stop has landed mid-epoch."""
     run = submit(
         DIGITS,
         "name=slurm-requeue",
         "resources.nodes=2",
         "checkpoint.resume=auto",
-        "code.args=[--dataset, digits, --epochs, '4', --batch-size, '128', --log-every, '1']",
+        "code.args=[--dataset, digits, --epochs, '5', --batch-size, '32', --log-every, '1', --eval-every, '5']",
     )
-    for record in run.metrics(follow=True):
-        if record.epoch == 2:
-            break
-    cluster.run("scontrol", "requeue", job_id(run))
-    status = run.wait(timeout=180, poll=0.5)
+
+    def stops() -> list[str]:
+        return [line.text for line in run.logs() if "stopping on SIGTERM" in line.text]
+
+    requeues, mid_epoch = 0, False
+    while not mid_epoch and requeues < 3:
+        for record in run.metrics(follow=True):
+            if record.epoch is not None and record.epoch >= requeues + 2:  # into epoch 2, then further each time
+                break
+        cluster.run("scontrol", "requeue", job_id(run))
+        requeues += 1
+        wait_until(lambda n=requeues: len(stops()) == n, timeout=120)  # rank 0 checkpointed on the SIGTERM
+        mid_epoch = "stopping on SIGTERM at epoch" in stops()[-1]  # else "at the end of epoch N"
+    assert mid_epoch, stops()
+    status = run.wait(timeout=300, poll=0.5)
     assert status.state is RunState.SUCCEEDED, status
-    assert status.details["restarts"] == 1 and status.details["nodes"] == "node[1-2]"
+    assert status.details["restarts"] == requeues and status.details["nodes"] == "node[1-2]"
     text = [line.text for line in run.logs()]
-    assert any("stopping on SIGTERM" in t for t in text), "rank 0 checkpointed on the requeue's SIGTERM"
-    assert any("resumed from" in t for t in text), text[-30:]
-    assert sum("cloudddp: run " in t for t in text) == 2  # the batch script ran twice
-    assert_every_step_once(list(run.metrics()), epochs=4)  # each (epoch, step in it) once, none lost
+    assert sum("resumed from" in t for t in text) == requeues, text[-30:]
+    assert sum("cloudddp: run " in t for t in text) == requeues + 1  # the batch script ran again each time
+    assert_every_step_once(list(run.metrics()), epochs=5)  # each (epoch, step in it) once, none lost
     sources = {line.source for line in run.logs()}
     assert {"node0/rank0", "node1/rank1"} <= sources or {"node0/rank1", "node1/rank0"} <= sources, sources
     model = Path(status.details["run_dir"]) / "outputs" / "model.pt"
