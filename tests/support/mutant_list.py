@@ -261,13 +261,11 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
-        "cancel-never-escalates-to-sigkill",
+        "cancel-gives-no-grace-before-sigkill",
         "`limits.max_runtime` stops a local run as a limit",
         "cloudddp/backends/local/supervisor.py",
-        """        for node in self.nodes:
-            node.signal_group(signal.SIGKILL)
-""",
-        "",
+        "        end = time.time() + grace\n",
+        "        end = time.time()\n",
         (LOCAL + "test_limits.py::test_cancel_escalates_to_sigkill_after_the_grace_and_leaves_no_process",),
     ),
     Mutant(
