@@ -32,6 +32,11 @@ def test_each_mutant_changes_its_file_once_names_one_row_and_tests_that_exist() 
     assert problems == []
 
 
+def test_docs_proof_lists_every_mutant() -> None:
+    text = (ROOT / "docs" / "proof.md").read_text()
+    assert [m.id for m in MUTANTS if f"| `{m.id}` |" not in text] == []
+
+
 def test_a_mutant_is_applied_to_a_copy_and_the_working_tree_is_left_alone(tmp_path: Path) -> None:
     """The driver on a mutant its test kills (and on one it does not): the verdicts, and the file untouched here
     and put back in the copy."""
