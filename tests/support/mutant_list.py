@@ -442,6 +442,39 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/backends/test_guide.py::test_base_docstring_lists_the_same_hooks",),
     ),
     Mutant(
+        "local-cpu-hours-lost",
+        "`cloudddp cost` reports each backend's own figures",
+        "cloudddp/backends/local/bill.py",
+        "    return cpu / 3600\n",
+        "    return 0.0\n",
+        (
+            "tests/runs/test_cost_and_budget.py::"
+            "test_cost_of_a_finished_local_run_and_its_step_time_feeds_the_next_estimate",
+        ),
+    ),
+    Mutant(
+        "sdk-messages-reach-the-terminal",
+        "The clouds' SDK messages go to `sdk.log`",
+        "cloudddp/observe/sdklog.py",
+        "        if _DIVERSION.handler is not None and _is_sdk(self.name) and _to_terminal(hdlr):\n",
+        "        if False:\n",
+        (
+            "tests/across_backends/test_metric_meaning.py::"
+            "test_the_sdks_own_messages_go_to_a_file_and_cloudddps_stay_on_the_terminal",
+        ),
+    ),
+    Mutant(
+        "validate-names-only-the-first-missing-setting",
+        "`validate -b BACKEND` names every setting the backend needs",
+        "cloudddp/backends/checks.py",
+        "        self.problems = [m.line() for m in missing]\n",
+        "        self.problems = [m.line() for m in missing[:1]]\n",
+        (
+            "tests/faces/test_newcomer_first_hour.py::"
+            "test_validate_with_a_backend_names_every_missing_setting_at_once_with_an_example",
+        ),
+    ),
+    Mutant(
         "placeholder-without-closest-name",
         "One spec serves every shape",
         "cloudddp/spec/placeholders.py",
