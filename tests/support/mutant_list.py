@@ -475,6 +475,17 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "typed-requests-take-unknown-keys",
+        "Slurm's and local's requests are typed",
+        "cloudddp/plan.py",
+        '__pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}',
+        '__pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "ignore"}',
+        (
+            "tests/project/test_plan_requests.py::"
+            "test_a_key_the_type_does_not_have_is_refused_and_a_record_with_other_keys_reads_its_own",
+        ),
+    ),
+    Mutant(
         "placeholder-without-closest-name",
         "One spec serves every shape",
         "cloudddp/spec/placeholders.py",
