@@ -28,7 +28,7 @@ PEM = (
     "-----END CANARY PRIVATE KEY-----"
 )
 """A multi-line secret (a PEM-like key): each of its lines is searched for on its own too."""
-QUOTED = "canary-\"qu'o\\ted\"-sécret-4e1c"
+QUOTED = 'canary-"qu\'o\\ted"-sécret-4e1c'
 """A secret whose JSON- and repr-escaped forms differ from it (quotes, a backslash, non-ASCII): a request body or a
 log that escapes it shows none of its raw text."""
 ENVIRONMENT = {"CANARY_TOKEN_SRC": TOKEN, "CANARY_PEM_SRC": PEM, "CANARY_QUOTED_SRC": QUOTED}
