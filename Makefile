@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 EXTRAS  := train,aws,azure,notebook,frameworks,dev
 
-.PHONY: demo test test-fast conformance lint bench bench-gpu venv azurite system-deps sdk-data toolkits gnu-time clean
+.PHONY: demo test test-fast conformance mutants lint bench bench-gpu venv azurite system-deps sdk-data toolkits gnu-time clean
 
 venv: $(STAMP)
 
@@ -63,6 +63,12 @@ test: venv azurite system-deps sdk-data toolkits .venv-azureml-mlflow/.installed
 conformance: venv azurite system-deps toolkits
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \
 		-m conformance tests/across_backends/test_examples.py tests/backends/slurm
+
+# Proof by mutation (docs/proof.md): each curated mutant (tests/support/mutant_list.py) is applied alone to a copy
+# of the project and the tests its guarantee names must fail; prints each verdict and the kill ratio. Not part of
+# make test (it reruns the slow tests once per mutant).
+mutants: venv azurite system-deps toolkits
+	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m tests.support.mutants $(MUTANTS)
 
 # The quick loop: no torchrun, no emulators.
 test-fast: venv

@@ -97,6 +97,17 @@ _unexpected_skips: list[str] = []
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Remember every skip whose reason is not one of those allowed on CI (:data:`support.rigs.ALLOWED_ON_CI`)."""
+    _note_skip(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """A module skipped while it is collected (``pytest.importorskip`` or ``pytest.skip(allow_module_level=True)``
+    at its top) skips every test in it without a test report: it counts as their skip. Under xdist the
+    controller sees the workers' skipped collections here too."""
+    _note_skip(report)
+
+
+def _note_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
     if report.skipped and on_ci():
         reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
         if not allowed_on_ci(reason):
@@ -104,8 +115,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """A CI run that skipped a test for a reason not allowed on CI fails, naming each skip."""
-    if _unexpected_skips and exitstatus == 0:
+    """A CI run that skipped a test for a reason not allowed on CI fails, naming each skip; so does one that
+    collected nothing because its modules skipped (exit status 5, no tests collected)."""
+    if _unexpected_skips and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         print("\nCI=true and these tests were skipped (each is a proof missing from this run):", flush=True)
         for line in _unexpected_skips:
             print(f"  {line}", flush=True)

@@ -85,15 +85,22 @@ def test_an_unknown_run_id_is_the_same_error_on_every_verb(harness: Harness) -> 
 
 def test_cancel_is_idempotent(harness: Harness) -> None:
     run_id = harness.start()
+    first: list[bool] = []
+    # A local cancel returns once the run has ended; a cloud's once the stop is sent: asked from a thread.
+    asked = threading.Thread(target=lambda: first.append(harness.backend.cancel(run_id)))
     with harness.stop_held(run_id) as held:
-        assert harness.backend.cancel(run_id) is True
-        if held:  # a cloud's stop takes its grace (SageMaker: Stopping), held open here however slow the machine
-            assert harness.backend.status(run_id).state is RunState.STOPPING
+        asked.start()
+        if held:  # the stop takes its grace (SageMaker: Stopping; local: the script saving), held open however slow
+            wait_until(lambda: harness.backend.status(run_id).state is RunState.STOPPING, timeout=60)
+            wait_until(lambda: harness.stop_requests(run_id) >= 1, timeout=60)
             assert harness.backend.cancel(run_id) is True  # asked again while it stops: no error...
-            assert harness.stop_requests(run_id) == 1  # ...and no second stop sent
-        elif harness.backend.status(run_id).state is RunState.STOPPING:
-            assert harness.backend.cancel(run_id) is True
+    asked.join(timeout=120)
+    assert first == [True]
+    if not held and harness.backend.status(run_id).state is RunState.STOPPING:
+        assert harness.backend.cancel(run_id) is True
     status = wait_until(lambda: (s := harness.backend.status(run_id)).state.terminal and s, timeout=120)
+    if held:
+        assert harness.stop_requests(run_id) == 1  # ...and no second stop was sent
     assert status.state is RunState.CANCELLED, status
     assert harness.backend.cancel(run_id) is False  # already ended: said, not an error
     assert harness.backend.status(run_id).state is RunState.CANCELLED

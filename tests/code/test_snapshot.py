@@ -426,3 +426,42 @@ def test_the_launchers_environment_folder_is_private_and_a_planted_one_is_not_tr
     made.symlink_to(tmp_path / "elsewhere", target_is_directory=True)  # a planted link
     (tmp_path / "elsewhere").mkdir(mode=0o700)
     assert shim.private_folder() not in (made, tmp_path / "elsewhere")
+
+
+# Each default ignore as the docs name it, written out here (not read from DEFAULT_IGNORES, which a broken
+# default would shrink along with the test): a folder of that name at the top of the code folder and inside it.
+DEFAULT_IGNORED_FOLDERS = (
+    ".git",
+    ".hg",
+    ".svn",
+    "__pycache__",
+    ".ipynb_checkpoints",
+    ".venv",
+    "venv",
+    "node_modules",
+    "checkpoints",
+    "outputs",
+    ".cloudddp",
+)
+
+
+@pytest.mark.parametrize("folder", DEFAULT_IGNORED_FOLDERS)
+def test_each_default_ignored_folder_is_left_out_at_the_top_and_inside_a_code_folder(
+    tmp_path: Path, folder: str
+) -> None:
+    code = tmp_path / "code"
+    for where in (code / folder, code / "pkg" / folder):
+        where.mkdir(parents=True)
+        (where / "part-0.bin").write_bytes(b"\0" * 16)
+    (code / "train.py").write_text("print('hi')\n")
+    (code / "pkg" / "model.py").write_text("X = 1\n")
+    assert pack(code).files == ("pkg/model.py", "train.py")
+
+
+def test_default_ignored_files_are_left_out_wherever_they_are(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    for rel in ("x.pyc", "pkg/y.pyc", ".DS_Store", "pkg/.DS_Store"):
+        (code / rel).write_bytes(b"\0")
+    (code / "train.py").write_text("print('hi')\n")
+    assert pack(code).files == ("train.py",)

@@ -286,7 +286,15 @@ def test_a_cancelled_own_script_checkpoints_and_its_log_ends_without_a_traceback
     assert run.wait(timeout=120, poll=0.2).state.value == "cancelled"
     log = cli("logs", run.run_id).stdout
     assert "Traceback" not in log and "torchrun stopped on signal 15" in log, log[-3000:]
-    assert list((Path(os.environ["CLOUDDDP_HOME"]) / "checkpoints" / "p").glob("*/last.pt"))
+    (checkpoint,) = (Path(os.environ["CLOUDDDP_HOME"]) / "checkpoints" / "p").glob("*/last.pt")
+    # The checkpoint is the stop's, not only the last per-epoch save: the script left its loop on the SIGTERM,
+    # wrote its model after it, and that model is the checkpoint's, at the last epoch it reported.
+    import torch
+
+    state = torch.load(checkpoint, weights_only=True)
+    model = torch.load(Path(run.status().details["run_dir"]) / "outputs" / "model.pt", weights_only=True)
+    assert model.keys() == state["model"].keys() and all(torch.equal(model[k], state["model"][k]) for k in model)
+    assert state["epoch"] + 1 == max(r.epoch for r in run.metrics())
 
 
 def test_charts_of_an_own_scripts_epoch_records_count_epochs_not_steps() -> None:

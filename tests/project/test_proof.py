@@ -41,6 +41,36 @@ def test_on_ci_a_skip_for_a_missing_rig_fails_the_run(tmp_path: Path, ci: str, c
     assert named == bool(ci), result.stdout[-2000:]
 
 
+MODULE_SKIPS = {
+    "importorskip": 'pytest.importorskip("no_such_module_4c1e")',
+    "skip": 'pytest.skip("the rig did not start", allow_module_level=True)',
+}
+"""How a module skips itself at its top, before its tests are collected."""
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("how", sorted(MODULE_SKIPS))
+@pytest.mark.parametrize(("ci", "code"), [("true", 1), ("", 0)])
+def test_on_ci_a_module_skipped_at_collection_fails_the_run(
+    tmp_path: Path, ci: str, code: int, how: str, workers: str
+) -> None:
+    """A module-level skip reports no test, only a skipped collection: on CI it fails the run too, naming the
+    module, with and without pytest-xdist's workers."""
+    (tmp_path / "test_probe.py").write_text(f"import pytest\n\n{MODULE_SKIPS[how]}\n\n\ndef test_x():\n    pass\n")
+    (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert 1 + 1 == 2\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", workers, "-p", "tests.conftest", "-p", "no:cacheprovider"]
+        + [str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "CI": ci},
+        timeout=120,
+    )
+    assert result.returncode == code, result.stdout[-2000:]
+    assert ("test_probe.py: " in result.stdout and "each is a proof missing" in result.stdout) == bool(ci)
+
+
 def _guarantee_citations() -> list[str]:
     table = "".join((ROOT / "docs" / page).read_text() for page in ("guarantees.md", "security.md"))
     cells = [row.rsplit("|", 2)[1] for row in table.splitlines() if row.startswith("| ") and "`tests/" in row]

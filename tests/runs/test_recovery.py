@@ -187,16 +187,30 @@ def test_capacity_failures_move_a_sagemaker_recovery_to_the_next_size_of_the_ran
 
 
 @pytest.mark.slow
-def test_a_watcher_that_died_is_started_again_by_recover_and_finishes_the_chain() -> None:
-    run = Job.load(TINY, ["code.args=[--epochs, 6, --sleep, 0.3]", "limits.max_recoveries=1"]).submit("local")
+def test_a_watcher_that_died_is_started_again_by_recover_and_finishes_the_chain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The watcher is killed, then the run loses a node while no watcher is alive: the one `recover` starts
+    again finds the failed attempt and resubmits it, and the chain succeeds on attempt 2."""
+    monkeypatch.setenv("CLOUDDDP_RECOVERY_POLL", "0.5")
+    overrides = ["code.args=[--epochs, 12, --sleep, 0.3]", "local.nodes=2", "local.processes_per_node=1"]
+    run = Job.load(TINY, [*overrides, "limits.max_recoveries=1"]).submit("local")
     chain = run.chain
     assert chain is not None and chain.watcher_pid
+    first = chain.current.run_id
     os.kill(chain.watcher_pid, signal.SIGKILL)  # what a reboot or an OOM kill does to it
     wait_until(lambda: not recovery.Chain.load(chain.chain_id).watcher_alive(), timeout=30)
+    next(iter(run.backend.metrics(first, follow=True)))  # it trains
+    kill_node(run.backend.status(first).details["run_dir"], 1)
+    assert (
+        wait_until(lambda: (s := run.backend.status(first)).state.terminal and s, timeout=60).state is RunState.FAILED
+    )
     result = cli("recover", run.run_id)
     assert result.returncode == 0 and "watcher started again" in result.stderr, result.stderr
     again = recovery.Chain.load(chain.chain_id)
     assert again.watcher_pid not in (None, chain.watcher_pid) and again.watcher_alive()
-    assert run.wait(timeout=180, poll=0.5).state is RunState.SUCCEEDED
-    ended = wait_until(lambda: (c := recovery.Chain.load(chain.chain_id)).status != recovery.WATCHING and c, timeout=60)
-    assert ended.status == recovery.SUCCEEDED and "succeeded on attempt 1" in ended.message
+    ended = wait_until(
+        lambda: (c := recovery.Chain.load(chain.chain_id)).status != recovery.WATCHING and c, timeout=180
+    )
+    assert ended.status == recovery.SUCCEEDED and "succeeded on attempt 2" in ended.message, ended.message
+    assert [a.state for a in ended.attempts] == ["failed", "succeeded"] and ended.attempts[0].run_id == first

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cloudddp.api import Job
 from cloudddp.backends.status import RunState
-from cloudddp.runs.registry import Registry
+from cloudddp.runs.registry import Registry, _use_wal
 
 pytestmark = pytest.mark.slow
 
@@ -96,3 +98,31 @@ def _pack(code: str) -> str:
     from cloudddp.code.snapshot import pack
 
     return pack(Path(code)).sha256
+
+
+class _LockedAtFirst:
+    """A connection whose first ``locked`` WAL switches are refused as SQLite refuses one that meets another
+    connection's switch (no busy wait); then the real connection answers."""
+
+    def __init__(self, db: Any, refusals: int, error: str = "database is locked") -> None:
+        self.db, self.refusals, self.error, self.switches = db, refusals, error, 0
+
+    def execute(self, sql: str) -> Any:
+        if sql == "PRAGMA journal_mode=WAL":
+            self.switches += 1
+            if self.switches <= self.refusals:
+                raise sqlite3.OperationalError(self.error)
+        return self.db.execute(sql)
+
+
+@pytest.mark.parametrize("refusals", [1, 3])
+def test_a_wal_switch_refused_as_locked_is_asked_again_and_another_error_is_not(tmp_path: Path, refusals: int) -> None:
+    """The race of the test above, made certain: the switch is refused ``refusals`` times, then made."""
+    db = _LockedAtFirst(sqlite3.connect(tmp_path / "runs.db", isolation_level=None), refusals)
+    _use_wal(db)  # type: ignore[arg-type]
+    assert db.switches == refusals + 1
+    assert db.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    other = _LockedAtFirst(sqlite3.connect(tmp_path / "other.db", isolation_level=None), 1, "disk I/O error")
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        _use_wal(other)  # type: ignore[arg-type]
+    assert other.switches == 1

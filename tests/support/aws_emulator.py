@@ -8,6 +8,7 @@ import datetime
 import hashlib
 import http.client
 import http.server
+import json
 import math
 import os
 import socket
@@ -219,7 +220,6 @@ def sagemaker_quotas(quotas: dict[str, float], region: str = "us-east-1") -> Ite
 def _list_service_quotas(self: Any) -> str:
     """ListServiceQuotas, which moto lacks, as Service Quotas answers it for SageMaker: the quotas set with
     :func:`sagemaker_quotas`, in pages of ``MaxResults`` (:data:`QUOTA_PAGE`) with a ``NextToken``."""
-    import json
 
     params = json.loads(self.body)
     if params.get("ServiceCode") != "sagemaker":
@@ -267,16 +267,39 @@ def moto_server() -> Iterator[str]:
         server.stop()
 
 
+def resource_in_use(headers: Any, body: bytes) -> bytes | None:
+    """SageMaker's answer to a CreateTrainingJob whose name is taken in its account and region (botocore's model:
+    the operation's ``ResourceInUse`` error, a shape with ``Message``), or None when the name is free. The region
+    is the request's, from its signature's credential scope."""
+    from moto.sagemaker.models import sagemaker_backends
+
+    name = json.loads(body)["TrainingJobName"]
+    region = headers.get("Authorization", "").split("Credential=")[1].split("/")[2]
+    if name not in sagemaker_backends[ACCOUNT_ID][region].training_jobs:
+        return None
+    arn = f"arn:aws:sagemaker:{region}:{ACCOUNT_ID}:training-job/{name}"
+    message = (
+        "Training job names must be unique within an AWS account and region, and a training job with this name "
+        f"already exists ({arn})"
+    )
+    return json.dumps({"__type": "ResourceInUse", "Message": message}).encode()
+
+
 @dataclass
 class FaultProxy:
     """Forwards to ``upstream`` and records each request; ``rule(target, count)`` may answer instead: 'throttle',
-    '503' or 'drop' (forward the request, then close the connection without a response: a lost response)."""
+    '503' or 'drop' (forward the request, then close the connection without a response: a lost response).
+
+    A CreateTrainingJob that names an existing job is answered as SageMaker answers it (moto overwrites the job
+    instead): 400, ``ResourceInUse``, naming the job's ARN (:func:`resource_in_use`)."""
 
     upstream: str
     rule: Callable[[str, int], str | None] = lambda target, n: None
     seen: dict[str, int] = field(default_factory=dict)
     sent: list[tuple[str, str, bytes]] = field(default_factory=list)
     """(target, path with its query, body) of every request, in order: what was sent to AWS, byte for byte."""
+    in_use: list[str] = field(default_factory=list)
+    """The job names of the CreateTrainingJob requests answered ``ResourceInUse``."""
 
     def target_of(self, handler: http.server.BaseHTTPRequestHandler, body: bytes) -> str:
         amz = handler.headers.get("X-Amz-Target", "")
@@ -301,6 +324,10 @@ class FaultProxy:
                 proxy.seen[target] = proxy.seen.get(target, 0) + 1
                 proxy.sent.append((target, self.path, body))
                 fault = proxy.rule(target, proxy.seen[target])
+                if target == "CreateTrainingJob" and (duplicate := resource_in_use(self.headers, body)):
+                    proxy.in_use.append(json.loads(body)["TrainingJobName"])
+                    self._reply(400, duplicate, {"Content-Type": "application/x-amz-json-1.1"})
+                    return
                 if fault == "throttle":
                     payload = b'{"__type":"ThrottlingException","message":"Rate exceeded"}'
                     self._reply(400, payload, {"Content-Type": "application/x-amz-json-1.1"})

@@ -616,6 +616,12 @@ class WorkspaceAdapter(BaseAdapter):
     def jobs(self, method: str, parts: list[str], body: Any) -> Answer:
         m = self.model
         name = parts[1] if len(parts) > 1 else ""
+        if method == "PUT" and name in m.jobs:
+            # Jobs - Create Or Update of an existing job is its update: "the Tags in the definition passed in will
+            # replace Tags in the existing job" (REST reference; azure-ai-ml's client takes 200 or 201). Nothing
+            # else changes: no second run, and the job keeps its status.
+            m.jobs[name]["properties"]["tags"] = copy.deepcopy(body["properties"].get("tags") or {})
+            return 200, m.jobs[name], {}
         if method == "PUT":
             props = copy.deepcopy(body["properties"])
             if not props.get("computeId") and not props.get("resources", {}).get("instanceType"):

@@ -28,26 +28,31 @@ PEM = (
     "-----END CANARY PRIVATE KEY-----"
 )
 """A multi-line secret (a PEM-like key): each of its lines is searched for on its own too."""
-ENVIRONMENT = {"CANARY_TOKEN_SRC": TOKEN, "CANARY_PEM_SRC": PEM}
+QUOTED = 'canary-"qu\'o\\ted"-sécret-4e1c'
+"""A secret whose JSON- and repr-escaped forms differ from it (quotes, a backslash, non-ASCII): a request body or a
+log that escapes it shows none of its raw text."""
+ENVIRONMENT = {"CANARY_TOKEN_SRC": TOKEN, "CANARY_PEM_SRC": PEM, "CANARY_QUOTED_SRC": QUOTED}
 """The shell variables that hold the canaries."""
 SPEC_ENV = {
     "API_TOKEN": {"from_env": "CANARY_TOKEN_SRC", "secret": True},
     "SIGNING_KEY": {"from_env": "CANARY_PEM_SRC", "secret": True},
+    "DB_PASSWORD": {"from_env": "CANARY_QUOTED_SRC", "secret": True},
 }
-"""The spec's ``env`` section: the two secrets, read from the shell at launch (never written in the spec)."""
-SENT = {"API_TOKEN": TOKEN, "SIGNING_KEY": PEM}
+"""The spec's ``env`` section: the three secrets, read from the shell at launch (never written in the spec)."""
+SENT = {"API_TOKEN": TOKEN, "SIGNING_KEY": PEM, "DB_PASSWORD": QUOTED}
 """What the job's environment must hold once it runs."""
 
 
-def forms(values: Iterable[str] = (TOKEN, PEM)) -> list[str]:
-    """Every form of each value a leak could take: whole, each line, JSON- and repr-escaped, URL-quoted
-    (a query string, a form body) and base64 (an encoded payload)."""
+def forms(values: Iterable[str] = (TOKEN, PEM, QUOTED)) -> list[str]:
+    """Every form of each value a leak could take: whole, each line, JSON- (ASCII or not) and repr-escaped,
+    URL-quoted (a query string, a form body) and base64 (an encoded payload)."""
     found: set[str] = set()
     for value in values:
         for piece in {value, *(line for line in value.splitlines() if line.strip())}:
             found |= {
                 piece,
                 json.dumps(piece)[1:-1],
+                json.dumps(piece, ensure_ascii=False)[1:-1],
                 repr(piece)[1:-1],
                 urllib.parse.quote(piece, safe=""),
                 urllib.parse.quote_plus(piece),

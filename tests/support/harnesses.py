@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cloudddp.api import Job
@@ -67,9 +69,26 @@ class LocalHarness(Harness):
 
     def __init__(self) -> None:
         self.backend = get_backend("local")
+        self.hold = Path(tempfile.mkdtemp(prefix="cloudddp-hold-")) / "hold"
 
     def start(self) -> str:
-        return self.launch("code.args=[--epochs, 1000, --sleep, 0.3]")
+        """The run, once its script trains (its first metric line: its SIGTERM handler is set)."""
+        run_id = self.launch(f"code.args=[--epochs, 1000, --sleep, 0.3, --hold-while, '{self.hold}']")
+        next(iter(self.backend.metrics(run_id, follow=True)))
+        return run_id
+
+    @contextlib.contextmanager
+    def stop_held(self, run_id: str) -> Iterator[bool]:
+        """The script, once stopping, waits while the hold file exists (well inside the local grace)."""
+        self.hold.touch()
+        try:
+            yield True
+        finally:
+            self.hold.unlink()
+
+    def stop_requests(self, run_id: str) -> int:
+        """How many SIGTERMs reached the script's rank 0 (each prints a line)."""
+        return sum(line.source == "rank0" and line.text.strip() == "got SIGTERM" for line in self.backend.logs(run_id))
 
     def end(self, run_id: str) -> None:
         raise AssertionError("a local run ends when its script does: use short()")

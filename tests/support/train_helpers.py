@@ -10,6 +10,7 @@ import subprocess
 import sys
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -105,3 +106,16 @@ def write_image_folder(root: Path, train_per_class: int, test_per_class: int, si
                 noise = rng.integers(0, 60, (size, size, 3))
                 image = np.clip(base * 0.75 + noise, 0, 255).astype(np.uint8)
                 (folder / f"{i:04d}.png").write_bytes(png_bytes(image))
+
+
+def assert_every_step_once(records: list[Any], epochs: int) -> None:
+    """Each step of each epoch of the shared script ran exactly once over ``records`` (the metric records of a run
+    and its resumptions, in order; ``--log-every 1``): a step's id is (epoch, step within the epoch), read from
+    its global step and the epoch its record names. A resume that repeated or skipped part of an epoch keeps the
+    global counter contiguous but puts an epoch's steps past its end (or short of it)."""
+    records = [r for r in records if "test_acc" not in r.values]
+    per_epoch = next(r.step for r in records if r.epoch == 1 and "epoch_time" in r.values)
+    assert [r.step for r in records if "epoch_time" in r.values] == [e * per_epoch for e in range(1, epochs + 1)]
+    ids = [(r.epoch, r.step - (r.epoch - 1) * per_epoch) for r in records if "epoch_time" not in r.values]
+    expected = [(e, i) for e in range(1, epochs + 1) for i in range(1, per_epoch + 1)]
+    assert ids == expected, sorted(set(expected) ^ set(ids))[:10]

@@ -184,6 +184,8 @@ class LocalBackend(Backend[LocalOptions]):
                 state, cause = ending.state, ending.cause
                 message = ending.message + " (decided from what the nodes recorded: the run's supervisor is gone)"
                 st = st.updated(**ending.changes())
+        elif not state.terminal and st.cancel_requested:  # the script's grace: asked again, no second SIGTERM
+            state, message = RunState.STOPPING, "stopping: cancelled, the script is given its grace to save"
         elif not state.terminal and st.adopted_at:
             at = time.strftime("%H:%M:%S", time.localtime(st.adopted_at))
             message = f"{state.value} (its supervisor was lost; a new one took over at {at})"

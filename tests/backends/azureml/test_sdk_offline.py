@@ -19,7 +19,7 @@ from cloudddp.backends.registry import load_spec
 from cloudddp.backends.status import RunState
 from cloudddp.errors import UserError
 from cloudddp.runs.registry import Registry
-from tests.support.azure_rig import WorkspaceModel
+from tests.support.azure_rig import WorkspaceAdapter, WorkspaceModel
 from tests.support.azure_rig import rig_backend as backend
 from tests.support.cli import ROOT
 from tests.support.mlflow_server import MlflowServer
@@ -220,6 +220,39 @@ def test_second_submit_of_unchanged_code_uploads_nothing_and_a_retry_finds_its_j
     again = backend(model, token="r1")
     assert again.launch(again.render(spec)) == name  # a retried submit: same name, found, not sent twice
     assert [c for c in model.calls if c[0] == "PUT" and "/jobs/" in c[1]] == puts
+
+
+@pytest.mark.slow
+def test_a_lost_job_put_response_is_retried_as_azure_answers_it_without_a_second_run(
+    model: WorkspaceModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first job PUT reaches the workspace, which starts the job, and its response is lost: azure-core sends
+    the PUT again, Azure ML takes it as an update of the job (200, tags only), and the submit succeeds with the
+    one job still running, its MLflow run made once."""
+    import requests
+    from urllib3.exceptions import ProtocolError
+
+    real_send = WorkspaceAdapter.send
+    lost: list[str] = []
+
+    def send(adapter: WorkspaceAdapter, request: requests.PreparedRequest, **kwargs: object) -> requests.Response:
+        response = real_send(adapter, request, **kwargs)
+        if request.method == "PUT" and "/jobs/" in (request.url or "") and not lost:
+            name = (request.url or "").split("/jobs/")[1].split("?")[0]
+            lost.append(name)
+            model.set_job_status(name, "Running")  # the service went on with it
+            raise requests.ConnectionError(ProtocolError("Connection aborted.", ConnectionResetError(104, "reset")))
+        return response
+
+    monkeypatch.setattr(WorkspaceAdapter, "send", send)
+    b = backend(model, token="lost")
+    name = b.launch(b.render(load_spec(AZURE_JOB)))
+    assert lost == [name]
+    assert [path.rsplit("/", 1)[1] for method, path in model.calls if method == "PUT" and "/jobs/" in path] == [
+        name
+    ] * 2
+    assert model.jobs[name]["properties"]["status"] == "Running"  # not queued again as a new job
+    assert b.status(name).state is RunState.RUNNING
 
 
 @pytest.mark.slow

@@ -99,22 +99,27 @@ def test_detach_returns_at_once_and_status_works_from_another_process() -> None:
 
 
 def test_secret_values_stay_out_of_the_run_folder_and_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two secrets, one read from the shell and one a multi-line literal (a PEM-like key), printed by rank 0 raw,
-    JSON- and repr-escaped: no line of either, in any of those forms, is in any file of a home made by the run,
-    and that home is private (0700)."""
+    """Three secrets, one read from the shell, one a multi-line literal (a PEM-like key) and one whose escaped
+    forms differ from it (quotes, a backslash, non-ASCII), printed by rank 0 raw, JSON- (ASCII and not) and
+    repr-escaped: no line of any, in any of those forms, is in any file of a home made by the run, and that home
+    is private (0700)."""
     home = tmp_path / "fresh-home"  # created by cloudddp itself
     monkeypatch.setenv("CLOUDDDP_HOME", str(home))
     monkeypatch.setenv("TINY_TOKEN", "canary-7f3a9c1e5b")
     pem = "-----BEGIN CANARY KEY-----\nQ2FuYXJ5TGluZU9uZQ8x\nQ2FuYXJ5TGluZVR3bw9y\n-----END CANARY KEY-----"
-    job = Job.load(TINY, ["code.args=[--epochs, 1, --print-env, 'TOKEN,PEM']"]).override(
-        env={"TOKEN": {"from_env": "TINY_TOKEN", "secret": True}, "PEM": {"value": pem, "secret": True}}
+    quoted = "qu\"ot'ed\\pässwörd-4e1c"
+    env = {"from_env": "TINY_TOKEN", "secret": True}
+    job = Job.load(TINY, ["code.args=[--epochs, 1, --print-env, 'TOKEN,PEM,QUOTED']"]).override(
+        env={"TOKEN": env, "PEM": {"value": pem, "secret": True}, "QUOTED": {"value": quoted, "secret": True}}
     )
-    forms = {"canary-7f3a9c1e5b", *pem.splitlines(), json.dumps(pem)[1:-1], repr(pem)[1:-1]}
+    escaped = {json.dumps(quoted)[1:-1], json.dumps(quoted, ensure_ascii=False)[1:-1], repr(quoted)[1:-1]}
+    assert len(escaped - {quoted}) == 3  # each escaped form differs from the raw value: each is searched for
+    forms = {"canary-7f3a9c1e5b", *pem.splitlines(), json.dumps(pem)[1:-1], repr(pem)[1:-1], quoted, *escaped}
     shown = [repr(job.spec), job.spec.model_dump_json(), json.dumps(job.to_dict()), job.render("local").to_json()]
     assert not [f for f in forms for text in shown if f in text]
     run = job.submit("local")
     assert run.wait(timeout=120, poll=0.2).state is RunState.SUCCEEDED
-    assert sum("***" in line.text for line in run.logs()) >= 5  # the script did print them
+    assert sum("***" in line.text for line in run.logs()) >= 9  # the script did print them
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     files = [path for path in home.rglob("*") if path.is_file()]
     assert any("ranks" in path.parts for path in files)  # torchrun's per-rank files were searched too

@@ -23,6 +23,7 @@ from cloudddp.backends.registry import backend_class, load_spec, names
 from cloudddp.backends.status import RunState
 from tests.support.cli import ROOT, cli
 from tests.support.faults import rank_processes, wait_for_rank
+from tests.support.train_helpers import assert_every_step_once
 
 pytestmark = pytest.mark.slow
 DIGITS = ROOT / "jobs" / "digits-local.yaml"
@@ -33,26 +34,37 @@ def epoch_ends(run: Run) -> list[int]:
 
 
 def test_cancelled_run_checkpoints_and_a_resubmit_continues_without_losing_or_repeating_an_epoch() -> None:
-    args = "code.args=[--dataset, digits, --epochs, '8', --log-every, '1']"
-    first = Job.load(DIGITS, [args, "name=resume-demo", "checkpoint.resume=auto"]).submit("local")
-    for record in first.metrics(follow=True):
-        if record.epoch == 3:
-            break
-    result = cli("cancel", first.run_id)
-    assert result.returncode == 0
-    assert first.status().state is RunState.CANCELLED
-    stopped = [line.text for line in first.logs() if "stopping on SIGTERM" in line.text]
-    assert stopped, "the script saw SIGTERM and wrote a checkpoint before exiting"
+    """A cancel that lands mid-epoch checkpoints there and the resubmit continues at the next step: every step
+    of every epoch once. A cancel can also land between epochs (then the checkpoint is the epoch's end, and a
+    resume that ignored the step within the epoch would pass unseen), so the run is cancelled and resubmitted
+    until one stop has landed mid-epoch (at most three tries; evaluation only at the end keeps the gap between
+    epochs short), then the last resubmit trains to the end."""
+    args = "code.args=[--dataset, digits, --epochs, '8', --log-every, '1', --eval-every, '8']"
+    stopped_runs: list[Run] = []
+    mid_epoch = False
+    while not mid_epoch and len(stopped_runs) < 3:
+        run = Job.load(DIGITS, [args, "name=resume-demo", "checkpoint.resume=auto"]).submit("local")
+        for record in run.metrics(follow=True):
+            if record.epoch >= len(stopped_runs) + 2:  # into epoch 2 (then further with each try)
+                break
+        result = cli("cancel", run.run_id)
+        assert result.returncode == 0
+        assert run.status().state is RunState.CANCELLED
+        stopped = [line.text for line in run.logs() if "stopping on SIGTERM" in line.text]
+        assert stopped, "the script saw SIGTERM and wrote a checkpoint before exiting"
+        mid_epoch = "stopping on SIGTERM at epoch" in stopped[0]  # else "at the end of epoch N"
+        stopped_runs.append(run)
+    assert mid_epoch, "three cancels all landed between epochs"
 
-    second = Job.load(DIGITS, [args, "name=resume-demo", "checkpoint.resume=auto"]).submit("local")
-    assert second.wait(timeout=240, poll=0.5).state is RunState.SUCCEEDED
-    resumed = [line.text for line in second.logs() if "resumed from" in line.text]
-    done_first, done_second = epoch_ends(first), epoch_ends(second)
-    assert resumed and f"at epoch {done_first[-1] + 1}," in resumed[0], (resumed, done_first)
-    assert done_first + done_second == list(range(1, 9)), (done_first, done_second)
-    steps = [r.step for r in first.metrics() if "epoch_time" not in r.values and "test_acc" not in r.values]
-    steps += [r.step for r in second.metrics() if "epoch_time" not in r.values and "test_acc" not in r.values]
-    assert steps == sorted(set(steps)) and steps == list(range(1, steps[-1] + 1)), "every step once, none lost"
+    last = Job.load(DIGITS, [args, "name=resume-demo", "checkpoint.resume=auto"]).submit("local")
+    assert last.wait(timeout=240, poll=0.5).state is RunState.SUCCEEDED
+    runs = [*stopped_runs, last]
+    for k, after in enumerate(runs[1:], 1):
+        resumed = [line.text for line in after.logs() if "resumed from" in line.text]
+        done = [e for run in runs[:k] for e in epoch_ends(run)]
+        assert resumed and f"at epoch {(done or [0])[-1] + 1}," in resumed[0], (resumed, done)
+    assert [e for run in runs for e in epoch_ends(run)] == list(range(1, 9))
+    assert_every_step_once([r for run in runs for r in run.metrics()], epochs=8)
 
 
 def _final_params(run: Run) -> dict[str, torch.Tensor]:
@@ -85,6 +97,7 @@ def test_a_rank_that_stops_participating_fails_the_run_within_the_collective_tim
         [
             "code.args=[--dataset, digits, --epochs, '50', --log-every, '1']",
             "distribution.collective_timeout=5",
+            "limits.stall_timeout='off'",  # the watchdog would fail a hung run too: only the timeout may end it
             "name=hang",
         ],
     )
@@ -95,16 +108,18 @@ def test_a_rank_that_stops_participating_fails_the_run_within_the_collective_tim
     os.kill(pid, signal.SIGSTOP)
     frozen_at = time.monotonic()
     try:
-        status = run.wait(timeout=120, poll=0.5)
+        status = run.wait(timeout=60, poll=0.5)
     finally:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    assert status.state is RunState.FAILED
-    assert time.monotonic() - frozen_at < 90, "it did not hang"
+    assert status.state is RunState.FAILED, status
+    assert time.monotonic() - frozen_at < 60, "it did not hang"
     text = "\n".join(line.text for line in run.logs())
-    assert "timed out" in text.lower() or "timeout" in text.lower(), text[-3000:]
+    assert "stall" not in text.lower() and "stall" not in str(status.message).lower()
+    # gloo's own error names the spec's timeout (5 s), not torch's default (600 s) or anything else
+    assert re.search(r"[Tt]imed out .*\b5000 ?ms\b", text), text[-3000:]
 
 
 JOB_OF = {"local": "digits-local", "sagemaker": "cifar10-smddp", "azureml": "cifar10-azureml", "slurm": "cifar10-slurm"}

@@ -213,6 +213,9 @@ def test_under_recovery_the_budget_counts_every_attempt_and_a_budget_stop_ends_t
     assert status.state is RunState.CANCELLED and len(status.details["attempts"]) == 2  # not resubmitted
     outcome = wait_for(lambda: Registry().get(second).info["budget"].get("message"))  # type: ignore[union-attr]
     assert "by earlier attempts" in outcome
+    # the amount it stopped at: attempt 1's 20 minutes and attempt 2's 10, each counted once, on 2 instances
+    stopped = Registry().get(second).info["budget"]["stopped_at_cost"]  # type: ignore[union-attr]
+    assert stopped == pytest.approx((1200 + 600) * 2 * PRICE / 3600, rel=0.02), outcome
 
     report = run.cost()
     assert [a["run_id"] for a in report.attempts] == [first, second]

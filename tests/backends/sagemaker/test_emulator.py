@@ -20,7 +20,7 @@ from cloudddp.code.snapshot import pack
 from cloudddp.errors import UserError
 from cloudddp.runs.registry import Registry
 from cloudddp.runtime import checkpoint_key, shipped_files
-from tests.support.aws_emulator import FaultProxy, aws_environment, own_bucket, put_logs, set_status
+from tests.support.aws_emulator import ACCOUNT_ID, FaultProxy, aws_environment, own_bucket, put_logs, set_status
 from tests.support.cli import ROOT, cli
 from tests.support.waiting import LineReader
 
@@ -181,8 +181,30 @@ def test_throttling_5xx_and_a_lost_response_are_survived_without_a_duplicate(
         name = backend.launch(backend.render(spec_from_dict(job(tmp_path, name="fault-sm"))))
     monkeypatch.setenv("AWS_ENDPOINT_URL", aws_env)
     assert proxy.seen["CreateTrainingJob"] == 2 and proxy.seen["DescribeTrainingJob"] >= 3
+    assert proxy.in_use == [name]  # the retry met its own job, as SageMaker answers it, and that was success
     jobs = boto3.client("sagemaker").list_training_jobs(NameContains="fault-sm")["TrainingJobSummaries"]
     assert [j["TrainingJobName"] for j in jobs] == [name]
+
+
+def test_the_rig_answers_a_second_job_of_one_name_as_sagemaker_does(tmp_path: Path, aws_env: str) -> None:
+    """botocore reads the proxy's answer as SageMaker's: a ClientError ``ResourceInUse`` with SageMaker's words."""
+    from botocore.exceptions import ClientError
+
+    backend = SageMakerBackend(registry=Registry(), token="dup")
+    request = backend.render(spec_from_dict(job(tmp_path, name="dup-sm"))).request
+    with FaultProxy(aws_env).running() as url:
+        sm = boto3.client("sagemaker", endpoint_url=url, region_name="eu-west-1")
+        minimal = {k: request[k] for k in ("AlgorithmSpecification", "RoleArn", "OutputDataConfig")}
+        minimal |= {"ResourceConfig": request["ResourceConfig"], "StoppingCondition": request["StoppingCondition"]}
+        sm.create_training_job(TrainingJobName="dup-sm-once", **minimal)
+        with pytest.raises(ClientError) as again:
+            sm.create_training_job(TrainingJobName="dup-sm-once", **minimal)
+    error = again.value.response
+    assert error["ResponseMetadata"]["HTTPStatusCode"] == 400 and error["Error"]["Code"] == "ResourceInUse"
+    assert error["Error"]["Message"] == (
+        "Training job names must be unique within an AWS account and region, and a training job with this name "
+        f"already exists (arn:aws:sagemaker:eu-west-1:{ACCOUNT_ID}:training-job/dup-sm-once)"
+    )
 
 
 def test_status_reaches_the_cli_for_each_state(tmp_path: Path) -> None:
