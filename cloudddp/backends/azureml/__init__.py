@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cloudddp.backends.azureml.bill import job_bill
-from cloudddp.backends.azureml.cluster import compute_url, grow, scale_settings, tier_mismatch
+from cloudddp.backends.azureml.cluster import compute_url, grow, no_compute_write, scale_settings, tier_mismatch
 from cloudddp.backends.azureml.decide import decide
 from cloudddp.backends.azureml.document import documents, to_yaml
 from cloudddp.backends.azureml.explain import explain
@@ -335,7 +335,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             )
         except HttpResponseError as e:
             if e.status_code == 403:
-                raise self._no_compute_write(wanted["name"], e, doing="growing") from None
+                raise no_compute_write(wanted["name"], e, doing="growing") from None
             raise
 
     def _create_cluster(self, client: Any, plan: Plan, progress: Progress | None) -> None:
@@ -356,7 +356,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             poller = client.compute.begin_create_or_update(compute)
         except HttpResponseError as e:
             if e.status_code == 403:
-                raise self._no_compute_write(wanted["name"], e) from None
+                raise no_compute_write(wanted["name"], e) from None
             raise
         started = time.monotonic()
         try:
@@ -373,16 +373,6 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
                 f"creating cluster {wanted['name']} ended Failed: {reason}. The job was not submitted. "
                 + _FAILED_CLUSTER_FIX.format(name=wanted["name"])
             ) from None
-
-    @staticmethod
-    def _no_compute_write(name: str, error: Any, doing: str = "creating") -> UserError:
-        first = (error.message or str(error)).strip().splitlines()[0]
-        return UserError(
-            f"{doing} cluster {name} needs Microsoft.MachineLearningServices/workspaces/computes/write, which "
-            f"these credentials lack (the built-in AzureML Data Scientist role has it in its NotActions): {first}",
-            hint="remove azureml.compute to run on serverless compute (no cluster to change), ask the workspace's "
-            "owner to do it (then submit again), or get a role with computes/write",
-        )
 
     # -- run verbs ---------------------------------------------------------------------------
     def _describe(self, run_id: str) -> RunStatus | None:

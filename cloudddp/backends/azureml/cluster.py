@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cloudddp.backends.azureml.limits import suggest_cluster
-from cloudddp.errors import CloudDDPError
+from cloudddp.errors import CloudDDPError, UserError
 
 ARM = "https://management.azure.com"
 API_VERSION = "2024-04-01"  # a GA version of Microsoft.MachineLearningServices that has Compute - Update
@@ -155,3 +155,14 @@ def _patch_and_wait(
         progress(f"growing cluster {name}: {state or 'Updating'} ({time.monotonic() - started:.0f} s)")
         time.sleep(poll_seconds)
     raise CloudDDPError(f"growing cluster {name} did not finish in {timeout:.0f} s; see the cluster in Azure ML studio")
+
+
+def no_compute_write(name: str, error: Any, doing: str = "creating") -> UserError:
+    """A 403 on creating or growing cluster ``name``, said with the permission it needs and the ways out."""
+    first = (error.message or str(error)).strip().splitlines()[0]
+    return UserError(
+        f"{doing} cluster {name} needs Microsoft.MachineLearningServices/workspaces/computes/write, which "
+        f"these credentials lack (the built-in AzureML Data Scientist role has it in its NotActions): {first}",
+        hint="remove azureml.compute to run on serverless compute (no cluster to change), ask the workspace's "
+        "owner to do it (then submit again), or get a role with computes/write",
+    )
