@@ -9,6 +9,7 @@ from tests.support.mutants import Mutant
 LOCAL = "tests/backends/local/"
 SM = "tests/backends/sagemaker/"
 AZ = "tests/backends/azureml/"
+SLURM = "tests/backends/slurm/"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the six that survived when #39 was filed ------------------------------------------------------------
@@ -511,5 +512,40 @@ MUTANTS: tuple[Mutant, ...] = (
     _note_skip(report)""",
         """    controller sees the workers' skipped collections here too.\"\"\"""",
         ("tests/project/test_proof.py::test_on_ci_a_module_skipped_at_collection_fails_the_run",),
+    ),
+    # -- Slurm ------------------------------------------------------------------------------------------------
+    Mutant(
+        "slurm-end-record-ignored",
+        "Slurm: a finished run keeps its end once Slurm forgets the job",
+        "cloudddp/backends/slurm/status.py",
+        '    return from_ended(shell.tail(f"{run_dir}/{ENDED_FILE}", 4096)) if run_dir else None',
+        "    return None",
+        (SLURM + "test_forgotten_jobs.py",),
+    ),
+    Mutant(
+        "known-end-downgraded-to-unknown",
+        "Slurm: a finished run keeps its end once Slurm forgets the job",
+        "cloudddp/runs/runner.py",
+        "    if record is None or status.state is not RunState.UNKNOWN:",
+        "    if True:",
+        (SLURM + "test_forgotten_jobs.py::test_a_failed_run_stays_failed_and_a_seen_end_is_never_downgraded",),
+    ),
+    Mutant(
+        "slurm-srun-ranks-bind-the-store",
+        "Slurm: no process joins a rendezvous listener it did not bind",
+        "cloudddp/backends/slurm/rendezvous.py",
+        " TORCHELASTIC_USE_AGENT_STORE=True",
+        "",
+        (SLURM + "test_rendezvous_squat.py",),
+    ),
+    Mutant(
+        "slurm-taken-port-joined",
+        "Slurm: no process joins a rendezvous listener it did not bind",
+        "cloudddp/backends/slurm/agent.py",
+        """        if endpoint == "{TAKEN}":
+            sys.exit({PORT_TAKEN_EXIT})
+""",
+        "",
+        (SLURM + "test_srun_store.py",),
     ),
 )
