@@ -62,7 +62,9 @@ Duration = Annotated[int, BeforeValidator(parse_duration)]
 
 
 def _duration_or_off(value: Any) -> Any:
-    if isinstance(value, str) and value.strip().lower() == "off":
+    """A duration, or ``off``: written unquoted in YAML (and in ``-o``), ``off`` is read as false, which means it
+    too."""
+    if value is False or (isinstance(value, str) and value.strip().lower() == "off"):
         return "off"
     try:
         return parse_duration(value)

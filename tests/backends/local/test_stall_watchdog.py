@@ -13,6 +13,7 @@ from cloudddp.api import Job
 from cloudddp.backends.registry import spec_from_dict
 from cloudddp.backends.status import Cause, RunState
 from cloudddp.code import stall
+from tests.support.cli import FIXTURES
 
 STALL_S = 10
 HANGS = """
@@ -80,6 +81,10 @@ def test_the_stall_timeout_defaults_to_twice_the_collective_timeout_and_the_plan
     assert spec().spec.stall_seconds == 40
     assert spec(stall_timeout="2m").spec.stall_seconds == 120
     assert spec(stall_timeout="off").spec.stall_seconds is None
+    off = Job.load(
+        FIXTURES / "tinyjob" / "job.yaml", ["limits.stall_timeout=off"]
+    )  # unquoted, YAML reads `off` as false: off all the same
+    assert off.spec.stall_seconds is None
     plan = spec().render("local")
     assert plan.request.stall_timeout == 40
     (note,) = [d for d in plan.decisions if d.startswith("stall watchdog")]
