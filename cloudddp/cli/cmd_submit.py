@@ -12,6 +12,7 @@ from cloudddp.backends.checks import Check, PreflightFailed
 from cloudddp.backends.registry import backend_class
 from cloudddp.backends.status import LogLine, RunStatus
 from cloudddp.catalog.sizing import script_arg
+from cloudddp.cli.confirm import confirm_launch, interactive
 from cloudddp.cli.options import (
     backend_option,
     format_record,
@@ -42,6 +43,7 @@ from cloudddp.spec.model import JobSpec
 @click.option("--quiet", "-q", is_flag=True, help="Print only the run id.")
 @click.option("--no-provision", is_flag=True, help="Leave clusters alone (backends that create or resize them).")
 @click.option("--skip-checks", is_flag=True, help="Launch even when preflight checks fail.")
+@click.option("--yes", "-y", is_flag=True, help="Launch on a cloud without asking (the cost is still shown).")
 @click.option(
     "--all-ranks",
     is_flag=True,
@@ -74,6 +76,7 @@ def submit(
     quiet: bool,
     no_provision: bool,
     skip_checks: bool,
+    yes: bool,
     all_ranks: bool,
     verbose: bool,
     recover: int | None,
@@ -85,11 +88,17 @@ def submit(
       cloudddp submit job.yaml                         # torchrun here
       cloudddp submit job.yaml -b sagemaker --dry-run  # the request, not sent
       cloudddp submit job.yaml -o resources.nodes=2 --detach
+      cloudddp submit job.yaml -b azureml -y           # no question before the launch
+
+    On a cloud, the size, its price per hour and the job's estimated cost come first; on a terminal submit
+    then asks Proceed? [Y/n] (--yes, --quiet, --json and a non-interactive shell do not ask).
     """
     spec = load_job(job, override)
     if dry_run:
         print_plan(backend_class(backend)().render(spec), json_=json_)
         return
+    if not (quiet or json_):
+        confirm_launch(spec, backend, ask=not yes and interactive())
     if not verbose:
         divert(sdk_log())
     try:
