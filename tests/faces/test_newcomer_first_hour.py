@@ -180,6 +180,31 @@ def test_render_reports_every_missing_setting_it_needs_in_one_message(tmp_path: 
     assert "subscription_id" not in result.stderr  # only a submit needs the workspace; validate -b says so
 
 
+def test_validate_refuses_an_azure_size_missing_its_version_and_the_templates_placeholders(tmp_path: Path) -> None:
+    """#43: `Standard_NC24ads_A100` (no `_v4`) validated with a warning; the template's `<subscription>` and
+    `<workspace>` passed as values. Both exit 2 now, each with its line; the SageMaker typo has its line too."""
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        "name: t\ncode:\n  dir: .\n  entry: train.py\nresources:\n  gpus_per_node: 1\nazureml:\n"
+        "  subscription_id: <subscription>\n  resource_group: rg\n  workspace: <workspace>\n"
+        "  vm_size: Standard_NC24ads_A100\n"
+    )
+    result = cli("validate", str(spec), "-b", "azureml", env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert (
+        f"{spec}:11: azureml.vm_size: Standard_NC24ads_A100 is not an Azure VM size; did you mean "
+        "'Standard_NC24ads_A100_v4'?" in result.stderr
+    ), result.stderr
+    assert f"{spec}:8: azureml.subscription_id: <subscription> is the template's placeholder" in result.stderr
+    assert f"{spec}:10: azureml.workspace: <workspace> is the template's placeholder" in result.stderr
+    fixed = ["-o", "azureml.vm_size=Standard_NC24ads_A100_v4", "-o", "azureml.subscription_id=sub"]
+    assert cli("validate", str(spec), *fixed, "-o", "azureml.workspace=w", cwd=tmp_path).returncode == 0
+    spec.write_text(spec.read_text().split("azureml:")[0] + "sagemaker:\n  instance_type: ml.g5.48xlarg\n")
+    typo = cli("validate", str(spec), "-b", "sagemaker", env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert typo.returncode == 2 and f"{spec}:8: sagemaker.instance_type: 'ml.g5.48xlarg'" in typo.stderr, typo.stderr
+
+
 def test_plan_ranks_sagemaker_sizes_without_a_role_and_says_submit_needs_one(tmp_path: Path) -> None:
     job = ROOT / "jobs" / "cifar10-resnet18.yaml"
     result = cli("plan", str(job), "-b", "sagemaker", "-o", "sagemaker.role=null", env=NO_CLOUD_ENV, cwd=tmp_path)
