@@ -157,6 +157,11 @@ def event_text(event: MetricRecord | LogLine) -> str:
     return f"[dim]\\[{escape(printable(line_tag(event)))}][/] {escape(printable(event.text))}"
 
 
+def echoed(event: MetricRecord | LogLine) -> bool:
+    """A record whose line was just shown as printed: shown once, as the script's own line."""
+    return isinstance(event, MetricRecord) and event.echoed
+
+
 def follow_run(
     run: Run, *, quiet: bool, epochs: int | None = None, all_ranks: bool = False, json_: bool = False
 ) -> None:
@@ -175,13 +180,15 @@ def follow_run(
             with Bar(TextColumn("epoch"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err()) as bar:
                 task = bar.add_task("epochs", total=epochs)  # no total: a count of the epochs reached
                 for event in run.events(follow=True, all_ranks=all_ranks):
-                    bar.console.print(event_text(event))
+                    if not echoed(event):
+                        bar.console.print(event_text(event))
                     reached = progress.update(event) if isinstance(event, MetricRecord) else None
                     if reached is not None:
                         bar.update(task, completed=reached)
         else:
             for event in run.events(follow=True, all_ranks=all_ranks):
-                out().print(event_text(event))
+                if not echoed(event):
+                    out().print(event_text(event))
         status = run.wait(poll=0.2)
     except KeyboardInterrupt:
         err().print(
