@@ -210,8 +210,9 @@ def print_end(status: RunStatus, *, quiet: bool) -> None:
     err().print(f"[bold {colour}]{status.state.value}[/] {status.run_id}: {escape(printable(status.message))}")
     failure = status.details.get("failure")
     if failure and failure.get("log_tail"):
-        err().print("[dim]last lines of the failed rank:[/]")
-        for line in failure["log_tail"][-10:]:
+        stalled = "stalled_ranks" in failure  # the stacks of the quiet ranks, each with its heading
+        err().print("[dim]" + ("where the quiet ranks are:" if stalled else "last lines of the failed rank:") + "[/]")
+        for line in failure["log_tail"][-20 if stalled else -10 :]:
             err().print(f"  {escape(printable(line))}")  # the job's own output
 
 

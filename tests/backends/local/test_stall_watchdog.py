@@ -13,6 +13,7 @@ from cloudddp.api import Job
 from cloudddp.backends.registry import spec_from_dict
 from cloudddp.backends.status import Cause, RunState
 from cloudddp.code import stall
+from tests.support.cli import cli
 
 STALL_S = 10
 HANGS = """
@@ -66,6 +67,14 @@ def test_a_script_that_hangs_after_its_first_epoch_fails_as_stalled_with_the_stu
     assert any("in hang_forever" in text for text in stuck), stuck  # the stuck rank's Python stack
     waiting = [line.text for line in lines if line.source == "rank0"]
     assert any("all_reduce" in text for text in waiting), waiting  # and where the other one waits for it
+    # #43: what status and the attached view show (they follow rank 0's lines): rank 1's stack first
+    tail = status.details["failure"]["log_tail"]
+    assert status.details["failure"]["stalled_ranks"][0] == 1, status.details
+    assert tail[0] == "rank 1, most recent call first:", tail
+    waiting = tail.index("rank 0 (waiting in a collective), most recent call first:")
+    assert any("in hang_forever" in line for line in tail[:waiting]), tail
+    shown = cli("status", run.run_id)
+    assert "rank 1, most recent call first" in shown.stdout and "hang_forever" in shown.stdout, shown.stdout
 
 
 def test_the_stall_timeout_defaults_to_twice_the_collective_timeout_and_the_plan_says_how_stacks_are_taken(
