@@ -22,6 +22,7 @@ from cloudddp.cli.options import (
     json_option,
     money,
     run_arguments,
+    run_ids,
     sdk_log,
 )
 from cloudddp.errors import UserError
@@ -227,7 +228,7 @@ def cost_text(report: CostReport) -> Any:
 
 
 @click.command()
-@click.argument("run", required=False)
+@click.argument("run", required=False, shell_complete=run_ids)
 @click.option(
     "--spec",
     "spec_file",
@@ -447,10 +448,10 @@ def list_(
 
     table = Table("run", "backend", "state", "created")
     for s in seen:
-        state = (
+        shown = (  # not `state`: that is the --state filter the paging hint repeats
             s.state if s.refreshed else f"{s.state} [dim](last seen {when(s.record.updated_at)}: {escape(s.reason)})[/]"
         )
-        table.add_row(s.record.run_id, s.record.backend, state, when(s.record.created_at))
+        table.add_row(s.record.run_id, s.record.backend, shown, when(s.record.created_at))
     out().print(table)
     if more:
         total = registry.count(backend=backend, state=state, name=name)
