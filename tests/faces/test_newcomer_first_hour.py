@@ -336,3 +336,31 @@ def test_every_command_s_help_shows_an_example() -> None:
         if not any(line.strip().startswith(f"cloudddp {command}") for line in shown.splitlines()):
             missing.append(command)
     assert not missing, missing
+
+
+def test_check_shows_every_backend_with_the_fix_for_each_and_is_in_the_quick_start(tmp_path: Path) -> None:
+    """#43: one command that checks every installed backend's settings, credentials and reachability (`sky
+    check`); with -b it exits 1 for a backend that is not ready."""
+    result = cli("check", "--json", env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    checks = json.loads(result.stdout)
+    assert {"local", "sagemaker", "azureml", "slurm"} <= set(checks), checks
+    assert all(c["ok"] for c in checks["local"]) and any("torch" in c["name"] for c in checks["local"]), checks
+    region = next(c for c in checks["sagemaker"] if c["name"] == "setting sagemaker.region")
+    assert region["ok"] is False and "export AWS_REGION=" in region["fix"], region
+    subscription = next(c for c in checks["azureml"] if c["name"] == "setting azureml.subscription_id")
+    assert "export AZURE_SUBSCRIPTION_ID=" in subscription["fix"], subscription
+    assert all(c["fix"] for name in ("sagemaker", "azureml") for c in checks[name] if c["ok"] is False)
+    table = cli("check", env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert "ready: local" in table.stdout and "export AWS_REGION=" in " ".join(table.stdout.split()), table.stdout
+    assert cli("check", "-b", "sagemaker", env=NO_CLOUD_ENV, cwd=tmp_path).returncode == 1
+    assert cli("check", "-b", "local", env=NO_CLOUD_ENV, cwd=tmp_path).returncode == 0
+    quick_start = (ROOT / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert "$ cloudddp check " in quick_start
+
+
+def test_a_mistyped_or_borrowed_command_name_names_the_command_meant() -> None:
+    for typed, meant in (("sizes", "skus"), ("stauts", "status"), ("ls", "list")):
+        result = cli(typed)
+        assert result.returncode == 2 and f"did you mean '{meant}'?" in result.stderr, (typed, result.stderr)
+    assert "did you mean" not in cli("zzz").stderr
