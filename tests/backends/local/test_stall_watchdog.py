@@ -92,7 +92,8 @@ def test_the_stall_timeout_defaults_to_twice_the_collective_timeout_and_the_plan
     plan = spec().render("local")
     assert plan.request.stall_timeout == 40
     (note,) = [d for d in plan.decisions if d.startswith("stall watchdog")]
-    assert "40 s (twice distribution.collective_timeout)" in note and "faulthandler on signal" in note
+    assert "40 s (twice distribution.collective_timeout)" in note and "in `cloudddp status`" in note
+    assert "SIGRTMIN" not in note and "sitecustomize" not in note  # #43: no jargon in what every submit prints
     assert any("watchdog off" in d for d in spec(stall_timeout="off").render("local").decisions)
     slurm = spec(stall_timeout="2m").render("slurm")  # renders offline; its supervisor is Slurm's
     assert any("limits.stall_timeout is not enforced on slurm" in w for w in slurm.warnings), slurm.warnings
@@ -145,3 +146,13 @@ def test_the_hook_makes_a_python_process_print_its_stack_on_the_signal_and_go_on
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_job_asking_for_gpus_on_a_machine_that_trains_on_the_cpu_is_warned(tmp_path: Path) -> None:
+    """#43: `-o resources.gpus_per_node=2` ran "2 process(es) on cpu" and said nothing of the GPUs."""
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    data = {"name": "g", "code": {"dir": str(tmp_path), "entry": "train.py"}, "local": {"device": "cpu"}}
+    gpus = Job(spec_from_dict({**data, "resources": {"gpus_per_node": 2}}, base_dir=tmp_path)).render("local")
+    assert any("resources.gpus_per_node is 2 but the run trains on the CPU here" in w for w in gpus.warnings)
+    cpu = Job(spec_from_dict(data, base_dir=tmp_path)).render("local")
+    assert not any("trains on the CPU" in w for w in cpu.warnings), cpu.warnings
