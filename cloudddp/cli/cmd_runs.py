@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.shell_completion import CompletionItem
 
 from cloudddp.api import Run
 from cloudddp.backends.registry import load_spec
 from cloudddp.backends.status import LogLine
 from cloudddp.cli.options import (
+    backend_option,
     follow_option,
     format_record,
     json_option,
     money,
-    run_arguments,
-    run_ids,
     sdk_log,
 )
 from cloudddp.errors import UserError
@@ -65,6 +65,17 @@ def attach(run: str | None, backend: str | None) -> Run:
         err().print(f"[dim]latest run: {latest.run_id} ({latest.backend})[/]")
         run = latest.run_id
     return Run.attach(run, backend)
+
+
+def run_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Shell completion of ``RUN``: the ids of this machine's runs that start with what is typed, newest first."""
+    return [CompletionItem(r.run_id, help=f"{r.backend}, {r.state}") for r in Registry().find(incomplete)][:200]
+
+
+def run_arguments(f: F) -> F:
+    """``RUN`` (an id, a unique prefix or suffix of one; the latest run when left out) and ``--backend``."""
+    f = backend_option(None, "Look the run up at this backend (runs started elsewhere).")(f)
+    return click.argument("run", required=False, shell_complete=run_ids)(f)
 
 
 @click.command()

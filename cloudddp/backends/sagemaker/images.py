@@ -171,8 +171,8 @@ def support_warning(image: str, today: datetime.date | None = None) -> str | Non
     newest, _ = default_version(smddp=False, today=today)
     return (
         f"sagemaker.image {image}: PyTorch {full} is out of AWS patch support since {end} (no security fixes); "
-        f"leave sagemaker.image out and cloudddp picks the newest image AWS still patches ({newest}; for smddp the "
-        "newest with the library), or set sagemaker.framework_version"
+        f"leave sagemaker.image out and cloudddp picks the newest image AWS still patches ({newest}, or the newest "
+        "with SageMaker's data-parallel library for a job that uses it), or set sagemaker.framework_version"
     )
 
 
