@@ -60,7 +60,8 @@ def stall_failure(run: RunDir, reason: str) -> dict[str, Any]:
         text = path.read_text(errors="replace") if path.exists() else ""
         after = text[text.rfind(STACKS_FOLLOW) :] if STACKS_FOLLOW in text else ""
         for rank in quiet:
-            dumped[rank] += [line for line in rank_lines(after, rank) if line.strip()]
+            # the stack, without the rank launcher's own notices of the stop that follows it
+            dumped[rank] += [ln for ln in rank_lines(after, rank) if ln.strip() and not ln.startswith("_cloudddp_")]
     order = sorted(quiet, key=lambda r: any(WAITING.search(line.rstrip()) for line in dumped[r]))
     tail: list[str] = []
     for rank in order:
