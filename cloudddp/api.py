@@ -161,7 +161,8 @@ class Run:
         """What a person watching the run sees, in the order it was printed: global rank 0's lines (every line,
         the runtime's included, with ``all_ranks``), each followed by the metric record it carries — the same
         records as :meth:`metrics` on every backend (global rank 0's, or every rank's with ``metrics.ranks:
-        all``). A line a declared pattern matched is shown *and* its record; a ``CLOUDDDP_METRIC`` line is shown
+        all``). A line a declared pattern matched is shown *and* its record (marked ``echoed``: ``submit``'s view
+        shows such a line once, as printed); a ``CLOUDDDP_METRIC`` line is shown
         as its record (the line is that record's machine form)."""
         return self._one.events(follow, all_ranks)
 

@@ -3,8 +3,10 @@
 Candidates are every catalog size of the target cloud whose GPU count fits the job (nodes × GPUs per
 node, or a total the size's GPU count divides). Each is rejected with a reason, or accepted and
 ranked by the estimated cost of the whole job — start-up, training, checkpoints, shutdown and idle
-nodes, each at the size's price (model.py, overheads.py) — not by price per hour; sizes without a
-price rank after priced ones. More than one node requires an RDMA fabric (InfiniBand/EFA) unless the
+nodes, each at the size's price (model.py, overheads.py) — not by price per hour. A size without a
+dated price in the catalog is never chosen automatically (its cost cannot be compared, so calling
+another size "the cheapest" would be a guess): it is rejected with that reason, and a spec may still
+name it. More than one node requires an RDMA fabric (InfiniBand/EFA) unless the
 spec says ``interconnect: any``. A retired size is never picked; one retiring within
 ``RETIRING_WARN_DAYS`` of the catalog date is picked only with a warning.
 """
@@ -21,6 +23,10 @@ from cloudddp.catalog.overheads import overheads
 from cloudddp.catalog.skus import CATALOG_DATE, RETIRING_WARN_DAYS, Sku, azure_ib_alternative, check_cloud, find, skus
 from cloudddp.catalog.speed import gpu_key, speed, speed_basis
 
+UNPRICED = (
+    "no dated on-demand price in the catalog: not chosen automatically, since its cost cannot be compared "
+    "(name it in the spec to use it anyway)"
+)
 SMDDP_SOURCE = "SM_DATAPARALLEL_SUPPORTED_INSTANCE_TYPES in the SageMaker Python SDK (sagemaker/core/fw_utils.py)"
 
 
@@ -189,8 +195,10 @@ def _judge(req: Requirements, sku: Sku, named: bool) -> Candidate:
     price = sku.price_per_hour * nodes if sku.price_per_hour is not None else None
     if req.max_price_per_hour and price is not None and price > req.max_price_per_hour:
         cand.reject(f"${price:.2f}/h for {nodes} node(s) is over the ceiling of ${req.max_price_per_hour:.2f}/h")
-    if price is None:
-        cand.reasons.append("no price in the catalog: cost unknown")
+    if price is None and not named:
+        cand.reject(UNPRICED)
+    elif price is None:
+        cand.warnings.append(f"{sku.size} has no dated price in the catalog: the cost of this job is unknown")
     if cand.ok and not cand.reasons:
         cand.reasons.append("fits")
     return cand
@@ -212,7 +220,8 @@ def _judge_lifecycle(cand: Candidate) -> None:
 
 
 def _rank_key(c: Candidate) -> tuple[int, int, int, float]:
-    """Fitting sizes first; among them the whole-job cost, then sizes priced but not estimated, then unpriced ones."""
+    """Fitting sizes first; among them the whole-job cost, then sizes priced but not estimated (then unpriced
+    ones, which only a spec naming them keeps fitting)."""
     cost = c.estimate.total_cost if c.estimate else None
     price = c.sku.price_per_hour * c.nodes if c.sku.price_per_hour is not None else None
     return (
@@ -269,13 +278,9 @@ def select(req: Requirements) -> Selection:
         why = (
             "lowest estimated cost of the whole job"
             if chosen.estimate and chosen.estimate.total_cost is not None
-            else "lowest price per hour among the sizes that fit"
-            if chosen.sku.price_per_hour is not None
-            else "fits; no size that fits has a price in the catalog"
+            else "lowest price per hour among the priced sizes that fit"
         )
-        chosen.reasons = [why] + [
-            r for r in chosen.reasons if r not in ("fits", "no price in the catalog: cost unknown")
-        ]
+        chosen.reasons = [why] + [r for r in chosen.reasons if r != "fits"]
     return Selection(req, cands, chosen)
 
 

@@ -9,6 +9,7 @@ their SDK only where they talk to the cloud.
 
 from __future__ import annotations
 
+import difflib
 import gc
 import importlib
 import sys
@@ -40,8 +41,12 @@ COMMANDS = {
     "cancel": "cloudddp.cli.cmd_runs:cancel",
     "list": "cloudddp.cli.cmd_runs:list_",
     "backends": "cloudddp.cli.cmd_backends:backends",
+    "check": "cloudddp.cli.cmd_check:check",
 }
 """Each command's name and where it is defined (``module:attribute``)."""
+
+MEANT = {"sizes": "skus", "instances": "skus", "gpus": "skus", "runs": "list", "ls": "list", "run": "submit"}
+"""Names people type for a command that has another name here (what other tools call it)."""
 
 
 class LazyGroup(click.Group):
@@ -58,6 +63,17 @@ class LazyGroup(click.Group):
         if cmd_name in self.lazy_subcommands:
             return self._lazy_load(cmd_name)
         return super().get_command(ctx, cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """An unknown command names the one meant: another tool's name for it, or the closest spelling."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            guess = MEANT.get(name) or next(iter(difflib.get_close_matches(name, self.list_commands(ctx), n=1)), None)
+            if guess:
+                ctx.fail(f"No such command '{name}'; did you mean '{guess}'? (cloudddp {guess} --help)")
+        return super().resolve_command(ctx, args)
 
     def _lazy_load(self, cmd_name: str) -> click.Command:
         module_name, _, attribute = self.lazy_subcommands[cmd_name].partition(":")

@@ -12,16 +12,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.shell_completion import CompletionItem
 
 from cloudddp.api import Run
 from cloudddp.backends.registry import load_spec
 from cloudddp.backends.status import LogLine
 from cloudddp.cli.options import (
+    backend_option,
     follow_option,
     format_record,
     json_option,
     money,
-    run_arguments,
     sdk_log,
 )
 from cloudddp.errors import UserError
@@ -64,6 +65,17 @@ def attach(run: str | None, backend: str | None) -> Run:
         err().print(f"[dim]latest run: {latest.run_id} ({latest.backend})[/]")
         run = latest.run_id
     return Run.attach(run, backend)
+
+
+def run_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Shell completion of ``RUN``: the ids of this machine's runs that start with what is typed, newest first."""
+    return [CompletionItem(r.run_id, help=f"{r.backend}, {r.state}") for r in Registry().find(incomplete)][:200]
+
+
+def run_arguments(f: F) -> F:
+    """``RUN`` (an id, a unique prefix or suffix of one; the latest run when left out) and ``--backend``."""
+    f = backend_option(None, "Look the run up at this backend (runs started elsewhere).")(f)
+    return click.argument("run", required=False, shell_complete=run_ids)(f)
 
 
 @click.command()
@@ -227,7 +239,7 @@ def cost_text(report: CostReport) -> Any:
 
 
 @click.command()
-@click.argument("run", required=False)
+@click.argument("run", required=False, shell_complete=run_ids)
 @click.option(
     "--spec",
     "spec_file",
@@ -447,10 +459,10 @@ def list_(
 
     table = Table("run", "backend", "state", "created")
     for s in seen:
-        state = (
+        shown = (  # not `state`: that is the --state filter the paging hint repeats
             s.state if s.refreshed else f"{s.state} [dim](last seen {when(s.record.updated_at)}: {escape(s.reason)})[/]"
         )
-        table.add_row(s.record.run_id, s.record.backend, state, when(s.record.created_at))
+        table.add_row(s.record.run_id, s.record.backend, shown, when(s.record.created_at))
     out().print(table)
     if more:
         total = registry.count(backend=backend, state=state, name=name)

@@ -11,7 +11,9 @@ import click
 from cloudddp.backends.registry import backend_class, backend_classes
 from cloudddp.catalog import CATALOG_DATE, Requirements, all_skus, find, select, workload_for_model
 from cloudddp.catalog.model import DATASET_SAMPLES
+from cloudddp.catalog.select import UNPRICED, Selection
 from cloudddp.catalog.sizing import choose
+from cloudddp.cli.confirm import PROXY_MARK, cost_of
 from cloudddp.cli.options import (
     backend_option,
     job_argument,
@@ -154,9 +156,10 @@ def skus(
         return
     out().print(selection_table(selection.explain(), explain=explain))
     out().print(
-        f"[dim]catalog of {CATALOG_DATE}; estimate for {model} on {dataset}, {epochs} epochs, batch {batch}/GPU; "
-        "* = EC2 on-demand price, a lower bound for SageMaker[/]"
+        f"[dim]catalog of {CATALOG_DATE}; estimate for {model} on {dataset}, {epochs} epochs, batch {batch}/GPU[/]"
     )
+    for line in plan_footer(selection, explain=explain):
+        out().print(f"[dim]{escape(line)}[/]")
     if selection.chosen is None:
         err().print("[yellow]no size fits; --explain shows why each was rejected[/]")
 
@@ -198,7 +201,24 @@ def plan(job: Path, backend: str | None, override: tuple[str, ...], explain: boo
     plan_notes(rendered)
     if target is None:
         note(f"the {impl.name} backend chooses no size here: its plan is above")
-    if rendered.estimate:
-        out().print("[bold]estimate[/] " + ", ".join(f"{k}={v}" for k, v in rendered.estimate.items()))
     if selection is not None:
         out().print(selection_table(selection.explain(), explain=explain))
+        for line in plan_footer(selection, explain=explain):
+            out().print(f"[dim]{escape(line)}[/]")
+    cost = cost_of(spec, backend, selection)
+    for line in cost.lines() if cost else []:
+        if line != PROXY_MARK:  # the footer above says it
+            out().print(escape(line))
+
+
+def plan_footer(selection: Selection, *, explain: bool) -> list[str]:
+    """What the table's marks mean, and the sizes left out of it for want of a price (never silently)."""
+    rows = selection.explain()
+    lines = [PROXY_MARK] if any(r["price_kind"] == "ec2-proxy" for r in rows) else []
+    unpriced = [c.sku.size for c in selection.candidates if UNPRICED in c.reasons and len(c.reasons) == 1]
+    if unpriced and not explain:
+        lines.append(
+            f"not chosen, no dated price in the catalog: {', '.join(unpriced)} (they fit otherwise; name one in the "
+            "spec to use it; --explain lists every size with its verdict)"
+        )
+    return lines

@@ -12,6 +12,7 @@ from cloudddp.backends.checks import Check, PreflightFailed
 from cloudddp.backends.registry import backend_class
 from cloudddp.backends.status import LogLine, RunStatus
 from cloudddp.catalog.sizing import script_arg
+from cloudddp.cli.confirm import confirm_launch, interactive
 from cloudddp.cli.options import (
     backend_option,
     format_record,
@@ -42,6 +43,7 @@ from cloudddp.spec.model import JobSpec
 @click.option("--quiet", "-q", is_flag=True, help="Print only the run id.")
 @click.option("--no-provision", is_flag=True, help="Leave clusters alone (backends that create or resize them).")
 @click.option("--skip-checks", is_flag=True, help="Launch even when preflight checks fail.")
+@click.option("--yes", "-y", is_flag=True, help="Launch on a cloud without asking (the cost is still shown).")
 @click.option(
     "--all-ranks",
     is_flag=True,
@@ -74,6 +76,7 @@ def submit(
     quiet: bool,
     no_provision: bool,
     skip_checks: bool,
+    yes: bool,
     all_ranks: bool,
     verbose: bool,
     recover: int | None,
@@ -85,11 +88,17 @@ def submit(
       cloudddp submit job.yaml                         # torchrun here
       cloudddp submit job.yaml -b sagemaker --dry-run  # the request, not sent
       cloudddp submit job.yaml -o resources.nodes=2 --detach
+      cloudddp submit job.yaml -b azureml -y           # no question before the launch
+
+    On a cloud, the size, its price per hour and the job's estimated cost come first; on a terminal submit
+    then asks Proceed? [Y/n] (--yes, --quiet, --json and a non-interactive shell do not ask).
     """
     spec = load_job(job, override)
     if dry_run:
         print_plan(backend_class(backend)().render(spec), json_=json_)
         return
+    if not (quiet or json_):
+        confirm_launch(spec, backend, ask=not yes and interactive())
     if not verbose:
         divert(sdk_log())
     try:
@@ -148,6 +157,11 @@ def event_text(event: MetricRecord | LogLine) -> str:
     return f"[dim]\\[{escape(printable(line_tag(event)))}][/] {escape(printable(event.text))}"
 
 
+def echoed(event: MetricRecord | LogLine) -> bool:
+    """A record whose line was just shown as printed: shown once, as the script's own line."""
+    return isinstance(event, MetricRecord) and event.echoed
+
+
 def follow_run(
     run: Run, *, quiet: bool, epochs: int | None = None, all_ranks: bool = False, json_: bool = False
 ) -> None:
@@ -166,13 +180,15 @@ def follow_run(
             with Bar(TextColumn("epoch"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err()) as bar:
                 task = bar.add_task("epochs", total=epochs)  # no total: a count of the epochs reached
                 for event in run.events(follow=True, all_ranks=all_ranks):
-                    bar.console.print(event_text(event))
+                    if not echoed(event):
+                        bar.console.print(event_text(event))
                     reached = progress.update(event) if isinstance(event, MetricRecord) else None
                     if reached is not None:
                         bar.update(task, completed=reached)
         else:
             for event in run.events(follow=True, all_ranks=all_ranks):
-                out().print(event_text(event))
+                if not echoed(event):
+                    out().print(event_text(event))
         status = run.wait(poll=0.2)
     except KeyboardInterrupt:
         err().print(
@@ -194,8 +210,9 @@ def print_end(status: RunStatus, *, quiet: bool) -> None:
     err().print(f"[bold {colour}]{status.state.value}[/] {status.run_id}: {escape(printable(status.message))}")
     failure = status.details.get("failure")
     if failure and failure.get("log_tail"):
-        err().print("[dim]last lines of the failed rank:[/]")
-        for line in failure["log_tail"][-10:]:
+        stalled = "stalled_ranks" in failure  # the stacks of the quiet ranks, each with its heading
+        err().print("[dim]" + ("where the quiet ranks are:" if stalled else "last lines of the failed rank:") + "[/]")
+        for line in failure["log_tail"][-20 if stalled else -10 :]:
             err().print(f"  {escape(printable(line))}")  # the job's own output
 
 

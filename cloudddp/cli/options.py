@@ -69,12 +69,6 @@ def json_option(f: F) -> F:
     return click.option("--json", "json_", is_flag=True, help="Print machine-readable JSON.")(f)
 
 
-def run_arguments(f: F) -> F:
-    """``RUN`` (an id, a unique prefix or suffix of one; the latest run when left out) and ``--backend``."""
-    f = backend_option(None, "Look the run up at this backend (runs started elsewhere).")(f)
-    return click.argument("run", required=False)(f)
-
-
 def sdk_log() -> Path:
     """Where the clouds' SDKs write during a command, unless ``--verbose`` (docs/metrics-and-logs.md). The
     diversion itself (:mod:`cloudddp.observe.sdklog`, which loads :mod:`logging`) is imported by the commands that

@@ -63,13 +63,6 @@ def install_hook(folder: Path) -> Path:
     return folder
 
 
-def mechanism() -> str:
-    """How stacks are taken on this machine, in words (for the plan)."""
-    if shutil.which("py-spy"):
-        return "py-spy dump (py-spy is on PATH; faulthandler on a signal where it may not attach)"
-    return f"faulthandler on signal {STACK_SIGNAL} (SIGRTMIN+5), registered by a sitecustomize on PYTHONPATH"
-
-
 STARTUP_SECONDS = 600.0
 """Before any rank has printed a line, the watchdog waits at least this long: starting (imports, installing the
 requirements, the rendezvous, loading data) can be long and silent, and a machine under load makes it longer."""

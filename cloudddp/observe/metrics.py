@@ -58,6 +58,9 @@ class MetricRecord:
     source: str = ""
     rank: int | None = None
     """The global rank that printed it, for a job that reads every rank's metrics (``metrics.ranks: all``)."""
+    echoed: bool = field(default=False, compare=False)
+    """Read from a line the attached view has just shown as it was printed (a declared ``metrics:`` regex matched
+    it): a view that shows lines need not show the record again."""
 
     def to_dict(self) -> dict[str, Any]:
         rank = {} if self.rank is None else {"rank": self.rank}

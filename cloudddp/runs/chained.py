@@ -149,10 +149,11 @@ class ChainedRun:
             record = record_of_log_line(line, patterns, ranks)
             if record is not None and repeats.seen(record):
                 record = None  # as metrics() has it: an attempt that resumed repeats it
-            if (all_ranks or line.primary or record is not None) and PREFIX not in line.text:
+            shown = (all_ranks or line.primary or record is not None) and PREFIX not in line.text
+            if shown:
                 yield line
             if record is not None:
-                yield record
+                yield dataclasses.replace(record, echoed=shown)
 
     def cancel(self) -> bool:
         """Ask the current attempt to stop, and stop recovering; False when it had already ended."""

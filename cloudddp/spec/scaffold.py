@@ -63,7 +63,7 @@ local:
 #   role: arn:aws:iam::<account>:role/<SageMakerRole>
 #   bucket: <bucket>
 #   instance_type: ml.g5.xlarge # or leave it out: cloudddp picks one (see `cloudddp plan`)
-#   image: 763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-gpu-py311
+#   framework_version: "2.13"  # the official PyTorch image; left out: the newest AWS still patches
 
 # azureml:
 #   subscription_id: <subscription>

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -29,7 +30,7 @@ from cloudddp.catalog import (
 )
 from cloudddp.errors import UserError
 from cloudddp.runs.runner import get_backend
-from tests.support.cli import ROOT, cli
+from tests.support.cli import FIXTURES, ROOT, cli
 
 CIFAR = workload_for_model("resnet18", 50_000, 30, 256)
 select_module = importlib.import_module("cloudddp.catalog.select")  # the module, not the function it exports
@@ -75,16 +76,53 @@ def test_every_rejected_candidate_keeps_a_reason() -> None:
     assert all(not c.ok for c in sel.candidates if "H100" not in c.sku.gpu_model)
 
 
-def test_ranking_is_by_cost_of_the_whole_job_and_unpriced_sizes_come_last() -> None:
+def test_ranking_is_by_cost_of_the_whole_job_and_unpriced_sizes_are_excluded_with_the_reason() -> None:
     sel = select(Requirements("azure", total_gpus=8, workload=CIFAR))
     ok = [c for c in sel.candidates if c.ok]
-    priced = [c for c in ok if c.estimate and c.estimate.total_cost is not None]
-    costs = [c.estimate.total_cost or 0.0 for c in priced if c.estimate]
-    assert costs == sorted(costs) and sel.chosen is priced[0]
-    unpriced = [c for c in ok if c.sku.price_per_hour is None]
+    costs = [c.estimate.total_cost for c in ok if c.estimate]
+    assert ok and None not in costs and costs == sorted(costs) and sel.chosen is ok[0]  # type: ignore[type-var]
+    unpriced = [c for c in sel.candidates if c.sku.price_per_hour is None and not c.sku.retired]
     assert unpriced, "the catalog has sizes without a price (e.g. Standard_ND96isr_H200_v5)"
-    assert ok.index(unpriced[0]) > ok.index(priced[-1])
-    assert all("no price in the catalog" in " ".join(c.reasons) for c in unpriced)
+    assert all(not c.ok and "no dated on-demand price" in " ".join(c.reasons) for c in unpriced)
+
+
+def test_a_size_named_in_the_spec_without_a_price_is_kept_with_a_warning() -> None:
+    sel = select(Requirements("azure", nodes=1, gpus_per_node=1, instance_type="Standard_NC4as_T4_v3"))
+    assert sel.chosen is not None and sel.chosen.sku.size == "Standard_NC4as_T4_v3"
+    assert any("no dated price" in w for w in sel.chosen.warnings), sel.chosen.warnings
+
+
+def test_plan_on_azure_for_two_single_gpu_nodes_over_any_network_picks_the_cheapest_priced_size(tmp_path: Path) -> None:
+    """#43: 2 nodes × 1 GPU with interconnect any got the $7.35/h A100 size as "the cheapest" while T4 and A10
+    sizes without a price fitted too. Now the choice is the lowest price among priced sizes, and every size that
+    fits but has no price is named as excluded, with the reason."""
+    job = FIXTURES / "ownscript" / "job.yaml"
+    args = ("-o", "resources.gpus_per_node=1", "-o", "resources.interconnect=any")
+    result = cli("plan", str(job), "-b", "azureml", *args, "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)["selection"]["candidates"]
+    fitting = [r for r in rows if r["ok"]]
+    assert fitting and all(r["price_per_hour"] is not None for r in fitting)
+    cheapest = min(fitting, key=lambda r: r["price_per_hour"])
+    assert fitting[0]["size"] == cheapest["size"] == "Standard_NC24ads_A100_v4", fitting
+    t4 = next(r for r in rows if r["size"] == "Standard_NC4as_T4_v3")
+    assert not t4["ok"] and "no dated on-demand price" in t4["why"], t4
+    shown = cli("plan", str(job), "-b", "azureml", *args, cwd=tmp_path)
+    assert "not chosen, no dated price in the catalog: Standard_NC4as_T4_v3" in shown.stdout, shown.stdout
+    assert "at most $176.30: limits.max_runtime 24.0 h at $7.35/h" in shown.stdout, shown.stdout
+    assert "estimate step_s=" not in shown.stdout and "idle_s=" not in shown.stdout
+
+
+@pytest.mark.parametrize("cloud", ["azure", "aws"])
+def test_every_size_the_selection_can_choose_has_a_dated_sourced_price(cloud: str) -> None:
+    """Any size that is on sale and comes out of ``select`` as ok, for any shape, carries a price with a source
+    and a date."""
+    for nodes, per_node in [(1, 1), (2, 1), (1, 2), (1, 4), (2, 8), (1, 8), (4, 8)]:
+        sel = select(Requirements(cloud, nodes=nodes, gpus_per_node=per_node, interconnect="any"))
+        for c in sel.candidates:
+            if c.ok:
+                sku = c.sku
+                assert sku.price_per_hour and sku.price_source and sku.price_date, sku.size
 
 
 def test_azure_rdma_rule_uses_the_catalog_first_then_the_r_in_the_name() -> None:

@@ -180,6 +180,31 @@ def test_render_reports_every_missing_setting_it_needs_in_one_message(tmp_path: 
     assert "subscription_id" not in result.stderr  # only a submit needs the workspace; validate -b says so
 
 
+def test_validate_refuses_an_azure_size_missing_its_version_and_the_templates_placeholders(tmp_path: Path) -> None:
+    """#43: `Standard_NC24ads_A100` (no `_v4`) validated with a warning; the template's `<subscription>` and
+    `<workspace>` passed as values. Both exit 2 now, each with its line; the SageMaker typo has its line too."""
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        "name: t\ncode:\n  dir: .\n  entry: train.py\nresources:\n  gpus_per_node: 1\nazureml:\n"
+        "  subscription_id: <subscription>\n  resource_group: rg\n  workspace: <workspace>\n"
+        "  vm_size: Standard_NC24ads_A100\n"
+    )
+    result = cli("validate", str(spec), "-b", "azureml", env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert (
+        f"{spec}:11: azureml.vm_size: Standard_NC24ads_A100 is not an Azure VM size; did you mean "
+        "'Standard_NC24ads_A100_v4'?" in result.stderr
+    ), result.stderr
+    assert f"{spec}:8: azureml.subscription_id: <subscription> is the template's placeholder" in result.stderr
+    assert f"{spec}:10: azureml.workspace: <workspace> is the template's placeholder" in result.stderr
+    fixed = ["-o", "azureml.vm_size=Standard_NC24ads_A100_v4", "-o", "azureml.subscription_id=sub"]
+    assert cli("validate", str(spec), *fixed, "-o", "azureml.workspace=w", cwd=tmp_path).returncode == 0
+    spec.write_text(spec.read_text().split("azureml:")[0] + "sagemaker:\n  instance_type: ml.g5.48xlarg\n")
+    typo = cli("validate", str(spec), "-b", "sagemaker", env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert typo.returncode == 2 and f"{spec}:8: sagemaker.instance_type: 'ml.g5.48xlarg'" in typo.stderr, typo.stderr
+
+
 def test_plan_ranks_sagemaker_sizes_without_a_role_and_says_submit_needs_one(tmp_path: Path) -> None:
     job = ROOT / "jobs" / "cifar10-resnet18.yaml"
     result = cli("plan", str(job), "-b", "sagemaker", "-o", "sagemaker.role=null", env=NO_CLOUD_ENV, cwd=tmp_path)
@@ -319,3 +344,31 @@ def test_every_command_s_help_shows_an_example() -> None:
         if not any(line.strip().startswith(f"cloudddp {command}") for line in shown.splitlines()):
             missing.append(command)
     assert not missing, missing
+
+
+def test_check_shows_every_backend_with_the_fix_for_each_and_is_in_the_quick_start(tmp_path: Path) -> None:
+    """#43: one command that checks every installed backend's settings, credentials and reachability (`sky
+    check`); with -b it exits 1 for a backend that is not ready."""
+    result = cli("check", "--json", env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    checks = json.loads(result.stdout)
+    assert {"local", "sagemaker", "azureml", "slurm"} <= set(checks), checks
+    assert all(c["ok"] for c in checks["local"]) and any("torch" in c["name"] for c in checks["local"]), checks
+    region = next(c for c in checks["sagemaker"] if c["name"] == "setting sagemaker.region")
+    assert region["ok"] is False and "export AWS_REGION=" in region["fix"], region
+    subscription = next(c for c in checks["azureml"] if c["name"] == "setting azureml.subscription_id")
+    assert "export AZURE_SUBSCRIPTION_ID=" in subscription["fix"], subscription
+    assert all(c["fix"] for name in ("sagemaker", "azureml") for c in checks[name] if c["ok"] is False)
+    table = cli("check", env=NO_CLOUD_ENV, cwd=tmp_path)
+    assert "ready: local" in table.stdout and "export AWS_REGION=" in " ".join(table.stdout.split()), table.stdout
+    assert cli("check", "-b", "sagemaker", env=NO_CLOUD_ENV, cwd=tmp_path).returncode == 1
+    assert cli("check", "-b", "local", env=NO_CLOUD_ENV, cwd=tmp_path).returncode == 0
+    quick_start = (ROOT / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert "$ cloudddp check " in quick_start
+
+
+def test_a_mistyped_or_borrowed_command_name_names_the_command_meant() -> None:
+    for typed, meant in (("sizes", "skus"), ("stauts", "status"), ("ls", "list")):
+        result = cli(typed)
+        assert result.returncode == 2 and f"did you mean '{meant}'?" in result.stderr, (typed, result.stderr)
+    assert "did you mean" not in cli("zzz").stderr

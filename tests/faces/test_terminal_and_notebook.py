@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -80,24 +80,74 @@ def test_every_data_command_speaks_json() -> None:
         assert lines and all(json.loads(line) for line in lines)
 
 
+class Screen:
+    """A tmux session's screen: calling it reads the screen; ``type`` types a line into it."""
+
+    def __init__(self, session: str) -> None:
+        self.tmux = ["tmux", "-L", session]
+        self.session = session
+
+    def __call__(self) -> str:
+        return subprocess.run(
+            [*self.tmux, "capture-pane", "-p", "-t", self.session], capture_output=True, text=True
+        ).stdout
+
+    def type(self, line: str) -> None:
+        subprocess.run([*self.tmux, "send-keys", "-t", self.session, line, "Enter"], check=True)
+
+
 @contextlib.contextmanager
-def terminal(home: Path, cloudddp_args: str, rows: int = 40) -> Iterator[Callable[[], str]]:
+def terminal(home: Path, cloudddp_args: str, rows: int = 40, env: str = "") -> Iterator[Screen]:
     """``cloudddp <args>`` typed into a real terminal (a tmux server of its own, so no other session's
-    environment leaks in), with this checkout and ``home``; yields a function that reads the screen."""
-    session = f"cloudddp-{uuid.uuid4().hex[:8]}"
-    tmux = ["tmux", "-L", session]
+    environment leaks in), with this checkout, ``home`` and ``env`` (``NAME=value ...``); yields its screen."""
+    screen = Screen(f"cloudddp-{uuid.uuid4().hex[:8]}")
     cmd = (
-        f"cd {shlex.quote(str(ROOT))} && CLOUDDDP_HOME={shlex.quote(str(home))} "
+        f"cd {shlex.quote(str(ROOT))} && {env} CLOUDDDP_HOME={shlex.quote(str(home))} "
         f"PYTHONPATH={shlex.quote(str(ROOT))} {shlex.quote(sys.executable)} -m cloudddp {cloudddp_args}"
     )
-    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", str(rows)], check=True)
+    subprocess.run([*screen.tmux, "new-session", "-d", "-s", screen.session, "-x", "160", "-y", str(rows)], check=True)
     try:
-        subprocess.run([*tmux, "send-keys", "-t", session, cmd, "Enter"], check=True)
-        yield (
-            lambda: subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
-        )
+        screen.type(cmd)
+        yield screen
     finally:
-        subprocess.run([*tmux, "kill-server"])
+        subprocess.run([*screen.tmux, "kill-server"])
+
+
+def screen_until(screen: Screen, text: str, timeout: float = 60) -> str:
+    """The screen once ``text`` is on it (or at the deadline)."""
+    deadline = time.monotonic() + timeout
+    shown = screen()
+    while text not in shown and time.monotonic() < deadline:
+        time.sleep(0.3)
+        shown = screen()
+    return shown
+
+
+NO_AWS = "AWS_CONFIG_FILE=/nonexistent AWS_SHARED_CREDENTIALS_FILE=/nonexistent AWS_PROFILE= AWS_ACCESS_KEY_ID="
+SAGEMAKER_OWN_SCRIPT = (
+    f"submit {shlex.quote(str(FIXTURES / 'ownscript' / 'job.yaml'))} -b sagemaker -o sagemaker.region=us-east-1 "
+    "-o sagemaker.role=arn:aws:iam::123456789012:role/r -o resources.gpus_per_node=1 -o resources.interconnect=any"
+)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
+def test_a_cloud_submit_on_a_terminal_shows_the_price_and_waits_for_an_answer(cloudddp_home: Path) -> None:
+    """#43: a submit to SageMaker shows the size, $/h and the ceiling from limits.max_runtime (an own script has
+    no estimate), then waits at Proceed? [Y/n]; 'n' sends nothing. With -y it goes on without asking."""
+    with terminal(cloudddp_home, SAGEMAKER_OWN_SCRIPT + "; echo ENDED-$((1+1))", env=NO_AWS) as screen:
+        shown = screen_until(screen, "Proceed? [Y/n]")
+        assert "size: 2 × ml.g6.xlarge, $1.61*/h for all nodes" in shown, shown
+        assert "at most $38.63*: limits.max_runtime 24.0 h" in shown and "resources.step_time" in shown, shown
+        time.sleep(1.5)  # it waits: nothing after the question, no credentials asked for yet
+        waiting = screen()
+        assert "ENDED-2" not in waiting and "AWS credentials" not in waiting, waiting
+        screen.type("n")
+        done = screen_until(screen, "ENDED-2")
+        assert "not submitted: nothing was sent" in done and "AWS credentials" not in done, done
+    with terminal(cloudddp_home, SAGEMAKER_OWN_SCRIPT + " -y; echo ENDED-$((1+1))", env=NO_AWS) as screen:
+        done = screen_until(screen, "ENDED-2")
+        assert "size: 2 × ml.g6.xlarge" in done and "Proceed?" not in done, done
+        assert "AWS credentials" in done, done  # past the question: the preflight ran
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cloudddp.observe.metrics import metrics_from_lines, parse_line
+from tests.support.cli import FIXTURES, cli
 
 
 def test_a_bad_line_is_skipped_with_one_warning_and_the_lines_after_it_still_count(
@@ -66,3 +67,19 @@ def test_a_hugging_face_trainer_log_record_is_read_as_a_record(capsys: pytest.Ca
 def test_other_printed_dicts_are_no_records(line: str) -> None:
     warned: list[str] = []
     assert parse_line(line, warn=warned.append) is None and warned == []  # not a record, and nothing went wrong
+
+
+@pytest.mark.slow
+def test_an_attached_submit_shows_a_line_its_metrics_regex_reads_once() -> None:
+    """#43: with `metrics:` regexes declared, the attached view printed each matched line and then its record:
+    every loss twice. It shows the script's own line once; `metrics` still has every record."""
+    overrides = ("-o", "local.nodes=1", "-o", "local.processes_per_node=2", "-o", "resources.nodes=1")
+    result = cli("submit", str(FIXTURES / "ownscript" / "job.yaml"), *overrides, timeout=300)
+    assert result.returncode == 0, result.stderr
+    shown = result.stdout + result.stderr
+    losses = [line for line in shown.splitlines() if "| loss " in line]
+    assert len(losses) == 4 and len(set(losses)) == 4, shown  # 4 epochs, each once
+    assert "loss=" not in shown, shown  # no record repeating a line
+    run_id = shown.split("submitted ", 1)[1].split()[0]
+    records = cli("metrics", run_id, "--json").stdout.splitlines()
+    assert len([r for r in records if '"loss"' in r]) == 4, records

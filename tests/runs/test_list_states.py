@@ -59,3 +59,28 @@ def test_a_suffix_shared_by_two_runs_asks_for_more_and_no_runs_says_how_to_start
     assert [r.run_id for r in registry.find("AB12")] == []  # ids are matched exactly, case included
     ambiguous = cli("status", "ab12")
     assert ambiguous.returncode == 2 and "matches 2 runs" in ambiguous.stderr, ambiguous.stderr
+
+
+def test_list_pages_with_a_hint_that_repeats_only_the_filters_given() -> None:
+    """#43: `list -n 2` printed a next-page hint with a `--state` the user never gave (the table's loop variable
+    overwrote the option)."""
+    registry = Registry()
+    for i in range(3):
+        registry.add(f"p-20260101-00000{i}-ab1{i}", "nobackend", "p", "succeeded", {})
+    shown = cli("list", "-n", "2")
+    assert shown.returncode == 0, shown.stderr
+    hint = " ".join(shown.stderr.split())
+    assert "2 shown of 3 matching runs; the next page: cloudddp list --limit 2 --before" in hint, hint
+    assert "--state" not in hint
+
+
+def test_run_ids_complete_in_the_shell() -> None:
+    """The README's `eval "$(_CLOUDDDP_COMPLETE=bash_source cloudddp)"`: `cloudddp status <TAB>` offers run ids."""
+    registry = Registry()
+    for run_id in ("digits-20260101-000000-ab12", "digits-20260101-000001-cd34", "cifar-20260101-000002-ef56"):
+        registry.add(run_id, "local", run_id.split("-")[0], "succeeded", {})
+    for command in ("status", "logs", "metrics", "cancel", "recover"):
+        env = {"_CLOUDDDP_COMPLETE": "bash_complete", "COMP_WORDS": f"cloudddp {command} dig", "COMP_CWORD": "2"}
+        offered = cli(env=env).stdout.splitlines()
+        ids = sorted(line.split(",", 1)[1] for line in offered)
+        assert ids == ["digits-20260101-000000-ab12", "digits-20260101-000001-cd34"], (command, offered)

@@ -18,7 +18,7 @@ from cloudddp.backends.azureml.environment import environment_field
 from cloudddp.backends.azureml.inputs import job_inputs
 from cloudddp.backends.azureml.limits import check_cluster_name, check_runtime
 from cloudddp.backends.azureml.options import AzureMLOptions
-from cloudddp.catalog import Sku, azure_rdma_by_name, disables_rdma, find, nccl_env_presets, skus
+from cloudddp.catalog import Sku, azure_rdma_by_name, disables_rdma, find, nccl_env_presets
 from cloudddp.catalog.sizing import SizeDecision
 from cloudddp.catalog.sizing import decide as decide_size
 from cloudddp.catalog.target import SizeTarget
@@ -230,26 +230,16 @@ def _check_no_launcher(spec: JobSpec) -> None:
     )
 
 
-def _one_letter_apart(a: str, b: str) -> bool:
-    """``b`` is ``a`` with one character added or dropped (``..._v44`` for ``..._v4``)."""
-    if abs(len(a) - len(b)) != 1:
-        return False
-    short, long = sorted((a, b), key=len)
-    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
-
-
 def unknown_size(spec: JobSpec, target: SizeTarget) -> SizeDecision | None:
     """A GPU size named in ``azureml.vm_size`` that the catalog does not have: Azure ML may well run it (the
     region's list says, at preflight), so it renders, with a warning of what cloudddp cannot check."""
     if not target.named or find(target.named) is not None or not spec.resources.gpus_per_node:
         return None
-    close = [s.size for s in skus("azure") if _one_letter_apart(s.size.lower(), target.named.lower())]
-    typo = f" (did you mean '{close[0]}'?)" if close else ""  # a size of another shape is no typo: not named
     return SizeDecision(
         target.named,
         None,
         warnings=[
-            f"{target.field}: {target.named}{typo} is not in cloudddp's catalog: its GPUs, memory and interconnect are "
+            f"{target.field}: {target.named} is not in cloudddp's catalog: its GPUs, memory and interconnect are "
             "unknown to cloudddp, so it does not check resources.gpus_per_node against its GPU count or whether "
             "it has InfiniBand, and gives no cost estimate (the preflight checks that the region offers it; "
             "`az ml compute list-sizes` lists its GPUs and memory)"

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from cloudddp.backends.azureml.environment import DEFAULT_ENVIRONMENT
+from cloudddp.catalog import find, skus
 from cloudddp.spec.model import Strict
 
 
@@ -74,6 +75,28 @@ class AzureMLOptions(Strict):
         "standard. basic or premium for a job that is not spot; refused on a cluster (its tier decides) and when "
         "it contradicts resources.spot.",
     )
+
+    @field_validator("subscription_id", "resource_group", "workspace")
+    @classmethod
+    def _not_the_templates_placeholder(cls, value: str | None) -> str | None:
+        if value is not None and re.fullmatch(r"\s*<[^<>]*>\s*", value):
+            raise ValueError(
+                f"{value} is the template's placeholder, not a value: give your own (az account show --query id "
+                "gives the subscription id; az ml workspace list -o table the resource group and workspace), or "
+                "delete the line and set AZURE_SUBSCRIPTION_ID / AZURE_RESOURCE_GROUP / AZUREML_WORKSPACE_NAME"
+            )
+        return value
+
+    @field_validator("vm_size")
+    @classmethod
+    def _no_typo_of_a_catalog_size(cls, value: str | None) -> str | None:
+        guess = azure_size_typo(value) if value else None
+        if guess:
+            raise ValueError(
+                f"{value} is not an Azure VM size; did you mean '{guess}'? (`cloudddp skus -b azureml` lists the "
+                "sizes cloudddp knows; `az vm list-sizes -l <region>` every size a region offers)"
+            )
+        return value
 
     @field_validator("idle_time_before_scale_down")
     @classmethod
@@ -148,3 +171,25 @@ def _stripped_if_valid(value: str | None, valid: Callable[[str], bool], problem:
     if not valid(value.strip()):
         raise ValueError(problem)
     return value.strip()
+
+
+def azure_size_typo(name: str) -> str | None:
+    """The catalog size ``name`` misspells: the same name without its version (``Standard_NC24ads_A100`` for
+    ``Standard_NC24ads_A100_v4``), or one letter added or dropped; None for a catalog size or one not near any
+    (a size the catalog lacks may well be real: the preflight asks the region)."""
+    if find(name) is not None:
+        return None
+    key = name.lower()
+    for size in (s.size for s in skus("azure")):
+        low = size.lower()
+        if low.startswith(key + "_") or _one_letter_apart(key, low):
+            return size
+    return None
+
+
+def _one_letter_apart(a: str, b: str) -> bool:
+    """``b`` is ``a`` with one character added or dropped (``..._v44`` for ``..._v4``)."""
+    if abs(len(a) - len(b)) != 1:
+        return False
+    short, long = sorted((a, b), key=len)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))

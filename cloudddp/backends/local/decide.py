@@ -17,7 +17,7 @@ from typing import Any, Literal
 from cloudddp.backends import resumes
 from cloudddp.backends.local.estimate import time_estimate
 from cloudddp.backends.local.options import LocalOptions
-from cloudddp.code import requirements, stall
+from cloudddp.code import requirements
 from cloudddp.code.requirements import Requirements
 from cloudddp.code.shipped import Snapshot
 from cloudddp.errors import UserError
@@ -69,6 +69,8 @@ class LocalDecision:
     process_group: str
     nccl_without_cuda: bool
     """``distribution.backend: nccl`` asked for on a machine without CUDA: gloo is used instead."""
+    gpus_asked: int
+    """``resources.gpus_per_node``: GPUs the job asks for, which this machine may not have."""
     estimate: dict[str, Any] | None
     places: Places
     checkpoints: Checkpoints | None
@@ -77,8 +79,6 @@ class LocalDecision:
     env_sources: dict[str, EnvSource]
     stall_seconds: int | None
     stall_basis: str
-    stack_mechanism: str
-    """How the stall watchdog takes the ranks' Python stacks on this machine, in words."""
     program: tuple[str, ...]
     """What torchrun starts in each process: the job's program under the rank launcher of
     :mod:`cloudddp.code.shim`, which passes a stop on to it once and keeps it from its DataLoader workers."""
@@ -129,6 +129,7 @@ def decide(spec: JobSpec, opts: LocalOptions, *, backend: str, sigterm_grace: in
         cores=os.cpu_count() or 1,
         process_group=process_group,
         nccl_without_cuda=nccl_without_cuda,
+        gpus_asked=spec.resources.gpus_per_node,
         estimate=estimate,
         places=places,
         checkpoints=checkpoints,
@@ -138,7 +139,6 @@ def decide(spec: JobSpec, opts: LocalOptions, *, backend: str, sigterm_grace: in
         stall_basis=(
             "limits.stall_timeout" if spec.limits.stall_timeout is not None else "twice distribution.collective_timeout"
         ),
-        stack_mechanism=stall.mechanism(),
         program=(*RANK_LAUNCHER, *([python] if run.python else []), *run.argv),
         python=python,
         requirements=reqs,

@@ -57,6 +57,12 @@ def _warnings(d: LocalDecision) -> list[str]:
     if d.checkpoints is not None and not d.checkpoints.never_resume:
         differ = resumes.arguments_warning(d.checkpoints.found, d.arguments)
         warnings += [differ] if differ else []
+    if d.device == "cpu" and d.gpus_asked:
+        warnings.append(
+            f"resources.gpus_per_node is {d.gpus_asked} but the run trains on the CPU here (no NVIDIA GPU on this "
+            f"machine, or local.device: cpu), {d.processes_per_node} process(es) per node: a rehearsal of the "
+            "job's code and collectives, not of its speed; a cloud or Slurm backend gives it the GPUs"
+        )
     if d.nccl_without_cuda:
         warnings.append("distribution.backend nccl needs CUDA; this machine has none, so gloo is used here")
     processes = d.processes_per_node * d.nodes
@@ -73,5 +79,5 @@ def _stall_note(d: LocalDecision) -> str:
         return "stall watchdog off (limits.stall_timeout: off): a hung rank runs until limits.max_runtime"
     return (
         f"stall watchdog: no line from any rank for {d.stall_seconds} s ({d.stall_basis}) fails the run as stalled, "
-        f"with every rank's Python stack in the log, taken by {d.stack_mechanism}"
+        "with every rank's Python stack in the log and in `cloudddp status`"
     )

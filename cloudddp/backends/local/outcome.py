@@ -4,6 +4,7 @@ whose supervisor and nodes are all gone)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,39 @@ def failure(run: RunDir, codes: list[int], first_failed: int | None = None) -> d
         info["log_tail"] = lines[-20:]
         break
     return info
+
+
+STACKS_FOLLOW = "their Python stacks follow"
+"""The end of the supervisor's notice before the stacks of a stalled run's ranks (supervisor.py)."""
+STACK_LINES = 24
+WAITING = re.compile(
+    r" in (all_reduce|all_gather\w*|broadcast\w*|reduce_scatter\w*|barrier|monitored_barrier|backward|"
+    r"_engine_run_backward|wait|recv|send|all_to_all\w*)$"
+)
+"""A frame of a rank waiting for the others in a collective (torch.distributed's Python functions, autograd's
+backward, where DDP's all-reduce waits): such a rank waits for the one that stopped."""
+
+
+def stall_failure(run: RunDir, reason: str) -> dict[str, Any]:
+    """The Python stacks of a stalled run's quiet ranks from what each node logged after the notice, the ranks
+    that stopped first (no frame waiting in a collective), then those waiting for them, each group the longest
+    quiet first: what ``status`` and the attached view show, since the attached view follows rank 0's lines."""
+    quiet = [int(r) for r in re.findall(r"rank (\d+) quiet for", reason)]
+    dumped: dict[int, list[str]] = {rank: [] for rank in quiet}
+    for path in run.node_logs():
+        text = path.read_text(errors="replace") if path.exists() else ""
+        after = text[text.rfind(STACKS_FOLLOW) :] if STACKS_FOLLOW in text else ""
+        for rank in quiet:
+            # the stack, without the rank launcher's own notices of the stop that follows it
+            dumped[rank] += [ln for ln in rank_lines(after, rank) if ln.strip() and not ln.startswith("_cloudddp_")]
+    order = sorted(quiet, key=lambda r: any(WAITING.search(line.rstrip()) for line in dumped[r]))
+    tail: list[str] = []
+    for rank in order:
+        if dumped[rank] and len(tail) < STACK_LINES - 1:
+            waits = any(WAITING.search(line.rstrip()) for line in dumped[rank])
+            tail.append(f"rank {rank}{' (waiting in a collective)' if waits else ''}, most recent call first:")
+            tail += dumped[rank][: STACK_LINES - len(tail)]
+    return {"stalled_ranks": order, "log_tail": tail}
 
 
 def describe_failure(info: dict[str, Any]) -> str:
@@ -78,7 +112,7 @@ def conclude(
     if stop_reason == "max_runtime":
         return Ending(RunState.FAILED, f"stopped after limits.max_runtime ({max_runtime} s)", codes, cause=Cause.LIMIT)
     if stop_reason is not None and stop_reason.startswith("stalled"):
-        return Ending(RunState.FAILED, stop_reason, codes, cause=Cause.STALLED)
+        return Ending(RunState.FAILED, stop_reason, codes, failure=stall_failure(run, stop_reason), cause=Cause.STALLED)
     if codes and all(c == 0 for c in codes):
         return Ending(RunState.SUCCEEDED, "finished", codes)
     if not codes:

@@ -36,7 +36,7 @@ from cloudddp.backends.local.agent_output import StopTracebackFolder
 from cloudddp.backends.local.console import Cursor, Output, copy_lines
 from cloudddp.backends.local.masking import RankFiles, byte_forms
 from cloudddp.backends.local.nodes import LOST_CODE, Node, wrapped
-from cloudddp.backends.local.outcome import conclude
+from cloudddp.backends.local.outcome import STACKS_FOLLOW, conclude
 from cloudddp.backends.local.processes import rank_processes, run_processes, secrets_of
 from cloudddp.backends.local.rendezvous import ID_VARIABLE, READY, new_rdzv_id, port_of, sole_listener
 from cloudddp.backends.local.request import LocalRequest
@@ -292,7 +292,7 @@ class Supervisor:
             f": {', '.join(named)}" if named else ""
         )
         for node in self.nodes:
-            self.notice(node.index, f"{reason}; their Python stacks follow")
+            self.notice(node.index, f"{reason}; {STACKS_FOLLOW}")
         pending = set()
         before = dict(self.watchdog.last)  # a dump is heard as new lines from its rank
         for rank, (index, pid) in sorted(ranks.items()):

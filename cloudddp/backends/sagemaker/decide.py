@@ -17,7 +17,6 @@ from typing import Any, Literal
 from cloudddp.backends.sagemaker.efa import plugin_picks_protocol, sagemaker_efa
 from cloudddp.backends.sagemaker.hardware import uncatalogued
 from cloudddp.backends.sagemaker.images import training_image
-from cloudddp.backends.sagemaker.limits import check_instance_type
 from cloudddp.backends.sagemaker.options import SageMakerOptions
 from cloudddp.backends.sagemaker.smddp import own_script_warnings, preload
 from cloudddp.backends.sagemaker.volumes import check_isolation, check_volume
@@ -175,8 +174,6 @@ def decide(spec: JobSpec, sm: SageMakerOptions, target: SizeTarget, sigterm_grac
     """Each choice once; a spec with several problems is refused for the first of them in this order (settings,
     instance type, image, code and inputs, environment, instances, network)."""
     region, role = region_for(sm), role_for(sm)
-    if sm.instance_type:
-        check_instance_type(sm.instance_type)  # before the catalog: a typo is named as one, with the closest type
     size = _size(spec, target)
     gpu, smddp = spec.resources.gpus_per_node > 0, spec.distribution.backend == "smddp"
     image, how = training_image(sm.image, region, sm.framework_version, sm.py_version, gpu=gpu, smddp=smddp)

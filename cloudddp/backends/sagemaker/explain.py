@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 
 from cloudddp.backends.sagemaker.decide import TENSORBOARD_LOCAL, SageMakerDecision
-from cloudddp.backends.sagemaker.images import is_official
+from cloudddp.backends.sagemaker.images import is_official, support_warning
 from cloudddp.code import container_init
 from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.code.shipped import snapshot_warnings
@@ -124,6 +124,9 @@ def _warnings(d: SageMakerDecision) -> list[str]:
             f"{d.launch.image} is not an official PyTorch DLC: {d.launch.runner} starts only through the DLC's entry "
             f"and toolkit (mpirun); on an image without them {container_init.START_AS} refuses to start"
         )
+    unpatched = support_warning(d.launch.image)
+    if unpatched:
+        warnings.append(unpatched)
     if d.launch.efa_dropped:
         warnings.append(
             f"{instance_type}: EC2 gives this size EFA, but SageMaker's training toolkit does not use it there "

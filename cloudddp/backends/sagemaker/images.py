@@ -161,6 +161,21 @@ def is_official(image: str) -> bool:
     return any(found.group(1) in e["registries"].values() and found.group(2) == e["repository"] for e in entries)
 
 
+def support_warning(image: str, today: datetime.date | None = None) -> str | None:
+    """A warning for an official image whose PyTorch version AWS no longer patches (None for any other image)."""
+    tagged = _OFFICIAL_TAG.search(image)
+    full = full_version(tagged.group(1) or tagged.group(2)) if tagged else None
+    end = end_of_support(full) if full else None
+    if end is None or end >= (today or datetime.date.today()):
+        return None
+    newest, _ = default_version(smddp=False, today=today)
+    return (
+        f"sagemaker.image {image}: PyTorch {full} is out of AWS patch support since {end} (no security fixes); "
+        f"leave sagemaker.image out and cloudddp picks the newest image AWS still patches ({newest}, or the newest "
+        "with SageMaker's data-parallel library for a job that uses it), or set sagemaker.framework_version"
+    )
+
+
 def training_image(
     image: str | None, region: str, version: str | None, py_version: str | None, gpu: bool, *, smddp: bool = False
 ) -> tuple[str, str]:

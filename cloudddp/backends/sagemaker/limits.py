@@ -226,14 +226,14 @@ def training_instance_types() -> tuple[str, ...]:
     return tuple(data["types"])
 
 
-def check_instance_type(name: str) -> None:
-    """A UserError (exit 2) naming the closest real type when ``name`` is no SageMaker training instance type."""
+def instance_type_problem(name: str) -> str | None:
+    """Why ``name`` is no SageMaker training instance type, naming the closest real one; None when it is one."""
     known = training_instance_types()
     if name in known:
-        return
+        return None
     guess = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
     tip = f"; did you mean '{guess[0]}'?" if guess else ""
-    raise UserError(
-        f"sagemaker.instance_type: {name!r} is not a SageMaker training instance type{tip}",
-        hint="`cloudddp skus --backend sagemaker` ranks the types that fit the job",
+    return (
+        f"{name!r} is not a SageMaker training instance type{tip} (`cloudddp skus --backend sagemaker` ranks the "
+        "types that fit the job)"
     )

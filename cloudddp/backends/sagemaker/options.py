@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from cloudddp.backends.sagemaker.limits import instance_type_problem
 from cloudddp.spec.model import Duration, Strict
 
 
@@ -36,6 +37,14 @@ class SageMakerOptions(Strict):
     volume_kms_key: str | None = None
     output_kms_key: str | None = None
     tags: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("instance_type")
+    @classmethod
+    def _a_training_instance_type(cls, value: str | None) -> str | None:
+        problem = instance_type_problem(value) if value else None
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("framework_version", mode="before")
     @classmethod

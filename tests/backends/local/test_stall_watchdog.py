@@ -13,7 +13,7 @@ from cloudddp.api import Job
 from cloudddp.backends.registry import spec_from_dict
 from cloudddp.backends.status import Cause, RunState
 from cloudddp.code import stall
-from tests.support.cli import FIXTURES
+from tests.support.cli import FIXTURES, cli
 
 STALL_S = 10
 HANGS = """
@@ -67,6 +67,14 @@ def test_a_script_that_hangs_after_its_first_epoch_fails_as_stalled_with_the_stu
     assert any("in hang_forever" in text for text in stuck), stuck  # the stuck rank's Python stack
     waiting = [line.text for line in lines if line.source == "rank0"]
     assert any("all_reduce" in text for text in waiting), waiting  # and where the other one waits for it
+    # #43: what status and the attached view show (they follow rank 0's lines): rank 1's stack first
+    tail = status.details["failure"]["log_tail"]
+    assert status.details["failure"]["stalled_ranks"][0] == 1, status.details
+    assert tail[0] == "rank 1, most recent call first:", tail
+    waiting = tail.index("rank 0 (waiting in a collective), most recent call first:")
+    assert any("in hang_forever" in line for line in tail[:waiting]), tail
+    shown = cli("status", run.run_id)
+    assert "rank 1, most recent call first" in shown.stdout and "hang_forever" in shown.stdout, shown.stdout
 
 
 def test_the_stall_timeout_defaults_to_twice_the_collective_timeout_and_the_plan_says_how_stacks_are_taken(
@@ -88,7 +96,8 @@ def test_the_stall_timeout_defaults_to_twice_the_collective_timeout_and_the_plan
     plan = spec().render("local")
     assert plan.request.stall_timeout == 40
     (note,) = [d for d in plan.decisions if d.startswith("stall watchdog")]
-    assert "40 s (twice distribution.collective_timeout)" in note and "faulthandler on signal" in note
+    assert "40 s (twice distribution.collective_timeout)" in note and "in `cloudddp status`" in note
+    assert "SIGRTMIN" not in note and "sitecustomize" not in note  # #43: no jargon in what every submit prints
     assert any("watchdog off" in d for d in spec(stall_timeout="off").render("local").decisions)
     slurm = spec(stall_timeout="2m").render("slurm")  # renders offline; its supervisor is Slurm's
     assert any("limits.stall_timeout is not enforced on slurm" in w for w in slurm.warnings), slurm.warnings
@@ -141,3 +150,13 @@ def test_the_hook_makes_a_python_process_print_its_stack_on_the_signal_and_go_on
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_job_asking_for_gpus_on_a_machine_that_trains_on_the_cpu_is_warned(tmp_path: Path) -> None:
+    """#43: `-o resources.gpus_per_node=2` ran "2 process(es) on cpu" and said nothing of the GPUs."""
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    data = {"name": "g", "code": {"dir": str(tmp_path), "entry": "train.py"}, "local": {"device": "cpu"}}
+    gpus = Job(spec_from_dict({**data, "resources": {"gpus_per_node": 2}}, base_dir=tmp_path)).render("local")
+    assert any("resources.gpus_per_node is 2 but the run trains on the CPU here" in w for w in gpus.warnings)
+    cpu = Job(spec_from_dict(data, base_dir=tmp_path)).render("local")
+    assert not any("trains on the CPU" in w for w in cpu.warnings), cpu.warnings

@@ -182,3 +182,22 @@ def test_smddp_on_an_al2023_image_is_refused() -> None:
         "sagemaker.image=763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch:2.13-cu133-amzn2023-sagemaker",
     )
     assert result.returncode == 2 and "has no SageMaker data-parallel library" in result.stderr, result.stderr
+
+
+def test_the_project_names_no_image_out_of_patch_support_and_a_spec_that_does_is_warned() -> None:
+    """#43: init's template, jobs/ and the tutorial notebook named pytorch-training:2.4-gpu-py311, out of AWS patch
+    support since 2025-07-24, and nothing said so."""
+    from cloudddp.backends.sagemaker.images import support_warning
+
+    named = re.compile(r"\d{12}\.dkr\.ecr\.[\w.-]+/[\w/-]+:[\w.-]+")
+    places = [*sorted((ROOT / "jobs").glob("*.yaml")), ROOT / "examples" / "tutorial.ipynb"]
+    places.append(ROOT / "cloudddp" / "spec" / "scaffold.py")
+    stale = [(p.name, uri) for p in places for uri in named.findall(p.read_text()) if support_warning(uri)]
+    assert not stale, stale
+    job = ROOT / "jobs" / "cifar10-resnet18.yaml"
+    plan = SageMakerBackend().render(load_spec(job))
+    assert plan.request["AlgorithmSpecification"]["TrainingImage"].endswith(":2.13-cu133-amzn2023-sagemaker")
+    assert not any("patch support" in w for w in plan.warnings), plan.warnings
+    old = "sagemaker.image=763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-gpu-py311"
+    warned = SageMakerBackend().render(load_spec(job, [old])).warnings
+    assert any("PyTorch 2.4.0 is out of AWS patch support since 2025-07-24" in w for w in warned), warned

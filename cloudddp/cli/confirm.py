@@ -1,0 +1,108 @@
+"""What a cloud launch will cost, said before it happens (``plan`` and ``submit``), and the question ``submit``
+asks on a terminal: the chosen size, its price per hour for all nodes, and the estimate of the whole job, or,
+for a script whose speed cannot be modelled, the most ``limits.max_runtime`` lets it cost."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import click
+
+from cloudddp.backends.registry import backend_class
+from cloudddp.catalog import find
+from cloudddp.catalog.select import Selection
+from cloudddp.catalog.sizing import choose
+from cloudddp.cli.options import money
+from cloudddp.observe.console import err, escape
+from cloudddp.spec.model import JobSpec
+
+PROXY_MARK = (
+    "* = the EC2 on-demand price of the same instance (us-east-1), a lower bound: SageMaker bills ml.* instances "
+    "at a higher rate"
+)
+HOW_TO_ESTIMATE = (
+    "for an estimate give resources.step_time (seconds per optimizer step) and resources.steps, or run the job "
+    "once: its measured step time is used on the same size"
+)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The price side of a launch: what is shown before it and what ``submit`` asks about."""
+
+    size: str
+    nodes: int
+    price_per_hour: float | None  # for all nodes
+    proxy: bool  # an EC2 price standing in for SageMaker's
+    estimate: float | None
+    job_s: float | None
+    ceiling: float | None  # price × limits.max_runtime, when there is no estimate
+    max_runtime_s: float
+
+    def lines(self) -> list[str]:
+        mark = "*" if self.proxy else ""
+        per_hour = money(self.price_per_hour) + mark if self.price_per_hour else "unknown"
+        lines = [f"size: {self.nodes} × {self.size}, {per_hour}/h for all nodes"]
+        if self.estimate is not None:
+            took = f" (about {_duration(self.job_s)} from submit to end)" if self.job_s else ""
+            lines.append(f"estimate: {money(self.estimate)}{mark} for the whole job{took}")
+        elif self.ceiling is not None:
+            lines.append(
+                f"at most {money(self.ceiling)}{mark}: limits.max_runtime {_duration(self.max_runtime_s)} at "
+                f"{per_hour}/h (no estimate: {HOW_TO_ESTIMATE})"
+            )
+        else:
+            lines.append("cost unknown: the catalog has no dated price for this size")
+        if self.proxy:
+            lines.append(PROXY_MARK)
+        return lines
+
+
+def _duration(seconds: float | None) -> str:
+    s = seconds or 0.0
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def cost_of(spec: JobSpec, backend: str, selection: Selection | None = None) -> Cost | None:
+    """The cost of launching ``spec`` on ``backend``; None for a backend that rents no size (local, Slurm)."""
+    impl = backend_class(backend)()
+    target = impl.size_target(spec)
+    if target is None:
+        return None
+    if selection is None and spec.resources.gpus_per_node and (not target.named or find(target.named)):
+        selection = choose(spec, target)
+    chosen = selection.chosen if selection else None
+    max_runtime = float(spec.limits.max_runtime)
+    if chosen is None:
+        return Cost(target.named or "?", spec.resources.nodes or 1, None, False, None, None, None, max_runtime)
+    row = chosen.row()
+    price = row["price_per_hour"]
+    estimate = row["est_cost"]
+    return Cost(
+        size=chosen.sku.size,
+        nodes=chosen.nodes,
+        price_per_hour=price,
+        proxy=row["price_kind"] == "ec2-proxy",
+        estimate=estimate,
+        job_s=row["job_s"],
+        ceiling=price * max_runtime / 3600 if price is not None and estimate is None else None,
+        max_runtime_s=max_runtime,
+    )
+
+
+def interactive() -> bool:
+    """A person at a terminal who can answer (not a pipe, a script or CI)."""
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def confirm_launch(spec: JobSpec, backend: str, *, ask: bool) -> None:
+    """Show what the launch will cost; with ``ask``, wait for ``Proceed? [Y/n]`` and stop on no."""
+    cost = cost_of(spec, backend)
+    if cost is None:
+        return
+    for line in cost.lines():
+        err().print(f"[bold]•[/] {escape(line)}")
+    if ask and not click.confirm("Proceed?", default=True, err=True):
+        err().print("not submitted: nothing was sent")
+        sys.exit(1)
