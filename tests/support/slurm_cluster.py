@@ -53,6 +53,9 @@ TERMINAL = {
     "BOOT_FAIL",
     "DEADLINE",
 }
+SPANK_SOURCE = Path(__file__).parent / "spank" / "cddp_tag.c"
+SPANK_OPTION = "--cddp-tag"
+"""The option the test SPANK plugin adds to sbatch; a job given ``--cddp-tag=VALUE`` has ``CDDP_TAG=VALUE``."""
 NODE_MARKER = "CLOUDDDP_TEST_SLURM_NODE"  # set on each slurmd; its job steps inherit it
 SPOT, URGENT, SHORT = "spot", "urgent", "short"
 GRACE_TIME = 60
@@ -99,6 +102,29 @@ def free_ports(count: int) -> list[int]:
 def parse_pairs(line: str) -> dict[str, str]:
     """``Key=Value Key2=Value two`` (scontrol -o, jobcomp/filetxt) as a dict; values may hold spaces."""
     return {m.group(1): m.group(2) for m in _PAIR.finditer(line.strip())}
+
+
+def build_spank(root: Path) -> str | None:
+    """Build the test SPANK plugin and write ``root``/plugstack.conf loading it; why it could not be, or None.
+    Without it plugstack.conf is empty (no plugin, as on a cluster without any)."""
+    plugstack = root / "plugstack.conf"
+    plugstack.write_text("")
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        return "no gcc to build the test SPANK plugin: `make system-deps` installs gcc"
+    if not Path("/usr/include/slurm/spank.h").exists():
+        return "no spank.h to build the test SPANK plugin: `make system-deps` installs libslurm-dev"
+    built = subprocess.run(
+        [gcc, "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(root / "cddp_tag.so"), str(SPANK_SOURCE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if built.returncode != 0:
+        return f"the test SPANK plugin did not build: {built.stderr.strip()[-500:]}"
+    plugstack.write_text(f"required {root}/cddp_tag.so\n")
+    return None
 
 
 def render_conf(root: Path, host: str, ctld_port: int, node_ports: dict[str, int]) -> str:
@@ -152,6 +178,8 @@ KillWait=5
 JobCompType=jobcomp/filetxt
 JobCompLoc={root}/jobcomp.txt
 MinJobAge=600
+# SPANK plugins: the test one (build_spank), not the system's /etc/slurm/plugstack.conf.
+PlugStackConfig={root}/plugstack.conf
 # Preemption as shared GPU clusters have it: a job of a higher PriorityTier partition (urgent) preempts jobs of
 # the preemptible one (spot), which get SIGTERM and GraceTime seconds before Slurm requeues them.
 PreemptType=preempt/partition_prio
@@ -215,6 +243,8 @@ class SlurmCluster:
     node_ports: dict[str, int]
     ctld_port: int
     start_seconds: float = 0.0
+    spank_unavailable: str | None = None
+    """Why the test SPANK plugin (``--cddp-tag``) is not loaded, or None when it is."""
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -512,8 +542,10 @@ def start_cluster(root: Path) -> SlurmCluster:
     node_ports = dict(zip(NODE_NAMES, ports, strict=True))
     conf = root / "slurm.conf"
     host = socket.gethostname().split(".")[0]
+    spank_unavailable = build_spank(root)
     conf.write_text(render_conf(root, host, ctld_port, node_ports))
     cluster = SlurmCluster(
+        spank_unavailable=spank_unavailable,
         root=root,
         conf=conf,
         munge_socket=root / "munge" / "munge.socket",
