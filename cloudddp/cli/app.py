@@ -40,6 +40,7 @@ COMMANDS = {
     "cancel": "cloudddp.cli.cmd_runs:cancel",
     "list": "cloudddp.cli.cmd_runs:list_",
     "backends": "cloudddp.cli.cmd_backends:backends",
+    "storage": "cloudddp.cli.cmd_storage:storage",
 }
 """Each command's name and where it is defined (``module:attribute``)."""
 

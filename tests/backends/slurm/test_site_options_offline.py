@@ -314,3 +314,32 @@ def test_threads_follow_the_processes_affinity_and_slurms_cpus(monkeypatch: pyte
     assert cpu_threads(4) == 2  # srun: each process is a task of 2 CPUs (affinity unbound: 16)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
     assert cpu_threads(4) == 1  # bound to one core
+
+
+@pytest.mark.parametrize(
+    "environ, workdir",
+    [
+        ({"SCRATCH": "/scratch/u1/"}, "/scratch/u1/cloudddp"),
+        ({"WORK": "/work/u1"}, "/work/u1/cloudddp"),
+        ({"SCRATCH": "/scratch/u1", "CLOUDDDP_SLURM_WORKDIR": "/lustre/site/u1"}, "/lustre/site/u1"),
+    ],
+)
+def test_without_workdir_the_run_goes_where_the_login_shell_says(
+    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], workdir: str
+) -> None:
+    """Issue #42: a site's scratch space (read through the shell Slurm's commands run in, here a real bash -l),
+    not $HOME; without any, $CLOUDDDP_HOME/slurm as before."""
+    for name in ("SCRATCH", "WORK", "CLOUDDDP_SLURM_WORKDIR"):
+        monkeypatch.delenv(name, raising=False)
+    assert Job.load(TINY).render("slurm").request.workdir == str(Path(os.environ["CLOUDDDP_HOME"]) / "slurm")
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    plan = Job.load(TINY).render("slurm")
+    assert plan.request.workdir == workdir and f"--output={workdir}/runs/tiny-" in plan.documents["job.sbatch"]
+
+
+def test_a_scratch_folder_that_cannot_hold_runs_exits_2_naming_the_variable_and_the_field() -> None:
+    result = cli("render", str(TINY), "-b", "slurm", env={"SCRATCH": "/scratch/my data"})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "slurm.workdir: not given, and $SCRATCH on the cluster (/scratch/my data)" in result.stderr, result.stderr
+    assert "set slurm.workdir" in result.stderr and "Traceback" not in result.stderr
