@@ -127,14 +127,17 @@ def build_spank(root: Path) -> str | None:
     return None
 
 
-def render_conf(root: Path, host: str, ctld_port: int, node_ports: dict[str, int]) -> str:
-    """slurm.conf for node1/node2 on 127.0.0.1; every path under ``root``."""
+def render_conf(
+    root: Path, host: str, ctld_port: int, node_ports: dict[str, int], *, name: str = "cddptest", extra: str = ""
+) -> str:
+    """slurm.conf for node1/node2 on 127.0.0.1; every path under ``root`` but munge's socket where another
+    cluster's munged serves this one too (``extra`` lines say so, and how to reach accounting)."""
     nodes = "\n".join(
         f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs=2 RealMemory=1000 State=UNKNOWN"
         for name, port in node_ports.items()
     )
     return f"""\
-ClusterName=cddptest
+ClusterName={name}
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmUser=root
@@ -190,7 +193,7 @@ PartitionName={SPOT} Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1 PreemptM
 PartitionName={URGENT} Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 # A partition whose time limit is shorter than a long training: it runs as a chain of allocations.
 PartitionName={SHORT} Nodes=ALL MaxTime={SHORT_MINUTES} State=UP PriorityTier=1 PreemptMode=OFF
-"""
+{extra}"""
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,8 @@ class SlurmCluster:
     node_ports: dict[str, int]
     ctld_port: int
     start_seconds: float = 0.0
+    shared_munge: bool = False
+    """Another's munged serves this cluster (clusters of one accounting database share a key): none started."""
     spank_unavailable: str | None = None
     """Why the test SPANK plugin (``--cddp-tag``) is not loaded, or None when it is."""
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -440,6 +445,15 @@ class SlurmCluster:
         for sub in ("munge", "log", "state", "spool", "run"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         (self.root / "munge").chmod(0o755)  # munged wants its socket's folder reachable by all
+        if not self.shared_munge:
+            self._start_munge()
+        self._procs["slurmctld"] = self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
+        for name in self.nodes:
+            self.start_node(name)
+        self.wait_nodes("idle", timeout=30)
+        self.start_seconds = time.monotonic() - began
+
+    def _start_munge(self) -> None:
         key = self.root / "munge" / "munge.key"
         subprocess.run(
             [which("mungekey") or "mungekey", "--create", f"--keyfile={key}"],
@@ -461,11 +475,6 @@ class SlurmCluster:
             ],
         )
         _wait_for(self.munge_socket.exists, 10, "munged socket", self._check_alive)
-        self._procs["slurmctld"] = self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
-        for name in self.nodes:
-            self.start_node(name)
-        self.wait_nodes("idle", timeout=30)
-        self.start_seconds = time.monotonic() - began
 
     def stop(self) -> None:
         """Cancel our jobs, stop our daemons by pid, then kill what is left of our jobs' processes."""
@@ -533,8 +542,11 @@ def _with_descendants(pids: set[int]) -> set[int]:
     return found
 
 
-def start_cluster(root: Path) -> SlurmCluster:
-    """Write slurm.conf under ``root`` and start munged, slurmctld and both slurmd; raises SlurmUnavailable."""
+def start_cluster(
+    root: Path, *, name: str = "cddptest", extra: str = "", munge_socket: Path | None = None
+) -> SlurmCluster:
+    """Write slurm.conf under ``root`` and start munged (unless ``munge_socket`` is another's), slurmctld and both
+    slurmd; raises SlurmUnavailable. ``name`` and ``extra`` as :func:`render_conf` takes them."""
     reason = unavailable_reason()
     if reason:
         raise SlurmUnavailable(reason)
@@ -543,12 +555,15 @@ def start_cluster(root: Path) -> SlurmCluster:
     conf = root / "slurm.conf"
     host = socket.gethostname().split(".")[0]
     spank_unavailable = build_spank(root)
-    conf.write_text(render_conf(root, host, ctld_port, node_ports))
+    socket_path = munge_socket or root / "munge" / "munge.socket"
+    text = render_conf(root, host, ctld_port, node_ports, name=name, extra=extra)
+    conf.write_text(text.replace(f"{root}/munge/munge.socket", str(socket_path)))
     cluster = SlurmCluster(
         spank_unavailable=spank_unavailable,
+        shared_munge=munge_socket is not None,
         root=root,
         conf=conf,
-        munge_socket=root / "munge" / "munge.socket",
+        munge_socket=socket_path,
         nodes={name: "127.0.0.1" for name in NODE_NAMES},
         node_ports=node_ports,
         ctld_port=ctld_port,

@@ -65,7 +65,6 @@ def spec_with(tmp_path: Path, slurm_lines: list[str]) -> tuple[Path, int]:
         ("workdir: /shared/a,b", ["','", "container mounts cannot"]),
         ("workdir: /shared/a:b", ["':'", "a mount's parts"]),
         ("sbatch_options: [--array=0-2]", ["--array is not supported", "one run per index"]),
-        ("sbatch_options: [-M, other]", ["--clusters is not supported", "slurm.login_host"]),
         ("sbatch_options: [--container-image, img]", ["--container-image=img as one item"]),
         ("stop_before_limit: 70000", ["65535"]),
         ("cpus_per_task: 64", ["cpus_per_task is now cpus_per_process", "divide it by the processes per node"]),
@@ -98,6 +97,9 @@ def test_sbatch_options_are_read_as_sbatch_reads_them_and_rendered_in_one_form(t
     backend = get_backend("slurm", token="t1")
     script = backend.render(Job.load(spec).spec).documents["job.sbatch"]
     assert "#SBATCH --nodelist=node1\n#SBATCH --mail-type=END\n" in script
+    other, _ = spec_with(tmp_path, ["sbatch_options: [-M, gpu]"])  # every later command names it (-M)
+    plan = backend.render(Job.load(other).spec)
+    assert "#SBATCH --clusters=gpu\n" in plan.documents["job.sbatch"] and plan.request.clusters == "gpu"
 
 
 def test_the_srun_launch_derives_no_port_and_its_ranks_join_only_the_published_store() -> None:
