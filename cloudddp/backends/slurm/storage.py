@@ -34,7 +34,7 @@ KINDS = ("runs", "envs", "images", "code", "checkpoints")
 # of the user's with its script: NUL-separated sections. squeue failing is exit 3 (nothing is known unused then).
 _LIST = r"""
 cd -- "$1" 2>/dev/null || exit 0
-live=$(squeue -h --me -o %j) || exit 3
+live=$(squeue -h --me -M all -o %j 2>/dev/null || squeue -h --me -o %j) || exit 3  # -M all: with slurmdbd
 for kind in runs envs images code checkpoints; do
   for e in "$kind"/*; do
     [ -e "$e" ] || continue
