@@ -24,11 +24,12 @@ demo: venv
 	$(BIN)/cloudddp submit jobs/digits-local.yaml --backend local
 
 # Debian packages that tests drive for real: tmux (the live-metrics terminal), Open MPI's mpirun (Azure ML's
-# MPI distribution), Slurm and munge (a two-node cluster on this machine), OpenSSH's server (a login node
-# for the Slurm backend's ssh path). Installed only when
+# MPI distribution), Slurm and munge (a two-node cluster on this machine), gcc and libslurm-dev's spank.h (the
+# test cluster's SPANK plugin, tests/support/spank), slurmdbd and MariaDB (two clusters sharing accounting, for
+# sbatch -M), OpenSSH's server (a login node for the Slurm backend's ssh path). Installed only when
 # missing (~20 s here); without root or apt-get it says so in one line and the tests that need them skip (on CI,
 # CI=true, it fails instead: a green CI must not hide a missing proof).
-SYSTEM_PKGS := tmux openmpi-bin slurm-wlm munge openssh-server
+SYSTEM_PKGS := tmux openmpi-bin slurm-wlm munge gcc libslurm-dev slurmdbd mariadb-server openssh-server
 
 system-deps:
 	@missing=$$(for p in $(SYSTEM_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q ' installed$$' || echo $$p; done); \

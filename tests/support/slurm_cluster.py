@@ -53,6 +53,9 @@ TERMINAL = {
     "BOOT_FAIL",
     "DEADLINE",
 }
+SPANK_SOURCE = Path(__file__).parent / "spank" / "cddp_tag.c"
+SPANK_OPTION = "--cddp-tag"
+"""The option the test SPANK plugin adds to sbatch; a job given ``--cddp-tag=VALUE`` has ``CDDP_TAG=VALUE``."""
 NODE_MARKER = "CLOUDDDP_TEST_SLURM_NODE"  # set on each slurmd; its job steps inherit it
 SPOT, URGENT, SHORT = "spot", "urgent", "short"
 GRACE_TIME = 60
@@ -101,14 +104,40 @@ def parse_pairs(line: str) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in _PAIR.finditer(line.strip())}
 
 
-def render_conf(root: Path, host: str, ctld_port: int, node_ports: dict[str, int]) -> str:
-    """slurm.conf for node1/node2 on 127.0.0.1; every path under ``root``."""
+def build_spank(root: Path) -> str | None:
+    """Build the test SPANK plugin and write ``root``/plugstack.conf loading it; why it could not be, or None.
+    Without it plugstack.conf is empty (no plugin, as on a cluster without any)."""
+    plugstack = root / "plugstack.conf"
+    plugstack.write_text("")
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        return "no gcc to build the test SPANK plugin: `make system-deps` installs gcc"
+    if not Path("/usr/include/slurm/spank.h").exists():
+        return "no spank.h to build the test SPANK plugin: `make system-deps` installs libslurm-dev"
+    built = subprocess.run(
+        [gcc, "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(root / "cddp_tag.so"), str(SPANK_SOURCE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if built.returncode != 0:
+        return f"the test SPANK plugin did not build: {built.stderr.strip()[-500:]}"
+    plugstack.write_text(f"required {root}/cddp_tag.so\n")
+    return None
+
+
+def render_conf(
+    root: Path, host: str, ctld_port: int, node_ports: dict[str, int], *, name: str = "cddptest", extra: str = ""
+) -> str:
+    """slurm.conf for node1/node2 on 127.0.0.1; every path under ``root`` but munge's socket where another
+    cluster's munged serves this one too (``extra`` lines say so, and how to reach accounting)."""
     nodes = "\n".join(
         f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs=2 RealMemory=1000 State=UNKNOWN"
         for name, port in node_ports.items()
     )
     return f"""\
-ClusterName=cddptest
+ClusterName={name}
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmUser=root
@@ -152,6 +181,8 @@ KillWait=5
 JobCompType=jobcomp/filetxt
 JobCompLoc={root}/jobcomp.txt
 MinJobAge=600
+# SPANK plugins: the test one (build_spank), not the system's /etc/slurm/plugstack.conf.
+PlugStackConfig={root}/plugstack.conf
 # Preemption as shared GPU clusters have it: a job of a higher PriorityTier partition (urgent) preempts jobs of
 # the preemptible one (spot), which get SIGTERM and GraceTime seconds before Slurm requeues them.
 PreemptType=preempt/partition_prio
@@ -162,7 +193,7 @@ PartitionName={SPOT} Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1 PreemptM
 PartitionName={URGENT} Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 # A partition whose time limit is shorter than a long training: it runs as a chain of allocations.
 PartitionName={SHORT} Nodes=ALL MaxTime={SHORT_MINUTES} State=UP PriorityTier=1 PreemptMode=OFF
-"""
+{extra}"""
 
 
 @dataclass(frozen=True)
@@ -215,6 +246,10 @@ class SlurmCluster:
     node_ports: dict[str, int]
     ctld_port: int
     start_seconds: float = 0.0
+    shared_munge: bool = False
+    """Another's munged serves this cluster (clusters of one accounting database share a key): none started."""
+    spank_unavailable: str | None = None
+    """Why the test SPANK plugin (``--cddp-tag``) is not loaded, or None when it is."""
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -410,6 +445,15 @@ class SlurmCluster:
         for sub in ("munge", "log", "state", "spool", "run"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         (self.root / "munge").chmod(0o755)  # munged wants its socket's folder reachable by all
+        if not self.shared_munge:
+            self._start_munge()
+        self._procs["slurmctld"] = self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
+        for name in self.nodes:
+            self.start_node(name)
+        self.wait_nodes("idle", timeout=30)
+        self.start_seconds = time.monotonic() - began
+
+    def _start_munge(self) -> None:
         key = self.root / "munge" / "munge.key"
         subprocess.run(
             [which("mungekey") or "mungekey", "--create", f"--keyfile={key}"],
@@ -431,11 +475,6 @@ class SlurmCluster:
             ],
         )
         _wait_for(self.munge_socket.exists, 10, "munged socket", self._check_alive)
-        self._procs["slurmctld"] = self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
-        for name in self.nodes:
-            self.start_node(name)
-        self.wait_nodes("idle", timeout=30)
-        self.start_seconds = time.monotonic() - began
 
     def stop(self) -> None:
         """Cancel our jobs, stop our daemons by pid, then kill what is left of our jobs' processes."""
@@ -503,8 +542,11 @@ def _with_descendants(pids: set[int]) -> set[int]:
     return found
 
 
-def start_cluster(root: Path) -> SlurmCluster:
-    """Write slurm.conf under ``root`` and start munged, slurmctld and both slurmd; raises SlurmUnavailable."""
+def start_cluster(
+    root: Path, *, name: str = "cddptest", extra: str = "", munge_socket: Path | None = None
+) -> SlurmCluster:
+    """Write slurm.conf under ``root`` and start munged (unless ``munge_socket`` is another's), slurmctld and both
+    slurmd; raises SlurmUnavailable. ``name`` and ``extra`` as :func:`render_conf` takes them."""
     reason = unavailable_reason()
     if reason:
         raise SlurmUnavailable(reason)
@@ -512,11 +554,16 @@ def start_cluster(root: Path) -> SlurmCluster:
     node_ports = dict(zip(NODE_NAMES, ports, strict=True))
     conf = root / "slurm.conf"
     host = socket.gethostname().split(".")[0]
-    conf.write_text(render_conf(root, host, ctld_port, node_ports))
+    spank_unavailable = build_spank(root)
+    socket_path = munge_socket or root / "munge" / "munge.socket"
+    text = render_conf(root, host, ctld_port, node_ports, name=name, extra=extra)
+    conf.write_text(text.replace(f"{root}/munge/munge.socket", str(socket_path)))
     cluster = SlurmCluster(
+        spank_unavailable=spank_unavailable,
+        shared_munge=munge_socket is not None,
         root=root,
         conf=conf,
-        munge_socket=root / "munge" / "munge.socket",
+        munge_socket=socket_path,
         nodes={name: "127.0.0.1" for name in NODE_NAMES},
         node_ports=node_ports,
         ctld_port=ctld_port,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cloudddp.backends.slurm import flags
 from cloudddp.backends.slurm.decide import SlurmDecision
 from cloudddp.backends.slurm.request import CpusAtSubmit, LoginEnvironment, SlurmRequest
 from cloudddp.backends.slurm.script import Job, render_script
@@ -72,6 +73,7 @@ def request(decision: SlurmDecision) -> SlurmRequest:
         ),
         checkpoint_dir=places.checkpoint_dir,
         arguments=d.arguments,
+        clusters=flags.clusters(d.options.sbatch_options),
     )
 
 

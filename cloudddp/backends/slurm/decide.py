@@ -1,11 +1,12 @@
 """The Slurm render's choices, made once: sizes and launcher, where things go, the environment, CPUs per task,
 the time limit (one allocation or a chain), the requirements environment and the container image.
 
-:func:`decide` refuses what Slurm cannot run as asked (a UserError naming the field) and decides nothing from
-the cluster itself: what only the cluster knows is decided at submit (CPUs per task when
-``slurm.cpus_per_process`` is not given) or checked by the preflight. It only reads, for the plan's words, the
-checkpoint folder where it is this machine's (:mod:`cloudddp.backends.resumes`). The script, the request
-(:mod:`.build`) and the plan's lines (:mod:`.explain`) are made from the :class:`SlurmDecision` alone.
+:func:`decide` refuses what Slurm cannot run as asked (a UserError naming the field) and decides nothing else
+from the cluster itself but, without ``slurm.workdir``, the working folder its login shell names
+(:func:`.storage.workdir`: one command, here or through ssh): what only the cluster knows is decided at submit
+(CPUs per task when ``slurm.cpus_per_process`` is not given) or checked by the preflight. It only reads, for the
+plan's words, the checkpoint folder where it is this machine's (:mod:`cloudddp.backends.resumes`). The script, the
+request (:mod:`.build`) and the plan's lines (:mod:`.explain`) are made from the :class:`SlurmDecision` alone.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudddp.backends import resumes
-from cloudddp.backends.slurm import envs, images, paths
+from cloudddp.backends.slurm import envs, images, paths, storage
 from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.backends.slurm.request import Launcher
 from cloudddp.backends.slurm.script import Layout
@@ -27,7 +28,6 @@ from cloudddp.code import requirements
 from cloudddp.code.requirements import Requirements
 from cloudddp.code.shipped import Snapshot
 from cloudddp.errors import UserError
-from cloudddp.paths import home
 from cloudddp.plan import EnvSource
 from cloudddp.runtime import (
     Places,
@@ -53,6 +53,8 @@ class SlurmDecision:
     """The Slurm job's name: the job's name and a token (``backend.token``, else the time and 16 random bits)."""
     shell: Shell
     layout: Layout
+    workdir_origin: str
+    """Where the working folder comes from: slurm.workdir, the cluster's scratch variable, or this machine."""
     snapshot: Snapshot
     upload: dict[str, Any]
     """The plan's record of the code snapshot's upload into the working folder."""
@@ -117,7 +119,9 @@ def decide(spec: JobSpec, opts: SlurmOptions, *, token: str | None) -> SlurmDeci
     refused choice has always raised."""
     snapshot = checked_snapshot(spec)
     run_id = f"{spec.name}-{token or time.strftime('%y%m%d-%H%M%S') + '-' + secrets.token_hex(2)}"
-    layout = Layout(opts.workdir or str(home() / "slurm"), run_id)
+    shell = Shell(opts.login_host, tuple(opts.ssh_options))
+    workdir, workdir_origin = storage.workdir(opts, shell)
+    layout = Layout(workdir, run_id)
     res = spec.resources
     launch: Launcher = "srun" if spec.distribution.launcher == "mpi" else opts.launch
     fabric_unplaced = _fabric_unplaced(spec, opts)
@@ -138,8 +142,9 @@ def decide(spec: JobSpec, opts: SlurmOptions, *, token: str | None) -> SlurmDeci
         options=opts,
         job_name=spec.name,
         run_id=run_id,
-        shell=Shell(opts.login_host, tuple(opts.ssh_options)),
+        shell=shell,
         layout=layout,
+        workdir_origin=workdir_origin,
         snapshot=snapshot,
         upload=snapshot_upload(spec, snapshot, layout.archive(snapshot.sha256)),
         nodes=res.nodes,

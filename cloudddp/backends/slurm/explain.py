@@ -30,7 +30,10 @@ def _processes(d: SlurmDecision) -> str:
 
 
 def _places(d: SlurmDecision) -> str:
-    return f"Slurm's commands run {d.shell.where}; run folder {d.layout.run_dir} (a shared filesystem)"
+    return (
+        f"Slurm's commands run {d.shell.where}; run folder {d.layout.run_dir} (a shared filesystem; the working "
+        f"folder from {d.workdir_origin}; `cloudddp storage` shows and removes what runs left there)"
+    )
 
 
 def _code(d: SlurmDecision) -> str:

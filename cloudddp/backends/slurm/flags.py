@@ -226,8 +226,6 @@ OWNED: dict[str, str] = {
 UNSUPPORTED: dict[str, str] = {
     "array": "a job array would run every index in one run folder, with one batch.log and one checkpoint folder; "
     "submit one run per index instead (a loop over `cloudddp submit -o code.args=...`)",
-    "clusters": "status, logs and cancel ask the login node's own cluster: submit from (or set slurm.login_host to) "
-    "a login node of the cluster the job is for",
 }
 """Options sbatch has that a cloudddp run cannot follow, and why."""
 
@@ -321,6 +319,12 @@ def too_new(items: list[str], version: tuple[int, int]) -> list[str]:
     return [
         f"--{name} (Slurm {SINCE[name][0]}.{SINCE[name][1]:02d})" for name in names if SINCE.get(name, (0, 0)) > version
     ]
+
+
+def clusters(items: list[str]) -> str | None:
+    """The ``--clusters`` (``-M``) value among normalized ``items``: every Slurm command of the run names it."""
+    given = [item.partition("=")[2] for item in items if item.startswith("--clusters=")]
+    return given[-1] if given else None
 
 
 def site_options(items: list[str]) -> list[str]:

@@ -16,7 +16,7 @@ from cloudddp.backends.slurm import envs
 from cloudddp.backends.slurm.record import SlurmRunInfo
 from cloudddp.backends.slurm.request import CpusAtSubmit, LoginEnvironment, SlurmRequest
 from cloudddp.backends.slurm.script import RDZV_ID_VARIABLE
-from cloudddp.backends.slurm.shell import Shell
+from cloudddp.backends.slurm.shell import Shell, on_cluster
 from cloudddp.backends.slurm.state import LIVE, cpus_per_gpu
 from cloudddp.backends.slurm.status import job_record
 from cloudddp.errors import UserError
@@ -40,25 +40,30 @@ def submit(plan: Plan[SlurmRequest], progress: Progress | None) -> Launched:
     """The plan's job submitted (or found, when a launch of it got that far before), and its run record."""
     req = plan.request
     shell = Shell.of(plan.target)
-    found = find(shell, req.run_id)
+    found = find(shell, req.run_id, req.clusters)
     if found:
         if progress:
-            progress.step(f"Slurm job {found} is this plan's run already: not submitted again")
-        return Launched(req.run_id, _run_info(plan, shell, found).to_dict())
+            progress.step(f"Slurm job {found[0]} is this plan's run already: not submitted again")
+        return Launched(req.run_id, _run_info(plan, shell, *found).to_dict())
     _prepare(shell, plan, progress)
     sbatch = list(req.sbatch)
     if req.cpus_at_submit:
-        sbatch.insert(1, f"--cpus-per-task={cpus_per_task(shell, req.cpus_at_submit, progress)}")
+        cpus = cpus_per_task(shell, req.cpus_at_submit, progress, req.clusters)
+        sbatch.insert(1, f"--cpus-per-task={cpus}")
     carried = {name: plan.reveal(req.env[name]) for name in req.env_from_submit}
     if req.launch == "torchrun":
         carried[RDZV_ID_VARIABLE] = secrets.token_hex(16)  # a rendezvous only the job can name
     submitted = time.time()
-    job_id = shell.run_with_env(sbatch, carried).split(";")[0].strip()
+    job_id, _, cluster = shell.run_with_env(sbatch, carried).strip().partition(";")  # "id;cluster" with -M
     if req.checkpoint_dir:
         _record(shell, req, submitted)
     if progress:
-        progress.step(f"submitted Slurm job {job_id} ({req.run_id}) {shell.where}")
-    return Launched(req.run_id, _run_info(plan, shell, job_id).to_dict())
+        progress.step(f"submitted Slurm job {job_id} ({req.run_id}) {shell.where}{_of(cluster)}")
+    return Launched(req.run_id, _run_info(plan, shell, job_id, cluster or req.clusters).to_dict())
+
+
+def _of(cluster: str) -> str:
+    return f", to cluster {cluster}" if cluster else ""
 
 
 def _record(shell: Shell, req: SlurmRequest, submitted: float) -> None:
@@ -69,7 +74,7 @@ def _record(shell: Shell, req: SlurmRequest, submitted: float) -> None:
     shell.run(["bash", "-c", 'cat >> "$1"', "cloudddp-record", where], stdin=line, check=False)
 
 
-def _run_info(plan: Plan[SlurmRequest], shell: Shell, job_id: str) -> SlurmRunInfo:
+def _run_info(plan: Plan[SlurmRequest], shell: Shell, job_id: str, cluster: str | None) -> SlurmRunInfo:
     """What the registry keeps to find the run again."""
     req = plan.request
     return SlurmRunInfo(
@@ -85,6 +90,7 @@ def _run_info(plan: Plan[SlurmRequest], shell: Shell, job_id: str) -> SlurmRunIn
         kill_wait=req.kill_wait,
         status_every=req.status_every,
         job_id=job_id,
+        cluster=cluster or None,
     )
 
 
@@ -119,11 +125,12 @@ def _environment(shell: Shell, env: LoginEnvironment, code_dir: str, progress: P
             progress.step(line.removeprefix("cloudddp: "))
 
 
-def cpus_per_task(shell: Shell, wanted: CpusAtSubmit, progress: Progress | None) -> int:
+def cpus_per_task(shell: Shell, wanted: CpusAtSubmit, progress: Progress | None, cluster: str | None = None) -> int:
     """--cpus-per-task when slurm.cpus_per_process is not given: each process gets its GPU's share of the
     CPUs of the partition's smallest GPU node (1 when Slurm shows no such node)."""
     partition = ["-p", wanted.partition] if wanted.partition else []
-    nodes = shell.run(["sinfo", "-h", "-N", *partition, "-o", "%c %G"], check=False).stdout.decode(errors="replace")
+    listed = shell.run(["sinfo", *on_cluster(cluster), "-h", "-N", *partition, "-o", "%c %G"], check=False)
+    nodes = listed.stdout.decode(errors="replace")
     found = cpus_per_gpu(nodes, wanted.gpus_per_node)
     if progress:
         progress.step(
@@ -136,10 +143,14 @@ def cpus_per_task(shell: Shell, wanted: CpusAtSubmit, progress: Progress | None)
     return (found or 1) * wanted.per_task
 
 
-def find(shell: Shell, run_id: str) -> str | None:
-    """The Slurm job named ``run_id`` (pending, running or recently ended), if any."""
-    ids = shell.text(["squeue", "-h", "-t", "all", f"--name={run_id}", "-o", "%i"]).split()
-    return ids[0] if ids else None
+def find(shell: Shell, run_id: str, clusters: str | None = None) -> tuple[str, str | None] | None:
+    """The Slurm job named ``run_id`` (pending, running or recently ended) and its cluster (with ``clusters``:
+    sbatch's ``-M`` value, one name or several), if any."""
+    listed = shell.text(
+        ["squeue", *on_cluster(clusters), "-h", "-t", "all", f"--name={run_id}", "-O", "JobID: ,Cluster:"]
+    )
+    rows = [line.split() for line in listed.splitlines() if line.strip()]
+    return (rows[0][0], rows[0][1] if clusters and len(rows[0]) > 1 else None) if rows else None
 
 
 def _upload(shell: Shell, upload: dict[str, Any], progress: Progress | None) -> None:
@@ -164,10 +175,10 @@ def cancel(info: SlurmRunInfo) -> None:
     """``scancel``: SIGTERM to every process, SIGKILL KillWait later; waits (KillWait and a little more) until
     Slurm says the job no longer runs."""
     shell = info.shell
-    shell.run(["scancel", info.job_id])
+    shell.run(["scancel", *on_cluster(info.cluster), info.job_id])
     deadline = time.monotonic() + float(info.kill_wait) + 15
     while time.monotonic() < deadline:
-        job = job_record(shell, info.job_id)
+        job = job_record(shell, info.job_id, cluster=info.cluster)
         if job is None or job.get("JobState") not in LIVE:
             return
         time.sleep(1)  # once a second: the controller answers every user

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from cloudddp.backends.slurm import flags
 from cloudddp.spec.model import Duration, Strict
@@ -57,8 +57,9 @@ class SlurmOptions(Strict):
     ssh_options: list[str] = Field(default_factory=list, description="Extra ssh arguments, e.g. [-p, '2222'].")
     workdir: str | None = Field(
         None,
-        description="A folder every node sees (shared filesystem): code snapshots, run folders, "
-        "checkpoints. Default: $CLOUDDDP_HOME/slurm here; required with login_host.",
+        description="A folder every node sees (shared filesystem): code snapshots, run folders, environments, "
+        "images, checkpoints. Default: the cluster's own, as its login shell sets it: $CLOUDDDP_SLURM_WORKDIR, "
+        "else $SCRATCH/cloudddp, else $WORK/cloudddp; else $CLOUDDDP_HOME/slurm here (required with login_host).",
     )
     partition: str | None = None
     account: str | None = None
@@ -176,29 +177,26 @@ class SlurmOptions(Strict):
     @field_validator("workdir")
     @classmethod
     def _workdir(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        if not v.startswith("/"):
-            raise ValueError("give an absolute path on the cluster's shared filesystem")
-        if not _PATH.match(v):
-            bad = sorted({c for c in v if not re.match(r"[\w.+=@/-]", c)})
-            raise ValueError(
-                f"{' '.join(repr(c) for c in bad)} in the path: sbatch's #SBATCH lines cannot carry it (spaces and "
-                "quotes split the line, % is a file-name pattern) and container mounts cannot (, separates them, : "
-                "a mount's parts); use a folder whose path has only letters, digits and . _ - + = @ /"
-            )
-        return v.rstrip("/") or "/"
+        return None if v is None else checked_workdir(v)
 
     @field_validator("sbatch_options")
     @classmethod
     def _as_sbatch_reads_them(cls, v: list[str]) -> list[str]:
         return flags.normalize(v)
 
-    @model_validator(mode="after")
-    def _remote_needs_workdir(self) -> SlurmOptions:
-        if self.login_host and not self.workdir:
-            raise ValueError("with login_host, give workdir: a folder on the cluster's shared filesystem")
-        return self
+
+def checked_workdir(v: str) -> str:
+    """``v`` as a working folder (no trailing slash); ValueError says what it may not hold and why."""
+    if not v.startswith("/"):
+        raise ValueError("give an absolute path on the cluster's shared filesystem")
+    if not _PATH.match(v):
+        bad = sorted({c for c in v if not re.match(r"[\w.+=@/-]", c)})
+        raise ValueError(
+            f"{' '.join(repr(c) for c in bad)} in the path: sbatch's #SBATCH lines cannot carry it (spaces and "
+            "quotes split the line, % is a file-name pattern) and container mounts cannot (, separates them, : "
+            "a mount's parts); use a folder whose path has only letters, digits and . _ - + = @ /"
+        )
+    return v.rstrip("/") or "/"
 
 
 def _token(v: str) -> str:

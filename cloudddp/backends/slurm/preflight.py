@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from cloudddp.backends.checks import Check
 from cloudddp.backends.slurm import flags
 from cloudddp.backends.slurm.request import SlurmRequest
-from cloudddp.backends.slurm.shell import Shell
+from cloudddp.backends.slurm.shell import Shell, on_cluster
 from cloudddp.backends.slurm.state import parse_pairs
 from cloudddp.errors import CloudDDPError
 from cloudddp.plan import Plan
@@ -76,10 +76,16 @@ def _options_checks(shell: Shell, plan: Plan[SlurmRequest], version: str) -> lis
     ]
 
 
+def _cluster(plan: Plan[SlurmRequest]) -> list[str]:
+    """``-M`` with the (first) cluster sbatch's ``--clusters`` names: the checks are about the job's cluster."""
+    first = (plan.request.clusters or "").split(",")[0]
+    return on_cluster(first if first != "all" else None)
+
+
 def _grace_check(shell: Shell, plan: Plan[SlurmRequest], partition: dict[str, str] | None) -> Check:
     """The grace the script is told (CLOUDDDP_SIGTERM_GRACE) is no longer than any Slurm gives: KillWait (a cancel,
     a requeue, the time limit) and, where the partition preempts with a grace time, its GraceTime."""
-    config = dict(_config_pairs(shell.text(["scontrol", "show", "config"])))
+    config = dict(_config_pairs(shell.text(["scontrol", *_cluster(plan), "show", "config"])))
     given = {"KillWait": int(config.get("KillWait", "30 sec").split()[0])}
     row = partition or {}
     preempts = row.get("PreemptMode", "OFF").upper() not in ("OFF", "")
@@ -111,7 +117,7 @@ def _partition_checks(shell: Shell, plan: Plan[SlurmRequest]) -> list[Check]:
         None,
     )
     which = [partition.split(",")[0]] if partition else []
-    known = shell.run(["scontrol", "-o", "show", "partition", *which], check=False)
+    known = shell.run(["scontrol", *_cluster(plan), "-o", "show", "partition", *which], check=False)
     text = known.stdout.decode(errors="replace")
     rows = [parse_pairs(line) for line in text.splitlines() if line.startswith("PartitionName=")]
     row = rows[0] if partition and rows else next((r for r in rows if r.get("Default") == "YES"), None)

@@ -32,6 +32,9 @@ class SlurmRunInfo(JsonDataclass):
     kill_wait: int
     status_every: int = DEFAULT_STATUS_EVERY
     job_id: str
+    cluster: str | None = None
+    """The cluster sbatch put the job on when it was given ``--clusters`` (its ``--parsable`` answer ``id;name``):
+    every later command names it (``-M``)."""
 
     @property
     def shell(self) -> Shell:

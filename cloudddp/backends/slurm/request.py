@@ -76,3 +76,5 @@ class SlurmRequest(JsonDataclass):
     with checkpointing off."""
     arguments: tuple[str, ...] = ()
     """The spec's program and arguments, recorded there."""
+    clusters: str | None = None
+    """sbatch's ``--clusters`` (``-M``) from slurm.sbatch_options: the cluster(s) the job may go to."""

@@ -16,7 +16,9 @@ Pure text from decided values (no spec, no cluster): what ``cloudddp render -b s
   training to stop (``scancel --signal=TERM``, which reaches the tasks directly; srun itself would kill
   them on SIGTERM) and exits 124, so the run reads as stopped by ``limits.max_runtime``;
 - a requeued job runs this script again from the top with ``SLURM_RESTART_COUNT`` set; logs are appended
-  (``--open-mode=append``) and the training resumes from its checkpoint folder;
+  (``--open-mode=append``) and the training resumes from its checkpoint folder; its steps are numbered from 0
+  again, so the training first takes ``SLURM_RESTART_COUNT`` empty steps (:data:`FRESH_STEP_LINES`): a signal
+  slurmctld still delivers to an earlier run's training step finds a finished empty step;
 - preemption with a grace time (``GraceTime>0``) sends SIGTERM to the training only and requeues the job
   GraceTime seconds later: a training that checkpoints sooner would end the job (as succeeded, or as its own
   failure). So once the training has ended, this script asks Slurm whether the job was selected for
@@ -219,6 +221,7 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
         "",
         *_stop_lines(job),
         f'began_mark={shlex.quote(job.layout.run_dir)}/.cloudddp-run-began; touch "$began_mark"',
+        *FRESH_STEP_LINES,
         "",
     ]
     out += _launch_lines(job, opts)
@@ -230,6 +233,15 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
         *_end_lines(job, opts),
     ]
     return "\n".join(out) + "\n"
+
+
+FRESH_STEP_LINES = (
+    "# A requeued run numbers its job steps from 0 again, and slurmctld may still deliver an earlier run's step",
+    "# signal to the step of that id (a SIGTERM that timed out on a node during a preemption is retried): each run",
+    "# first takes as many empty steps as it has restarts, so its training is a step no earlier run's training was.",
+    'for _ in $(seq "${SLURM_RESTART_COUNT:-0}"); do srun --nodes=1 --ntasks=1 --overlap --quiet true || break; done',
+)
+"""Issue #42, item 6: step ids that cannot catch a stale signal after a requeue."""
 
 
 def _ended_lines(job: Job) -> list[str]:

@@ -70,6 +70,12 @@ CONTROL_PERSIST = 60
 """Seconds an idle ssh master connection stays up for the next command."""
 
 
+def on_cluster(cluster: str | None) -> list[str]:
+    """``-M CLUSTER`` for a command about a job of another cluster than the login node's own (nothing otherwise):
+    without it squeue, scontrol, sacct and scancel ask the login node's cluster, which does not know the job."""
+    return ["-M", cluster] if cluster else []
+
+
 def clean_env(environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` without an outer Slurm job's variables (:data:`OUTER_JOB`, but :data:`KEPT`)."""
     return {k: v for k, v in environ.items() if k in KEPT or not k.startswith(OUTER_JOB)}

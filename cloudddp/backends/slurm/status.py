@@ -15,7 +15,7 @@ from typing import Any
 
 from cloudddp.backends.slurm.record import SlurmRunInfo
 from cloudddp.backends.slurm.script import ENDED_FILE
-from cloudddp.backends.slurm.shell import Shell
+from cloudddp.backends.slurm.shell import Shell, on_cluster
 from cloudddp.backends.slurm.state import (
     SACCT_FIELDS,
     STATES,
@@ -39,18 +39,21 @@ LOG_TAIL = 65536
 """How much of a log's end is read for what it says about a requeue or a failure."""
 
 
-def job_record(shell: Shell, job_id: str, run_dir: str | None = None) -> dict[str, str] | None:
+def job_record(
+    shell: Shell, job_id: str, run_dir: str | None = None, cluster: str | None = None
+) -> dict[str, str] | None:
     """Slurm's record of the job: scontrol while slurmctld remembers it, else accounting (or jobcomp), else the end
     the batch script recorded in ``run_dir`` (a cluster without accounting the user may read forgets a finished
     job after MinJobAge). Times come with their zone (:data:`TIME_FORMAT`), so they read right wherever this
     machine is. A requeued job's restarts are its accounting rows less one."""
-    zoned = ["env", f"SLURM_TIME_FORMAT={TIME_FORMAT}"]
-    shown = shell.run([*zoned, "scontrol", "-o", "show", "job", job_id], check=False)
+    zoned, on = ["env", f"SLURM_TIME_FORMAT={TIME_FORMAT}"], on_cluster(cluster)
+    shown = shell.run([*zoned, "scontrol", *on, "-o", "show", "job", job_id], check=False)
     lines = shown.stdout.decode(errors="replace").splitlines()
     if shown.returncode == 0 and lines:
         return parse_pairs(lines[0])
     for completion in ([], ["--completion"]):
-        listed = shell.run([*zoned, "sacct", *completion, "-j", job_id, "-n", "-P", "-o", SACCT_FIELDS], check=False)
+        asked = [*zoned, "sacct", *on, *completion, "-j", job_id, "-n", "-P", "-o", SACCT_FIELDS]
+        listed = shell.run(asked, check=False)
         rows = [r for r in listed.stdout.decode(errors="replace").splitlines() if r.split("|")[0] == job_id]
         if listed.returncode == 0 and rows:  # a requeued job has a row per run: the last is the latest
             return {**from_sacct(rows[-1]), "Restarts": str(len(rows) - 1)}
@@ -99,7 +102,7 @@ class Polls:
 def current_status(backend: str, run_id: str, info: SlurmRunInfo) -> RunStatus:
     """The run's status as Slurm tells it now."""
     shell = info.shell
-    job = job_record(shell, info.job_id, info.run_dir)
+    job = job_record(shell, info.job_id, info.run_dir, info.cluster)
     details: dict[str, Any] = {"job_id": info.job_id, "run_dir": info.run_dir}
     if job is None:
         return RunStatus(

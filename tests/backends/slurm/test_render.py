@@ -174,7 +174,7 @@ def test_secrets_stay_out_of_the_script_and_the_plan(tmp_path: Path) -> None:
             "slurm.constraint",
             "InfiniBand",
         ),
-        (["slurm.workdir=null"], "workdir", "login_host"),
+        (["slurm.workdir=null"], "slurm.workdir", "could not be asked for its scratch folder on login.cluster"),
         (["slurm.sbatch_options=[--time=5]"], "slurm.sbatch_options", "set by cloudddp"),
         (["slurm.mem=lots"], "slurm.mem", "64G"),
         (["slurm.partition=gpu a100"], "slurm.partition", "one word"),

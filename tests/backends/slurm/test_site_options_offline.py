@@ -65,7 +65,6 @@ def spec_with(tmp_path: Path, slurm_lines: list[str]) -> tuple[Path, int]:
         ("workdir: /shared/a,b", ["','", "container mounts cannot"]),
         ("workdir: /shared/a:b", ["':'", "a mount's parts"]),
         ("sbatch_options: [--array=0-2]", ["--array is not supported", "one run per index"]),
-        ("sbatch_options: [-M, other]", ["--clusters is not supported", "slurm.login_host"]),
         ("sbatch_options: [--container-image, img]", ["--container-image=img as one item"]),
         ("stop_before_limit: 70000", ["65535"]),
         ("cpus_per_task: 64", ["cpus_per_task is now cpus_per_process", "divide it by the processes per node"]),
@@ -98,6 +97,9 @@ def test_sbatch_options_are_read_as_sbatch_reads_them_and_rendered_in_one_form(t
     backend = get_backend("slurm", token="t1")
     script = backend.render(Job.load(spec).spec).documents["job.sbatch"]
     assert "#SBATCH --nodelist=node1\n#SBATCH --mail-type=END\n" in script
+    other, _ = spec_with(tmp_path, ["sbatch_options: [-M, gpu]"])  # every later command names it (-M)
+    plan = backend.render(Job.load(other).spec)
+    assert "#SBATCH --clusters=gpu\n" in plan.documents["job.sbatch"] and plan.request.clusters == "gpu"
 
 
 def test_the_srun_launch_derives_no_port_and_its_ranks_join_only_the_published_store() -> None:
@@ -314,3 +316,32 @@ def test_threads_follow_the_processes_affinity_and_slurms_cpus(monkeypatch: pyte
     assert cpu_threads(4) == 2  # srun: each process is a task of 2 CPUs (affinity unbound: 16)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
     assert cpu_threads(4) == 1  # bound to one core
+
+
+@pytest.mark.parametrize(
+    "environ, workdir",
+    [
+        ({"SCRATCH": "/scratch/u1/"}, "/scratch/u1/cloudddp"),
+        ({"WORK": "/work/u1"}, "/work/u1/cloudddp"),
+        ({"SCRATCH": "/scratch/u1", "CLOUDDDP_SLURM_WORKDIR": "/lustre/site/u1"}, "/lustre/site/u1"),
+    ],
+)
+def test_without_workdir_the_run_goes_where_the_login_shell_says(
+    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], workdir: str
+) -> None:
+    """Issue #42: a site's scratch space (read through the shell Slurm's commands run in, here a real bash -l),
+    not $HOME; without any, $CLOUDDDP_HOME/slurm as before."""
+    for name in ("SCRATCH", "WORK", "CLOUDDDP_SLURM_WORKDIR"):
+        monkeypatch.delenv(name, raising=False)
+    assert Job.load(TINY).render("slurm").request.workdir == str(Path(os.environ["CLOUDDDP_HOME"]) / "slurm")
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    plan = Job.load(TINY).render("slurm")
+    assert plan.request.workdir == workdir and f"--output={workdir}/runs/tiny-" in plan.documents["job.sbatch"]
+
+
+def test_a_scratch_folder_that_cannot_hold_runs_exits_2_naming_the_variable_and_the_field() -> None:
+    result = cli("render", str(TINY), "-b", "slurm", env={"SCRATCH": "/scratch/my data"})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "slurm.workdir: not given, and $SCRATCH on the cluster (/scratch/my data)" in result.stderr, result.stderr
+    assert "set slurm.workdir" in result.stderr and "Traceback" not in result.stderr

@@ -387,3 +387,22 @@ def test_sbatch_options_are_what_this_clusters_sbatch_accepts(cluster: SlurmClus
     said = refused.stdout + refused.stderr
     assert "this cluster's sbatch has no --stepmgr (Slurm 24.05), --container-image (not in its sbatch --help" in said
     assert "plugstack.conf" in said, said
+
+
+def test_a_spank_plugins_option_runs_where_the_clusters_sbatch_offers_it(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Issue #42: the test cluster loads a SPANK plugin (tests/support/spank/cddp_tag.c) that gives its sbatch
+    --cddp-tag=VALUE. In slurm.sbatch_options it renders with a warning (cloudddp's table does not know it), passes
+    submit's check against the cluster's own sbatch --help, and every task of the job sees the value."""
+    if cluster.spank_unavailable:
+        rig_unavailable(
+            f"the test cluster has no SPANK plugin, so a plugin's option is not tested: {cluster.spank_unavailable}"
+        )
+    spec = command_job(tmp_path, "tagged", 'echo "tag=$CDDP_TAG on $SLURMD_NODENAME"', sbatch_options=["--cddp-tag=x"])
+    rendered = cli("render", str(spec), "-b", "slurm")
+    assert rendered.returncode == 0 and "--cddp-tag is not one of sbatch's own options" in rendered.stderr, rendered
+    run = Job.load(spec, ["resources.nodes=2"]).submit("slurm")
+    status = run.wait(timeout=90, poll=0.5)
+    assert status.state is RunState.SUCCEEDED, (status, [line.text for line in run.logs()])
+    assert "#SBATCH --cddp-tag=x" in (Path(status.details["run_dir"]) / "job.sbatch").read_text()
+    said = sorted(line.text for line in run.logs() if line.text.startswith("tag="))
+    assert said == ["tag=x on node1", "tag=x on node2"], said
