@@ -18,6 +18,7 @@ import pytest
 from cloudddp.api import Job
 from cloudddp.observe.live import sparkline
 from tests.support.cli import FIXTURES, ROOT, cli
+from tests.support.rigs import rig_unavailable
 
 TINY = FIXTURES / "tinyjob" / "job.yaml"
 
@@ -100,6 +101,8 @@ class Screen:
 def terminal(home: Path, cloudddp_args: str, rows: int = 40, env: str = "") -> Iterator[Screen]:
     """``cloudddp <args>`` typed into a real terminal (a tmux server of its own, so no other session's
     environment leaks in), with this checkout, ``home`` and ``env`` (``NAME=value ...``); yields its screen."""
+    if shutil.which("tmux") is None:
+        rig_unavailable("tmux is not installed (make test installs it: apt-get install tmux)")
     screen = Screen(f"cloudddp-{uuid.uuid4().hex[:8]}")
     cmd = (
         f"cd {shlex.quote(str(ROOT))} && {env} CLOUDDDP_HOME={shlex.quote(str(home))} "
@@ -130,7 +133,6 @@ SAGEMAKER_OWN_SCRIPT = (
 )
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
 def test_a_cloud_submit_on_a_terminal_shows_the_price_and_waits_for_an_answer(cloudddp_home: Path) -> None:
     """#43: a submit to SageMaker shows the size, $/h and the ceiling from limits.max_runtime (an own script has
     no estimate), then waits at Proceed? [Y/n]; 'n' sends nothing. With -y it goes on without asking."""
@@ -151,7 +153,6 @@ def test_a_cloud_submit_on_a_terminal_shows_the_price_and_waits_for_an_answer(cl
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
 def test_live_metrics_table_updates_in_a_real_terminal(cloudddp_home: Path) -> None:
     run = Job.load(TINY, ["code.args=[--epochs, 40, --sleep, 0.4]", "checkpoint.enabled=false"]).submit("local")
     next(run.metrics(follow=True))
@@ -182,7 +183,6 @@ def test_live_metrics_table_updates_in_a_real_terminal(cloudddp_home: Path) -> N
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
 def test_the_attached_views_epoch_bar_reaches_the_end_for_a_script_that_is_not_the_shared_one(
     cloudddp_home: Path,
 ) -> None:

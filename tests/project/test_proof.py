@@ -25,17 +25,22 @@ def test_plain():
 """
 
 
-@pytest.mark.parametrize(("ci", "code"), [("true", 1), ("", 0)])
-def test_on_ci_a_skip_for_a_missing_rig_fails_the_run(tmp_path: Path, ci: str, code: int) -> None:
-    (tmp_path / "test_probe.py").write_text(SKIPPING)
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider", str(tmp_path)],
+def pytest_on(folder: Path, ci: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """pytest over ``folder``'s probe modules with this suite's conftest, as CI (``CI=true``) or not."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", *options, "-p", "tests.conftest", "-p", "no:cacheprovider", str(folder)],
         capture_output=True,
         text=True,
         cwd=ROOT,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "CI": ci},
         timeout=120,
     )
+
+
+@pytest.mark.parametrize(("ci", "code"), [("true", 1), ("", 0)])
+def test_on_ci_a_skip_for_a_missing_rig_fails_the_run(tmp_path: Path, ci: str, code: int) -> None:
+    (tmp_path / "test_probe.py").write_text(SKIPPING)
+    result = pytest_on(tmp_path, ci)
     assert result.returncode == code, result.stdout[-2000:]
     named = "test_probe.py::test_needs_a_rig: Skipped: the rig did not start" in result.stdout
     assert named == bool(ci), result.stdout[-2000:]
@@ -58,15 +63,7 @@ def test_on_ci_a_module_skipped_at_collection_fails_the_run(
     module, with and without pytest-xdist's workers."""
     (tmp_path / "test_probe.py").write_text(f"import pytest\n\n{MODULE_SKIPS[how]}\n\n\ndef test_x():\n    pass\n")
     (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert 1 + 1 == 2\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", workers, "-p", "tests.conftest", "-p", "no:cacheprovider"]
-        + [str(tmp_path)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "CI": ci},
-        timeout=120,
-    )
+    result = pytest_on(tmp_path, ci, "-n", workers)
     assert result.returncode == code, result.stdout[-2000:]
     assert ("test_probe.py: " in result.stdout and "each is a proof missing" in result.stdout) == bool(ci)
 

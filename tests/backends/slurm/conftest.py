@@ -1,5 +1,5 @@
-"""The Slurm rig's unprivileged user, for the tests that submit as on a login node (test_preemption.py,
-test_stops.py)."""
+"""The session's Slurm cluster as the backend's tests use it (``cluster``: SLURM_CONF set, no job left behind), and
+the rig's unprivileged user, for the tests that submit as on a login node (test_preemption.py, test_stops.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,15 @@ import pytest
 
 from tests.support import users
 from tests.support.slurm_cluster import ClusterUser, SlurmCluster
+
+
+@pytest.fixture
+def cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
+    """The cluster, with ``SLURM_CONF`` pointing at it as on its login node; a test that failed half-way leaves no
+    job behind."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    yield slurm_cluster
+    cancel_leftover_jobs(slurm_cluster, seconds=20)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ cluster never had: the real scontrol and sacct then answer exactly as for a purg
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,20 +15,12 @@ from cloudddp.api import Job, Run
 from cloudddp.backends.slurm.script import ENDED_FILE
 from cloudddp.backends.status import Cause, RunState
 from cloudddp.runs.runner import Runner
-from tests.backends.slurm.conftest import cancel_leftover_jobs
 from tests.support.cli import FIXTURES, cli
 from tests.support.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slow
 TINY = FIXTURES / "tinyjob" / "job.yaml"
 NEVER_HAD = "99999999"
-
-
-@pytest.fixture
-def cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
-    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    yield slurm_cluster
-    cancel_leftover_jobs(slurm_cluster, seconds=20)
 
 
 def finished(*overrides: str) -> Run:

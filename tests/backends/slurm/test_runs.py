@@ -23,6 +23,7 @@ from cloudddp.backends.slurm.shell import Shell
 from cloudddp.backends.status import Cause, RunState
 from cloudddp.paths import home
 from cloudddp.runs.runner import get_backend
+from tests.backends.slurm.conftest import cancel_leftover_jobs
 from tests.support.cli import FIXTURES, ROOT, cli
 from tests.support.rigs import rig_unavailable
 from tests.support.slurm_cluster import SlurmCluster
@@ -39,20 +40,11 @@ ON_CLUSTER = [f"slurm.python={sys.executable}", "slurm.kill_wait=5", "slurm.stat
 
 @pytest.fixture
 def cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
+    """The shared fixture's cluster, and every node given back whatever a test did to it (a killed slurmd)."""
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
     yield slurm_cluster
-    cancel_leftovers(slurm_cluster)
+    cancel_leftover_jobs(slurm_cluster, seconds=20)
     slurm_cluster.restore_nodes()  # a test that killed a node and failed half-way gives it back too
-
-
-def cancel_leftovers(cluster: SlurmCluster) -> None:
-    """A test that failed half-way leaves no job behind to hold the nodes for the next one."""
-    jobs = cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
-    if jobs:
-        cluster.run("scancel", *jobs, check=False)
-        deadline = time.monotonic() + 20
-        while cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.strip() and time.monotonic() < deadline:
-            time.sleep(0.2)
 
 
 def submit(spec: Path, *overrides: str) -> Run:

@@ -37,18 +37,6 @@ TINY = FIXTURES / "tinyjob" / "job.yaml"
 ON_CLUSTER = [f"slurm.python={sys.executable}", "slurm.kill_wait=5", "slurm.status_every=1"]
 
 
-@pytest.fixture
-def cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
-    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    yield slurm_cluster
-    jobs = slurm_cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
-    if jobs:  # a test that failed half-way leaves no job behind
-        slurm_cluster.run("scancel", *jobs, check=False)
-        deadline = time.monotonic() + 20
-        while slurm_cluster.run("squeue", "-h", check=False).stdout.strip() and time.monotonic() < deadline:
-            time.sleep(0.2)
-
-
 def command_job(tmp_path: Path, name: str, command: str, **slurm: object) -> Path:
     """A spec whose every process runs ``bash -c command`` (srun launch; slurm.python has torch: rank 0's task
     hosts the rendezvous store with it)."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,18 +18,6 @@ from tests.support.cli import FIXTURES
 from tests.support.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
-    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    yield slurm_cluster
-    jobs = slurm_cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
-    if jobs:  # a test that failed half-way leaves no job behind
-        slurm_cluster.run("scancel", *jobs, check=False)
-        deadline = time.monotonic() + 20
-        while slurm_cluster.run("squeue", "-h", check=False).stdout.strip() and time.monotonic() < deadline:
-            time.sleep(0.2)
 
 
 def wait_for(path: Path, seconds: float) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,18 +20,6 @@ from tests.support.ssh_server import SshUnavailable, ssh_server
 from tests.support.wheels import wheel
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
-    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    yield slurm_cluster
-    jobs = slurm_cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
-    if jobs:  # a test that failed half-way leaves no job behind
-        slurm_cluster.run("scancel", *jobs, check=False)
-        deadline = time.monotonic() + 20
-        while slurm_cluster.run("squeue", "-h", check=False).stdout.strip() and time.monotonic() < deadline:
-            time.sleep(0.2)
 
 
 def spec_file(tmp_path: Path, name: str, command: str, code: Path | None = None, **slurm: object) -> Path:
