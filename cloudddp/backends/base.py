@@ -63,6 +63,8 @@ requires it)
     Called by ``size_target``: ``plan``, the next-size fallback.
 ``_recovery_notes(spec) -> (decisions, warnings)`` (a warning that it has no effect)
     Called by ``render``, with ``limits.recover_to: next_size``.
+``_checkpoint_store(location, target) -> CheckpointStore | None`` (None: it cannot reach its checkpoints)
+    Called by ``checkpoint_store``: a run moving between backends (:mod:`cloudddp.runs.carry`).
 
 Verbs
 -----
@@ -99,6 +101,9 @@ Verbs
     Supervise the run again when what supervised it on this machine is gone; not free of side effects.
 ``for_attempt(plan, attempt) -> Plan`` · ``restore(state, literals) -> Plan``
     The plan for a recovery's next attempt; a plan saved with :meth:`~cloudddp.plan.Plan.to_state`, read back.
+``checkpoint_store(target) -> CheckpointStore``
+    The checkpoint folder a plan's (or a run record's) ``target`` names, to read and write as files: what a run
+    moving to or from this backend carries (:mod:`cloudddp.backends.stores`).
 ``missing_settings(spec)`` · ``size_target(spec)`` · ``options(spec)`` · ``metric_patterns(run_id)`` ·
 ``metric_ranks(run_id)`` · ``check_launch_options(provision)``
     What the spec lacks; where sizes come from; the backend's spec section; how a run reads its metrics; whether
@@ -131,6 +136,7 @@ from cloudddp.backends.checks import Check, MissingSetting, PreflightFailed, Set
 from cloudddp.backends.features import Capabilities, Feature, features_used
 from cloudddp.backends.records import MemoryRecords, RunRecord, RunRecords
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
+from cloudddp.backends.stores import CheckpointStore, location_of
 from cloudddp.catalog.bill import Bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import CloudDDPError, RunNotFound, UserError
@@ -245,6 +251,11 @@ class Backend(abc.ABC, Generic[OptionsT]):
             return [], []
         return [], [f"limits.recover_to: next_size has no effect on the {self.name} backend: it chooses no size"]
 
+    def _checkpoint_store(self, location: str, target: Mapping[str, Any]) -> CheckpointStore | None:
+        """The checkpoint folder ``location`` (as this backend's plans name it in ``target``), opened for a run
+        that moves between backends; None: this backend cannot reach its checkpoints from here."""
+        return None
+
     # -- the verbs -------------------------------------------------------------------------------
     def render(self, spec: JobSpec) -> Plan:
         used = features_used(spec, self.name)
@@ -297,6 +308,7 @@ class Backend(abc.ABC, Generic[OptionsT]):
                 **({"metric_ranks": plan.metric_ranks} if plan.metric_ranks != RANK_ZERO else {}),
                 "estimate": plan.estimate,
                 "step_key": plan.step_key,
+                "target": plan.target,
                 **({"max_cost": plan.max_cost} if plan.max_cost is not None else {}),
             }
             self.registry.add(launched.run_id, self.name, plan.job_name, RunState.PENDING.value, info)
@@ -357,6 +369,17 @@ class Backend(abc.ABC, Generic[OptionsT]):
         """A plan :meth:`~cloudddp.plan.Plan.to_state` saved, its request read back as this backend's type;
         ``literals``: the values of the secrets the spec gave as literals (never stored)."""
         return Plan.from_state(state, literals, self.request_type)
+
+    def checkpoint_store(self, target: Mapping[str, Any]) -> CheckpointStore:
+        """The checkpoint folder ``target`` names (a plan's, or a run record's ``info["target"]``)."""
+        location = location_of(target)
+        if location is None:
+            raise UserError(f"this {self.name} run keeps no checkpoints (checkpoint.enabled is false)")
+        with mapped_errors(self):
+            store = self._checkpoint_store(location, target)
+        if store is None:
+            raise UserError(f"the {self.name} backend cannot carry checkpoints to or from another backend")
+        return store
 
     def missing_settings(self, spec: JobSpec) -> list[MissingSetting]:
         """Every setting this backend needs for ``spec`` that the spec and the environment leave out."""

@@ -131,6 +131,13 @@ class JobSpec(Strict):
         "read from global rank 0's output, or {declared: [...], ranks: all} to read every rank's.",
     )
     limits: Limits = Field(default_factory=Limits)
+    backends: list[str] = Field(
+        default_factory=list,
+        max_length=8,
+        description="The backends `-b auto` may place the job on, most preferred first (default: every backend "
+        "the user configuration sets up): it ranks them by estimated whole cost and start time and moves to the "
+        "next on a capacity or quota failure (docs/placement.md).",
+    )
     tags: dict[str, str] = Field(default_factory=dict)
 
     # Set by the loader: the folder relative paths are resolved against. Not part of the schema.
@@ -152,6 +159,16 @@ class JobSpec(Strict):
             if key not in OUTPUT_NAMES:
                 known = "; ".join(f"{name}: {what}" for name, what in OUTPUT_NAMES.items())
                 raise ValueError(f"{key!r} is not an output cloudddp knows ({known})")
+        return v
+
+    @field_validator("backends")
+    @classmethod
+    def _distinct_backends(cls, v: list[str]) -> list[str]:
+        twice = sorted({name for name in v if v.count(name) > 1})
+        if twice:
+            raise ValueError(f"backend {twice[0]!r} is named twice")
+        if "auto" in v:
+            raise ValueError("name the backends -b auto chooses from (e.g. [sagemaker, azureml]); 'auto' is not one")
         return v
 
     @field_validator("inputs", "outputs")

@@ -424,11 +424,13 @@ class Limits(Strict):
         description="Resubmissions after the job ends by preemption, lost capacity or an infrastructure fault "
         "(never after a failure of its own code); a detached watcher does it.",
     )
-    recover_to: Literal["same_size", "next_size"] = Field(
+    recover_to: Literal["same_size", "next_size", "any_backend"] = Field(
         "same_size",
         description="Where a recovery goes after `capacity_tries` capacity failures on one size: `next_size` "
         "moves to the next size in the plan's ranking that passes the preflight checks (backends that choose "
-        "sizes from the catalog); `same_size` keeps trying the size of the first attempt.",
+        "sizes from the catalog); `same_size` keeps trying the size of the first attempt; `any_backend` moves to "
+        "the next backend of the job's placement (`backends:`, or those configured) after a preemption or "
+        "`capacity_tries` capacity failures, carrying the latest checkpoint there (docs/placement.md).",
     )
     capacity_tries: int = Field(
         2, ge=1, le=20, description="Capacity failures on one size before `recover_to: next_size` moves on."

@@ -41,6 +41,7 @@ from cloudddp.backends.checks import Check, MissingSetting
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sized import SizedBackend
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
+from cloudddp.backends.stores import CHECKPOINTS
 from cloudddp.catalog.bill import Bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import BackendUnavailable, CloudDDPError, UserError
@@ -136,7 +137,10 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             decisions=lines,
             warnings=cautions,
             estimate=decision.sizing.estimate,
-            target={"workspace": workspace_fields(az)},
+            target={
+                "workspace": workspace_fields(az),
+                **({CHECKPOINTS: decision.checkpoints} if decision.checkpoints else {}),
+            },
             job=redacted_spec_data(spec),
             env_sources=decision.env_sources,
         )

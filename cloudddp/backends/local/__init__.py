@@ -38,6 +38,7 @@ from cloudddp.backends.local.request import LocalRequest
 from cloudddp.backends.local.rundir import RunDir
 from cloudddp.backends.procs import Process
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
+from cloudddp.backends.stores import CHECKPOINTS
 from cloudddp.catalog.bill import Bill
 from cloudddp.code.keepfiles import left_behind_notice
 from cloudddp.code.shim import RANK_LINE
@@ -106,6 +107,7 @@ class LocalBackend(Backend[LocalOptions]):
             warnings=warnings,
             estimate=decision.estimate,
             uploads=[decision.upload],
+            target={CHECKPOINTS: str(decision.checkpoints.folder)} if decision.checkpoints else {},
             job=redacted_spec_data(spec),
             late=build.late_names(decision),
             env_sources=decision.env_sources,

@@ -29,6 +29,7 @@ from cloudddp.backends.sagemaker.quotas import quota_check
 from cloudddp.backends.sagemaker.request import build, encode, shim_hyperparameters, shim_payload
 from cloudddp.backends.sized import SizedBackend
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
+from cloudddp.backends.stores import CHECKPOINTS
 from cloudddp.catalog.bill import Bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import BackendUnavailable, CloudDDPError, UserError
@@ -184,7 +185,10 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
             warnings=warnings,
             estimate=decision.size.estimate,
             uploads=list(decision.storage.uploads),
-            target={"region": decision.region},
+            target={
+                "region": decision.region,
+                **({CHECKPOINTS: decision.storage.checkpoint_uri} if spec.checkpoint.enabled else {}),
+            },
             job=redacted_spec_data(spec),
             late=("ACCOUNT",) if ACCOUNT in json.dumps(request) else (),
             env_sources=decision.launch.env_sources,

@@ -33,6 +33,7 @@ from cloudddp.backends.slurm.record import SlurmRunInfo
 from cloudddp.backends.slurm.request import SlurmRequest
 from cloudddp.backends.slurm.status import Polls, current_status
 from cloudddp.backends.status import LogLine, RunStatus
+from cloudddp.backends.stores import CHECKPOINTS
 from cloudddp.plan import Plan, substitute
 from cloudddp.spec.model import JobSpec
 from cloudddp.spec.secrets import redacted_spec_data
@@ -83,7 +84,10 @@ class SlurmBackend(Backend[SlurmOptions]):
             decisions=decisions,
             warnings=warnings,
             uploads=[decision.upload],
-            target=decision.shell.to_dict(),
+            target={
+                **decision.shell.to_dict(),
+                **({CHECKPOINTS: decision.places.checkpoint_dir} if decision.places.checkpoint_dir else {}),
+            },
             job=redacted_spec_data(spec),
             env_sources=decision.env_sources,
         )

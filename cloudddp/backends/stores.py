@@ -1,0 +1,65 @@
+"""A training's checkpoint folder where a backend keeps it, read and written as files: what a run that moves to
+another backend carries (:mod:`cloudddp.runs.carry`).
+
+Each backend names its folder in the plan (``plan.target["checkpoints"]``: a path on this machine, an
+``s3://`` URI, an ``azureml://datastores/...`` URI, a path on the Slurm cluster) and opens it as a
+:class:`CheckpointStore` (:meth:`~cloudddp.backends.base.Backend.checkpoint_store`). A store streams: no file is
+held in memory whole, whatever its size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import IO, Any, Protocol
+
+CHECKPOINTS = "checkpoints"
+"""The key of ``plan.target`` naming the training's checkpoint folder (absent: checkpointing is off)."""
+CHUNK = 1 << 20
+"""Bytes read or written at a time when a store streams."""
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    path: str
+    """Relative to the checkpoint folder, with ``/`` between its parts."""
+    size: int
+
+
+class CheckpointStore(Protocol):
+    """One checkpoint folder at one backend's storage."""
+
+    @property
+    def location(self) -> str:
+        """The folder as its backend names it (for messages)."""
+        ...
+
+    def files(self) -> list[StoredFile]:
+        """Every file under the folder, at any depth (none when the folder does not exist)."""
+        ...
+
+    def reader(self, path: str) -> AbstractContextManager[IO[bytes]]:
+        """The file ``path`` (relative), opened for reading as a stream."""
+        ...
+
+    def write(self, path: str, stream: IO[bytes]) -> None:
+        """Write ``path`` (relative, folders made as needed) from ``stream``, read in chunks of :data:`CHUNK`; the
+        file appears under its name only once it is whole (a temporary name then a rename, or one request)."""
+        ...
+
+    def sha256(self, path: str) -> str:
+        """The hex SHA-256 of what the store holds at ``path`` now (read back, or the store's own checksum)."""
+        ...
+
+
+def chunks(stream: IO[bytes]) -> Iterator[bytes]:
+    """``stream`` in pieces of at most :data:`CHUNK` bytes."""
+    while block := stream.read(CHUNK):
+        yield block
+
+
+def location_of(target: Mapping[str, Any]) -> str | None:
+    """The checkpoint folder a plan's (or a run record's) target names; None when checkpointing is off."""
+    value = target.get(CHECKPOINTS)
+    return str(value) if value else None
