@@ -27,8 +27,9 @@ from cloudddp.plan import Plan
 from cloudddp.runs import recovery
 from cloudddp.runs.chained import ChainedRun
 from cloudddp.runs.cost import CostReport
+from cloudddp.runs.placement import AUTO, Placement, launch_first, survey
 from cloudddp.runs.registry import Registry
-from cloudddp.runs.runner import Runner, get_backend
+from cloudddp.runs.runner import Checkpoints, Runner, Submission, get_backend
 from cloudddp.spec.load import spec_to_data
 from cloudddp.spec.model import JobSpec
 
@@ -70,6 +71,8 @@ class Job:
         provision: bool = True,
         recover: int | None = None,
         progress: Progress | None = None,
+        resume_from: str | None = None,
+        ranking: list[Placement] | None = None,
         **options: Any,
     ) -> Run:
         """Render, run the preflight checks, launch; returns at once with a :class:`Run`.
@@ -77,12 +80,44 @@ class Job:
         ``checks=False`` launches even when a preflight check fails; ``provision=False`` leaves clusters
         alone on backends that create them; ``recover`` resubmissions after preemption or infrastructure
         faults (default: ``limits.max_recoveries``), done by a detached watcher. ``options`` construct the
-        backend (e.g. a credential; the watcher uses the backend's defaults).
+        backend (e.g. a credential; the watcher uses the backend's defaults). ``resume_from`` (a run id) carries
+        that run's latest checkpoint, from whichever backend it ran on, into this job's checkpoint folder first.
+
+        ``backend="auto"`` places the job on the best of :meth:`place`'s ranking (``ranking``, when already asked)
+        that takes it, and moves it to the next on a capacity failure (docs/placement.md).
         """
+        source = Run.attach(resume_from)._one.checkpoints() if resume_from else None
+        if backend == AUTO:
+            return self._submit_placed(ranking or self.place(checks=checks), provision, recover, progress, source)
         runner = Runner.open(backend, **options)
-        submission = runner.submit(self.spec, checks=checks, provision=provision, progress=progress)
-        recovery.start_for(runner, self.spec, submission, recover)
+        submission = runner.submit(self.spec, checks=checks, provision=provision, progress=progress, resume_from=source)
+        placements = []
+        if self.spec.limits.recover_to == "any_backend":  # the job's other backends, checked when moved to
+            placements = [p.to_state() for p in survey(self.spec, checks=False) if p.usable and p.backend != backend]
+        recovery.start_for(runner, self.spec, submission, recover, placements=placements)
         return Run(submission.run_id, runner.backend, plan=submission.plan)
+
+    def place(self, *, checks: bool = True) -> list[Placement]:
+        """``-b auto``'s ranking for this job: each backend of ``backends:`` (or the user configuration) with its
+        estimated cost and start, best first, then those that cannot take it with the reason (``checks``: ask each
+        backend's preflight checks too, which reach the clouds)."""
+        return survey(self.spec, checks=checks)
+
+    def _submit_placed(
+        self,
+        ranking: list[Placement],
+        provision: bool,
+        recover: int | None,
+        progress: Progress | None,
+        source: Checkpoints | None,
+    ) -> Run:
+        placed = launch_first(ranking, provision=provision, progress=progress, resume_from=source)
+        runner = Runner.open(placed.placement.backend)
+        assert placed.placement.plan is not None
+        submission = Submission(placed.placement.plan, placed.run_id)
+        rest = [p.to_state() for p in placed.rest]
+        recovery.start_for(runner, self.spec, submission, recover, placements=rest, note=placed.note(ranking))
+        return Run(placed.run_id, runner.backend, plan=placed.placement.plan)
 
     def to_dict(self) -> dict[str, Any]:
         return spec_to_data(self.spec)

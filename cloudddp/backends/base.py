@@ -65,6 +65,8 @@ requires it)
     Called by ``render``, with ``limits.recover_to: next_size``.
 ``_checkpoint_store(location, target) -> CheckpointStore | None`` (None: it cannot reach its checkpoints)
     Called by ``checkpoint_store``: a run moving between backends (:mod:`cloudddp.runs.carry`).
+``_start_estimate(plan) -> float | None`` (None: it cannot say)
+    Called by ``start_estimate``: ``-b auto``'s ranking (:mod:`cloudddp.runs.placement`).
 
 Verbs
 -----
@@ -101,6 +103,9 @@ Verbs
     Supervise the run again when what supervised it on this machine is gone; not free of side effects.
 ``for_attempt(plan, attempt) -> Plan`` · ``restore(state, literals) -> Plan``
     The plan for a recovery's next attempt; a plan saved with :meth:`~cloudddp.plan.Plan.to_state`, read back.
+``start_estimate(plan) -> float | None``
+    When the plan's job would start if it were submitted now (a Unix time), where the backend can say without
+    submitting it (Slurm's ``sbatch --test-only``); None when it cannot.
 ``checkpoint_store(target) -> CheckpointStore``
     The checkpoint folder a plan's (or a run record's) ``target`` names, to read and write as files: what a run
     moving to or from this backend carries (:mod:`cloudddp.backends.stores`).
@@ -256,6 +261,11 @@ class Backend(abc.ABC, Generic[OptionsT]):
         that moves between backends; None: this backend cannot reach its checkpoints from here."""
         return None
 
+    def _start_estimate(self, plan: Plan) -> float | None:
+        """When ``plan``'s job would start if submitted now (Unix time), asked without submitting it; None: this
+        backend cannot say (a cloud starts a job when it has the capacity, which it does not forecast)."""
+        return None
+
     # -- the verbs -------------------------------------------------------------------------------
     def render(self, spec: JobSpec) -> Plan:
         used = features_used(spec, self.name)
@@ -369,6 +379,10 @@ class Backend(abc.ABC, Generic[OptionsT]):
         """A plan :meth:`~cloudddp.plan.Plan.to_state` saved, its request read back as this backend's type;
         ``literals``: the values of the secrets the spec gave as literals (never stored)."""
         return Plan.from_state(state, literals, self.request_type)
+
+    def start_estimate(self, plan: Plan) -> float | None:
+        with mapped_errors(self):
+            return self._start_estimate(plan)
 
     def checkpoint_store(self, target: Mapping[str, Any]) -> CheckpointStore:
         """The checkpoint folder ``target`` names (a plan's, or a run record's ``info["target"]``)."""

@@ -113,10 +113,11 @@ def status(run: str | None, backend: str | None, json_: bool) -> None:
             table.add_row(f"[bold]{key}[/]", escape(str(value)))
     out().print(table)
     if st.details.get("attempts"):
-        attempts = Table("attempt", "run", "started", "state", "cause", "why", title="attempts")
+        attempts = Table("attempt", "backend", "run", "started", "state", "cause", "why", title="attempts")
         for a in st.details["attempts"]:
             attempts.add_row(
                 str(a["number"]),
+                a.get("backend") or st.backend,
                 a["run_id"],
                 when(a["started"]),
                 a["state"],
@@ -124,6 +125,9 @@ def status(run: str | None, backend: str | None, json_: bool) -> None:
                 escape(a["reason"] or ""),
             )
         out().print(attempts)
+        for a in st.details["attempts"]:
+            if a.get("note"):
+                out().print(f"attempt {a['number']}: {escape(a['note'])}")
     failure = st.details.get("failure")
     if failure:
         out().print("[bold red]failure[/]")
@@ -198,7 +202,8 @@ def cost_text(report: CostReport) -> Any:
             table.add_row(name, estimated, measured_value)
     parts: list[Any] = [head, table]
     for attempt in report.attempts:
-        parts.append(Text(f"attempt {attempt['run_id']} ({attempt['state']}): {money(attempt['cost'])}"))
+        where = f"{attempt['backend']}, " if attempt.get("backend") else ""
+        parts.append(Text(f"attempt {attempt['run_id']} ({where}{attempt['state']}): {money(attempt['cost'])}"))
     if bill is not None:
         title = "[dim]the actual figures" + (" of the current attempt" if report.attempts else "") + "[/]"
         sources = Table("figure", "value", "where it comes from", box=None, title_justify="left", title=title)

@@ -24,11 +24,13 @@ from cloudddp.cli.options import (
     print_plan,
     sdk_log,
 )
+from cloudddp.cli.placing import first_plan, first_usable, placed_ranking, placement_moves
 from cloudddp.errors import RunFailed
 from cloudddp.observe.console import Progress, err, escape, line_tag, note, out, print_json, printable
 from cloudddp.observe.live import EpochProgress
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.observe.sdklog import divert, diverted_to
+from cloudddp.runs.placement import AUTO
 from cloudddp.runs.runner import get_backend
 from cloudddp.spec.model import JobSpec
 
@@ -66,6 +68,14 @@ from cloudddp.spec.model import JobSpec
     metavar="[N]",
     help="Resubmit up to N times (3) after preemption, lost capacity or an infrastructure fault.",
 )
+@click.option(
+    "--resume-from",
+    "resume_from",
+    metavar="RUN",
+    default=None,
+    help="Carry RUN's latest checkpoint (from whichever backend it ran on) into this job's checkpoint folder "
+    "first, so the script resumes from it.",
+)
 def submit(
     job: Path,
     backend: str,
@@ -80,6 +90,7 @@ def submit(
     all_ranks: bool,
     verbose: bool,
     recover: int | None,
+    resume_from: str | None,
 ) -> None:
     """Render the job and launch it; follow its metrics until it ends unless --detach.
 
@@ -89,16 +100,21 @@ def submit(
       cloudddp submit job.yaml -b sagemaker --dry-run  # the request, not sent
       cloudddp submit job.yaml -o resources.nodes=2 --detach
       cloudddp submit job.yaml -b azureml -y           # no question before the launch
+      cloudddp submit job.yaml -b auto                 # the cheapest backend that can start it (docs/placement.md)
+      cloudddp submit job.yaml -b slurm --resume-from RUN   # go on from another run's checkpoint
 
     On a cloud, the size, its price per hour and the job's estimated cost come first; on a terminal submit
     then asks Proceed? [Y/n] (--yes, --quiet, --json and a non-interactive shell do not ask).
     """
     spec = load_job(job, override)
+    ranking = (
+        placed_ranking(spec, checks=not (skip_checks or dry_run), quiet=quiet or json_) if backend == AUTO else None
+    )
     if dry_run:
-        print_plan(backend_class(backend)().render(spec), json_=json_)
+        print_plan(first_plan(ranking) if ranking else backend_class(backend)().render(spec), json_=json_)
         return
     if not (quiet or json_):
-        confirm_launch(spec, backend, ask=not yes and interactive())
+        confirm_launch(spec, first_usable(ranking) if ranking else backend, ask=not yes and interactive())
     if not verbose:
         divert(sdk_log())
     try:
@@ -108,19 +124,21 @@ def submit(
             provision=not no_provision,
             recover=recover,
             progress=None if (quiet or json_) else Progress(plan_notes),
+            resume_from=resume_from,
+            ranking=ranking,
         )
     except PreflightFailed as e:
         print_checks(e.checks)
         err().print("[bold red]error:[/] preflight checks failed; fix them or pass --skip-checks")
         sys.exit(e.exit_code)
-    chain = run.chain
+    chain, backend = run.chain, run.backend.name
     if chain is not None and not (quiet or json_):
         moves = f"; after {chain.capacity_tries} capacity failure(s) on a size it moves to " + ", then ".join(
             f["size"] for f in chain.fallbacks
         )
         note(
             f"recovery: up to {chain.max_recoveries} resubmissions after preemption or infrastructure faults, by a "
-            "watcher that outlives this terminal" + (moves if chain.fallbacks else "")
+            "watcher that outlives this terminal" + (moves if chain.fallbacks else "") + placement_moves(chain)
         )
     if json_ and detach:
         print_json({"run_id": run.run_id, "backend": backend})

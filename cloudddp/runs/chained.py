@@ -18,11 +18,12 @@ from typing import Any
 
 from cloudddp.backends.base import Backend
 from cloudddp.backends.status import LogLine, RunState, RunStatus
-from cloudddp.errors import CloudDDPError
+from cloudddp.backends.stores import location_of
+from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.observe.metrics import PREFIX, MetricRecord, record_of_log_line
 from cloudddp.runs import recovery
 from cloudddp.runs.cost import CostReport
-from cloudddp.runs.runner import Runner
+from cloudddp.runs.runner import Checkpoints, Runner
 
 
 class Repeats:
@@ -61,7 +62,7 @@ class ChainedRun:
         if chain is None:
             return self._status_of(self.run_id)
         recovery.ensure_watched(chain)
-        current = self._status_of(chain.current.run_id)
+        current = self._status_of(chain.current.run_id, chain.backend_of(chain.current))
         state = current.state
         if chain.status == recovery.WATCHING and current.state.terminal:
             state = RunState.STARTING  # the watcher is about to launch the next attempt
@@ -82,8 +83,14 @@ class ChainedRun:
             },
         )
 
-    def _status_of(self, run_id: str) -> RunStatus:
-        return Runner(self.backend).status(run_id)
+    def _status_of(self, run_id: str, backend: str | None = None) -> RunStatus:
+        return self._runner(backend).status(run_id)
+
+    def _runner(self, backend: str | None) -> Runner:
+        """The runner of ``backend`` (an attempt's; None or this run's own: this run's backend)."""
+        if backend is None or backend == self.backend.name:
+            return Runner(self.backend)
+        return Runner.open(backend)
 
     def cost(self) -> CostReport:
         """What the run cost (see :meth:`cloudddp.api.Run.cost`); for a chain, the current attempt's bill against
@@ -94,10 +101,11 @@ class ChainedRun:
             if report.measured is None and report.bill is not None and report.bill.final:
                 report.measured = self._learn(self.run_id)
             return report
-        reports = [runner.cost(attempt.run_id) for attempt in chain.attempts]
+        reports = [self._runner(chain.backend_of(a)).cost(a.run_id) for a in chain.attempts]
         report = dataclasses.replace(reports[-1], run_id=self.run_id, estimate=reports[0].estimate)
         report.attempts = [
-            {"run_id": r.run_id, "state": r.state, "cost": r.bill.cost if r.bill else None} for r in reports
+            {"run_id": r.run_id, "backend": r.backend, "state": r.state, "cost": r.bill.cost if r.bill else None}
+            for r in reports
         ]
         return report
 
@@ -107,12 +115,12 @@ class ChainedRun:
         except CloudDDPError:  # the logs are not readable now: a later status or cost tries again
             return None
 
-    def attempts(self, follow: bool) -> Iterator[tuple[str, bool]]:
-        """``(run id, follow it)`` for each attempt in order; while following, the next one as the watcher
-        launches it, until the chain has ended."""
+    def attempts(self, follow: bool) -> Iterator[tuple[str, bool, Backend[Any]]]:
+        """``(run id, follow it, its backend)`` for each attempt in order; while following, the next one as the
+        watcher launches it, until the chain has ended."""
         chain = self.chain
         if chain is None:
-            yield self.run_id, follow
+            yield self.run_id, follow, self.backend
             return
         seen, chain_id = 0, chain.chain_id
         while True:
@@ -120,22 +128,23 @@ class ChainedRun:
             ended = chain.status != recovery.WATCHING
             for attempt in chain.attempts[seen:]:
                 seen += 1
-                yield attempt.run_id, follow and not ended and seen == len(chain.attempts)
+                backend = self._runner(chain.backend_of(attempt)).backend
+                yield attempt.run_id, follow and not ended and seen == len(chain.attempts), backend
             if not follow or ended:
                 return
             time.sleep(0.5)  # the watcher is about to launch the next attempt, or to end the chain
 
     def logs(self, follow: bool = False) -> Iterator[LogLine]:
         """Every attempt's log lines, in order."""
-        for run_id, following in self.attempts(follow):
-            yield from self.backend.logs(run_id, follow=following)
+        for run_id, following, backend in self.attempts(follow):
+            yield from backend.logs(run_id, follow=following)
 
     def metrics(self, follow: bool = False) -> Iterator[MetricRecord]:
         """Every attempt's metric records, each step once (an attempt that resumes from a checkpoint repeats
         the steps after it: the first report of a step is kept)."""
         repeats = Repeats()
-        for run_id, following in self.attempts(follow):
-            for record in self.backend.metrics(run_id, follow=following):
+        for run_id, following, backend in self.attempts(follow):
+            for record in backend.metrics(run_id, follow=following):
                 if not repeats.seen(record):
                     yield record
 
@@ -155,10 +164,25 @@ class ChainedRun:
             if record is not None:
                 yield dataclasses.replace(record, echoed=shown)
 
+    def checkpoints(self) -> Checkpoints:
+        """Where the run's newest attempt keeps its checkpoints, as its launch recorded it (``--resume-from``)."""
+        chain = self.chain
+        run_id, backend = self.run_id, self.backend
+        if chain is not None:
+            run_id, backend = chain.current.run_id, self._runner(chain.backend_of(chain.current)).backend
+        record = backend.registry.get(run_id)
+        target = dict(record.info.get("target") or {}) if record else {}
+        if location_of(target) is None:
+            raise UserError(
+                f"{self.run_id} has no checkpoint folder on record: it kept none (checkpoint.enabled: false), or it "
+                "was launched before cloudddp recorded where runs keep them"
+            )
+        return Checkpoints(run_id, backend, target)
+
     def cancel(self) -> bool:
         """Ask the current attempt to stop, and stop recovering; False when it had already ended."""
         chain = self.chain
         if chain is None:
             return self.backend.cancel(self.run_id)
         recovery.cancel(chain)
-        return self.backend.cancel(chain.current.run_id)
+        return self._runner(chain.backend_of(chain.current)).backend.cancel(chain.current.run_id)

@@ -13,7 +13,10 @@ nodes train is adopted, not resubmitted (:meth:`~cloudddp.backends.base.Backend.
 (its machine restarted), ``cloudddp recover`` or any
 ``status`` of the run starts it again. With ``limits.recover_to: next_size``, after ``limits.capacity_tries``
 capacity failures on one size the next attempt takes the next size of the plan's ranking that passes the
-preflight checks (:mod:`cloudddp.runs.fallback` renders them at submit).
+preflight checks (:mod:`cloudddp.runs.fallback` renders them at submit). A chain may also move between backends
+(``-b auto``, ``limits.recover_to: any_backend``): the next backends' plans are rendered at submit
+(:mod:`cloudddp.runs.placement`), and a move carries the latest checkpoint to the next backend's storage first
+(:mod:`cloudddp.runs.carry`); each attempt names its backend.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from cloudddp.errors import CloudDDPError
 from cloudddp.paths import home
 from cloudddp.plan import Plan
 from cloudddp.runs.fallback import Fallback, plan_fallback
+from cloudddp.runs.handover import carried_to
 from cloudddp.runs.runner import Runner, Submission
 from cloudddp.spec.model import JobSpec
 
@@ -59,6 +63,10 @@ class Attempt:
     cause: str | None = None
     reason: str = ""
     size: str | None = None
+    backend: str = ""
+    """Where it ran (empty in a chain kept before chains could move: the chain's backend)."""
+    note: str = ""
+    """How it came to run there: the move from the attempt before it, and what was carried."""
 
 
 @dataclass
@@ -79,6 +87,11 @@ class Chain:
     """Capacity failures on one size before moving to the next of ``fallbacks`` (0: never moves)."""
     fallbacks: list[dict[str, Any]] = field(default_factory=list)
     """The next sizes' plans (:class:`~cloudddp.runs.fallback.Fallback`), taken in order."""
+    placements: list[dict[str, Any]] = field(default_factory=list)
+    """The next backends' plans (:meth:`~cloudddp.runs.placement.Placement.to_state`), taken in order."""
+    moves_on: list[str] = field(default_factory=list)
+    """The causes after which the chain moves to the next of ``placements`` rather than resubmit where it is:
+    ``capacity`` with ``-b auto``, and ``preempted`` too with ``limits.recover_to: any_backend``."""
 
     # -- storage ---------------------------------------------------------------------------------
     @staticmethod
@@ -116,7 +129,10 @@ class Chain:
         return Process.from_record(self.watcher_pid, self.watcher)
 
     def summary(self) -> list[dict[str, Any]]:
-        return [asdict(a) for a in self.attempts]
+        return [{**asdict(a), "backend": self.backend_of(a)} for a in self.attempts]
+
+    def backend_of(self, attempt: Attempt) -> str:
+        return attempt.backend or self.backend
 
 
 def every_chain() -> list[Chain]:
@@ -142,9 +158,13 @@ def start(
     *,
     fallback: Fallback | None = None,
     capacity_tries: int = 0,
+    placements: list[dict[str, Any]] | None = None,
+    moves_on: tuple[str, ...] = (),
+    note: str = "",
 ) -> Chain:
     """Watch ``run_id`` (just launched from ``plan``) and recover it up to ``max_recoveries`` times, moving to
-    ``fallback``'s sizes after ``capacity_tries`` capacity failures on one."""
+    ``fallback``'s sizes after ``capacity_tries`` capacity failures on one, or to the next of ``placements``' backends
+    after a failure whose cause is in ``moves_on``."""
     size = fallback.size if fallback else None
     chain = Chain(
         run_id,
@@ -152,9 +172,11 @@ def start(
         plan.job_name,
         plan.to_state(),
         max_recoveries,
-        [Attempt(1, run_id, time.time(), size=size)],
+        [Attempt(1, run_id, time.time(), size=size, backend=backend.name, note=note)],
         capacity_tries=capacity_tries if fallback and fallback.plans else 0,
         fallbacks=fallback.plans if fallback else [],
+        placements=list(placements or []),
+        moves_on=list(moves_on) if placements else [],
     )
     chain.save()
     backend.registry.update(run_id, info={"chain": run_id, "attempt": 1})
@@ -162,10 +184,25 @@ def start(
     return chain
 
 
-def start_for(runner: Runner, spec: JobSpec, submission: Submission, recover: int | None = None) -> Chain | None:
+def start_for(
+    runner: Runner,
+    spec: JobSpec,
+    submission: Submission,
+    recover: int | None = None,
+    *,
+    placements: list[dict[str, Any]] | None = None,
+    note: str = "",
+) -> Chain | None:
     """A chain and its watcher for a run just submitted from ``spec``, with the sizes ``limits.recover_to`` moves to:
-    up to ``recover`` resubmissions (None: the spec's ``limits.max_recoveries``); None when that is 0."""
+    up to ``recover`` resubmissions (None: the spec's ``limits.max_recoveries``); None when that is 0.
+
+    ``placements`` (``-b auto``'s next backends, or with ``recover_to: any_backend`` the job's other backends) are
+    moved to after a capacity failure (and a preemption, with ``any_backend``); with ``-b auto`` each counts as a
+    recovery, and the budget is at least one move per backend left."""
     max_recoveries = spec.limits.max_recoveries if recover is None else recover
+    moves_on = [Cause.CAPACITY.value] + ([Cause.PREEMPTED.value] if spec.limits.recover_to == "any_backend" else [])
+    if placements and recover is None:
+        max_recoveries = max(max_recoveries, len(placements))
     if max_recoveries <= 0:
         return None
     backend = runner.backend
@@ -176,6 +213,9 @@ def start_for(runner: Runner, spec: JobSpec, submission: Submission, recover: in
         max_recoveries,
         fallback=plan_fallback(backend, spec),
         capacity_tries=spec.limits.capacity_tries,
+        placements=placements,
+        moves_on=tuple(moves_on),
+        note=note,
     )
 
 
@@ -202,7 +242,7 @@ def spawn_watcher(chain: Chain, literals: dict[str, str] | None = None) -> None:
 
 def missing_secrets(chain: Chain, literals: Mapping[str, str]) -> list[str]:
     """The literal secrets the chain's next attempts need that ``literals`` lacks."""
-    plans = [chain.plan, *(nxt["plan"] for nxt in chain.fallbacks)]
+    plans = [chain.plan, *(nxt["plan"] for nxt in [*chain.fallbacks, *chain.placements])]
     needed = {name for state in plans for name in Plan.from_state(state).literal_secret_names()}
     return sorted(needed - set(literals))
 
@@ -241,11 +281,15 @@ def ensure_watched(chain: Chain, literals: Mapping[str, str] | None = None) -> b
 def watch(chain_id: str, literals: dict[str, str], poll: float = POLL_SECONDS) -> Chain:
     """Follow the chain until it succeeds, fails for a reason recovery does not cover, or the budget ends."""
     chain = Chain.load(chain_id)
-    runner = Runner.open(chain.backend)
+    runners: dict[str, Runner] = {}
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     ended_at: dict[str, float] = {}
     while chain.status == WATCHING and not stop["now"]:
+        name = chain.backend_of(chain.current)
+        if name not in runners:
+            runners[name] = Runner.open(name)
+        runner = runners[name]
         status = runner.status(chain.current.run_id)  # a run whose supervisor is lost is adopted, not resubmitted
         if not status.state.terminal or _reason_may_follow(status, ended_at):
             time.sleep(poll)
@@ -293,6 +337,8 @@ def decide(chain: Chain, status: RunStatus, runner: Runner, literals: dict[str, 
         chain.message = f"recovery budget spent: {chain.max_recoveries} recoveries, the last ended by {cause.value}"
     elif missing := missing_secrets(chain, literals):
         needs_secrets(chain, missing)
+    elif cause.value in chain.moves_on and chain.placements:
+        move_backend(chain, runner, literals, status)
     elif cause is Cause.CAPACITY and chain.capacity_tries and _capacity_failures(chain) >= chain.capacity_tries:
         _move_on(chain, runner, literals, status)
     else:
@@ -323,11 +369,11 @@ def _capacity_failures(chain: Chain) -> int:
     return count
 
 
-def _launch(chain: Chain, runner: Runner, plan: Plan, *, checks: bool, size: str | None) -> None:
+def _launch(chain: Chain, runner: Runner, plan: Plan, *, checks: bool, size: str | None, note: str = "") -> None:
     number = chain.current.number + 1
     run_id = runner.launch(runner.backend.for_attempt(plan, number), checks=checks)
     runner.backend.registry.update(run_id, info={"chain": chain.chain_id, "attempt": number})
-    chain.attempts.append(Attempt(number, run_id, time.time(), size=size))
+    chain.attempts.append(Attempt(number, run_id, time.time(), size=size, backend=runner.name, note=note))
 
 
 def _move_on(chain: Chain, runner: Runner, literals: dict[str, str], status: RunStatus) -> None:
@@ -353,6 +399,42 @@ def _move_on(chain: Chain, runner: Runner, literals: dict[str, str], status: Run
     chain.status = GAVE_UP
     chain.message = f"not recovered: {failures(tries)} on {old} and no next size passes the preflight checks"
     chain.message += f": {', '.join(skipped)}" if skipped else " (none left in the ranking)"
+
+
+def move_backend(chain: Chain, runner: Runner, literals: dict[str, str], status: RunStatus) -> None:
+    """Launch the job on the next backend of the chain's placements that takes it, after carrying the latest
+    checkpoint there from where the last attempt kept it; give up naming each backend's reason if none does."""
+    old, cause = runner.name, (status.cause or Cause.UNKNOWN).value
+    source = _checkpoints_of(chain, runner)
+    skipped = []
+    while chain.placements:
+        nxt = chain.placements.pop(0)
+        try:
+            there = Runner.open(nxt["backend"])
+            plan = there.backend.restore(nxt["plan"], literals)
+            carried = carried_to(runner.backend, source, there.backend, plan.target)
+            note = f"moved from {old} after {cause} ({status.message})" + (f"; {carried}" if carried else "")
+            _launch(chain, there, plan, checks=True, size=None, note=note)
+        except PreflightFailed as e:
+            skipped.append(f"{nxt['backend']} ({'; '.join(f'{c.name}: {c.detail}' for c in e.checks)})")
+            continue
+        except CloudDDPError as e:  # its credentials, its storage, the service's refusal: the next may take it
+            skipped.append(f"{nxt['backend']} ({_first_line(e)})")
+            continue
+        chain.plan = nxt["plan"]
+        chain.message = f"attempt {chain.current.number} on {nxt['backend']}: {note}" + (
+            f"; skipped {', '.join(skipped)}" if skipped else ""
+        )
+        return
+    chain.status = GAVE_UP
+    chain.message = f"not recovered: {cause} on {old} and no other backend took the job"
+    chain.message += f": {', '.join(skipped)}" if skipped else " (none left in the placement)"
+
+
+def _checkpoints_of(chain: Chain, runner: Runner) -> dict[str, Any]:
+    """The target (with its checkpoint folder) of the chain's current attempt, as its launch recorded it."""
+    record = runner.backend.registry.get(chain.current.run_id)
+    return dict(record.info.get("target") or {}) if record else dict(chain.plan.get("target") or {})
 
 
 def cancel(chain: Chain) -> None:

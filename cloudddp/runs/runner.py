@@ -43,16 +43,28 @@ from cloudddp.backends.base import Backend, Progress
 from cloudddp.backends.records import RunRecord
 from cloudddp.backends.registry import backend_class
 from cloudddp.backends.status import RunState, RunStatus
-from cloudddp.errors import CloudDDPError, RunNotFound
+from cloudddp.backends.stores import location_of
+from cloudddp.errors import CloudDDPError, RunNotFound, UserError
 from cloudddp.paths import home
 from cloudddp.plan import Plan
 from cloudddp.runs import steptimes
 from cloudddp.runs.cost import CostReport
+from cloudddp.runs.handover import carried_to
 from cloudddp.runs.registry import Registry
 from cloudddp.spec.model import JobSpec
 
 BUDGET_POLL_ENV = "CLOUDDDP_BUDGET_POLL"
 TERMINAL_STATES = frozenset(s.value for s in RunState if s.terminal)
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """Where a run keeps its checkpoints: what ``submit --resume-from`` carries from."""
+
+    run_id: str
+    backend: Backend[Any]
+    target: dict[str, Any]
+    """The run's target as its launch recorded it (``target["checkpoints"]``: the folder)."""
 
 
 @dataclass(frozen=True)
@@ -88,13 +100,34 @@ class Runner:
         return self.backend.render(spec)
 
     def submit(
-        self, spec: JobSpec, *, checks: bool = True, provision: bool = True, progress: Progress | None = None
+        self,
+        spec: JobSpec,
+        *,
+        checks: bool = True,
+        provision: bool = True,
+        progress: Progress | None = None,
+        resume_from: Checkpoints | None = None,
     ) -> Submission:
+        """Render, check and launch ``spec``; with ``resume_from``, another run's latest checkpoint is carried into
+        this plan's checkpoint folder first (``submit --resume-from``)."""
         self.backend.check_launch_options(provision)
         plan = self.backend.render(spec)
         if progress is not None:
             progress.planned(plan)
-        return Submission(plan, self.launch(plan, checks=checks, provision=provision, progress=progress))
+        carried = self.carry_in(plan, resume_from, progress) if resume_from else ""
+        run_id = self.launch(plan, checks=checks, provision=provision, progress=progress)
+        if resume_from:
+            self.backend.registry.update(run_id, info={"resumed_from": resume_from.run_id, "carried": carried})
+        return Submission(plan, run_id)
+
+    def carry_in(self, plan: Plan, source: Checkpoints, progress: Progress | None = None) -> str:
+        """Carry ``source``'s latest checkpoint into ``plan``'s checkpoint folder; what was carried, in words."""
+        if location_of(plan.target) is None:
+            raise UserError(f"--resume-from {source.run_id}: this job keeps no checkpoints (checkpoint.enabled)")
+        if progress is not None:
+            progress.step(f"carrying {source.run_id}'s latest checkpoint from {source.backend.name} to {self.name}")
+        carried = carried_to(source.backend, source.target, self.backend, plan.target, progress)
+        return carried or f"{source.run_id}'s checkpoint folder is this run's own: nothing to carry"
 
     def launch(
         self, plan: Plan, *, checks: bool = True, provision: bool = True, progress: Progress | None = None

@@ -31,6 +31,7 @@ from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.backends.slurm.preflight import preflight
 from cloudddp.backends.slurm.record import SlurmRunInfo
 from cloudddp.backends.slurm.request import SlurmRequest
+from cloudddp.backends.slurm.start import start_estimate
 from cloudddp.backends.slurm.status import Polls, current_status
 from cloudddp.backends.status import LogLine, RunStatus
 from cloudddp.backends.stores import CHECKPOINTS
@@ -105,6 +106,9 @@ class SlurmBackend(Backend[SlurmOptions]):
     # -- launch ------------------------------------------------------------------------------
     def _launch(self, plan: Plan[SlurmRequest], *, provision: bool, progress: Progress | None) -> Launched:
         return submit(plan, progress)
+
+    def _start_estimate(self, plan: Plan[SlurmRequest]) -> float | None:
+        return start_estimate(plan)
 
     def _preflight(self, plan: Plan[SlurmRequest]) -> list[Check]:
         return preflight(plan)

@@ -1,0 +1,189 @@
+"""``-b auto``: which backend a job goes to, and in what order the others follow when one cannot take it.
+
+The backends considered are the job's ``backends:`` (most preferred first) or, without it, those the user
+configuration sets up (:func:`cloudddp.spec.userconfig.configured_backends`). Each is asked what it would send
+(``render``, offline) and, unless checks are skipped, its preflight checks (credentials, quota, the size offered
+in the region); a backend that cannot render the job or fails a check is set aside with the reason. The others
+are ranked:
+
+1. a backend whose own estimate says the job would wait more than :data:`START_SOON_SECONDS` to start (Slurm's
+   ``sbatch --test-only``) comes after those that start now or do not say;
+2. then by the job's estimated whole cost, cheapest first; a backend without an estimate (a CPU size the
+   catalog does not price, a script without a step time) comes after those with one;
+3. then in the order of preference.
+
+The job is launched on the first; a launch the backend refuses (a quota, a capacity error, a name taken) moves to
+the next, and the recovery watcher moves on after a capacity failure once the run has started
+(:mod:`cloudddp.runs.recovery`). Every step is said in the plan's lines and the run's history.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from cloudddp.backends.base import Backend, Progress
+from cloudddp.errors import CloudDDPError, UserError
+from cloudddp.plan import Plan
+from cloudddp.runs.runner import Checkpoints, Runner, get_backend
+from cloudddp.spec.model import JobSpec
+from cloudddp.spec.userconfig import configured_backends
+
+AUTO = "auto"
+START_SOON_SECONDS = 3600.0
+"""A start further away than this ranks the backend after those that start sooner."""
+
+
+@dataclass
+class Placement:
+    """One backend's answer for the job: its plan, estimated cost and start, or why it cannot take the job."""
+
+    backend: str
+    preference: int
+    plan: Plan | None = None
+    cost: float | None = None
+    """The estimated whole cost in USD (None: no estimate)."""
+    starts_in: float | None = None
+    """Seconds until it would start, where the backend can say (None: now, or unknown)."""
+    refused: str = ""
+    """Why it cannot take the job now (empty: it can)."""
+
+    @property
+    def usable(self) -> bool:
+        return self.plan is not None and not self.refused
+
+    def rank_key(self) -> tuple[bool, bool, float, int]:
+        late = self.starts_in is not None and self.starts_in > START_SOON_SECONDS
+        return (late, self.cost is None, self.cost or 0.0, self.preference)
+
+    def line(self) -> str:
+        """One line of the ranking, as the plan and ``submit -b auto`` show it."""
+        if self.refused:
+            return f"{self.backend}: not used: {self.refused}"
+        estimate = (self.plan.estimate if self.plan else None) or {}
+        hourly = estimate.get("price_per_hour")
+        cost = f"${self.cost:,.2f} for the whole job" if self.cost is not None else "no cost estimate"
+        cost += f" at ${hourly:,.2f}/h" if isinstance(hourly, (int, float)) else ""
+        return f"{self.backend}: {cost}, {_start_words(self.starts_in)}"
+
+    def to_state(self) -> dict[str, Any]:
+        """What the recovery watcher keeps to launch this backend later (no secret values)."""
+        assert self.plan is not None
+        return {"backend": self.backend, "plan": self.plan.to_state(), "line": self.line()}
+
+
+def _start_words(seconds: float | None) -> str:
+    if seconds is None:
+        return "starts when submitted (no queue estimate)"
+    if seconds < 60:
+        return "starts now"
+    return f"starts in about {seconds / 3600:.1f} h" if seconds >= 3600 else f"starts in about {seconds / 60:.0f} min"
+
+
+def backends_for(spec: JobSpec) -> list[str]:
+    """The backends ``-b auto`` chooses from for ``spec``, most preferred first."""
+    names = list(spec.backends) or configured_backends()
+    if not names:
+        raise UserError(
+            "-b auto and limits.recover_to: any_backend need backends to choose from: the job names none "
+            "(`backends:`) and the user configuration sets none up",
+            hint="add `backends: [sagemaker, azureml, slurm]` to the job, or configure them (docs/configuration.md)",
+        )
+    return names
+
+
+def survey(spec: JobSpec, *, checks: bool = True) -> list[Placement]:
+    """Every candidate backend's answer for ``spec``, ranked (usable first, best first; then those set aside)."""
+    answers = [_ask(name, index, spec, checks=checks) for index, name in enumerate(backends_for(spec))]
+    usable = sorted((p for p in answers if p.usable), key=Placement.rank_key)
+    ranking = usable + [p for p in answers if not p.usable]
+    said = "placement (-b auto), best first: " + "; ".join(f"{n}. {p.line()}" for n, p in enumerate(ranking, 1))
+    for placement in usable:
+        assert placement.plan is not None
+        placement.plan.decisions.insert(0, said)
+    return ranking
+
+
+def _ask(name: str, preference: int, spec: JobSpec, *, checks: bool) -> Placement:
+    placement = Placement(name, preference)
+    try:
+        backend = get_backend(name)
+        plan = backend.render(spec)
+    except CloudDDPError as e:
+        placement.refused = _first_line(e)
+        return placement
+    placement.plan = plan
+    total = (plan.estimate or {}).get("total_cost")
+    placement.cost = float(total) if isinstance(total, (int, float)) else None
+    if checks:
+        _check(backend, placement, plan)
+    return placement
+
+
+def _check(backend: Backend[Any], placement: Placement, plan: Plan) -> None:
+    """The backend's preflight checks and start estimate: a failed check sets it aside, with the check's words."""
+    try:
+        failed = [c for c in backend.preflight(plan) if c.ok is False]
+        start = backend.start_estimate(plan)
+    except CloudDDPError as e:
+        placement.refused = _first_line(e)
+        return
+    if failed:
+        placement.refused = "; ".join(f"{c.name}: {c.detail}" for c in failed)
+    elif start is not None:
+        placement.starts_in = max(0.0, start - time.time())
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).splitlines() or [type(error).__name__])[0]
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where ``-b auto`` launched the job, and what it can still move to."""
+
+    placement: Placement
+    run_id: str
+    rest: list[Placement]
+    """The usable placements after it, in rank order: where the recovery watcher moves the run."""
+    skipped: list[str]
+    """The backends ranked before it that refused the launch, each with the reason."""
+
+    def note(self, ranking: list[Placement]) -> str:
+        """How the first attempt came to run where it does, for the run's history."""
+        ranked = ", ".join(p.backend for p in ranking if p.usable)
+        said = f"placed by -b auto (ranked {ranked})"
+        return said + (f"; refused at launch: {', '.join(self.skipped)}" if self.skipped else "")
+
+
+def launch_first(
+    ranking: list[Placement],
+    *,
+    provision: bool = True,
+    progress: Progress | None = None,
+    resume_from: Checkpoints | None = None,
+) -> Placed:
+    """Launch the first usable placement whose backend accepts it (``resume_from``'s checkpoint carried into its
+    folder first); a refusal (a quota, a capacity error, a name taken) moves to the next. A UserError naming every
+    backend's reason when none takes it."""
+    usable = [p for p in ranking if p.usable]
+    skipped: list[str] = []
+    for index, placement in enumerate(usable):
+        assert placement.plan is not None
+        try:
+            runner = Runner.open(placement.backend)
+            if resume_from is not None:
+                runner.carry_in(placement.plan, resume_from, progress)
+            run_id = runner.launch(placement.plan, checks=False, provision=provision, progress=progress)
+        except CloudDDPError as e:
+            skipped.append(f"{placement.backend} ({_first_line(e)})")
+            if progress is not None:
+                progress.step(f"{placement.backend} refused the launch: {_first_line(e)}; trying the next backend")
+            continue
+        return Placed(placement, run_id, usable[index + 1 :], skipped)
+    refusals = [p.line() for p in ranking if not p.usable] + [f"{s}" for s in skipped]
+    raise UserError(
+        "-b auto found no backend that takes this job now:\n  " + "\n  ".join(refusals),
+        hint="fix what each line says, or choose a backend with -b",
+    )

@@ -1,0 +1,182 @@
+"""``-b auto``, ``limits.recover_to: any_backend`` and ``submit --resume-from`` across the rigs: the AWS emulator
+(moto) with AWS's training toolkit, the Azure ML workspace served to the real azure-ai-ml SDK with its blobs on
+Azurite, and the test Slurm cluster. The CLI and the detached recovery watcher are real processes; nothing of
+cloudddp is stubbed. A run that moves carries its checkpoint from one backend's storage to the next one's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cloudddp.api import Run
+from cloudddp.backends.status import RunState
+from cloudddp.runs.runner import get_backend
+from tests.support.aws_emulator import aws_environment, set_status
+from tests.support.azure_launchers import Datastores
+from tests.support.azure_nodes import AzureNodes
+from tests.support.azure_rig import WorkspaceModel, create_container, serve, served_environment
+from tests.support.cli import ROOT, cli
+from tests.support.harnesses import AzureMLHarness, SageMakerHarness, SlurmHarness
+from tests.support.mlflow_server import MlflowServer
+from tests.support.slurm_cluster import SlurmCluster
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+CAPACITY = (
+    "CapacityError: Unable to provision requested ML compute capacity. Please retry using a different ML instance type."
+)
+
+
+@pytest.fixture()
+def azure(blob_endpoint: str, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkspaceModel]:
+    """The Azure ML workspace over HTTP, and this process's environment pointing cloudddp at it (the CLI and the
+    watcher it starts inherit it)."""
+    model = WorkspaceModel(blob_endpoint)
+    create_container(model)
+    model.mlflow = mlflow_server
+    with serve(model) as url:
+        for key, value in {**served_environment(url, model), "CLOUDDDP_RECOVERY_POLL": "0.5"}.items():
+            monkeypatch.setenv(key, value)
+        yield model
+
+
+@pytest.fixture()
+def aws(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    for key, value in aws_environment(moto_url).items():
+        monkeypatch.setenv(key, value)
+    return moto_url
+
+
+def sections(*harnesses: Any) -> dict[str, dict[str, str]]:
+    """The backends' spec sections the harnesses' overrides give (``sagemaker.region=...``)."""
+    out: dict[str, dict[str, str]] = {}
+    for harness in harnesses:
+        for override in harness.overrides:
+            key, value = override.split("=", 1)
+            section, name = key.split(".", 1)
+            out.setdefault(section, {})[name] = value
+    return out
+
+
+def digits_job(tmp_path: Path, name: str, args: list[str], backends: list[str], **extra: Any) -> Path:
+    """The shared training script on digits, one CPU process, for ``backends`` (most preferred first)."""
+    spec: dict[str, Any] = {
+        "name": name,
+        "code": {"dir": str(ROOT / "src_train"), "entry": "train.py", "args": args},
+        "resources": {"nodes": 1, "gpus_per_node": 0, "processes_per_node": 1},
+        "checkpoint": {"every_epochs": 1, "resume": "auto"},
+        "backends": backends,
+        **sections(SageMakerHarness, AzureMLHarness, SlurmHarness),
+        **extra,
+    }
+    spec["limits"] = {"max_runtime": "10m", **spec.get("limits", {})}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.mark.timeout(420)
+def test_auto_places_the_job_on_sagemaker_first_and_moves_it_to_azure_ml_after_a_capacity_error(
+    aws: str, azure: WorkspaceModel, tmp_path: Path
+) -> None:
+    job = digits_job(tmp_path, "digits-auto", ["--dataset", "digits", "--epochs", "2"], ["sagemaker", "azureml"])
+    result = cli("submit", str(job), "-b", "auto", "--detach")
+    assert result.returncode == 0, result.stderr
+    ranking = result.stderr[result.stderr.index("placement (-b auto)") :]
+    assert ranking.index("1. sagemaker") < ranking.index("2. azureml"), result.stderr
+    assert "after capacity" in result.stderr and "it moves to azureml" in result.stderr, result.stderr
+    run = Run.attach(result.stderr.split("submitted ", 1)[1].split()[0])
+    first = run.run_id
+    assert run.backend.name == "sagemaker"
+
+    set_status(first, "Failed", "Failed", reason=CAPACITY)  # SageMaker could not get the instances
+    chain = wait_until(lambda: (c := run.chain) is not None and len(c.attempts) == 2 and c, 120)
+    second = chain.current
+    assert (second.backend, second.number) == ("azureml", 2), chain
+    assert f"moved from sagemaker after capacity ({CAPACITY})" in second.note, second.note
+    assert second.run_id in azure.jobs
+
+    finished = AzureNodes(azure, second.run_id, tmp_path / "azure", Datastores(tmp_path / "blob")).finish(120)
+    assert finished.ok, finished.describe()
+    status = run.wait(timeout=60, poll=0.5)
+    assert status.state is RunState.SUCCEEDED, status
+    assert [(a["backend"], a["state"], a["cause"]) for a in status.details["attempts"]] == [
+        ("sagemaker", "failed", "capacity"),
+        ("azureml", "succeeded", None),
+    ]
+    shown = cli("status", first)
+    assert shown.returncode == 0, shown.stderr
+    assert "moved from sagemaker after capacity" in shown.stdout and "azureml" in shown.stdout, shown.stdout
+    assert "placed by -b auto (ranked sagemaker, azureml)" in shown.stdout, shown.stdout
+
+
+def train_losses(records: Any) -> list[int]:
+    return [r.step for r in records if "train_loss" in r.values]
+
+
+@pytest.mark.timeout(600)
+def test_a_run_preempted_on_azure_ml_resumes_on_slurm_from_its_azure_checkpoint_each_step_once(
+    azure: WorkspaceModel, cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    args = ["--dataset", "digits", "--model", "cnn", "--epochs", "3", "--batch-size", "8", "--log-every", "1"]
+    limits = {"max_recoveries": 1, "recover_to": "any_backend"}
+    job = digits_job(tmp_path, "digits-move", args, ["azureml", "slurm"], limits=limits)
+    result = cli("submit", str(job), "-b", "azureml", "--detach", "--quiet")
+    assert result.returncode == 0, result.stderr
+    first = result.stdout.strip()
+    run = Run.attach(first)
+    stores = Datastores(tmp_path / "blob")
+    nodes = AzureNodes(azure, first, tmp_path / "attempt1", stores)
+    try:  # once epoch 1 is checkpointed, Azure takes the nodes back; the script saves where it stopped
+        wait_until(lambda: list(nodes.checkpoints.glob("ckpt-e0001-*.pt.sha256")), 180, poll=0.05)
+        preempted = nodes.preempt()
+    finally:
+        nodes.stop()
+    assert "stopping on SIGTERM" in preempted.logs[0], preempted.describe()
+
+    chain = wait_until(lambda: (c := run.chain) is not None and len(c.attempts) == 2 and c, 180)
+    second = chain.current
+    assert second.backend == "slurm", chain
+    assert "moved from azureml after preempted" in second.note and "carried" in second.note, second.note
+    status = run.wait(timeout=300, poll=1)
+    assert status.state is RunState.SUCCEEDED, (status, cli("logs", second.run_id).stdout[-3000:])
+
+    slurm = get_backend("slurm")
+    log = "\n".join(line.text for line in slurm.logs(second.run_id))
+    assert "resumed from" in log, log[-3000:]
+    before, after = train_losses(preempted.metrics()), train_losses(slurm.metrics(second.run_id))
+    assert before and after and after[0] == before[-1] + 1, (before[-3:], after[:3])
+    assert before + after == list(range(1, after[-1] + 1))  # every step exactly once across both backends
+    assert train_losses(run.metrics()) == before + after
+
+
+@pytest.mark.timeout(420)
+def test_submit_on_slurm_resumes_from_a_sagemaker_runs_checkpoint_in_s3(
+    aws: str, cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    from tests.support.sagemaker_container import run_training_job
+
+    args = ["--dataset", "digits", "--model", "cnn", "--epochs", "2"]
+    job = digits_job(tmp_path, "digits-s3", args, ["sagemaker", "slurm"])
+    result = cli("submit", str(job), "-b", "sagemaker", "--detach", "--quiet")
+    assert result.returncode == 0, result.stderr
+    sagemaker_run = result.stdout.strip()
+    trained = run_training_job(sagemaker_run, tmp_path / "container")  # the toolkit runs it; checkpoints to S3
+    assert trained.ok, trained.describe()
+
+    longer = cli(
+        "submit", str(job), "-b", "slurm", "--resume-from", sagemaker_run, "-o", "code.args=[--dataset, digits, "
+        "--model, cnn, --epochs, '4']", "--detach", "--quiet",
+    )
+    assert longer.returncode == 0, longer.stderr
+    slurm_run = longer.stdout.strip()
+    status = Run.attach(slurm_run).wait(timeout=300, poll=1)
+    assert status.state is RunState.SUCCEEDED, status
+    log = "\n".join(line.text for line in get_backend("slurm").logs(slurm_run))
+    assert "resumed from" in log and "ckpt-e0002" in log, log[-3000:]
+    epochs = sorted({r.epoch for r in get_backend("slurm").metrics(slurm_run) if "test_acc" in r.values})
+    assert epochs == [3, 4], epochs  # only the epochs after the SageMaker run's
