@@ -59,6 +59,13 @@ def chunks(stream: IO[bytes]) -> Iterator[bytes]:
         yield block
 
 
+def unsafe(path: str) -> bool:
+    """A relative path a store must not read or write: absolute, empty, or with a ``.``/``..`` part (an S3 key
+    may be named ``../x``), so a listing from one store cannot make another write outside its folder."""
+    parts = path.split("/")
+    return not path or path.startswith("/") or any(part in ("", ".", "..") for part in parts)
+
+
 def location_of(target: Mapping[str, Any]) -> str | None:
     """The checkpoint folder a plan's (or a run record's) target names; None when checkpointing is off."""
     value = target.get(CHECKPOINTS)

@@ -18,15 +18,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from cloudddp.backends.base import Backend, Launched, Progress
 from cloudddp.backends.checks import Check
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.local import build
 from cloudddp.backends.local.bill import bill
+from cloudddp.backends.local.checkpoint_store import LocalCheckpoints
 from cloudddp.backends.local.decide import decide
 from cloudddp.backends.local.explain import explain
 from cloudddp.backends.local.launch import launch
@@ -163,6 +164,9 @@ class LocalBackend(Backend[LocalOptions]):
         return launch(plan, progress)
 
     # -- run verbs ---------------------------------------------------------------------------
+    def _checkpoint_store(self, location: str, target: Mapping[str, Any]) -> LocalCheckpoints:
+        return LocalCheckpoints(Path(location))
+
     def _run(self, run_id: str) -> RunDir:
         return RunDir.for_run(run_id)
 
