@@ -109,9 +109,13 @@ def _ask(name: str, preference: int, spec: JobSpec, *, checks: bool) -> Placemen
     placement = Placement(name, preference)
     try:
         backend = get_backend(name)
+        missing = [m.field for m in backend.missing_settings(spec)]  # those only a launch needs, too
+        if missing:
+            placement.refused = f"needs {', '.join(missing)} (in the job, or the user configuration)"
+            return placement
         plan = backend.render(spec)
     except CloudDDPError as e:
-        placement.refused = _first_line(e)
+        placement.refused = _said(e)
         return placement
     placement.plan = plan
     total = (plan.estimate or {}).get("total_cost")
@@ -137,6 +141,11 @@ def _check(backend: Backend[Any], placement: Placement, plan: Plan) -> None:
 
 def _first_line(error: Exception) -> str:
     return (str(error).splitlines() or [type(error).__name__])[0]
+
+
+def _said(error: Exception) -> str:
+    """The error's message on one line (a refusal lists what is missing on the lines after its first)."""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
 
 
 @dataclass(frozen=True)

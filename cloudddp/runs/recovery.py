@@ -373,7 +373,7 @@ def _launch(chain: Chain, runner: Runner, plan: Plan, *, checks: bool, size: str
     number = chain.current.number + 1
     run_id = runner.launch(runner.backend.for_attempt(plan, number), checks=checks)
     runner.backend.registry.update(run_id, info={"chain": chain.chain_id, "attempt": number})
-    chain.attempts.append(Attempt(number, run_id, time.time(), size=size, backend=runner.name, note=note))
+    chain.attempts.append(Attempt(number, run_id, time.time(), size=size, backend=runner.backend.name, note=note))
 
 
 def _move_on(chain: Chain, runner: Runner, literals: dict[str, str], status: RunStatus) -> None:
@@ -404,7 +404,7 @@ def _move_on(chain: Chain, runner: Runner, literals: dict[str, str], status: Run
 def move_backend(chain: Chain, runner: Runner, literals: dict[str, str], status: RunStatus) -> None:
     """Launch the job on the next backend of the chain's placements that takes it, after carrying the latest
     checkpoint there from where the last attempt kept it; give up naming each backend's reason if none does."""
-    old, cause = runner.name, (status.cause or Cause.UNKNOWN).value
+    old, cause = runner.backend.name, (status.cause or Cause.UNKNOWN).value
     source = _checkpoints_of(chain, runner)
     skipped = []
     while chain.placements:

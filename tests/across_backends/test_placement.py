@@ -169,8 +169,16 @@ def test_submit_on_slurm_resumes_from_a_sagemaker_runs_checkpoint_in_s3(
     assert trained.ok, trained.describe()
 
     longer = cli(
-        "submit", str(job), "-b", "slurm", "--resume-from", sagemaker_run, "-o", "code.args=[--dataset, digits, "
-        "--model, cnn, --epochs, '4']", "--detach", "--quiet",
+        "submit",
+        str(job),
+        "-b",
+        "slurm",
+        "--resume-from",
+        sagemaker_run,
+        "-o",
+        "code.args=[--dataset, digits, --model, cnn, --epochs, '4']",
+        "--detach",
+        "--quiet",
     )
     assert longer.returncode == 0, longer.stderr
     slurm_run = longer.stdout.strip()

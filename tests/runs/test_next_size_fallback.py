@@ -38,6 +38,7 @@ class Launcher:
         self.launched: list[str] = []
         self.registry = self
         self.backend = self  # the runner's backend, too
+        self.name = "sagemaker"
 
     def update(self, run_id: str, info: dict[str, Any]) -> None:
         pass
