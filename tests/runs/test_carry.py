@@ -3,10 +3,14 @@ the verification of every file, a second carry that copies nothing, and a copy t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import itertools
 import os
 import stat
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -14,9 +18,15 @@ import pytest
 
 from cloudddp.backends.local import LocalBackend
 from cloudddp.backends.local.checkpoint_store import LocalCheckpoints
+from cloudddp.backends.registry import spec_from_dict
+from cloudddp.backends.sagemaker import SageMakerBackend
+from cloudddp.backends.slurm import SlurmBackend
 from cloudddp.backends.stores import CHUNK, StoredFile
 from cloudddp.errors import CloudDDPError
 from cloudddp.runs.carry import carry, newest_complete
+from tests.support.aws_emulator import ACCOUNT_ID, aws_environment, own_bucket
+from tests.support.cli import FIXTURES
+from tests.support.slurm_cluster import SlurmCluster
 
 OLDER = "ckpt-e0001-s0000040.pt"
 NEWEST = "ckpt-e0002-s0000010.pt"
@@ -163,3 +173,80 @@ def test_carrying_a_64_mib_checkpoint_streams_it(tmp_path: Path) -> None:
     assert carried.bytes == (64 << 20) + 64
     assert peak < 4 * CHUNK, f"the carry held {peak} bytes at once"
     assert (tmp_path / "to" / NEWEST).stat().st_size == 64 << 20
+
+
+class EndingEarly(LocalCheckpoints):
+    """A source whose reads end early without an error (a connection closed cleanly mid-file)."""
+
+    @contextlib.contextmanager
+    def reader(self, path: str) -> Iterator[IO[bytes]]:
+        with super().reader(path) as f:
+            yield io.BytesIO(f.read(10))
+
+
+def test_a_file_that_arrives_shorter_than_listed_is_an_error(tmp_path: Path) -> None:
+    source = tmp_path / "from"
+    (source / "files").mkdir(parents=True)
+    (source / "files" / "state.json").write_bytes(os.urandom(100))
+    with pytest.raises(CloudDDPError, match=r"files/state.json .*read 10 bytes of the 100 listed"):
+        carry(EndingEarly(source), LocalCheckpoints(tmp_path / "to"))
+
+
+class Breaking:
+    """A source stream that breaks after two chunks (a store that went away mid-copy)."""
+
+    def __init__(self) -> None:
+        self.given = 0
+
+    def read(self, size: int = -1) -> bytes:
+        self.given += 1
+        if self.given > 2:
+            raise OSError("the source went away")
+        return os.urandom(CHUNK)
+
+
+def test_a_local_write_cut_short_leaves_nothing_in_the_folder(tmp_path: Path) -> None:
+    with pytest.raises(OSError, match="went away"):
+        LocalCheckpoints(tmp_path / "to").write(f"files/{NEWEST}", Breaking())  # type: ignore[arg-type]
+    assert list((tmp_path / "to" / "files").iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_folder_carried_local_to_s3_to_the_slurm_workdir_and_back_is_the_same_bytes(
+    moto_url: str, cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each hop opens its store as a backend's plan names it: SageMaker on moto, Slurm on the test cluster."""
+    for key, value in aws_environment(moto_url).items():
+        monkeypatch.setenv(key, value)
+    code = {"dir": str(FIXTURES / "tinyjob"), "command": ["true"]}
+    sagemaker = SageMakerBackend().render(
+        spec_from_dict(
+            {
+                "name": "travels",
+                "code": code,
+                "sagemaker": {
+                    "region": "us-east-1",
+                    "role": f"arn:aws:iam::{ACCOUNT_ID}:role/SageMakerRole",
+                    "bucket": own_bucket(tmp_path),
+                    "instance_type": "ml.m5.4xlarge",
+                    "image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-cpu-py311",
+                },
+            }
+        )
+    )
+    slurm = SlurmBackend().render(
+        spec_from_dict({"name": "travels", "code": code, "slurm": {"workdir": str(tmp_path)}})
+    )
+    source = folder_of_a_run(tmp_path / "from")
+    hops = [
+        LocalCheckpoints(source),
+        SageMakerBackend().checkpoint_store(sagemaker.target),
+        SlurmBackend().checkpoint_store(slurm.target),
+        LocalCheckpoints(tmp_path / "back"),
+    ]
+    for old, new in itertools.pairwise(hops):
+        carried = carry(old, new)
+        assert set(carried.copied) == CARRIED and carried.resumes_from == NEWEST, (old.location, new.location)
+    assert tree(tmp_path / "back") == {name: data for name, data in tree(source).items() if name in CARRIED}
+    digest = (source / f"{NEWEST}.sha256").read_text()
+    assert [store.sha256(NEWEST) for store in hops] == [digest] * 4

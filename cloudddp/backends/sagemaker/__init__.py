@@ -12,7 +12,7 @@ import datetime
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from cloudddp.backends.base import Launched, Progress
@@ -20,7 +20,8 @@ from cloudddp.backends.checks import Check, MissingSetting
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sagemaker import storage
 from cloudddp.backends.sagemaker.bill import training_bill
-from cloudddp.backends.sagemaker.decide import ACCOUNT, decide
+from cloudddp.backends.sagemaker.checkpoint_store import S3Checkpoints
+from cloudddp.backends.sagemaker.decide import ACCOUNT, Storage, decide
 from cloudddp.backends.sagemaker.explain import explain
 from cloudddp.backends.sagemaker.limits import LIMITS, Text
 from cloudddp.backends.sagemaker.logs import host_line
@@ -187,11 +188,38 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
             uploads=list(decision.storage.uploads),
             target={
                 "region": decision.region,
-                **({CHECKPOINTS: decision.storage.checkpoint_uri} if spec.checkpoint.enabled else {}),
+                **(self._checkpoint_target(decision.storage) if spec.checkpoint.enabled else {}),
             },
             job=redacted_spec_data(spec),
             late=("ACCOUNT",) if ACCOUNT in json.dumps(request) else (),
             env_sources=decision.launch.env_sources,
+        )
+
+    @staticmethod
+    def _checkpoint_target(chosen: Storage) -> dict[str, str]:
+        """The checkpoint folder, and what a write there carries: the default bucket's owner check (the account,
+        bound at launch), the spec's KMS key."""
+        return {
+            CHECKPOINTS: chosen.checkpoint_uri,
+            **({"bucket_owner": ACCOUNT} if chosen.default_bucket else {}),
+            **({"kms_key": chosen.kms_key} if chosen.kms_key else {}),
+        }
+
+    def _checkpoint_store(self, location: str, target: Mapping[str, Any]) -> S3Checkpoints:
+        """The checkpoint folder in S3; the default bucket's account (late-bound in a plan and its run's record)
+        from STS, as a launch binds it."""
+        region = str(target["region"])
+        owner = target.get("bucket_owner")
+        if ACCOUNT in location or ACCOUNT in str(owner or ""):
+            account = self._client("sts", region).get_caller_identity()["Account"]
+            location, owner = location.replace(ACCOUNT, account), str(owner or "").replace(ACCOUNT, account)
+        return S3Checkpoints(
+            self._client("s3", region),
+            location,
+            region=region,
+            owner=str(owner) if owner else None,
+            kms_key=target.get("kms_key"),
+            translate=self._translate,
         )
 
     def _for_attempt(self, plan: Plan, attempt: int) -> Plan:

@@ -16,13 +16,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from cloudddp.backends.base import Backend, Launched, Progress
 from cloudddp.backends.checks import Check
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.slurm.build import build
+from cloudddp.backends.slurm.checkpoint_store import SlurmCheckpoints
 from cloudddp.backends.slurm.decide import decide
 from cloudddp.backends.slurm.explain import explain
 from cloudddp.backends.slurm.launch import cancel, submit
@@ -31,6 +32,7 @@ from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.backends.slurm.preflight import preflight
 from cloudddp.backends.slurm.record import SlurmRunInfo
 from cloudddp.backends.slurm.request import SlurmRequest
+from cloudddp.backends.slurm.shell import Shell
 from cloudddp.backends.slurm.start import start_estimate
 from cloudddp.backends.slurm.status import Polls, current_status
 from cloudddp.backends.status import LogLine, RunStatus
@@ -102,6 +104,11 @@ class SlurmBackend(Backend[SlurmOptions]):
         return dataclasses.replace(
             plan, request=substitute(plan.request, table), documents=substitute(plan.documents, table)
         )
+
+    def _checkpoint_store(self, location: str, target: Mapping[str, Any]) -> SlurmCheckpoints:
+        """The checkpoint folder on the cluster, through the shell the plan names (here, or ssh to the login
+        host)."""
+        return SlurmCheckpoints(Shell.of(target), location)
 
     # -- launch ------------------------------------------------------------------------------
     def _launch(self, plan: Plan[SlurmRequest], *, provision: bool, progress: Progress | None) -> Launched:

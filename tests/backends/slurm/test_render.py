@@ -98,7 +98,7 @@ def test_the_example_job_renders_offline_to_the_sbatch_script_it_describes() -> 
     assert "--data-dir /shared/datasets/cifar-10-batches-py" in script
     assert plan["warnings"] == [] and plan["late_bound"] == []
     assert plan["target"]["login_host"] == "login.cluster.example.org" and plan["target"]["ssh_options"] == []
-    assert plan["target"]["checkpoints"].startswith("/shared/")  
+    assert plan["target"]["checkpoints"].startswith("/shared/")
     upload = plan["uploads"][0]
     assert upload["destination"] == f"/shared/home/me/cloudddp/code/{upload['sha256']}.tar.gz"
     bash_accepts(script)

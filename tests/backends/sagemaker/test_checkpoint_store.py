@@ -1,0 +1,106 @@
+"""A SageMaker training's checkpoint folder in S3 as a checkpoint store (#44), against moto as a real HTTP server:
+carried there from a local folder and back, byte for byte, into the default bucket a plan names with the account
+still to be bound, a file larger than one part included; encrypted with the spec's KMS key."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from cloudddp.backends.local.checkpoint_store import LocalCheckpoints
+from cloudddp.backends.registry import spec_from_dict
+from cloudddp.backends.sagemaker import SageMakerBackend
+from cloudddp.backends.sagemaker.checkpoint_store import PART
+from cloudddp.runs.carry import carry
+from tests.support.aws_emulator import ACCOUNT_ID, aws_environment, own_bucket
+from tests.support.cli import ROOT
+
+pytestmark = pytest.mark.slow
+
+NEWEST = "ckpt-e0004-s0000020.pt"
+
+
+@pytest.fixture(autouse=True)
+def aws_env(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    for key, value in aws_environment(moto_url).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return moto_url
+
+
+def spec(tmp_path: Path, **sagemaker: Any) -> Any:
+    return spec_from_dict(
+        {
+            "name": f"carry-{hashlib.sha256(str(tmp_path).encode()).hexdigest()[:10]}",
+            "code": {"dir": str(ROOT / "src_train"), "entry": "train.py", "args": ["--dataset", "synthetic"]},
+            "resources": {"nodes": 1, "gpus_per_node": 8},
+            "sagemaker": {
+                "region": "us-east-1",
+                "role": f"arn:aws:iam::{ACCOUNT_ID}:role/SageMakerRole",
+                "instance_type": "ml.p4d.24xlarge",
+                "image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4-gpu-py311",
+                **sagemaker,
+            },
+        }
+    )
+
+
+def run_folder(folder: Path) -> dict[str, bytes]:
+    """A checkpoint folder: the shared script's newest checkpoint (larger than one upload part), a kept file."""
+    folder.mkdir()
+    payload = os.urandom(PART + 3 * 1024 * 1024)
+    files = {
+        NEWEST: payload,
+        f"{NEWEST}.sha256": hashlib.sha256(payload).hexdigest().encode(),
+        "files/state.json": b'{"seen": 3}',
+    }
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    return files
+
+
+def test_a_checkpoint_folder_carried_to_the_default_bucket_and_back_is_the_same_bytes(tmp_path: Path) -> None:
+    backend = SageMakerBackend()
+    plan = backend.render(spec(tmp_path))
+    assert "{ACCOUNT}" in plan.target["checkpoints"]  # as a run's record keeps it: bound by the store, from STS
+    files = run_folder(tmp_path / "here")
+    store = backend.checkpoint_store(plan.target)
+    bucket = f"sagemaker-us-east-1-{ACCOUNT_ID}"
+    assert store.location.startswith(f"s3://{bucket}/cloudddp/checkpoints/")
+
+    there = carry(LocalCheckpoints(tmp_path / "here"), store)
+    assert set(there.copied) == set(files) and there.bytes == sum(map(len, files.values()))
+    s3 = boto3.client("s3")
+    prefix = store.location.removeprefix(f"s3://{bucket}/")
+    for name, data in files.items():
+        assert s3.get_object(Bucket=bucket, Key=f"{prefix}/{name}")["Body"].read() == data, name
+    small = s3.head_object(Bucket=bucket, Key=f"{prefix}/files/state.json", ChecksumMode="ENABLED")
+    assert small.get("ChecksumSHA256"), small  # one part: S3 keeps the SHA-256 the store answers from
+    assert store.sha256("files/state.json") == hashlib.sha256(files["files/state.json"]).hexdigest()
+    assert store.sha256(NEWEST) == files[f"{NEWEST}.sha256"].decode()  # several parts: read back
+
+    assert carry(LocalCheckpoints(tmp_path / "here"), store).copied == ()  # the second carry copies nothing
+    back = carry(store, LocalCheckpoints(tmp_path / "back"))
+    assert back.resumes_from == NEWEST
+    assert {name: (tmp_path / "back" / name).read_bytes() for name in files} == files
+
+
+def test_a_carry_into_a_bucket_with_a_kms_key_encrypts_every_file_with_it(tmp_path: Path) -> None:
+    key = boto3.client("kms").create_key()["KeyMetadata"]["Arn"]
+    bucket = own_bucket(tmp_path)
+    backend = SageMakerBackend()
+    plan = backend.render(spec(tmp_path, bucket=bucket, output_kms_key=key))
+    run_folder(tmp_path / "here")
+    store = backend.checkpoint_store(plan.target)
+    carry(LocalCheckpoints(tmp_path / "here"), store)
+    s3 = boto3.client("s3")
+    prefix = store.location.removeprefix(f"s3://{bucket}/")
+    for name in (NEWEST, "files/state.json"):
+        head = s3.head_object(Bucket=bucket, Key=f"{prefix}/{name}")
+        assert (head.get("ServerSideEncryption"), head.get("SSEKMSKeyId")) == ("aws:kms", key), name
