@@ -5,6 +5,7 @@ cloudddp is stubbed. A run that moves carries its checkpoint from one backend's 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cloudddp.api import Run
+from cloudddp.api import Job, Run
 from cloudddp.backends.status import RunState
 from cloudddp.runs.runner import get_backend
 from tests.support.aws_emulator import aws_environment, set_status
@@ -89,7 +90,7 @@ def test_auto_places_the_job_on_sagemaker_first_and_moves_it_to_azure_ml_after_a
     ranking = result.stderr[result.stderr.index("placement (-b auto)") :]
     assert ranking.index("1. sagemaker") < ranking.index("2. azureml"), result.stderr
     assert "after capacity" in result.stderr and "it moves to azureml" in result.stderr, result.stderr
-    run = Run.attach(result.stderr.split("submitted ", 1)[1].split()[0])
+    run = Run.attach(submitted(result.stderr))
     first = run.run_id
     assert run.backend.name == "sagemaker"
 
@@ -112,6 +113,13 @@ def test_auto_places_the_job_on_sagemaker_first_and_moves_it_to_azure_ml_after_a
     assert shown.returncode == 0, shown.stderr
     assert "moved from sagemaker after capacity" in shown.stdout and "azureml" in shown.stdout, shown.stdout
     assert "placed by -b auto (ranked sagemaker, azureml)" in shown.stdout, shown.stdout
+
+
+def submitted(said: str) -> str:
+    """The run id ``submit`` names in its last line (``submitted RUN (backend)``)."""
+    found = re.findall(r"^submitted (\S+) \(\w+\)$", said, re.MULTILINE)
+    assert found, said
+    return str(found[-1])
 
 
 def train_losses(records: Any) -> list[int]:
@@ -158,33 +166,40 @@ def test_a_run_preempted_on_azure_ml_resumes_on_slurm_from_its_azure_checkpoint_
 def test_submit_on_slurm_resumes_from_a_sagemaker_runs_checkpoint_in_s3(
     aws: str, cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    from tests.support.sagemaker_container import run_training_job
+    import boto3
 
-    args = ["--dataset", "digits", "--model", "cnn", "--epochs", "2"]
-    job = digits_job(tmp_path, "digits-s3", args, ["sagemaker", "slurm"])
-    result = cli("submit", str(job), "-b", "sagemaker", "--detach", "--quiet")
+    from tests.support.sagemaker_container import Aws, record_create_training_job, rehearse
+
+    data = digits_channel(tmp_path / "data")
+    inputs = {"train": {"path": str(data), "arg": "--data-dir"}}
+    job = digits_job(tmp_path, "digits-s3", ["--dataset", "digits", "--epochs", "2"], ["sagemaker"], inputs=inputs)
+    session = boto3.session.Session(region_name="us-east-1")
+    sent = record_create_training_job(session)
+    first = Job.load(job).submit("sagemaker", session=session)
+    (tmp_path / "container").mkdir()
+    trained = rehearse(sent[0], tmp_path / "container", Aws(aws, "us-east-1"))  # AWS's toolkit runs it
+    assert all(host.returncode == 0 for host in trained.hosts), trained.hosts[0].log[-3000:]
+    set_status(first.run_id, "Completed", "Completed")
+
+    longer = "code.args=[--dataset, digits, --epochs, '4']"
+    result = cli("submit", str(job), "-b", "slurm", "--resume-from", first.run_id, "-o", longer, "--detach")
     assert result.returncode == 0, result.stderr
-    sagemaker_run = result.stdout.strip()
-    trained = run_training_job(sagemaker_run, tmp_path / "container")  # the toolkit runs it; checkpoints to S3
-    assert trained.ok, trained.describe()
-
-    longer = cli(
-        "submit",
-        str(job),
-        "-b",
-        "slurm",
-        "--resume-from",
-        sagemaker_run,
-        "-o",
-        "code.args=[--dataset, digits, --model, cnn, --epochs, '4']",
-        "--detach",
-        "--quiet",
-    )
-    assert longer.returncode == 0, longer.stderr
-    slurm_run = longer.stdout.strip()
-    status = Run.attach(slurm_run).wait(timeout=300, poll=1)
+    assert f"carrying {first.run_id}'s latest checkpoint from sagemaker to slurm" in result.stderr, result.stderr
+    run = Run.attach(submitted(result.stderr))
+    status = run.wait(timeout=300, poll=1)
     assert status.state is RunState.SUCCEEDED, status
-    log = "\n".join(line.text for line in get_backend("slurm").logs(slurm_run))
+    log = "\n".join(line.text for line in run.logs())
     assert "resumed from" in log and "ckpt-e0002" in log, log[-3000:]
-    epochs = sorted({r.epoch for r in get_backend("slurm").metrics(slurm_run) if "test_acc" in r.values})
+    epochs = sorted({r.epoch for r in run.metrics() if "test_acc" in r.values})
     assert epochs == [3, 4], epochs  # only the epochs after the SageMaker run's
+
+
+def digits_channel(folder: Path) -> Path:
+    """A ``train`` channel holding scikit-learn's digits as the shared script's digits.npz."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    folder.mkdir(parents=True, exist_ok=True)
+    bunch = load_digits()
+    np.savez(folder / "digits.npz", images=bunch.images, labels=bunch.target)
+    return folder

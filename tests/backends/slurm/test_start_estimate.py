@@ -29,7 +29,9 @@ def test_the_scheduler_says_now_on_a_free_cluster_and_the_blocking_jobs_end_on_a
     assert free is not None and abs(free - time.time()) < 90, free
     assert queued(cluster) == []  # asked, not submitted
 
-    blocker = cluster.run("sbatch", "--parsable", "-N", "2", "--exclusive", "-t", "30", "--wrap", "sleep 600")
+    blocker = cluster.run(
+        "sbatch", "--parsable", "-N", "2", "--exclusive", "-t", "30", "-o", "/dev/null", "--wrap", "sleep 600"
+    )
     job = blocker.stdout.strip().split(";")[0]
     try:
         wait_until(lambda: cluster.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING", 30)
