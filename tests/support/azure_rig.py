@@ -6,9 +6,9 @@
 with async provisioning and the ``Compute - Update`` PATCH, datastores with their secrets, VM sizes,
 usages, the discovery document and run history) from an in-memory model. Where the REST spec has an example
 (tests/fixtures/azure_rest/: ``Usage/list.json``, ``Compute/patch.json``), the rig answers in its shape.
-Blob traffic (code snapshots, log files) goes to Azurite over real HTTP: SAS URLs point at it directly, and
-the datastores' account URL (``http://devstoreaccount1.blob.rig.invalid``) is forwarded to it by
-``BlobForwarder``. Each ``WorkspaceModel`` has containers of its own (a random suffix), so what a test finds
+Blob traffic (code snapshots, log files, the outputs a job's mounts upload: azure_mounts.py) goes to Azurite over
+real HTTP: SAS URLs point at it directly, and the datastores' account URL
+(``http://devstoreaccount1.blob.rig.invalid``) is forwarded to it by ``BlobForwarder``. Each ``WorkspaceModel`` has containers of its own (a random suffix), so what a test finds
 on the session's Azurite is what that test wrote.
 
 As on Azure ML, a job's logs are written under its ``default`` output
@@ -192,7 +192,8 @@ def _own_container(kind: str) -> str:
 class WorkspaceModel:
     blob_endpoint: str
     container: str = field(default_factory=lambda: _own_container("azureml-blobstore"))
-    """The default datastore's container (workspaceblobstore: code snapshots), this workspace's own."""
+    """The default datastore's container (workspaceblobstore: code snapshots, jobs' outputs and checkpoints), this
+    workspace's own."""
     artifact_container: str = field(default_factory=lambda: _own_container("azureml"))
     """The container behind workspaceartifactstore (job logs; ``azureml`` on Azure), this workspace's own."""
     codes: dict[str, dict[str, Any]] = field(default_factory=dict)  # "name/version" -> resource

@@ -52,7 +52,8 @@ class BlobCheckpoints:
     @contextmanager
     def reader(self, path: str) -> Iterator[IO[bytes]]:
         download = self.container.download_blob(self.prefix + path, max_concurrency=1)
-        yield io.BufferedReader(_Pieces(download.chunks()), CHUNK)
+        with io.BufferedReader(_Pieces(download.chunks()), CHUNK) as stream:
+            yield stream
 
     def write(self, path: str, stream: IO[bytes]) -> None:
         # Over max_single_put_size (or of no known size), sent in blocks of max_block_size, then committed.
