@@ -9,7 +9,8 @@ What Azure ML does with a command job, and what this module does instead:
   ``ro_mount`` inputs and ``rw_mount`` outputs are one shared blob path seen by every node. An output
   without ``path`` goes to ``azureml://datastores/workspaceblobstore/paths/azureml/<job name>/<output>/``
   (Azure ML's default). Here: ``azureml://datastores/<store>/paths/...`` maps to a local folder per
-  datastore, so two jobs that name the same path share it, as on Azure.
+  datastore, so two jobs that name the same path share it, as on Azure; a job of the rig's workspace
+  (azure_nodes.py) has its outputs mirrored to the workspace's blobs on Azurite (azure_mounts.py).
 - ``environment_variables`` are set for every process.
 - ``distribution.type: pytorch`` (per-process launch, no torchrun): Azure ML starts
   ``process_count_per_instance`` processes on each of ``instance_count`` nodes itself, with MASTER_ADDR,
@@ -80,16 +81,29 @@ class AzureRun:
 
 
 class Datastores:
-    """``azureml://datastores/<name>/paths/<p>`` as ``root/<name>/<p>`` on this machine."""
+    """``azureml://datastores/<name>/paths/<p>`` as ``root/<name>/<p>`` on this machine; an output's folder is
+    that folder, made when missing (azure_mounts.py: one that mirrors the blobs of the rig's workspace)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def folder(self, uri: str) -> Path:
+    @staticmethod
+    def parts(uri: str) -> tuple[str, str]:
+        """The datastore and the path (no slash at either end) a datastore URI names."""
         match = _DATASTORE_URI.match(uri)
         if not match:
             raise ValueError(f"not a datastore URI this emulation knows: {uri!r}")
-        return self.root / match.group(1) / match.group(2).strip("/")
+        return match.group(1), match.group(2).strip("/")
+
+    def folder(self, uri: str) -> Path:
+        store, path = self.parts(uri)
+        return self.root / store / path
+
+    def output(self, uri: str) -> Path:
+        """The folder a ``rw_mount`` output is mounted at, ready before the job's processes start."""
+        folder = self.folder(uri)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
 
 
 def free_port() -> int:
@@ -120,8 +134,7 @@ def _output_folders(job: dict[str, Any], stores: Datastores) -> dict[str, Path]:
         if output.get("mode", "rw_mount") != "rw_mount":
             raise ValueError(f"outputs.{name}: mode {output.get('mode')!r} is not emulated (rw_mount is)")
         uri = output.get("path") or f"azureml://datastores/workspaceblobstore/paths/azureml/{job['name']}/{name}/"
-        folders[name] = stores.folder(uri)
-        folders[name].mkdir(parents=True, exist_ok=True)
+        folders[name] = stores.output(uri)
     return folders
 
 

@@ -3,7 +3,9 @@
 The job is what the service received (``WorkspaceModel.submitted_job``: its command, variables, outputs and
 the code snapshot from the blob store), started under Azure ML's PyTorch distribution with real processes
 (azure_launchers.py), with ``MLFLOW_TRACKING_URI``/``MLFLOW_RUN_ID`` set as Azure ML sets them when the
-workspace has an MLflow server. While they run, each process's output is appended to the job's
+workspace has an MLflow server. Its outputs are mounted as blobfuse mounts them: filled from the workspace's
+blobs on Azurite before the processes start, uploaded back while they run and when the attempt ends
+(azure_mounts.py). While they run, each process's output is appended to the job's
 ``user_logs/std_log_process_<rank>.txt`` in the artifact store, as Azure ML uploads it, so the backend reads
 it where it reads a real job's. The job then ends as Azure would end it: completed, failed by its own
 code, or preempted (its processes told with SIGTERM, as a low-priority node's eviction notice tells them, then
@@ -19,11 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.azure_launchers import AzureRun, Datastores, Started, start_pytorch
+from tests.support.azure_mounts import BlobMounts
 from tests.support.azure_rig import PREEMPTED, SCRIPT_FAILED, WorkspaceModel
 from tests.support.waiting import wait_until
 
 FINALIZING_SECONDS = 0.5
 """How long a finished job shows Finalizing (its outputs uploaded) before its final state."""
+PUMP_SECONDS, UPLOAD_EVERY = 0.2, 5
+"""How often the processes' new output is copied to their log files; every how many copies the outputs are
+uploaded (files that have stopped changing)."""
 
 
 class AzureNodes:
@@ -31,7 +37,8 @@ class AzureNodes:
         self.model, self.name = model, job_name
         self.job: dict[str, Any] = model.submitted_job(job_name, work / "snapshot")
         mlflow = {"MLFLOW_TRACKING_URI": model.mlflow.url, "MLFLOW_RUN_ID": job_name} if model.mlflow else {}
-        self.started: Started = start_pytorch(self.job, work, stores, mlflow)
+        self.mounts = BlobMounts(model, stores.root)  # the outputs, as blobfuse mounts them (azure_mounts.py)
+        self.started: Started = start_pytorch(self.job, work, self.mounts, mlflow)
         model.set_job_status(job_name, "Running")
         self.offsets: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -54,14 +61,20 @@ class AzureNodes:
                     self.offsets[rank] = len(data)
 
     def _follow(self) -> None:
-        while not self._stop.wait(0.2):
+        beat = 0
+        while not self._stop.wait(PUMP_SECONDS):
             self._copy_new_output()
+            beat += 1
+            if beat % UPLOAD_EVERY == 0:
+                with self._lock:
+                    self.mounts.sync(settled_only=True)
 
     def _end(self, grace: float = 0) -> AzureRun:
         self.started.stop(grace)
         self._stop.set()
         self._pump.join(timeout=10)
         self._copy_new_output()  # the last lines, written before the processes ended
+        self.mounts.sync()  # what they wrote to their outputs, uploaded
         return self.started.result()
 
     def finish(self, timeout: float) -> AzureRun:

@@ -6,9 +6,9 @@
 with async provisioning and the ``Compute - Update`` PATCH, datastores with their secrets, VM sizes,
 usages, the discovery document and run history) from an in-memory model. Where the REST spec has an example
 (tests/fixtures/azure_rest/: ``Usage/list.json``, ``Compute/patch.json``), the rig answers in its shape.
-Blob traffic (code snapshots, log files) goes to Azurite over real HTTP: SAS URLs point at it directly, and
-the datastores' account URL (``http://devstoreaccount1.blob.rig.invalid``) is forwarded to it by
-``BlobForwarder``. Each ``WorkspaceModel`` has containers of its own (a random suffix), so what a test finds
+Blob traffic (code snapshots, log files, the outputs a job's mounts upload: azure_mounts.py) goes to Azurite over
+real HTTP: SAS URLs point at it directly, and the datastores' account URL
+(``http://devstoreaccount1.blob.rig.invalid``) is forwarded to it by ``BlobForwarder``. Each ``WorkspaceModel`` has containers of its own (a random suffix), so what a test finds
 on the session's Azurite is what that test wrote.
 
 As on Azure ML, a job's logs are written under its ``default`` output
@@ -192,7 +192,8 @@ def _own_container(kind: str) -> str:
 class WorkspaceModel:
     blob_endpoint: str
     container: str = field(default_factory=lambda: _own_container("azureml-blobstore"))
-    """The default datastore's container (workspaceblobstore: code snapshots), this workspace's own."""
+    """The default datastore's container (workspaceblobstore: code snapshots, jobs' outputs and checkpoints), this
+    workspace's own."""
     artifact_container: str = field(default_factory=lambda: _own_container("azureml"))
     """The container behind workspaceartifactstore (job logs; ``azureml`` on Azure), this workspace's own."""
     codes: dict[str, dict[str, Any]] = field(default_factory=dict)  # "name/version" -> resource
@@ -269,6 +270,13 @@ class WorkspaceModel:
             permission=ContainerSasPermissions(read=True, write=True, list=True, create=True, add=True),
             expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=2),
         )
+
+    def datastore_container(self, datastore: str) -> str:
+        """The container behind one of the workspace's blob datastores."""
+        containers = {"workspaceblobstore": self.container, "workspaceartifactstore": self.artifact_container}
+        if datastore not in containers:
+            raise ValueError(f"the rig's workspace has no blob datastore {datastore!r}")
+        return containers[datastore]
 
     def container_client(self, container: str | None = None) -> Any:
         from azure.storage.blob import ContainerClient
@@ -586,15 +594,18 @@ class WorkspaceAdapter(BaseAdapter):
         return self._not_found(key)
 
     def datastores(self, method: str, parts: list[str]) -> Answer:
-        """workspaceartifactstore (job logs; SAS credentials, read with listSecrets) and the default
-        workspaceblobstore (identity-based)."""
+        """A workspace's three datastores: workspaceartifactstore (job logs) and the default workspaceblobstore
+        (code, outputs, checkpoints), blob containers with SAS credentials (read with listSecrets; the rig's blobs
+        are reached through a forwarder, which an account key's signature would not survive), and
+        workspacefilestore, a file share (no container)."""
         m = self.model
         name = parts[1] if len(parts) > 1 else "workspaceblobstore"
+        if name == "workspacefilestore":
+            return self._file_store(method, parts)
         if name not in ("workspaceblobstore", "workspaceartifactstore"):
             return self._not_found(f"datastore {name}")
-        artifacts = name == "workspaceartifactstore"
         if method == "POST" and parts[-1] == "listSecrets":
-            return 200, {"secretsType": "Sas", "sasToken": m.container_sas(m.artifact_container)}, {}
+            return 200, {"secretsType": "Sas", "sasToken": m.container_sas(m.datastore_container(name))}, {}
         return (
             200,
             {
@@ -603,13 +614,32 @@ class WorkspaceAdapter(BaseAdapter):
                 "properties": {
                     "datastoreType": "AzureBlob",
                     "accountName": ACCOUNT,
-                    "containerName": m.artifact_container if artifacts else m.container,
+                    "containerName": m.datastore_container(name),
                     "endpoint": STORAGE_ENDPOINT,
                     "protocol": "http",
-                    "isDefault": not artifacts,
-                    "credentials": {"credentialsType": "Sas" if artifacts else "None"},
+                    "isDefault": name == "workspaceblobstore",
+                    "credentials": {"credentialsType": "Sas"},
                 },
             },
+            {},
+        )
+
+    def _file_store(self, method: str, parts: list[str]) -> Answer:
+        """workspacefilestore, the workspace's Azure Files share (account key credentials, as Azure makes it)."""
+        if method == "POST" and parts[-1] == "listSecrets":
+            return 200, {"secretsType": "AccountKey", "key": ACCOUNT_KEY}, {}
+        properties = {
+            "datastoreType": "AzureFile",
+            "accountName": ACCOUNT,
+            "fileShareName": "code-391ff5ac-6576-460f-ba4d-7e03433c68b6",
+            "endpoint": STORAGE_ENDPOINT,
+            "protocol": "http",
+            "isDefault": False,
+            "credentials": {"credentialsType": "AccountKey"},
+        }
+        return (
+            200,
+            {"id": f"{WS_PATH}/datastores/workspacefilestore", "name": "workspacefilestore", "properties": properties},
             {},
         )
 

@@ -17,11 +17,12 @@ import os
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from cloudddp.backends.azureml.bill import job_bill
+from cloudddp.backends.azureml.checkpoint_store import blob_checkpoints
 from cloudddp.backends.azureml.cluster import compute_url, grow, no_compute_write, scale_settings, tier_mismatch
 from cloudddp.backends.azureml.decide import decide
 from cloudddp.backends.azureml.document import documents, to_yaml
@@ -30,7 +31,7 @@ from cloudddp.backends.azureml.extensions import credential_from_environment, tr
 from cloudddp.backends.azureml.failures import failure_cause, failure_message, root_error
 from cloudddp.backends.azureml.logs import LogFiles
 from cloudddp.backends.azureml.metric_stream import MetricStream
-from cloudddp.backends.azureml.mlflow_metrics import MlflowMetrics, tracking_uri
+from cloudddp.backends.azureml.mlflow_metrics import MlflowMetrics
 from cloudddp.backends.azureml.options import AzureMLOptions
 from cloudddp.backends.azureml.preflight import SIGN_IN_FIX, preflight_checks
 from cloudddp.backends.azureml.states import SAID, STATES, native_state
@@ -41,7 +42,7 @@ from cloudddp.backends.checks import Check, MissingSetting
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sized import SizedBackend
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
-from cloudddp.backends.stores import CHECKPOINTS
+from cloudddp.backends.stores import CHECKPOINTS, CheckpointStore
 from cloudddp.catalog.bill import Bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import BackendUnavailable, CloudDDPError, UserError
@@ -460,7 +461,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         client = self._client(workspace)
         stream = MetricStream(
             run_id,
-            mlflow=lambda: self._mlflow_reader(client, workspace),
+            mlflow=lambda: MlflowMetrics.of_workspace(client, require_workspace(workspace).name),
             logs=lambda: LogFiles.of_job(client, client.jobs.get(run_id), self._credential(), self.transport),
             finished=lambda: self.status(run_id).state.terminal,
             patterns=patterns,
@@ -469,16 +470,9 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         )
         yield from stream.records(follow=follow)
 
-    @staticmethod
-    def _mlflow_reader(client: Any, workspace: dict[str, str]) -> MlflowMetrics:
-        """The MLflow reader at the workspace's tracking URI; a CloudDDPError saying why when there is none."""
-        from azure.core.exceptions import AzureError
-
-        try:
-            found = client.workspaces.get(require_workspace(workspace).name)
-        except AzureError as e:
-            raise CloudDDPError(f"the workspace's tracking URI could not be read: {str(e).splitlines()[0]}") from None
-        return MlflowMetrics(tracking_uri(found))
+    def _checkpoint_store(self, location: str, target: Mapping[str, Any]) -> CheckpointStore:
+        """The training's folder in the workspace's blob storage (checkpoint_store.py), where its nodes mount it."""
+        return blob_checkpoints(self._client(target["workspace"]), location, self._credential(), self.transport)
 
     def _cancel(self, run_id: str) -> None:
         self._client(self._workspace_of(run_id)).jobs.begin_cancel(run_id).result()

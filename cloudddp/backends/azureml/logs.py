@@ -5,11 +5,11 @@ Azure ML uploads each process's output to the job's artifact store while the job
 azure-ai-ml's own tests model them; ``user_logs/std_log.txt`` for a single process): a folder that
 the job lists as its ``default`` output (``azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.<job>``),
 which is where azure-ai-ml's own ``jobs.stream`` and ``jobs.download`` look too. This reads it with public
-APIs only: ``jobs.get`` (the ``default`` output), ``datastores.get(include_secrets=True)`` (the storage
-account, container and a key or SAS; the caller's Entra credential when the datastore is identity-based
-or its secrets may not be read), then azure-storage-blob: one listing per poll, whose blob sizes say which
-files grew, and an HTTP Range read (``download_blob(offset=...)``) of only the new bytes of those. A file written
-again from its start (a preempted job restarted by Azure ML) is read again from its start.
+APIs only: ``jobs.get`` (the ``default`` output), ``datastores.get(include_secrets=True)`` (datastores.py: the
+storage account, container and a key or SAS, else the caller's Entra credential), then azure-storage-blob: one
+listing per poll, whose blob sizes say which files grew, and an HTTP Range read (``download_blob(offset=...)``) of
+only the new bytes of those. A file written again from its start (a preempted job restarted by Azure ML) is read
+again from its start.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
+from cloudddp.backends.azureml.datastores import blob_container
 from cloudddp.backends.status import LogLine
-from cloudddp.errors import CloudDDPError
 
 ARTIFACT_STORE = "workspaceartifactstore"
 _DATASTORE_URI = re.compile(r"^azureml://datastores/(?P<store>[^/]+)/(?:paths/)?(?P<prefix>.+?)/*$")
@@ -72,28 +72,10 @@ class LogFiles:
 
     @classmethod
     def of_job(cls, ml_client: Any, job: Any, credential: Any, transport: Any) -> LogFiles:
-        from azure.core.exceptions import HttpResponseError
-        from azure.storage.blob import ContainerClient
-
         store, prefix = log_location(job)
-        try:
-            datastore = ml_client.datastores.get(store, include_secrets=True)
-        except HttpResponseError as e:
-            if e.status_code != 403:
-                raise
-            datastore = ml_client.datastores.get(store)  # no permission to read its secrets: use ours
-        container_name = getattr(datastore, "container_name", None)
-        if not container_name:
-            raise CloudDDPError(
-                f"the job's logs are on datastore {store} ({type(datastore).__name__}), "
-                "which is not a blob container; read them in Azure ML studio"
-            )
-        creds = getattr(datastore, "credentials", None)
-        secret = getattr(creds, "account_key", None) or getattr(creds, "sas_token", None) or credential
-        endpoint = datastore.endpoint or "core.windows.net"
-        account_url = f"{datastore.protocol or 'https'}://{datastore.account_name}.blob.{endpoint}"
-        kwargs = {"transport": transport} if transport is not None else {}
-        container = ContainerClient(account_url, container_name, credential=secret, **kwargs)
+        container = blob_container(
+            ml_client, store, credential, transport, holds="the job's logs are", fix="read them in Azure ML studio"
+        )
         return cls(container, prefix, owns_transport=transport is None)
 
     def read(self, final: bool) -> list[LogLine]:

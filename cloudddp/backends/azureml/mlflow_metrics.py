@@ -61,6 +61,17 @@ class MlflowMetrics:
         self.cursors: dict[str, tuple[str | None, int]] = {}
         """Per key: the token of the page the last poll ended in, and how many of that page's points it read."""
 
+    @classmethod
+    def of_workspace(cls, ml_client: Any, workspace: str) -> MlflowMetrics:
+        """The reader at the tracking URI of workspace ``workspace``; a CloudDDPError saying why when there is none."""
+        from azure.core.exceptions import AzureError
+
+        try:
+            found = ml_client.workspaces.get(workspace)
+        except AzureError as e:
+            raise CloudDDPError(f"the workspace's tracking URI could not be read: {str(e).splitlines()[0]}") from None
+        return cls(tracking_uri(found))
+
     def new_records(self, run_id: str) -> list[MetricRecord]:
         """Records of the points logged since the last call, oldest first; none while the run does not exist."""
         from mlflow.exceptions import MlflowException
