@@ -140,6 +140,7 @@ from pydantic import BaseModel
 from cloudddp.backends.checks import Check, MissingSetting, PreflightFailed, SettingsMissing
 from cloudddp.backends.features import Capabilities, Feature, features_used
 from cloudddp.backends.records import MemoryRecords, RunRecord, RunRecords
+from cloudddp.backends.resume_notes import resume_notes
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
 from cloudddp.backends.stores import CheckpointStore, location_of
 from cloudddp.catalog.bill import Bill
@@ -147,8 +148,7 @@ from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import CloudDDPError, RunNotFound, UserError
 from cloudddp.observe.metrics import RANK_ZERO, MetricRecord, Pattern, metrics_from_lines, patterns_from
 from cloudddp.plan import JsonDataclass, Plan
-from cloudddp.spec.model import JobSpec, is_shared_script, job_key
-from cloudddp.spec.placeholders import names_in
+from cloudddp.spec.model import JobSpec, job_key
 
 
 @dataclass(frozen=True)
@@ -428,31 +428,6 @@ class Backend(abc.ABC, Generic[OptionsT]):
 
 
 # -- what the verbs share (machinery, not hooks) ------------------------------------------------------
-def resume_notes(spec: JobSpec) -> list[str]:
-    """For a script other than the shared one (which checkpoints by itself), what makes a resubmit resume: its own
-    saves, only where they outlive the run."""
-    files = spec.checkpoint.files
-    if files:
-        return [
-            f"checkpoint.files ({', '.join(files)}): before the program starts, on every node, each resolves into "
-            "the checkpoint folder ($CLOUDDDP_CHECKPOINT_DIR/files, a link; a pattern's files are linked when "
-            "kept and saved when new), so your script's own save and load resume on a resubmit"
-        ]
-    if not spec.checkpoint.enabled or is_shared_script(spec):
-        return []
-    given = [w for w in (*(spec.code.command or ()), *spec.code.args) if "checkpoint_dir" in names_in(w)]
-    if given:
-        return [
-            f"your script is given the checkpoint folder ({given[0]}): what it saves there, a resubmit finds; "
-            "what it writes in its working folder is discarded with the run"
-        ]
-    return [
-        "your script: a resubmit resumes only if your script writes to $CLOUDDDP_CHECKPOINT_DIR (or "
-        "{{checkpoint_dir}} in code.args) or declares checkpoint.files; what it writes in its working folder is "
-        "discarded with the run"
-    ]
-
-
 def budget_warnings(backend: Backend[Any], plan: Plan) -> list[str]:
     """The estimate against ``resources.max_cost``, and whether ``backend`` can hold a run to it."""
     if plan.max_cost is None:

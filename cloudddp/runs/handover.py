@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cloudddp.backends.base import Backend, Progress
+from cloudddp.backends.base import Backend, Progress, mapped_errors
 from cloudddp.backends.stores import location_of
+from cloudddp.errors import CloudDDPError
 from cloudddp.runs.carry import carry
 
 
@@ -23,5 +24,11 @@ def carried_to(
     here, there = location_of(source_target), location_of(dest_target)
     if here is None or there is None or (source.name == dest.name and here == there):
         return ""
-    carried = carry(source.checkpoint_store(source_target), dest.checkpoint_store(dest_target), progress)
+    try:
+        with mapped_errors(source), mapped_errors(dest):
+            carried = carry(source.checkpoint_store(source_target), dest.checkpoint_store(dest_target), progress)
+    except CloudDDPError:
+        raise
+    except Exception as e:  # a storage error neither backend maps: the move stops, said, never a dead watcher
+        raise CloudDDPError(f"the checkpoints could not be carried from {here} to {there}: {e}") from e
     return f"carried {carried.summary()} from {here} to {there}"

@@ -8,8 +8,9 @@ usages, the discovery document and run history) from an in-memory model. Where t
 (tests/fixtures/azure_rest/: ``Usage/list.json``, ``Compute/patch.json``), the rig answers in its shape.
 Blob traffic (code snapshots, log files, the outputs a job's mounts upload: azure_mounts.py) goes to Azurite over
 real HTTP: SAS URLs point at it directly, and the datastores' account URL
-(``http://devstoreaccount1.blob.rig.invalid``) is forwarded to it by ``BlobForwarder``. Each ``WorkspaceModel`` has containers of its own (a random suffix), so what a test finds
-on the session's Azurite is what that test wrote.
+(``http://devstoreaccount1.blob.rig.invalid``) is forwarded to it by ``BlobForwarder``. Each ``WorkspaceModel``
+has containers of its own (a random suffix), so what a test finds on the session's Azurite is what that test
+wrote.
 
 As on Azure ML, a job's logs are written under its ``default`` output
 (``azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.<job>``, container ``azureml`` on Azure), and
