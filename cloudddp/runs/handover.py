@@ -31,4 +31,4 @@ def carried_to(
         raise
     except Exception as e:  # a storage error neither backend maps: the move stops, said, never a dead watcher
         raise CloudDDPError(f"the checkpoints could not be carried from {here} to {there}: {e}") from e
-    return f"carried {carried.summary()} from {here} to {there}"
+    return carried.summary()

@@ -123,7 +123,13 @@ def submitted(said: str) -> str:
 
 
 def train_losses(records: Any) -> list[int]:
-    return [r.step for r in records if "train_loss" in r.values]
+    """The steps of the per-step records (``--log-every 1``), without the epochs' summaries (which give the epoch's
+    throughput, at its last step)."""
+    return [r.step for r in records if "train_loss" in r.values and "images_per_sec" not in r.values]
+
+
+def evaluated(records: Any) -> list[int]:
+    return [r.epoch for r in records if "test_acc" in r.values]
 
 
 @pytest.mark.timeout(600)
@@ -159,6 +165,7 @@ def test_a_run_preempted_on_azure_ml_resumes_on_slurm_from_its_azure_checkpoint_
     before, after = train_losses(preempted.metrics()), train_losses(slurm.metrics(second.run_id))
     assert before and after and after[0] == before[-1] + 1, (before[-3:], after[:3])
     assert before + after == list(range(1, after[-1] + 1))  # every step exactly once across both backends
+    assert evaluated(preempted.metrics()) + evaluated(slurm.metrics(second.run_id)) == [1, 2, 3]
     assert train_losses(run.metrics()) == before + after
 
 
