@@ -98,6 +98,29 @@ def test_a_checkpoint_that_does_not_match_its_sha256_is_refused_and_not_left_com
     assert not (tmp_path / "to" / f"{NEWEST}.sha256").exists()
 
 
+class Seen:
+    """What a carry reports to the CLI's progress."""
+
+    def __init__(self) -> None:
+        self.advances: list[tuple[int, int | None]] = []
+
+    def planned(self, plan: object) -> None: ...
+
+    def step(self, description: str) -> None: ...
+
+    def advance(self, description: str, done: int, total: int | None) -> None:
+        self.advances.append((done, total))
+
+
+def test_a_carry_reports_its_bytes_as_they_go_up_to_the_total(tmp_path: Path) -> None:
+    source = folder_of_a_run(tmp_path / "from")
+    seen = Seen()
+    carried = carry(LocalCheckpoints(source), LocalCheckpoints(tmp_path / "to"), seen)
+    done = [d for d, _ in seen.advances]
+    assert done == sorted(done) and len(done) > len(carried.copied)  # the big checkpoint in more than one piece
+    assert seen.advances[-1] == (carried.bytes, carried.bytes)
+
+
 class Flipping(LocalCheckpoints):
     """A target whose writes change a byte on the way (a faulty disk, a proxy): what the read-back must catch."""
 
