@@ -229,10 +229,16 @@ class Breaking:
         return os.urandom(CHUNK)
 
 
-def test_a_local_write_cut_short_leaves_nothing_in_the_folder(tmp_path: Path) -> None:
+def test_a_local_write_cut_short_leaves_the_file_as_it_was_and_no_temporary(tmp_path: Path) -> None:
+    store = LocalCheckpoints(tmp_path / "to")
     with pytest.raises(OSError, match="went away"):
-        LocalCheckpoints(tmp_path / "to").write(f"files/{NEWEST}", Breaking())  # type: ignore[arg-type]
+        store.write(f"files/{NEWEST}", Breaking())  # type: ignore[arg-type]
     assert list((tmp_path / "to" / "files").iterdir()) == []
+    store.write("files/state.json", io.BytesIO(b"saved before"))
+    with pytest.raises(OSError, match="went away"):
+        store.write("files/state.json", Breaking())  # type: ignore[arg-type]
+    assert [p.name for p in (tmp_path / "to" / "files").iterdir()] == ["state.json"]
+    assert (tmp_path / "to" / "files" / "state.json").read_bytes() == b"saved before"
 
 
 @pytest.mark.slow
