@@ -82,7 +82,8 @@ def test_the_newest_complete_checkpoint_kept_files_and_the_rest_are_carried_olde
     assert carried.checkpoint == carried.resumes_from == NEWEST and carried.position == (2, 10)
     assert f"resumes from {NEWEST} (epoch 2, step 10)" in carried.summary()
     assert stat.S_IMODE((target / NEWEST).stat().st_mode) == 0o600
-    assert stat.S_IMODE((target / "files" / "_root" / "etc").stat().st_mode) == 0o700
+    made = [target, target / "files", target / "files" / "_root", target / "files" / "_root" / "etc"]
+    assert [stat.S_IMODE(folder.stat().st_mode) for folder in made] == [0o700] * 4
 
 
 def test_a_checkpoint_that_does_not_match_its_sha256_is_refused_and_not_left_complete(tmp_path: Path) -> None:
@@ -96,6 +97,29 @@ def test_a_checkpoint_that_does_not_match_its_sha256_is_refused_and_not_left_com
     assert NEWEST in said and str(source) in said and str(tmp_path / "to") in said and "corrupt" in said
     assert newest_complete(list(tree(tmp_path / "to"))) is None  # no .sha256 beside it at the target
     assert not (tmp_path / "to" / f"{NEWEST}.sha256").exists()
+
+
+class Seen:
+    """What a carry reports to the CLI's progress."""
+
+    def __init__(self) -> None:
+        self.advances: list[tuple[int, int | None]] = []
+
+    def planned(self, plan: object) -> None: ...
+
+    def step(self, description: str) -> None: ...
+
+    def advance(self, description: str, done: int, total: int | None) -> None:
+        self.advances.append((done, total))
+
+
+def test_a_carry_reports_its_bytes_as_they_go_up_to_the_total(tmp_path: Path) -> None:
+    source = folder_of_a_run(tmp_path / "from")
+    seen = Seen()
+    carried = carry(LocalCheckpoints(source), LocalCheckpoints(tmp_path / "to"), seen)
+    done = [d for d, _ in seen.advances]
+    assert done == sorted(done) and len(done) > len(carried.copied)  # the big checkpoint in more than one piece
+    assert seen.advances[-1] == (carried.bytes, carried.bytes)
 
 
 class Flipping(LocalCheckpoints):
@@ -205,10 +229,16 @@ class Breaking:
         return os.urandom(CHUNK)
 
 
-def test_a_local_write_cut_short_leaves_nothing_in_the_folder(tmp_path: Path) -> None:
+def test_a_local_write_cut_short_leaves_the_file_as_it_was_and_no_temporary(tmp_path: Path) -> None:
+    store = LocalCheckpoints(tmp_path / "to")
     with pytest.raises(OSError, match="went away"):
-        LocalCheckpoints(tmp_path / "to").write(f"files/{NEWEST}", Breaking())  # type: ignore[arg-type]
+        store.write(f"files/{NEWEST}", Breaking())  # type: ignore[arg-type]
     assert list((tmp_path / "to" / "files").iterdir()) == []
+    store.write("files/state.json", io.BytesIO(b"saved before"))
+    with pytest.raises(OSError, match="went away"):
+        store.write("files/state.json", Breaking())  # type: ignore[arg-type]
+    assert [p.name for p in (tmp_path / "to" / "files").iterdir()] == ["state.json"]
+    assert (tmp_path / "to" / "files" / "state.json").read_bytes() == b"saved before"
 
 
 @pytest.mark.slow

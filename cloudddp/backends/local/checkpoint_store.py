@@ -49,7 +49,7 @@ class LocalCheckpoints:
 
     def write(self, path: str, stream: IO[bytes]) -> None:
         final = self._path(path)
-        final.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _folders(final.parent)
         temporary = final.with_name(f".{final.name}.{secrets.token_hex(4)}.carry")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
@@ -73,3 +73,15 @@ class LocalCheckpoints:
         if unsafe(path):
             raise CloudDDPError(f"{path!r} is not a file name inside the checkpoint folder {self.folder}")
         return self.folder / path
+
+
+def _folders(folder: Path) -> None:
+    """``folder`` and each missing folder above it, made 0700 (``mkdir(parents=True)`` makes those above it with
+    the umask's mode)."""
+    missing = []
+    while not folder.is_dir():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)

@@ -3,11 +3,11 @@
 (:mod:`cloudddp.runs.carry`).
 
 Every call goes through the backend's own client (its session, endpoint and credentials), with the bucket owner
-check of the default bucket and the spec's KMS key on writes, as the code uploads have them
-(:mod:`.storage`). A write streams: ``upload_fileobj`` reads the stream a part at a time (:data:`PART`, a few
-parts in flight), never the whole file. A file that fits one part is sent with a SHA-256 checksum that S3 checks
-and keeps, and :meth:`S3Checkpoints.sha256` answers from it; a larger one has only S3's checksum of its parts'
-checksums, so it is read back, streaming, and hashed here.
+check of the default bucket and the spec's KMS key on writes, as the code uploads have them (:mod:`.storage`).
+A write streams: ``upload_fileobj`` reads the stream a part at a time (:data:`PART`, :data:`IN_FLIGHT` parts read
+ahead), never the whole file. A file that fits one part is sent with a SHA-256 checksum that S3 checks and keeps,
+and :meth:`S3Checkpoints.sha256` answers from it; a larger one has only S3's checksum of its parts' checksums, so
+it is read back, streaming, and hashed here.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ from cloudddp.backends.sagemaker import storage
 from cloudddp.backends.stores import CHUNK, StoredFile, unsafe
 from cloudddp.errors import CloudDDPError
 
-PART = 8 << 20
-"""Bytes per part of a multipart upload (S3 takes at least 5 MiB), and the largest upload sent in one request."""
-IN_FLIGHT = 4
-"""Parts uploaded at once: at most this many parts (and one being read) are held in memory."""
+PART = 16 << 20
+"""Bytes per part of a multipart upload, and the largest upload sent in one request: S3 takes 5 MiB to 5 GiB a
+part and at most 10,000 parts, so a file of up to 156 GiB."""
+IN_FLIGHT = 3
+"""Parts read ahead and uploaded at once: what a write holds in memory is about this many parts, whatever the
+file's size."""
 
 
 class S3Checkpoints:
@@ -86,6 +88,7 @@ class S3Checkpoints:
         from boto3.s3.transfer import TransferConfig
 
         config = TransferConfig(multipart_threshold=PART, multipart_chunksize=PART, max_concurrency=IN_FLIGHT)
+        config.max_in_memory_upload_chunks = IN_FLIGHT  # s3transfer's own setting (10 parts), not boto3's argument
         with self._errors():
             if not self._bucket_checked:  # a run moving here may be the first to use the bucket
                 storage.ensure_bucket(self.s3, self.bucket, self.region, self.upload)

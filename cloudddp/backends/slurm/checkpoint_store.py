@@ -80,7 +80,8 @@ class SlurmCheckpoints:
             self._send(["bash", "-c", _RECEIVE, "cloudddp-carry", temporary], stream)
             self.shell.run(["mv", "-f", "--", temporary, final])
         except BaseException:
-            self.shell.run(["rm", "-f", "--", temporary], check=False)
+            with contextlib.suppress(CloudDDPError):  # a lost connection: the error that lost it is the one to say
+                self.shell.run(["rm", "-f", "--", temporary], check=False)
             raise
 
     def sha256(self, path: str) -> str:
@@ -105,6 +106,8 @@ class SlurmCheckpoints:
                 cat.stdin.close()
             except BrokenPipeError:
                 cut = True  # it stopped reading: what it said tells why
+                with contextlib.suppress(OSError):
+                    cat.stdin.close()
             except BaseException:
                 cat.kill()
                 cat.wait()

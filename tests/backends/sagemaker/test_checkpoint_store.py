@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
+import subprocess
+import sys
+import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +20,11 @@ import pytest
 from cloudddp.backends.local.checkpoint_store import LocalCheckpoints
 from cloudddp.backends.registry import spec_from_dict
 from cloudddp.backends.sagemaker import SageMakerBackend
-from cloudddp.backends.sagemaker.checkpoint_store import PART
+from cloudddp.backends.sagemaker.checkpoint_store import IN_FLIGHT, PART
 from cloudddp.runs.carry import carry
-from tests.support.aws_emulator import ACCOUNT_ID, aws_environment, own_bucket
+from tests.support.aws_emulator import ACCOUNT_ID, aws_environment, free_port, own_bucket
 from tests.support.cli import ROOT
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -104,3 +110,46 @@ def test_a_carry_into_a_bucket_with_a_kms_key_encrypts_every_file_with_it(tmp_pa
     for name in (NEWEST, "files/state.json"):
         head = s3.head_object(Bucket=bucket, Key=f"{prefix}/{name}")
         assert (head.get("ServerSideEncryption"), head.get("SSEKMSKeyId")) == ("aws:kms", key), name
+
+
+@pytest.fixture
+def moto_elsewhere(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """moto in a process of its own: what this process allocates is then only the store's."""
+    port = free_port()
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: socket_open(port), timeout=30)
+        for key, value in aws_environment(url).items():
+            monkeypatch.setenv(key, value)
+        yield url
+    finally:
+        server.kill()
+        server.wait()
+
+
+def socket_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_a_carry_to_s3_holds_a_few_parts_in_memory_not_the_file(moto_elsewhere: str, tmp_path: Path) -> None:
+    size = 16 * PART
+    here = tmp_path / "here"
+    here.mkdir()
+    with (here / "model.ckpt").open("wb") as f:
+        for _ in range(16):
+            f.write(os.urandom(PART))
+    store = SageMakerBackend().checkpoint_store({"region": "us-east-1", "checkpoints": "s3://carry-memory/c/job/key"})
+    tracemalloc.start()
+    try:
+        carried = carry(LocalCheckpoints(here), store)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert carried.bytes == size
+    assert peak < (IN_FLIGHT + 2) * PART, f"the upload held {peak >> 20} MiB of a {size >> 20} MiB file"

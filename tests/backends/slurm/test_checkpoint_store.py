@@ -5,6 +5,7 @@ leaves nothing under the file's name."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import stat
@@ -95,7 +96,7 @@ class Failing:
         return os.urandom(CHUNK)
 
 
-def test_a_write_cut_short_leaves_nothing_under_the_files_name(login: SshServer, tmp_path: Path) -> None:
+def test_a_write_cut_short_leaves_the_file_as_it_was_and_no_temporary(login: SshServer, tmp_path: Path) -> None:
     store = store_through(login, tmp_path / "work")
     assert isinstance(store, SlurmCheckpoints)
     with pytest.raises(OSError, match="went away"):
@@ -104,3 +105,21 @@ def test_a_write_cut_short_leaves_nothing_under_the_files_name(login: SshServer,
     assert not folder.exists() or list(folder.iterdir()) == [], list(folder.iterdir())
     with pytest.raises(CloudDDPError, match="exited 1"):
         store.sha256(NEWEST)
+    store.write("files/state.json", io.BytesIO(b"saved before"))
+    with pytest.raises(OSError, match="went away"):
+        store.write("files/state.json", Failing())  # type: ignore[arg-type]
+    assert [p.name for p in (folder / "files").iterdir()] == ["state.json"]
+    assert (folder / "files" / "state.json").read_bytes() == b"saved before"
+
+
+def test_a_folder_the_cluster_cannot_make_is_an_error_with_what_the_cluster_said(
+    login: SshServer, tmp_path: Path
+) -> None:
+    (tmp_path / "work").write_text("a file where the workdir should be")
+    store = store_through(login, tmp_path / "work")
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "big.ckpt").write_bytes(os.urandom(4 * CHUNK))  # more than a pipe holds: the writer sees it stop
+    with pytest.raises(CloudDDPError, match=r"cloudddp-carry .* exited [1-9].*(Not a directory|File exists)"):
+        carry(LocalCheckpoints(here), store)
+    assert (tmp_path / "work").read_text() == "a file where the workdir should be"
