@@ -1,2 +1,0 @@
-def configured_backends() -> list[str]:
-    return []
