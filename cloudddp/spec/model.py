@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
 
@@ -78,6 +78,9 @@ __all__ = [
     "spec_model",
     "validate_regex",
 ]
+
+if TYPE_CHECKING:
+    from cloudddp.spec.userconfig import Deferred
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}\Z")  # \Z: `$` also matches before a final newline
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -142,6 +145,9 @@ class JobSpec(Strict):
 
     # Set by the loader: the folder relative paths are resolved against. Not part of the schema.
     _base_dir: Path = Path(".")
+    _user_config: Deferred | None = None
+    """The user configuration's part of this job (set by the loader): what it filled in, and its sections the job
+    lacks, read when a backend asks for its own (:mod:`cloudddp.spec.userconfig`)."""
     _sections: ClassVar[Sections | None] = None
     """The backends' sections this model was composed with (set by :func:`spec_model`)."""
 
@@ -212,6 +218,11 @@ class JobSpec(Strict):
     def base_dir(self) -> Path:
         return self._base_dir
 
+    def settings_notes(self, backend: str) -> list[str]:
+        """The plan's lines on where ``backend``'s settings came from when the job did not give them, one per
+        source: the user configuration's file, or the environment variable that beat it (:mod:`.userconfig`)."""
+        return self._user_config.notes(backend) if self._user_config else []
+
     @property
     def code_dir(self) -> Path:
         return (self._base_dir / self.code.dir).resolve()
@@ -240,6 +251,8 @@ class JobSpec(Strict):
             return getattr(self, backend)
         if self._sections is None:
             raise ValueError(f"this spec's model has no backend sections to read {backend!r} from")
+        if self._user_config and backend in self._user_config.names:
+            return self._user_config.section(backend)[0]
         return self._sections.options_model(backend)()
 
     def input_location(self, name: str, backend: str) -> str:
