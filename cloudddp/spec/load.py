@@ -15,16 +15,13 @@ import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from cloudddp.errors import SpecError, UserError
-from cloudddp.spec.model import REVEAL_SECRETS, JobSpec, Sections, spec_model
-
-if TYPE_CHECKING:
-    from cloudddp.spec.userconfig import UserConfig
+from cloudddp.spec.model import REVEAL_SECRETS, Configured, JobSpec, Sections, spec_model
 
 MAX_BYTES = 1 << 20
 MAX_NODES = 20_000  # nodes after alias expansion; a real spec has a few hundred
@@ -57,6 +54,14 @@ class Positions:
             if prefix in self.lines:
                 return f"{self.source}:{self.lines[prefix]}"
         return self.source
+
+
+class Configuration(Protocol):
+    """Settings from outside the job that fill it at load (:class:`cloudddp.spec.userconfig.UserConfig`)."""
+
+    def merge_into(self, job: dict[str, Any], positions: Positions, sections: Sections) -> Configured:
+        """Fill ``job``'s data (after the overrides, before validation) with what it leaves out."""
+        ...
 
 
 class _Builder:
@@ -318,7 +323,7 @@ def spec_from_data(
     sections: Sections,
     overrides: Sequence[str] = (),
     problems: Sequence[str] = (),
-    config: UserConfig | None = None,
+    config: Configuration | None = None,
 ) -> JobSpec:
     """The spec ``data`` holds, changed by ``overrides``, then filled from the user configuration ``config``: -o
     wins over the job, the job over the configuration (:mod:`cloudddp.spec.userconfig`)."""
@@ -352,7 +357,7 @@ def spec_from_bytes(
     source: str = "<text>",
     base_dir: str | Path = ".",
     overrides: Sequence[str] = (),
-    config: UserConfig | None = None,
+    config: Configuration | None = None,
 ) -> JobSpec:
     """Check and return the job spec in ``raw`` (YAML bytes), as if read from a file named ``source``."""
     data, positions, problems = parse_yaml(decode(raw, source), source)
@@ -368,7 +373,7 @@ def spec_from_bytes(
 
 
 def load_spec(
-    path: str | Path, overrides: Sequence[str] = (), *, sections: Sections, config: UserConfig | None = None
+    path: str | Path, overrides: Sequence[str] = (), *, sections: Sections, config: Configuration | None = None
 ) -> JobSpec:
     """Read, check and return the job spec at ``path`` with ``key.path=value`` overrides applied."""
     path = Path(path)
@@ -415,7 +420,7 @@ def spec_from_dict(
     base_dir: str | Path = ".",
     overrides: Sequence[str] = (),
     source: str = "<dict>",
-    config: UserConfig | None = None,
+    config: Configuration | None = None,
 ) -> JobSpec:
     """Build a job spec from a mapping (the Python API), with the same checks and messages as a file."""
     return spec_from_data(

@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Protocol
+from typing import Annotated, Any, ClassVar, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
 
@@ -79,9 +79,6 @@ __all__ = [
     "validate_regex",
 ]
 
-if TYPE_CHECKING:
-    from cloudddp.spec.userconfig import Deferred
-
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}\Z")  # \Z: `$` also matches before a final newline
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 STALL_FACTOR = 2
@@ -108,6 +105,22 @@ class Sections(Protocol):
 
     def __hash__(self) -> int:
         """Composed models are cached per source of sections."""
+        ...
+
+
+class Configured(Protocol):
+    """The user configuration's part of one job (:class:`cloudddp.spec.userconfig.Deferred`): its sections the job
+    lacks, read when a backend asks, and where the settings it gave came from."""
+
+    names: set[str]
+    """The configured backend sections the job lacks."""
+
+    def options(self, name: str) -> Any:
+        """Backend ``name``'s section from the configuration alone, checked."""
+        ...
+
+    def notes(self, backend: str) -> list[str]:
+        """The plan's lines on where ``backend``'s settings came from."""
         ...
 
 
@@ -145,7 +158,7 @@ class JobSpec(Strict):
 
     # Set by the loader: the folder relative paths are resolved against. Not part of the schema.
     _base_dir: Path = Path(".")
-    _user_config: Deferred | None = None
+    _user_config: Configured | None = None
     """The user configuration's part of this job (set by the loader): what it filled in, and its sections the job
     lacks, read when a backend asks for its own (:mod:`cloudddp.spec.userconfig`)."""
     _sections: ClassVar[Sections | None] = None
@@ -252,7 +265,7 @@ class JobSpec(Strict):
         if self._sections is None:
             raise ValueError(f"this spec's model has no backend sections to read {backend!r} from")
         if self._user_config and backend in self._user_config.names:
-            return self._user_config.section(backend)[0]
+            return self._user_config.options(backend)
         return self._sections.options_model(backend)()
 
     def input_location(self, name: str, backend: str) -> str:

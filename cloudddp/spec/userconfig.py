@@ -70,7 +70,8 @@ class ConfigError(UserError):
 
 @dataclass(frozen=True)
 class UserConfig:
-    """A user configuration that validated: each backend's settings as written, with the line of every key."""
+    """A user configuration whose keys are checked (its sections are when used: :meth:`validated`): each backend's
+    settings as written, with the line of every key."""
 
     path: Path
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -147,7 +148,11 @@ class Deferred:
     names: set[str] = field(default_factory=set)
     came: dict[str, str] = field(default_factory=dict)
 
-    def section(self, name: str) -> tuple[Any, dict[str, str]]:
+    def options(self, name: str) -> Any:
+        """Backend ``name``'s section from the file alone, checked against the file's lines."""
+        return self._section(name)[0]
+
+    def _section(self, name: str) -> tuple[Any, dict[str, str]]:
         """Backend ``name``'s section from the file alone, and where each of its settings came from."""
         values: dict[str, Any] = {}
         came = self.config.fill(name, values, self.sections.options_model(name), None)
@@ -156,7 +161,7 @@ class Deferred:
     def notes(self, backend: str) -> list[str]:
         """The plan's lines on where ``backend``'s settings came from when the job did not give them, one per
         source: this file, or the environment variable that beat it."""
-        came = self.section(backend)[1] if backend in self.names else self.came
+        came = self._section(backend)[1] if backend in self.names else self.came
         by_source: dict[str, list[str]] = {}
         for key, source in came.items():
             if key.split(".", 1)[0] == backend:
@@ -178,7 +183,8 @@ def read_config(sections: Sections, path: Path | None = None) -> UserConfig | No
     refuse_unless_private(
         path, WHAT, fix=f"if it is yours and nobody else wrote in it: chmod 600 {path}; or set {CONFIG_ENV} to another"
     )
-    _refuse_open_folder(path.resolve().parent)
+    for folder in {path.absolute().parent, path.resolve().parent}:  # a link's folder, and its target's
+        _refuse_open_folder(folder)
     try:
         raw = load.read_spec_file(path, source)
     except OSError as e:
