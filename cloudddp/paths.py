@@ -34,22 +34,23 @@ class UnsafeFolder(Exception):
         super().__init__(f"{message}\nhint: {hint}")
 
 
-def refuse_unless_private(path: Path, what: str) -> None:
+def refuse_unless_private(path: Path, what: str, *, fix: str | None = None) -> None:
     """A folder cloudddp keeps its state in (snapshots it unpacks and runs, status files whose pids it signals) must
-    be this user's, and nobody else may have been able to write in it: else :class:`UnsafeFolder` (exit 2)."""
+    be this user's, and nobody else may have been able to write in it: else :class:`UnsafeFolder` (exit 2). The same
+    holds for a file cloudddp takes settings from; ``fix`` is then the hint, in place of a folder's."""
     for checked in {path, path.resolve()}:
         st = checked.lstat()
         if st.st_uid != os.geteuid():
             raise UnsafeFolder(
                 f"{what} {checked} belongs to another user (uid {st.st_uid}): what it holds could have been "
                 "planted there, and cloudddp would run it as you",
-                hint=f"set {what} to a folder of your own (it is created 0700 when missing)",
+                hint=fix or f"set {what} to a folder of your own (it is created 0700 when missing)",
             )
         if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:
             raise UnsafeFolder(
                 f"{what} {checked} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): what it holds could "
                 "have been planted there",
-                hint=f"if nobody else wrote in it: chmod 700 {checked}; or set {what} to a fresh folder",
+                hint=fix or f"if nobody else wrote in it: chmod 700 {checked}; or set {what} to a fresh folder",
             )
 
 

@@ -281,7 +281,7 @@ class Backend(abc.ABC, Generic[OptionsT]):
         with mapped_errors(self):
             plan = self._render(spec)
         plan.warnings += [f"{f.value}: {why}" for f, why in self.capabilities.caveats.items() if f in used]
-        plan.decisions += resume_notes(spec)
+        plan.decisions += spec.settings_notes(self.name) + resume_notes(spec)
         plan.metrics = [m.model_dump() for m in spec.metrics.declared]
         plan.metric_ranks = spec.metrics.ranks
         plan.step_key = job_key(spec)

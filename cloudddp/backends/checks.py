@@ -66,5 +66,6 @@ class SettingsMissing(UserError):
         paste = "\n".join(f"  {section}:\n" + "\n".join(keys) for section, keys in snippet.items())
         super().__init__(
             f"the {backend} backend needs {count} the spec does not give:\n  - " + "\n  - ".join(self.problems),
-            hint=f"add them to the job spec (or give them with -o), for example:\n{paste}",
+            hint="add them to the job spec (or give them with -o, or keep them for every job in your user "
+            f"configuration: docs/configuration.md), for example:\n{paste}",
         )

@@ -11,7 +11,7 @@ The names come from :mod:`cloudddp.backends.installed`, which caches the scan of
 
 The spec does not know the backends: :data:`SECTIONS` is what this registry gives it, and the loaders here
 (:func:`load_spec`, :func:`spec_from_dict`, :func:`spec_from_bytes`, :func:`json_schema`) are the spec's own
-with the registered sections attached.
+with the registered sections and the user configuration (:func:`user_config`) attached.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from pydantic import BaseModel
 from cloudddp.backends import installed
 from cloudddp.backends.base import Backend
 from cloudddp.errors import UserError
-from cloudddp.spec import load, model
+from cloudddp.spec import load, model, userconfig
 from cloudddp.spec.model import JobSpec
+from cloudddp.spec.userconfig import UserConfig
 
 GROUP = installed.BACKENDS
 
@@ -90,20 +91,38 @@ def json_schema() -> dict[str, Any]:
     return model.json_schema(SECTIONS)
 
 
+def user_config() -> UserConfig | None:
+    """This user's configuration file, checked against the registered backends (None: there is none)."""
+    return userconfig.read_config(SECTIONS)
+
+
+def configured_backends() -> list[str]:
+    """The backends ``-b auto`` may place a job that names none on: the user configuration's ``backends:``, else
+    the backends it has settings for ([] without a configuration)."""
+    config = user_config()
+    return config.backends if config else []
+
+
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
-    """Read, check and return the job spec at ``path`` (see :func:`cloudddp.spec.load.load_spec`)."""
-    return load.load_spec(path, overrides, sections=SECTIONS)
+    """Read, check and return the job spec at ``path``, with the user configuration's settings it leaves out (see
+    :func:`cloudddp.spec.load.load_spec`)."""
+    return load.load_spec(path, overrides, sections=SECTIONS, config=user_config())
 
 
 def spec_from_dict(
     data: Mapping[str, Any], *, base_dir: str | Path = ".", overrides: Sequence[str] = (), source: str = "<dict>"
 ) -> JobSpec:
-    """A job spec from a mapping, with the same checks and messages as a file."""
-    return load.spec_from_dict(data, sections=SECTIONS, base_dir=base_dir, overrides=overrides, source=source)
+    """A job spec from a mapping, with the same checks and messages as a file, and the user configuration's
+    settings it leaves out."""
+    return load.spec_from_dict(
+        data, sections=SECTIONS, base_dir=base_dir, overrides=overrides, source=source, config=user_config()
+    )
 
 
 def spec_from_bytes(
     raw: bytes, *, source: str = "<text>", base_dir: str | Path = ".", overrides: Sequence[str] = ()
 ) -> JobSpec:
-    """A job spec from YAML bytes, as if read from a file named ``source``."""
-    return load.spec_from_bytes(raw, sections=SECTIONS, source=source, base_dir=base_dir, overrides=overrides)
+    """A job spec from YAML bytes, as if read from a file named ``source`` (with the user configuration's settings)."""
+    return load.spec_from_bytes(
+        raw, sections=SECTIONS, source=source, base_dir=base_dir, overrides=overrides, config=user_config()
+    )

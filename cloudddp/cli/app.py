@@ -42,6 +42,7 @@ COMMANDS = {
     "list": "cloudddp.cli.cmd_runs:list_",
     "backends": "cloudddp.cli.cmd_backends:backends",
     "check": "cloudddp.cli.cmd_check:check",
+    "config": "cloudddp.cli.cmd_config:config",
     "storage": "cloudddp.cli.cmd_storage:storage",
 }
 """Each command's name and where it is defined (``module:attribute``)."""

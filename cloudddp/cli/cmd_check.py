@@ -12,12 +12,13 @@ from pathlib import Path
 import click
 
 from cloudddp.backends.checks import Check
-from cloudddp.backends.registry import backend_class, backend_classes, spec_from_dict
+from cloudddp.backends.registry import backend_class, backend_classes, spec_from_dict, user_config
 from cloudddp.cli.options import load_job, override_option
 from cloudddp.errors import UserError
 from cloudddp.observe.console import escape, out, print_json
 from cloudddp.runs.runner import get_backend
 from cloudddp.spec.model import JobSpec
+from cloudddp.spec.userconfig import config_path, shown
 
 WAIT_SECONDS = 60
 """How long one backend's checks may take (a cloud sign-in that never answers is reported, not waited for)."""
@@ -31,16 +32,21 @@ def probe_spec(folder: Path, gpus: int) -> JobSpec:
 
 
 def backend_checks(name: str, spec: JobSpec) -> list[Check]:
-    """The settings ``spec`` lacks for backend ``name`` (each with what to set), or else its preflight checks."""
+    """The settings ``spec`` lacks for backend ``name`` (each with what to set), or else its preflight checks; for a
+    backend the user configuration sets up, first that its settings are complete and where they came from."""
     impl = get_backend(name)
     missing = impl.missing_settings(spec)
+    came = spec.settings_notes(name)
+    if came and not missing:
+        return [Check("settings", True, "complete; " + "; ".join(came)), *impl.preflight(impl.render(spec))]
     if missing:
         return [
             Check(
                 f"setting {m.field}",
                 False,
                 m.what,
-                fix=(f"export {m.env}=... or " if m.env else "") + f"add to the spec: {m.field}: {m.example}",
+                fix=(f"export {m.env}=... or " if m.env else "")
+                + f"add to the spec (or to {shown(config_path())}): {m.field}: {m.example}",
             )
             for m in missing
         ]
@@ -87,9 +93,20 @@ def check(job: Path | None, only: str | None, override: tuple[str, ...], json_: 
     if json_:
         print_json({name: [c.to_dict() for c in checks] for name, checks in results.items()})
     else:
+        print_config()
         print_table(results)
     if only and any(c.ok is False for c in results[names[0]]):
         sys.exit(1)
+
+
+def print_config() -> None:
+    """The user configuration this check read (or where it would be), and the backends it sets up."""
+    found = user_config()
+    if found is None:
+        out().print(f"user configuration: none ({escape(shown(config_path()))} when it exists; `cloudddp config path`)")
+        return
+    configured = ", ".join(found.backends) or "none"
+    out().print(f"user configuration: {escape(shown(found.path))} (backends -b auto tries: {escape(configured)})")
 
 
 def print_table(results: dict[str, list[Check]]) -> None:

@@ -15,13 +15,13 @@ import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from cloudddp.errors import SpecError, UserError
-from cloudddp.spec.model import REVEAL_SECRETS, JobSpec, Sections, spec_model
+from cloudddp.spec.model import REVEAL_SECRETS, Configured, JobSpec, Sections, spec_model
 
 MAX_BYTES = 1 << 20
 MAX_NODES = 20_000  # nodes after alias expansion; a real spec has a few hundred
@@ -30,13 +30,15 @@ MAX_DEPTH = 50
 Loc = tuple[str | int, ...]
 
 
-class _Positions:
-    """Line numbers of every key and item, by data path."""
+class Positions:
+    """Line numbers of every key and item, by data path; where an override or the user configuration set one."""
 
     def __init__(self, source: str) -> None:
         self.source = source
         self.lines: dict[Loc, int] = {}
         self.overrides: dict[Loc, str] = {}
+        self.sources: dict[Loc, str] = {}
+        """``file:line`` of the values another file gave (the user configuration, :mod:`.userconfig`)."""
 
     def where(self, loc: Loc) -> str:
         if loc and loc not in self.lines:
@@ -47,15 +49,25 @@ class _Positions:
             prefix = loc[:n]
             if prefix in self.overrides:
                 return f"override {self.overrides[prefix]}"
+            if prefix in self.sources:
+                return self.sources[prefix]
             if prefix in self.lines:
                 return f"{self.source}:{self.lines[prefix]}"
         return self.source
 
 
+class Configuration(Protocol):
+    """Settings from outside the job that fill it at load (:class:`cloudddp.spec.userconfig.UserConfig`)."""
+
+    def merge_into(self, job: dict[str, Any], positions: Positions, sections: Sections) -> Configured:
+        """Fill ``job``'s data (after the overrides, before validation) with what it leaves out."""
+        ...
+
+
 class _Builder:
     """Turns a composed YAML node tree into plain data, recording positions and enforcing limits."""
 
-    def __init__(self, loader: yaml.SafeLoader, positions: _Positions) -> None:
+    def __init__(self, loader: yaml.SafeLoader, positions: Positions) -> None:
         self.loader = loader
         self.positions = positions
         self.count = 0
@@ -117,7 +129,7 @@ def _dotted(loc: Iterable[str | int]) -> str:
     return out or "(top level)"
 
 
-def _decode(raw: bytes, source: str) -> str:
+def decode(raw: bytes, source: str) -> str:
     if len(raw) > MAX_BYTES:
         raise UserError(f"{source}: {len(raw):,} bytes is too large for a job spec (limit {MAX_BYTES:,})")
     if not raw.strip():
@@ -140,7 +152,7 @@ _FAST_LOADER: type[yaml.SafeLoader] | None = getattr(yaml, "CSafeLoader", None)
 """libyaml's parser, where PyYAML was built with it: ~15× faster than PyYAML's own on a job spec."""
 
 
-def parse_yaml(text: str, source: str) -> tuple[Any, _Positions, list[str]]:
+def parse_yaml(text: str, source: str) -> tuple[Any, Positions, list[str]]:
     """Parse one YAML document into plain data plus the line of every key.
 
     A text PyYAML's reader accepts is read with libyaml's parser first; any YAML error there is left to PyYAML's
@@ -165,9 +177,9 @@ def parse_yaml(text: str, source: str) -> tuple[Any, _Positions, list[str]]:
         raise UserError(f"{source}: the YAML is nested too deep") from None
 
 
-def _read(loader: yaml.SafeLoader, source: str) -> tuple[Any, _Positions, list[str]]:
+def _read(loader: yaml.SafeLoader, source: str) -> tuple[Any, Positions, list[str]]:
     """The document ``loader`` holds, as data with positions; YAML errors are the caller's to word."""
-    positions = _Positions(source)
+    positions = Positions(source)
     positions.lines[()] = 1
     try:
         node = loader.get_single_node()
@@ -184,7 +196,7 @@ def _read(loader: yaml.SafeLoader, source: str) -> tuple[Any, _Positions, list[s
     return data, positions, builder.problems
 
 
-def apply_override(data: dict[str, Any], assignment: str, positions: _Positions | None = None) -> None:
+def apply_override(data: dict[str, Any], assignment: str, positions: Positions | None = None) -> None:
     """Apply one ``key.path=value`` override; the value is read as YAML (``2``, ``true``, ``[a, b]``)."""
     key, sep, text = assignment.partition("=")
     if not sep or not key.strip():
@@ -285,7 +297,7 @@ def _data_loc(loc: Sequence[str | int], data: Any, *, key_may_be_absent: bool) -
     return tuple(out)
 
 
-def _describe(err: Any, data: Any, positions: _Positions, sections: Sections) -> str:
+def describe(err: Any, data: Any, positions: Positions, sections: Sections) -> str:
     kind = err["type"]
     loc = _data_loc(err["loc"], data, key_may_be_absent=kind in ("missing", "extra_forbidden"))
     where = positions.where(loc)
@@ -307,13 +319,17 @@ def spec_from_data(
     data: dict[str, Any],
     *,
     base_dir: Path,
-    positions: _Positions,
+    positions: Positions,
     sections: Sections,
     overrides: Sequence[str] = (),
     problems: Sequence[str] = (),
+    config: Configuration | None = None,
 ) -> JobSpec:
+    """The spec ``data`` holds, changed by ``overrides``, then filled from the user configuration ``config``: -o
+    wins over the job, the job over the configuration (:mod:`cloudddp.spec.userconfig`)."""
     for assignment in overrides:
         apply_override(data, assignment, positions)
+    deferred = config.merge_into(data, positions, sections) if config else None
     issues = list(problems)
     spec = None
     try:
@@ -321,7 +337,7 @@ def spec_from_data(
     except ValidationError as e:
         seen: set[str] = set()
         for err in e.errors():
-            line = _describe(err, data, positions, sections)
+            line = describe(err, data, positions, sections)
             if line not in seen:
                 seen.add(line)
                 issues.append(line)
@@ -330,6 +346,7 @@ def spec_from_data(
     if issues or spec is None:
         raise SpecError(positions.source, issues)
     spec._base_dir = base_dir
+    spec._user_config = deferred
     return spec
 
 
@@ -340,9 +357,10 @@ def spec_from_bytes(
     source: str = "<text>",
     base_dir: str | Path = ".",
     overrides: Sequence[str] = (),
+    config: Configuration | None = None,
 ) -> JobSpec:
     """Check and return the job spec in ``raw`` (YAML bytes), as if read from a file named ``source``."""
-    data, positions, problems = parse_yaml(_decode(raw, source), source)
+    data, positions, problems = parse_yaml(decode(raw, source), source)
     return spec_from_data(
         data,
         base_dir=Path(base_dir).resolve(),
@@ -350,15 +368,18 @@ def spec_from_bytes(
         sections=sections,
         overrides=overrides,
         problems=problems,
+        config=config,
     )
 
 
-def load_spec(path: str | Path, overrides: Sequence[str] = (), *, sections: Sections) -> JobSpec:
+def load_spec(
+    path: str | Path, overrides: Sequence[str] = (), *, sections: Sections, config: Configuration | None = None
+) -> JobSpec:
     """Read, check and return the job spec at ``path`` with ``key.path=value`` overrides applied."""
     path = Path(path)
     source = str(path)
     try:
-        raw = _read_spec_file(path, source)
+        raw = read_spec_file(path, source)
     except FileNotFoundError:
         raise UserError(
             f"{source}: no such file", hint="give the path of a job spec, e.g. jobs/digits-local.yaml"
@@ -367,10 +388,11 @@ def load_spec(path: str | Path, overrides: Sequence[str] = (), *, sections: Sect
         raise UserError(f"{source}: is a directory, not a job spec file") from None
     except OSError as e:
         raise UserError(f"{source}: cannot read: {e.strerror}") from None
-    return spec_from_bytes(raw, sections=sections, source=source, base_dir=path.resolve().parent, overrides=overrides)
+    base_dir = path.resolve().parent
+    return spec_from_bytes(raw, sections=sections, source=source, base_dir=base_dir, overrides=overrides, config=config)
 
 
-def _read_spec_file(path: Path, source: str) -> bytes:
+def read_spec_file(path: Path, source: str) -> bytes:
     """The file's bytes, read only when it is a regular file no bigger than a spec may be: a FIFO would hang the
     read, a device (``/dev/zero``) never end it, a huge file fill memory before it is refused."""
     st = path.stat()
@@ -388,7 +410,7 @@ def _read_spec_file(path: Path, source: str) -> bytes:
     if st.st_size > MAX_BYTES:
         raise UserError(f"{source}: {st.st_size:,} bytes is too large for a job spec (limit {MAX_BYTES:,})")
     with open(path, "rb") as f:
-        return f.read(MAX_BYTES + 1)  # the file may have grown since: _decode refuses it then
+        return f.read(MAX_BYTES + 1)  # the file may have grown since: decode refuses it then
 
 
 def spec_from_dict(
@@ -398,14 +420,16 @@ def spec_from_dict(
     base_dir: str | Path = ".",
     overrides: Sequence[str] = (),
     source: str = "<dict>",
+    config: Configuration | None = None,
 ) -> JobSpec:
     """Build a job spec from a mapping (the Python API), with the same checks and messages as a file."""
     return spec_from_data(
         copy.deepcopy(dict(data)),
         base_dir=Path(base_dir).resolve(),
-        positions=_Positions(source),
+        positions=Positions(source),
         sections=sections,
         overrides=overrides,
+        config=config,
     )
 
 
@@ -413,7 +437,7 @@ def where_set(path: str | Path, loc: Loc, overrides: Sequence[str] = ()) -> str:
     """Where field ``loc`` of the spec file at ``path`` is set: ``job.yaml:3``, ``override code.entry=x``, or the
     file's name when the field is left to its default (for messages about a spec that loaded)."""
     source = str(path)
-    data, positions, _ = parse_yaml(_decode(Path(path).read_bytes(), source), source)
+    data, positions, _ = parse_yaml(decode(Path(path).read_bytes(), source), source)
     for assignment in overrides:
         apply_override(data, assignment, positions)
     return positions.where(loc)

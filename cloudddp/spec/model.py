@@ -108,6 +108,22 @@ class Sections(Protocol):
         ...
 
 
+class Configured(Protocol):
+    """The user configuration's part of one job (:class:`cloudddp.spec.userconfig.Deferred`): its sections the job
+    lacks, read when a backend asks, and where the settings it gave came from."""
+
+    names: set[str]
+    """The configured backend sections the job lacks."""
+
+    def options(self, name: str) -> Any:
+        """Backend ``name``'s section from the configuration alone, checked."""
+        ...
+
+    def notes(self, backend: str) -> list[str]:
+        """The plan's lines on where ``backend``'s settings came from."""
+        ...
+
+
 class JobSpec(Strict):
     """A DDP training job. The same spec runs on every backend."""
 
@@ -142,6 +158,9 @@ class JobSpec(Strict):
 
     # Set by the loader: the folder relative paths are resolved against. Not part of the schema.
     _base_dir: Path = Path(".")
+    _user_config: Configured | None = None
+    """The user configuration's part of this job (set by the loader): what it filled in, and its sections the job
+    lacks, read when a backend asks for its own (:mod:`cloudddp.spec.userconfig`)."""
     _sections: ClassVar[Sections | None] = None
     """The backends' sections this model was composed with (set by :func:`spec_model`)."""
 
@@ -212,6 +231,11 @@ class JobSpec(Strict):
     def base_dir(self) -> Path:
         return self._base_dir
 
+    def settings_notes(self, backend: str) -> list[str]:
+        """The plan's lines on where ``backend``'s settings came from when the job did not give them, one per
+        source: the user configuration's file, or the environment variable that beat it (:mod:`.userconfig`)."""
+        return self._user_config.notes(backend) if self._user_config else []
+
     @property
     def code_dir(self) -> Path:
         return (self._base_dir / self.code.dir).resolve()
@@ -240,6 +264,8 @@ class JobSpec(Strict):
             return getattr(self, backend)
         if self._sections is None:
             raise ValueError(f"this spec's model has no backend sections to read {backend!r} from")
+        if self._user_config and backend in self._user_config.names:
+            return self._user_config.options(backend)
         return self._sections.options_model(backend)()
 
     def input_location(self, name: str, backend: str) -> str:

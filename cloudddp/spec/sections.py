@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -79,6 +79,9 @@ class Strict(BaseModel):
     """Base of every spec section: unknown keys are errors, values are validated on assignment."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    env_fallbacks: ClassVar[dict[str, tuple[str, ...]]] = {}
+    """A backend section's fields that the backend reads from these environment variables when the job leaves them
+    out: a variable that is set wins over the user configuration's value (:mod:`cloudddp.spec.userconfig`)."""
 
 
 class Code(Strict):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -15,6 +15,12 @@ from cloudddp.spec.model import Strict
 
 class AzureMLOptions(Strict):
     """Only the Azure ML backend reads this."""
+
+    env_fallbacks: ClassVar[dict[str, tuple[str, ...]]] = {
+        "subscription_id": ("AZURE_SUBSCRIPTION_ID",),
+        "resource_group": ("AZURE_RESOURCE_GROUP",),
+        "workspace": ("AZUREML_WORKSPACE_NAME",),
+    }
 
     subscription_id: str | None = None
     resource_group: str | None = None

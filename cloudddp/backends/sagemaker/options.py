@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
@@ -12,6 +12,11 @@ from cloudddp.spec.model import Duration, Strict
 
 class SageMakerOptions(Strict):
     """Only the SageMaker backend reads this."""
+
+    env_fallbacks: ClassVar[dict[str, tuple[str, ...]]] = {
+        "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
+        "role": ("CLOUDDDP_SAGEMAKER_ROLE",),
+    }
 
     region: str | None = None
     role: str | None = Field(None, description="IAM role ARN the training job runs as.")
