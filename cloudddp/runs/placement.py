@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudddp.backends.base import Backend, Progress
+from cloudddp.backends.registry import configured_backends
 from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.plan import Plan
 from cloudddp.runs.runner import Checkpoints, Runner, get_backend
 from cloudddp.spec.model import JobSpec
-from cloudddp.spec.userconfig import configured_backends
 
 AUTO = "auto"
 START_SOON_SECONDS = 3600.0

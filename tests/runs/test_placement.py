@@ -4,9 +4,11 @@ tests in tests/across_backends/test_placement.py do them for real)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from cloudddp.api import Job
 from cloudddp.backends.checks import Check, PreflightFailed
@@ -241,3 +243,20 @@ def test_submit_auto_dry_run_shows_the_ranking_and_sends_nothing() -> None:
     assert "without preflight checks" in result.stderr
     assert result.stderr.index("1. sagemaker") < result.stderr.index("2. azureml"), result.stderr
     assert "CreateTrainingJob.json" in result.stdout  # the first's request, as it would be sent
+
+
+def test_a_job_naming_no_backends_is_placed_among_those_the_user_configuration_sets_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings: dict[str, dict[str, str]] = {}
+    for override in [*SageMakerHarness.overrides, *AzureMLHarness.overrides]:
+        key, value = override.split("=", 1)
+        section, name = key.split(".", 1)
+        settings.setdefault(section, {})[name] = value
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"backends": ["azureml", "sagemaker"], **settings}))
+    config.chmod(0o600)
+    monkeypatch.setenv("CLOUDDDP_CONFIG", str(config))
+    ranking = Job.load(TINY).place(checks=False)
+    assert [(p.backend, p.usable) for p in ranking] == [("azureml", True), ("sagemaker", True)]
+    assert ranking[0].plan.request["job"]["compute"].endswith("cpu-cluster")  # type: ignore[union-attr]
