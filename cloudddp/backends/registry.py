@@ -42,6 +42,12 @@ def names() -> list[str]:
 def backend_class(name: str) -> type[Backend[Any]]:
     """The class registered as ``name``; a UserError with a did-you-mean for an unknown name."""
     entry = installed.entry_points(GROUP).get(name)
+    if entry is None and name == "auto":
+        raise UserError(
+            "-b auto chooses a backend when a job is submitted: `cloudddp submit JOB -b auto --dry-run` shows the "
+            "ranking and the request it would send",
+            hint="here, name one backend (`cloudddp backends` lists them)",
+        )
     if entry is None:
         guess = difflib.get_close_matches(name, names(), n=1)
         tip = f"; did you mean '{guess[0]}'?" if guess else ""

@@ -16,7 +16,7 @@ import yaml
 from cloudddp.api import Job, Run
 from cloudddp.backends.status import RunState
 from cloudddp.runs.runner import get_backend
-from tests.support.aws_emulator import aws_environment, set_status
+from tests.support.aws_emulator import aws_environment, sagemaker_quotas, set_status
 from tests.support.azure_launchers import Datastores
 from tests.support.azure_nodes import AzureNodes
 from tests.support.azure_rig import WorkspaceModel, create_container, serve, served_environment
@@ -113,6 +113,23 @@ def test_auto_places_the_job_on_sagemaker_first_and_moves_it_to_azure_ml_after_a
     assert shown.returncode == 0, shown.stderr
     assert "moved from sagemaker after capacity" in shown.stdout and "azureml" in shown.stdout, shown.stdout
     assert "placed by -b auto (ranked sagemaker, azureml)" in shown.stdout, shown.stdout
+    cost = cli("cost", first)
+    assert cost.returncode == 0 and "(sagemaker, failed)" in cost.stdout, cost.stdout
+    assert "(azureml, succeeded)" in cost.stdout, cost.stdout
+
+
+@pytest.mark.timeout(180)
+def test_auto_sets_a_backend_without_quota_aside_at_submit_and_says_why(
+    aws: str, azure: WorkspaceModel, tmp_path: Path
+) -> None:
+    job = digits_job(tmp_path, "digits-quota", ["--dataset", "digits", "--epochs", "1"], ["sagemaker", "azureml"])
+    with sagemaker_quotas({"ml.m5.xlarge for training job usage": 0}):  # the account may run none
+        result = cli("submit", str(job), "-b", "auto", "--detach")
+    assert result.returncode == 0, result.stderr
+    assert "1. azureml" in result.stderr and "2. sagemaker: not used: quota" in result.stderr, result.stderr
+    run = Run.attach(submitted(result.stderr))
+    assert run.backend.name == "azureml" and run.run_id in azure.jobs
+    assert run.cancel()
 
 
 def submitted(said: str) -> str:
