@@ -7,7 +7,6 @@ it is reported (its file and line, exit 2), and that a file others may have writ
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from cloudddp.api import Job
 from cloudddp.backends.registry import backend_class, configured_backends, load_spec, spec_from_dict
 from cloudddp.errors import UserError
 from cloudddp.paths import UnsafeFolder
+from cloudddp.spec import userconfig
 from cloudddp.spec.userconfig import config_path
 from tests.support.cli import cli
 
@@ -204,10 +204,20 @@ def test_check_shows_the_file_and_each_configured_backend_s_settings(cloudddp_ho
     assert f"settings │ complete; local.device from {path}" in text, text
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file: the owner check is what refuses")
-def test_an_unreadable_file_is_a_user_error(cloudddp_home: Path, tmp_path: Path) -> None:
-    write_config(cloudddp_home, mode=0o200)
-    with pytest.raises(UserError, match="cannot read the cloudddp configuration"):
+def test_an_unreadable_file_is_a_user_error(
+    cloudddp_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read is stubbed to fail as it does for a user without read permission (root, as on CI, reads any file)."""
+    config = write_config(cloudddp_home)
+    read = userconfig.load.read_spec_file
+
+    def denied(path: Path, source: str) -> bytes:
+        if Path(path) == config:
+            raise PermissionError(13, "Permission denied")
+        return read(path, source)
+
+    monkeypatch.setattr(userconfig.load, "read_spec_file", denied)
+    with pytest.raises(UserError, match="cannot read the cloudddp configuration: Permission denied"):
         load_spec(job_file(tmp_path))
 
 
