@@ -421,7 +421,7 @@ def move_backend(chain: Chain, runner: Runner, literals: dict[str, str], status:
         except CloudDDPError as e:  # its credentials, its storage, the service's refusal: the next may take it
             skipped.append(f"{nxt['backend']} ({_first_line(e)})")
             continue
-        chain.plan = nxt["plan"]
+        chain.plan, chain.fallbacks = nxt["plan"], []  # the next sizes were the old backend's
         chain.message = f"attempt {chain.current.number} on {nxt['backend']}: {note}" + (
             f"; skipped {', '.join(skipped)}" if skipped else ""
         )

@@ -16,10 +16,10 @@ import yaml
 from cloudddp.api import Job, Run
 from cloudddp.backends.status import RunState
 from cloudddp.runs.runner import get_backend
-from tests.support.aws_emulator import aws_environment, sagemaker_quotas, set_status
+from tests.support.aws_emulator import sagemaker_quotas, set_status, use_emulator
 from tests.support.azure_launchers import Datastores
 from tests.support.azure_nodes import AzureNodes
-from tests.support.azure_rig import WorkspaceModel, create_container, serve, served_environment
+from tests.support.azure_rig import WorkspaceModel, served_to_processes
 from tests.support.cli import ROOT, cli
 from tests.support.harnesses import AzureMLHarness, SageMakerHarness, SlurmHarness
 from tests.support.mlflow_server import MlflowServer
@@ -34,22 +34,13 @@ CAPACITY = (
 
 @pytest.fixture()
 def azure(blob_endpoint: str, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkspaceModel]:
-    """The Azure ML workspace over HTTP, and this process's environment pointing cloudddp at it (the CLI and the
-    watcher it starts inherit it)."""
-    model = WorkspaceModel(blob_endpoint)
-    create_container(model)
-    model.mlflow = mlflow_server
-    with serve(model) as url:
-        for key, value in {**served_environment(url, model), "CLOUDDDP_RECOVERY_POLL": "0.5"}.items():
-            monkeypatch.setenv(key, value)
+    with served_to_processes(blob_endpoint, mlflow_server, monkeypatch) as model:
         yield model
 
 
 @pytest.fixture()
 def aws(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    for key, value in aws_environment(moto_url).items():
-        monkeypatch.setenv(key, value)
-    return moto_url
+    return use_emulator(monkeypatch, moto_url)
 
 
 def sections(*harnesses: Any) -> dict[str, dict[str, str]]:

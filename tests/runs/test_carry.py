@@ -27,6 +27,7 @@ from cloudddp.runs.carry import carry, newest_complete
 from tests.support.aws_emulator import ACCOUNT_ID, aws_environment, own_bucket
 from tests.support.cli import FIXTURES
 from tests.support.slurm_cluster import SlurmCluster
+from tests.support.streams import Breaking
 
 OLDER = "ckpt-e0001-s0000040.pt"
 NEWEST = "ckpt-e0002-s0000010.pt"
@@ -214,19 +215,6 @@ def test_a_file_that_arrives_shorter_than_listed_is_an_error(tmp_path: Path) -> 
     (source / "files" / "state.json").write_bytes(os.urandom(100))
     with pytest.raises(CloudDDPError, match=r"files/state.json .*read 10 bytes of the 100 listed"):
         carry(EndingEarly(source), LocalCheckpoints(tmp_path / "to"))
-
-
-class Breaking:
-    """A source stream that breaks after two chunks (a store that went away mid-copy)."""
-
-    def __init__(self) -> None:
-        self.given = 0
-
-    def read(self, size: int = -1) -> bytes:
-        self.given += 1
-        if self.given > 2:
-            raise OSError("the source went away")
-        return os.urandom(CHUNK)
 
 
 def test_a_local_write_cut_short_leaves_the_file_as_it_was_and_no_temporary(tmp_path: Path) -> None:

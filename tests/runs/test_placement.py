@@ -172,6 +172,8 @@ def moving_chain(moves_on: list[str]) -> recovery.Chain:
         [recovery.Attempt(1, "run-1", 0.0, backend="sagemaker")],
         placements=others,
         moves_on=moves_on,
+        fallbacks=[{"size": "ml.g6.xlarge", "plan": plan.to_state()}],
+        capacity_tries=1,
     )
 
 
@@ -197,6 +199,7 @@ def test_a_capacity_failure_moves_the_chain_to_the_next_backend_with_its_checkpo
         "sagemaker to azureml"
     )
     assert "skipped slurm (quota: 0 allowed)" in chain.message and chain.placements == []
+    assert chain.fallbacks == []  # sizes of the backend it left are not tried on the one it moved to
     assert [a["backend"] for a in chain.summary()] == ["sagemaker", "azureml"]
 
 

@@ -48,6 +48,14 @@ def aws_environment(url: str) -> dict[str, str]:
     }
 
 
+def use_emulator(monkeypatch: Any, url: str) -> str:
+    """This process (and what it starts) talks to the emulator at ``url``, with no profile of the machine's."""
+    for key, value in aws_environment(url).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return url
+
+
 STARTING = ("Starting", "LaunchingMLInstances", "PreparingTrainingStack", "Pending")
 _STARTED: set[str] = set()  # jobs whose TrainingStartTime the emulator set
 

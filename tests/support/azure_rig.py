@@ -892,6 +892,19 @@ def served_transport() -> Any:
     return RequestsTransport(session=session, session_owner=False)
 
 
+@contextlib.contextmanager
+def served_to_processes(blob_endpoint: str, mlflow: Any, monkeypatch: Any) -> Iterator[WorkspaceModel]:
+    """A workspace with its MLflow served over HTTP, and this process's environment pointing cloudddp at it, which
+    the CLI and the recovery watcher it starts (polling every half second) inherit."""
+    model = WorkspaceModel(blob_endpoint)
+    create_container(model)
+    model.mlflow = mlflow
+    with serve(model) as url:
+        for key, value in {**served_environment(url, model), "CLOUDDDP_RECOVERY_POLL": "0.5"}.items():
+            monkeypatch.setenv(key, value)
+        yield model
+
+
 def served_environment(rig_url: str, model: WorkspaceModel) -> dict[str, str]:
     """What a ``cloudddp`` process (the CLI, a recovery watcher) needs to use the served workspace through the
     Azure ML backend's two extension points, with no credential or transport passed in code."""

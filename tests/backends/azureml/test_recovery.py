@@ -17,7 +17,7 @@ from cloudddp.api import Run
 from cloudddp.backends.status import Cause, RunState
 from tests.support.azure_launchers import Datastores
 from tests.support.azure_nodes import AzureNodes
-from tests.support.azure_rig import WorkspaceModel, create_container, serve, served_environment
+from tests.support.azure_rig import WorkspaceModel, served_to_processes
 from tests.support.cli import ROOT, cli
 from tests.support.dataloader_saver import RUNNING, WORKER_KILLED, dataloader_saver_code, resumed, saved, sigterms
 from tests.support.harnesses import AzureMLHarness
@@ -29,14 +29,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture()
 def rig(blob_endpoint: str, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkspaceModel]:
-    """The workspace (with its MLflow) over HTTP, and this process's environment pointing cloudddp at it, which
-    the CLI and the watcher it starts inherit."""
-    model = WorkspaceModel(blob_endpoint)
-    create_container(model)
-    model.mlflow = mlflow_server
-    with serve(model) as url:
-        for key, value in {**served_environment(url, model), "CLOUDDDP_RECOVERY_POLL": "0.5"}.items():
-            monkeypatch.setenv(key, value)
+    with served_to_processes(blob_endpoint, mlflow_server, monkeypatch) as model:
         yield model
 
 

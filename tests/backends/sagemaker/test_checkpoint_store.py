@@ -22,7 +22,7 @@ from cloudddp.backends.registry import spec_from_dict
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.sagemaker.checkpoint_store import IN_FLIGHT, PART
 from cloudddp.runs.carry import carry
-from tests.support.aws_emulator import ACCOUNT_ID, aws_environment, free_port, own_bucket
+from tests.support.aws_emulator import ACCOUNT_ID, aws_environment, free_port, own_bucket, use_emulator
 from tests.support.cli import ROOT
 from tests.support.waiting import wait_until
 
@@ -33,10 +33,7 @@ NEWEST = "ckpt-e0004-s0000020.pt"
 
 @pytest.fixture(autouse=True)
 def aws_env(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    for key, value in aws_environment(moto_url).items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    return moto_url
+    return use_emulator(monkeypatch, moto_url)
 
 
 def spec(tmp_path: Path, **sagemaker: Any) -> Any:

@@ -20,7 +20,14 @@ from cloudddp.code.snapshot import pack
 from cloudddp.errors import UserError
 from cloudddp.runs.registry import Registry
 from cloudddp.runtime import checkpoint_key, shipped_files
-from tests.support.aws_emulator import ACCOUNT_ID, FaultProxy, aws_environment, own_bucket, put_logs, set_status
+from tests.support.aws_emulator import (
+    ACCOUNT_ID,
+    FaultProxy,
+    own_bucket,
+    put_logs,
+    set_status,
+    use_emulator,
+)
 from tests.support.cli import ROOT, cli
 from tests.support.waiting import LineReader
 
@@ -29,10 +36,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(autouse=True)
 def aws_env(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    for key, value in aws_environment(moto_url).items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    return moto_url
+    return use_emulator(monkeypatch, moto_url)
 
 
 def job(tmp_path: Path, **extra: object) -> dict:

@@ -25,6 +25,7 @@ from tests.support.cli import FIXTURES
 from tests.support.rigs import rig_unavailable
 from tests.support.slurm_cluster import SlurmCluster
 from tests.support.ssh_server import SshServer, SshUnavailable, ssh_server
+from tests.support.streams import Breaking
 
 pytestmark = pytest.mark.slow
 
@@ -83,31 +84,18 @@ def test_a_carry_to_the_cluster_through_ssh_streams_every_file_and_a_node_reads_
     assert back.resumes_from == NEWEST and (tmp_path / "back" / NEWEST).read_bytes() == payload
 
 
-class Failing:
-    """A source stream that breaks after two chunks (a source store that went away mid-copy)."""
-
-    def __init__(self) -> None:
-        self.given = 0
-
-    def read(self, size: int = -1) -> bytes:
-        self.given += 1
-        if self.given > 2:
-            raise OSError("the source went away")
-        return os.urandom(CHUNK)
-
-
 def test_a_write_cut_short_leaves_the_file_as_it_was_and_no_temporary(login: SshServer, tmp_path: Path) -> None:
     store = store_through(login, tmp_path / "work")
     assert isinstance(store, SlurmCheckpoints)
     with pytest.raises(OSError, match="went away"):
-        store.write(NEWEST, Failing())  # type: ignore[arg-type]
+        store.write(NEWEST, Breaking())  # type: ignore[arg-type]
     folder = Path(store.folder)
     assert not folder.exists() or list(folder.iterdir()) == [], list(folder.iterdir())
     with pytest.raises(CloudDDPError, match="exited 1"):
         store.sha256(NEWEST)
     store.write("files/state.json", io.BytesIO(b"saved before"))
     with pytest.raises(OSError, match="went away"):
-        store.write("files/state.json", Failing())  # type: ignore[arg-type]
+        store.write("files/state.json", Breaking())  # type: ignore[arg-type]
     assert [p.name for p in (folder / "files").iterdir()] == ["state.json"]
     assert (folder / "files" / "state.json").read_bytes() == b"saved before"
 
