@@ -20,6 +20,7 @@ the next, and the recovery watcher moves on after a capacity failure once the ru
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +71,7 @@ class Placement:
     def to_state(self) -> dict[str, Any]:
         """What the recovery watcher keeps to launch this backend later (no secret values)."""
         assert self.plan is not None
-        return {"backend": self.backend, "plan": self.plan.to_state(), "line": self.line()}
+        return {"backend": self.backend, "plan": self.plan.to_state()}
 
 
 def _start_words(seconds: float | None) -> str:
@@ -94,8 +95,11 @@ def backends_for(spec: JobSpec) -> list[str]:
 
 
 def survey(spec: JobSpec, *, checks: bool = True) -> list[Placement]:
-    """Every candidate backend's answer for ``spec``, ranked (usable first, best first; then those set aside)."""
-    answers = [_ask(name, index, spec, checks=checks) for index, name in enumerate(backends_for(spec))]
+    """Every candidate backend's answer for ``spec``, ranked (usable first, best first; then those set aside). The
+    backends are asked at once: a cloud's checks may take seconds each."""
+    names = backends_for(spec)
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        answers = list(pool.map(lambda n: _ask(n, names.index(n), spec, checks=checks), names))
     usable = sorted((p for p in answers if p.usable), key=Placement.rank_key)
     ranking = usable + [p for p in answers if not p.usable]
     said = "placement (-b auto), best first: " + "; ".join(f"{n}. {p.line()}" for n, p in enumerate(ranking, 1))

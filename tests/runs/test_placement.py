@@ -162,7 +162,7 @@ class Moving:
 
 def moving_chain(moves_on: list[str]) -> recovery.Chain:
     plan = Job.load(TINY).render("local")
-    others = [{"backend": name, "plan": plan.to_state(), "line": name} for name in ("slurm", "azureml")]
+    others = [{"backend": name, "plan": plan.to_state()} for name in ("slurm", "azureml")]
     return recovery.Chain(
         "run-1",
         "sagemaker",
