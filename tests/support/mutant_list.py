@@ -548,4 +548,48 @@ MUTANTS: tuple[Mutant, ...] = (
         "",
         (SLURM + "test_srun_store.py",),
     ),
+    # -- #44: placement, failover and the checkpoints that travel -------------------------------------------
+    Mutant(
+        "carry-trusts-what-it-wrote",
+        "A run that moves between backends",
+        "cloudddp/runs/carry.py",
+        "    if held != read:",
+        "    if False:",
+        ("tests/runs/test_carry.py",),
+    ),
+    Mutant(
+        "carry-trusts-a-corrupt-source",
+        "A run that moves between backends",
+        "cloudddp/runs/carry.py",
+        "    if want is not None and read != want:",
+        "    if False:",
+        ("tests/runs/test_carry.py",),
+    ),
+    Mutant(
+        "auto-ranks-by-preference-only",
+        "`-b auto` ranks the job's backends",
+        "cloudddp/runs/placement.py",
+        "        return (late, self.cost is None, self.cost or 0.0, self.preference)",
+        "        return (late, False, 0.0, self.preference)",
+        ("tests/runs/test_placement.py",),
+    ),
+    Mutant(
+        "every-failure-moves-the-run",
+        "`-b auto` ranks the job's backends",
+        "cloudddp/runs/recovery.py",
+        "    elif cause.value in chain.moves_on and chain.placements:",
+        "    elif chain.placements:",
+        ("tests/runs/test_placement.py",),
+    ),
+    Mutant(
+        "a-move-carries-nothing",
+        "`-b auto` ranks the job's backends",
+        "cloudddp/runs/handover.py",
+        "    if here is None or there is None or (source.name == dest.name and here == there):",
+        "    if True:",
+        (
+            "tests/across_backends/test_placement.py::"
+            "test_a_run_preempted_on_azure_ml_resumes_on_slurm_from_its_azure_checkpoint_each_step_once",
+        ),
+    ),
 )
