@@ -89,11 +89,11 @@ class Job:
         source = Run.attach(resume_from)._one.checkpoints() if resume_from else None
         if backend == AUTO:
             return self._submit_placed(ranking or self.place(checks=checks), provision, recover, progress, source)
-        runner = Runner.open(backend, **options)
-        submission = runner.submit(self.spec, checks=checks, provision=provision, progress=progress, resume_from=source)
         placements = []
         if self.spec.limits.recover_to == "any_backend":  # the job's other backends, checked when moved to
             placements = [p.to_state() for p in survey(self.spec, checks=False) if p.usable and p.backend != backend]
+        runner = Runner.open(backend, **options)
+        submission = runner.submit(self.spec, checks=checks, provision=provision, progress=progress, resume_from=source)
         recovery.start_for(runner, self.spec, submission, recover, placements=placements)
         return Run(submission.run_id, runner.backend, plan=submission.plan)
 

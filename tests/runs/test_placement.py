@@ -17,6 +17,7 @@ from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.plan import Plan
 from cloudddp.runs import placement, recovery
 from cloudddp.runs.placement import START_SOON_SECONDS, Placement, launch_first
+from cloudddp.runs.registry import Registry
 from tests.support.cli import cli
 from tests.support.harnesses import TINY, AzureMLHarness, SageMakerHarness
 
@@ -263,3 +264,9 @@ def test_a_job_naming_no_backends_is_placed_among_those_the_user_configuration_s
     ranking = Job.load(TINY).place(checks=False)
     assert [(p.backend, p.usable) for p in ranking] == [("azureml", True), ("sagemaker", True)]
     assert ranking[0].plan.request["job"]["compute"].endswith("cpu-cluster")  # type: ignore[union-attr]
+
+
+def test_recover_to_any_backend_without_backends_is_refused_before_anything_is_launched() -> None:
+    result = cli("submit", str(TINY), "-o", "limits.recover_to=any_backend", "-o", "limits.max_recoveries=1")
+    assert result.returncode == 2 and "need backends to choose from" in result.stderr, result.stderr
+    assert Registry().latest() is None  # no run was launched, to be left without its watcher
