@@ -46,5 +46,6 @@ def placement_moves(chain: Chain) -> str:
     """What the recovery note adds about the backends a chain may move to."""
     if not chain.placements:
         return ""
-    after = " or ".join(chain.moves_on)
+    words = {"capacity": "a capacity failure", "preempted": "a preemption"}
+    after = " or ".join(words.get(cause, cause) for cause in chain.moves_on)
     return f"; after {after} it moves to " + ", then ".join(p["backend"] for p in chain.placements)
