@@ -22,7 +22,7 @@ import io
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, cast
+from typing import IO, cast
 
 from cloudddp.backends.base import Progress
 from cloudddp.backends.stores import CheckpointStore, StoredFile, unsafe
@@ -68,8 +68,7 @@ class Carried:
     @property
     def position(self) -> tuple[int, int] | None:
         """The epoch and step :attr:`resumes_from` was saved at."""
-        found = _SHARED.match(self.resumes_from or "")
-        return (int(found.group(1)), int(found.group(2))) if found else None
+        return _position(self.resumes_from or "")
 
     def summary(self) -> str:
         """One line: what was carried where, and what the run resumes from."""
@@ -82,18 +81,6 @@ class Carried:
             if self.checkpoint != self.resumes_from:
                 line += f", newer than the carried {self.checkpoint}"
         return line
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "target": self.target,
-            "copied": list(self.copied),
-            "skipped": list(self.skipped),
-            "left_out": list(self.left_out),
-            "bytes": self.bytes,
-            "checkpoint": self.checkpoint,
-            "resumes_from": self.resumes_from,
-        }
 
 
 def _position(name: str) -> tuple[int, int] | None:
