@@ -27,9 +27,11 @@ from tests.support.waiting import wait_until
 
 FINALIZING_SECONDS = 0.5
 """How long a finished job shows Finalizing (its outputs uploaded) before its final state."""
-PUMP_SECONDS, UPLOAD_EVERY = 0.2, 5
+PUMP_SECONDS, UPLOAD_EVERY = 0.2, 1
 """How often the processes' new output is copied to their log files; every how many copies the outputs are
-uploaded (files that have stopped changing)."""
+uploaded (files that have stopped changing since the look before). Every copy: a checkpoint the script replaces
+within a second (the shared script keeps its newest two, and a digits epoch takes half a second) is still seen
+settled and uploaded, as blobfuse uploads a file when it is closed."""
 
 
 class AzureNodes:

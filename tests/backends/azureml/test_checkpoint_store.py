@@ -30,7 +30,7 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.slow
 
 
-def digits_spec(tmp_path: Path, name: str, epochs: int, **checkpoint: Any) -> Any:
+def digits_spec(tmp_path: Path, name: str, epochs: int, batch: int = 64, **checkpoint: Any) -> Any:
     overrides = dict(o.split("=", 1) for o in AzureMLHarness.overrides)
     data = {
         "name": name,
@@ -40,7 +40,16 @@ def digits_spec(tmp_path: Path, name: str, epochs: int, **checkpoint: Any) -> An
         "limits": {"max_runtime": "10m"},
         "azureml": {key.removeprefix("azureml."): value for key, value in overrides.items()},
     }
-    data["code"]["args"] = ["--dataset", "digits", "--model", "cnn", "--epochs", str(epochs)]
+    data["code"]["args"] = [
+        "--dataset",
+        "digits",
+        "--model",
+        "cnn",
+        "--epochs",
+        str(epochs),
+        "--batch-size",
+        str(batch),
+    ]
     return spec_from_dict(data, base_dir=tmp_path)
 
 
@@ -157,12 +166,13 @@ def test_a_preempted_attempts_checkpoints_are_in_the_workspaces_blobs_where_the_
     model: WorkspaceModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     backend = rig_backend(model, token="store4")
-    plan = backend.render(digits_spec(tmp_path, "preempted", 200))
+    plan = backend.render(digits_spec(tmp_path, "preempted", 200, batch=8))  # epochs of seconds, not a fraction
     name = backend.launch(plan)
     store = backend.checkpoint_store(plan.target)
     nodes = AzureNodes(model, name, tmp_path / "attempt1", Datastores(tmp_path / "blob"))
-    try:  # uploaded while the job runs, once written (blobfuse uploads a file when it is closed)
-        wait_until(lambda: any(f.path.startswith("ckpt-e0001-") for f in store.files()), 180, poll=0.2)
+    try:  # uploaded while the job runs, once written (blobfuse uploads a file when it is closed); any epoch's: the
+        # script keeps its newest two, so a fast epoch's checkpoint may be gone before it has settled to be uploaded
+        wait_until(lambda: any(f.path.endswith(".pt.sha256") for f in store.files()), 180, poll=0.2)
         assert nodes.started.procs[0].poll() is None, "the job ended before it was preempted"
         monkeypatch.setattr(azure_nodes, "UPLOAD_EVERY", 10**9)  # from now on, only the attempt's end uploads
         paused = time.time_ns()
