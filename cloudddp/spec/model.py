@@ -188,6 +188,12 @@ class JobSpec(Strict):
             raise ValueError(f"backend {twice[0]!r} is named twice")
         if "auto" in v:
             raise ValueError("name the backends -b auto chooses from (e.g. [sagemaker, azureml]); 'auto' is not one")
+        known = cls._sections.names() if cls._sections is not None else None
+        for name in v:
+            if known is not None and name not in known:
+                guess = difflib.get_close_matches(name, known, n=1)
+                tip = f"did you mean {guess[0]!r}? " if guess else ""
+                raise ValueError(f"{name!r} is not a registered backend; {tip}(registered: {', '.join(known)})")
         return v
 
     @field_validator("inputs", "outputs")

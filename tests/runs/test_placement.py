@@ -270,3 +270,15 @@ def test_recover_to_any_backend_without_backends_is_refused_before_anything_is_l
     result = cli("submit", str(TINY), "-o", "limits.recover_to=any_backend", "-o", "limits.max_recoveries=1")
     assert result.returncode == 2 and "need backends to choose from" in result.stderr, result.stderr
     assert Registry().latest() is None  # no run was launched, to be left without its watcher
+
+
+def test_a_misspelled_backend_in_the_spec_is_refused_at_load_with_its_line_and_the_closest_name(
+    tmp_path: Path,
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(TINY.read_text() + "backends:\n  - slurm\n  - sagemker\n")
+    (tmp_path / "train.py").write_text((TINY.parent / "train.py").read_text())
+    result = cli("submit", str(job), "-b", "auto", "--dry-run")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    where = f"{job}:{len(TINY.read_text().splitlines()) + 1}: backends:"  # the file and the line of the field
+    assert f"{where} 'sagemker' is not a registered backend; did you mean 'sagemaker'?" in result.stderr, result.stderr
