@@ -23,4 +23,3 @@ def test_every_backends_plan_of_every_golden_job_is_what_tests_golden_keeps() ->
         f"{len(differ)} golden plan(s) differ ({', '.join(str(p.relative_to(GOLDEN)) for p in differ)}); if the "
         "change is meant, `make golden` keeps it:\n" + "".join(diff)[:20000]
     )
-

@@ -18,8 +18,8 @@ import contextlib
 import fcntl
 import json
 import os
-import sys
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
