@@ -8,7 +8,8 @@ Each file is one job on one backend: the plan's lines (decisions, warnings), its
 other fields ``render --json`` prints, then each document (the request as the backend's own tools read it); or,
 for a job the backend refuses, the error and its hint. What differs between machines or runs is replaced by a
 placeholder: this checkout's folder (``<repo>``), cloudddp's home for the render (``<home>``), the interpreter
-(``<python>``). The render is offline, with a fixed user configuration (the clouds' settings and Slurm's working
+(``<python>``), the code snapshot's content address (``<snapshot>``: it changes with every edit of the programs
+shipped inside it) and what hashes it (``<digest>``, an Azure ML job name's). The render is offline, with a fixed user configuration (the clouds' settings and Slurm's working
 folder), no credentials, two CPU cores, no GPU, and a fixed run token.
 """
 
@@ -18,6 +19,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -171,6 +173,9 @@ def _init_parameters(cls: type) -> Sequence[str]:
 
 
 def _placeholders(text: str, home: Path) -> str:
+    for sha in dict.fromkeys(re.findall(r"\b[0-9a-f]{64}\b", text)):  # the code snapshot's content address
+        text = text.replace(sha, "<snapshot>").replace(sha[:12], "<snapshot:12>")
+    text = re.sub(rf"-[0-9a-f]{{8}}-{TOKEN}\b", f"-<digest>-{TOKEN}", text)  # an Azure ML job's name hashes its document
     for value, name in (
         (sys.executable, "<python>"),
         (str(home.resolve()), "<home>"),
