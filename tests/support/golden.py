@@ -9,8 +9,9 @@ other fields ``render --json`` prints, then each document (the request as the ba
 for a job the backend refuses, the error and its hint. What differs between machines or runs is replaced by a
 placeholder: this checkout's folder (``<repo>``), cloudddp's home for the render (``<home>``), the interpreter
 (``<python>``), the code snapshot's content address (``<snapshot>``: it changes with every edit of the programs
-shipped inside it) and what hashes it (``<digest>``, an Azure ML job name's). The render is offline, with a fixed user configuration (the clouds' settings and Slurm's working
-folder), no credentials, two CPU cores, no GPU, and a fixed run token.
+shipped inside it) and what hashes it (``<digest>``, an Azure ML job name's). The render is offline, with a fixed
+user configuration (the clouds' settings and Slurm's working folder), no credentials, two CPU cores, no GPU, and a
+fixed run token.
 """
 
 from __future__ import annotations
@@ -175,7 +176,8 @@ def _init_parameters(cls: type) -> Sequence[str]:
 def _placeholders(text: str, home: Path) -> str:
     for sha in dict.fromkeys(re.findall(r"\b[0-9a-f]{64}\b", text)):  # the code snapshot's content address
         text = text.replace(sha, "<snapshot>").replace(sha[:12], "<snapshot:12>")
-    text = re.sub(rf"-[0-9a-f]{{8}}-{TOKEN}\b", f"-<digest>-{TOKEN}", text)  # an Azure ML job's name hashes its document
+    # An Azure ML job's name hashes its document, which names the snapshot.
+    text = re.sub(rf"-[0-9a-f]{{8}}-{TOKEN}\b", f"-<digest>-{TOKEN}", text)
     for value, name in (
         (sys.executable, "<python>"),
         (str(home.resolve()), "<home>"),
