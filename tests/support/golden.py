@@ -8,10 +8,10 @@ Each file is one job on one backend: the plan's lines (decisions, warnings), its
 other fields ``render --json`` prints, then each document (the request as the backend's own tools read it); or,
 for a job the backend refuses, the error and its hint. What differs between machines or runs is replaced by a
 placeholder: this checkout's folder (``<repo>``), cloudddp's home for the render (``<home>``), the interpreter
-(``<python>``), the code snapshot's content address (``<snapshot>``: it changes with every edit of the programs
-shipped inside it) and what hashes it (``<digest>``, an Azure ML job name's). The render is offline, with a fixed
-user configuration (the clouds' settings and Slurm's working folder), no credentials, two CPU cores, no GPU, and a
-fixed run token.
+(``<python>``), the code snapshot's content address (``<snapshot>``) and what hashes it (``<digest>``, an Azure ML
+job name's). The render is offline, with a fixed user configuration (the clouds' settings and Slurm's working
+folder), no credentials, two CPU cores, no GPU, a fixed run token, and fixed stand-ins for the programs cloudddp
+ships inside every snapshot (so that editing one moves no plan).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,6 +108,8 @@ def file_of(case: Case, backend: str) -> Path:
 @contextlib.contextmanager
 def fixed_machine() -> Iterator[Path]:
     """Render as on a fresh two-core machine without a GPU or credentials, in a home of its own: yields it."""
+    from cloudddp import runtime
+
     with _held(LOCK):
         shutil.rmtree(HOME, ignore_errors=True)
         HOME.mkdir(mode=0o700)
@@ -125,6 +127,7 @@ def fixed_machine() -> Iterator[Path]:
             with (
                 mock.patch("os.cpu_count", return_value=CORES),
                 mock.patch("cloudddp.backends.local.decide._has_cuda_device", return_value=False),
+                mock.patch("cloudddp.runtime.shipped_files", _stand_ins(runtime.shipped_files)),
             ):
                 yield home
         finally:
@@ -132,6 +135,16 @@ def fixed_machine() -> Iterator[Path]:
             os.environ.update(kept)
             os.environ["HOME"] = home_before
             shutil.rmtree(HOME, ignore_errors=True)
+
+
+def _stand_ins(shipped: Callable[..., dict[str, bytes]]) -> Callable[..., dict[str, bytes]]:
+    """The programs cloudddp ships inside every snapshot, each under its own name with fixed bytes: an edit of one
+    moves no golden plan (the snapshot's size, and the job names that hash it, would)."""
+
+    def fixed(*, keep: bool = False) -> dict[str, bytes]:
+        return {name: f"# {name}: shipped by cloudddp\n".encode() for name in shipped(keep=keep)}
+
+    return fixed
 
 
 @contextlib.contextmanager
@@ -147,7 +160,7 @@ def _held(path: Path) -> Iterator[None]:
 
 def rendered(case: Case, backend: str, home: Path) -> str:
     """The golden text of ``case`` on ``backend``, rendered in ``home`` (:func:`fixed_machine`)."""
-    from cloudddp.backends.registry import backend_class, load_spec
+    from cloudddp.backends.plugins import backend_class, load_spec
     from cloudddp.errors import UserError
 
     try:
