@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def _sagemaker(tiny: bool) -> Result:
-    from cloudddp.backends.registry import spec_from_dict
+    from cloudddp.backends.plugins import spec_from_dict
     from cloudddp.backends.sagemaker import SageMakerBackend
     from tests.support.aws_emulator import moto_server
 
@@ -57,7 +57,7 @@ def _sagemaker(tiny: bool) -> Result:
                 started = time.perf_counter()
                 run_id = backend.launch(backend.render(spec), checks=False)
                 times.append(time.perf_counter() - started)
-                sent.append(sum(backend.registry.get(run_id).info["uploaded_bytes"]))
+                sent.append(sum(backend.records.get(run_id).info["uploaded_bytes"]))
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -80,7 +80,7 @@ def _sagemaker(tiny: bool) -> Result:
 
 def _azureml(tiny: bool) -> Result:
     from cloudddp.backends.azureml import AzureMLBackend
-    from cloudddp.backends.registry import load_spec
+    from cloudddp.backends.plugins import load_spec
     from tests.support.azure_rig import FakeCredential, WorkspaceModel, azurite, create_container, ml_transport
 
     with tempfile.TemporaryDirectory() as tmp:

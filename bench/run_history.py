@@ -19,25 +19,25 @@ sys.path.insert(0, str(ROOT))
 def _registry_home(parent: Path, runs: int) -> tuple[dict[str, str], str]:
     """A cloudddp home with ``runs`` runs; the newest is a finished local run (so `status` can read it)."""
     from cloudddp.backends.local.rundir import RunDir
-    from cloudddp.runs.registry import Registry
+    from cloudddp.runs.database import RunDatabase
     from tests.support.runs import fill
 
     home = parent / f"home-{runs}"
-    ids = fill(Registry(home / "runs.db"), runs)
+    ids = fill(RunDatabase(home / "runs.db"), runs)
     run = RunDir(home / "runs" / ids[-1])
     run.path.mkdir(parents=True)
     run.write_status(state="succeeded", nodes=1, created_at=1e9 + runs)
-    with Registry(home / "runs.db")._connect() as db:
+    with RunDatabase(home / "runs.db")._connect() as db:
         db.execute("UPDATE runs SET backend = 'local' WHERE run_id = ?", (ids[-1],))
     return {"CLOUDDDP_HOME": str(home)}, ids[-1]
 
 
 def _metrics_home(parent: Path, lines: int) -> tuple[dict[str, str], str]:
     from cloudddp.backends.local.rundir import RunDir
-    from cloudddp.runs.registry import Registry
+    from cloudddp.runs.database import RunDatabase
 
     home, run_id = parent / "home-metrics", "long-20250101-000000-abcd"
-    Registry(home / "runs.db").add(run_id, "local", "long", "succeeded")
+    RunDatabase(home / "runs.db").add(run_id, "local", "long", "succeeded")
     run = RunDir(home / "runs" / run_id)
     run.path.mkdir(parents=True)
     run.write_status(state="succeeded", nodes=1)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudddp.backends.base import Backend, Progress
-from cloudddp.backends.registry import backend_class, load_spec, spec_from_dict
+from cloudddp.backends.plugins import backend_class, load_spec, spec_from_dict
 from cloudddp.backends.status import LogLine, RunState, RunStatus
 from cloudddp.errors import RunNotFound, UserError
 from cloudddp.observe.metrics import MetricRecord
@@ -27,8 +27,8 @@ from cloudddp.plan import Plan
 from cloudddp.runs import recovery
 from cloudddp.runs.chained import ChainedRun
 from cloudddp.runs.cost import CostReport
+from cloudddp.runs.database import RunDatabase
 from cloudddp.runs.placement import AUTO, Placement, launch_first, survey
-from cloudddp.runs.registry import Registry
 from cloudddp.runs.runner import Checkpoints, Runner, Submission, get_backend
 from cloudddp.spec.load import spec_to_data
 from cloudddp.spec.model import JobSpec
@@ -138,8 +138,9 @@ class Run:
 
     @classmethod
     def attach(cls, run_id: str, backend: str | None = None, **options: Any) -> Run:
-        """The run ``run_id`` (or a unique prefix or suffix of it) from the registry, or at ``backend``."""
-        matches = Registry().named(run_id, backend)
+        """The run ``run_id`` (or a unique prefix or suffix of it) from this machine's run database, or at
+        ``backend``."""
+        matches = RunDatabase().named(run_id, backend)
         if len(matches) > 1:
             ids = ", ".join(m.run_id for m in matches[:5])
             raise UserError(f"{run_id!r} matches {len(matches)} runs ({ids}); give more of the id")
@@ -147,7 +148,7 @@ class Run:
             return cls(matches[0].run_id, get_backend(matches[0].backend, **options))
         if backend is None:
             raise RunNotFound(
-                f"no run {run_id!r} in this machine's registry",
+                f"no run {run_id!r} in this machine's run database",
                 hint="`cloudddp list` shows known runs; for a cloud job started elsewhere add --backend",
             )
         return cls(run_id, get_backend(backend, **options))
@@ -158,7 +159,7 @@ class Run:
         return ChainedRun(self.run_id, self.backend)
 
     def status(self) -> RunStatus:
-        """The run's status now; the registry of this machine is brought up to date with it, and when a run
+        """The run's status now; this machine's run database is brought up to date with it, and when a run
         has just ended its measured step time is kept for the next estimate of the job (cloudddp.catalog.stepstore). For
         a run under recovery: the chain's state, with every attempt and why it ended in ``details["attempts"]``."""
         return self._one.status()

@@ -47,7 +47,7 @@ class BackendUnavailable(UserError):
 
 
 class RunNotFound(UserError):
-    """No run with that id in the registry or at the backend."""
+    """No run with that id in this machine's run database or at the backend."""
 
 
 class RunFailed(CloudDDPError):

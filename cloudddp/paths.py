@@ -1,6 +1,6 @@
 """Where this machine keeps cloudddp's state: ``$CLOUDDDP_HOME``, or ``~/.cloudddp``.
 
-Every wing that keeps something between commands (the run registry, snapshots, digests, measured step times,
+Every wing that keeps something between commands (the run database, snapshots, digests, measured step times,
 recovery chains, local run folders) finds its folder under :func:`home`, so this is the one module they all
 share and it imports nothing of cloudddp.
 """

@@ -33,13 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cloudddp.code import container_init, framework_logs, keepfiles, output_lines, preload, requirements
+from cloudddp.code import requirements
 from cloudddp.code.ignore import ignore_line
 from cloudddp.code.requirements import FILE, file_text
-from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.code.shipped import Snapshot
 from cloudddp.code.snapshot import holds_sha256, pack
 from cloudddp.errors import UserError
+from cloudddp.injob import container_init, framework_logs, keepfiles, output_lines, preload
+from cloudddp.injob.shim import SHIPPED_AS
 from cloudddp.plan import EnvSource, late
 from cloudddp.spec.model import JobSpec
 from cloudddp.spec.placeholders import INPUT, expand
@@ -179,13 +180,13 @@ def launcher_grace(sigterm_grace: int) -> dict[str, str]:
     grace it gets. Not Open MPI's ``odls_base_sigkill_timeout``: mpirun, on SIGTERM or when a rank fails, waits it
     *before* it sends the ranks SIGTERM and again before SIGKILL (Open MPI 4.1.4 here: with 20 s, a rank heard a
     stop 20 s late and a failed job ended 42 s after the failure instead of 4 s); an MPI rank is stopped by
-    signalling it directly (SageMaker's init does: ``cloudddp/code/container_init.py``)."""
+    signalling it directly (SageMaker's init does: ``cloudddp/injob/container_init.py``)."""
     return {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(sigterm_grace)}
 
 
 def code_snapshot(spec: JobSpec) -> Snapshot:
     """The job's code as every backend ships it: ``code.dir`` with its ignore rules, plus the files
-    cloudddp ships with it (the launcher of :mod:`cloudddp.code.shim`; the keeper of :mod:`cloudddp.code.keepfiles`
+    cloudddp ships with it (the launcher of :mod:`cloudddp.injob.shim`; the keeper of :mod:`cloudddp.injob.keepfiles`
     when the spec declares ``checkpoint.files``; ``requirements.txt`` when it lists ``code.requirements``), as one
     deterministic, content-addressed archive."""
 
@@ -264,13 +265,13 @@ def checked_snapshot(spec: JobSpec) -> Snapshot:
 def shipped_files(*, keep: bool = False) -> dict[str, bytes]:
     """Files cloudddp adds to every code snapshot, by their name there: the rank launcher, the container init
     (SageMaker's PID 1) and its own start of a job, the reader of the frameworks' log files
-    (:mod:`cloudddp.code.framework_logs`), the line discipline of the program's output
-    (:mod:`cloudddp.code.output_lines`), the importer of what a script needs imported first
-    (:mod:`cloudddp.code.preload`: smddp's backend); ``keep``: the keeper of ``checkpoint.files`` too (only a
+    (:mod:`cloudddp.injob.framework_logs`), the line discipline of the program's output
+    (:mod:`cloudddp.injob.output_lines`), the importer of what a script needs imported first
+    (:mod:`cloudddp.injob.preload`: smddp's backend); ``keep``: the keeper of ``checkpoint.files`` too (only a
     job that declares some gets it, so no other snapshot changes)."""
     from importlib import resources
 
-    code = resources.files("cloudddp.code")
+    code = resources.files("cloudddp.injob")
     files = {
         SHIPPED_AS: code.joinpath("shim.py").read_bytes(),
         container_init.SHIPPED_AS: code.joinpath("container_init.py").read_bytes(),
@@ -364,7 +365,7 @@ def checkpoint_key(spec: JobSpec) -> str:
     (``--resume_from_checkpoint``, more epochs, Lightning's ``--num_nodes``) or moves to more nodes finds its
     checkpoints. A variant that must not load another's checkpoints (another learning rate, model or dataset) is
     named as one: its own ``name`` or ``checkpoint.key``; where the plan can read the folder, it says when the
-    arguments differ from those that wrote the checkpoint it resumes (:mod:`cloudddp.backends.resumes`)."""
+    arguments differ from those that wrote the checkpoint it resumes (:mod:`cloudddp.backends.checkpoints.contents`)."""
     import hashlib
     import json
 

@@ -5,7 +5,7 @@ over them, with their written semantics), its value types (:mod:`~cloudddp.backe
 statuses, log lines; :mod:`~cloudddp.backends.checks`: preflight checks and missing settings;
 :mod:`~cloudddp.backends.records`: run records), :mod:`~cloudddp.backends.sized` (a backend whose sizes come from
 the catalog), :mod:`~cloudddp.backends.features` (what a backend cannot do, with
-the reason), :mod:`~cloudddp.backends.registry` (the ``cloudddp.backends`` entry-point group, and the full spec
+the reason), :mod:`~cloudddp.backends.plugins` (the ``cloudddp.backends`` entry-point group, and the full spec
 model composed from the registered backends' sections), :mod:`~cloudddp.backends.procs` (signalling only the
 processes cloudddp started: a pid with its start time and boot), :mod:`~cloudddp.backends.folderlock` (one
 training per checkpoint folder), :mod:`~cloudddp.backends.torchrun` (what the backends that run torchrun

@@ -64,7 +64,7 @@ requires it)
 ``_recovery_notes(spec) -> (decisions, warnings)`` (a warning that it has no effect)
     Called by ``render``, with ``limits.recover_to: next_size``.
 ``_checkpoint_store(location, target) -> CheckpointStore | None`` (None: it cannot reach its checkpoints)
-    Called by ``checkpoint_store``: a run moving between backends (:mod:`cloudddp.runs.carry`).
+    Called by ``checkpoint_store``: a run moving between backends (:mod:`cloudddp.backends.checkpoints.carry`).
 ``_start_estimate(plan) -> float | None`` (None: it cannot say)
     Called by ``start_estimate``: ``-b auto``'s ranking (:mod:`cloudddp.runs.placement`).
 
@@ -108,7 +108,7 @@ Verbs
     submitting it (Slurm's ``sbatch --test-only``); None when it cannot.
 ``checkpoint_store(target) -> CheckpointStore``
     The checkpoint folder a plan's (or a run record's) ``target`` names, to read and write as files: what a run
-    moving to or from this backend carries (:mod:`cloudddp.backends.stores`).
+    moving to or from this backend carries (:mod:`cloudddp.backends.checkpoints.store`).
 ``missing_settings(spec)`` · ``size_target(spec)`` · ``options(spec)`` · ``metric_patterns(run_id)`` ·
 ``metric_ranks(run_id)`` · ``check_launch_options(provision)``
     What the spec lacks; where sizes come from; the backend's spec section; how a run reads its metrics; whether
@@ -116,8 +116,8 @@ Verbs
 
 The verbs with policy — ``submit`` (render, preflight, launch, the budget watch), ``cost``, ``list``,
 recovery and the next-size fallback — are the runner's (:mod:`cloudddp.runs`), above every backend: nothing
-here imports it. A backend is given the run records to keep (``registry=``, any
-:class:`~cloudddp.backends.records.RunRecords`: the runner passes this machine's registry); without one it keeps
+here imports it. A backend is given the run records to keep (``records=``, any
+:class:`~cloudddp.backends.records.RunRecords`: the runner passes this machine's run database); without one it keeps
 them in memory for its own lifetime.
 
 Each backend maps its SDK's exceptions to cloudddp's in one place (``_translate``); every verb runs its hook
@@ -137,12 +137,12 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from cloudddp.backends.checkpoints.contents import resume_notes
+from cloudddp.backends.checkpoints.store import CheckpointStore, location_of
 from cloudddp.backends.checks import Check, MissingSetting, PreflightFailed, SettingsMissing
 from cloudddp.backends.features import Capabilities, Feature, features_used
 from cloudddp.backends.records import MemoryRecords, RunRecord, RunRecords
-from cloudddp.backends.resume_notes import resume_notes
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
-from cloudddp.backends.stores import CheckpointStore, location_of
 from cloudddp.catalog.bill import Bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import CloudDDPError, RunNotFound, UserError
@@ -153,7 +153,7 @@ from cloudddp.spec.model import JobSpec, job_key
 
 @dataclass(frozen=True)
 class Launched:
-    """What a backend's launch hook reports: the run id and what the registry keeps to find it again."""
+    """What a backend's launch hook reports: the run id and what the run record keeps to find it again."""
 
     run_id: str
     info: dict[str, Any] = field(default_factory=dict)
@@ -185,10 +185,10 @@ class Backend(abc.ABC, Generic[OptionsT]):
     no_bill_reason: ClassVar[str] = "this backend reports no figures about what a run cost (it has no _bill hook)"
     no_budget_reason: ClassVar[str] = "it cannot report what a run spends while it is going"
     watches_stalls: ClassVar[bool] = False
-    registry: RunRecords
+    records: RunRecords
 
-    def __init__(self, *, registry: RunRecords | None = None) -> None:
-        self.registry = registry if registry is not None else MemoryRecords()
+    def __init__(self, *, records: RunRecords | None = None) -> None:
+        self.records = records if records is not None else MemoryRecords()
 
     # -- the hooks a backend implements (required) -------------------------------------------------
     @abc.abstractmethod
@@ -311,7 +311,7 @@ class Backend(abc.ABC, Generic[OptionsT]):
                 raise PreflightFailed(failed)
         with mapped_errors(self):
             launched = self._launch(plan, provision=provision, progress=progress)
-        if self.registry.get(launched.run_id) is None:
+        if self.records.get(launched.run_id) is None:
             info = {
                 **launched.info,
                 **({"metrics": plan.metrics} if plan.metrics else {}),
@@ -321,7 +321,7 @@ class Backend(abc.ABC, Generic[OptionsT]):
                 "target": plan.target,
                 **({"max_cost": plan.max_cost} if plan.max_cost is not None else {}),
             }
-            self.registry.add(launched.run_id, self.name, plan.job_name, RunState.PENDING.value, info)
+            self.records.add(launched.run_id, self.name, plan.job_name, RunState.PENDING.value, info)
         return launched.run_id
 
     def preflight(self, plan: Plan) -> list[Check]:
@@ -409,13 +409,13 @@ class Backend(abc.ABC, Generic[OptionsT]):
         return section
 
     def metric_patterns(self, run_id: str) -> list[Pattern]:
-        """The metrics run ``run_id`` declared by regular expression (kept in this machine's registry)."""
-        record = self.registry.get(run_id)
+        """The metrics run ``run_id`` declared by regular expression (kept in this machine's run database)."""
+        record = self.records.get(run_id)
         return patterns_from(record.info.get("metrics", [])) if record else []
 
     def metric_ranks(self, run_id: str) -> str:
         """Whose lines run ``run_id`` reads metrics from: ``"0"`` (global rank 0's) or ``"all"``."""
-        record = self.registry.get(run_id)
+        record = self.records.get(run_id)
         return str(record.info.get("metric_ranks", RANK_ZERO)) if record else RANK_ZERO
 
     def check_launch_options(self, provision: bool) -> None:

@@ -9,7 +9,7 @@ Only names are read to list them (``cloudddp backends``, ``--backend`` help, com
 module is imported when the backend is used, and imports its cloud SDK only where it talks to the cloud.
 The names come from :mod:`cloudddp.backends.installed`, which caches the scan of the installed distributions.
 
-The spec does not know the backends: :data:`SECTIONS` is what this registry gives it, and the loaders here
+The spec does not know the backends: :data:`SECTIONS` is what the plugins give it, and the loaders here
 (:func:`load_spec`, :func:`spec_from_dict`, :func:`spec_from_bytes`, :func:`json_schema`) are the spec's own
 with the registered sections and the user configuration (:func:`user_config`) attached.
 """

@@ -1,4 +1,5 @@
-"""Where a backend keeps what it must remember about its runs: the run records (this machine's registry, or memory)."""
+"""Where a backend keeps what it must remember about its runs: the run records (this machine's run database, or
+memory)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class RunRecord:
 
 
 class RunRecords(Protocol):
-    """Where a backend keeps its runs' records (the runner gives it :class:`cloudddp.runs.registry.Registry`)."""
+    """Where a backend keeps its runs' records (the runner gives it :class:`cloudddp.runs.database.RunDatabase`)."""
 
     def get(self, run_id: str) -> RunRecord | None: ...
 
@@ -31,7 +32,7 @@ class RunRecords(Protocol):
 
 
 class MemoryRecords:
-    """Run records kept in memory: a backend constructed without a registry (a plugin's test, a render)."""
+    """Run records kept in memory: a backend constructed without run records (a plugin's test, a render)."""
 
     def __init__(self) -> None:
         self._records: dict[str, RunRecord] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cloudddp.backends.registry import backend_classes
+from cloudddp.backends.plugins import backend_classes
 from cloudddp.cli.options import json_option
 from cloudddp.observe.console import out, print_json
 

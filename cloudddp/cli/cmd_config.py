@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 import yaml
 
-from cloudddp.backends.registry import SECTIONS, user_config
+from cloudddp.backends.plugins import SECTIONS, user_config
 from cloudddp.cli.options import json_option
 from cloudddp.observe.console import note, print_json
 from cloudddp.spec.userconfig import config_path, shown

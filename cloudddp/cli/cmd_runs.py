@@ -15,7 +15,7 @@ import click
 from click.shell_completion import CompletionItem
 
 from cloudddp.api import Run
-from cloudddp.backends.registry import load_spec
+from cloudddp.backends.plugins import load_spec
 from cloudddp.backends.status import LogLine
 from cloudddp.cli.options import (
     backend_option,
@@ -32,7 +32,7 @@ from cloudddp.observe.plotting import plot_metrics
 from cloudddp.observe.sdklog import divert
 from cloudddp.runs import recovery
 from cloudddp.runs.cost import CostReport
-from cloudddp.runs.registry import Registry
+from cloudddp.runs.database import RunDatabase
 from cloudddp.runs.runner import current_states
 
 
@@ -59,7 +59,7 @@ def attach(run: str | None, backend: str | None) -> Run:
     """The run RUN names (an id, or a unique prefix or suffix of one); without RUN the latest run submitted from
     this machine, named on stderr so the output says which run it is about."""
     if run is None:
-        latest = Registry().latest()
+        latest = RunDatabase().latest()
         if latest is None:
             raise UserError("no runs submitted from this machine yet", hint="cloudddp submit job.yaml")
         err().print(f"[dim]latest run: {latest.run_id} ({latest.backend})[/]")
@@ -69,7 +69,7 @@ def attach(run: str | None, backend: str | None) -> Run:
 
 def run_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Shell completion of ``RUN``: the ids of this machine's runs that start with what is typed, newest first."""
-    return [CompletionItem(r.run_id, help=f"{r.backend}, {r.state}") for r in Registry().find(incomplete)][:200]
+    return [CompletionItem(r.run_id, help=f"{r.backend}, {r.state}") for r in RunDatabase().find(incomplete)][:200]
 
 
 def run_arguments(f: F) -> F:
@@ -426,21 +426,21 @@ def list_(
       cloudddp list
       cloudddp list -b sagemaker --json
     """
-    registry = Registry()
+    database = RunDatabase()
     after = None
     if before is not None:
-        found = registry.named(before)
+        found = database.named(before)
         if len(found) != 1:
             raise UserError(
                 f"--before {before}: "
                 + (
-                    "no such run in this machine's registry"
+                    "no such run in this machine's run database"
                     if not found
                     else f"matches {len(found)} runs; give more of the id"
                 )
             )
         after = found[0]
-    records = registry.list(backend=backend, limit=limit + 1 if limit else None, state=state, name=name, before=after)
+    records = database.list(backend=backend, limit=limit + 1 if limit else None, state=state, name=name, before=after)
     more = bool(limit) and len(records) > limit
     records = records[:limit] if limit else records
     seen = current_states(records)  # a run that had not ended is asked of its backend now
@@ -470,7 +470,7 @@ def list_(
         table.add_row(s.record.run_id, s.record.backend, shown, when(s.record.created_at))
     out().print(table)
     if more:
-        total = registry.count(backend=backend, state=state, name=name)
+        total = database.count(backend=backend, state=state, name=name)
         again = " ".join(
             f"{flag} {shlex.quote(str(value))}"
             for flag, value in (("--backend", backend), ("--state", state), ("--name", name), ("--limit", limit))

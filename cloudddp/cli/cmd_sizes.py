@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from cloudddp.backends.registry import backend_class, backend_classes
+from cloudddp.backends.plugins import backend_class, backend_classes
 from cloudddp.catalog import CATALOG_DATE, Requirements, all_skus, find, select, workload_for_model
 from cloudddp.catalog.model import DATASET_SAMPLES
 from cloudddp.catalog.select import UNPRICED, Selection

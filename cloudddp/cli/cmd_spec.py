@@ -1,6 +1,6 @@
 """The commands about a job spec itself, offline: ``validate``, ``render``, ``schema`` and ``init``.
 
-No network, no credentials, no run registry: nothing here imports :mod:`cloudddp.api` or :mod:`cloudddp.runs`,
+No network, no credentials, no run database: nothing here imports :mod:`cloudddp.api` or :mod:`cloudddp.runs`,
 and ``render`` imports only the backend it renders for.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from cloudddp.backends.checks import SettingsMissing
-from cloudddp.backends.registry import backend_class, json_schema
+from cloudddp.backends.plugins import backend_class, json_schema
 from cloudddp.cli.options import (
     backend_option,
     job_argument,

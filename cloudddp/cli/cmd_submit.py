@@ -9,7 +9,7 @@ import click
 
 from cloudddp.api import Job, Run
 from cloudddp.backends.checks import Check, PreflightFailed
-from cloudddp.backends.registry import backend_class
+from cloudddp.backends.plugins import backend_class
 from cloudddp.backends.status import LogLine, RunStatus
 from cloudddp.catalog.sizing import script_arg
 from cloudddp.cli.confirm import confirm_launch, interactive

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import click
 
-from cloudddp.backends.registry import backend_class
+from cloudddp.backends.plugins import backend_class
 from cloudddp.catalog import find
 from cloudddp.catalog.select import Selection
 from cloudddp.catalog.sizing import choose

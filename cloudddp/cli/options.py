@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 from click.shell_completion import CompletionItem
 
-from cloudddp.backends.registry import load_spec, names
+from cloudddp.backends.plugins import load_spec, names
 from cloudddp.observe.console import note, print_json, printable
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.paths import home

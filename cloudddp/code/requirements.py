@@ -1,7 +1,7 @@
 """A job's Python dependencies: ``code.requirements`` in the spec, or a ``requirements.txt`` in ``code.dir``.
 
 Every backend installs them before the script starts: SageMaker's container installs the snapshot's
-``requirements.txt`` itself; on Azure ML the shipped launcher (:mod:`cloudddp.code.shim`) installs them on each
+``requirements.txt`` itself; on Azure ML the shipped launcher (:mod:`cloudddp.injob.shim`) installs them on each
 node into an environment layered over the image's Python; Slurm jobs install them once per list on the
 shared filesystem; the local
 backend runs the job in this Python when it already satisfies them, else in an environment made for them
@@ -18,8 +18,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from cloudddp.code.shim import layer_over_this_python
 from cloudddp.errors import UserError
+from cloudddp.injob.shim import layer_over_this_python
 from cloudddp.spec.model import JobSpec
 
 FILE = "requirements.txt"

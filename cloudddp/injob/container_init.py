@@ -7,11 +7,11 @@ Shipped inside every code snapshot as ``_cloudddp_init.py`` and started as the c
 
 It runs COMMAND (the image's own entry) as its child and reaps every orphan. An image without that entry (a
 program COMMAND names is not on ``PATH``: not a DLC) gets cloudddp's own start instead, ``_cloudddp_start.py``
-(:mod:`cloudddp.code.container_start`), taken out of the code channel's archive. The PyTorch images' own PID 1
+(:mod:`cloudddp.injob.container_start`), taken out of the code channel's archive. The PyTorch images' own PID 1
 (``bash -m start_with_right_hostname.sh``) forwards no signal, so without this a StopTrainingJob, a spot
 interruption or MaxRuntime would SIGKILL the script after the grace without its final checkpoint. The stop goes
 where a normal launch sends it, once: to torchrun's agent, which passes it to each rank, or under Open MPI to each
-rank itself (:func:`stop_targets`); the rank launcher (``_cloudddp_launch.py``, :mod:`cloudddp.code.shim`) passes it
+rank itself (:func:`stop_targets`); the rank launcher (``_cloudddp_launch.py``, :mod:`cloudddp.injob.shim`) passes it
 to its program. Signalling every process instead (as this file once did) kills DataLoader workers, which die on a
 signal from anyone but their parent and crash the program before it saves, and reaches each program up to three
 times.
@@ -29,9 +29,9 @@ from collections.abc import Callable
 
 SHIPPED_AS = "_cloudddp_init.py"
 START_AS = "_cloudddp_start.py"
-"""cloudddp's own start (:mod:`cloudddp.code.container_start`), for an image without the DLC's entry."""
+"""cloudddp's own start (:mod:`cloudddp.injob.container_start`), for an image without the DLC's entry."""
 RANK_LAUNCHER = "_cloudddp_launch.py"
-"""The rank launcher's name in the snapshot (:data:`cloudddp.code.shim.SHIPPED_AS`): a rank is a process of it."""
+"""The rank launcher's name in the snapshot (:data:`cloudddp.injob.shim.SHIPPED_AS`): a rank is a process of it."""
 
 
 def _processes() -> dict[int, tuple[int, str, list[str]]]:

@@ -1,6 +1,6 @@
 """cloudddp's own start of a SageMaker job, for an image without the AWS PyTorch DLC's entry.
 
-Shipped inside every code snapshot as ``_cloudddp_start.py``. cloudddp's init (:mod:`cloudddp.code.container_init`,
+Shipped inside every code snapshot as ``_cloudddp_start.py``. cloudddp's init (:mod:`cloudddp.injob.container_init`,
 the container's PID 1) runs the image's own entry when the image has it (``bash -m start_with_right_hostname.sh
 train``: the DLCs, whose training toolkit starts torchrun or smddp). Any other image (one built with
 ``pip install sagemaker-training``, whose toolkit alone would start one process per host and no torchrun, or a plain

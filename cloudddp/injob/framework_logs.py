@@ -3,7 +3,7 @@
 A Lightning script logs with ``self.log(...)`` into its logger's files (CSVLogger: ``metrics.csv``;
 TensorBoardLogger: ``events.out.tfevents.*``); Accelerate's tensorboard tracker and Hugging Face's
 TensorBoardCallback write event files too. Nothing of that reaches the job's output, so the in-job launcher
-(:mod:`cloudddp.code.shim`), on global rank 0, runs a :class:`Watcher`: every :data:`EVERY` seconds, and once more
+(:mod:`cloudddp.injob.shim`), on global rank 0, runs a :class:`Watcher`: every :data:`EVERY` seconds, and once more
 when the program has ended, it looks for such files under the program's working folder and the runtime contract's
 folders (:func:`roots`) and prints each new row as a ``CLOUDDDP_METRIC`` line on rank 0's output, which every
 backend already reads (:mod:`cloudddp.observe.metrics`).

@@ -28,7 +28,7 @@ starts: it begins from scratch, and what it saves is kept for the next run.
 
 It needs nothing but Python's standard library: it is shipped in every code snapshot as ``_cloudddp_keep.py``
 next to the in-job launcher, which loads it from there (on every backend but local, Slurm included); it also runs
-as ``python _cloudddp_keep.py link|save PATTERN...`` (``python -m cloudddp.code.keepfiles`` in the local script).
+as ``python _cloudddp_keep.py link|save PATTERN...`` (``python -m cloudddp.injob.keepfiles`` in the local script).
 """
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ class Keeper:
 @functools.lru_cache(maxsize=1)
 def _private_folder() -> Path:
     """``<tmp>/cloudddp-<uid>``, created 0700 and used only while it is a real folder of this user's alone (the
-    shipped launcher's, :func:`cloudddp.code.shim.private_folder`): a lock at a fixed name in a shared /tmp, made
+    shipped launcher's, :func:`cloudddp.injob.shim.private_folder`): a lock at a fixed name in a shared /tmp, made
     and held by another user, stalled the saving. Otherwise a fresh private folder (no lock shared with the node's
     other processes then: each save still replaces its file whole)."""
     import stat

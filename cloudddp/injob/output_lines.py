@@ -4,7 +4,7 @@ A progress bar (tqdm) rewrites its line with ``\\r`` and ends it only when it cl
 would reach the launcher's log as unfinished lines, which the launcher's own lines and other processes' lines get
 glued to, and a traceback printed behind the bar would not start a line. :class:`Lines` turns the program's bytes
 into whole lines. It needs nothing but Python's standard library: it is shipped in every code snapshot as
-``_cloudddp_lines.py`` beside the launcher (:mod:`cloudddp.code.shim`), which loads it from there.
+``_cloudddp_lines.py`` beside the launcher (:mod:`cloudddp.injob.shim`), which loads it from there.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Runs a job's Python script after importing modules that must be imported in its process first.
 
-Shipped in every code snapshot as ``_cloudddp_preload.py``; the rank launcher (:mod:`cloudddp.code.shim`) puts it
+Shipped in every code snapshot as ``_cloudddp_preload.py``; the rank launcher (:mod:`cloudddp.injob.shim`) puts it
 before the script when its payload names modules (``preload``)::
 
     python _cloudddp_preload.py smdistributed.dataparallel.torch.torch_smddp -- train.py --lr 0.1

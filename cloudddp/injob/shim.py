@@ -29,13 +29,13 @@ from raw JSON; base64 has no character the shell changes)::
   cloudddp reads them back. MLflow's "View run at" lines are off
   (``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT``) for the program too: they are not the script's output.
 - ``preload``: modules the script's own process imports before the script runs (smddp's client, which registers
-  its process-group backend), through ``_cloudddp_preload.py`` (:mod:`cloudddp.code.preload`).
+  its process-group backend), through ``_cloudddp_preload.py`` (:mod:`cloudddp.injob.preload`).
 - ``tag``: prefix each line the program prints with its global rank (``[rank3]:``, as torchrun's
   ``--log-line-prefix-template`` would), for a platform whose logs do not say which process printed a line
   (SageMaker: one stream per host, both ranks and the toolkit mixed).
 - ``keep``: the job's ``checkpoint.files``: before the program starts each declared path is made to resolve into
   ``$CLOUDDDP_CHECKPOINT_DIR/files`` by the keeper shipped beside this file (``_cloudddp_keep.py``, see
-  ``cloudddp/code/keepfiles.py``); files that replaced their link are saved while it runs and when it ends.
+  ``cloudddp/injob/keepfiles.py``); files that replaced their link are saved while it runs and when it ends.
 - ``stops``: ``platform`` where the platform signals every process of the job itself (Slurm's steps); otherwise
   the first SIGTERM or SIGINT this process gets is passed on to the program.
 - ``requirements``: the job's requirements file, for a platform that does not install it (Azure ML). The
@@ -52,7 +52,7 @@ and never to the program's DataLoader workers, which a signal from anyone but th
 Under an MPI launcher (``mpirun``: Azure ML's MPI distribution) it sets the torch.distributed variables from
 Open MPI's (:func:`mpi_environment`), so every program sees the same runtime contract as under torchrun.
 
-On SageMaker the container's PID 1 is cloudddp's init (:mod:`cloudddp.code.container_init`), which passes a stop
+On SageMaker the container's PID 1 is cloudddp's init (:mod:`cloudddp.injob.container_init`), which passes a stop
 on to torchrun's agent, which started the processes of this file, or under Open MPI to these processes themselves.
 
 It needs nothing but Python's standard library (and mlflow only where the image has it), because it
@@ -82,8 +82,8 @@ SHIPPED_AS = "_cloudddp_launch.py"
 RANK_TAG = "[rank{rank}]:"
 """The prefix of each line a program's process prints, where the launcher adds one: its global rank."""
 LINES_SHIPPED_AS = "_cloudddp_lines.py"
-"""The line discipline (:mod:`cloudddp.code.output_lines`), shipped beside this file in every snapshot."""
-PRELOAD_AS = "_cloudddp_preload.py"  # cloudddp/code/preload.py, shipped beside this file
+"""The line discipline (:mod:`cloudddp.injob.output_lines`), shipped beside this file in every snapshot."""
+PRELOAD_AS = "_cloudddp_preload.py"  # cloudddp/injob/preload.py, shipped beside this file
 RANK_LINE = re.compile(r"\[rank(\d+)\]:")
 """A line's rank prefix, as this launcher and torchrun's ``--log-line-prefix-template`` write it."""
 
@@ -162,7 +162,7 @@ def command(payload: dict[str, Any], python: str = sys.executable) -> list[str]:
     argv = [str(a) for a in payload["argv"]]
     if not payload.get("python"):
         return argv
-    if payload.get("preload"):  # modules the script's own process imports first (cloudddp/code/preload.py)
+    if payload.get("preload"):  # modules the script's own process imports first (cloudddp/injob/preload.py)
         here = Path(__file__).resolve().parent
         runner = here / PRELOAD_AS if (here / PRELOAD_AS).is_file() else here / "preload.py"
         argv = [str(runner), *payload["preload"], "--", *argv]
@@ -349,13 +349,13 @@ class StopForwarder:
 
 def follow(child: subprocess.Popen[bytes], metrics: Metrics, tag: str = "") -> int:
     """The program's exit code, once it has ended. Its output and its errors are copied through as whole lines
-    (:class:`cloudddp.code.output_lines.Lines`), each to where it was written (the platform may read the errors
+    (:class:`cloudddp.injob.output_lines.Lines`), each to where it was written (the platform may read the errors
     apart: SageMaker's toolkit takes a failure's reason from them), each line after ``tag``, and metrics are read
     from both."""
     assert child.stdout is not None and child.stderr is not None
     reading, ended = threading.Lock(), threading.Event()
 
-    whole = shipped(LINES_SHIPPED_AS, "cloudddp.code.output_lines")
+    whole = shipped(LINES_SHIPPED_AS, "cloudddp.injob.output_lines")
     if whole is None:
         raise SystemExit(f"{SHIPPED_AS}: {LINES_SHIPPED_AS} is not beside this file; it ships with every snapshot")
 
@@ -397,7 +397,7 @@ def _wait(child: subprocess.Popen[bytes]) -> int:
 
 def shipped(name: str, module: str) -> Any:
     """The module shipped beside this file as ``name`` (in a code snapshot), or cloudddp's own ``module`` where this
-    file runs as part of cloudddp (``python -m cloudddp.code.shim``: the local backend, or as a script from the
+    file runs as part of cloudddp (``python -m cloudddp.injob.shim``: the local backend, or as a script from the
     source); None when neither is there."""
     import importlib
     import importlib.util
@@ -420,7 +420,7 @@ def keeper(declared: list[str]) -> Any:
     when nothing is declared or checkpointing is off."""
     if not declared:
         return None
-    module = shipped("_cloudddp_keep.py", "cloudddp.code.keepfiles")
+    module = shipped("_cloudddp_keep.py", "cloudddp.injob.keepfiles")
     if module is None:
         raise SystemExit(f"{SHIPPED_AS}: checkpoint.files needs _cloudddp_keep.py beside this file; it is not there")
     found = module.from_environment(declared)
@@ -437,9 +437,9 @@ def keeper(declared: list[str]) -> Any:
 
 def log_watcher(tag: str) -> Any:
     """On global rank 0, the watcher of the frameworks' own log files (Lightning's ``metrics.csv``, TensorBoard
-    event files: :mod:`cloudddp.code.framework_logs`, shipped beside this file), which prints their new rows as
+    event files: :mod:`cloudddp.injob.framework_logs`, shipped beside this file), which prints their new rows as
     metric lines on this process's output, what is there already read past; None on other ranks."""
-    module = shipped("_cloudddp_logs.py", "cloudddp.code.framework_logs") if rank() == "0" else None
+    module = shipped("_cloudddp_logs.py", "cloudddp.injob.framework_logs") if rank() == "0" else None
     if module is None:
         return None
 

@@ -11,7 +11,7 @@ makes the process write all its threads' stacks to its stderr and go on. The sig
 follow. Only a process that catches it is sent it (``SigCgt`` in ``/proc/<pid>/status``): a shell or another
 non-Python program between the launcher and Python would be killed by it.
 
-Standard library only, so the in-job launcher (:mod:`cloudddp.code.shim`) can use it as the local supervisor does.
+Standard library only, so the in-job launcher (:mod:`cloudddp.injob.shim`) can use it as the local supervisor does.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Rank 0 of the training script prints one line per measurement::
 
 A Hugging Face Trainer's printed log records (``{'loss': 5.3, 'epoch': 0.5}``) are read as records too
 (:func:`trainer_record`); the frameworks' log files are turned into metric lines inside the job
-(:mod:`cloudddp.code.framework_logs`).
+(:mod:`cloudddp.injob.framework_logs`).
 
 Every backend can stream logs, so every backend can stream metrics; SageMaker's MetricDefinitions use
 :func:`metric_regex` over the same lines. The format is defined here and in ``src_train/ddptrain/metrics.py``

@@ -1,10 +1,10 @@
 """The life of a run, above every backend: the runner (:mod:`~cloudddp.runs.runner`: submit = render +
-preflight + launch + the budget watch, cost, list), this machine's run registry (:mod:`~cloudddp.runs.registry`),
+preflight + launch + the budget watch, cost, list), this machine's run database (:mod:`~cloudddp.runs.database`),
 recovery chains and their watcher (:mod:`~cloudddp.runs.recovery`), a run as its person sees it, every attempt
 of its chain as one (:mod:`~cloudddp.runs.chained`: status, cost, logs, metrics without repeats), the sizes a
 recovery moves to (:mod:`~cloudddp.runs.fallback`), the budget watch (:mod:`~cloudddp.runs.budget`), cost reports
 (:mod:`~cloudddp.runs.cost`) and what finished runs teach the next estimate (:mod:`~cloudddp.runs.steptimes`).
 
-May import: ``backends`` (the contract and the registry, never one backend by name) and everything below
-them. Inside, from the bottom: registry, cost, steptimes, fallback → runner → recovery → chained, budget.
+May import: ``backends`` (the contract and the plugins, never one backend by name) and everything below
+them. Inside, from the bottom: database, cost, steptimes, fallback → runner → recovery → chained, budget.
 """

@@ -6,7 +6,7 @@ on the submitting machine — ``python -m cloudddp.runs.budget RUN_ID`` — so i
 ``CLOUDDDP_BUDGET_POLL`` seconds (default 60) it reads the run's bill; when the spend so far plus what
 stopping still costs (the backend's SIGTERM grace, and the idle time an autoscaling cluster still bills after
 the run, on every node) reaches the budget, it cancels the run — a cancel: SIGTERM, the script checkpoints,
-then the backend's grace — and records the spend it stopped at in the run's registry info (``cloudddp cost``
+then the backend's grace — and records the spend it stopped at in the run record's info (``cloudddp cost``
 shows it). It ends by itself when the run ends. Under recovery (:mod:`cloudddp.runs.recovery`) the budget is the
 whole job's: what the earlier attempts cost counts, and a stop ends the recovery too.
 
@@ -26,9 +26,9 @@ from typing import Any
 from cloudddp.backends.base import Backend
 from cloudddp.catalog.bill import Bill
 from cloudddp.errors import CloudDDPError
+from cloudddp.runs.database import RunDatabase
 from cloudddp.runs.recovery import cancel as stop_recovering
 from cloudddp.runs.recovery import chain_of
-from cloudddp.runs.registry import Registry
 from cloudddp.runs.runner import budget_poll_seconds, get_backend
 
 
@@ -57,9 +57,9 @@ def spent_before(backend: Backend[Any], run_id: str) -> float:
 
 
 def _record(backend: Backend[Any], run_id: str, outcome: dict[str, Any]) -> None:
-    record = backend.registry.get(run_id)
+    record = backend.records.get(run_id)
     previous = record.info.get("budget", {}) if record else {}
-    backend.registry.update(run_id, info={"budget": {**previous, **outcome}})
+    backend.records.update(run_id, info={"budget": {**previous, **outcome}})
 
 
 def watch(
@@ -105,9 +105,9 @@ def watch(
 def main(argv: list[str]) -> int:
     os.umask(0o077)  # what the watch writes is its user's alone
     run_id = argv[0]
-    record = Registry().get(run_id)
+    record = RunDatabase().get(run_id)
     if record is None or record.info.get("max_cost") is None:
-        print(f"budget watch: {run_id} has no budget in this machine's registry", flush=True)
+        print(f"budget watch: {run_id} has no budget in this machine's run database", flush=True)
         return 2
     backend = get_backend(record.backend)
     try:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudddp.backends.base import Backend
+from cloudddp.backends.checkpoints.store import location_of
 from cloudddp.backends.status import LogLine, RunState, RunStatus
-from cloudddp.backends.stores import location_of
 from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.observe.metrics import PREFIX, MetricRecord, record_of_log_line
 from cloudddp.runs import recovery
@@ -170,7 +170,7 @@ class ChainedRun:
         run_id, backend = self.run_id, self.backend
         if chain is not None:
             run_id, backend = chain.current.run_id, self._runner(chain.backend_of(chain.current)).backend
-        record = backend.registry.get(run_id)
+        record = backend.records.get(run_id)
         target = dict(record.info.get("target") or {}) if record else {}
         if location_of(target) is None:
             raise UserError(

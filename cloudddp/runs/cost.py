@@ -1,7 +1,7 @@
 """What a run cost next to what was estimated when it was submitted: the runner's cost report.
 
 :class:`CostReport` puts a backend's :class:`~cloudddp.catalog.bill.Bill` next to the estimate the plan had at
-submit (kept in the run's registry info at launch), the budget and what the budget watch did. A backend that
+submit (kept in the run record's info at launch), the budget and what the budget watch did. A backend that
 cannot say reports no bill, and the report says why.
 """
 

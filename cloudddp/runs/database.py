@@ -1,4 +1,4 @@
-"""The run registry: every run submitted from this machine, for ``status``, ``logs`` and ``list`` later.
+"""The run database: every run submitted from this machine, for ``status``, ``logs`` and ``list`` later.
 
 SQLite (stdlib) in WAL mode with a busy timeout, so many processes (parallel submits, the local
 supervisor, a notebook) can read and write at once. It stores no secret: only ids, names, states and
@@ -60,7 +60,7 @@ def _use_wal(db: sqlite3.Connection) -> None:
             time.sleep(0.02)
 
 
-class Registry:
+class RunDatabase:
     """This machine's runs (:class:`~cloudddp.backends.base.RunRecords` for the backends the runner opens)."""
 
     def __init__(self, path: Path | None = None) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cloudddp.backends.base import Backend
-from cloudddp.backends.registry import spec_from_dict
+from cloudddp.backends.plugins import spec_from_dict
 from cloudddp.catalog.ranking import NEXT_SIZES, ranked_sizes
 from cloudddp.errors import UserError
 from cloudddp.spec.load import spec_to_data

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudddp.backends.base import Backend, Progress
-from cloudddp.backends.registry import configured_backends
+from cloudddp.backends.plugins import configured_backends
 from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.plan import Plan
 from cloudddp.runs.runner import Checkpoints, Runner, get_backend

@@ -16,7 +16,7 @@ capacity failures on one size the next attempt takes the next size of the plan's
 preflight checks (:mod:`cloudddp.runs.fallback` renders them at submit). A chain may also move between backends
 (``-b auto``, ``limits.recover_to: any_backend``): the next backends' plans are rendered at submit
 (:mod:`cloudddp.runs.placement`), and a move carries the latest checkpoint to the next backend's storage first
-(:mod:`cloudddp.runs.carry`); each attempt names its backend.
+(:mod:`cloudddp.backends.checkpoints.carry`); each attempt names its backend.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudddp.backends.base import Backend
+from cloudddp.backends.checkpoints.carry import carried_to
 from cloudddp.backends.checks import PreflightFailed
 from cloudddp.backends.folderlock import FolderHeld
 from cloudddp.backends.procs import Process
@@ -42,7 +43,6 @@ from cloudddp.errors import CloudDDPError
 from cloudddp.paths import home
 from cloudddp.plan import Plan
 from cloudddp.runs.fallback import Fallback, plan_fallback
-from cloudddp.runs.handover import carried_to
 from cloudddp.runs.runner import Runner, Submission
 from cloudddp.spec.model import JobSpec
 
@@ -142,7 +142,7 @@ def every_chain() -> list[Chain]:
 
 def chain_of(run_id: str, backend: Backend[Any]) -> Chain | None:
     """The chain ``run_id`` belongs to (as its first attempt or a later one), if any."""
-    record = backend.registry.get(run_id)
+    record = backend.records.get(run_id)
     chain_id = record.info.get("chain") if record else None
     if not chain_id or not Chain.path_of(chain_id).exists():
         return None
@@ -179,7 +179,7 @@ def start(
         moves_on=list(moves_on) if placements else [],
     )
     chain.save()
-    backend.registry.update(run_id, info={"chain": run_id, "attempt": 1})
+    backend.records.update(run_id, info={"chain": run_id, "attempt": 1})
     spawn_watcher(chain, plan.literal_secrets())
     return chain
 
@@ -372,7 +372,7 @@ def _capacity_failures(chain: Chain) -> int:
 def _launch(chain: Chain, runner: Runner, plan: Plan, *, checks: bool, size: str | None, note: str = "") -> None:
     number = chain.current.number + 1
     run_id = runner.launch(runner.backend.for_attempt(plan, number), checks=checks)
-    runner.backend.registry.update(run_id, info={"chain": chain.chain_id, "attempt": number})
+    runner.backend.records.update(run_id, info={"chain": chain.chain_id, "attempt": number})
     chain.attempts.append(Attempt(number, run_id, time.time(), size=size, backend=runner.backend.name, note=note))
 
 
@@ -433,7 +433,7 @@ def move_backend(chain: Chain, runner: Runner, literals: dict[str, str], status:
 
 def _checkpoints_of(chain: Chain, runner: Runner) -> dict[str, Any]:
     """The target (with its checkpoint folder) of the chain's current attempt, as its launch recorded it."""
-    record = runner.backend.registry.get(chain.current.run_id)
+    record = runner.backend.records.get(chain.current.run_id)
     return dict(record.info.get("target") or {}) if record else dict(chain.plan.get("target") or {})
 
 

@@ -7,19 +7,19 @@ runner adds what a person means by submitting and looking after a run, the same 
     ``render`` + preflight checks (a failed check raises :class:`~cloudddp.backends.base.PreflightFailed`
     unless ``checks=False``) + ``launch``. The CLI and the Python API both submit through it.
 ``launch(plan, ...) -> run id``
-    The backend's launch (which records the run in this machine's registry), then, for a plan with
+    The backend's launch (which records the run in this machine's run database), then, for a plan with
     ``resources.max_cost`` on a backend whose bill reports spend while a run is going, the budget watch: a
     detached ``python -m cloudddp.runs.budget RUN_ID`` that cancels the run — so it checkpoints first — when its
     spend and what stopping still costs reach the budget. The recovery watcher launches its attempts here too.
 ``cost(run_id) -> CostReport``
-    The backend's ``bill`` next to the estimate the plan had at submit (kept in the registry at launch), the
+    The backend's ``bill`` next to the estimate the plan had at submit (kept in its run record at launch), the
     budget and what the budget watch did; without a bill, the reason.
 ``status(run_id) -> RunStatus``
     The backend's status (a run whose supervisor is gone is adopted first), with this machine's record brought up
     to date (and a run seen ending teaches its step time); :func:`current_states` does it for many runs at once,
     for ``cloudddp list``.
 ``list(limit) -> list[RunStatus]``
-    This backend's runs from this machine's registry, each with its current status.
+    This backend's runs from this machine's run database, each with its current status.
 ``learn(run_id)``
     Keep a finished run's measured step time for the next estimate (:mod:`cloudddp.runs.steptimes`).
 
@@ -40,17 +40,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudddp.backends.base import Backend, Progress
+from cloudddp.backends.checkpoints.carry import carried_to
+from cloudddp.backends.checkpoints.store import location_of
+from cloudddp.backends.plugins import backend_class
 from cloudddp.backends.records import RunRecord
-from cloudddp.backends.registry import backend_class
 from cloudddp.backends.status import RunState, RunStatus
-from cloudddp.backends.stores import location_of
 from cloudddp.errors import CloudDDPError, RunNotFound, UserError
 from cloudddp.paths import home
 from cloudddp.plan import Plan
 from cloudddp.runs import steptimes
 from cloudddp.runs.cost import CostReport
-from cloudddp.runs.handover import carried_to
-from cloudddp.runs.registry import Registry
+from cloudddp.runs.database import RunDatabase
 from cloudddp.spec.model import JobSpec
 
 BUDGET_POLL_ENV = "CLOUDDDP_BUDGET_POLL"
@@ -73,10 +73,10 @@ class Submission:
     run_id: str
 
 
-def get_backend(name: str, *, registry: Registry | None = None, **options: Any) -> Backend[Any]:
-    """The backend called ``name``, keeping its runs in ``registry`` (this machine's by default), constructed
+def get_backend(name: str, *, records: RunDatabase | None = None, **options: Any) -> Backend[Any]:
+    """The backend called ``name``, keeping its runs in ``records`` (this machine's by default), constructed
     with its own ``options`` (e.g. a credential for a cloud)."""
-    return backend_class(name)(registry=registry if registry is not None else Registry(), **options)
+    return backend_class(name)(records=records if records is not None else RunDatabase(), **options)
 
 
 class Runner:
@@ -117,7 +117,7 @@ class Runner:
         carried = self.carry_in(plan, resume_from, progress) if resume_from else ""
         run_id = self.launch(plan, checks=checks, provision=provision, progress=progress)
         if resume_from:
-            self.backend.registry.update(run_id, info={"resumed_from": resume_from.run_id, "carried": carried})
+            self.backend.records.update(run_id, info={"resumed_from": resume_from.run_id, "carried": carried})
         return Submission(plan, run_id)
 
     def carry_in(self, plan: Plan, source: Checkpoints, progress: Progress | None = None) -> str:
@@ -134,21 +134,21 @@ class Runner:
     ) -> str:
         backend = self.backend
         run_id = backend.launch(plan, checks=checks, provision=provision, progress=progress)
-        record = backend.registry.get(run_id)
+        record = backend.records.get(run_id)
         watched = record is not None and "budget" in record.info  # a retried launch found its run again
         if plan.max_cost is not None and backend.spend_while_running and self.watch_budget and not watched:
-            backend.registry.update(run_id, info={"budget": start_budget_watch(run_id)})
+            backend.records.update(run_id, info={"budget": start_budget_watch(run_id)})
         return run_id
 
     def cost(self, run_id: str) -> CostReport:
         backend = self.backend
         status = backend.status(run_id)
-        record = backend.registry.get(run_id)
+        record = backend.records.get(run_id)
         info = record.info if record else {}
         bill = backend.bill(run_id)
         reasons = [] if bill is not None else [backend.no_bill_reason]
         if record is None:
-            reasons.append("this machine's registry does not have the run, so its estimate at submit is unknown")
+            reasons.append("this machine's run database does not have the run, so its estimate at submit is unknown")
         elif info.get("estimate") is None:
             reasons.append(
                 "the plan had no estimate at submit (its warnings say why; the next run of this job is "
@@ -173,19 +173,19 @@ class Runner:
         with contextlib.suppress(CloudDDPError):
             self.backend.adopt(run_id)
         status = self.backend.status(run_id)
-        record = self.backend.registry.get(run_id)
+        record = self.backend.records.get(run_id)
         status = _standing(status, record)
         if record is not None and record.state != status.state.value:
-            self.backend.registry.update(run_id, state=status.state.value)
+            self.backend.records.update(run_id, state=status.state.value)
             if status.state.terminal:
                 with contextlib.suppress(CloudDDPError):
                     self.learn(run_id)
         return status
 
-    def list(self, registry: Registry, limit: int = 100) -> list[RunStatus]:
-        """This backend's runs from ``registry``, each with its current status."""
+    def list(self, database: RunDatabase, limit: int = 100) -> list[RunStatus]:
+        """This backend's runs from ``database``, each with its current status."""
         out = []
-        for record in registry.list(backend=self.backend.name, limit=limit):
+        for record in database.list(backend=self.backend.name, limit=limit):
             try:
                 out.append(_standing(self.backend.status(record.run_id), record))
             except RunNotFound:
@@ -199,7 +199,7 @@ class Runner:
 
 @dataclass(frozen=True)
 class Seen:
-    """A run of the registry with the state it has now, or the state last seen when it could not be asked."""
+    """A run of the run database with the state it has now, or the state last seen when it could not be asked."""
 
     record: RunRecord
     state: str
@@ -236,7 +236,7 @@ def current_states(records: Sequence[RunRecord], *, workers: int = 8) -> list[Se
 
 
 def start_budget_watch(run_id: str) -> dict[str, Any]:
-    """Start the detached budget watch of ``run_id`` (its backend and budget are read from the registry)."""
+    """Start the detached budget watch of ``run_id`` (its backend and budget are read from its run record)."""
     folder = home() / "budget"
     folder.mkdir(exist_ok=True)
     log_path = folder / f"{run_id}.log"

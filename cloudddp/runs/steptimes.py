@@ -14,13 +14,13 @@ from cloudddp.catalog.stepstore import keep_measured
 
 def learn(backend: Backend[Any], run_id: str) -> dict[str, Any] | None:
     """Keep the step time of finished run ``run_id`` for the next estimate (once per run; what was learned, or why
-    nothing, goes into the run's registry info as ``measured``). Needs the key the plan had at launch."""
-    record = backend.registry.get(run_id)
+    nothing, goes into the run record's info as ``measured``). Needs the key the plan had at launch."""
+    record = backend.records.get(run_id)
     if record is None or "measured" in record.info or not record.info.get("step_key"):
         return None
     bill = backend.bill(run_id)
     if bill is None or not bill.final:
         return None
     info = keep_measured(run_id, record.info["step_key"], bill, backend.metrics(run_id))
-    backend.registry.update(run_id, info={"measured": info})
+    backend.records.update(run_id, info={"measured": info})
     return info

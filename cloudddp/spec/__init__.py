@@ -4,6 +4,6 @@ the sections it is made of (:mod:`~cloudddp.spec.sections`), YAML loading with e
 starter files of ``cloudddp init`` (:mod:`~cloudddp.spec.scaffold`).
 
 May import: ``plan``, ``paths`` and ``errors`` only. The spec does not know which backends exist: whoever
-composes the full model passes the backends' sections in (:class:`~cloudddp.spec.model.Sections`; the backend
-registry does).
+composes the full model passes the backends' sections in (:class:`~cloudddp.spec.model.Sections`;
+:mod:`cloudddp.backends.plugins` does).
 """

@@ -93,7 +93,7 @@ def _metrics_section(v: Any) -> Any:
 
 class Sections(Protocol):
     """Where the backends' sections of the spec come from. The spec does not know which backends exist: the
-    backend registry, above it, passes itself (:data:`cloudddp.backends.registry.SECTIONS`)."""
+    backend plugins, above it, passes itself (:data:`cloudddp.backends.plugins.SECTIONS`)."""
 
     def names(self) -> list[str]:
         """Every registered backend's name, sorted."""

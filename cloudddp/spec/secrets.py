@@ -1,4 +1,4 @@
-"""Secret values: kept out of every plan, log, registry row and error, filled in only at launch.
+"""Secret values: kept out of every plan, log, run record and error, filled in only at launch.
 
 The spec's environment is rendered once, here: plain values as they are, secret and ``from_env`` values as
 placeholders with their :class:`~cloudddp.plan.EnvSource`, which :meth:`cloudddp.plan.Plan.reveal` resolves

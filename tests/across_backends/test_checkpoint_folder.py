@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends import resumes
-from cloudddp.backends.registry import spec_from_dict
+from cloudddp.backends.checkpoints import contents
+from cloudddp.backends.plugins import spec_from_dict
 from cloudddp.errors import SpecError
 from cloudddp.plan import Plan
 from cloudddp.runs.runner import get_backend
@@ -129,7 +129,7 @@ def test_an_own_scripts_framework_checkpoints_are_named_never_called_a_fresh_sta
     assert "no checkpoint yet: starts from scratch" in note(plan)
     folder = folder_of(plan)
     touch(folder / ".cloudddp.lock", 1e9)  # cloudddp's own files are not checkpoints
-    touch(folder / resumes.RECORD, 1e9, "")
+    touch(folder / contents.RECORD, 1e9, "")
     assert "no checkpoint yet: starts from scratch" in note(local_plan())
     touch(folder / "out" / "checkpoint-20" / "trainer_state.json", 1.0e9)
     touch(folder / "out" / "checkpoint-40" / "trainer_state.json", 1.1e9)
@@ -150,7 +150,7 @@ def test_an_empty_folder_names_the_jobs_other_folders_that_hold_checkpoints_and_
     folder = folder_of(local_plan())
     old = folder.parent / "0123456789ab"  # keyed by the arguments, as before issue 36
     touch(old / "ckpt-e0003-s000120.pt", 1.2e9)
-    touch(folder.parent / "fedcba987654" / resumes.RECORD, 1.3e9, "")  # a record alone is not a checkpoint
+    touch(folder.parent / "fedcba987654" / contents.RECORD, 1.3e9, "")  # a record alone is not a checkpoint
     said = note(local_plan())
     assert f"other folders of this job hold checkpoints ({old}:" in said and "set checkpoint.path to it" in said
     assert "fedcba987654" not in said
@@ -199,8 +199,8 @@ def test_kept_files_are_named_with_their_save_time_and_never_resume_removes_them
 
 
 def record(folder: Path, started: float, *argv: str) -> None:
-    with (folder / resumes.RECORD).open("ab") as f:
-        f.write(resumes.record_line("r", argv, started))
+    with (folder / contents.RECORD).open("ab") as f:
+        f.write(contents.record_line("r", argv, started))
 
 
 def test_the_plan_warns_when_the_arguments_differ_from_those_that_wrote_the_checkpoint(tmp_path: Path) -> None:
@@ -241,14 +241,14 @@ def test_slurm_reads_the_folder_only_where_it_is_this_machines(tmp_path: Path) -
 def test_a_launch_records_its_arguments_beside_the_checkpoints(tmp_path: Path) -> None:
     folder = tmp_path / "ck"
     folder.mkdir()
-    resumes.record_run(folder, "run-1", ["train.py", "--lr", "0.1"])
-    resumes.record_run(folder, "run-2", ["train.py", "it's"])
-    lines = [json.loads(line) for line in (folder / resumes.RECORD).read_text().splitlines()]
+    contents.record_run(folder, "run-1", ["train.py", "--lr", "0.1"])
+    contents.record_run(folder, "run-2", ["train.py", "it's"])
+    lines = [json.loads(line) for line in (folder / contents.RECORD).read_text().splitlines()]
     assert [(d["run_id"], d["argv"]) for d in lines] == [
         ("run-1", ["train.py", "--lr", "0.1"]),
         ("run-2", ["train.py", "it's"]),
     ]
-    assert resumes.look(folder, shared_script=False, keeps=False).runs[1][1] == ("train.py", "it's")
+    assert contents.look(folder, shared_script=False, keeps=False).runs[1][1] == ("train.py", "it's")
 
 
 def test_a_slurm_submit_records_its_arguments_in_the_checkpoint_folder_through_its_shell(tmp_path: Path) -> None:
@@ -259,4 +259,4 @@ def test_a_slurm_submit_records_its_arguments_in_the_checkpoint_folder_through_i
     folder = Path(request.checkpoint_dir)
     folder.mkdir(parents=True)
     slurm_launch._record(Shell(None, ()), request, 123.0)
-    assert resumes.look(folder, shared_script=False, keeps=False).runs == ((123.0, ("train.py", "--epochs", "a b")),)
+    assert contents.look(folder, shared_script=False, keeps=False).runs == ((123.0, ("train.py", "--epochs", "a b")),)

@@ -17,13 +17,13 @@ from pydantic import BaseModel
 
 from cloudddp.api import Run
 from cloudddp.backends.base import Backend, Launched
-from cloudddp.backends.registry import spec_from_dict
+from cloudddp.backends.plugins import spec_from_dict
 from cloudddp.backends.sagemaker.logs import host_line
 from cloudddp.backends.status import LogLine, RunState, RunStatus
 from cloudddp.cli.cmd_submit import event_text
 from cloudddp.cli.options import format_record
-from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.errors import UserError
+from cloudddp.injob.shim import SHIPPED_AS
 from cloudddp.observe.console import line_tag
 from cloudddp.observe.metrics import MetricRecord, Pattern, metrics_from_lines
 from tests.support.cli import ROOT
@@ -77,7 +77,7 @@ class Replay(Backend[Options]):
     def __init__(self, lines: list[LogLine], info: dict[str, Any]) -> None:
         super().__init__()
         self.lines = lines
-        self.registry.add("r1", self.name, "job", RunState.SUCCEEDED.value, info)
+        self.records.add("r1", self.name, "job", RunState.SUCCEEDED.value, info)
 
     def _render(self, spec: Any) -> Any:
         raise NotImplementedError
@@ -132,7 +132,7 @@ def test_sagemaker_lines_are_tagged_with_the_rank_the_launcher_prefixed_and_the_
 
 
 def test_the_in_job_launcher_prefixes_each_line_of_its_program_with_the_global_rank(tmp_path: Path) -> None:
-    shim = ROOT / "cloudddp" / "code" / "shim.py"
+    shim = ROOT / "cloudddp" / "injob" / "shim.py"
     payload = {"argv": ["-c", "import sys; print('out'); print('err', file=sys.stderr)"], "python": True, "tag": True}
     for env, rank in (({"RANK": "3"}, "3"), ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8"}, "5")):
         base = {k: v for k, v in os.environ.items() if k not in ("RANK", "OMPI_COMM_WORLD_RANK")}

@@ -17,7 +17,7 @@ import pytest
 
 from cloudddp.api import Job, Run
 from cloudddp.backends.status import RunState
-from cloudddp.code.shim import read_payload
+from cloudddp.injob.shim import read_payload
 from cloudddp.runs.runner import get_backend
 from cloudddp.runtime import NAMES, shipped_files
 from tests.support.cli import FIXTURES, ROOT, cli
@@ -259,5 +259,5 @@ def test_declared_metrics_reach_mlflow_from_the_rendered_azure_ml_command(tmp_pa
 @pytest.mark.parametrize("number", [signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV])
 def test_the_rank_launcher_ends_by_the_signal_that_ended_its_program(number: int) -> None:
     program = [sys.executable, "-c", f"import os; os.kill(os.getpid(), {int(number)})"]
-    done = subprocess.run([sys.executable, "-m", "cloudddp.code.shim", "--cloudddp-00", "{}", "--", *program])
+    done = subprocess.run([sys.executable, "-m", "cloudddp.injob.shim", "--cloudddp-00", "{}", "--", *program])
     assert done.returncode == -number  # the launcher above (torchrun) sees the program's own end

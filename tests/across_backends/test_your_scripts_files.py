@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.registry import spec_from_dict
+from cloudddp.backends.plugins import spec_from_dict
 from cloudddp.backends.status import RunState
-from cloudddp.code import keepfiles
-from cloudddp.code.keepfiles import Keeper, left_behind_notice, matches
-from cloudddp.code.shim import mpi_environment
 from cloudddp.errors import SpecError
+from cloudddp.injob import keepfiles
+from cloudddp.injob.keepfiles import Keeper, left_behind_notice, matches
+from cloudddp.injob.shim import mpi_environment
 from tests.support.cli import ROOT
 from tests.support.own_saver import saved_epochs, saver_code
 from tests.support.slurm_cluster import SlurmCluster
@@ -224,7 +224,7 @@ def test_every_backend_hands_the_declared_files_to_its_launcher(tmp_path: Path) 
     spec = {"name": "keeper", "code": {"dir": str(code)}, "checkpoint": {"files": ["snapshot.pt", "state/*.json"]}}
     local = Job.from_dict(spec, base_dir=tmp_path).render("local")
     assert list(local.request.keep_files) == ["snapshot.pt", "state/*.json"]
-    assert "python -m cloudddp.code.keepfiles link snapshot.pt 'state/*.json'" in local.documents["torchrun.sh"]
+    assert "python -m cloudddp.injob.keepfiles link snapshot.pt 'state/*.json'" in local.documents["torchrun.sh"]
     slurm = Job.from_dict({**spec, "slurm": {"python": "python3"}}, base_dir=tmp_path).render("slurm")
     script = slurm.documents["job.sbatch"]
     assert (
@@ -236,7 +236,7 @@ def test_every_backend_hands_the_declared_files_to_its_launcher(tmp_path: Path) 
     az = Job.load(tmp_path / "job.yaml", AzureMLHarness.overrides).render("azureml")
     assert '"keep":["snapshot.pt","state/*.json"]' in az.request["job"]["command"]
     sm = Job.load(tmp_path / "job.yaml", SageMakerHarness.overrides).render("sagemaker")
-    from cloudddp.code.shim import read_payload
+    from cloudddp.injob.shim import read_payload
 
     hp = sm.request["HyperParameters"]
     args = [a for key in sorted(hp) if key.startswith("cloudddp-") for a in (f"--{key}", json.loads(hp[key]))]

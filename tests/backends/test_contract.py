@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from cloudddp.backends.features import Feature
-from cloudddp.backends.registry import backend_class, names
+from cloudddp.backends.plugins import backend_class, names
 from cloudddp.backends.status import RunState
 from cloudddp.errors import RunNotFound
 from cloudddp.runs.runner import Runner

@@ -13,7 +13,7 @@ import pytest
 
 from cloudddp.backends import base
 from cloudddp.backends.base import Backend
-from cloudddp.backends.registry import backend_class, names
+from cloudddp.backends.plugins import backend_class, names
 from cloudddp.backends.sized import SizedBackend
 from tests.support.cli import FIXTURES, ROOT
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cloudddp.backends.registry import backend_class, load_spec, names
+from cloudddp.backends.plugins import backend_class, load_spec, names
 from cloudddp.errors import UserError
 from tests.support.cli import ROOT
 

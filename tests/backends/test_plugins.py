@@ -126,7 +126,7 @@ def test_its_preflight_translated_errors_metrics_and_bill_reach_the_user_through
 
 def test_its_next_attempt_and_a_saved_plan_keep_its_typed_request() -> None:
     code = (
-        "import json; from cloudddp.runs.runner import get_backend; from cloudddp.backends.registry import load_spec;"
+        "import json; from cloudddp.runs.runner import get_backend; from cloudddp.backends.plugins import load_spec;"
         f"backend = get_backend('toy'); plan = backend.render(load_spec({str(TOY_JOB)!r}));"
         "second = backend.for_attempt(plan, 2); third = backend.for_attempt(second, 3);"
         "restored = backend.restore(third.to_state());"

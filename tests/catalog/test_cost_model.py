@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from cloudddp.backends.registry import load_spec
+from cloudddp.backends.plugins import load_spec
 from cloudddp.catalog import (
     Requirements,
     find,

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cloudddp.code import filestate, shim
+from cloudddp.code import filestate
 from cloudddp.code import ignore as rules
 from cloudddp.code import snapshot as packaging
 from cloudddp.code.ignore import ignore_line
@@ -26,6 +26,7 @@ from cloudddp.code.scan import collect
 from cloudddp.code.shipped import snapshot_warnings
 from cloudddp.code.snapshot import folder_digest, pack, safe_member
 from cloudddp.errors import UserError
+from cloudddp.injob import shim
 from tests.support.cli import cli
 from tests.support.trees import age, pinned_tree
 

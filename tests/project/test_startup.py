@@ -15,7 +15,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cloudddp.backends import registry
+from cloudddp.backends import plugins
 from cloudddp.cli.app import _StartUpCollector, app
 from cloudddp.errors import UserError
 from cloudddp.spec import load
@@ -178,7 +178,7 @@ AZURE_VARIANTS = {
 @NEEDS_LIBYAML
 @pytest.mark.parametrize("overrides", AZURE_VARIANTS.values(), ids=AZURE_VARIANTS.keys())
 def test_libyaml_writes_the_azure_ml_documents_byte_for_byte_as_pyyaml_does(overrides: list[str], monkeypatch) -> None:
-    spec = registry.load_spec(ROOT / "jobs" / "cifar10-azureml.yaml", overrides)
-    fast = registry.backend_class("azureml")(token="t1").render(spec).documents
+    spec = plugins.load_spec(ROOT / "jobs" / "cifar10-azureml.yaml", overrides)
+    fast = plugins.backend_class("azureml")(token="t1").render(spec).documents
     monkeypatch.delattr(yaml, "CSafeDumper")
-    assert fast == registry.backend_class("azureml")(token="t1").render(spec).documents
+    assert fast == plugins.backend_class("azureml")(token="t1").render(spec).documents

@@ -16,14 +16,14 @@ from typing import IO
 
 import pytest
 
+from cloudddp.backends.checkpoints.carry import carry, newest_complete
+from cloudddp.backends.checkpoints.store import CHUNK, StoredFile
 from cloudddp.backends.local import LocalBackend
 from cloudddp.backends.local.checkpoint_store import LocalCheckpoints
-from cloudddp.backends.registry import spec_from_dict
+from cloudddp.backends.plugins import spec_from_dict
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.slurm import SlurmBackend
-from cloudddp.backends.stores import CHUNK, StoredFile
 from cloudddp.errors import CloudDDPError
-from cloudddp.runs.carry import carry, newest_complete
 from tests.support.aws_emulator import ACCOUNT_ID, aws_environment, own_bucket
 from tests.support.cli import FIXTURES
 from tests.support.slurm_cluster import SlurmCluster

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from cloudddp.runs.registry import Registry
+from cloudddp.runs.database import RunDatabase
 from tests.support.cli import FIXTURES, cli
 from tests.support.waiting import wait_until
 
@@ -19,7 +19,7 @@ def test_a_detached_run_shows_succeeded_in_list_after_it_ends_without_any_status
     submitted = cli("submit", str(TINY), "--detach", "--quiet", "-o", "code.args=[--epochs, 2, --sleep, 0.2]")
     assert submitted.returncode == 0, submitted.stderr
     run_id = submitted.stdout.strip().splitlines()[-1]
-    assert Registry().get(run_id).state == "pending"  # type: ignore[union-attr]  # as the submit left it
+    assert RunDatabase().get(run_id).state == "pending"  # type: ignore[union-attr]  # as the submit left it
 
     def listed() -> dict[str, object] | None:
         rows = json.loads(cli("list", "--json").stdout)
@@ -28,7 +28,7 @@ def test_a_detached_run_shows_succeeded_in_list_after_it_ends_without_any_status
 
     row = wait_until(listed, timeout=120, poll=1.0)
     assert row["refreshed"] is True
-    assert Registry().get(run_id).state == "succeeded"  # type: ignore[union-attr]  # the record follows
+    assert RunDatabase().get(run_id).state == "succeeded"  # type: ignore[union-attr]  # the record follows
 
     # Run ids people can type: no id is the latest run (named on stderr), and the random tail finds it too.
     latest = cli("status", "--json")
@@ -39,7 +39,7 @@ def test_a_detached_run_shows_succeeded_in_list_after_it_ends_without_any_status
 
 
 def test_a_run_whose_backend_cannot_answer_shows_the_state_last_seen_with_when_and_why() -> None:
-    registry = Registry()
+    registry = RunDatabase()
     registry.add("ghost-20260101-000000-0000", "local", "ghost", "running", {})  # its run folder is gone
     rows = json.loads(cli("list", "--json").stdout)
     (row,) = [r for r in rows if r["run_id"] == "ghost-20260101-000000-0000"]
@@ -51,7 +51,7 @@ def test_a_run_whose_backend_cannot_answer_shows_the_state_last_seen_with_when_a
 
 def test_a_suffix_shared_by_two_runs_asks_for_more_and_no_runs_says_how_to_start() -> None:
     assert "no runs submitted from this machine yet" in cli("status").stderr
-    registry = Registry()
+    registry = RunDatabase()
     for run_id in ("a-20260101-000000-ab12", "b-20260101-000001-ab12", "c-20260101-000002-cd34"):
         registry.add(run_id, "local", run_id[0], "succeeded", {})
     assert sorted(r.run_id for r in registry.find("ab12")) == ["a-20260101-000000-ab12", "b-20260101-000001-ab12"]
@@ -64,7 +64,7 @@ def test_a_suffix_shared_by_two_runs_asks_for_more_and_no_runs_says_how_to_start
 def test_list_pages_with_a_hint_that_repeats_only_the_filters_given() -> None:
     """#43: `list -n 2` printed a next-page hint with a `--state` the user never gave (the table's loop variable
     overwrote the option)."""
-    registry = Registry()
+    registry = RunDatabase()
     for i in range(3):
         registry.add(f"p-20260101-00000{i}-ab1{i}", "nobackend", "p", "succeeded", {})
     shown = cli("list", "-n", "2")
@@ -76,7 +76,7 @@ def test_list_pages_with_a_hint_that_repeats_only_the_filters_given() -> None:
 
 def test_run_ids_complete_in_the_shell() -> None:
     """The README's `eval "$(_CLOUDDDP_COMPLETE=bash_source cloudddp)"`: `cloudddp status <TAB>` offers run ids."""
-    registry = Registry()
+    registry = RunDatabase()
     for run_id in ("digits-20260101-000000-ab12", "digits-20260101-000001-cd34", "cifar-20260101-000002-ef56"):
         registry.add(run_id, "local", run_id.split("-")[0], "succeeded", {})
     for command in ("status", "logs", "metrics", "cancel", "recover"):

@@ -36,7 +36,7 @@ class Launcher:
         self.refused = refused or set()
         self.clashing: set[str] = set()
         self.launched: list[str] = []
-        self.registry = self
+        self.records = self
         self.backend = self  # the runner's backend, too
         self.name = "sagemaker"
 

@@ -16,8 +16,8 @@ from cloudddp.backends.status import Cause, RunState, RunStatus
 from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.plan import Plan
 from cloudddp.runs import placement, recovery
+from cloudddp.runs.database import RunDatabase
 from cloudddp.runs.placement import START_SOON_SECONDS, Placement, launch_first
-from cloudddp.runs.registry import Registry
 from tests.support.cli import cli
 from tests.support.harnesses import TINY, AzureMLHarness, SageMakerHarness
 
@@ -131,7 +131,7 @@ class Moving:
         class Backend:
             def __init__(self) -> None:
                 self.name = name
-                self.registry = self
+                self.records = self
 
             def get(self, run_id: str) -> Any:
                 return None
@@ -269,7 +269,7 @@ def test_a_job_naming_no_backends_is_placed_among_those_the_user_configuration_s
 def test_recover_to_any_backend_without_backends_is_refused_before_anything_is_launched() -> None:
     result = cli("submit", str(TINY), "-o", "limits.recover_to=any_backend", "-o", "limits.max_recoveries=1")
     assert result.returncode == 2 and "need backends to choose from" in result.stderr, result.stderr
-    assert Registry().latest() is None  # no run was launched, to be left without its watcher
+    assert RunDatabase().latest() is None  # no run was launched, to be left without its watcher
 
 
 def test_a_misspelled_backend_in_the_spec_is_refused_at_load_with_its_line_and_the_closest_name(

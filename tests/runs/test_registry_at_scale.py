@@ -11,20 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from cloudddp.runs.registry import Registry
+from cloudddp.runs.database import RunDatabase
 from tests.support.cli import cli
 from tests.support.runs import STATES, fill
 
 
 @pytest.fixture
-def registry(tmp_path: Path) -> Registry:
-    reg = Registry(tmp_path / "runs.db")
+def registry(tmp_path: Path) -> RunDatabase:
+    reg = RunDatabase(tmp_path / "runs.db")
     fill(reg, 10_000)
     return reg
 
 
 @contextmanager
-def statements(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+def statements(registry: RunDatabase, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Every SQL statement the registry runs, with its values bound."""
     seen: list[str] = []
     connect = sqlite3.connect
@@ -40,7 +40,7 @@ def statements(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 
 
 def test_every_query_of_list_find_and_count_is_answered_from_an_index(
-    registry: Registry, monkeypatch: pytest.MonkeyPatch
+    registry: RunDatabase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     newest = registry.list(limit=1)[0]
     with statements(registry, monkeypatch) as seen:
@@ -62,7 +62,7 @@ def test_every_query_of_list_find_and_count_is_answered_from_an_index(
             assert not full_scans, (query, plan)
 
 
-def test_pages_filters_and_prefixes_agree_with_the_whole_table(registry: Registry) -> None:
+def test_pages_filters_and_prefixes_agree_with_the_whole_table(registry: RunDatabase) -> None:
     everything = registry.list(limit=None)
     assert len(everything) == 10_000 == registry.count()
     assert [r.created_at for r in everything] == sorted((r.created_at for r in everything), reverse=True)
@@ -84,7 +84,7 @@ def test_pages_filters_and_prefixes_agree_with_the_whole_table(registry: Registr
 
 
 def test_cli_list_pages_with_filters_and_says_how_to_get_the_next_page(cloudddp_home: Path) -> None:
-    fill(Registry(), 300)
+    fill(RunDatabase(), 300)
     first = cli("list", "--state", "failed", "--name", "job0*", "-n", "5")
     assert first.returncode == 0, first.stderr
     shown = [line.split()[1] for line in first.stdout.splitlines() if "job0" in line]

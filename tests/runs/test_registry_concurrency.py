@@ -14,7 +14,7 @@ import pytest
 
 from cloudddp.api import Job
 from cloudddp.backends.status import RunState
-from cloudddp.runs.registry import Registry, _use_wal
+from cloudddp.runs.database import RunDatabase, _use_wal
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +37,7 @@ def test_twelve_parallel_submissions_are_all_registered_once(tmp_path: Path) -> 
     assert len(set(ids)) == 12
     states = [run.wait(timeout=240, poll=0.5).state for run in runs]
     assert states == [RunState.SUCCEEDED] * 12
-    registered = [r for r in Registry().list(limit=1000) if r.name == "parallel"]
+    registered = [r for r in RunDatabase().list(limit=1000) if r.name == "parallel"]
     assert sorted(r.run_id for r in registered) == sorted(ids)
     assert {r.state for r in registered} == {"succeeded"}
 
@@ -46,10 +46,10 @@ def test_registry_writes_from_many_processes_are_not_lost(tmp_path) -> None:
     import multiprocessing as mp
 
     db = tmp_path / "runs.db"
-    Registry(db)
+    RunDatabase(db)
     with mp.get_context("spawn").Pool(8) as pool:
         pool.starmap(_add_and_update, [(str(db), i) for i in range(40)])
-    records = Registry(db).list(limit=1000)
+    records = RunDatabase(db).list(limit=1000)
     assert len(records) == 40
     assert all(r.state == "succeeded" and r.info == {"n": int(r.run_id[4:]), "done": True} for r in records)
 
@@ -57,8 +57,8 @@ def test_registry_writes_from_many_processes_are_not_lost(tmp_path) -> None:
 def test_a_new_registry_opened_by_many_processes_at_once_loses_no_writer(tmp_path: Path) -> None:
     """The first connections to a new file put it in WAL mode, a change SQLite gives no busy wait: two first
     submits at once made one fail with "database is locked" (1 process in 120 here before the fix)."""
-    add = "import sys; from pathlib import Path; from cloudddp.runs.registry import Registry; "
-    add += "Registry(Path(sys.argv[1])).add(sys.argv[2], 'local', 'p', 'queued')"
+    add = "import sys; from pathlib import Path; from cloudddp.runs.database import RunDatabase; "
+    add += "RunDatabase(Path(sys.argv[1])).add(sys.argv[2], 'local', 'p', 'queued')"
     for trial in range(12):
         db = tmp_path / f"{trial}" / "runs.db"
         writers = [
@@ -67,11 +67,11 @@ def test_a_new_registry_opened_by_many_processes_at_once_loses_no_writer(tmp_pat
         ]
         ended = [(p.wait(timeout=120), p.communicate()[1]) for p in writers]
         assert [err[-500:] for code, err in ended if code != 0] == []
-        assert len(Registry(db).list(limit=10)) == 6
+        assert len(RunDatabase(db).list(limit=10)) == 6
 
 
 def _add_and_update(db: str, i: int) -> None:
-    reg = Registry(Path(db))
+    reg = RunDatabase(Path(db))
     reg.add(f"run-{i}", "local", "p", "starting", {"n": i})
     reg.update(f"run-{i}", state="running")
     reg.update(f"run-{i}", state="succeeded", info={"done": True})

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cloudddp.backends.registry import backend_class, names, spec_from_bytes
+from cloudddp.backends.plugins import backend_class, names, spec_from_bytes
 from cloudddp.errors import UserError
 from cloudddp.spec.model import JobSpec
 from tests.support.cli import cli

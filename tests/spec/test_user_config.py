@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.registry import backend_class, configured_backends, load_spec, spec_from_dict
+from cloudddp.backends.plugins import backend_class, configured_backends, load_spec, spec_from_dict
 from cloudddp.errors import UserError
 from cloudddp.paths import UnsafeFolder
 from cloudddp.spec import userconfig
@@ -225,7 +225,7 @@ def test_loading_a_job_imports_no_backend_the_job_does_not_name(cloudddp_home: P
     """The file's sections are read when their backend is used: a local render stays as light with one as without."""
     write_config(cloudddp_home)
     probe = (
-        "import sys; from cloudddp.backends.registry import load_spec; spec = load_spec(sys.argv[1]); "
+        "import sys; from cloudddp.backends.plugins import load_spec; spec = load_spec(sys.argv[1]); "
         "print(sorted(m for m in sys.modules if m.count('.') == 2 and m.startswith('cloudddp.backends.')))"
     )
     result = subprocess.run(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudddp.backends.registry import load_spec, spec_from_dict
+from cloudddp.backends.plugins import load_spec, spec_from_dict
 from cloudddp.errors import SpecError, UserError
 from cloudddp.plan import Plan
 from cloudddp.spec.model import JobSpec, parse_duration
@@ -180,7 +180,7 @@ def test_the_job_spec_page_shows_every_section_and_limit_by_example_and_its_exam
 
     import yaml
 
-    from cloudddp.backends.registry import spec_model
+    from cloudddp.backends.plugins import spec_model
 
     page = (ROOT / "docs" / "job-spec.md").read_text()
     example = yaml.safe_load(re.search(r"```yaml\n(.*?)```", page, re.S).group(1))  # type: ignore[union-attr]

@@ -951,8 +951,12 @@ def rig_backend(model: WorkspaceModel, token: str | None = None, poll: float = 0
     """The Azure ML backend in this process against ``model``: the rig's credential and transport, this
     machine's registry, ``token`` for its run ids, polling every ``poll`` seconds."""
     from cloudddp.backends.azureml import AzureMLBackend
-    from cloudddp.runs.registry import Registry
+    from cloudddp.runs.database import RunDatabase
 
     return AzureMLBackend(
-        registry=Registry(), credential=FakeCredential(), transport=ml_transport(model), poll_seconds=poll, token=token
+        records=RunDatabase(),
+        credential=FakeCredential(),
+        transport=ml_transport(model),
+        poll_seconds=poll,
+        token=token,
     )

@@ -17,7 +17,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from cloudddp.runs.registry import Registry
+from cloudddp.runs.database import RunDatabase
 
 TOKEN = "canary-token-7f3a9c1e5b2d"
 """A one-line secret, given to a job from the shell (``env.X.from_env``)."""
@@ -115,6 +115,6 @@ def argv_leaking(pid: int) -> list[str]:
 def budget_looks(run_id: str) -> int:
     """How many times the budget watch of ``run_id`` has looked (lines in its log); 0 until the watcher that
     launched the run has registered it (a cloud rig can show the job a moment before that)."""
-    record = Registry().get(run_id)
+    record = RunDatabase().get(run_id)
     log = Path(record.info.get("budget", {}).get("log", "/nonexistent")) if record is not None else None
     return len(log.read_text().splitlines()) if log is not None and log.is_file() else 0

@@ -136,7 +136,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "registry-wal-switch-not-retried",
         "12 parallel submissions keep the registry consistent",
-        "cloudddp/runs/registry.py",
+        "cloudddp/runs/database.py",
         'if "locked" not in str(e) or time.monotonic() > deadline:',
         "if True:",
         (
@@ -245,10 +245,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "traceback-glued-to-a-bar",
         "Progress bars stay readable",
-        "cloudddp/code/output_lines.py",
+        "cloudddp/injob/output_lines.py",
         'return [state[:at] + "\\n", state[at:] + "\\n"] if at > 0 else [state + "\\n"]',
         'return [state + "\\n"]',
-        ("tests/code/test_progress_lines.py::test_a_traceback_printed_behind_a_bar_starts_a_line_of_its_own",),
+        ("tests/injob/test_progress_lines.py::test_a_traceback_printed_behind_a_bar_starts_a_line_of_its_own",),
     ),
     Mutant(
         "status-json-takes-a-misspelt-key",
@@ -353,11 +353,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "lightning-rows-read-again-after-a-new-header",
         "Metrics come from the frameworks' own logs on every backend",
-        "cloudddp/code/framework_logs.py",
+        "cloudddp/injob/framework_logs.py",
         "self.header, self.offset, skip = header, len(header), self.rows",
         "self.header, self.offset, skip = header, len(header), 0",
         (
-            "tests/code/test_framework_logs.py::"
+            "tests/injob/test_framework_logs.py::"
             "test_lightning_csv_rows_are_read_once_each_even_when_lightning_rewrites_the_header",
         ),
     ),
@@ -421,7 +421,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "resume-note-forgets-other-files",
         "The plan's resume note names only what the checkpoint folder holds",
-        "cloudddp/backends/resumes.py",
+        "cloudddp/backends/checkpoints/contents.py",
         "    if found.others:\n",
         "    if False:\n",
         ("tests/across_backends/test_checkpoint_folder.py",),
@@ -552,7 +552,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "carry-trusts-what-it-wrote",
         "A run that moves between backends",
-        "cloudddp/runs/carry.py",
+        "cloudddp/backends/checkpoints/carry.py",
         "    if held != read:",
         "    if False:",
         ("tests/runs/test_carry.py",),
@@ -560,7 +560,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "carry-trusts-a-corrupt-source",
         "A run that moves between backends",
-        "cloudddp/runs/carry.py",
+        "cloudddp/backends/checkpoints/carry.py",
         "    if want is not None and read != want:",
         "    if False:",
         ("tests/runs/test_carry.py",),
@@ -584,7 +584,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "a-move-carries-nothing",
         "`-b auto` ranks the job's backends",
-        "cloudddp/runs/handover.py",
+        "cloudddp/backends/checkpoints/carry.py",
         "    if here is None or there is None or (source.name == dest.name and here == there):",
         "    if True:",
         (

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from cloudddp.runs.registry import Registry
+from cloudddp.runs.database import RunDatabase
 
 STATES = ("succeeded", "failed", "running", "cancelled")
 BACKENDS = ("local", "sagemaker", "azureml")
 
 
-def fill(registry: Registry, count: int) -> list[str]:
+def fill(registry: RunDatabase, count: int) -> list[str]:
     """``count`` runs of 40 job names, one second apart, spread over states and backends; their ids."""
     rows = [
         (f"job{i % 40:02d}-{i:06d}", BACKENDS[i % 3], f"job{i % 40:02d}", STATES[i % 4], 1e9 + i, 1e9 + i, "{}")

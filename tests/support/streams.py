@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from cloudddp.backends.stores import CHUNK
+from cloudddp.backends.checkpoints.store import CHUNK
 
 
 class Breaking:

@@ -38,11 +38,11 @@ from cloudddp.backends.azureml.states import SAID, STATES, native_state
 from cloudddp.backends.azureml.workspace import ENV as WORKSPACE_ENV
 from cloudddp.backends.azureml.workspace import require_workspace, workspace_fields
 from cloudddp.backends.base import Launched, Progress
+from cloudddp.backends.checkpoints.store import CHECKPOINTS, CheckpointStore
 from cloudddp.backends.checks import Check, MissingSetting
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sized import SizedBackend
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
-from cloudddp.backends.stores import CHECKPOINTS, CheckpointStore
 from cloudddp.catalog.bill import Bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import BackendUnavailable, CloudDDPError, UserError
@@ -199,7 +199,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         return self.credential
 
     def _workspace_of(self, run_id: str) -> dict[str, str]:
-        record = self.registry.get(run_id)
+        record = self.records.get(run_id)
         if record and record.info.get("workspace"):
             return dict(record.info["workspace"])
         return workspace_fields(None)

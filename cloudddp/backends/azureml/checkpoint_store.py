@@ -4,9 +4,10 @@ workspace's storage.
 The job mounts its ``checkpoints`` output (``azureml://datastores/<datastore>/paths/<folder>/``) read-write, and
 what its processes write there becomes blobs named ``<folder>/<file>`` in the datastore's container; a run that
 moves to or from Azure ML reads and writes those blobs (azure-storage-blob, the backend's transport). Each file is
-one block blob: written in blocks of :data:`~cloudddp.backends.stores.CHUNK` and committed whole with its last
-request, so it appears under its name only complete; read back in ranges of the same size. Blob storage keeps an
-MD5 at most (and none for a blob written in blocks), so the SHA-256 is the blob's bytes read back through hashlib.
+one block blob: written in blocks of :data:`~cloudddp.backends.checkpoints.store.CHUNK` and committed whole with
+its last request, so it appears under its name only complete; read back in ranges of the same size. Blob storage
+keeps an MD5 at most (and none for a blob written in blocks), so the SHA-256 is the blob's bytes read back through
+hashlib.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from contextlib import contextmanager
 from typing import IO, Any
 
 from cloudddp.backends.azureml.datastores import blob_container
-from cloudddp.backends.stores import CHUNK, StoredFile, chunks
+from cloudddp.backends.checkpoints.store import CHUNK, StoredFile, chunks
 from cloudddp.errors import UserError
 
 _FOLDER = re.compile(r"^azureml://datastores/(?P<store>[^/]+)/paths/(?P<prefix>.*)$")
@@ -31,7 +32,7 @@ _FOLDER_MARKER = "hdi_isfolder"
 
 
 class BlobCheckpoints:
-    """The blobs under one folder of one container: a :class:`~cloudddp.backends.stores.CheckpointStore`."""
+    """The blobs under one folder of one container: a :class:`~cloudddp.backends.checkpoints.store.CheckpointStore`."""
 
     def __init__(self, location: str, container: Any, prefix: str) -> None:
         self._location, self.container = location, container

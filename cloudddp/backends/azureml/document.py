@@ -16,7 +16,7 @@ import shlex
 from typing import Any
 
 from cloudddp.backends.azureml.decide import SSH_USER, AzureMLDecision, Cluster, Serverless
-from cloudddp.code.shim import SHIPPED_AS
+from cloudddp.injob.shim import SHIPPED_AS
 from cloudddp.plan import substitute
 from cloudddp.runtime import RUN_ID, unpacked
 

@@ -17,7 +17,7 @@ answers in one page without a token is read whole each poll, as before. Values l
 call: the same step and timestamp) make one record; a metric named ``epoch`` is the record's epoch, as the metric-
 line format has it (the shared script and the in-job launcher both log it so), and MLflow's step is the record's
 step, unless the run's tag ``cloudddp.step`` is ``none``: the job declared no step, and MLflow's step only counts
-its records (:mod:`cloudddp.code.shim`), so the records say no step, as they do on every backend.
+its records (:mod:`cloudddp.injob.shim`), so the records say no step, as they do on every backend.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import importlib.util
 from collections import defaultdict
 from typing import Any
 
-from cloudddp.code.shim import STEP_TAG
 from cloudddp.errors import BackendUnavailable, CloudDDPError
+from cloudddp.injob.shim import STEP_TAG
 from cloudddp.observe.metrics import MetricRecord
 
 PAGE = 1000

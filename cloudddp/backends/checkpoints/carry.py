@@ -1,5 +1,5 @@
 """What a run moving to another backend takes with it: its checkpoint folder, copied from the old backend's store to
-the new one's (:mod:`cloudddp.backends.stores`), verified, streamed.
+the new one's (:mod:`cloudddp.backends.checkpoints.store`), verified, streamed.
 
 What is carried: the shared script's newest *complete* checkpoint (``ckpt-e<epoch>-s<step>.pt`` with its
 ``.sha256`` beside it, as :mod:`ddptrain.checkpoint` writes them), every kept file (``files/...``), framework
@@ -10,7 +10,7 @@ How it is verified: each file streams through a SHA-256 while it is written, the
 it holds (read back, or the store's checksum) must equal it, and the shared checkpoint's must equal its
 ``.sha256``. A mismatch raises, naming the file and both stores. The shared checkpoint's ``.sha256`` is written
 last, after everything else has been verified: a carry that fails leaves no new complete checkpoint at the target
-(the script, and :mod:`cloudddp.backends.resumes`, count a checkpoint only with its ``.sha256``).
+(the script, and :mod:`cloudddp.backends.checkpoints.contents`, count a checkpoint only with its ``.sha256``).
 
 A second carry is cheap: a file the target already holds with the same size and hash is not copied again.
 """
@@ -20,12 +20,12 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, cast
+from typing import IO, Any, cast
 
-from cloudddp.backends.base import Progress
-from cloudddp.backends.stores import CheckpointStore, StoredFile, unsafe
+from cloudddp.backends.base import Backend, Progress, mapped_errors
+from cloudddp.backends.checkpoints.store import CheckpointStore, StoredFile, location_of, unsafe
 from cloudddp.errors import CloudDDPError
 
 _SHARED = re.compile(r"^ckpt-e(\d{4,})-s(\d{7,})\.pt$")
@@ -222,3 +222,25 @@ def _size(n: int) -> str:
         if shown < 1024 or unit == "GiB":
             break
     return f"{shown:.1f} {unit}"
+
+
+def carried_to(
+    source: Backend[Any],
+    source_target: Mapping[str, Any],
+    dest: Backend[Any],
+    dest_target: Mapping[str, Any],
+    progress: Progress | None = None,
+) -> str:
+    """Carry the latest checkpoint from ``source``'s folder (a run's ``target``) to ``dest``'s (a plan's); what was
+    carried, in words for the run's history ("" when either side keeps no checkpoints, or both name one folder)."""
+    here, there = location_of(source_target), location_of(dest_target)
+    if here is None or there is None or (source.name == dest.name and here == there):
+        return ""
+    try:
+        with mapped_errors(source), mapped_errors(dest):
+            carried = carry(source.checkpoint_store(source_target), dest.checkpoint_store(dest_target), progress)
+    except CloudDDPError:
+        raise
+    except Exception as e:  # a storage error neither backend maps: the move stops, said, never a dead watcher
+        raise CloudDDPError(f"the checkpoints could not be carried from {here} to {there}: {e}") from e
+    return carried.summary()

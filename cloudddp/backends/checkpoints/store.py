@@ -1,5 +1,5 @@
 """A training's checkpoint folder where a backend keeps it, read and written as files: what a run that moves to
-another backend carries (:mod:`cloudddp.runs.carry`).
+another backend carries (:mod:`cloudddp.backends.checkpoints.carry`).
 
 Each backend names its folder in the plan (``plan.target["checkpoints"]``: a path on this machine, an
 ``s3://`` URI, an ``azureml://datastores/...`` URI, a path on the Slurm cluster) and opens it as a

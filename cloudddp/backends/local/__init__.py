@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cloudddp.backends.base import Backend, Launched, Progress
+from cloudddp.backends.checkpoints.store import CHECKPOINTS
 from cloudddp.backends.checks import Check
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.local import build
@@ -39,10 +40,9 @@ from cloudddp.backends.local.request import LocalRequest
 from cloudddp.backends.local.rundir import RunDir
 from cloudddp.backends.procs import Process
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
-from cloudddp.backends.stores import CHECKPOINTS
 from cloudddp.catalog.bill import Bill
-from cloudddp.code.keepfiles import left_behind_notice
-from cloudddp.code.shim import RANK_LINE
+from cloudddp.injob.keepfiles import left_behind_notice
+from cloudddp.injob.shim import RANK_LINE
 from cloudddp.observe.metrics import MetricRecord, record_from_dict
 from cloudddp.observe.tail import follow_lines
 from cloudddp.plan import Plan

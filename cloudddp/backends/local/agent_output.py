@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cloudddp.code.output_lines import TRACEBACK
+from cloudddp.injob.output_lines import TRACEBACK
 
 
 class StopTracebackFolder:

@@ -1,5 +1,5 @@
-"""A checkpoint folder on this machine as a :class:`~cloudddp.backends.stores.CheckpointStore`: what a run moving
-to or from the local backend carries (:mod:`cloudddp.runs.carry`).
+"""A checkpoint folder on this machine as a :class:`~cloudddp.backends.checkpoints.store.CheckpointStore`: what a run
+moving to or from the local backend carries (:mod:`cloudddp.backends.checkpoints.carry`).
 
 A file is written under a hidden temporary name in its own folder (which a carry, like the script's own checks,
 leaves out) and renamed into place once whole, so a copy cut short never sits under the real name. New files are
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from cloudddp.backends.stores import CHUNK, StoredFile, chunks, unsafe
+from cloudddp.backends.checkpoints.store import CHUNK, StoredFile, chunks, unsafe
 from cloudddp.errors import CloudDDPError
 
 

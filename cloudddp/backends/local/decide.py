@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from cloudddp.backends import resumes
+from cloudddp.backends.checkpoints import contents
 from cloudddp.backends.local.estimate import time_estimate
 from cloudddp.backends.local.options import LocalOptions
 from cloudddp.code import requirements
@@ -47,7 +47,7 @@ class Checkpoints:
     folder: Path
     owner: str
     """Why this folder (:func:`cloudddp.runtime.checkpoint_owner`)."""
-    found: resumes.Found
+    found: contents.Found
     """What the folder holds now."""
     never_resume: bool
     """``checkpoint.resume: never``: the shared script and the kept files start from scratch."""
@@ -81,7 +81,7 @@ class LocalDecision:
     stall_basis: str
     program: tuple[str, ...]
     """What torchrun starts in each process: the job's program under the rank launcher of
-    :mod:`cloudddp.code.shim`, which passes a stop on to it once and keeps it from its DataLoader workers."""
+    :mod:`cloudddp.injob.shim`, which passes a stop on to it once and keeps it from its DataLoader workers."""
     python: str
     """The Python that runs torchrun: this one, or ``{PYTHON}`` (bound at launch) where the job has requirements."""
     requirements: Requirements | None
@@ -95,7 +95,7 @@ class LocalDecision:
     """The spec's program and arguments: recorded beside the checkpoints at launch, compared with the last run's."""
 
 
-RANK_LAUNCHER = ("-m", "cloudddp.code.shim", "--cloudddp-00", "{}", "--")
+RANK_LAUNCHER = ("-m", "cloudddp.injob.shim", "--cloudddp-00", "{}", "--")
 """What torchrun starts as each rank: cloudddp's rank launcher, which runs the program after ``--`` as its child."""
 
 
@@ -208,7 +208,7 @@ def _checkpoints(spec: JobSpec, folder: Path, *, own_script: bool) -> Checkpoint
     return Checkpoints(
         folder=folder,
         owner=checkpoint_owner(spec),
-        found=resumes.look(
+        found=contents.look(
             folder,
             shared_script=not own_script,
             keeps=bool(spec.checkpoint.files),

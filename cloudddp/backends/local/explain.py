@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cloudddp.backends import resumes
+from cloudddp.backends.checkpoints import contents
 from cloudddp.backends.folderlock import LOCK_NAME
 from cloudddp.backends.local.decide import LocalDecision
 from cloudddp.code.shipped import snapshot_warnings
@@ -31,7 +31,7 @@ def explain(d: LocalDecision) -> tuple[list[str], list[str]]:
     if d.checkpoints is not None:
         c = d.checkpoints
         decisions.append(
-            f"checkpoints in {c.folder} ({c.owner}): {resumes.resume_note(c.found, never=c.never_resume)}; "
+            f"checkpoints in {c.folder} ({c.owner}): {contents.resume_note(c.found, never=c.never_resume)}; "
             f"held by one run at a time ({LOCK_NOTE})"
         )
     decisions.append(_stall_note(d))
@@ -55,7 +55,7 @@ def explain(d: LocalDecision) -> tuple[list[str], list[str]]:
 def _warnings(d: LocalDecision) -> list[str]:
     warnings = snapshot_warnings(d.snapshot)
     if d.checkpoints is not None and not d.checkpoints.never_resume:
-        differ = resumes.arguments_warning(d.checkpoints.found, d.arguments)
+        differ = contents.arguments_warning(d.checkpoints.found, d.arguments)
         warnings += [differ] if differ else []
     if d.device == "cpu" and d.gpus_asked:
         warnings.append(

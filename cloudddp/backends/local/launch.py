@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cloudddp.backends import resumes
 from cloudddp.backends.base import Launched, Progress
+from cloudddp.backends.checkpoints import contents
 from cloudddp.backends.folderlock import FolderLock
 from cloudddp.backends.local.rendezvous import listening_socket
 from cloudddp.backends.local.request import LocalRequest
@@ -78,7 +78,7 @@ def _bind_and_start(
     secrets = bound.secret_values()
     if "CLOUDDDP_CHECKPOINT_DIR" in env:
         Path(env["CLOUDDDP_CHECKPOINT_DIR"]).mkdir(parents=True, exist_ok=True)
-        resumes.record_run(Path(env["CLOUDDDP_CHECKPOINT_DIR"]), run_id, plan.request.arguments)
+        contents.record_run(Path(env["CLOUDDDP_CHECKPOINT_DIR"]), run_id, plan.request.arguments)
     write_json_atomic(run.plan, bound.to_dict())
     (run.path / "spec.yaml").write_text(_yaml(plan.job))
     run.write_status(

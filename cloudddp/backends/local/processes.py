@@ -34,7 +34,7 @@ def run_processes(run_id: str) -> list[int]:
 def rank_processes(run_id: str) -> dict[tuple[int, int], tuple[int, int]]:
     """(node, local rank) -> (rank, pid) of the run's training processes: the first process of each (a rank's
     program may start Python processes of its own, which inherit its variables) that is not the rank launcher
-    (:mod:`cloudddp.code.shim`, the program's parent)."""
+    (:mod:`cloudddp.injob.shim`, the program's parent)."""
     found: dict[tuple[int, int], tuple[int, int]] = {}
     for pid in sorted(run_processes(run_id)):
         if _is_rank_launcher(pid):
@@ -49,7 +49,7 @@ def rank_processes(run_id: str) -> dict[tuple[int, int], tuple[int, int]]:
 
 def _is_rank_launcher(pid: int) -> bool:
     try:
-        return b"cloudddp.code.shim" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        return b"cloudddp.injob.shim" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
 

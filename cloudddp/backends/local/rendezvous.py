@@ -19,7 +19,7 @@ store's port can plant that state and run code as the job's user. So here no age
 - the id is 128 random bits the supervisor makes and passes in ``PET_RDZV_ID`` (torchrun reads it when
   ``--rdzv-id`` is absent). A process's environment is readable by its own user only; its argv by everyone.
 
-``python -m cloudddp.backends.local.store --fd FD RUN_DIR`` serves the handed socket while the run lives;
+``python -m cloudddp.backends.local.store_server --fd FD RUN_DIR`` serves the handed socket while the run lives;
 ``--port PORT`` (the plan's hand-run script) binds one itself.
 """
 

@@ -50,4 +50,4 @@ class LocalRequest(JsonDataclass):
     """``checkpoint.files``: linked into the checkpoint folder by the supervisor."""
     arguments: tuple[str, ...] = ()
     """The spec's program and arguments, which launch records beside the checkpoints
-    (:data:`cloudddp.backends.resumes.RECORD`)."""
+    (:data:`cloudddp.backends.checkpoints.contents.RECORD`)."""

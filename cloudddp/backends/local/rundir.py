@@ -28,7 +28,7 @@ from typing import Any
 
 from cloudddp.backends.local.record import LocalRunStatus, checked, parsed
 from cloudddp.backends.local.request import LocalRequest
-from cloudddp.code.keepfiles import matches
+from cloudddp.injob.keepfiles import matches
 from cloudddp.paths import home, refuse_unless_private
 
 

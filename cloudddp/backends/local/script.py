@@ -15,11 +15,11 @@ def shell_script(request: LocalRequest, archive: Path) -> str:
     lines = ["#!/usr/bin/env bash", f"mkdir -p {code} && tar xzf {shlex.quote(str(archive))} -C {code}", f"cd {code}"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in request.env.items()]
     if request.keep_files:  # the supervisor does this before torchrun starts
-        lines.append(f"python -m cloudddp.code.keepfiles link {shlex.join(request.keep_files)}")
+        lines.append(f"python -m cloudddp.injob.keepfiles link {shlex.join(request.keep_files)}")
     lines += [
         f"export {ID_VARIABLE}=$(python -c 'import secrets; print(secrets.token_hex(16))')",
         "# The rendezvous store binds 127.0.0.1 on a port the kernel picks, and says which (nobody can take it first).",
-        "exec 3< <(python -m cloudddp.backends.local.store --port 0); store=$!",
+        "exec 3< <(python -m cloudddp.backends.local.store_server --port 0); store=$!",
         "trap 'kill \"$store\"' EXIT  # the store ends with this script",
         "read -r _ _ _ rdzv <&3; rdzv_port=${rdzv##*:}",
     ]

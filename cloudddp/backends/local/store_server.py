@@ -1,5 +1,5 @@
-"""``python -m cloudddp.backends.local.store --fd FD RUN_DIR``: serve a local run's rendezvous store on the listening
-socket the supervisor hands down (:mod:`~cloudddp.backends.local.rendezvous`) while the run lives.
+"""``python -m cloudddp.backends.local.store_server --fd FD RUN_DIR``: serve a local run's rendezvous store on the
+listening socket the supervisor hands down (:mod:`~cloudddp.backends.local.rendezvous`) while the run lives.
 
 The store ends with its run, whatever ends the run: on SIGTERM (the supervisor that finishes the run sends it), when
 the run's folder is gone or records an end, or when no process of the run is left (neither the supervisor that

@@ -6,8 +6,8 @@ nothing secret touches the disk; starts one torchrun agent per node, each in its
 node outlives this process whole); copies the consoles into ``logs/node<i>.log`` and global rank 0's metric lines
 into ``metrics.jsonl`` (:mod:`~cloudddp.backends.local.console`); stops the nodes on SIGTERM (cancel), when the runtime
 limit passes, or when no rank has printed anything for ``limits.stall_timeout`` (after dumping every rank's Python
-stack into the log: :mod:`cloudddp.code.stall`), giving the training script a grace period to checkpoint; and
-records how the run ended in ``status.json`` (the registry follows it when the run's status is read).
+stack into the log: :mod:`cloudddp.injob.stall`), giving the training script a grace period to checkpoint; and
+records how the run ended in ``status.json`` (its run record follows it when the run's status is read).
 
 ``--adopt RUN_DIR`` is a supervisor for a run whose own one is gone (killed -9, out of memory) while its nodes may
 still train: it takes the run's supervisor lock (``supervisor.lock``, held by one supervisor at a time), reads the
@@ -44,9 +44,9 @@ from cloudddp.backends.local.rundir import RunDir
 from cloudddp.backends.procs import Process
 from cloudddp.backends.status import Cause, RunState
 from cloudddp.catalog.stepstore import keep_measured
-from cloudddp.code import stall
-from cloudddp.code.keepfiles import Keeper
-from cloudddp.code.shim import RANK_LINE
+from cloudddp.injob import stall
+from cloudddp.injob.keepfiles import Keeper
+from cloudddp.injob.shim import RANK_LINE
 from cloudddp.observe.metrics import PREFIX, RANK_ZERO, carries_metrics, patterns_from, record_of_line
 from cloudddp.plan import SECRET_PLACEHOLDER
 from cloudddp.spec.secrets import redact, redaction_forms
@@ -363,7 +363,7 @@ def start_store(run: RunDir, fd: int) -> Process:
     the socket handed down still the port's only listener: nothing that merely accepts connections on the port is
     taken for it."""
     child = subprocess.Popen(  # its stderr is this process's: supervisor.log, at the same offset
-        [sys.executable, "-m", "cloudddp.backends.local.store", "--fd", str(fd), str(run.path)],
+        [sys.executable, "-m", "cloudddp.backends.local.store_server", "--fd", str(fd), str(run.path)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         start_new_session=True,
@@ -453,7 +453,7 @@ def _children_cpu_seconds() -> float:
 
 def _learn_step_time(run: RunDir) -> None:
     """Keep the run's measured step time for the next estimate of the same job here, also when nobody looks at
-    the run again (the runner records it in the run's registry info when it next reads the run's status)."""
+    the run again (the runner records it in the run record's info when it next reads the run's status)."""
     try:
         step_key = json.loads(run.plan.read_text()).get("step_key")
         backend = LocalBackend()

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from cloudddp.backends.base import Launched, Progress
+from cloudddp.backends.checkpoints.store import CHECKPOINTS
 from cloudddp.backends.checks import Check, MissingSetting
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sagemaker import storage
@@ -30,7 +31,6 @@ from cloudddp.backends.sagemaker.quotas import quota_check
 from cloudddp.backends.sagemaker.request import build, encode, shim_hyperparameters, shim_payload
 from cloudddp.backends.sized import SizedBackend
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
-from cloudddp.backends.stores import CHECKPOINTS
 from cloudddp.catalog.bill import Bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import BackendUnavailable, CloudDDPError, UserError
@@ -256,7 +256,7 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
         return self._boto(region).client(service, region_name=region, config=config)
 
     def _region_of(self, run_id: str) -> str:
-        record = self.registry.get(run_id)
+        record = self.records.get(run_id)
         if record and record.info.get("region"):
             return str(record.info["region"])
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")

@@ -1,6 +1,6 @@
 """A SageMaker training's checkpoint folder in S3 (``CheckpointConfig.S3Uri``) as a
-:class:`~cloudddp.backends.stores.CheckpointStore`: what a run moving to or from SageMaker carries
-(:mod:`cloudddp.runs.carry`).
+:class:`~cloudddp.backends.checkpoints.store.CheckpointStore`: what a run moving to or from SageMaker carries
+(:mod:`cloudddp.backends.checkpoints.carry`).
 
 Every call goes through the backend's own client (its session, endpoint and credentials), with the bucket owner
 check of the default bucket and the spec's KMS key on writes, as the code uploads have them (:mod:`.storage`).
@@ -18,8 +18,8 @@ import hashlib
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
+from cloudddp.backends.checkpoints.store import CHUNK, StoredFile, unsafe
 from cloudddp.backends.sagemaker import storage
-from cloudddp.backends.stores import CHUNK, StoredFile, unsafe
 from cloudddp.errors import CloudDDPError
 
 PART = 16 << 20

@@ -26,10 +26,10 @@ from cloudddp.catalog.target import SizeTarget
 from cloudddp.code import requirements
 from cloudddp.code.requirements import Requirements
 from cloudddp.code.scan import collect
-from cloudddp.code.shim import RANK_TAG
 from cloudddp.code.shipped import Snapshot
 from cloudddp.code.snapshot import folder_digest
 from cloudddp.errors import UserError
+from cloudddp.injob.shim import RANK_TAG
 from cloudddp.plan import EnvSource, late
 from cloudddp.runtime import Places, checkpoint_folder, checkpoint_owner, code_snapshot, job_env, snapshot_upload
 from cloudddp.runtime import program as runtime_program

@@ -6,9 +6,9 @@ import shlex
 
 from cloudddp.backends.sagemaker.decide import TENSORBOARD_LOCAL, SageMakerDecision
 from cloudddp.backends.sagemaker.images import is_official, support_warning
-from cloudddp.code import container_init
-from cloudddp.code.shim import SHIPPED_AS
 from cloudddp.code.shipped import snapshot_warnings
+from cloudddp.injob import container_init
+from cloudddp.injob.shim import SHIPPED_AS
 
 
 def explain(d: SageMakerDecision) -> tuple[list[str], list[str]]:

@@ -1,6 +1,6 @@
 """The official PyTorch training image (AWS Deep Learning Container) for a region, version and Python.
 
-The image registry is data kept in the package, ``cloudddp/data/sagemaker_pytorch_training.json``: the
+The image table is data kept in the package, ``cloudddp/data/sagemaker_pytorch_training.json``: the
 training scope of the SageMaker SDK's own ``image_uri_config/pytorch.json`` (its ``source`` and ``date``
 say which release), cut to the versions AWS still lists. Render reads it without the ~1 GB SDK, without
 network and without importing any cloud SDK. The same file says which versions ship the SageMaker
@@ -31,8 +31,8 @@ _OFFICIAL_TAG = re.compile(
 
 
 @functools.cache
-def registry() -> dict[str, Any]:
-    """The packaged image registry (loaded once)."""
+def table() -> dict[str, Any]:
+    """The packaged image table (loaded once)."""
     text = resources.files("cloudddp").joinpath(f"data/{DATA_FILE}").read_text(encoding="utf-8")
     data: dict[str, Any] = json.loads(text)
     return data
@@ -44,12 +44,12 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 def offered_versions() -> list[str]:
     """Every full framework version with an official training image, oldest first."""
-    return sorted(registry()["versions"], key=_version_key)
+    return sorted(table()["versions"], key=_version_key)
 
 
 def full_version(version: str) -> str | None:
     """``2.4`` → ``2.4.0``; a full version stays as it is; None when no official image has it."""
-    data = registry()
+    data = table()
     full = data["version_aliases"].get(version, version)
     return full if full in data["versions"] else None
 
@@ -57,13 +57,13 @@ def full_version(version: str) -> str | None:
 def end_of_support(full: str) -> datetime.date | None:
     """The last day AWS patches the images of this version (its minor version's ``eop``), if known."""
     minor = ".".join(full.split(".")[:2])
-    entry = registry().get("support", {}).get("versions", {}).get(minor)
+    entry = table().get("support", {}).get("versions", {}).get(minor)
     return datetime.date.fromisoformat(entry["eop"]) if entry else None
 
 
 def short_form(full: str) -> str:
     """``2.13.0`` → ``2.13`` (the tag AWS moves with each patch release), when that alias exists."""
-    return next((alias for alias, target in registry()["version_aliases"].items() if target == full), full)
+    return next((alias for alias, target in table()["version_aliases"].items() if target == full), full)
 
 
 def default_version(smddp: bool, today: datetime.date | None = None) -> tuple[str, str]:
@@ -85,7 +85,7 @@ def default_version(smddp: bool, today: datetime.date | None = None) -> tuple[st
 
 def smddp_versions() -> list[str]:
     """Framework versions whose official training image carries the smddp library."""
-    return list(registry()["smddp"]["framework_versions"])
+    return list(table()["smddp"]["framework_versions"])
 
 
 def _check_smddp(full: str, where: str, field: str) -> None:
@@ -120,7 +120,7 @@ def _py_version(entry: dict[str, Any], full: str, py_version: str | None) -> str
 def official_image(region: str, version: str, py_version: str | None, gpu: bool) -> str:
     """The official image URI, as the SageMaker SDK's ``image_uris.retrieve`` builds it (the tag keeps the
     version as given, e.g. ``2.4-gpu-py311``)."""
-    data = registry()
+    data = table()
     full = full_version(version)
     if full is None:
         raise UserError(
@@ -152,12 +152,12 @@ _ECR_IMAGE = re.compile(r"^(\d{12})\.dkr\.ecr\.[^/]+/([^:@]+)")
 
 
 def is_official(image: str) -> bool:
-    """Whether ``image`` is an AWS PyTorch training DLC (its account and repository in the registry file): those
+    """Whether ``image`` is an AWS PyTorch training DLC (its account and repository in the image table): those
     have the DLC entry that runs AWS's training toolkit (torchrun, smddp, MPI)."""
     found = _ECR_IMAGE.match(image)
     if found is None:
         return False
-    entries = registry()["versions"].values()
+    entries = table()["versions"].values()
     return any(found.group(1) in e["registries"].values() and found.group(2) == e["repository"] for e in entries)
 
 
@@ -195,4 +195,4 @@ def training_image(
     full = full_version(version)
     if smddp and full is not None:
         _check_smddp(full, f"sagemaker.framework_version {version}", "framework_version")
-    return uri, f"official PyTorch training image (cloudddp/data/{DATA_FILE} of {registry()['date']}{chosen})"
+    return uri, f"official PyTorch training image (cloudddp/data/{DATA_FILE} of {table()['date']}{chosen})"

@@ -2,7 +2,7 @@
 
 CloudWatch Logs keeps one stream per host (``<job>/algo-2-<epoch>``), in which the container's every process
 writes: the training toolkit, torchrun or mpirun, and each rank of the program. cloudddp's launcher prefixes
-each line the program prints with its global rank (``[rank3]:``, see :mod:`cloudddp.code.shim`); under the
+each line the program prints with its global rank (``[rank3]:``, see :mod:`cloudddp.injob.shim`); under the
 toolkit's ``mpirun --tag-output`` that prefix follows Open MPI's own (``[1,3]<stdout>:``). A line with the
 prefix is that rank's; any other line is from outside the program (the toolkit, the runtime).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from cloudddp.backends.status import LogLine
-from cloudddp.code.shim import RANK_LINE
+from cloudddp.injob.shim import RANK_LINE
 
 _MPI_TAG = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:")
 

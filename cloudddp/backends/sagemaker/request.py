@@ -9,7 +9,7 @@ the script as ``--key value``; cloudddp's launcher (``_cloudddp_launch.py``) is 
 the job's program with the exact argv carried in its ``cloudddp-NN`` hyperparameters.
 
 What starts the container is cloudddp's own (``ContainerEntrypoint``, as the SDK v3's ModelTrainer does):
-its init (``_cloudddp_init.py``, :mod:`cloudddp.code.container_init`) is PID 1, runs the image's own entry
+its init (``_cloudddp_init.py``, :mod:`cloudddp.injob.container_init`) is PID 1, runs the image's own entry
 (``bash -m start_with_right_hostname.sh train``, which runs the toolkit) as its child where the image has it (the
 DLCs), else cloudddp's own start (``_cloudddp_start.py``: torchrun, as the toolkit would start it), and passes a
 stop's SIGTERM on to torchrun's agent, which passes it to each rank, or under Open MPI to each rank itself. The
@@ -35,8 +35,8 @@ from cloudddp.backends.sagemaker.decide import (
 )
 from cloudddp.backends.sagemaker.limits import LIMITS
 from cloudddp.backends.sagemaker.limits import check as check_limits
-from cloudddp.code import container_init
-from cloudddp.code.shim import SHIPPED_AS
+from cloudddp.injob import container_init
+from cloudddp.injob.shim import SHIPPED_AS
 from cloudddp.observe.metrics import STANDARD_METRICS, metric_regex
 from cloudddp.plan import substitute
 from cloudddp.runtime import RUN_ID
@@ -92,7 +92,7 @@ def shim_payload(hyperparameters: dict[str, str]) -> dict[str, Any]:
 
 def container_entrypoint() -> dict[str, list[str]]:
     """``ContainerEntrypoint`` and ``ContainerArguments``: cloudddp's init as PID 1, the image's entry as its child
-    where the image has it (a DLC), else cloudddp's own start (:mod:`cloudddp.code.container_start`)."""
+    where the image has it (a DLC), else cloudddp's own start (:mod:`cloudddp.injob.container_start`)."""
     line = INIT_PYTHON.format(init=container_init.SHIPPED_AS)
     return {
         "ContainerEntrypoint": ["/bin/sh", "-c", ENTRY_SHELL, line, CODE_ARCHIVE],

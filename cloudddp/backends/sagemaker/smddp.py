@@ -4,7 +4,7 @@ The SageMaker data-parallel library registers its ``smddp`` process-group backen
 ``smdistributed.dataparallel.torch.torch_smddp`` is imported. cloudddp's shared script imports it itself; a script
 of one's own that only calls ``init_process_group(os.environ["CLOUDDDP_DIST_BACKEND"])`` would fail with
 "Unknown backend type smddp". So an smddp job's launcher payload names the module (``preload``) and the rank
-launcher imports it in the script's process before the script runs (:mod:`cloudddp.code.preload`). What the
+launcher imports it in the script's process before the script runs (:mod:`cloudddp.injob.preload`). What the
 launcher cannot fix is said at render: a ``code.command`` (its processes are not a Python script the launcher
 starts), and a script that never asks for the backend cloudddp names.
 """

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from cloudddp.backends.base import Backend, Launched, Progress
+from cloudddp.backends.checkpoints.store import CHECKPOINTS
 from cloudddp.backends.checks import Check
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.slurm.build import build
@@ -36,7 +37,6 @@ from cloudddp.backends.slurm.shell import Shell
 from cloudddp.backends.slurm.start import start_estimate
 from cloudddp.backends.slurm.status import Polls, current_status
 from cloudddp.backends.status import LogLine, RunStatus
-from cloudddp.backends.stores import CHECKPOINTS
 from cloudddp.plan import Plan, substitute
 from cloudddp.spec.model import JobSpec
 from cloudddp.spec.secrets import redacted_spec_data
@@ -122,7 +122,7 @@ class SlurmBackend(Backend[SlurmOptions]):
 
     # -- run verbs ---------------------------------------------------------------------------
     def _record(self, run_id: str) -> SlurmRunInfo | None:
-        record = self.registry.get(run_id)
+        record = self.records.get(run_id)
         if record is None or record.backend != self.name:
             return None
         return SlurmRunInfo.from_fields(record.info)

@@ -1,6 +1,6 @@
 """A Slurm training's checkpoint folder on the cluster's filesystem as a
-:class:`~cloudddp.backends.stores.CheckpointStore`: what a run moving to or from Slurm carries
-(:mod:`cloudddp.runs.carry`).
+:class:`~cloudddp.backends.checkpoints.store.CheckpointStore`: what a run moving to or from Slurm carries
+(:mod:`cloudddp.backends.checkpoints.carry`).
 
 Every command goes through the backend's :class:`~.shell.Shell`, here or on the login host over ssh, each path an
 argument of its own (shell-quoted over ssh), never spliced into a script. A file streams both ways: a read is a
@@ -22,8 +22,8 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from typing import IO
 
+from cloudddp.backends.checkpoints.store import StoredFile, chunks, unsafe
 from cloudddp.backends.slurm.shell import Shell, SlurmCommandError, clean_env
-from cloudddp.backends.stores import StoredFile, chunks, unsafe
 from cloudddp.errors import CloudDDPError
 
 _LIST = '[ -e "$1" ] || exit 0; find "$1" -type f -printf "%s\\t%P\\0"'

@@ -5,8 +5,9 @@ the time limit (one allocation or a chain), the requirements environment and the
 from the cluster itself but, without ``slurm.workdir``, the working folder its login shell names
 (:func:`.storage.workdir`: one command, here or through ssh): what only the cluster knows is decided at submit
 (CPUs per task when ``slurm.cpus_per_process`` is not given) or checked by the preflight. It only reads, for the
-plan's words, the checkpoint folder where it is this machine's (:mod:`cloudddp.backends.resumes`). The script, the
-request (:mod:`.build`) and the plan's lines (:mod:`.explain`) are made from the :class:`SlurmDecision` alone.
+plan's words, the checkpoint folder where it is this machine's (:mod:`cloudddp.backends.checkpoints.contents`).
+The script, the request (:mod:`.build`) and the plan's lines (:mod:`.explain`) are made from the
+:class:`SlurmDecision` alone.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cloudddp.backends import resumes
+from cloudddp.backends.checkpoints import contents
 from cloudddp.backends.slurm import envs, images, paths, storage
 from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.backends.slurm.request import Launcher
@@ -89,7 +90,7 @@ class SlurmDecision:
     """The spec's program and arguments: recorded beside the checkpoints at submit."""
     checkpoint_owner: str
     """Why the checkpoint folder is this one (:func:`cloudddp.runtime.checkpoint_owner`)."""
-    found: resumes.Found | None
+    found: contents.Found | None
     """What the checkpoint folder holds, where Slurm's commands run on this machine (the folder is read at
     render); None through ssh (the folder is the cluster's) or with checkpointing off."""
     never_resume: bool
@@ -176,12 +177,12 @@ def decide(spec: JobSpec, opts: SlurmOptions, *, token: str | None) -> SlurmDeci
     )
 
 
-def _found(spec: JobSpec, opts: SlurmOptions, places: Places) -> resumes.Found | None:
+def _found(spec: JobSpec, opts: SlurmOptions, places: Places) -> contents.Found | None:
     """The checkpoint folder's contents, read only where it is this machine's folder (no login host)."""
     if places.checkpoint_dir is None or opts.login_host is not None:
         return None
     folder = Path(places.checkpoint_dir)
-    return resumes.look(
+    return contents.look(
         folder,
         shared_script=is_shared_script(spec),
         keeps=bool(spec.checkpoint.files),

@@ -3,7 +3,7 @@ and ``plan`` show before anything is sent)."""
 
 from __future__ import annotations
 
-from cloudddp.backends import resumes
+from cloudddp.backends.checkpoints import contents
 from cloudddp.backends.slurm import flags, images
 from cloudddp.backends.slurm.decide import SlurmDecision, graces
 from cloudddp.code.shipped import snapshot_warnings
@@ -71,7 +71,7 @@ def _checkpoints(d: SlurmDecision, folder: str) -> str:
     if d.found is None:
         note = "a requeued or resubmitted job finds its checkpoints there (on the cluster: not read at render)"
     else:
-        note = resumes.resume_note(d.found, never=d.never_resume)
+        note = contents.resume_note(d.found, never=d.never_resume)
     return f"checkpoints in {folder} ({d.checkpoint_owner}): {note}"
 
 
@@ -135,7 +135,7 @@ def _warnings(d: SlurmDecision) -> list[str]:
     """What the plan warns of: the code snapshot's oddities, what cloudddp cannot check on a cluster it does
     not know, and restarts srun cannot make."""
     warnings = list(snapshot_warnings(d.snapshot))
-    differ = resumes.arguments_warning(d.found, d.arguments) if d.found and not d.never_resume else None
+    differ = contents.arguments_warning(d.found, d.arguments) if d.found and not d.never_resume else None
     warnings += [differ] if differ else []
     if d.fabric_unplaced:
         warnings.append(

@@ -10,14 +10,14 @@ import secrets
 import time
 from typing import Any
 
-from cloudddp.backends import resumes
 from cloudddp.backends.base import Launched, Progress
+from cloudddp.backends.checkpoints import contents
 from cloudddp.backends.slurm import envs
+from cloudddp.backends.slurm.answers import LIVE, cpus_per_gpu
 from cloudddp.backends.slurm.record import SlurmRunInfo
 from cloudddp.backends.slurm.request import CpusAtSubmit, LoginEnvironment, SlurmRequest
 from cloudddp.backends.slurm.script import RDZV_ID_VARIABLE
 from cloudddp.backends.slurm.shell import Shell, on_cluster
-from cloudddp.backends.slurm.state import LIVE, cpus_per_gpu
 from cloudddp.backends.slurm.status import job_record
 from cloudddp.errors import UserError
 from cloudddp.observe.units import human_bytes
@@ -69,13 +69,13 @@ def _of(cluster: str) -> str:
 def _record(shell: Shell, req: SlurmRequest, submitted: float) -> None:
     """Which arguments write the checkpoints from now on, beside them (a later plan compares its own). The job is
     queued already: a folder that refuses the line costs the comparison, not the submit."""
-    line = resumes.record_line(req.run_id, req.arguments, submitted)
-    where = f"{req.checkpoint_dir}/{resumes.RECORD}"
+    line = contents.record_line(req.run_id, req.arguments, submitted)
+    where = f"{req.checkpoint_dir}/{contents.RECORD}"
     shell.run(["bash", "-c", 'cat >> "$1"', "cloudddp-record", where], stdin=line, check=False)
 
 
 def _run_info(plan: Plan[SlurmRequest], shell: Shell, job_id: str, cluster: str | None) -> SlurmRunInfo:
-    """What the registry keeps to find the run again."""
+    """What the run record keeps to find the run again."""
     req = plan.request
     return SlurmRunInfo(
         login_host=shell.login_host,

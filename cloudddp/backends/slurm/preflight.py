@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 from cloudddp.backends.checks import Check
 from cloudddp.backends.slurm import flags
+from cloudddp.backends.slurm.answers import parse_pairs
 from cloudddp.backends.slurm.request import SlurmRequest
 from cloudddp.backends.slurm.shell import Shell, on_cluster
-from cloudddp.backends.slurm.state import parse_pairs
 from cloudddp.errors import CloudDDPError
 from cloudddp.plan import Plan
 

@@ -1,4 +1,4 @@
-"""What the registry keeps about a Slurm run: the typed form of the info launch records, read back by status,
+"""What the run record keeps about a Slurm run: the typed form of the info launch records, read back by status,
 logs and cancel.
 
 The keys are the ones every version has stored; a run recorded before ``status_every`` existed reads with its

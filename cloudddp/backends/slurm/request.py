@@ -72,7 +72,7 @@ class SlurmRequest(JsonDataclass):
     cpus_at_submit: CpusAtSubmit | None = None
     """None when the script says the CPUs per task already."""
     checkpoint_dir: str | None = None
-    """The checkpoint folder, where submit records the run (:data:`cloudddp.backends.resumes.RECORD`); None
+    """The checkpoint folder, where submit records the run (:data:`cloudddp.backends.checkpoints.contents.RECORD`); None
     with checkpointing off."""
     arguments: tuple[str, ...] = ()
     """The spec's program and arguments, recorded there."""

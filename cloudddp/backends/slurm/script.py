@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from cloudddp.backends import torchrun
 from cloudddp.backends.slurm import envs, images, rendezvous
 from cloudddp.backends.slurm.options import SlurmOptions
-from cloudddp.code.shim import SHIPPED_AS as LAUNCHER
+from cloudddp.injob.shim import SHIPPED_AS as LAUNCHER
 
 LIMIT_EXIT = 124
 """The script's exit code when it stopped the training ahead of the time limit."""
@@ -462,7 +462,7 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
 
 
 def launcher_payload(job: Job) -> str:
-    """What each rank's launcher (cloudddp/code/shim.py) is told: Slurm signals every process of the step itself,
+    """What each rank's launcher (cloudddp/injob/shim.py) is told: Slurm signals every process of the step itself,
     so the launcher passes nothing on (``stops: platform``); it keeps ``checkpoint.files`` (the first launcher of
     each node saves them every 30 s, and each when its program ends, inside the grace)."""
     payload: dict[str, object] = {"stops": "platform"}

@@ -92,7 +92,7 @@ class Shell:
 
     @classmethod
     def of(cls, target: Mapping[str, Any]) -> Shell:
-        """The shell a plan's target (or a run's registry record) names."""
+        """The shell a plan's target (or a run's record) names."""
         return cls(target.get("login_host"), tuple(target.get("ssh_options") or ()))
 
     def to_dict(self) -> dict[str, Any]:

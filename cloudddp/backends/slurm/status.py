@@ -13,10 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from cloudddp.backends.slurm.record import SlurmRunInfo
-from cloudddp.backends.slurm.script import ENDED_FILE
-from cloudddp.backends.slurm.shell import Shell, on_cluster
-from cloudddp.backends.slurm.state import (
+from cloudddp.backends.slurm.answers import (
     SACCT_FIELDS,
     STATES,
     TIME_FORMAT,
@@ -28,6 +25,9 @@ from cloudddp.backends.slurm.state import (
     requeue_reasons,
     timestamp,
 )
+from cloudddp.backends.slurm.record import SlurmRunInfo
+from cloudddp.backends.slurm.script import ENDED_FILE
+from cloudddp.backends.slurm.shell import Shell, on_cluster
 from cloudddp.backends.status import Cause, RunState, RunStatus
 from cloudddp.backends.torchrun import failed_rank
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from cloudddp.backends.registry import spec_from_dict
-from cloudddp.backends.stores import CHUNK, StoredFile
+from cloudddp.backends.checkpoints.store import CHUNK, StoredFile
+from cloudddp.backends.plugins import spec_from_dict
 from cloudddp.errors import CloudDDPError, UserError
 from tests.support import azure_nodes
 from tests.support.azure_launchers import Datastores

@@ -17,12 +17,12 @@ import pytest
 from rich.console import Console
 
 from cloudddp.api import Run
-from cloudddp.backends.registry import load_spec
+from cloudddp.backends.plugins import load_spec
 from cloudddp.backends.status import RunState
 from cloudddp.catalog import find
 from cloudddp.cli.cmd_runs import cost_text
 from cloudddp.runs.budget import watch
-from cloudddp.runs.registry import Registry
+from cloudddp.runs.database import RunDatabase
 from tests.support.azure_rig import (
     WS_PATH,
     WorkspaceModel,
@@ -113,7 +113,7 @@ def test_the_budget_watch_cancels_a_run_whose_spend_reaches_the_budget(model: Wo
     assert len(polls) == 2  # at 55 minutes $49.9 + $5.0 is under $58; at 60, $54.4 + $5.0 reaches it
     assert outcome["stopped_at_cost"] == pytest.approx(3600 * 2 * PRICE / 3600, rel=0.01)
     assert outcome["stop_cost"] == pytest.approx(330 * 2 * PRICE / 3600, abs=1e-3)
-    assert Registry().get(name).info["budget"]["message"].startswith("stopped: spend $")  # type: ignore[union-attr]
+    assert RunDatabase().get(name).info["budget"]["message"].startswith("stopped: spend $")  # type: ignore[union-attr]
 
 
 @pytest.fixture()
@@ -139,7 +139,7 @@ def test_the_detached_budget_watch_started_by_submit_cancels_the_job_on_the_work
     found = re.search(r"submitted (\S+)", result.stderr)
     assert found, result.stderr
     name = found.group(1)
-    watch = Registry().get(name).info["budget"]  # type: ignore[union-attr]
+    watch = RunDatabase().get(name).info["budget"]  # type: ignore[union-attr]
     assert watch["watch_pid"] > 0 and watch["poll_s"] == 0.2
     wait_until(lambda: watch_looks(watch["log"]) >= 2, timeout=60)  # it has looked at the bill twice
     assert served.jobs[name]["properties"]["status"] == "Queued"  # nothing billed yet: left alone
@@ -154,7 +154,9 @@ def test_the_detached_budget_watch_started_by_submit_cancels_the_job_on_the_work
     wait_until(lambda: served.jobs[name]["properties"]["status"] == "Canceled", timeout=60)
     assert [path for method, path in served.calls if path.endswith("/cancel")] == [f"{WS_PATH}/jobs/{name}/cancel"]
     outcome = wait_until(
-        lambda: Registry().get(name).info["budget"].get("stopped_at_cost") and Registry().get(name).info["budget"],
+        lambda: (
+            RunDatabase().get(name).info["budget"].get("stopped_at_cost") and RunDatabase().get(name).info["budget"]
+        ),
         timeout=30,
     )  # type: ignore[union-attr]
     assert outcome["stopped_at_cost"] == pytest.approx(3600 * 2 * PRICE / 3600, rel=0.02)

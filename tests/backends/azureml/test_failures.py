@@ -11,7 +11,7 @@ import pytest
 from cloudddp.backends.azureml import AzureMLBackend
 from cloudddp.backends.azureml.extensions import credential_from_environment, transport_from_environment
 from cloudddp.backends.azureml.failures import failure_cause, failure_message, root_error
-from cloudddp.backends.registry import load_spec
+from cloudddp.backends.plugins import load_spec
 from cloudddp.backends.status import Cause
 from cloudddp.errors import UserError
 from tests.support.cli import ROOT

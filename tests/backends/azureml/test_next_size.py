@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from cloudddp.api import Run
-from cloudddp.backends.registry import load_spec
+from cloudddp.backends.plugins import load_spec
 from cloudddp.backends.status import RunState
 from cloudddp.catalog.ranking import ranked_sizes
 from cloudddp.runs.runner import get_backend

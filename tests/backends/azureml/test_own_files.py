@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cloudddp.backends.azureml import AzureMLBackend
-from cloudddp.backends.registry import spec_from_dict
+from cloudddp.backends.plugins import spec_from_dict
 from tests.support.azure_launchers import Datastores, launch_pytorch
 from tests.support.own_saver import saved_epochs, saver_code
 

@@ -16,7 +16,7 @@ from cloudddp.backends.azureml.cluster import tier_mismatch
 from cloudddp.backends.azureml.environment import DEFAULT_ENVIRONMENT, environment_field
 from cloudddp.backends.azureml.inputs import uri_is_file
 from cloudddp.backends.azureml.limits import CLUSTER_NAME, suggest_cluster
-from cloudddp.backends.registry import load_spec, spec_from_dict
+from cloudddp.backends.plugins import load_spec, spec_from_dict
 from cloudddp.errors import UserError
 from cloudddp.plan import Plan
 from tests.support.cli import ROOT, cli

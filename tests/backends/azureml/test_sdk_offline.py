@@ -15,10 +15,10 @@ import pytest
 from cloudddp.backends.azureml import AzureMLBackend
 from cloudddp.backends.azureml.workspace import require_workspace, workspace_fields
 from cloudddp.backends.checks import PreflightFailed
-from cloudddp.backends.registry import load_spec
+from cloudddp.backends.plugins import load_spec
 from cloudddp.backends.status import RunState
 from cloudddp.errors import UserError
-from cloudddp.runs.registry import Registry
+from cloudddp.runs.database import RunDatabase
 from tests.support.azure_rig import WorkspaceAdapter, WorkspaceModel
 from tests.support.azure_rig import rig_backend as backend
 from tests.support.cli import ROOT
@@ -107,7 +107,7 @@ def test_secrets_stay_out_of_the_rendered_yaml(monkeypatch: pytest.MonkeyPatch) 
 
 def test_render_imports_no_azure_sdk() -> None:
     code = (
-        "import sys; from cloudddp.backends.registry import load_spec;"
+        "import sys; from cloudddp.backends.plugins import load_spec;"
         "from cloudddp.backends.azureml import AzureMLBackend;"
         f"AzureMLBackend().render(load_spec({str(AZURE_JOB)!r}));"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('azure','torch','boto3')))"
@@ -167,7 +167,7 @@ def test_provision_submit_status_logs_metrics_cancel_through_the_real_sdk(
     assert props["computeId"].endswith("/computes/gpu-cluster")
     assert props["environmentId"] == "azureml://registries/azureml/environments/acpt-pytorch-2.8-cuda12.6/versions/14"
     assert props["environmentVariables"]["WANDB_API_KEY"] == "wandb-canary-9f8e7d"  # reaches the job at submit...
-    assert "wandb-canary-9f8e7d" not in json.dumps(Registry().list(limit=1000).__repr__())  # ...and stored nowhere
+    assert "wandb-canary-9f8e7d" not in json.dumps(RunDatabase().list(limit=1000).__repr__())  # ...and stored nowhere
     code = [c for c in model.codes.values()]
     assert len(code) == 1 and model.pending_uploads == 1
     container, prefix = model.code_location(name)  # the snapshot this job names, in this test's own container

@@ -15,7 +15,7 @@ import pytest
 
 from cloudddp.api import Run
 from cloudddp.backends.status import RunState
-from cloudddp.runs.registry import Registry
+from cloudddp.runs.database import RunDatabase
 from tests.support import canary
 from tests.support.azure_rig import PREEMPTED, WorkspaceModel, create_container, serve, served_environment
 from tests.support.cli import ROOT, cli
@@ -67,7 +67,7 @@ def test_a_submit_to_the_azure_rig_sends_the_secrets_to_the_jobs_environment_onl
     first = chain.current.run_id
     rig.set_job_status(first, "Running")
     wait_until(lambda: canary.budget_looks(first) >= 1, timeout=60)  # the budget watch has written its log
-    first_watch = Registry().get(first).info["budget"]["watch_pid"]  # type: ignore[union-attr]
+    first_watch = RunDatabase().get(first).info["budget"]["watch_pid"]  # type: ignore[union-attr]
     argv_leaks = canary.argv_leaking(chain.watcher_pid) + canary.argv_leaking(first_watch)
 
     # Preempted: the detached watcher submits attempt 2 itself, the secrets read from its environment.
@@ -75,7 +75,7 @@ def test_a_submit_to_the_azure_rig_sends_the_secrets_to_the_jobs_environment_onl
     second = wait_until(lambda: f"{first}-r2" in rig.jobs and f"{first}-r2", timeout=120)
     rig.set_job_status(second, "Running")
     wait_until(lambda: canary.budget_looks(second) >= 1, timeout=60)
-    argv_leaks += canary.argv_leaking(Registry().get(second).info["budget"]["watch_pid"])  # type: ignore[union-attr]
+    argv_leaks += canary.argv_leaking(RunDatabase().get(second).info["budget"]["watch_pid"])  # type: ignore[union-attr]
     for args in (("status", run.run_id, "--json"), ("list",), ("cost", second, "--json"), ("logs", second)):
         shown = cli(*args)
         outputs += [shown.stdout, shown.stderr]
@@ -121,7 +121,7 @@ def test_a_secret_variable_missing_from_the_shell_stops_the_submit_before_anythi
     """The value of ``env.X.from_env`` is read at launch; when the shell lacks it, the submit stops with the variable
     named before the cluster is created or the code uploaded (it used to be found after creating the cluster)."""
     from cloudddp.backends.azureml import AzureMLBackend
-    from cloudddp.backends.registry import load_spec
+    from cloudddp.backends.plugins import load_spec
     from cloudddp.errors import UserError
     from tests.support.azure_rig import FakeCredential, ml_transport
 
@@ -129,7 +129,7 @@ def test_a_secret_variable_missing_from_the_shell_stops_the_submit_before_anythi
     create_container(model)
     monkeypatch.delenv("CANARY_TOKEN_SRC", raising=False)
     backend = AzureMLBackend(
-        registry=Registry(), credential=FakeCredential(), transport=ml_transport(model), poll_seconds=0.05, token="m1"
+        records=RunDatabase(), credential=FakeCredential(), transport=ml_transport(model), poll_seconds=0.05, token="m1"
     )
     plan = backend.render(load_spec(JOB, ["env.API_TOKEN.from_env=CANARY_TOKEN_SRC", "env.API_TOKEN.secret=true"]))
     with pytest.raises(UserError, match=r"env\.API_TOKEN reads \$CANARY_TOKEN_SRC, which is not set in this shell"):

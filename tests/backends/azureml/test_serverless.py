@@ -14,7 +14,7 @@ from cloudddp.backends.azureml import AzureMLBackend
 from cloudddp.backends.azureml.decide import auto_cluster_name
 from cloudddp.backends.azureml.limits import valid_cluster_name
 from cloudddp.backends.checks import PreflightFailed
-from cloudddp.backends.registry import load_spec, spec_from_dict
+from cloudddp.backends.plugins import load_spec, spec_from_dict
 from cloudddp.backends.status import RunState
 from cloudddp.errors import UserError
 from cloudddp.plan import Plan

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 import cloudddp.api
 from cloudddp.api import Run
 from cloudddp.backends.azureml import AzureMLBackend
-from cloudddp.backends.registry import load_spec
+from cloudddp.backends.plugins import load_spec
 from cloudddp.cli.app import app
 from cloudddp.errors import CloudDDPError, UserError
 from tests.support.azure_rig import (

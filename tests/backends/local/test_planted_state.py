@@ -19,9 +19,9 @@ import pytest
 from cloudddp.backends.folderlock import FolderLock
 from cloudddp.backends.local import LocalBackend
 from cloudddp.backends.procs import Process
-from cloudddp.code import keepfiles
 from cloudddp.code.snapshot import pack
 from cloudddp.errors import UserError
+from cloudddp.injob import keepfiles
 from cloudddp.paths import UnsafeFolder
 from tests.support import users
 from tests.support.cli import FIXTURES, cli

@@ -1,7 +1,7 @@
 """Logs stay readable around progress bars (issue 37): a tqdm script, 1 node × 2 processes under real torchrun.
 
 tqdm rewrites its line with ``\\r`` and ends it only when the bar closes. Without the rank launcher's line discipline
-(:class:`cloudddp.code.output_lines.Lines`) torchrun copied each unfinished update into the node's console, and its own
+(:class:`cloudddp.injob.output_lines.Lines`) torchrun copied each unfinished update into the node's console, and its own
 lines and the other rank's were glued to it: a traceback behind a bar was not seen as one, and a cancelled run's
 log ended in torchrun's SignalException traceback."""
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from cloudddp.api import Job, Run
-from cloudddp.backends.resumes import RECORD
+from cloudddp.backends.checkpoints.contents import RECORD
 from cloudddp.backends.status import RunState
 from tests.support.cli import ROOT
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.registry import spec_from_dict
+from cloudddp.backends.plugins import spec_from_dict
 from cloudddp.backends.status import Cause, RunState
-from cloudddp.code import stall
+from cloudddp.injob import stall
 from tests.support.cli import FIXTURES, cli
 
 STALL_S = 10

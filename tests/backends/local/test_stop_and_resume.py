@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from cloudddp.api import Job, Run
-from cloudddp.backends.registry import backend_class, load_spec, names
+from cloudddp.backends.plugins import backend_class, load_spec, names
 from cloudddp.backends.status import RunState
 from tests.support.cli import ROOT, cli
 from tests.support.faults import rank_processes, wait_for_rank

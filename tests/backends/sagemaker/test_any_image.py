@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudddp.code.container_start import STARTING
+from cloudddp.injob.container_start import STARTING
 from tests.backends.sagemaker.test_container_rehearsal import aws, cpu_job, launch, metric_records, run, succeeded
 from tests.backends.sagemaker.test_stop import INIT_PASSED, saver_job, text
 from tests.support.dataloader_saver import RUNNING, WORKER_KILLED, saved, sigterms

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cloudddp.backends.registry import load_spec
+from cloudddp.backends.plugins import load_spec
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.sagemaker.argsize import MAX_ARG_STRLEN, reserve, training_env_size
 from cloudddp.errors import UserError

@@ -17,11 +17,11 @@ from typing import Any
 import boto3
 import pytest
 
+from cloudddp.backends.checkpoints.carry import carry
 from cloudddp.backends.local.checkpoint_store import LocalCheckpoints
-from cloudddp.backends.registry import spec_from_dict
+from cloudddp.backends.plugins import spec_from_dict
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.sagemaker.checkpoint_store import IN_FLIGHT, PART
-from cloudddp.runs.carry import carry
 from tests.support.aws_emulator import ACCOUNT_ID, aws_environment, free_port, own_bucket, use_emulator
 from tests.support.cli import ROOT
 from tests.support.waiting import wait_until

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from cloudddp.backends.sagemaker.request import container_entrypoint, shim_hyperparameters, shim_payload
-from cloudddp.code import container_init, shim
+from cloudddp.injob import container_init, shim
 
 INIT = Path(container_init.__file__)
 

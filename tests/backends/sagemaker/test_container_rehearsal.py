@@ -19,10 +19,10 @@ import boto3
 import numpy as np
 import pytest
 
-from cloudddp.backends.registry import spec_from_dict
+from cloudddp.backends.plugins import spec_from_dict
 from cloudddp.backends.sagemaker import SageMakerBackend
-from cloudddp.code.shim import read_payload
-from cloudddp.runs.registry import Registry
+from cloudddp.injob.shim import read_payload
+from cloudddp.runs.database import RunDatabase
 from tests.support.aws_emulator import aws_environment, own_bucket
 from tests.support.cli import ROOT
 from tests.support.sagemaker_container import (
@@ -91,7 +91,7 @@ def launch(spec: dict[str, Any], token: str) -> dict[str, Any]:
     """Submit ``spec`` to moto through cloudddp; the CreateTrainingJob request exactly as it was sent."""
     session = boto3.session.Session(region_name=REGION)
     sent = record_create_training_job(session)
-    backend = SageMakerBackend(registry=Registry(), session=session, token=token)
+    backend = SageMakerBackend(records=RunDatabase(), session=session, token=token)
     backend.launch(backend.render(spec_from_dict(spec)))
     assert len(sent) == 1
     return sent[0]

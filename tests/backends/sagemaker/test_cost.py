@@ -14,11 +14,11 @@ import boto3
 import pytest
 
 from cloudddp.api import Run
-from cloudddp.backends.registry import load_spec
+from cloudddp.backends.plugins import load_spec
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.status import RunState
 from cloudddp.catalog import find
-from cloudddp.runs.registry import Registry
+from cloudddp.runs.database import RunDatabase
 from cloudddp.runs.runner import Runner
 from cloudddp.spec.model import JobSpec
 from tests.support.aws_emulator import aws_environment, put_logs, set_status
@@ -40,7 +40,7 @@ def aws_env(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def backend(token: str) -> SageMakerBackend:
-    return SageMakerBackend(registry=Registry(), poll_seconds=0.1, token=f"{token}{time.time_ns() % 10**8}")
+    return SageMakerBackend(records=RunDatabase(), poll_seconds=0.1, token=f"{token}{time.time_ns() % 10**8}")
 
 
 def spec(*extra: str) -> JobSpec:
@@ -118,7 +118,7 @@ def test_the_budget_watch_process_stops_a_job_whose_spend_reaches_the_budget(mon
     plan = b.render(spec("resources.max_cost=20"))
     assert not any("max_cost" in w for w in plan.warnings)  # the estimate is under it; SageMaker enforces it
     name = Runner(b).launch(plan, checks=False)  # starts the detached watch
-    watch = Registry().get(name).info["budget"]  # type: ignore[union-attr]
+    watch = RunDatabase().get(name).info["budget"]  # type: ignore[union-attr]
     assert watch["watch_pid"] > 0 and watch["poll_s"] == 0.2
     looks = watch_looks(watch["log"])
     wait_until(lambda: watch_looks(watch["log"]) >= looks + 2, timeout=30)  # it has looked at the bill twice
@@ -140,9 +140,9 @@ def test_the_budget_watch_process_stops_a_job_whose_spend_reaches_the_budget(mon
         time.sleep(0.2)
     assert job.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "Stopped"
     deadline = time.monotonic() + 10
-    while "stopped_at_cost" not in Registry().get(name).info["budget"] and time.monotonic() < deadline:  # type: ignore[union-attr]
+    while "stopped_at_cost" not in RunDatabase().get(name).info["budget"] and time.monotonic() < deadline:  # type: ignore[union-attr]
         time.sleep(0.1)
-    outcome = Registry().get(name).info["budget"]  # type: ignore[union-attr]
+    outcome = RunDatabase().get(name).info["budget"]  # type: ignore[union-attr]
     assert outcome["stopped_at_cost"] == pytest.approx(1800 * 2 * PRICE / 3600, rel=0.02)
     assert outcome["stop_cost"] == pytest.approx(120 * 2 * PRICE / 3600, abs=1e-4)
     report = json.loads(cli("cost", name, "--json").stdout)
@@ -198,7 +198,7 @@ def test_under_recovery_the_budget_counts_every_attempt_and_a_budget_stop_ends_t
         "Training",
         at=datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=2),
     )
-    log = wait_for(lambda: Registry().get(second).info.get("budget", {}).get("log"))  # type: ignore[union-attr]
+    log = wait_for(lambda: RunDatabase().get(second).info.get("budget", {}).get("log"))  # type: ignore[union-attr]
     looks = watch_looks(log)
     wait_for(lambda: watch_looks(log) >= looks + 2)  # attempt 2's watch has looked at the bill twice since
     assert run.backend.status(second).state is RunState.RUNNING
@@ -211,10 +211,10 @@ def test_under_recovery_the_budget_counts_every_attempt_and_a_budget_stop_ends_t
     wait_for(lambda: run.backend.status(second).state is RunState.CANCELLED)
     status = wait_for(lambda: (s := run.status()).details.get("recovery") != "watching" and s)
     assert status.state is RunState.CANCELLED and len(status.details["attempts"]) == 2  # not resubmitted
-    outcome = wait_for(lambda: Registry().get(second).info["budget"].get("message"))  # type: ignore[union-attr]
+    outcome = wait_for(lambda: RunDatabase().get(second).info["budget"].get("message"))  # type: ignore[union-attr]
     assert "by earlier attempts" in outcome
     # the amount it stopped at: attempt 1's 20 minutes and attempt 2's 10, each counted once, on 2 instances
-    stopped = Registry().get(second).info["budget"]["stopped_at_cost"]  # type: ignore[union-attr]
+    stopped = RunDatabase().get(second).info["budget"]["stopped_at_cost"]  # type: ignore[union-attr]
     assert stopped == pytest.approx((1200 + 600) * 2 * PRICE / 3600, rel=0.02), outcome
 
     report = run.cost()

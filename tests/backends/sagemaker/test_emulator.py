@@ -12,13 +12,13 @@ from pathlib import Path
 import boto3
 import pytest
 
-from cloudddp.backends.registry import spec_from_dict
+from cloudddp.backends.plugins import spec_from_dict
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.sagemaker.request import shim_payload
 from cloudddp.backends.status import Cause, RunState
 from cloudddp.code.snapshot import pack
 from cloudddp.errors import UserError
-from cloudddp.runs.registry import Registry
+from cloudddp.runs.database import RunDatabase
 from cloudddp.runtime import checkpoint_key, shipped_files
 from tests.support.aws_emulator import (
     ACCOUNT_ID,
@@ -146,21 +146,21 @@ def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_met
 
 def test_second_submit_of_unchanged_code_and_data_uploads_nothing(tmp_path: Path) -> None:
     spec = spec_from_dict(job(tmp_path, name="repeat-sm"))
-    backend = SageMakerBackend(registry=Registry(), token="a1")
+    backend = SageMakerBackend(records=RunDatabase(), token="a1")
     first = backend.render(spec)
     first_id = backend.launch(first)
     assert [u["kind"] for u in first.uploads] == ["code", "input"]
-    assert backend.registry.get(first_id).info["uploaded_bytes"][1] == 2048
-    second = SageMakerBackend(registry=Registry(), token="a2")
+    assert backend.records.get(first_id).info["uploaded_bytes"][1] == 2048
+    second = SageMakerBackend(records=RunDatabase(), token="a2")
     second_id = second.launch(second.render(spec))
-    assert second.registry.get(second_id).info["uploaded_bytes"] == [0, 0]
+    assert second.records.get(second_id).info["uploaded_bytes"] == [0, 0]
 
 
 def test_a_retried_submit_does_not_start_a_second_job(tmp_path: Path) -> None:
     session = boto3.session.Session(region_name="us-east-1")
     creates = []
     session.events.register("before-call.sagemaker.CreateTrainingJob", lambda **kw: creates.append(1))
-    backend = SageMakerBackend(registry=Registry(), session=session, token="same")
+    backend = SageMakerBackend(records=RunDatabase(), session=session, token="same")
     plan = backend.render(spec_from_dict(job(tmp_path, name="idem-sm")))
     assert backend.launch(plan) == backend.launch(plan)  # the retry finds the job by its deterministic name
     assert len(creates) == 1
@@ -181,7 +181,7 @@ def test_throttling_5xx_and_a_lost_response_are_survived_without_a_duplicate(
     proxy = FaultProxy(aws_env, rule)
     with proxy.running() as url:
         monkeypatch.setenv("AWS_ENDPOINT_URL", url)
-        backend = SageMakerBackend(registry=Registry(), token="faulty")
+        backend = SageMakerBackend(records=RunDatabase(), token="faulty")
         name = backend.launch(backend.render(spec_from_dict(job(tmp_path, name="fault-sm"))))
     monkeypatch.setenv("AWS_ENDPOINT_URL", aws_env)
     assert proxy.seen["CreateTrainingJob"] == 2 and proxy.seen["DescribeTrainingJob"] >= 3
@@ -194,7 +194,7 @@ def test_the_rig_answers_a_second_job_of_one_name_as_sagemaker_does(tmp_path: Pa
     """botocore reads the proxy's answer as SageMaker's: a ClientError ``ResourceInUse`` with SageMaker's words."""
     from botocore.exceptions import ClientError
 
-    backend = SageMakerBackend(registry=Registry(), token="dup")
+    backend = SageMakerBackend(records=RunDatabase(), token="dup")
     request = backend.render(spec_from_dict(job(tmp_path, name="dup-sm"))).request
     with FaultProxy(aws_env).running() as url:
         sm = boto3.client("sagemaker", endpoint_url=url, region_name="eu-west-1")
@@ -212,7 +212,7 @@ def test_the_rig_answers_a_second_job_of_one_name_as_sagemaker_does(tmp_path: Pa
 
 
 def test_status_reaches_the_cli_for_each_state(tmp_path: Path) -> None:
-    backend = SageMakerBackend(registry=Registry(), token="st")
+    backend = SageMakerBackend(records=RunDatabase(), token="st")
     name = backend.launch(backend.render(spec_from_dict(job(tmp_path, name="states-sm"))))
     for native, secondary, expected in (
         ("InProgress", "Downloading", RunState.STARTING),
@@ -225,7 +225,7 @@ def test_status_reaches_the_cli_for_each_state(tmp_path: Path) -> None:
 
 
 def test_a_stop_at_the_time_limit_is_the_jobs_limit_not_a_cancel(tmp_path: Path) -> None:
-    backend = SageMakerBackend(registry=Registry(), token="tl")
+    backend = SageMakerBackend(records=RunDatabase(), token="tl")
     name = backend.launch(backend.render(spec_from_dict(job(tmp_path, name="limit-sm"))))
     for secondary, field in (
         ("MaxRuntimeExceeded", "limits.max_runtime"),
@@ -241,7 +241,7 @@ def test_a_stop_at_the_time_limit_is_the_jobs_limit_not_a_cancel(tmp_path: Path)
 
 def test_logs_and_metrics_read_every_hosts_stream_past_the_first_page(tmp_path: Path) -> None:
     """DescribeLogStreams answers 50 streams a page: a 52-host job's algo-9 and algo-52 sort after the 50th."""
-    backend = SageMakerBackend(registry=Registry(), token="pg")
+    backend = SageMakerBackend(records=RunDatabase(), token="pg")
     name = backend.launch(backend.render(spec_from_dict(job(tmp_path, name="pages-sm"))))
     for host in range(1, 53):
         put_logs(name, f"algo-{host}", [f"[rank{8 * (host - 1)}]:hello from algo-{host}"], 1_000 + host)
@@ -285,7 +285,7 @@ def test_the_default_bucket_is_created_in_eu_west_1_and_every_call_to_it_names_i
     spec["sagemaker"] = {**spec["sagemaker"], "region": "eu-west-1", "bucket": None, "image": None}
     session = boto3.session.Session(region_name="eu-west-1")
     calls = s3_calls(session)
-    backend = SageMakerBackend(registry=Registry(), session=session, token="eu1")
+    backend = SageMakerBackend(records=RunDatabase(), session=session, token="eu1")
     run_id = backend.launch(backend.render(spec_from_dict(spec)))
     account = boto3.client("sts").get_caller_identity()["Account"]
     bucket = f"sagemaker-eu-west-1-{account}"
@@ -303,7 +303,7 @@ def test_the_default_bucket_is_created_in_eu_west_1_and_every_call_to_it_names_i
 
 def test_a_code_object_that_does_not_hold_the_snapshot_is_replaced_never_run(tmp_path: Path) -> None:
     spec = spec_from_dict(job(tmp_path, name="planted-sm"))
-    backend = SageMakerBackend(registry=Registry(), token="pl1")
+    backend = SageMakerBackend(records=RunDatabase(), token="pl1")
     plan = backend.render(spec)
     [code] = [up for up in plan.uploads if up["kind"] == "code"]
     bucket, _, key = code["destination"].removeprefix("s3://").partition("/")
@@ -313,10 +313,10 @@ def test_a_code_object_that_does_not_hold_the_snapshot_is_replaced_never_run(tmp
     run_id = backend.launch(plan)
     body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     assert hashlib.sha256(body).hexdigest() == code["sha256"]  # what the job runs is the snapshot
-    assert backend.registry.get(run_id).info["uploaded_bytes"][0] == len(body)
-    again = SageMakerBackend(registry=Registry(), token="pl2")
+    assert backend.records.get(run_id).info["uploaded_bytes"][0] == len(body)
+    again = SageMakerBackend(records=RunDatabase(), token="pl2")
     second = again.launch(again.render(spec))
-    assert again.registry.get(second).info["uploaded_bytes"][0] == 0  # the snapshot itself is reused
+    assert again.records.get(second).info["uploaded_bytes"][0] == 0  # the snapshot itself is reused
 
 
 def test_uploads_use_the_output_kms_key(tmp_path: Path) -> None:
@@ -324,7 +324,7 @@ def test_uploads_use_the_output_kms_key(tmp_path: Path) -> None:
     spec["sagemaker"] = {**spec["sagemaker"], "output_kms_key": "alias/cloudddp-test"}
     session = boto3.session.Session(region_name="us-east-1")
     calls = s3_calls(session)
-    backend = SageMakerBackend(registry=Registry(), session=session, token="km1")
+    backend = SageMakerBackend(records=RunDatabase(), session=session, token="km1")
     backend.launch(backend.render(spec_from_dict(spec)))
     writes = [params for op, params in calls if op in ("PutObject", "CreateMultipartUpload")]
     assert writes
@@ -341,7 +341,7 @@ def test_a_non_secret_from_env_value_reaches_the_launcher_with_its_value(
     spec = job(tmp_path, name="fromenv-sm", env={"RUN_TAG": {"from_env": "CLOUDDDP_TEST_RUN_TAG"}})
     session = boto3.session.Session(region_name="us-east-1")
     sent = record_create_training_job(session)
-    backend = SageMakerBackend(registry=Registry(), session=session, token="fe1")
+    backend = SageMakerBackend(records=RunDatabase(), session=session, token="fe1")
     plan = backend.render(spec_from_dict(spec))
     assert "blue sky" not in json.dumps(plan.request)  # the plan keeps the placeholder
     backend.launch(plan)
@@ -356,7 +356,7 @@ def test_a_secret_too_long_for_sagemakers_environment_is_refused_before_sending_
     canary = "long-secret-canary-" + "x" * 600
     monkeypatch.setenv("BIG_TOKEN", canary)
     spec = spec_from_dict(job(tmp_path, name="long-secret", env={"TOKEN": {"from_env": "BIG_TOKEN", "secret": True}}))
-    backend = SageMakerBackend(registry=Registry(), token="ls")
+    backend = SageMakerBackend(records=RunDatabase(), token="ls")
     plan = backend.render(spec)  # render sees a placeholder: within the limits
     with pytest.raises(UserError) as refused:
         backend.launch(plan, checks=False)

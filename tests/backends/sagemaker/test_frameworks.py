@@ -29,7 +29,7 @@ import yaml
 from cloudddp.api import Run
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.observe.metrics import MetricRecord
-from cloudddp.runs.registry import Registry
+from cloudddp.runs.database import RunDatabase
 from tests.backends.sagemaker.test_container_rehearsal import CPU_IMAGE, REGION, ROLE, aws, launch, run, succeeded
 from tests.support.aws_emulator import own_bucket, put_logs
 from tests.support.frameworks import project, steps_in
@@ -72,7 +72,7 @@ def read_back(request: dict[str, Any], rehearsal: Rehearsal) -> list[MetricRecor
     job = request["TrainingJobName"]
     for host in rehearsal.hosts:
         put_logs(job, host.name, [line for line in host.lines if line], 0)  # CloudWatch keeps no empty event
-    backend = SageMakerBackend(registry=Registry(), session=boto3.session.Session(region_name=REGION))
+    backend = SageMakerBackend(records=RunDatabase(), session=boto3.session.Session(region_name=REGION))
     return list(Run(job, backend).metrics())
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from cloudddp.backends.registry import load_spec
+from cloudddp.backends.plugins import load_spec
 from cloudddp.backends.sagemaker import SageMakerBackend
-from cloudddp.backends.sagemaker.images import offered_versions, official_image, registry, smddp_versions
+from cloudddp.backends.sagemaker.images import offered_versions, official_image, smddp_versions, table
 from cloudddp.errors import UserError
 from tests.backends.sagemaker.jobs import SMDDP_JOB
 from tests.support.cli import ROOT, cli
@@ -54,7 +54,7 @@ def test_ecr_hosts_match_botocores_endpoints() -> None:
 
     resolver = EndpointResolver(botocore.session.get_session().get_data("endpoints"))
     newest = offered_versions()[-1]
-    for region, account in registry()["versions"][newest]["registries"].items():
+    for region, account in table()["versions"][newest]["registries"].items():
         host = resolver.construct_endpoint("ecr", region)["hostname"]
         uri = official_image(region, newest, None, gpu=True)
         assert uri.startswith(f"{account}.dkr.{host}/"), (region, uri)
@@ -117,7 +117,7 @@ SDK_FILE = "sagemaker/core/image_uri_config/pytorch.json"
 
 def _sdk_pytorch_json() -> tuple[str, bytes]:
     """The SDK's own pytorch.json, read from the wheel of the version the data names (no import, no install)."""
-    source = registry()["source"]
+    source = table()["source"]
     version = re.search(r"sagemaker-core (\S+)", source)
     assert version, f"the image data does not name the sagemaker-core release it came from: {source}"
     wheel = SDK_WHEELS / f"sagemaker_core-{version.group(1)}-py3-none-any.whl"
@@ -131,7 +131,7 @@ def test_data_agrees_with_the_sagemaker_sdks_own_file() -> None:
     wheel, raw = _sdk_pytorch_json()
     sdk_file = f"{wheel}:{SDK_FILE}"
     sdk = json.loads(raw)["training"]
-    ours = registry()
+    ours = table()
     al2023 = set(ours["al2023"]["versions"])  # from AWS's DLC docs; the SDK's file may not list them yet
     oldest = _version_key(offered_versions()[0])
     newer_in_sdk = {v for v in sdk["versions"] if _version_key(v) >= oldest}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudddp.backends.registry import load_spec
+from cloudddp.backends.plugins import load_spec
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.sagemaker.hardware import HARDWARE_FILE, hardware
 from cloudddp.backends.sagemaker.limits import training_instance_types

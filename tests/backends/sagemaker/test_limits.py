@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cloudddp.backends.registry import load_spec
+from cloudddp.backends.plugins import load_spec
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.sagemaker.limits import (
     LIMITS,

@@ -16,7 +16,7 @@ from cloudddp.api import Run
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.status import LogLine
 from cloudddp.observe.metrics import MetricRecord
-from cloudddp.runs.registry import Registry
+from cloudddp.runs.database import RunDatabase
 from tests.backends.sagemaker.test_container_rehearsal import CPU_IMAGE, REGION, ROLE, Aws, aws, launch, run, succeeded
 from tests.support import ranks
 from tests.support.aws_emulator import put_logs
@@ -37,7 +37,7 @@ def test_two_hosts_by_two_processes_tag_every_line_with_its_rank_and_report_rank
     name = request["TrainingJobName"]
     for host in rehearsal.hosts:
         put_logs(name, host.name, [line for line in host.lines if line], 0)  # CloudWatch keeps no empty event
-    backend = SageMakerBackend(registry=Registry(), session=boto3.session.Session(region_name=REGION))
+    backend = SageMakerBackend(records=RunDatabase(), session=boto3.session.Session(region_name=REGION))
     job = Run(name, backend)
     lines = list(job.logs())
     ranks.check_tags(lines)

@@ -8,7 +8,7 @@ so the request's ``Environment`` would reach mpirun; none of its ``-mca`` option
 But Open MPI's mpirun, on SIGTERM or when a rank fails, sends its ranks SIGCONT, waits ``odls_base_sigkill_timeout``,
 only then SIGTERM, waits as long again and SIGKILLs them: signalled through mpirun a rank hears a stop only after that
 timeout, and raising it to the grace makes every failed job hang twice the grace. So cloudddp leaves it alone and its
-init signals the ranks themselves (:func:`cloudddp.code.container_init.stop_targets`). Rehearsed here with this
+init signals the ranks themselves (:func:`cloudddp.injob.container_init.stop_targets`). Rehearsed here with this
 machine's Open MPI (4.1, the DLCs' series), the mpirun command the installed toolkit builds (smddprun and ``-m
 mpi4py`` left out: smddp is closed source and needs GPUs; eth0 is ``lo`` here), cloudddp's job environment, the real
 rank launcher and a script with DataLoader workers whose save takes 5 s; the platform's SIGKILL comes 20 s after the
@@ -31,8 +31,8 @@ from typing import Any
 
 import pytest
 
-from cloudddp.code import container_init
-from cloudddp.code.shim import SHIPPED_AS
+from cloudddp.injob import container_init
+from cloudddp.injob.shim import SHIPPED_AS
 from cloudddp.runtime import launcher_grace, shipped_files
 from tests.support.aws_emulator import free_port
 from tests.support.dataloader_saver import ENTRY, RUNNING, WORKER_KILLED, dataloader_saver_code, saved, sigterms

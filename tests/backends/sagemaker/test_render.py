@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from cloudddp.backends.registry import load_spec, spec_from_dict
+from cloudddp.backends.plugins import load_spec, spec_from_dict
 from cloudddp.backends.sagemaker import SageMakerBackend
-from cloudddp.code.shim import read_payload
 from cloudddp.errors import UserError
+from cloudddp.injob.shim import read_payload
 from tests.backends.sagemaker.jobs import EBS_CPU_JOB, SMDDP_JOB
 from tests.support.cli import ROOT
 
@@ -140,7 +140,7 @@ def test_missing_role_says_how_and_a_bare_flag_reaches_the_script() -> None:
 
 def test_render_imports_no_aws_sdk() -> None:
     code = (
-        "import sys; from cloudddp.backends.registry import load_spec;"
+        "import sys; from cloudddp.backends.plugins import load_spec;"
         "from cloudddp.backends.sagemaker import SageMakerBackend;"
         f"SageMakerBackend().render(load_spec({str(ROOT / 'jobs' / 'cifar10-smddp.yaml')!r}));"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3','botocore','sagemaker','torch')))"

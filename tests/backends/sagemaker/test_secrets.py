@@ -16,7 +16,7 @@ import pytest
 
 from cloudddp.api import Run
 from cloudddp.backends.status import RunState
-from cloudddp.runs.registry import Registry
+from cloudddp.runs.database import RunDatabase
 from tests.support import canary
 from tests.support.aws_emulator import FaultProxy, aws_environment, own_bucket, set_status
 from tests.support.cli import ROOT, cli
@@ -65,14 +65,14 @@ def test_a_submit_to_the_aws_emulator_sends_the_secrets_to_the_jobs_environment_
         assert chain is not None and chain.watcher_pid
         first = chain.current.run_id
         wait_until(lambda: canary.budget_looks(first) >= 1, timeout=60)  # the budget watch has written its log
-        first_watch = Registry().get(first).info["budget"]["watch_pid"]  # type: ignore[union-attr]
+        first_watch = RunDatabase().get(first).info["budget"]["watch_pid"]  # type: ignore[union-attr]
         argv_leaks = canary.argv_leaking(chain.watcher_pid) + canary.argv_leaking(first_watch)
 
         # Capacity lost: the detached watcher submits attempt 2 itself, the secrets read from its environment.
         set_status(first, "Failed", "Failed", reason=CAPACITY)
         second = wait_until(lambda: len(run.chain.attempts) == 2 and run.chain.current.run_id, timeout=120)  # type: ignore[union-attr]
         wait_until(lambda: canary.budget_looks(second) >= 1, timeout=60)
-        argv_leaks += canary.argv_leaking(Registry().get(second).info["budget"]["watch_pid"])  # type: ignore[union-attr]
+        argv_leaks += canary.argv_leaking(RunDatabase().get(second).info["budget"]["watch_pid"])  # type: ignore[union-attr]
 
         for args in (("status", run.run_id, "--json"), ("list",), ("cost", second, "--json"), ("logs", second)):
             shown = cli(*args)

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from cloudddp.backends.registry import spec_from_dict
+from cloudddp.backends.plugins import spec_from_dict
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.sagemaker.smddp import SMDDP_CLIENT
-from cloudddp.code.shim import SHIPPED_AS
+from cloudddp.injob.shim import SHIPPED_AS
 from cloudddp.runtime import shipped_files
 from tests.backends.sagemaker.test_mpirun_stop import toolkit_mpirun
 from tests.backends.sagemaker.test_render import launcher_payload

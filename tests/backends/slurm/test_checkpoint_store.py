@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from cloudddp.backends.checkpoints.carry import carry
+from cloudddp.backends.checkpoints.store import CHUNK, CheckpointStore
 from cloudddp.backends.local.checkpoint_store import LocalCheckpoints
-from cloudddp.backends.registry import spec_from_dict
+from cloudddp.backends.plugins import spec_from_dict
 from cloudddp.backends.slurm import SlurmBackend
 from cloudddp.backends.slurm.checkpoint_store import SlurmCheckpoints
-from cloudddp.backends.stores import CHUNK, CheckpointStore
 from cloudddp.errors import CloudDDPError
-from cloudddp.runs.carry import carry
 from tests.support.cli import FIXTURES
 from tests.support.rigs import rig_unavailable
 from tests.support.slurm_cluster import SlurmCluster

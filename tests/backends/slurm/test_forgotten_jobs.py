@@ -32,7 +32,7 @@ def finished(*overrides: str) -> Run:
 
 def forget(run: Run) -> None:
     """The controller no longer knows the run's job (as after MinJobAge, with no accounting to ask)."""
-    run.backend.registry.update(run.run_id, info={"job_id": NEVER_HAD})
+    run.backend.records.update(run.run_id, info={"job_id": NEVER_HAD})
     run.backend._polls.forget(run.run_id)  # this backend object's cached answer
 
 
@@ -45,7 +45,7 @@ def test_a_finished_run_stays_succeeded_after_slurm_forgets_it_from_its_end_reco
     assert status.details["job_id"] == NEVER_HAD and status.ended_at is not None
     record = (Path(status.details["run_dir"]) / ENDED_FILE).read_text()
     assert record.startswith("exit=0 restarts=0 slurm=RUNNING end="), record
-    listed = Runner(run.backend).list(run.backend.registry)
+    listed = Runner(run.backend).list(run.backend.records)
     assert [s.state for s in listed if s.run_id == run.run_id] == [RunState.SUCCEEDED]
 
 

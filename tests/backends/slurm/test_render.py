@@ -17,10 +17,7 @@ from cloudddp.api import Job
 from cloudddp.backends.slurm import SlurmBackend
 from cloudddp.backends.slurm import launch as slurm_launch
 from cloudddp.backends.slurm.agent import AGENT, PORT_TAKEN_EXIT, PORT_TAKEN_MARK
-from cloudddp.backends.slurm.logs import Labels
-from cloudddp.backends.slurm.script import ENDED_FILE, LIMIT_EXIT, LIMIT_MARK, PREEMPT_MARK
-from cloudddp.backends.slurm.shell import READ_CAP, Shell
-from cloudddp.backends.slurm.state import (
+from cloudddp.backends.slurm.answers import (
     STATES,
     failure,
     from_ended,
@@ -29,6 +26,9 @@ from cloudddp.backends.slurm.state import (
     requeue_reasons,
     timestamp,
 )
+from cloudddp.backends.slurm.logs import Labels
+from cloudddp.backends.slurm.script import ENDED_FILE, LIMIT_EXIT, LIMIT_MARK, PREEMPT_MARK
+from cloudddp.backends.slurm.shell import READ_CAP, Shell
 from cloudddp.backends.status import Cause
 from cloudddp.plan import Plan
 from cloudddp.runs.runner import get_backend

@@ -15,6 +15,7 @@ import pytest
 
 from cloudddp.api import Job
 from cloudddp.backends.slurm import SlurmBackend
+from cloudddp.backends.slurm.answers import failure, requeue_reasons
 from cloudddp.backends.slurm.preflight import _grace_check, _slurm_minutes
 from cloudddp.backends.slurm.script import (
     CANCEL_MARK,
@@ -27,7 +28,6 @@ from cloudddp.backends.slurm.script import (
     SAVED_MARK,
     UNSAVED_MARK,
 )
-from cloudddp.backends.slurm.state import failure, requeue_reasons
 from cloudddp.backends.status import Cause
 from cloudddp.runs.runner import get_backend
 from tests.support.cli import FIXTURES, cli

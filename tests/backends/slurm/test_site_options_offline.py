@@ -22,11 +22,11 @@ from cloudddp.api import Job
 from cloudddp.backends.slurm import SlurmBackend, envs
 from cloudddp.backends.slurm import shell as shell_module
 from cloudddp.backends.slurm.agent import STORE
+from cloudddp.backends.slurm.answers import cpus_per_gpu, held, parse_pairs, timestamp
 from cloudddp.backends.slurm.flags import normalize
 from cloudddp.backends.slurm.launch import cpus_per_task
 from cloudddp.backends.slurm.record import SlurmRunInfo
 from cloudddp.backends.slurm.shell import Shell, clean_env
-from cloudddp.backends.slurm.state import cpus_per_gpu, held, parse_pairs, timestamp
 from cloudddp.backends.status import RunState, RunStatus
 from cloudddp.runs.runner import get_backend
 from tests.support.cli import FIXTURES, ROOT, cli

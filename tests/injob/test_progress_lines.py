@@ -1,4 +1,4 @@
-"""The rank launcher's line discipline (:class:`cloudddp.code.output_lines.Lines`): whole lines out, a progress
+"""The rank launcher's line discipline (:class:`cloudddp.injob.output_lines.Lines`): whole lines out, a progress
 bar's ``\\r`` updates as its latest state, a traceback behind a bar on a line of its own; and the launcher itself,
 run for real with a tqdm script, writes nothing but whole lines."""
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cloudddp.code.output_lines import TRACEBACK, Lines
+from cloudddp.injob.output_lines import TRACEBACK, Lines
 
 
 class Clock:
@@ -93,7 +93,7 @@ raise RuntimeError("boom behind the bar")
 def test_the_launcher_writes_a_tqdm_scripts_output_as_whole_lines(tmp_path: Path) -> None:
     script = tmp_path / "bar.py"
     script.write_text(TQDM_SCRIPT)
-    launcher = [sys.executable, "-m", "cloudddp.code.shim", "--cloudddp-00", json.dumps({}), "--"]
+    launcher = [sys.executable, "-m", "cloudddp.injob.shim", "--cloudddp-00", json.dumps({}), "--"]
     done = subprocess.run([*launcher, sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stdout == "before\n"
@@ -106,7 +106,7 @@ def test_the_launcher_writes_a_tqdm_scripts_output_as_whole_lines(tmp_path: Path
 
 def test_a_program_whose_output_cannot_be_written_anywhere_still_runs_to_its_end(tmp_path: Path) -> None:
     """A launcher whose own output is gone drains the program's all the same: a full pipe would block it for good."""
-    launcher = [sys.executable, "-m", "cloudddp.code.shim", "--cloudddp-00", json.dumps({}), "--"]
+    launcher = [sys.executable, "-m", "cloudddp.injob.shim", "--cloudddp-00", json.dumps({}), "--"]
     program = [sys.executable, "-c", "for i in range(300_000): print(i)"]
     child = subprocess.Popen([*launcher, *program], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert child.stdout is not None
@@ -115,7 +115,7 @@ def test_a_program_whose_output_cannot_be_written_anywhere_still_runs_to_its_end
 
 
 def test_the_launcher_and_the_snapshot_name_the_shipped_line_discipline_alike() -> None:
-    from cloudddp.code import output_lines, shim
+    from cloudddp.injob import output_lines, shim
     from cloudddp.runtime import shipped_files
 
     assert shim.LINES_SHIPPED_AS == output_lines.SHIPPED_AS in shipped_files()

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from cloudddp.code import framework_logs
-from cloudddp.code.framework_logs import Watcher, roots
+from cloudddp.injob import framework_logs
+from cloudddp.injob.framework_logs import Watcher, roots
 from cloudddp.observe.metrics import parse_line
 
 CODE = Path(framework_logs.__file__).parent
