@@ -5,40 +5,12 @@ from __future__ import annotations
 from cloudddp.backends.slurm import flags
 from cloudddp.backends.slurm.decide import SlurmDecision
 from cloudddp.backends.slurm.request import CpusAtSubmit, LoginEnvironment, SlurmRequest
-from cloudddp.backends.slurm.script import Job, render_script
+from cloudddp.backends.slurm.script import render_script
 
 
 def build(decision: SlurmDecision) -> tuple[SlurmRequest, dict[str, str]]:
     """The request and the plan's documents (the sbatch script, as sbatch gets it)."""
-    return request(decision), {"job.sbatch": render_script(script_job(decision), decision.options)}
-
-
-def script_job(decision: SlurmDecision) -> Job:
-    """What the script runs."""
-    d = decision
-    places = d.places
-    return Job(
-        job_name=d.job_name,
-        run_id=d.run_id,
-        layout=d.layout,
-        nodes=d.nodes,
-        processes_per_node=d.processes_per_node,
-        gpus_per_node=d.gpus_per_node,
-        time_minutes=d.time_minutes,
-        stop_lead=d.stop_lead,
-        max_restarts=d.max_restarts,
-        program=list(d.program.argv),
-        command=not d.program.python,
-        env=d.env,
-        launch=d.launch,
-        env_from_submit=d.env_from_submit,
-        mounts=(d.layout.workdir, *sorted(set(places.inputs.values()))),
-        requirements_env=d.requirements_env,
-        keep_files=d.keep_files,
-        env_key=d.env_key,
-        cpus_per_task=d.cpus_per_task,
-        budget_seconds=d.budget_seconds,
-    )
+    return request(decision), {"job.sbatch": render_script(decision)}
 
 
 def request(decision: SlurmDecision) -> SlurmRequest:

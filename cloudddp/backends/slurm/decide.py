@@ -21,9 +21,9 @@ from typing import Any
 
 from cloudddp.backends.checkpoints import contents
 from cloudddp.backends.slurm import envs, images, paths, storage
+from cloudddp.backends.slurm.layout import Layout
 from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.backends.slurm.request import Launcher
-from cloudddp.backends.slurm.script import Layout
 from cloudddp.backends.slurm.shell import Shell
 from cloudddp.code import requirements
 from cloudddp.code.requirements import Requirements
@@ -82,7 +82,9 @@ class SlurmDecision:
     """limits.max_runtime when it is longer than one allocation: the job runs as a chain of them."""
     requirements: Requirements | None
     requirements_env: str | None
+    """Where the job's requirements are installed (an environment over slurm.python's packages), or None."""
     env_key: str
+    """What shapes that environment, hashed (:func:`.envs.key`); "" without requirements."""
     image: str | None
     """The container image file every node runs (None: no container)."""
     program: Program
@@ -96,6 +98,8 @@ class SlurmDecision:
     never_resume: bool
     max_restarts: int
     keep_files: tuple[str, ...]
+    """``checkpoint.files``: each rank's launcher links them into the checkpoint folder before the training starts;
+    each node's first saves them every 30 s and when the training ends."""
     fabric_unplaced: bool
     """Several GPU nodes want InfiniBand (resources.interconnect: auto) and nothing tells Slurm where it is."""
     accelerator_unsent: str | None
@@ -107,12 +111,20 @@ class SlurmDecision:
 
     @property
     def cpus_per_task(self) -> int | None:
-        """CPUs of each Slurm task; None: decided at submit."""
+        """CPUs of each Slurm task (slurm.cpus_per_process times the processes a task holds); None: decided at
+        submit from the partition's nodes and given to sbatch's command line, and srun takes it from
+        SLURM_CPUS_PER_TASK."""
         return self.cpus_per_process * self.per_task if self.cpus_per_process else None
 
     @property
     def env_from_submit(self) -> tuple[str, ...]:
+        """Names whose values sbatch's environment carries (secrets, values read at submit): never in the script."""
         return tuple(self.env_sources)
+
+    @property
+    def python(self) -> str:
+        """The interpreter the training runs with: the requirements environment's, else slurm.python."""
+        return f"{self.requirements_env}/bin/python" if self.requirements_env else self.options.python
 
 
 def decide(spec: JobSpec, opts: SlurmOptions, *, token: str | None) -> SlurmDecision:

@@ -6,8 +6,8 @@ only when this machine is the login node (through ssh, this machine's folders me
 
 from __future__ import annotations
 
+from cloudddp.backends.slurm.layout import Layout
 from cloudddp.backends.slurm.options import SlurmOptions
-from cloudddp.backends.slurm.script import Layout
 from cloudddp.errors import UserError
 from cloudddp.runtime import Places, checkpoint_folder
 from cloudddp.spec.model import JobSpec

@@ -10,8 +10,9 @@ from cloudddp.backends.slurm.agent import AGENT, PORT_TAKEN_EXIT, PORT_TAKEN_MAR
 from cloudddp.backends.slurm.options import SlurmOptions
 
 
-class Job(Protocol):
-    """What these lines need of the job (:class:`cloudddp.backends.slurm.script.Job` has it)."""
+class StepShape(Protocol):
+    """The training step's shape: how it is launched, on how many nodes, with how many processes each
+    (:class:`cloudddp.backends.slurm.decide.SlurmDecision` has it)."""
 
     @property
     def launch(self) -> str: ...
@@ -23,12 +24,12 @@ class Job(Protocol):
     def processes_per_node(self) -> int: ...
 
 
-def endpoint_lines(job: Job, run_dir: str) -> list[str]:
+def endpoint_lines(step: StepShape, run_dir: str) -> list[str]:
     """Where the rendezvous is: node 0's torchrun agent, or rank 0's task under srun, binds it and writes
     ``host:port`` into the run folder (cloudddp/backends/slurm/agent.py); an earlier run's file is removed first."""
-    if not hosts_store(job):
+    if not hosts_store(step):
         return []
-    wrapper = AGENT if job.launch == "torchrun" else STORE
+    wrapper = AGENT if step.launch == "torchrun" else STORE
     return [
         "# The rendezvous: node 0 binds a port nobody could know before (or slurm.rendezvous_port) and writes",
         "# host:port here; every other process joins only the address read from this file.",
@@ -37,9 +38,9 @@ def endpoint_lines(job: Job, run_dir: str) -> list[str]:
     ]
 
 
-def taken_lines(job: Job, opts: SlurmOptions) -> list[str]:
+def taken_lines(step: StepShape, opts: SlurmOptions) -> list[str]:
     """A line in the batch log when a site's fixed rendezvous port was taken (status reads it)."""
-    if not opts.rendezvous_port or not hosts_store(job):
+    if not opts.rendezvous_port or not hosts_store(step):
         return []
     return [
         f'[ "$(cat "$rdzv_file" 2>/dev/null)" = {TAKEN} ] && echo "{PORT_TAKEN_MARK} {opts.rendezvous_port} '
@@ -47,13 +48,13 @@ def taken_lines(job: Job, opts: SlurmOptions) -> list[str]:
     ]
 
 
-def task_lines(job: Job, opts: SlurmOptions, python: str) -> list[str]:
+def task_lines(step: StepShape, opts: SlurmOptions, python: str) -> list[str]:
     """Each srun task (one training process): the distributed variables from SLURM_*, and where the store is.
     Rank 0 first starts the store on a socket it binds (it lives as long as this task) and prints where; every
     other rank reads that from the file. A job of one process needs no store of ours: torch's own binds a port the
     kernel picks, on loopback, and nobody else joins (torch need not be in slurm.python then)."""
     q = shlex.quote
-    if hosts_store(job):
+    if hosts_store(step):
         endpoint = [
             'if [ "$SLURM_PROCID" = 0 ]; then',
             f'  read -r endpoint < <({q(python)} -c "$wrapper" "$rdzv_file" "$rdzv_host" {opts.rendezvous_port or 0} '
@@ -74,14 +75,14 @@ def task_lines(job: Job, opts: SlurmOptions, python: str) -> list[str]:
         "rdzv_host=$1; wrapper=$3; rdzv_file=$4; shift 4",
         *endpoint,
         "export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS GROUP_RANK=$SLURM_NODEID",
-        f"export LOCAL_WORLD_SIZE={job.processes_per_node}",
+        f"export LOCAL_WORLD_SIZE={step.processes_per_node}",
         'echo "cloudddp: rank $RANK of $WORLD_SIZE (local rank $LOCAL_RANK)"',
         'exec "$@"',
         "'",
     ]
 
 
-def hosts_store(job: Job) -> bool:
+def hosts_store(step: StepShape) -> bool:
     """Whether a process of ours binds the rendezvous store: torchrun's agent always; under srun, unless the job
     is one process."""
-    return job.launch == "torchrun" or job.nodes * job.processes_per_node > 1
+    return step.launch == "torchrun" or step.nodes * step.processes_per_node > 1

@@ -35,12 +35,11 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 from cloudddp.backends import torchrun
 from cloudddp.backends.slurm import envs, images, rendezvous
-from cloudddp.backends.slurm.options import SlurmOptions
+from cloudddp.backends.slurm.decide import SlurmDecision
 from cloudddp.injob.shim import SHIPPED_AS as LAUNCHER
 
 LIMIT_EXIT = 124
@@ -61,100 +60,25 @@ ENDED_FILE = ".cloudddp-ended"
 has forgotten the job)."""
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Where a run's files are on the cluster's shared filesystem."""
-
-    workdir: str
-    run_id: str
-
-    @property
-    def run_dir(self) -> str:
-        return f"{self.workdir}/runs/{self.run_id}"
-
-    @property
-    def code_dir(self) -> str:
-        return f"{self.run_dir}/code"
-
-    @property
-    def script(self) -> str:
-        return f"{self.run_dir}/job.sbatch"
-
-    @property
-    def batch_log(self) -> str:
-        return f"{self.run_dir}/batch.log"
-
-    @property
-    def model_dir(self) -> str:
-        return f"{self.run_dir}/outputs"
-
-    def node_log(self, node: int | str) -> str:
-        return f"{self.run_dir}/logs/node{node}.log"
-
-    def archive(self, sha256: str) -> str:
-        return f"{self.workdir}/code/{sha256}.tar.gz"
-
-
-@dataclass(frozen=True)
-class Job:
-    """What the script runs, decided by the backend's render."""
-
-    job_name: str
-    run_id: str
-    layout: Layout
-    nodes: int
-    processes_per_node: int
-    gpus_per_node: int
-    time_minutes: int
-    stop_lead: int
-    max_restarts: int
-    program: Sequence[str]
-    """The training program: ``[entry, args...]`` run by python, or a command (``command`` True)."""
-    command: bool
-    env: Mapping[str, str]
-    launch: str = "torchrun"
-    """torchrun: one agent per node; srun: one Slurm task per process."""
-    env_from_submit: Sequence[str] = ()
-    """Names whose values sbatch's environment carries (secrets, values read at submit): never in the script."""
-    mounts: Sequence[str] = field(default_factory=tuple)
-    """Host folders a container must see (the working folder, inputs)."""
-    requirements_env: str | None = None
-    """Where the job's requirements are installed (a venv over slurm.python's packages), or None."""
-    keep_files: Sequence[str] = ()
-    """``checkpoint.files``: each rank's launcher links them into the checkpoint folder before the training starts;
-    each node's first saves them every 30 s and when the training ends."""
-    env_key: str = ""
-    """What shapes that environment, hashed (:func:`envs.key`)."""
-    cpus_per_task: int | None = None
-    """CPUs of each Slurm task (slurm.cpus_per_process times the processes a task holds); None: decided at
-    submit from the partition's nodes and given to sbatch's command line, and srun takes it from
-    SLURM_CPUS_PER_TASK."""
-    budget_seconds: int | None = None
-    """limits.max_runtime when it is longer than one allocation (``time_minutes``): the job runs as a chain."""
-
-    def python(self, opts: SlurmOptions) -> str:
-        """The interpreter the training runs with."""
-        return f"{self.requirements_env}/bin/python" if self.requirements_env else opts.python
-
-
 RDZV_ID_VARIABLE = "PET_RDZV_ID"
 """torchrun's environment name for ``--rdzv-id``."""
 
 
-def sbatch_lines(job: Job, opts: SlurmOptions) -> list[str]:
+def sbatch_lines(d: SlurmDecision) -> list[str]:
     """The ``#SBATCH`` options, in the order a person reads them."""
-    per_node_tasks = job.processes_per_node if job.launch == "srun" else 1
-    lines = [f"--job-name={job.run_id}", f"--nodes={job.nodes}", f"--ntasks-per-node={per_node_tasks}"]
-    if job.cpus_per_task:
-        lines.append(f"--cpus-per-task={job.cpus_per_task}")
-    if job.gpus_per_node:
-        gpus = f"{opts.gpu_type}:{job.gpus_per_node}" if opts.gpu_type else str(job.gpus_per_node)
+    opts = d.options
+    per_node_tasks = d.processes_per_node if d.launch == "srun" else 1
+    lines = [f"--job-name={d.run_id}", f"--nodes={d.nodes}", f"--ntasks-per-node={per_node_tasks}"]
+    if d.cpus_per_task:
+        lines.append(f"--cpus-per-task={d.cpus_per_task}")
+    if d.gpus_per_node:
+        gpus = f"{opts.gpu_type}:{d.gpus_per_node}" if opts.gpu_type else str(d.gpus_per_node)
         lines.append(f"--gpus-per-node={gpus}" if opts.gpu_option == "gpus-per-node" else f"--gres=gpu:{gpus}")
     if opts.mem is not None:
         lines.append(f"--mem={opts.mem}")
     lines += [
-        f"--time={_duration(job.time_minutes)}",
-        f"--signal=B:USR1@{job.stop_lead}",
+        f"--time={_duration(d.time_minutes)}",
+        f"--signal=B:USR1@{d.stop_lead}",
         "--requeue" if opts.requeue else "--no-requeue",
     ]
     for name, value in (
@@ -168,37 +92,38 @@ def sbatch_lines(job: Job, opts: SlurmOptions) -> list[str]:
     if opts.exclusive:
         lines.append("--exclusive")
     lines += [
-        f"--output={job.layout.batch_log}",
+        f"--output={d.layout.batch_log}",
         "--open-mode=append",
-        f"--chdir={job.layout.code_dir}",
+        f"--chdir={d.layout.code_dir}",
         "--export=ALL",
         *opts.sbatch_options,
     ]
     return lines
 
 
-def render_script(job: Job, opts: SlurmOptions) -> str:
-    q = shlex.quote
+def render_script(d: SlurmDecision) -> str:
+    """The script, as sbatch gets it."""
+    q, opts = shlex.quote, d.options
     out = [
         "#!/bin/bash",
-        f"# cloudddp job {job.job_name}, run {job.run_id}: `cloudddp submit` sends this file to sbatch unchanged.",
+        f"# cloudddp job {d.job_name}, run {d.run_id}: `cloudddp submit` sends this file to sbatch unchanged.",
     ]
-    out += [f"#SBATCH {line}" for line in sbatch_lines(job, opts)]
+    out += [f"#SBATCH {line}" for line in sbatch_lines(d)]
     out += ["", "set -e  # a failing module load or setup line ends the job here, with its message in batch.log"]
-    out += _ended_lines(job)
+    out += _ended_lines(d)
     out += _module_lines(opts.modules)
     out += list(opts.setup)
-    if job.requirements_env:
-        out += _requirements_lines(job, opts)
+    if d.requirements_env:
+        out += _requirements_lines(d)
     if opts.container is not None:
-        out += images.import_lines(opts.container, job.layout.workdir)
+        out += images.import_lines(opts.container, d.layout.workdir)
     out += ["", "# The job's environment: the spec's env, then the runtime contract (cloudddp/runtime.py)."]
-    out += [f"export {name}={q(value)}" for name, value in job.env.items() if name not in job.env_from_submit]
+    out += [f"export {name}={q(value)}" for name, value in d.env.items() if name not in d.env_from_submit]
     out += [
         f"# {name}: from the submitting shell or a secret; sbatch's environment carries it, never this file"
-        for name in job.env_from_submit
+        for name in d.env_from_submit
     ]
-    if job.launch == "torchrun":
+    if d.launch == "torchrun":
         out += [
             f"# {RDZV_ID_VARIABLE}: the rendezvous id, 128 random bits made at submit; sbatch's environment carries it",
             "# (torchrun reads it there), never an argv: with it in `ps` anyone who reaches the port could join",
@@ -217,20 +142,20 @@ def render_script(job: Job, opts: SlurmOptions) -> str:
         'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "rdzv_host=$(hostname)",
         'for pair in $nodes; do [ "${pair%%=*}" = "$first" ] && rdzv_host=${pair#*=}; done',
-        *rendezvous.endpoint_lines(job, job.layout.run_dir),
+        *rendezvous.endpoint_lines(d, d.layout.run_dir),
         "",
-        *_stop_lines(job),
-        f'began_mark={shlex.quote(job.layout.run_dir)}/.cloudddp-run-began; touch "$began_mark"',
+        *_stop_lines(d),
+        f'began_mark={shlex.quote(d.layout.run_dir)}/.cloudddp-run-began; touch "$began_mark"',
         *FRESH_STEP_LINES,
         "",
     ]
-    out += _launch_lines(job, opts)
+    out += _launch_lines(d)
     out += [
         "training=$!",
         'wait "$training"; code=$?',
         'while kill -0 "$training" 2>/dev/null; do wait "$training"; code=$?; done',
-        *rendezvous.taken_lines(job, opts),
-        *_end_lines(job, opts),
+        *rendezvous.taken_lines(d, opts),
+        *_end_lines(d),
     ]
     return "\n".join(out) + "\n"
 
@@ -241,16 +166,16 @@ FRESH_STEP_LINES = (
     "# first takes as many empty steps as it has restarts, so its training is a step no earlier run's training was.",
     'for _ in $(seq "${SLURM_RESTART_COUNT:-0}"); do srun --nodes=1 --ntasks=1 --overlap --quiet true || break; done',
 )
-"""Issue #42, item 6: step ids that cannot catch a stale signal after a requeue."""
+"""Each run's training step gets an id no earlier run's step had, so a stale signal finds an empty step."""
 
 
-def _ended_lines(job: Job) -> list[str]:
+def _ended_lines(d: SlurmDecision) -> list[str]:
     """The run's end, kept in the run folder for when Slurm has forgotten the job (MinJobAge, and no accounting
     the user may read): its exit code, its restarts and what Slurm was doing; a run that requeues itself records
     nothing (it goes on)."""
     return [
         "# How this run ended, for cloudddp status once Slurm has forgotten the job (no accounting to ask).",
-        f'ended_file={shlex.quote(job.layout.run_dir)}/{ENDED_FILE}; rm -f "$ended_file"; requeued=0 state=',
+        f'ended_file={shlex.quote(d.layout.run_dir)}/{ENDED_FILE}; rm -f "$ended_file"; requeued=0 state=',
         'trap \'ended=$?; [ "$requeued" = 1 ] || { echo "exit=$ended restarts=${SLURM_RESTART_COUNT:-0} '
         'slurm=${state:-RUNNING} end=$(date -u +%FT%T%z)" > "$ended_file"; } 2>/dev/null || true; exit "$ended"\' EXIT',
     ]
@@ -277,10 +202,10 @@ def _module_lines(modules: Sequence[str]) -> list[str]:
     ]
 
 
-def _stop_lines(job: Job) -> list[str]:
+def _stop_lines(d: SlurmDecision) -> list[str]:
     """What this script does on SIGTERM, and on the warning signal (USR1) before the allocation's time limit."""
     ask = 'scancel --signal=TERM "$SLURM_JOB_ID"'
-    limit = f"{LIMIT_MARK} {job.stop_lead} s away: asking the training to checkpoint and stop"
+    limit = f"{LIMIT_MARK} {d.stop_lead} s away: asking the training to checkpoint and stop"
     preempt = f"{PREEMPT_MARK}: the warning signal came with a preemption (PreemptParameters=send_user_signal)"
     lines = [
         "# SIGTERM (cancel, requeue, preemption, the time limit) reaches the training processes from Slurm itself;",
@@ -290,7 +215,7 @@ def _stop_lines(job: Job) -> list[str]:
         'preempting() { local i; i=$(scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null); '
         '[[ $i == *" PreemptTime="* && $i != *" PreemptTime=None "* ]]; }',
     ]
-    if job.budget_seconds is None:
+    if d.budget_seconds is None:
         return [
             *lines,
             "trap 'terminated=1; echo \"cloudddp: SIGTERM: the training checkpoints and stops\"' TERM",
@@ -302,11 +227,11 @@ def _stop_lines(job: Job) -> list[str]:
     )
     return [
         *lines,
-        f"# limits.max_runtime ({job.budget_seconds} s) is longer than one allocation ({job.time_minutes * 60} s,",
+        f"# limits.max_runtime ({d.budget_seconds} s) is longer than one allocation ({d.time_minutes * 60} s,",
         "# slurm.partition_time_limit): the job runs as a chain of allocations, each requeued by this script at",
         "# its warning signal; the seconds used so far are kept in the run folder.",
-        f"budget={job.budget_seconds} link={job.time_minutes * 60} lead={job.stop_lead}",
-        f"used_file={shlex.quote(job.layout.run_dir)}/.cloudddp-used-seconds",
+        f"budget={d.budget_seconds} link={d.time_minutes * 60} lead={d.stop_lead}",
+        f"used_file={shlex.quote(d.layout.run_dir)}/.cloudddp-used-seconds",
         'used=$(cat "$used_file" 2>/dev/null || echo 0); began=$SECONDS',
         'account() { echo $(( used + SECONDS - began )) > "$used_file"; }',
         "left=$(( budget - used )) final=0 timer=",
@@ -324,7 +249,7 @@ def _stop_lines(job: Job) -> list[str]:
     ]
 
 
-def _end_lines(job: Job, opts: SlurmOptions) -> list[str]:
+def _end_lines(d: SlurmDecision) -> list[str]:
     """After the training: requeue a preempted job (and a chain's next allocation) unless it was cancelled, else
     exit with its code (the time limit's, once it has said whether the training checkpointed)."""
     lines = [
@@ -335,13 +260,13 @@ def _end_lines(job: Job, opts: SlurmOptions) -> list[str]:
         'info=$(scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null); state=${info#* JobState=}; state=${state%% *}',
         'preempted() { [[ $info == *" PreemptTime="* && $info != *" PreemptTime=None "* ]]; }',
     ]
-    if job.budget_seconds is not None:
+    if d.budget_seconds is not None:
         lines += ['[ -n "$timer" ] && kill "$timer" 2>/dev/null', "account"]
     lines.append(
         f'if [ "$terminated" = 1 ] || [ "$state" != RUNNING ]; then echo "{CANCEL_MARK} (JobState=$state)"; '
         'exit "$code"; fi'
     )
-    if opts.requeue:
+    if d.options.requeue:
         lines += [
             "requeue() {",
             f'  echo "{REQUEUE_MARK} $SLURM_JOB_ID after $1 ($(date -u +%FT%TZ))"',
@@ -353,7 +278,7 @@ def _end_lines(job: Job, opts: SlurmOptions) -> list[str]:
             "}",
             f'preempted && {{ echo "{PREEMPT_MARK}: Slurm selected this job for preemption"; requeue preemption; }}',
         ]
-        if job.budget_seconds is not None:
+        if d.budget_seconds is not None:
             lines.append('[ "$chained" = 1 ] && requeue "the time limit of this allocation"')
     else:
         lines.append(
@@ -374,8 +299,8 @@ def _end_lines(job: Job, opts: SlurmOptions) -> list[str]:
     ]
 
 
-def _requirements_lines(job: Job, opts: SlurmOptions) -> list[str]:
-    env = job.requirements_env or ""
+def _requirements_lines(d: SlurmDecision) -> list[str]:
+    env, opts = d.requirements_env or "", d.options
     built_at_submit = opts.install_on == "login"
     return [
         "",
@@ -383,17 +308,16 @@ def _requirements_lines(job: Job, opts: SlurmOptions) -> list[str]:
         f"# on slurm.python, the modules, the setup lines and the list; it sees {opts.python}'s own packages after",
         "# its own (torch is not installed twice), and is used only while its recorded sha256 matches.",
         *envs.FUNCTIONS.splitlines(),
-        envs.call(env, opts.python, job.env_key, "check" if built_at_submit else "build") + " || exit 1",
+        envs.call(env, opts.python, d.env_key, "check" if built_at_submit else "build") + " || exit 1",
         f'export PATH={shlex.quote(env)}/bin:"$PATH"  # `python` in code.command is this environment\'s too',
     ]
 
 
-def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
-    q = shlex.quote
-    python = job.python(opts)
-    program = [python, LAUNCHER, "--cloudddp-00", launcher_payload(job), "--"]
-    program += list(job.program) if job.command else [python, *job.program]
-    if job.launch == "torchrun":
+def _launch_lines(d: SlurmDecision) -> list[str]:
+    q, opts, python = shlex.quote, d.options, d.python
+    program = [python, LAUNCHER, "--cloudddp-00", launcher_payload(d), "--"]
+    program += [python, *d.program.argv] if d.program.python else list(d.program.argv)
+    if d.launch == "torchrun":
         body = [
             "# Each training process first says its global rank (torchrun's output prefix is the local rank).",
             'announce=\'echo "cloudddp: rank $RANK of $WORLD_SIZE (local rank $LOCAL_RANK)"; exec "$@"\'',
@@ -408,13 +332,13 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
             "rdzv=$1; announce=$3; wrapper=$4; rdzv_file=$5; shift 5",
             *[
                 f"export {name}={value}  # each restart starts with a store of its own (pytorch/pytorch#135712)"
-                for name, value in torchrun.restart_env(job.max_restarts).items()
+                for name, value in torchrun.restart_env(d.max_restarts).items()
             ],
             'stopped=0; trap "stopped=1" TERM',
             f'{q(python)} -c "$wrapper" "$rdzv_file" "$rdzv" {opts.rendezvous_port or 0} \\',
-            f'  --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node={job.processes_per_node} \\',
+            f'  --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node={d.processes_per_node} \\',
             "  --rdzv-backend=c10d --rdzv-conf=is_host=$(( SLURM_NODEID == 0 )) \\",
-            f'  --local-addr="$addr" --max-restarts={job.max_restarts} --tee=3 '
+            f'  --local-addr="$addr" --max-restarts={d.max_restarts} --tee=3 '
             '--no-python bash -c "$announce" cloudddp-rank "$@" &',
             'agent=$!; wait "$agent"; code=$?',
             'while kill -0 "$agent" 2>/dev/null; do wait "$agent"; code=$?; done',
@@ -427,11 +351,11 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
         tasks, label, name = 1, [], "cloudddp-node"
         extra = ['"$rdzv_host"', '"$nodes"', '"$announce"', '"$rdzv_wrapper"', '"$rdzv_file"']
     else:
-        body = rendezvous.task_lines(job, opts, python)
-        tasks, label, name = job.processes_per_node, ["--label"], "cloudddp-task"
+        body = rendezvous.task_lines(d, opts, python)
+        tasks, label, name = d.processes_per_node, ["--label"], "cloudddp-task"
         extra = ['"$rdzv_host"', '"$nodes"', '"$rdzv_wrapper"', '"$rdzv_file"']
     # srun is told the CPUs of each task: Slurm 22.05 and later no longer read SLURM_CPUS_PER_TASK in srun.
-    cpus = str(job.cpus_per_task) if job.cpus_per_task else "$SLURM_CPUS_PER_TASK"
+    cpus = str(d.cpus_per_task) if d.cpus_per_task else "$SLURM_CPUS_PER_TASK"
     srun = [
         "srun",
         "--export=ALL",
@@ -439,35 +363,36 @@ def _launch_lines(job: Job, opts: SlurmOptions) -> list[str]:
         f"--cpus-per-task={cpus}",
         "--kill-on-bad-exit=1",
         *label,
-        f"--output={job.layout.node_log('%n')}",
+        f"--output={d.layout.node_log('%n')}",
         "--open-mode=append",
     ]
     inner = ["bash", "-c", '"$per_node"', name, *extra]
     container = opts.container
-    image = images.image_file(container, job.layout.workdir) if container is not None else ""
-    if container is not None and container.runtime == "pyxis":
-        mounts = ",".join([*job.mounts, *container.mounts])
-        srun += [
-            f"--container-image={image}",
-            f"--container-mounts={mounts}",
-            f"--container-workdir={job.layout.code_dir}",
-        ]
-    elif container is not None:
-        binds = ",".join([*job.mounts, *container.mounts])
-        gpu = ["--nv"] if job.gpus_per_node else []
-        inner = ["apptainer", "exec", *gpu, f"--bind={binds}", f"--pwd={job.layout.code_dir}", image, *inner]
+    if container is not None:
+        image = d.image or ""
+        # The host folders a container sees: the working folder, the inputs, then slurm.container.mounts.
+        mounts = ",".join([d.layout.workdir, *sorted(set(d.places.inputs.values())), *container.mounts])
+        if container.runtime == "pyxis":
+            srun += [
+                f"--container-image={image}",
+                f"--container-mounts={mounts}",
+                f"--container-workdir={d.layout.code_dir}",
+            ]
+        else:
+            gpu = ["--nv"] if d.gpus_per_node else []
+            inner = ["apptainer", "exec", *gpu, f"--bind={mounts}", f"--pwd={d.layout.code_dir}", image, *inner]
     words = [f'"{w}"' if "$" in w else q(w) for w in srun]  # $SLURM_CPUS_PER_TASK, expanded by bash
     words += [w if w.startswith('"') else q(w) for w in inner] + [q(w) for w in program]
     return [*body, _wrap(words) + " &"]
 
 
-def launcher_payload(job: Job) -> str:
+def launcher_payload(d: SlurmDecision) -> str:
     """What each rank's launcher (cloudddp/injob/shim.py) is told: Slurm signals every process of the step itself,
     so the launcher passes nothing on (``stops: platform``); it keeps ``checkpoint.files`` (the first launcher of
     each node saves them every 30 s, and each when its program ends, inside the grace)."""
     payload: dict[str, object] = {"stops": "platform"}
-    if job.keep_files:
-        payload["keep"] = list(job.keep_files)
+    if d.keep_files:
+        payload["keep"] = list(d.keep_files)
     return json.dumps(payload, separators=(",", ":"))
 
 
