@@ -84,9 +84,6 @@ class SlurmOptions(Strict):
         "torchrun, one under srun). Default: at submit, the node's CPUs shared among its GPUs "
         "(CPUs / GPUs of the partition's smallest node), or 1 per process without GPUs.",
     )
-    cpus_per_task: int | None = Field(
-        None, description="Renamed: slurm.cpus_per_process (a spec that gives this is told how to convert it)."
-    )
     mem: str | None = Field(None, description="Memory per node in Slurm's words: 64G, 500000M, 0 (all of it).")
     launch: Literal["torchrun", "srun"] = Field(
         "torchrun",
@@ -164,15 +161,6 @@ class SlurmOptions(Strict):
         if isinstance(v, str) and not _MEMORY.match(v):
             raise ValueError("write memory as Slurm does: a number with K, M, G or T (64G), or 0 for all of it")
         return v
-
-    @field_validator("cpus_per_task")
-    @classmethod
-    def _renamed(cls, v: object) -> None:
-        if v is not None:
-            raise ValueError(
-                "cpus_per_task is now cpus_per_process: CPUs for each training process, whatever slurm.launch "
-                "(under torchrun the old value was a whole node's: divide it by the processes per node)"
-            )
 
     @field_validator("workdir")
     @classmethod

@@ -67,7 +67,6 @@ def spec_with(tmp_path: Path, slurm_lines: list[str]) -> tuple[Path, int]:
         ("sbatch_options: [--array=0-2]", ["--array is not supported", "one run per index"]),
         ("sbatch_options: [--container-image, img]", ["--container-image=img as one item"]),
         ("stop_before_limit: 70000", ["65535"]),
-        ("cpus_per_task: 64", ["cpus_per_task is now cpus_per_process", "divide it by the processes per node"]),
         ("status_every: 0", ["between 1 s"]),
         ("install_on: compute", ["login", "job"]),
     ],
