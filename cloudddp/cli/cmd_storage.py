@@ -9,6 +9,7 @@ import click
 from cloudddp.backends.slurm import storage as slurm_storage
 from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.backends.slurm.shell import Shell
+from cloudddp.backends.slurm.workdir import workdir
 from cloudddp.cli.options import json_option, load_job, override_option
 from cloudddp.observe.console import escape, out, print_json
 from cloudddp.observe.units import human_bytes
@@ -46,7 +47,7 @@ def storage(
     """
     opts: SlurmOptions = load_job(job, override).section("slurm") if job else SlurmOptions()
     shell = Shell(opts.login_host, tuple(opts.ssh_options))
-    folder, _ = slurm_storage.workdir(opts, shell)
+    folder = workdir(opts, shell)
     entries = slurm_storage.survey(shell, folder, quiet_minutes)
     chosen = [e for e in entries if e.removable(checkpoints)] if remove else []
     slurm_storage.remove(shell, folder, chosen)

@@ -73,6 +73,7 @@ CASES = (
     Case("cifar10-azureml", "jobs/cifar10-azureml.yaml"),
     Case("cifar10-smddp", "jobs/cifar10-smddp.yaml"),
     Case("cifar10-slurm", "jobs/cifar10-slurm.yaml"),
+    Case("cifar10-slurm-no-workdir", "jobs/cifar10-slurm.yaml", ("slurm.workdir=null",)),
     Case("lightning", "examples/lightning/job.yaml"),
     Case("huggingface", "examples/huggingface/job.yaml"),
     Case("accelerate", "examples/accelerate/job.yaml"),

@@ -36,6 +36,7 @@ from cloudddp.backends.slurm.request import SlurmRequest
 from cloudddp.backends.slurm.shell import Shell
 from cloudddp.backends.slurm.start import start_estimate
 from cloudddp.backends.slurm.status import Polls, current_status
+from cloudddp.backends.slurm.workdir import in_place
 from cloudddp.backends.status import LogLine, RunStatus
 from cloudddp.plan import Plan, substitute
 from cloudddp.spec.model import JobSpec
@@ -93,6 +94,7 @@ class SlurmBackend(Backend[SlurmOptions]):
             },
             job=redacted_spec_data(spec),
             env_sources=decision.env_sources,
+            late=decision.late,
         )
 
     def _for_attempt(self, plan: Plan[SlurmRequest], attempt: int) -> Plan[SlurmRequest]:
@@ -107,8 +109,9 @@ class SlurmBackend(Backend[SlurmOptions]):
 
     def _checkpoint_store(self, location: str, target: Mapping[str, Any]) -> SlurmCheckpoints:
         """The checkpoint folder on the cluster, through the shell the plan names (here, or ssh to the login
-        host)."""
-        return SlurmCheckpoints(Shell.of(target), location)
+        host); in a working folder left to submit, the one the cluster names now."""
+        shell = Shell.of(target)
+        return SlurmCheckpoints(shell, in_place(location, shell))
 
     # -- launch ------------------------------------------------------------------------------
     def _launch(self, plan: Plan[SlurmRequest], *, provision: bool, progress: Progress | None) -> Launched:

@@ -1,13 +1,12 @@
 """The Slurm render's choices, made once: sizes and launcher, where things go, the environment, CPUs per task,
 the time limit (one allocation or a chain), the requirements environment and the container image.
 
-:func:`decide` refuses what Slurm cannot run as asked (a UserError naming the field) and decides nothing else
-from the cluster itself but, without ``slurm.workdir``, the working folder its login shell names
-(:func:`.storage.workdir`: one command, here or through ssh): what only the cluster knows is decided at submit
-(CPUs per task when ``slurm.cpus_per_process`` is not given) or checked by the preflight. It only reads, for the
-plan's words, the checkpoint folder where it is this machine's (:mod:`cloudddp.backends.checkpoints.contents`).
-The script, the request (:mod:`.build`) and the plan's lines (:mod:`.explain`) are made from the
-:class:`SlurmDecision` alone.
+:func:`decide` refuses what Slurm cannot run as asked (a UserError naming the field) and asks the cluster nothing:
+what only the cluster knows is decided at submit (the working folder when ``slurm.workdir`` is not given, named
+by a placeholder until then: :mod:`.workdir`; CPUs per task when ``slurm.cpus_per_process`` is not) or checked by
+the preflight. It only reads, for the plan's words, the checkpoint folder where it is known and this machine's
+(:mod:`cloudddp.backends.checkpoints.contents`). The script, the request (:mod:`.build`) and the plan's lines
+(:mod:`.explain`) are made from the :class:`SlurmDecision` alone.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudddp.backends.checkpoints import contents
-from cloudddp.backends.slurm import envs, images, paths, storage
+from cloudddp.backends.slurm import envs, images, paths, workdir
 from cloudddp.backends.slurm.layout import Layout
 from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.backends.slurm.request import Launcher
@@ -55,7 +54,7 @@ class SlurmDecision:
     shell: Shell
     layout: Layout
     workdir_origin: str
-    """Where the working folder comes from: slurm.workdir, the cluster's scratch variable, or this machine."""
+    """Where the working folder comes from: slurm.workdir, or the cluster's login shell at submit."""
     snapshot: Snapshot
     upload: dict[str, Any]
     """The plan's record of the code snapshot's upload into the working folder."""
@@ -93,8 +92,9 @@ class SlurmDecision:
     checkpoint_owner: str
     """Why the checkpoint folder is this one (:func:`cloudddp.runtime.checkpoint_owner`)."""
     found: contents.Found | None
-    """What the checkpoint folder holds, where Slurm's commands run on this machine (the folder is read at
-    render); None through ssh (the folder is the cluster's) or with checkpointing off."""
+    """What the checkpoint folder holds, where Slurm's commands run on this machine and the folder is known at
+    render (read then); None through ssh (the folder is the cluster's), in a working folder resolved at submit,
+    or with checkpointing off."""
     never_resume: bool
     max_restarts: int
     keep_files: tuple[str, ...]
@@ -122,6 +122,11 @@ class SlurmDecision:
         return tuple(self.env_sources)
 
     @property
+    def late(self) -> tuple[str, ...]:
+        """What the plan leaves to submit: the working folder, where ``slurm.workdir`` is not given."""
+        return (workdir.LATE,) if self.layout.workdir == workdir.WORKDIR else ()
+
+    @property
     def python(self) -> str:
         """The interpreter the training runs with: the requirements environment's, else slurm.python."""
         return f"{self.requirements_env}/bin/python" if self.requirements_env else self.options.python
@@ -133,8 +138,8 @@ def decide(spec: JobSpec, opts: SlurmOptions, *, token: str | None) -> SlurmDeci
     snapshot = checked_snapshot(spec)
     run_id = f"{spec.name}-{token or time.strftime('%y%m%d-%H%M%S') + '-' + secrets.token_hex(2)}"
     shell = Shell(opts.login_host, tuple(opts.ssh_options))
-    workdir, workdir_origin = storage.workdir(opts, shell)
-    layout = Layout(workdir, run_id)
+    folder, workdir_origin = workdir.planned(opts, shell)
+    layout = Layout(folder, run_id)
     res = spec.resources
     launch: Launcher = "srun" if spec.distribution.launcher == "mpi" else opts.launch
     fabric_unplaced = _fabric_unplaced(spec, opts)
@@ -190,8 +195,9 @@ def decide(spec: JobSpec, opts: SlurmOptions, *, token: str | None) -> SlurmDeci
 
 
 def _found(spec: JobSpec, opts: SlurmOptions, places: Places) -> contents.Found | None:
-    """The checkpoint folder's contents, read only where it is this machine's folder (no login host)."""
-    if places.checkpoint_dir is None or opts.login_host is not None:
+    """The checkpoint folder's contents, read only where it is this machine's folder (no login host) and known
+    (not in a working folder resolved at submit)."""
+    if places.checkpoint_dir is None or opts.login_host is not None or workdir.WORKDIR in places.checkpoint_dir:
         return None
     folder = Path(places.checkpoint_dir)
     return contents.look(

@@ -4,7 +4,7 @@ and ``plan`` show before anything is sent)."""
 from __future__ import annotations
 
 from cloudddp.backends.checkpoints import contents
-from cloudddp.backends.slurm import flags, images
+from cloudddp.backends.slurm import flags, images, workdir
 from cloudddp.backends.slurm.decide import SlurmDecision, graces
 from cloudddp.code.shipped import snapshot_warnings
 from cloudddp.observe.units import human_bytes
@@ -67,9 +67,10 @@ def _grace(d: SlurmDecision) -> str:
 
 
 def _checkpoints(d: SlurmDecision, folder: str) -> str:
-    """Which folder and why; what the run will start from where the folder is this machine's to read."""
+    """Which folder and why; what the run will start from where the folder is known and this machine's to read."""
     if d.found is None:
-        note = "a requeued or resubmitted job finds its checkpoints there (on the cluster: not read at render)"
+        unread = "in the working folder resolved at submit" if workdir.WORKDIR in folder else "on the cluster"
+        note = f"a requeued or resubmitted job finds its checkpoints there ({unread}: not read at render)"
     else:
         note = contents.resume_note(d.found, never=d.never_resume)
     return f"checkpoints in {folder} ({d.checkpoint_owner}): {note}"

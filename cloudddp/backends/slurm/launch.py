@@ -1,7 +1,8 @@
-"""Sending a Slurm plan: the code snapshot onto the cluster's shared filesystem (content-addressed, unpacked into
-the run's folder), the script written there, the requirements environment built where Slurm's commands run,
-then ``sbatch --parsable``; the job's name is the run id, so a retried launch finds its job instead of
-submitting another. And cancelling a run: ``scancel`` (SIGTERM first, KillWait seconds to checkpoint).
+"""Sending a Slurm plan: the working folder resolved where render left it to submit (:mod:`.workdir`), the code
+snapshot onto the cluster's shared filesystem (content-addressed, unpacked into the run's folder), the script
+written there, the requirements environment built where Slurm's commands run, then ``sbatch --parsable``; the
+job's name is the run id, so a retried launch finds its job instead of submitting another. And cancelling a run:
+``scancel`` (SIGTERM first, KillWait seconds to checkpoint).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from cloudddp.backends.slurm.request import CpusAtSubmit, LoginEnvironment, Slur
 from cloudddp.backends.slurm.script import RDZV_ID_VARIABLE
 from cloudddp.backends.slurm.shell import Shell, on_cluster
 from cloudddp.backends.slurm.status import job_record
+from cloudddp.backends.slurm.workdir import bound
 from cloudddp.errors import UserError
 from cloudddp.observe.units import human_bytes
 from cloudddp.plan import Plan
@@ -38,6 +40,7 @@ in a shared working folder under a name anyone on the same commit computes, so i
 
 def submit(plan: Plan[SlurmRequest], progress: Progress | None) -> Launched:
     """The plan's job submitted (or found, when a launch of it got that far before), and its run record."""
+    plan = bound(plan, progress)
     req = plan.request
     shell = Shell.of(plan.target)
     found = find(shell, req.run_id, req.clusters)

@@ -1,7 +1,7 @@
 """What ``doctor`` and a launch check on the cluster before submitting: Slurm answers, its KillWait (and the
 partition's GraceTime, where it preempts) give the training the SIGTERM grace the plan counts on, the partition
-exists and its MaxTime admits the job's time limit,
-the working folder is writable and nobody else's to write in, and the inputs are there."""
+exists and its MaxTime admits the job's time limit, the working folder (resolved first where render left it to
+submit) is writable and nobody else's to write in, and the inputs are there."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from cloudddp.backends.slurm import flags
 from cloudddp.backends.slurm.answers import parse_pairs
 from cloudddp.backends.slurm.request import SlurmRequest
 from cloudddp.backends.slurm.shell import Shell, on_cluster
-from cloudddp.errors import CloudDDPError
+from cloudddp.backends.slurm.workdir import bound
+from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.plan import Plan
 
 _PRIVATE = (
@@ -41,7 +42,7 @@ def preflight(plan: Plan[SlurmRequest]) -> list[Check]:
     checks = [Check("Slurm reachable", True, f"{version} {shell.where}")]
     checks += _options_checks(shell, plan, version)
     checks += _partition_checks(shell, plan)
-    checks += _workdir_checks(shell, plan.request.workdir)
+    checks += _workdir_checks(shell, plan)
     checks += _input_checks(shell, plan.request.env)
     return checks
 
@@ -134,7 +135,11 @@ def _partition_checks(shell: Shell, plan: Plan[SlurmRequest]) -> list[Check]:
     return checks + _time_limit_check(plan, row)
 
 
-def _workdir_checks(shell: Shell, workdir: str) -> list[Check]:
+def _workdir_checks(shell: Shell, plan: Plan[SlurmRequest]) -> list[Check]:
+    try:
+        workdir = bound(plan).request.workdir
+    except UserError as e:
+        return [Check("working folder", False, str(e.args[0]), fix=e.hint or "set slurm.workdir")]
     writable = shell.run(["bash", "-c", 'mkdir -p -m 700 "$1" && test -w "$1"', "-", workdir], check=False)
     checks = [
         Check(

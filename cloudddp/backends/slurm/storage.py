@@ -1,17 +1,9 @@
-"""Where a user's runs keep their files on the cluster, and what they left there (``cloudddp storage``).
+"""What a user's runs left in the working folder on the cluster (``cloudddp storage``).
 
-The working folder holds ``runs/<run id>`` (a run's script, logs, outputs and unpacked code),
-``code/<sha256>.tar.gz`` (code snapshots), ``envs/<key>`` (requirements environments), ``images/`` (imported
-container images, 10–20 GB for NGC's) and ``checkpoints/<job name>`` (what a resubmit resumes from). Clusters
-give a small, quota-limited ``$HOME`` and a large scratch space for such files, which sites name in the login
-environment (``$SCRATCH``, ``$WORK``). So when ``slurm.workdir`` is not given, the cluster's login shell is asked
-(``bash -l``, here or through ssh): ``$CLOUDDDP_SLURM_WORKDIR`` (a site's or a user's setting) as it is, else
-``$SCRATCH/cloudddp``, else ``$WORK/cloudddp``; with none, ``$CLOUDDDP_HOME/slurm`` on this machine (with a
-login host, which has no folder of this machine's, that is an error naming slurm.workdir).
-
-:func:`survey` lists every entry of those folders with its size, whether a live job of the user's uses it (its
-run folder, or a path its script names) and whether anything in it changed lately (a submit under way uploads
-and builds before its job exists); :func:`remove` removes the others.
+:func:`survey` lists every entry of the working folder's sub-folders (:mod:`.workdir` says what each holds) with
+its size, whether a live job of the user's uses it (its run folder, or a path its script names) and whether
+anything in it changed lately (a submit under way uploads and builds before its job exists); :func:`remove`
+removes the others.
 """
 
 from __future__ import annotations
@@ -19,15 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cloudddp.backends.slurm.options import SlurmOptions, checked_workdir
 from cloudddp.backends.slurm.shell import Shell
-from cloudddp.errors import CloudDDPError, UserError
-from cloudddp.paths import home
+from cloudddp.errors import CloudDDPError
 
-SITE_VARIABLES = ("CLOUDDDP_SLURM_WORKDIR", "SCRATCH", "WORK")
-"""What the cluster's login shell may set, in the order asked: a setting naming the folder itself, then the
-scratch spaces, under which cloudddp uses a ``cloudddp`` folder."""
-_SITE = 'printf "cloudddp-site\\0%s\\0%s\\0%s\\0" "${CLOUDDDP_SLURM_WORKDIR-}" "${SCRATCH-}" "${WORK-}"'
 KINDS = ("runs", "envs", "images", "code", "checkpoints")
 """The working folder's sub-folders, each entry of which is one thing a run left."""
 # Lists each entry (KiB, changed within $2 minutes or not, the name a link points to, path), then each live job
@@ -49,47 +35,6 @@ done
 exit 0
 """
 _NAME_CHAR = r"[\w.+=@-]"
-
-
-def site_workdir(shell: Shell) -> tuple[str, str] | None:
-    """The working folder the cluster's login shell names and the variable naming it; None where none does."""
-    try:
-        answer = shell.run(["bash", "-lc", _SITE])
-    except CloudDDPError as e:
-        raise UserError(
-            f"slurm.workdir: not given, and the cluster's login shell could not be asked for its scratch folder "
-            f"{shell.where}: {str(e).splitlines()[0]}",
-            hint="set slurm.workdir to a folder on the cluster's shared filesystem",
-        ) from None
-    said = answer.stdout.decode(errors="replace").partition("cloudddp-site\0")[2].split("\0")
-    for name, value in zip(SITE_VARIABLES, said, strict=False):
-        if not value:
-            continue
-        folder = value if name == SITE_VARIABLES[0] else f"{value.rstrip('/')}/cloudddp"
-        try:
-            return checked_workdir(folder), f"${name}"
-        except ValueError as e:
-            raise UserError(
-                f"slurm.workdir: not given, and ${name} on the cluster ({value}) cannot hold the working folder: {e}",
-                hint="set slurm.workdir to a folder on the cluster's shared filesystem",
-            ) from None
-    return None
-
-
-def workdir(opts: SlurmOptions, shell: Shell) -> tuple[str, str]:
-    """The run's working folder and where it comes from (for the plan's words)."""
-    if opts.workdir:
-        return opts.workdir, "slurm.workdir"
-    site = site_workdir(shell)
-    if site is not None:
-        return site[0], f"{site[1]} on the cluster"
-    if shell.login_host:
-        raise UserError(
-            "slurm.workdir: not given, and the cluster's login shell sets none of "
-            + ", ".join(f"${v}" for v in SITE_VARIABLES),
-            hint="set slurm.workdir to a folder on the cluster's shared filesystem (a scratch space, not $HOME)",
-        )
-    return str(home() / "slurm"), "$CLOUDDDP_HOME/slurm (the login shell sets no $SCRATCH or $WORK)"
 
 
 @dataclass(frozen=True)

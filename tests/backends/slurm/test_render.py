@@ -29,7 +29,9 @@ from cloudddp.backends.slurm.answers import (
 from cloudddp.backends.slurm.logs import Labels
 from cloudddp.backends.slurm.script import ENDED_FILE, LIMIT_EXIT, LIMIT_MARK, PREEMPT_MARK
 from cloudddp.backends.slurm.shell import READ_CAP, Shell
+from cloudddp.backends.slurm.workdir import LATE, WORKDIR
 from cloudddp.backends.status import Cause
+from cloudddp.errors import UserError
 from cloudddp.plan import Plan
 from cloudddp.runs.runner import get_backend
 from tests.support.cli import FIXTURES, ROOT, cli
@@ -159,7 +161,7 @@ def test_secrets_stay_out_of_the_script_and_the_plan(tmp_path: Path) -> None:
         f"name: s\ncode: {{dir: {FIXTURES / 'tinyjob'}}}\n"
         "env: {PLAIN: shown, TOKEN: {value: hunter2-hunter2, secret: true}, HOME_COPY: {from_env: HOME}}\n"
     )
-    plan = render(spec)
+    plan = render(spec, "slurm.workdir=/shared/w")
     script = plan.documents["job.sbatch"]
     assert "export PLAIN=shown" in script and "hunter2" not in plan.to_json() + script
     assert "# TOKEN: from the submitting shell or a secret" in script and "export TOKEN" not in script
@@ -175,7 +177,6 @@ def test_secrets_stay_out_of_the_script_and_the_plan(tmp_path: Path) -> None:
             "slurm.constraint",
             "InfiniBand",
         ),
-        (["slurm.workdir=null"], "slurm.workdir", "could not be asked for its scratch folder on login.cluster"),
         (["slurm.sbatch_options=[--time=5]"], "slurm.sbatch_options", "set by cloudddp"),
         (["slurm.mem=lots"], "slurm.mem", "64G"),
         (["slurm.partition=gpu a100"], "slurm.partition", "one word"),
@@ -189,6 +190,17 @@ def test_bad_slurm_input_exits_2_naming_the_field(overrides: list[str], field: s
     result = cli("render", str(CIFAR), "-b", "slurm", *(x for o in overrides for x in ("-o", o)))
     assert result.returncode == 2, result.stdout + result.stderr
     assert field in result.stderr and words in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_without_workdir_render_asks_nothing_and_submit_asks_the_login_shell_before_anything_is_sent() -> None:
+    plan = render(CIFAR, "slurm.workdir=null")  # through ssh, to a login host that does not exist
+    assert plan.late == (LATE,) and plan.request.workdir == WORKDIR
+    assert plan.uploads[0]["destination"].startswith(f"{WORKDIR}/code/")
+    assert any("the working folder from the cluster's login shell, resolved at submit" in d for d in plan.decisions)
+    with pytest.raises(UserError) as info:
+        get_backend("slurm").launch(plan, checks=False)
+    assert "slurm.workdir: not given, and the cluster's login shell could not be asked" in str(info.value)
+    assert "on login.cluster.example.org (ssh)" in str(info.value)
 
 
 def test_what_cloudddp_cannot_see_on_a_cluster_is_a_warning_with_the_option_to_set() -> None:
@@ -309,7 +321,7 @@ def test_why_a_job_was_requeued_and_accounting_rows() -> None:
 def test_the_rendered_script_runs_under_bash_with_slurm_variables(tmp_path: Path) -> None:
     """The script's own shell logic (node addresses, the rendezvous, the launch line) with stand-ins for
     Slurm's commands: what srun would start on each node is printed instead of run. No port is fixed or derived
-    from the job id (issue #38: one could be bound in advance): node 0's agent is given port 0 and writes where
+    from the job id (one could be bound in advance): node 0's agent is given port 0 and writes where
     it listens into the run folder, emptied of an earlier run's file first."""
     plan = render(TINY, "resources.nodes=2", f"slurm.workdir={tmp_path}")
     bin_dir = tmp_path / "bin"
@@ -477,15 +489,17 @@ def test_a_runs_end_record_reads_as_slurms_record_would() -> None:
     assert from_ended("") is None and from_ended("exit= slurm=RUNNING") is None
 
 
+@pytest.mark.parametrize("workdir", ["given", "bound at submit"])
 @pytest.mark.parametrize("preempt_time", ["2026-11-27T15:00:00", "None"])
 def test_the_warning_signal_is_told_as_a_preemption_or_the_time_limit_and_the_end_is_recorded(
-    tmp_path: Path, preempt_time: str
+    tmp_path: Path, preempt_time: str, workdir: str
 ) -> None:
     """USR1 comes before the time limit, or at a preemption on a cluster with send_user_signal: the batch log says
-    which (issue #42: a preemption was logged as the time limit). A preempted run requeues itself and records no
-    end; a run stopped ahead of the limit records its exit. Stand-ins for Slurm's commands: srun sends the
-    script USR1 as Slurm would, and scontrol answers the job's record."""
-    plan = render(TINY, f"slurm.workdir={tmp_path}")
+    which. A preempted run requeues itself and records no end; a run stopped ahead of the limit records its exit,
+    in its run folder whether the working folder was given or bound at submit. Stand-ins for Slurm's commands:
+    srun sends the script USR1 as Slurm would, and scontrol answers the job's record."""
+    given = workdir == "given"
+    plan = render(TINY, f"slurm.workdir={tmp_path}") if given else render(TINY).bind({LATE: str(tmp_path)})
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     record = f"JobId=7 JobState=RUNNING Restarts=0 PreemptTime={preempt_time} SuspendTime=None"
@@ -517,7 +531,7 @@ def test_the_warning_signal_is_told_as_a_preemption_or_the_time_limit_and_the_en
 
 
 def test_a_users_own_ssh_master_is_used_where_their_config_names_one(tmp_path: Path) -> None:
-    """Issue #42: a login node with MFA is reached through the master connection the user opened by hand (their
+    """A login node with MFA is reached through the master connection the user opened by hand (their
     ~/.ssh/config's ControlPath); cloudddp's own ControlPath would bypass it and, with BatchMode, fail."""
     theirs = tmp_path / "theirs"
     theirs.write_text(f"Host login\n  ControlMaster auto\n  ControlPath {tmp_path}/cm-%C\n")

@@ -20,6 +20,7 @@ import pytest
 
 from cloudddp.api import Job, Run
 from cloudddp.backends.slurm.shell import Shell
+from cloudddp.backends.slurm.workdir import bound
 from cloudddp.backends.status import Cause, RunState
 from cloudddp.paths import home
 from cloudddp.runs.runner import get_backend
@@ -110,7 +111,7 @@ def test_the_shared_script_on_one_node_with_two_processes_through_the_cli(
     """... with a snapshot planted in the shared working folder under the name this commit's snapshot has: it is
     replaced (its sha256 is checked on the cluster) and never runs."""
     args = ["resources.processes_per_node=2", "code.args=[--dataset, digits, --epochs, '1', --batch-size, '128']"]
-    (upload,) = Job.load(DIGITS, [*ON_CLUSTER, *args]).render("slurm").uploads
+    (upload,) = bound(Job.load(DIGITS, [*ON_CLUSTER, *args]).render("slurm")).uploads  # where submit puts it
     marker = tmp_path / "planted-code-ran"
     _plant(Path(upload["destination"]), marker)
     result = cli(

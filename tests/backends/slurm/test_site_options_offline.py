@@ -1,8 +1,8 @@
-"""Slurm as real clusters are configured (issue 27, items 2, 3, 4, 6, 7; issue 24, item 3), offline: what the
-spec refuses and why, sbatch's options read as sbatch reads them, the requirements environment's shell
-functions run by a real bash and pip, the clean environment sbatch gets, Slurm's answers (held jobs, zoned
-times, node sizes), how often the controller is asked, and the shared script's threads. The same on the
-real cluster: tests/backends/slurm/test_site_options_on_cluster.py."""
+"""Slurm as real clusters are configured, offline: what the spec refuses and why, sbatch's options read as sbatch
+reads them, the requirements environment's shell functions run by a real bash and pip, the clean environment
+sbatch gets, Slurm's answers (held jobs, zoned times, node sizes), how often the controller is asked, the shared
+script's threads, and the working folder the login shell names. The same on the real cluster:
+tests/backends/slurm/test_site_options_on_cluster.py."""
 
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ from cloudddp.backends.slurm.flags import normalize
 from cloudddp.backends.slurm.launch import cpus_per_task
 from cloudddp.backends.slurm.record import SlurmRunInfo
 from cloudddp.backends.slurm.shell import Shell, clean_env
+from cloudddp.backends.slurm.workdir import LATE, WORKDIR, bound
 from cloudddp.backends.status import RunState, RunStatus
+from cloudddp.errors import UserError
 from cloudddp.runs.runner import get_backend
 from tests.support.cli import FIXTURES, ROOT, cli
 from tests.support.wheels import wheel
@@ -325,22 +327,38 @@ def test_threads_follow_the_processes_affinity_and_slurms_cpus(monkeypatch: pyte
         ({"SCRATCH": "/scratch/u1", "CLOUDDDP_SLURM_WORKDIR": "/lustre/site/u1"}, "/lustre/site/u1"),
     ],
 )
-def test_without_workdir_the_run_goes_where_the_login_shell_says(
+def test_without_workdir_the_run_goes_where_the_login_shell_says_at_submit(
     monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], workdir: str
 ) -> None:
-    """Issue #42: a site's scratch space (read through the shell Slurm's commands run in, here a real bash -l),
-    not $HOME; without any, $CLOUDDDP_HOME/slurm as before."""
+    """A site's scratch space (read through the shell Slurm's commands run in, here a real bash -l), not $HOME;
+    without any, $CLOUDDDP_HOME/slurm. Render names the folder by a placeholder; binding it fills every path the
+    plan sends."""
     for name in ("SCRATCH", "WORK", "CLOUDDDP_SLURM_WORKDIR"):
         monkeypatch.delenv(name, raising=False)
-    assert Job.load(TINY).render("slurm").request.workdir == str(Path(os.environ["CLOUDDDP_HOME"]) / "slurm")
+    plan = Job.load(TINY).render("slurm")
+    assert plan.late == (LATE,) and plan.request.workdir == WORKDIR, plan.request
+    assert bound(plan).request.workdir == str(Path(os.environ["CLOUDDDP_HOME"]) / "slurm")
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    plan = Job.load(TINY).render("slurm")
-    assert plan.request.workdir == workdir and f"--output={workdir}/runs/tiny-" in plan.documents["job.sbatch"]
+    filled = bound(plan)
+    sent = json.dumps([filled.request.to_dict(), filled.documents, filled.uploads, filled.target])
+    assert filled.late == () and WORKDIR not in sent, sent
+    assert filled.request.workdir == workdir and f"--output={workdir}/runs/tiny-" in filled.documents["job.sbatch"]
+    checkpoints = filled.request.checkpoint_dir
+    assert checkpoints and checkpoints.startswith(f"{workdir}/checkpoints/tiny/"), checkpoints
+    assert filled.target["checkpoints"] == filled.request.env["CLOUDDDP_CHECKPOINT_DIR"] == checkpoints
+    assert filled.uploads[0]["destination"].startswith(f"{workdir}/code/")
+    assert SlurmBackend().checkpoint_store(plan.target).location == checkpoints  # the run record's target, unbound
+    assert filled.request.script_path == f"{filled.request.run_dir}/job.sbatch"
 
 
-def test_a_scratch_folder_that_cannot_hold_runs_exits_2_naming_the_variable_and_the_field() -> None:
-    result = cli("render", str(TINY), "-b", "slurm", env={"SCRATCH": "/scratch/my data"})
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert "slurm.workdir: not given, and $SCRATCH on the cluster (/scratch/my data)" in result.stderr, result.stderr
-    assert "set slurm.workdir" in result.stderr and "Traceback" not in result.stderr
+def test_a_scratch_folder_that_cannot_hold_runs_stops_the_submit_naming_the_variable_and_the_field(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SCRATCH", "/scratch/my data")
+    plan = Job.load(TINY).render("slurm")  # render asks nothing
+    with pytest.raises(UserError) as info:
+        get_backend("slurm").launch(plan, checks=False)
+    said = str(info.value)
+    assert "slurm.workdir: not given, and $SCRATCH on the cluster (/scratch/my data)" in said, said
+    assert "set slurm.workdir" in said

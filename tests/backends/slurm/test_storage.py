@@ -1,6 +1,6 @@
-"""Issue #42, storage that fits a quota, on the real cluster (tests/support/slurm_cluster.py): without
-slurm.workdir a run's files go to the scratch space the cluster's login shell names (read through a real sshd),
-and ``cloudddp storage`` shows what runs left, largest first, and removes only what no live job uses."""
+"""Storage that fits a quota, on the real cluster (tests/support/slurm_cluster.py): without slurm.workdir a run's
+files go to the scratch space the cluster's login shell names (asked at submit, through a real sshd), and
+``cloudddp storage`` shows what runs left, largest first, and removes only what no live job uses."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cloudddp.api import Job
+from cloudddp.backends.slurm.workdir import WORKDIR
 from cloudddp.backends.status import RunState
 from tests.support.cli import FIXTURES, cli
 from tests.support.rigs import rig_unavailable
@@ -48,14 +49,16 @@ def test_without_workdir_a_run_through_ssh_goes_to_the_scratch_its_login_shell_n
         spec = spec_file(
             tmp_path, "scratchy", "echo on $SLURMD_NODENAME", login_host=server.host, ssh_options=list(server.options)
         )
-        rendered = cli("render", str(spec), "-b", "slurm")
+        rendered = cli("render", str(spec), "-b", "slurm")  # asks the login node nothing
         assert rendered.returncode == 0, rendered.stderr
-        assert f"#SBATCH --chdir={scratch}/cloudddp/runs/scratchy-" in rendered.stdout, rendered.stdout
-        assert "the working folder from $SCRATCH on the cluster" in rendered.stderr, rendered.stderr
+        assert f"#SBATCH --chdir={WORKDIR}/runs/scratchy-" in rendered.stdout, rendered.stdout
+        assert "the working folder from the cluster's login shell, resolved at submit" in rendered.stderr
         run = Job.load(spec).submit("slurm", poll_seconds=0.2)
         status = run.wait(timeout=90, poll=0.5)
         assert status.state is RunState.SUCCEEDED, (status, [line.text for line in run.logs()])
         assert Path(status.details["run_dir"]).parent == scratch / "cloudddp" / "runs", status.details
+        script = (Path(status.details["run_dir"]) / "job.sbatch").read_text()
+        assert f"#SBATCH --chdir={scratch}/cloudddp/runs/scratchy-" in script and WORKDIR not in script
         assert [line.text for line in run.logs() if line.text.startswith("on ")] == ["on node1"]
     finally:
         server_context.__exit__(None, None, None)
