@@ -1,9 +1,10 @@
 """What the installed distributions register in the entry-point groups a cloudddp process reads: its backends
-(``cloudddp.backends``) and pydantic's plugins (``pydantic``).
+(``cloudddp.backends``), the commands they contribute to the command line (``cloudddp.commands``) and pydantic's
+plugins (``pydantic``).
 
 Scanning every installed distribution's metadata for them costs tens of milliseconds, and a short command such
-as ``render`` would pay it twice (once for the backends, once inside pydantic at its first model). So one scan
-reads both groups, and what it found is kept in ``$CLOUDDDP_HOME/cache/entry-points.json`` under a key of the
+as ``render`` would pay it more than once (for the backends, then inside pydantic at its first model). So one scan
+reads every group, and what it found is kept in ``$CLOUDDDP_HOME/cache/entry-points.json`` under a key of the
 installed distributions (the modification times of the folders on ``sys.path``: installing or removing a
 distribution changes its folder's); a changed key scans again.
 """
@@ -20,8 +21,10 @@ import sys
 from cloudddp.paths import home
 
 BACKENDS = "cloudddp.backends"
+COMMANDS = "cloudddp.commands"
+"""Commands a distribution adds to ``cloudddp`` (name -> ``module:attr`` of a click command)."""
 PYDANTIC_PLUGINS = "pydantic"
-GROUPS = (BACKENDS, PYDANTIC_PLUGINS)
+GROUPS = (BACKENDS, COMMANDS, PYDANTIC_PLUGINS)
 
 
 def _installed_key() -> str:

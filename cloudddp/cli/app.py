@@ -3,22 +3,26 @@
 Exit codes: 0 ok, 1 the run failed, 2 bad input (spec, arguments, missing credentials), with a message
 and no traceback. Each command lives in the module of its group (:data:`COMMANDS`), imported only when the
 command is run or ``--help`` lists the commands: ``cloudddp render`` loads the spec and the one backend it
-renders for, never the runner. ``cloudddp --help`` imports neither torch nor any cloud SDK: backends import
-their SDK only where they talk to the cloud.
+renders for, never the runner. A backend adds commands of its own through the ``cloudddp.commands`` entry-point
+group (``cloudddp storage`` is Slurm's), imported only when one is run: ``--help`` lists them by name and owner.
+So ``cloudddp --help`` imports no backend, nor torch or any cloud SDK: backends import their SDK only where they
+talk to the cloud.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import gc
 import importlib
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import click
 
 from cloudddp.backends import installed
-from cloudddp.errors import CloudDDPError
+from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.observe.console import print_json
 from cloudddp.paths import UnsafeFolder
 
@@ -43,28 +47,60 @@ COMMANDS = {
     "backends": "cloudddp.cli.cmd_backends:backends",
     "check": "cloudddp.cli.cmd_check:check",
     "config": "cloudddp.cli.cmd_config:config",
-    "storage": "cloudddp.cli.cmd_storage:storage",
 }
-"""Each command's name and where it is defined (``module:attribute``)."""
+"""Each of cloudddp's own commands and where it is defined (``module:attribute``); a name here is never a
+backend's."""
 
 MEANT = {"sizes": "skus", "instances": "skus", "gpus": "skus", "runs": "list", "ls": "list", "run": "submit"}
 """Names people type for a command that has another name here (what other tools call it)."""
 
 
 class LazyGroup(click.Group):
-    """A group whose commands are imported on first use from ``lazy_subcommands`` (click's documented pattern)."""
+    """A group whose commands are imported on first use from ``lazy_subcommands`` (click's documented pattern),
+    and from ``contributed``: what an entry-point group adds (name -> ``module:attribute``, read when asked), but
+    for a name ``lazy_subcommands`` has."""
 
-    def __init__(self, *args: Any, lazy_subcommands: dict[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        lazy_subcommands: dict[str, str] | None = None,
+        contributed: Callable[[], dict[str, str]] = dict,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.lazy_subcommands = lazy_subcommands or {}
+        self.contributed = contributed
+
+    def _contributed(self) -> dict[str, str]:
+        return {name: entry for name, entry in self.contributed().items() if name not in self.lazy_subcommands}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted([*super().list_commands(ctx), *self.lazy_subcommands])
+        return sorted({*super().list_commands(ctx), *self.lazy_subcommands, *self._contributed()})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy_subcommands:
             return self._lazy_load(cmd_name)
+        entry = self._contributed().get(cmd_name)
+        if entry is not None:
+            return _contributed_command(cmd_name, entry)
         return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Click's list of the commands, without importing a contributed one (its module is in a backend's
+        package, which would load the whole backend): its line says where it comes from."""
+        contributed = self._contributed()
+        rows: list[tuple[str, click.Command | str]] = []
+        for name in self.list_commands(ctx):
+            if name in contributed:
+                rows.append((name, f"From {_owner(contributed[name])}: cloudddp {name} --help"))
+                continue
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command))
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(n, c if isinstance(c, str) else c.get_short_help_str(limit)) for n, c in rows])
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
@@ -85,7 +121,38 @@ class LazyGroup(click.Group):
         return command
 
 
-@click.group(cls=LazyGroup, lazy_subcommands=COMMANDS, context_settings=CONTEXT)
+def _contributed_command(name: str, entry: str) -> click.Command:
+    """The click command ``entry`` (``module:attribute``) names, registered as ``name``; a UserError when it cannot
+    be loaded (the distribution that registered it is broken, not cloudddp)."""
+    module_name, _, attribute = entry.partition(":")
+    try:
+        command = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as e:
+        raise UserError(
+            f"command {name!r} is registered as {entry!r} but cannot be loaded: {e}",
+            hint="reinstall the package that provides it",
+        ) from None
+    if not isinstance(command, click.Command):
+        raise UserError(f"command {name!r} ({entry}) is not a click command")
+    return command
+
+
+def _owner(entry: str) -> str:
+    """Who contributes the command ``entry`` names, without importing it: the registered backend whose package
+    holds its module, else its top package."""
+    module = entry.partition(":")[0]
+    for name, backend in installed.entry_points(installed.BACKENDS).items():
+        if module.startswith(backend.partition(":")[0] + "."):
+            return f"the {name} backend"
+    return module.split(".")[0]
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy_subcommands=COMMANDS,
+    contributed=functools.partial(installed.entry_points, installed.COMMANDS),
+    context_settings=CONTEXT,
+)
 @click.version_option(package_name="cloudddp", message="cloudddp %(version)s")
 def app() -> None:
     """Run PyTorch DDP training anywhere from one job spec: locally with torchrun or on any registered backend

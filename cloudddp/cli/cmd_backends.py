@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
+from cloudddp.backends.commands import json_option
 from cloudddp.backends.plugins import backend_classes
-from cloudddp.cli.options import json_option
 from cloudddp.observe.console import out, print_json
 
 

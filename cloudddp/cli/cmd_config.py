@@ -9,8 +9,8 @@ from __future__ import annotations
 import click
 import yaml
 
+from cloudddp.backends.commands import json_option
 from cloudddp.backends.plugins import SECTIONS, user_config
-from cloudddp.cli.options import json_option
 from cloudddp.observe.console import note, print_json
 from cloudddp.spec.userconfig import config_path, shown
 

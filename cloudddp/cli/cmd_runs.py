@@ -15,13 +15,13 @@ import click
 from click.shell_completion import CompletionItem
 
 from cloudddp.api import Run
+from cloudddp.backends.commands import json_option
 from cloudddp.backends.plugins import load_spec
 from cloudddp.backends.status import LogLine
 from cloudddp.cli.options import (
     backend_option,
     follow_option,
     format_record,
-    json_option,
     money,
     sdk_log,
 )

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from cloudddp.backends.commands import json_option, override_option
 from cloudddp.backends.plugins import backend_class, backend_classes
 from cloudddp.catalog import CATALOG_DATE, Requirements, all_skus, find, select, workload_for_model
 from cloudddp.catalog.model import DATASET_SAMPLES
@@ -17,10 +18,8 @@ from cloudddp.cli.confirm import PROXY_MARK, cost_of
 from cloudddp.cli.options import (
     backend_option,
     job_argument,
-    json_option,
     load_job,
     money,
-    override_option,
     plan_notes,
 )
 from cloudddp.errors import UserError

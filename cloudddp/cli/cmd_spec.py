@@ -13,13 +13,12 @@ from pathlib import Path
 import click
 
 from cloudddp.backends.checks import SettingsMissing
+from cloudddp.backends.commands import json_option, override_option
 from cloudddp.backends.plugins import backend_class, json_schema
 from cloudddp.cli.options import (
     backend_option,
     job_argument,
-    json_option,
     load_job,
-    override_option,
     print_plan,
 )
 from cloudddp.code.shipped import snapshot_warnings

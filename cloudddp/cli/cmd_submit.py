@@ -9,6 +9,7 @@ import click
 
 from cloudddp.api import Job, Run
 from cloudddp.backends.checks import Check, PreflightFailed
+from cloudddp.backends.commands import json_option, override_option
 from cloudddp.backends.plugins import backend_class
 from cloudddp.backends.status import LogLine, RunStatus
 from cloudddp.catalog.sizing import script_arg
@@ -17,9 +18,7 @@ from cloudddp.cli.options import (
     backend_option,
     format_record,
     job_argument,
-    json_option,
     load_job,
-    override_option,
     plan_notes,
     print_plan,
     sdk_log,

@@ -1,4 +1,5 @@
-"""What the command modules share: the options and arguments they declare alike, reading the job spec, failing
+"""What the command modules share: the options and arguments they declare alike (``--override`` and ``--json``,
+which a backend's own command declares too, are :mod:`cloudddp.backends.commands`'), reading the job spec, failing
 with a message, and printing a plan, JSON, a metric record or money."""
 
 from __future__ import annotations
@@ -52,21 +53,6 @@ def backend_option(default: str | None = "local", help: str = "The backend to us
         help=help,
         shell_complete=registered,
     )
-
-
-def override_option(f: F) -> F:
-    return click.option(
-        "--override",
-        "-o",
-        "override",
-        multiple=True,
-        metavar="KEY=VALUE",
-        help="Override a spec field: -o resources.nodes=2 (repeatable).",
-    )(f)
-
-
-def json_option(f: F) -> F:
-    return click.option("--json", "json_", is_flag=True, help="Print machine-readable JSON.")(f)
 
 
 def sdk_log() -> Path:

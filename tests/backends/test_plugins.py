@@ -1,14 +1,17 @@
 """A backend shipped in another distribution registers through the ``cloudddp.backends`` entry-point group
-and is a first-class backend: listed, its spec section validated and completed, rendered and submitted,
-with nothing in cloudddp edited. The plugin lives in ``tests/fixtures/plugin`` as an installed
-distribution would (a package plus its ``.dist-info`` with ``entry_points.txt``) on the Python path."""
+and is a first-class backend: listed, its spec section validated and completed, rendered and submitted, and a
+command of its own on the command line (``cloudddp.commands``), with nothing in cloudddp edited. The plugin lives
+in ``tests/fixtures/plugin`` as an installed distribution would (a package plus its ``.dist-info`` with
+``entry_points.txt``) on the Python path."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from importlib import metadata
 
 from tests.support.cli import FIXTURES, ROOT, cli
 
@@ -138,3 +141,56 @@ def test_its_next_attempt_and_a_saved_plan_keep_its_typed_request() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == ["toy-job-r2", "toy-job-r3", "toy-job-r3", "ToyRequest", True]
+
+
+HELP_PROBE = """
+import sys
+sys.argv = ["cloudddp", "--help"]
+from cloudddp.backends import installed
+from cloudddp.cli.app import main
+try:
+    main()
+except SystemExit:
+    pass
+packages = {entry.partition(":")[0] for entry in installed.entry_points(installed.BACKENDS).values()}
+print("IMPORTED=" + ",".join(sorted(packages & set(sys.modules))), file=sys.stderr)
+"""
+
+
+def test_its_command_is_listed_without_importing_it_and_runs_when_asked() -> None:
+    """``cloudddp --help`` names the toy's command and whose it is, importing no backend; the command runs with
+    cloudddp's own options; a name cloudddp's own commands have stays cloudddp's."""
+    listed = subprocess.run(
+        [sys.executable, "-c", HELP_PROBE], capture_output=True, text=True, env={**os.environ, **WITH_PLUGIN}
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "toy-runs  From the toy backend: cloudddp toy-runs --help" in listed.stdout, listed.stdout
+    assert "IMPORTED=\n" in listed.stderr, listed.stderr  # neither the toy's package nor any built-in backend's
+    assert "toy-runs" not in cli("--help").stdout  # not installed: not there
+    assert "cloudddp toy-runs" in cli("toy-runs", "--help", env=WITH_PLUGIN).stdout
+    assert cli("submit", str(TOY_JOB), "-b", "toy", "--detach", "--quiet", env=WITH_PLUGIN).returncode == 0
+    assert json.loads(cli("toy-runs", "--json", env=WITH_PLUGIN).stdout) == ["toy-job"]
+    other = cli("toy-runs", str(TOY_JOB), "-o", "name=other", "--json", env=WITH_PLUGIN)
+    assert other.returncode == 0 and json.loads(other.stdout) == [], other.stderr
+    # The toy's entry point named render is not taken: the name is cloudddp's own command's.
+    rendered = cli("render", str(TOY_JOB), "-b", "toy", "--json", env=WITH_PLUGIN)
+    assert rendered.returncode == 0 and json.loads(rendered.stdout)["backend"] == "toy", rendered.stderr
+
+
+def test_the_installed_entry_points_are_the_checkouts() -> None:
+    """What pyproject.toml registers is what the installed cloudddp's metadata says: a backend or command added
+    to the checkout is there only after ``pip install --no-deps -e .``."""
+    declared: dict[str, dict[str, str]] = {}
+    group = None
+    for line in (ROOT / "pyproject.toml").read_text().splitlines():  # no TOML reader before Python 3.11
+        if line.startswith("["):
+            header = re.fullmatch(r'\[project\.entry-points\."([^"]+)"\]', line)
+            group = header.group(1) if header else None
+            declared.update({group: {}} if group else {})
+        elif group and (entry := re.fullmatch(r'(\S+) = "([^"]+)"', line)):
+            declared[group][entry.group(1)] = entry.group(2)
+    assert {"cloudddp.backends", "cloudddp.commands"} <= set(declared), declared
+    installed = metadata.distribution("cloudddp").entry_points
+    for name, entries in declared.items():
+        found = {ep.name: ep.value for ep in installed if ep.group == name}
+        assert found == entries, f"{name}: installed {found}, pyproject.toml {entries}: pip install --no-deps -e ."

@@ -1,4 +1,5 @@
-"""`cloudddp --help`, validate and render must stay light: no torch, no cloud SDK."""
+"""`cloudddp --help`, validate and render must stay light: no torch, no cloud SDK; and `--help` no backend (a
+command a backend adds is listed by name)."""
 
 from __future__ import annotations
 
@@ -19,22 +20,31 @@ try:
 except SystemExit as e:
     code = e.code or 0
 heavy = sorted({{m.split(".")[0] for m in sys.modules}} & set({heavy!r}))
+from cloudddp.backends import installed
+backends = {{entry.partition(":")[0] for entry in installed.entry_points(installed.BACKENDS).values()}}
 print("EXIT=" + str(code), file=sys.stderr)
 print("HEAVY=" + ",".join(heavy), file=sys.stderr)
+print("BACKENDS=" + ",".join(sorted(backends & set(sys.modules))), file=sys.stderr)
 """
 
 
-def imported_heavy(*args: str) -> list[str]:
+def imported(*args: str, what: str = "HEAVY") -> list[str]:
+    """What the command imports of :data:`HEAVY` (``what="BACKENDS"``: of the registered backends' packages)."""
     code = PROBE.format(args=list(args), heavy=HEAVY)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    line = [ln for ln in result.stderr.splitlines() if ln.startswith("HEAVY=")]
+    line = [ln for ln in result.stderr.splitlines() if ln.startswith(f"{what}=")]
     assert line, result.stderr
     assert "EXIT=0" in result.stderr.splitlines(), result.stderr  # the command itself worked
-    return [m for m in line[-1].removeprefix("HEAVY=").split(",") if m]
+    return [m for m in line[-1].removeprefix(f"{what}=").split(",") if m]
 
 
-def test_help_imports_no_torch_or_cloud_sdk() -> None:
+def imported_heavy(*args: str) -> list[str]:
+    return imported(*args)
+
+
+def test_help_imports_no_torch_or_cloud_sdk_and_no_backend() -> None:
     assert imported_heavy("--help") == []
+    assert imported("--help", what="BACKENDS") == []  # Slurm's storage command is listed, not imported
 
 
 def test_validate_and_local_render_import_no_torch_or_cloud_sdk() -> None:

@@ -1,4 +1,8 @@
-"""``storage``: what a user's Slurm runs left on the cluster, by size, and removing what no live job uses."""
+"""``cloudddp storage``: what a user's Slurm runs left on the cluster, by size, and removing what no live job uses.
+
+The Slurm backend contributes it to the command line through the ``cloudddp.commands`` entry-point group
+(docs/writing-a-backend.md): it is imported only when it is run.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,12 @@ from pathlib import Path
 
 import click
 
+from cloudddp.backends.commands import json_option, override_option
+from cloudddp.backends.plugins import load_spec
 from cloudddp.backends.slurm import storage as slurm_storage
 from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.backends.slurm.shell import Shell
 from cloudddp.backends.slurm.workdir import workdir
-from cloudddp.cli.options import json_option, load_job, override_option
 from cloudddp.observe.console import escape, out, print_json
 from cloudddp.observe.units import human_bytes
 
@@ -45,7 +50,7 @@ def storage(
       cloudddp storage job.yaml
       cloudddp storage job.yaml --remove
     """
-    opts: SlurmOptions = load_job(job, override).section("slurm") if job else SlurmOptions()
+    opts: SlurmOptions = load_spec(job, override).section("slurm") if job else SlurmOptions()
     shell = Shell(opts.login_host, tuple(opts.ssh_options))
     folder = workdir(opts, shell)
     entries = slurm_storage.survey(shell, folder, quiet_minutes)
