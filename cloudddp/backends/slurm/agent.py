@@ -2,16 +2,16 @@
 (:data:`AGENT`), under ``srun`` rank 0's task (:data:`STORE`) binds the store's socket itself and tells the others
 where it is through a file in the run folder; no process computes a port or trusts one.
 
-A port known before the job runs (the old ``15000 + job id * 10 + restart``) could be bound in advance by anyone on
-the first node: node 0 then failed with EADDRINUSE while the other nodes connected to that listener, sent it the
-rendezvous id and unpickled the state it answered. Here node 0's agent binds a port the kernel picks (port 0, every
-interface: the other nodes must reach it), or ``slurm.rendezvous_port`` where a site fixes one, before any process
-can know which; torchrun's c10d store serves on that socket (``master_listen_fd``). Only then does node 0 write
-``host:port`` into the run folder, which only the submitting user may write (preflight checks the working folder),
-and the other nodes' agents read it from there (a regular file of their own user, not a link) and connect to
-nothing else. A site's fixed port that is taken ends node 0 with :data:`PORT_TAKEN_EXIT` and the file saying
-:data:`TAKEN` (the others end at once), read as an infrastructure failure: nothing connects to a listener it did
-not bind. Both run with the job's Python, which may not have cloudddp; argv: the endpoint file, the rendezvous
+A port known before the job runs (one derived from the job id, ``15000 + job id * 10 + restart`` say) could be bound
+in advance by anyone on the first node: node 0 would fail with EADDRINUSE while the other nodes connected to that
+listener, sent it the rendezvous id and unpickled the state it answered. So node 0's agent binds a port the kernel
+picks (port 0, every interface: the other nodes must reach it), or ``slurm.rendezvous_port`` where a site fixes one,
+before any process can know which; torchrun's c10d store serves on that socket (``master_listen_fd``). Only then
+does node 0 write ``host:port`` into the run folder, which only the submitting user may write (preflight checks the
+working folder), and the other nodes' agents read it from there (a regular file of their own user, not a link) and
+connect to nothing else. A site's fixed port that is taken ends node 0 with :data:`PORT_TAKEN_EXIT` and the file
+saying :data:`TAKEN` (the others end at once), read as an infrastructure failure: nothing connects to a listener it
+did not bind. Both run with the job's Python, which may not have cloudddp; argv: the endpoint file, the rendezvous
 host, the port (0: any), then torchrun's own arguments or the store's role.
 """
 
