@@ -6,12 +6,11 @@ cost and scaling model (:mod:`~cloudddp.catalog.model`, :mod:`~cloudddp.catalog.
 moves along (:mod:`~cloudddp.catalog.ranking`), step times measured on finished runs
 (:mod:`~cloudddp.catalog.stepstore`) and a run's bill as backends report it (:mod:`~cloudddp.catalog.bill`).
 
-May import: ``spec``, ``observe`` (metric records), ``paths`` and ``errors``. Nothing here imports torch or a
-cloud SDK; the data is read on first use.
+May import: ``spec``, ``observe`` (metric records), ``plan`` (the typed estimate), ``paths`` and ``errors``.
+Nothing here imports torch or a cloud SDK; the data is read on first use.
 """
 
 from cloudddp.catalog.model import (
-    Estimate,
     StepTime,
     Workload,
     allreduce_seconds,
@@ -39,7 +38,6 @@ from cloudddp.catalog.speed import gpu_key, speed, speed_basis
 __all__ = [
     "CATALOG_DATE",
     "Candidate",
-    "Estimate",
     "Overheads",
     "Requirements",
     "Selection",

@@ -68,7 +68,7 @@ def selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:
             f"{row['gpu_memory_gb']:g} GB",
             row["fabric"],
             price,
-            money(row["est_cost"]),
+            money(row["total_cost"]),
             eff,
             verdict + escape(why),
         )
@@ -77,7 +77,7 @@ def selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:
             row["size"],
             row.get("lifecycle", ""),
             *(part(breakdown.get(p)) for p in ("startup", "training", "checkpoint", "shutdown", "idle")),
-            money(row["est_cost"]),
+            money(row["total_cost"]),
         )
     return Group(table, parts) if explain else table
 
@@ -205,7 +205,7 @@ def plan(job: Path, backend: str | None, override: tuple[str, ...], explain: boo
         out().print(selection_table(selection.explain(), explain=explain))
         for line in plan_footer(selection, explain=explain):
             out().print(f"[dim]{escape(line)}[/]")
-    cost = cost_of(spec, backend, selection)
+    cost = cost_of(rendered, float(spec.limits.max_runtime))
     for line in cost.lines() if cost else []:
         if line != PROXY_MARK:  # the footer above says it
             out().print(escape(line))

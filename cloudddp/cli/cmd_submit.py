@@ -25,7 +25,7 @@ from cloudddp.cli.options import (
     sdk_log,
 )
 from cloudddp.cli.placing import first_plan, first_usable, placed_ranking, placement_moves
-from cloudddp.errors import RunFailed
+from cloudddp.errors import Declined, RunFailed
 from cloudddp.observe.console import Progress, err, escape, line_tag, note, out, print_json, printable
 from cloudddp.observe.live import EpochProgress
 from cloudddp.observe.metrics import MetricRecord
@@ -113,8 +113,10 @@ def submit(
     if dry_run:
         print_plan(first_plan(ranking) if ranking else backend_class(backend)().render(spec), json_=json_)
         return
-    if not (quiet or json_):
-        confirm_launch(spec, first_usable(ranking) if ranking else backend, ask=not yes and interactive())
+    if ranking:
+        first_usable(ranking)  # none takes the job: said before anything is asked
+    ask = not (yes or quiet or json_) and interactive()
+    max_runtime = float(spec.limits.max_runtime)
     if not verbose:
         divert(sdk_log())
     try:
@@ -126,10 +128,14 @@ def submit(
             progress=None if (quiet or json_) else Progress(plan_notes),
             resume_from=resume_from,
             ranking=ranking,
+            confirm=None if (quiet or json_) else lambda plan: confirm_launch(plan, max_runtime, ask=ask),
         )
     except PreflightFailed as e:
         print_checks(e.checks)
         err().print("[bold red]error:[/] preflight checks failed; fix them or pass --skip-checks")
+        sys.exit(e.exit_code)
+    except Declined as e:
+        err().print(escape(str(e)))
         sys.exit(e.exit_code)
     chain, backend = run.chain, run.backend.name
     if chain is not None and not (quiet or json_):

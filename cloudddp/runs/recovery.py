@@ -41,7 +41,7 @@ from cloudddp.backends.status import Cause, RunState, RunStatus
 from cloudddp.catalog.ranking import failures
 from cloudddp.errors import CloudDDPError
 from cloudddp.paths import home
-from cloudddp.plan import Plan
+from cloudddp.plan import Plan, Target
 from cloudddp.runs.fallback import Fallback, plan_fallback
 from cloudddp.runs.runner import Runner, Submission
 from cloudddp.spec.model import JobSpec
@@ -431,10 +431,10 @@ def move_backend(chain: Chain, runner: Runner, literals: dict[str, str], status:
     chain.message += f": {', '.join(skipped)}" if skipped else " (none left in the placement)"
 
 
-def _checkpoints_of(chain: Chain, runner: Runner) -> dict[str, Any]:
+def _checkpoints_of(chain: Chain, runner: Runner) -> Target:
     """The target (with its checkpoint folder) of the chain's current attempt, as its launch recorded it."""
     record = runner.backend.records.get(chain.current.run_id)
-    return dict(record.info.get("target") or {}) if record else dict(chain.plan.get("target") or {})
+    return runner.backend.target_of(record.info.get("target") or {} if record else chain.plan.get("target") or {})
 
 
 def cancel(chain: Chain) -> None:

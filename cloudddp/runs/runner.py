@@ -34,20 +34,19 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from cloudddp.backends.base import Backend, Progress
 from cloudddp.backends.checkpoints.carry import carried_to
-from cloudddp.backends.checkpoints.store import location_of
 from cloudddp.backends.plugins import backend_class
 from cloudddp.backends.records import RunRecord
 from cloudddp.backends.status import RunState, RunStatus
-from cloudddp.errors import CloudDDPError, RunNotFound, UserError
+from cloudddp.errors import CloudDDPError, Declined, RunNotFound, UserError
 from cloudddp.paths import home
-from cloudddp.plan import Plan
+from cloudddp.plan import Estimate, Plan, Target
 from cloudddp.runs import steptimes
 from cloudddp.runs.cost import CostReport
 from cloudddp.runs.database import RunDatabase
@@ -63,8 +62,8 @@ class Checkpoints:
 
     run_id: str
     backend: Backend[Any]
-    target: dict[str, Any]
-    """The run's target as its launch recorded it (``target["checkpoints"]``: the folder)."""
+    target: Target
+    """The run's target as its launch recorded it (``target.checkpoints``: the folder)."""
 
 
 @dataclass(frozen=True)
@@ -107,13 +106,16 @@ class Runner:
         provision: bool = True,
         progress: Progress | None = None,
         resume_from: Checkpoints | None = None,
+        confirm: Callable[[Plan], bool] | None = None,
     ) -> Submission:
         """Render, check and launch ``spec``; with ``resume_from``, another run's latest checkpoint is carried into
-        this plan's checkpoint folder first (``submit --resume-from``)."""
+        this plan's checkpoint folder first (``submit --resume-from``); ``confirm`` is asked with the plan before
+        anything is sent (False: :class:`~cloudddp.errors.Declined`)."""
         self.backend.check_launch_options(provision)
         plan = self.backend.render(spec)
         if progress is not None:
             progress.planned(plan)
+        declined_unless(confirm, plan)
         carried = self.carry_in(plan, resume_from, progress) if resume_from else ""
         run_id = self.launch(plan, checks=checks, provision=provision, progress=progress)
         if resume_from:
@@ -122,7 +124,7 @@ class Runner:
 
     def carry_in(self, plan: Plan, source: Checkpoints, progress: Progress | None = None) -> str:
         """Carry ``source``'s latest checkpoint into ``plan``'s checkpoint folder; what was carried, in words."""
-        if location_of(plan.target) is None:
+        if plan.target.checkpoints is None:
             raise UserError(f"--resume-from {source.run_id}: this job keeps no checkpoints (checkpoint.enabled)")
         if progress is not None:
             progress.step(f"carrying {source.run_id}'s latest checkpoint from {source.backend.name} to {self.name}")
@@ -158,7 +160,7 @@ class Runner:
             run_id,
             backend.name,
             status.state.value,
-            info.get("estimate"),
+            Estimate.from_dict(info["estimate"]) if info.get("estimate") else None,
             bill,
             "; ".join(reasons),
             max_cost=info.get("max_cost"),
@@ -233,6 +235,12 @@ def current_states(records: Sequence[RunRecord], *, workers: int = 8) -> list[Se
     with ThreadPoolExecutor(max_workers=min(workers, len(live))) as pool:
         found = {seen.record.run_id: seen for seen in pool.map(look, live)}
     return [found.get(r.run_id, Seen(r, r.state, True)) for r in records]
+
+
+def declined_unless(confirm: Callable[[Plan], bool] | None, plan: Plan) -> None:
+    """:class:`~cloudddp.errors.Declined` when ``confirm`` says no to ``plan`` (None: nobody is asked)."""
+    if confirm is not None and not confirm(plan):
+        raise Declined(f"not submitted: nothing was sent to {plan.backend}")
 
 
 def start_budget_watch(run_id: str) -> dict[str, Any]:

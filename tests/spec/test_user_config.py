@@ -101,7 +101,7 @@ def test_a_config_only_setting_renders_and_the_plan_says_where_it_came_from(
 ) -> None:
     path = write_config(cloudddp_home)
     plan = backend_class("sagemaker")().render(load_spec(job_file(tmp_path)))
-    assert plan.request["RoleArn"] == ROLE and plan.target["region"] == "eu-west-1"
+    assert plan.request["RoleArn"] == ROLE and plan.target.region == "eu-west-1"
     assert "config-bucket" in plan.request["CheckpointConfig"]["S3Uri"]
     line = f"sagemaker.region, sagemaker.role, sagemaker.bucket from {path}"
     assert line in plan.decisions, plan.decisions

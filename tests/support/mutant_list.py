@@ -46,7 +46,10 @@ MUTANTS: tuple[Mutant, ...] = (
             break
 """,
         "",
-        (SM + "test_cost.py::test_under_recovery_the_budget_counts_every_attempt_and_a_budget_stop_ends_the_recovery",),
+        (
+            SM
+            + "ttotal_cost.py::test_under_recovery_the_budget_counts_every_attempt_and_a_budget_stop_ends_the_recovery",
+        ),
     ),
     *(
         Mutant(
@@ -449,8 +452,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "    return cpu / 3600\n",
         "    return 0.0\n",
         (
-            "tests/runs/test_cost_and_budget.py::"
-            "test_cost_of_a_finished_local_run_and_its_step_time_feeds_the_next_estimate",
+            "tests/runs/ttotal_cost_and_budget.py::"
+            "ttotal_cost_of_a_finished_local_run_and_its_step_time_feeds_the_next_estimate",
         ),
     ),
     Mutant(

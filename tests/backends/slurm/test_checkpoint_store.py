@@ -54,7 +54,7 @@ def store_through(login: SshServer, work: Path) -> CheckpointStore:
         }
     )
     plan = SlurmBackend().render(spec)
-    assert plan.target["checkpoints"].startswith(f"{work}/"), plan.target
+    assert plan.target.checkpoints.startswith(f"{work}/"), plan.target
     return SlurmBackend().checkpoint_store(json.loads(json.dumps(plan.target)))
 
 
