@@ -145,7 +145,7 @@ from cloudddp.backends.checkpoints.contents import resume_notes
 from cloudddp.backends.checkpoints.store import CheckpointStore
 from cloudddp.backends.checks import Check, MissingSetting, PreflightFailed, SettingsMissing
 from cloudddp.backends.features import Capabilities, Feature, features_used
-from cloudddp.backends.records import MemoryRecords, RunRecord, RunRecords
+from cloudddp.backends.records import LaunchInfo, MemoryRecords, RunRecord, RunRecords
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
 from cloudddp.catalog.bill import Bill
 from cloudddp.catalog.target import SizeTarget
@@ -317,15 +317,7 @@ class Backend(abc.ABC, Generic[OptionsT]):
         with mapped_errors(self):
             launched = self._launch(plan, provision=provision, progress=progress)
         if self.records.get(launched.run_id) is None:
-            info = {
-                **launched.info,
-                **({"metrics": plan.metrics} if plan.metrics else {}),
-                **({"metric_ranks": plan.metric_ranks} if plan.metric_ranks != RANK_ZERO else {}),
-                "estimate": plan.estimate.to_dict() if plan.estimate else None,
-                "step_key": plan.step_key,
-                "target": plan.target.to_dict(),
-                **({"max_cost": plan.max_cost} if plan.max_cost is not None else {}),
-            }
+            info = {**launched.info, **LaunchInfo.of(plan).to_dict()}
             self.records.add(launched.run_id, self.name, plan.job_name, RunState.PENDING.value, info)
         return launched.run_id
 
@@ -421,12 +413,12 @@ class Backend(abc.ABC, Generic[OptionsT]):
     def metric_patterns(self, run_id: str) -> list[Pattern]:
         """The metrics run ``run_id`` declared by regular expression (kept in this machine's run database)."""
         record = self.records.get(run_id)
-        return patterns_from(record.info.get("metrics", [])) if record else []
+        return patterns_from(list(LaunchInfo.from_fields(record.info).metrics)) if record else []
 
     def metric_ranks(self, run_id: str) -> str:
         """Whose lines run ``run_id`` reads metrics from: ``"0"`` (global rank 0's) or ``"all"``."""
         record = self.records.get(run_id)
-        return str(record.info.get("metric_ranks", RANK_ZERO)) if record else RANK_ZERO
+        return LaunchInfo.from_fields(record.info).metric_ranks if record else RANK_ZERO
 
     def check_launch_options(self, provision: bool) -> None:
         """A UserError for ``provision=False`` on a backend that cannot leave its clusters alone."""

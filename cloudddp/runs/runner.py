@@ -36,17 +36,17 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cloudddp.backends.base import Backend, Progress
 from cloudddp.backends.checkpoints.carry import carried_to
 from cloudddp.backends.plugins import backend_class
-from cloudddp.backends.records import RunRecord
+from cloudddp.backends.records import LaunchInfo, RunRecord
 from cloudddp.backends.status import RunState, RunStatus
 from cloudddp.errors import CloudDDPError, Declined, RunNotFound, UserError
 from cloudddp.paths import home
-from cloudddp.plan import Estimate, Plan, Target
+from cloudddp.plan import Estimate, JsonDataclass, Plan, Target
 from cloudddp.runs import steptimes
 from cloudddp.runs.cost import CostReport
 from cloudddp.runs.database import RunDatabase
@@ -64,6 +64,19 @@ class Checkpoints:
     backend: Backend[Any]
     target: Target
     """The run's target as its launch recorded it (``target.checkpoints``: the folder)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerInfo(JsonDataclass):
+    """What the runner keeps in a run's record beside the launch's keys (:class:`LaunchInfo`): what the budget
+    watch did, the step time learned from the run, and what a ``--resume-from`` carried in."""
+
+    budget: dict[str, Any] = field(default_factory=dict)
+    """The budget watch's pid, log and poll, then what it did (``stopped_at_cost``, ``failed``, ``message``)."""
+    measured: dict[str, Any] | None = None
+    """The step time kept for the next estimate, or why none (:mod:`cloudddp.runs.steptimes`)."""
+    resumed_from: str | None = None
+    carried: str | None = None
 
 
 @dataclass(frozen=True)
@@ -137,7 +150,7 @@ class Runner:
         backend = self.backend
         run_id = backend.launch(plan, checks=checks, provision=provision, progress=progress)
         record = backend.records.get(run_id)
-        watched = record is not None and "budget" in record.info  # a retried launch found its run again
+        watched = record is not None and bool(RunnerInfo.from_fields(record.info).budget)  # a retried launch
         if plan.max_cost is not None and backend.spend_while_running and self.watch_budget and not watched:
             backend.records.update(run_id, info={"budget": start_budget_watch(run_id)})
         return run_id
@@ -146,12 +159,13 @@ class Runner:
         backend = self.backend
         status = backend.status(run_id)
         record = backend.records.get(run_id)
-        info = record.info if record else {}
+        launched = LaunchInfo.from_fields(record.info if record else {})
+        kept = RunnerInfo.from_fields(record.info if record else {})
         bill = backend.bill(run_id)
         reasons = [] if bill is not None else [backend.no_bill_reason]
         if record is None:
             reasons.append("this machine's run database does not have the run, so its estimate at submit is unknown")
-        elif info.get("estimate") is None:
+        elif launched.estimate is None:
             reasons.append(
                 "the plan had no estimate at submit (its warnings say why; the next run of this job is "
                 "estimated from this one's measured step time)"
@@ -160,12 +174,12 @@ class Runner:
             run_id,
             backend.name,
             status.state.value,
-            Estimate.from_dict(info["estimate"]) if info.get("estimate") else None,
+            Estimate.from_dict(launched.estimate) if launched.estimate else None,
             bill,
             "; ".join(reasons),
-            max_cost=info.get("max_cost"),
-            budget=info.get("budget", {}),
-            measured=info.get("measured"),
+            max_cost=launched.max_cost,
+            budget=dict(kept.budget),
+            measured=kept.measured,
         )
 
     def status(self, run_id: str) -> RunStatus:

@@ -1,6 +1,6 @@
 """The GPU catalog: InfiniBand/EFA-aware selection, sizes that exist (lifecycle), and the CLI views of it.
 
-The catalog's self-check is in test_self_check.py; the scaling and cost model in ttotal_cost_model.py.
+The catalog's self-check is in test_self_check.py; the scaling and cost model in test_cost_model.py.
 """
 
 from __future__ import annotations

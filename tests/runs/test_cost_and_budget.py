@@ -172,7 +172,7 @@ def test_max_cost_is_a_positive_amount() -> None:
 
 
 @pytest.mark.slow
-def ttotal_cost_of_a_finished_local_run_and_its_step_time_feeds_the_next_estimate() -> None:
+def test_cost_of_a_finished_local_run_and_its_step_time_feeds_the_next_estimate() -> None:
     digits = ROOT / "jobs" / "digits-local.yaml"
     args = "code.args=[--dataset, digits, --model, cnn, --epochs, '3']"
     submitted = cli("submit", str(digits), "-o", args, "-o", "resources.step_time=0.05", "--quiet", timeout=300)

@@ -48,7 +48,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "",
         (
             SM
-            + "ttotal_cost.py::test_under_recovery_the_budget_counts_every_attempt_and_a_budget_stop_ends_the_recovery",
+            + "test_cost.py::test_under_recovery_the_budget_counts_every_attempt_and_a_budget_stop_ends_the_recovery",
         ),
     ),
     *(
@@ -452,8 +452,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "    return cpu / 3600\n",
         "    return 0.0\n",
         (
-            "tests/runs/ttotal_cost_and_budget.py::"
-            "ttotal_cost_of_a_finished_local_run_and_its_step_time_feeds_the_next_estimate",
+            "tests/runs/test_cost_and_budget.py::"
+            "test_cost_of_a_finished_local_run_and_its_step_time_feeds_the_next_estimate",
         ),
     ),
     Mutant(
