@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml constraints.txt
 
 # Azurite (the Azure Blob Storage emulator) for the Azure ML tests.
 azurite: node_modules/.bin/azurite-blob
-node_modules/.bin/azurite-blob: package.json
-	npm install --no-audit --no-fund --silent
+node_modules/.bin/azurite-blob: package.json package-lock.json
+	npm ci --no-audit --no-fund --silent
 
 demo: venv
 	$(BIN)/cloudddp submit jobs/digits-local.yaml --backend local
