@@ -186,7 +186,7 @@ def test_cost_of_a_finished_local_run_and_its_step_time_feeds_the_next_estimate(
     sources = {f["name"]: f["source"] for f in actual["figures"]}
     assert "getrusage" in sources["CPU time"] and "started_at" in sources["processes ran"]
     steps = 1437 / (64 * 2) * 3  # the digits training set over a global batch of 2 × 64, 3 epochs
-    assert estimate.step_s == 0.05 and estimate.training_s == pytest.approx(steps * 0.05)
+    assert estimate["step_s"] == 0.05 and estimate["training_s"] == pytest.approx(steps * 0.05)
     measured = report["measured"]
     assert measured["key"].endswith("|local:cpu|1x2") and 0 < measured["step_s"] < actual["ran_s"]
     assert measured["steps"] == 33 and measured["steps_per_epoch"] == 11  # the script's own step numbers
