@@ -39,14 +39,17 @@ system-deps:
 	     case "$$CI" in 1|true|TRUE|True|yes) echo "system-deps: CI=true, so a missing package fails the run"; exit 1;; esac; }
 
 # Lint first (seconds): ruff's rules and format check on everything, mypy (strict) on the package, the
-# import layers (import-linter: a module imports only from layers below its own; docs/architecture.md), and the
-# code's shape (no function over 80 lines, no module over 500, but for the reasoned allowances in the script).
+# import contracts (import-linter: a module imports only from layers below its own, a backend package only its own
+# modules, the backends' shared ones and the layers below; docs/architecture.md), the code's shape (no function over
+# 80 lines, no module over 500, but for the reasoned allowances in the script) and the map (every module named in
+# its package's docstring and every wing's in docs/architecture.md: tests/support/map.py).
 lint: venv
 	$(BIN)/ruff check cloudddp tests bench src_train examples
 	$(BIN)/ruff format --check cloudddp tests bench src_train examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m tests.support.shape
+	$(BIN)/python -m tests.support.map
 
 # The sagemaker-training versions the PyTorch images carry (tests/support/image/toolkits.json: 5.1.1 in the
 # AL2023 images), each in .cache/toolkits for the SageMaker rehearsal (~5 s each, once; the newest is the venv's).
