@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 EXTRAS  := train,aws,azure,notebook,frameworks,dev
 
-.PHONY: demo test test-fast golden conformance mutants lint bench bench-gpu venv azurite system-deps sdk-data toolkits gnu-time clean
+.PHONY: demo test test-fast golden conformance mutants lint docs bench bench-gpu venv azurite system-deps sdk-data toolkits gnu-time clean
 
 venv: $(STAMP)
 
@@ -73,6 +73,12 @@ conformance: venv azurite system-deps toolkits
 # make test (it reruns the slow tests once per mutant).
 mutants: venv azurite system-deps toolkits
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m tests.support.mutants $(MUTANTS)
+
+# The options tables in docs/ (between `<!-- options: NAME -->` and `<!-- /options -->`), written anew from the spec's
+# models and the backends' sections (tests/support/option_tables.py); tests/project/test_docs_current.py fails
+# when one is stale.
+docs: venv
+	$(BIN)/python -m tests.support.option_tables --update
 
 # Every backend's rendered plan for a set of jobs, kept under tests/golden/ (tests/support/golden.py): after a change
 # that is meant to move a request, this writes them anew, and `git diff tests/golden` shows its effect everywhere.
