@@ -68,7 +68,7 @@ conformance: venv azurite system-deps toolkits
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \
 		-m conformance tests/across_backends/test_examples.py tests/backends/slurm
 
-# Proof by mutation (docs/proof.md): each curated mutant (tests/support/mutant_list.py) is applied alone to a copy
+# Proof by mutation (docs/guarantees.md): each curated mutant (tests/support/mutant_list.py) is applied alone to a copy
 # of the project and the tests its guarantee names must fail; prints each verdict and the kill ratio. Not part of
 # make test (it reruns the slow tests once per mutant).
 mutants: venv azurite system-deps toolkits
