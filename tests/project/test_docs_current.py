@@ -1,7 +1,9 @@
-"""The options tables in docs/ are what the models say (tests/support/option_tables.py writes them: make docs)."""
+"""The docs are current: the options tables are what the models say (tests/support/option_tables.py writes them:
+make docs), and docs/index.md links every page."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -41,3 +43,10 @@ def test_a_table_has_a_row_per_field_with_its_type_bounds_default_environment_an
 def test_an_unknown_section_names_the_known_ones() -> None:
     with pytest.raises(KeyError, match=r"no options section 'sagemkaer'; known: .*sagemaker"):
         table("sagemkaer")
+
+
+def test_the_index_links_every_page() -> None:
+    index = ROOT / "docs" / "index.md"
+    linked = {(index.parent / target).resolve() for target in re.findall(r"\]\(([^)#:]+)", index.read_text())}
+    pages = {p.resolve() for p in (ROOT / "docs").rglob("*.md")} - {index.resolve()}
+    assert sorted(p.relative_to(ROOT).as_posix() for p in pages - linked) == []
