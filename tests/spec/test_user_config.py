@@ -1,4 +1,4 @@
-"""#44 item 1: the user configuration holds each backend's settings outside the job (docs/configuration.md).
+"""The user configuration holds each backend's settings outside the job (docs/configuration.md).
 
 Where it is found, what wins (-o > the job > an environment variable the backend reads > the file), how a mistake in
 it is reported (its file and line, exit 2), and that a file others may have written is refused.

@@ -8,6 +8,11 @@ job ``launch`` creates the cluster when it is missing, or raises only its ``max_
 ``load_job``, so what runs is what was rendered. Logs are read from the job's artifact store a few new bytes at a
 time (logs.py); metrics from the job's MLflow run, as Studio shows them (mlflow_metrics.py), or from the metric
 lines in the logs (metric_stream.py).
+
+Also: the ``azureml:`` section (``options.py``), what render checks (``environment.py``, ``inputs.py``,
+``limits.py``), the workspace and its datastores (``workspace.py``, ``datastores.py``), the credential and transport
+from the environment (``extensions.py``), preflight and quota (``preflight.py``, ``quota.py``), states and failures
+(``states.py``, ``failures.py``), the bill (``bill.py``), the checkpoint folder in blobs (``checkpoint_store.py``).
 """
 
 from __future__ import annotations

@@ -7,6 +7,15 @@ output into the run folder, enforces the runtime limit and records how the run e
 ``logs``, ``metrics`` and ``cancel`` work from any shell, after the submitting CLI has exited. The nodes and the
 store outlive a lost supervisor; :meth:`LocalBackend.adopt` starts a new one (``docs/supervisor.md``), and the
 run's checkpoint folder is held by one run at a time (:mod:`cloudddp.backends.folderlock`).
+
+Its modules: the ``local:`` section (``options.py``); the render: its choices (``decide.py``), the typed request
+and ``torchrun.sh`` (``request.py``, ``build.py``, ``script.py``), the plan's lines (``explain.py``) and its time
+estimate (``estimate.py``); the launch (``launch.py``) and the run folder with its typed ``status.json``
+(``rundir.py``, ``record.py``); the supervisor (``supervisor.py``) and what it runs: the node groups
+(``nodes.py``), the rendezvous store and its server (``rendezvous.py``, ``store_server.py``), the node consoles
+copied into the log (``console.py``), the agents' own lines (``agent_output.py``), secrets masked as files are
+written (``masking.py``), the run's processes found in /proc (``processes.py``) and how the run ended
+(``outcome.py``); what a run held (``bill.py``); its checkpoint folder as a store (``checkpoint_store.py``).
 """
 
 from __future__ import annotations

@@ -4,6 +4,13 @@
 code and data snapshots (skipping what is already there), then creates the job; a retry after a lost
 response finds the job by its deterministic name instead of creating a second one. Logs come from
 CloudWatch Logs (every ``algo-N`` host), metrics from the same lines.
+
+Its modules: the ``sagemaker:`` section (``options.py``); the render: its choices (``decide.py``), the
+CreateTrainingJob request (``request.py``) and the plan's lines (``explain.py``), with what they draw on: the
+official images (``images.py``), instance types the catalog lacks (``hardware.py``), EFA (``efa.py``), smddp for
+an own script (``smddp.py``), and what SageMaker refuses or ignores, checked at render (``limits.py``,
+``argsize.py``, ``volumes.py``); S3 and the snapshots (``storage.py``); the preflight's quotas (``quotas.py``); logs
+(``logs.py``); the bill (``bill.py``); the checkpoint folder in S3 as a store (``checkpoint_store.py``).
 """
 
 from __future__ import annotations

@@ -9,6 +9,15 @@ another. Status comes from ``scontrol show job`` (then ``sacct``), asked at most
 metrics come from the per-node output files, read on their own without asking the controller; cancel is
 ``scancel`` (SIGTERM first, KillWait seconds to checkpoint). Every command runs here or on
 ``slurm.login_host`` through ssh, built the same way (:mod:`.shell`).
+
+Its modules: the ``slurm:`` section and its ``sbatch_options`` (``options.py``, ``flags.py``); the render: its
+choices (``decide.py``), the typed request, the sbatch script and how it is built (``request.py``, ``script.py``,
+``build.py``), the rendezvous lines and their store wrappers (``rendezvous.py``, ``agent.py``), where inputs,
+outputs and checkpoints are on the cluster (``paths.py``) and the plan's lines (``explain.py``); the launch
+(``launch.py``), with the requirements environment (``envs.py``) and container images (``images.py``); the
+preflight (``preflight.py``) and the start estimate (``start.py``); status from Slurm's answers (``status.py``,
+``answers.py``) and the run's record (``record.py``); logs (``logs.py``); what runs left on the cluster
+(``storage.py``); the checkpoint folder on the cluster as a store (``checkpoint_store.py``).
 """
 
 from __future__ import annotations

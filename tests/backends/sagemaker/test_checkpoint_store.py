@@ -1,4 +1,4 @@
-"""A SageMaker training's checkpoint folder in S3 as a checkpoint store (#44), against moto as a real HTTP server:
+"""A SageMaker training's checkpoint folder in S3 as a checkpoint store, against moto as a real HTTP server:
 carried there from a local folder and back, byte for byte, into the default bucket a plan names with the account
 still to be bound, a file larger than one part included; encrypted with the spec's KMS key."""
 

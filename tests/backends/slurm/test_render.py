@@ -309,7 +309,7 @@ def test_why_a_job_was_requeued_and_accounting_rows() -> None:
 def test_the_rendered_script_runs_under_bash_with_slurm_variables(tmp_path: Path) -> None:
     """The script's own shell logic (node addresses, the rendezvous, the launch line) with stand-ins for
     Slurm's commands: what srun would start on each node is printed instead of run. No port is fixed or derived
-    from the job id (issue #38: one could be bound in advance): node 0's agent is given port 0 and writes where
+    from the job id (another user could bind it in advance): node 0's agent is given port 0 and writes where
     it listens into the run folder, emptied of an earlier run's file first."""
     plan = render(TINY, "resources.nodes=2", f"slurm.workdir={tmp_path}")
     bin_dir = tmp_path / "bin"
@@ -482,7 +482,7 @@ def test_the_warning_signal_is_told_as_a_preemption_or_the_time_limit_and_the_en
     tmp_path: Path, preempt_time: str
 ) -> None:
     """USR1 comes before the time limit, or at a preemption on a cluster with send_user_signal: the batch log says
-    which (issue #42: a preemption was logged as the time limit). A preempted run requeues itself and records no
+    which, never a preemption as the time limit. A preempted run requeues itself and records no
     end; a run stopped ahead of the limit records its exit. Stand-ins for Slurm's commands: srun sends the
     script USR1 as Slurm would, and scontrol answers the job's record."""
     plan = render(TINY, f"slurm.workdir={tmp_path}")
@@ -517,7 +517,7 @@ def test_the_warning_signal_is_told_as_a_preemption_or_the_time_limit_and_the_en
 
 
 def test_a_users_own_ssh_master_is_used_where_their_config_names_one(tmp_path: Path) -> None:
-    """Issue #42: a login node with MFA is reached through the master connection the user opened by hand (their
+    """A login node with MFA is reached through the master connection the user opened by hand (their
     ~/.ssh/config's ControlPath); cloudddp's own ControlPath would bypass it and, with BatchMode, fail."""
     theirs = tmp_path / "theirs"
     theirs.write_text(f"Host login\n  ControlMaster auto\n  ControlPath {tmp_path}/cm-%C\n")

@@ -1,4 +1,4 @@
-"""Slurm as real clusters are configured (issue 27, items 2, 3, 4, 6, 7; issue 24, item 3), offline: what the
+"""Slurm as real clusters are configured, offline: what the
 spec refuses and why, sbatch's options read as sbatch reads them, the requirements environment's shell
 functions run by a real bash and pip, the clean environment sbatch gets, Slurm's answers (held jobs, zoned
 times, node sizes), how often the controller is asked, and the shared script's threads. The same on the
@@ -103,7 +103,7 @@ def test_sbatch_options_are_read_as_sbatch_reads_them_and_rendered_in_one_form(t
 
 
 def test_the_srun_launch_derives_no_port_and_its_ranks_join_only_the_published_store() -> None:
-    """Under slurm.launch: srun no port comes from the job id (issue #38: one could be bound in advance): rank 0's
+    """Under slurm.launch: srun no port comes from the job id (another user could bind it in advance): rank 0's
     task starts the store wrapper on port 0 and every rank joins the published address as a client."""
     plan = get_backend("slurm", token="t1").render(Job.load(TINY, ["resources.nodes=2", "slurm.launch=srun"]).spec)
     script = plan.documents["job.sbatch"]
@@ -329,7 +329,7 @@ def test_threads_follow_the_processes_affinity_and_slurms_cpus(monkeypatch: pyte
 def test_without_workdir_the_run_goes_where_the_login_shell_says(
     monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], workdir: str
 ) -> None:
-    """Issue #42: a site's scratch space (read through the shell Slurm's commands run in, here a real bash -l),
+    """A site's scratch space (read through the shell Slurm's commands run in, here a real bash -l),
     not $HOME; without any, $CLOUDDDP_HOME/slurm as before."""
     for name in ("SCRATCH", "WORK", "CLOUDDDP_SLURM_WORKDIR"):
         monkeypatch.delenv(name, raising=False)

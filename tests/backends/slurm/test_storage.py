@@ -1,4 +1,4 @@
-"""Issue #42, storage that fits a quota, on the real cluster (tests/support/slurm_cluster.py): without
+"""Storage that fits a quota, on the real cluster (tests/support/slurm_cluster.py): without
 slurm.workdir a run's files go to the scratch space the cluster's login shell names (read through a real sshd),
 and ``cloudddp storage`` shows what runs left, largest first, and removes only what no live job uses."""
 
