@@ -12,7 +12,7 @@ from cloudddp.backends.checks import Check, PreflightFailed
 from cloudddp.backends.plugins import backend_class
 from cloudddp.backends.status import LogLine, RunStatus
 from cloudddp.catalog.sizing import script_arg
-from cloudddp.cli.confirm import confirm_launch, interactive
+from cloudddp.cli.confirm import interactive, question
 from cloudddp.cli.options import (
     backend_option,
     format_record,
@@ -31,6 +31,7 @@ from cloudddp.observe.live import EpochProgress
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.observe.sdklog import divert, diverted_to
 from cloudddp.runs.placement import AUTO
+from cloudddp.runs.recovery import Chain
 from cloudddp.runs.runner import get_backend
 from cloudddp.spec.model import JobSpec
 
@@ -115,8 +116,6 @@ def submit(
         return
     if ranking:
         first_usable(ranking)  # none takes the job: said before anything is asked
-    ask = not (yes or quiet or json_) and interactive()
-    max_runtime = float(spec.limits.max_runtime)
     if not verbose:
         divert(sdk_log())
     try:
@@ -128,7 +127,7 @@ def submit(
             progress=None if (quiet or json_) else Progress(plan_notes),
             resume_from=resume_from,
             ranking=ranking,
-            confirm=None if (quiet or json_) else lambda plan: confirm_launch(plan, max_runtime, ask=ask),
+            confirm=None if (quiet or json_) else question(spec, ask=not yes and interactive()),
         )
     except PreflightFailed as e:
         print_checks(e.checks)
@@ -139,13 +138,7 @@ def submit(
         sys.exit(e.exit_code)
     chain, backend = run.chain, run.backend.name
     if chain is not None and not (quiet or json_):
-        moves = f"; after {chain.capacity_tries} capacity failure(s) on a size it moves to " + ", then ".join(
-            f["size"] for f in chain.fallbacks
-        )
-        note(
-            f"recovery: up to {chain.max_recoveries} resubmissions after preemption or infrastructure faults, by a "
-            "watcher that outlives this terminal" + (moves if chain.fallbacks else "") + placement_moves(chain)
-        )
+        note(recovery_note(chain))
     if json_ and detach:
         print_json({"run_id": run.run_id, "backend": backend})
     elif quiet:
@@ -159,6 +152,17 @@ def submit(
         follow_run(run, quiet=quiet or json_, epochs=epochs_of(spec), all_ranks=all_ranks or verbose, json_=json_)
     finally:
         name_sdk_log(quiet=quiet or json_)
+
+
+def recovery_note(chain: Chain) -> str:
+    """What the recovery a submit started will do, in one line."""
+    moves = f"; after {chain.capacity_tries} capacity failure(s) on a size it moves to " + ", then ".join(
+        f["size"] for f in chain.fallbacks
+    )
+    return (
+        f"recovery: up to {chain.max_recoveries} resubmissions after preemption or infrastructure faults, by a "
+        "watcher that outlives this terminal" + (moves if chain.fallbacks else "") + placement_moves(chain)
+    )
 
 
 def name_sdk_log(*, quiet: bool) -> None:

@@ -4,7 +4,9 @@ for a script whose speed cannot be modelled, the most ``limits.max_runtime`` let
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import click
@@ -12,6 +14,7 @@ import click
 from cloudddp.cli.options import money
 from cloudddp.observe.console import err, escape
 from cloudddp.plan import Plan
+from cloudddp.spec.model import JobSpec
 
 PROXY_MARK = (
     "* = the EC2 on-demand price of the same instance (us-east-1), a lower bound: SageMaker bills ml.* instances "
@@ -82,6 +85,12 @@ def cost_of(plan: Plan, max_runtime_s: float) -> Cost | None:
 def interactive() -> bool:
     """A person at a terminal who can answer (not a pipe, a script or CI)."""
     return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def question(spec: JobSpec, *, ask: bool) -> Callable[[Plan], bool]:
+    """What ``submit`` asks before a launch: each plan's cost is shown, and with ``ask`` a person answers."""
+    max_runtime = float(spec.limits.max_runtime)
+    return functools.partial(confirm_launch, max_runtime_s=max_runtime, ask=ask)
 
 
 def confirm_launch(plan: Plan, max_runtime_s: float, *, ask: bool) -> bool:

@@ -10,7 +10,8 @@ CreateTrainingJob request (``request.py``) and the plan's lines (``explain.py``)
 official images (``images.py``), instance types the catalog lacks (``hardware.py``), EFA (``efa.py``), smddp for
 an own script (``smddp.py``), and what SageMaker refuses or ignores, checked at render (``limits.py``,
 ``argsize.py``, ``volumes.py``); S3 and the snapshots (``storage.py``); the preflight's quotas (``quotas.py``); logs
-(``logs.py``); the bill (``bill.py``); the checkpoint folder in S3 as a store (``checkpoint_store.py``).
+(``logs.py``); the bill (``bill.py``); the plan's target: the region and the checkpoint folder (``target.py``), and
+that folder in S3 as a store (``checkpoint_store.py``).
 """
 
 from __future__ import annotations
