@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 EXTRAS  := train,aws,azure,notebook,frameworks,dev
 
-.PHONY: demo test test-fast golden conformance mutants lint bench bench-gpu venv azurite system-deps sdk-data toolkits gnu-time clean
+.PHONY: demo test test-fast golden conformance mutants lint docs bench bench-gpu venv azurite system-deps sdk-data toolkits gnu-time clean
 
 venv: $(STAMP)
 
@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml constraints.txt
 
 # Azurite (the Azure Blob Storage emulator) for the Azure ML tests.
 azurite: node_modules/.bin/azurite-blob
-node_modules/.bin/azurite-blob: package.json
-	npm install --no-audit --no-fund --silent
+node_modules/.bin/azurite-blob: package.json package-lock.json
+	npm ci --no-audit --no-fund --silent
 
 demo: venv
 	$(BIN)/cloudddp submit jobs/digits-local.yaml --backend local
@@ -39,14 +39,17 @@ system-deps:
 	     case "$$CI" in 1|true|TRUE|True|yes) echo "system-deps: CI=true, so a missing package fails the run"; exit 1;; esac; }
 
 # Lint first (seconds): ruff's rules and format check on everything, mypy (strict) on the package, the
-# import layers (import-linter: a module imports only from layers below its own; docs/architecture.md), and the
-# code's shape (no function over 80 lines, no module over 500, but for the reasoned allowances in the script).
+# import contracts (import-linter: a module imports only from layers below its own, a backend package only its own
+# modules, the backends' shared ones and the layers below; docs/architecture.md), the code's shape (no function over
+# 80 lines, no module over 500, but for the reasoned allowances in the script) and the map (every module named in
+# its package's docstring and every wing's in docs/architecture.md: tests/support/map.py).
 lint: venv
 	$(BIN)/ruff check cloudddp tests bench src_train examples
 	$(BIN)/ruff format --check cloudddp tests bench src_train examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m tests.support.shape
+	$(BIN)/python -m tests.support.map
 
 # The sagemaker-training versions the PyTorch images carry (tests/support/image/toolkits.json: 5.1.1 in the
 # AL2023 images), each in .cache/toolkits for the SageMaker rehearsal (~5 s each, once; the newest is the venv's).
@@ -65,11 +68,17 @@ conformance: venv azurite system-deps toolkits
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \
 		-m conformance tests/across_backends/test_examples.py tests/backends/slurm
 
-# Proof by mutation (docs/proof.md): each curated mutant (tests/support/mutant_list.py) is applied alone to a copy
+# Proof by mutation (docs/guarantees.md): each curated mutant (tests/support/mutant_list.py) is applied alone to a copy
 # of the project and the tests its guarantee names must fail; prints each verdict and the kill ratio. Not part of
 # make test (it reruns the slow tests once per mutant).
 mutants: venv azurite system-deps toolkits
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m tests.support.mutants $(MUTANTS)
+
+# The options tables in docs/ (between `<!-- options: NAME -->` and `<!-- /options -->`), written anew from the spec's
+# models and the backends' sections (tests/support/option_tables.py); tests/project/test_docs_current.py fails
+# when one is stale.
+docs: venv
+	$(BIN)/python -m tests.support.option_tables --update
 
 # Every backend's rendered plan for a set of jobs, kept under tests/golden/ (tests/support/golden.py): after a change
 # that is meant to move a request, this writes them anew, and `git diff tests/golden` shows its effect everywhere.

@@ -28,8 +28,10 @@ from cloudddp.runs import recovery
 from cloudddp.runs.chained import ChainedRun
 from cloudddp.runs.cost import CostReport
 from cloudddp.runs.database import RunDatabase
-from cloudddp.runs.placement import AUTO, Placement, launch_first, survey
-from cloudddp.runs.runner import Checkpoints, Runner, Submission, get_backend
+from cloudddp.runs.placement import Placement, survey
+from cloudddp.runs.runner import get_backend
+from cloudddp.runs.submit import Confirm
+from cloudddp.runs.submit import submit as submit_job
 from cloudddp.spec.load import spec_to_data
 from cloudddp.spec.model import JobSpec
 
@@ -73,6 +75,7 @@ class Job:
         progress: Progress | None = None,
         resume_from: str | None = None,
         ranking: list[Placement] | None = None,
+        confirm: Confirm | None = None,
         **options: Any,
     ) -> Run:
         """Render, run the preflight checks, launch; returns at once with a :class:`Run`.
@@ -84,40 +87,29 @@ class Job:
         that run's latest checkpoint, from whichever backend it ran on, into this job's checkpoint folder first.
 
         ``backend="auto"`` places the job on the best of :meth:`place`'s ranking (``ranking``, when already asked)
-        that takes it, and moves it to the next on a capacity failure (docs/placement.md).
+        that takes it, and moves it to the next on a capacity failure (docs/placement.md). ``confirm`` is asked with
+        each plan before it is sent; a no raises :class:`~cloudddp.errors.Declined` (:mod:`cloudddp.runs.submit`).
         """
         source = Run.attach(resume_from)._one.checkpoints() if resume_from else None
-        if backend == AUTO:
-            return self._submit_placed(ranking or self.place(checks=checks), provision, recover, progress, source)
-        placements = []
-        if self.spec.limits.recover_to == "any_backend":  # the job's other backends, checked when moved to
-            placements = [p.to_state() for p in survey(self.spec, checks=False) if p.usable and p.backend != backend]
-        runner = Runner.open(backend, **options)
-        submission = runner.submit(self.spec, checks=checks, provision=provision, progress=progress, resume_from=source)
-        recovery.start_for(runner, self.spec, submission, recover, placements=placements)
-        return Run(submission.run_id, runner.backend, plan=submission.plan)
+        submitted = submit_job(
+            self.spec,
+            backend,
+            checks=checks,
+            provision=provision,
+            recover=recover,
+            progress=progress,
+            resume_from=source,
+            ranking=ranking,
+            confirm=confirm,
+            **options,
+        )
+        return Run(submitted.run_id, submitted.backend, plan=submitted.plan)
 
     def place(self, *, checks: bool = True) -> list[Placement]:
         """``-b auto``'s ranking for this job: each backend of ``backends:`` (or the user configuration) with its
         estimated cost and start, best first, then those that cannot take it with the reason (``checks``: ask each
         backend's preflight checks too, which reach the clouds)."""
         return survey(self.spec, checks=checks)
-
-    def _submit_placed(
-        self,
-        ranking: list[Placement],
-        provision: bool,
-        recover: int | None,
-        progress: Progress | None,
-        source: Checkpoints | None,
-    ) -> Run:
-        placed = launch_first(ranking, provision=provision, progress=progress, resume_from=source)
-        runner = Runner.open(placed.placement.backend)
-        assert placed.placement.plan is not None
-        submission = Submission(placed.placement.plan, placed.run_id)
-        rest = [p.to_state() for p in placed.rest]
-        recovery.start_for(runner, self.spec, submission, recover, placements=rest, note=placed.note(ranking))
-        return Run(placed.run_id, runner.backend, plan=placed.placement.plan)
 
     def to_dict(self) -> dict[str, Any]:
         return spec_to_data(self.spec)

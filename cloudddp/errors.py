@@ -52,3 +52,7 @@ class RunNotFound(UserError):
 
 class RunFailed(CloudDDPError):
     """The training run ended in failure. Exit code 1."""
+
+
+class Declined(CloudDDPError):
+    """The person asked before a launch said no: nothing was sent (exit 1)."""

@@ -102,6 +102,73 @@ def _plain(value: Any) -> Any:
     return value
 
 
+PARTS = ("startup", "training", "checkpoint", "shutdown", "idle")
+"""The billed parts of a job, in the order they happen (each has ``<part>_s`` and ``<part>_cost`` in an
+:class:`Estimate`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    """What a plan says its job will take and cost: one name per figure, in seconds (``*_s``, per node) and USD
+    for all nodes (``*_cost``, ``price_per_hour``). The catalog's cost model fills every figure for a priced cloud
+    size whose steps it knows; for a script whose speed it cannot know, a priced size has its price and no more;
+    a run on this machine knows its training only. A figure nobody knows is None."""
+
+    images_per_s_per_gpu: float | None = None
+    step_s: float | None = None
+    compute_s: float | None = None
+    """Modelled compute per step (None: the model does not know the network)."""
+    comm_s: float | None = None
+    exposed_comm_s: float | None = None
+    efficiency: float | None = None
+    epoch_s: float | None = None
+    provision_unbilled_s: float | None = None
+    """Waiting for nodes that is not billed (SageMaker before TrainingStartTime)."""
+    startup_s: float | None = None
+    """Billed, per node."""
+    training_s: float | None = None
+    checkpoint_s: float | None = None
+    shutdown_s: float | None = None
+    idle_s: float | None = None
+    billed_s: float | None = None
+    """Per node, rounded up to the billing increment."""
+    job_s: float | None = None
+    """Wall clock from the request to the end of the job."""
+    price_per_hour: float | None = None
+    """All nodes."""
+    startup_cost: float | None = None
+    training_cost: float | None = None
+    checkpoint_cost: float | None = None
+    shutdown_cost: float | None = None
+    idle_cost: float | None = None
+    total_cost: float | None = None
+    """The whole job."""
+    cost_per_epoch: float | None = None
+    steps: float | None = None
+    """Optimizer steps of the whole job."""
+    step_basis: str | None = None
+    """Where ``step_s`` comes from: ``model`` (the cost model), or a measured or given step time's basis."""
+    size: str | None = None
+    """The size it prices (None: this machine)."""
+    nodes: int | None = None
+    price_kind: str | None = None
+    """Where the price comes from (the catalog's ``price_kind``: ``ec2-proxy`` is EC2's on-demand price standing in
+    for SageMaker's, a lower bound)."""
+
+    def to_dict(self) -> dict[str, float | str | None]:
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Estimate:
+        """The estimate :meth:`to_dict` wrote (a run's record); a figure it does not know is left out."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def breakdown(self) -> dict[str, tuple[float, float | None]]:
+        """Seconds and cost of each billed part, in the order they happen."""
+        return {p: (getattr(self, f"{p}_s") or 0.0, getattr(self, f"{p}_cost")) for p in PARTS}
+
+
 RequestT = TypeVar("RequestT", default=Any)
 """A plan's request type: ``dict[str, Any]`` for a cloud's own request, a :class:`JsonDataclass` otherwise."""
 
@@ -126,8 +193,45 @@ class EnvSource:
         return SECRET_PLACEHOLDER.format(name=self.name) if self.secret else FROM_ENV_PLACEHOLDER.format(var=self.var)
 
 
+@dataclass(frozen=True)
+class Target(JsonDataclass):
+    """Where a plan's request goes besides the request itself (a region, a workspace, a login host) and where its
+    training keeps checkpoints: what launch needs, and what a run that moves carries from. Each backend declares its
+    own (``Backend.target_type``), a frozen dataclass of its fields; a run's record keeps it as :meth:`to_dict`
+    writes it and reads it back with :meth:`from_record`."""
+
+    omitted_when_none: ClassVar[frozenset[str]] = frozenset({"checkpoints"})
+    """The fields :meth:`to_dict` leaves out while they are None."""
+
+    @property
+    def checkpoints(self) -> str | None:
+        """The training's checkpoint folder as the backend names it (a path here, an ``s3://`` or
+        ``azureml://`` URI, a path on the cluster); None: checkpointing is off."""
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        return {k: v for k, v in data.items() if not (v is None and k in self.omitted_when_none)}
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any]) -> Self:
+        """The target a run's record keeps (its own fields among what an older record may hold)."""
+        return cls.from_fields(data)
+
+
+@dataclass(frozen=True)
+class Folder(Target):
+    """A target that is only a checkpoint folder (the local backend's, a plugin's)."""
+
+    checkpoints: str | None = None
+
+
+TargetT = TypeVar("TargetT", bound=Target, default=Target)
+"""A plan's target type: the backend's :class:`Target`."""
+
+
 @dataclass
-class Plan(Generic[RequestT]):
+class Plan(Generic[RequestT, TargetT]):
     backend: str
     job_name: str
     request: RequestT
@@ -136,11 +240,12 @@ class Plan(Generic[RequestT]):
     """File name -> text, as the backend's own tools read them (job YAML, request JSON, a shell script)."""
     decisions: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    estimate: dict[str, Any] | None = None
+    estimate: Estimate | None = None
     uploads: list[dict[str, Any]] = field(default_factory=list)
     """What is uploaded before the request (content-addressed: unchanged snapshots are skipped)."""
-    target: dict[str, Any] = field(default_factory=dict)
-    """Where the request goes (region, workspace, ...): what launch needs besides the request."""
+    target: TargetT = field(default_factory=Folder)  # type: ignore[assignment]
+    """Where the request goes (region, workspace, ...) and where the training keeps checkpoints: what launch needs
+    besides the request."""
     job: dict[str, Any] = field(default_factory=dict)
     """The job spec as data, secrets redacted (stored next to a run)."""
     late: tuple[str, ...] = ()
@@ -236,9 +341,9 @@ class Plan(Generic[RequestT]):
             "documents": self.documents,
             "decisions": self.decisions,
             "warnings": self.warnings,
-            "estimate": self.estimate,
+            "estimate": self.estimate.to_dict() if self.estimate else None,
             "uploads": self.uploads,
-            "target": self.target,
+            "target": self.target.to_dict(),
             "late_bound": list(self.late),
             "metrics": self.metrics,
             "metric_ranks": self.metric_ranks,
@@ -262,9 +367,11 @@ class Plan(Generic[RequestT]):
         state: Mapping[str, Any],
         literals: Mapping[str, str] | None = None,
         request_type: type[JsonDataclass] | None = None,
-    ) -> Plan[Any]:
+        target_type: type[Target] = Folder,
+    ) -> Plan[Any, Any]:
         """The plan :meth:`to_state` saved; ``literals``: the values of secrets given as literals; ``request_type``:
-        the backend's own request class (None: the request is the cloud's native dict)."""
+        the backend's own request class (None: the request is the cloud's native dict); ``target_type``: the
+        backend's target class."""
         sources = {
             s["name"]: EnvSource(s["name"], s["var"], (literals or {}).get(s["name"]), s["secret"])
             for s in state.get("env_sources", [])
@@ -277,9 +384,9 @@ class Plan(Generic[RequestT]):
             documents=state["documents"],
             decisions=state["decisions"],
             warnings=state["warnings"],
-            estimate=state["estimate"],
+            estimate=Estimate.from_dict(state["estimate"]) if state["estimate"] else None,
             uploads=state["uploads"],
-            target=state["target"],
+            target=cast(Any, target_type.from_record(state["target"])),
             job=state["job"],
             late=tuple(state["late"]),
             metrics=state["metrics"],
@@ -314,7 +421,7 @@ class Plan(Generic[RequestT]):
                 "- estimate: "
                 + ", ".join(
                     f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                    for k, v in self.estimate.items()
+                    for k, v in self.estimate.to_dict().items()
                     if v is not None
                 )
             )

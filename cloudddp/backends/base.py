@@ -23,6 +23,9 @@ Class attributes (``docs/writing-a-backend.md`` has them as a table)
     Seconds between SIGTERM and SIGKILL there (``CLOUDDDP_SIGTERM_GRACE``).
 ``request_type`` (None)
     Its own request class (a :class:`~cloudddp.plan.JsonDataclass`); None: the cloud's native request, a dict.
+``target_type`` (:class:`~cloudddp.plan.Folder`)
+    Its plans' target class (a :class:`~cloudddp.plan.Target`): what launch needs besides the request, and the
+    checkpoint folder.
 ``spend_while_running`` (False)
     ``_bill`` prices spend while a run goes: the runner enforces ``resources.max_cost`` with its budget watch.
 ``no_bill_reason``, ``no_budget_reason`` (a sentence each)
@@ -63,7 +66,8 @@ requires it)
     Called by ``size_target``: ``plan``, the next-size fallback.
 ``_recovery_notes(spec) -> (decisions, warnings)`` (a warning that it has no effect)
     Called by ``render``, with ``limits.recover_to: next_size``.
-``_checkpoint_store(location, target) -> CheckpointStore | None`` (None: it cannot reach its checkpoints)
+``_checkpoint_store(location, target) -> CheckpointStore | None`` (None: it cannot reach its checkpoints; ``target`` is
+``target_type``'s)
     Called by ``checkpoint_store``: a run moving between backends (:mod:`cloudddp.backends.checkpoints.carry`).
 ``_start_estimate(plan) -> float | None`` (None: it cannot say)
     Called by ``start_estimate``: ``-b auto``'s ranking (:mod:`cloudddp.runs.placement`).
@@ -138,16 +142,16 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from pydantic import BaseModel
 
 from cloudddp.backends.checkpoints.contents import resume_notes
-from cloudddp.backends.checkpoints.store import CheckpointStore, location_of
+from cloudddp.backends.checkpoints.store import CheckpointStore
 from cloudddp.backends.checks import Check, MissingSetting, PreflightFailed, SettingsMissing
 from cloudddp.backends.features import Capabilities, Feature, features_used
-from cloudddp.backends.records import MemoryRecords, RunRecord, RunRecords
+from cloudddp.backends.records import LaunchInfo, MemoryRecords, RunRecord, RunRecords
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
 from cloudddp.catalog.bill import Bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import CloudDDPError, RunNotFound, UserError
 from cloudddp.observe.metrics import RANK_ZERO, MetricRecord, Pattern, metrics_from_lines, patterns_from
-from cloudddp.plan import JsonDataclass, Plan
+from cloudddp.plan import Folder, JsonDataclass, Plan, Target
 from cloudddp.spec.model import JobSpec, job_key
 
 
@@ -162,7 +166,7 @@ class Launched:
 class Progress(Protocol):
     """What long work reports to; the CLI draws it, the API may pass nothing."""
 
-    def planned(self, plan: Plan) -> None:
+    def planned(self, plan: Plan[Any, Any]) -> None:
         """The plan is rendered (its decisions and warnings are worth showing before anything is sent)."""
 
     def step(self, description: str) -> None: ...
@@ -181,6 +185,7 @@ class Backend(abc.ABC, Generic[OptionsT]):
     capabilities: ClassVar[Capabilities] = Capabilities()
     sigterm_grace: ClassVar[int] = 30
     request_type: ClassVar[type[JsonDataclass] | None] = None
+    target_type: ClassVar[type[Target]] = Folder
     spend_while_running: ClassVar[bool] = False
     no_bill_reason: ClassVar[str] = "this backend reports no figures about what a run cost (it has no _bill hook)"
     no_budget_reason: ClassVar[str] = "it cannot report what a run spends while it is going"
@@ -192,10 +197,10 @@ class Backend(abc.ABC, Generic[OptionsT]):
 
     # -- the hooks a backend implements (required) -------------------------------------------------
     @abc.abstractmethod
-    def _render(self, spec: JobSpec) -> Plan: ...
+    def _render(self, spec: JobSpec) -> Plan[Any, Any]: ...
 
     @abc.abstractmethod
-    def _launch(self, plan: Plan, *, provision: bool, progress: Progress | None) -> Launched: ...
+    def _launch(self, plan: Plan[Any, Any], *, provision: bool, progress: Progress | None) -> Launched: ...
 
     @abc.abstractmethod
     def _describe(self, run_id: str) -> RunStatus | None:
@@ -216,7 +221,7 @@ class Backend(abc.ABC, Generic[OptionsT]):
             self._log_iter(run_id, follow=follow), self.metric_patterns(run_id), self.metric_ranks(run_id)
         )
 
-    def _preflight(self, plan: Plan) -> list[Check]:
+    def _preflight(self, plan: Plan[Any, Any]) -> list[Check]:
         """Checks that need the target; a failed one stops a launch (unless ``checks=False``)."""
         return []
 
@@ -228,7 +233,7 @@ class Backend(abc.ABC, Generic[OptionsT]):
         """This backend's SDK error as cloudddp's (e.g. a missing credential as a BackendUnavailable), or None."""
         return None
 
-    def _for_attempt(self, plan: Plan, attempt: int) -> Plan:
+    def _for_attempt(self, plan: Plan[Any, Any], attempt: int) -> Plan[Any, Any]:
         """``plan`` for a recovery's ``attempt`` (2, 3, ...): what must differ between attempts (a cloud's job
         name, which must be unique), with the attempt in its tags; the same code, data and checkpoints.
         A backend whose run ids are fresh at every launch needs nothing (the default)."""
@@ -256,18 +261,18 @@ class Backend(abc.ABC, Generic[OptionsT]):
             return [], []
         return [], [f"limits.recover_to: next_size has no effect on the {self.name} backend: it chooses no size"]
 
-    def _checkpoint_store(self, location: str, target: Mapping[str, Any]) -> CheckpointStore | None:
+    def _checkpoint_store(self, location: str, target: Any) -> CheckpointStore | None:
         """The checkpoint folder ``location`` (as this backend's plans name it in ``target``), opened for a run
         that moves between backends; None: this backend cannot reach its checkpoints from here."""
         return None
 
-    def _start_estimate(self, plan: Plan) -> float | None:
+    def _start_estimate(self, plan: Plan[Any, Any]) -> float | None:
         """When ``plan``'s job would start if submitted now (Unix time), asked without submitting it; None: this
         backend cannot say (a cloud starts a job when it has the capacity, which it does not forecast)."""
         return None
 
     # -- the verbs -------------------------------------------------------------------------------
-    def render(self, spec: JobSpec) -> Plan:
+    def render(self, spec: JobSpec) -> Plan[Any, Any]:
         used = features_used(spec, self.name)
         refused = [f"{f.value}: {why}" for f, why in self.capabilities.unsupported.items() if f in used]
         if refused:
@@ -299,7 +304,7 @@ class Backend(abc.ABC, Generic[OptionsT]):
         return plan
 
     def launch(
-        self, plan: Plan, *, checks: bool = True, provision: bool = True, progress: Progress | None = None
+        self, plan: Plan[Any, Any], *, checks: bool = True, provision: bool = True, progress: Progress | None = None
     ) -> str:
         if plan.backend != self.name:
             raise UserError(f"this plan was rendered for the {plan.backend} backend, not {self.name}")
@@ -312,19 +317,11 @@ class Backend(abc.ABC, Generic[OptionsT]):
         with mapped_errors(self):
             launched = self._launch(plan, provision=provision, progress=progress)
         if self.records.get(launched.run_id) is None:
-            info = {
-                **launched.info,
-                **({"metrics": plan.metrics} if plan.metrics else {}),
-                **({"metric_ranks": plan.metric_ranks} if plan.metric_ranks != RANK_ZERO else {}),
-                "estimate": plan.estimate,
-                "step_key": plan.step_key,
-                "target": plan.target,
-                **({"max_cost": plan.max_cost} if plan.max_cost is not None else {}),
-            }
+            info = {**launched.info, **LaunchInfo.of(plan).to_dict()}
             self.records.add(launched.run_id, self.name, plan.job_name, RunState.PENDING.value, info)
         return launched.run_id
 
-    def preflight(self, plan: Plan) -> list[Check]:
+    def preflight(self, plan: Plan[Any, Any]) -> list[Check]:
         with mapped_errors(self):
             return self._preflight(plan)
 
@@ -370,23 +367,24 @@ class Backend(abc.ABC, Generic[OptionsT]):
         with mapped_errors(self):
             return self._bill(run_id)
 
-    def for_attempt(self, plan: Plan, attempt: int) -> Plan:
+    def for_attempt(self, plan: Plan[Any, Any], attempt: int) -> Plan[Any, Any]:
         """``plan`` for a recovery's ``attempt`` (2, 3, ...): the same code, data and checkpoints, with what must
         differ between attempts changed by the backend (``_for_attempt``)."""
         return self._for_attempt(plan, attempt)
 
-    def restore(self, state: Mapping[str, Any], literals: Mapping[str, str] | None = None) -> Plan:
+    def restore(self, state: Mapping[str, Any], literals: Mapping[str, str] | None = None) -> Plan[Any, Any]:
         """A plan :meth:`~cloudddp.plan.Plan.to_state` saved, its request read back as this backend's type;
         ``literals``: the values of the secrets the spec gave as literals (never stored)."""
-        return Plan.from_state(state, literals, self.request_type)
+        return Plan.from_state(state, literals, self.request_type, self.target_type)
 
-    def start_estimate(self, plan: Plan) -> float | None:
+    def start_estimate(self, plan: Plan[Any, Any]) -> float | None:
         with mapped_errors(self):
             return self._start_estimate(plan)
 
-    def checkpoint_store(self, target: Mapping[str, Any]) -> CheckpointStore:
-        """The checkpoint folder ``target`` names (a plan's, or a run record's ``info["target"]``)."""
-        location = location_of(target)
+    def checkpoint_store(self, target: Target | Mapping[str, Any]) -> CheckpointStore:
+        """The checkpoint folder ``target`` names (a plan's, or what a run's record keeps of it)."""
+        target = self.target_of(target)
+        location = target.checkpoints
         if location is None:
             raise UserError(f"this {self.name} run keeps no checkpoints (checkpoint.enabled is false)")
         with mapped_errors(self):
@@ -394,6 +392,10 @@ class Backend(abc.ABC, Generic[OptionsT]):
         if store is None:
             raise UserError(f"the {self.name} backend cannot carry checkpoints to or from another backend")
         return store
+
+    def target_of(self, target: Target | Mapping[str, Any]) -> Target:
+        """``target`` as this backend's :attr:`target_type` (a run's record keeps it as data)."""
+        return target if isinstance(target, Target) else self.target_type.from_record(target)
 
     def missing_settings(self, spec: JobSpec) -> list[MissingSetting]:
         """Every setting this backend needs for ``spec`` that the spec and the environment leave out."""
@@ -411,12 +413,12 @@ class Backend(abc.ABC, Generic[OptionsT]):
     def metric_patterns(self, run_id: str) -> list[Pattern]:
         """The metrics run ``run_id`` declared by regular expression (kept in this machine's run database)."""
         record = self.records.get(run_id)
-        return patterns_from(record.info.get("metrics", [])) if record else []
+        return patterns_from(list(LaunchInfo.from_fields(record.info).metrics)) if record else []
 
     def metric_ranks(self, run_id: str) -> str:
         """Whose lines run ``run_id`` reads metrics from: ``"0"`` (global rank 0's) or ``"all"``."""
         record = self.records.get(run_id)
-        return str(record.info.get("metric_ranks", RANK_ZERO)) if record else RANK_ZERO
+        return LaunchInfo.from_fields(record.info).metric_ranks if record else RANK_ZERO
 
     def check_launch_options(self, provision: bool) -> None:
         """A UserError for ``provision=False`` on a backend that cannot leave its clusters alone."""
@@ -428,15 +430,15 @@ class Backend(abc.ABC, Generic[OptionsT]):
 
 
 # -- what the verbs share (machinery, not hooks) ------------------------------------------------------
-def budget_warnings(backend: Backend[Any], plan: Plan) -> list[str]:
+def budget_warnings(backend: Backend[Any], plan: Plan[Any, Any]) -> list[str]:
     """The estimate against ``resources.max_cost``, and whether ``backend`` can hold a run to it."""
     if plan.max_cost is None:
         return []
     out = []
-    total = (plan.estimate or {}).get("total_cost")
-    if isinstance(total, (int, float)) and total > plan.max_cost:
+    total = plan.estimate.total_cost if plan.estimate else None
+    if total is not None and total > plan.max_cost:
         out.append(f"resources.max_cost: the estimated cost ${total:,.2f} is over the budget of ${plan.max_cost:,.2f}")
-    elif not isinstance(total, (int, float)):
+    elif total is None:
         out.append(
             f"resources.max_cost: there is no cost estimate to check the budget of ${plan.max_cost:,.2f} against"
         )

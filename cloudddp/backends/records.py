@@ -7,6 +7,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cloudddp.observe.metrics import RANK_ZERO
+from cloudddp.plan import JsonDataclass, Plan
+
 
 @dataclass
 class RunRecord:
@@ -19,6 +22,35 @@ class RunRecord:
     created_at: float
     updated_at: float
     info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchInfo(JsonDataclass):
+    """What a run's record keeps of its plan from the launch on (:meth:`~cloudddp.backends.base.Backend.launch`
+    writes it): how its metrics are read, its estimate, which measured step times it teaches, where it went and
+    its budget. Beside these keys the info holds the backend's own (what its launch hook reported) and the runner's;
+    each owner reads its own typed view of the same info with :meth:`~cloudddp.plan.JsonDataclass.from_fields`."""
+
+    metrics: tuple[dict[str, str], ...] = ()
+    """The metrics the job declares by regular expression (``{"name", "regex"}``)."""
+    metric_ranks: str = RANK_ZERO
+    estimate: dict[str, Any] | None = None
+    """The plan's :class:`~cloudddp.plan.Estimate`, as data."""
+    step_key: str = ""
+    target: dict[str, Any] = field(default_factory=dict)
+    """The plan's :class:`~cloudddp.plan.Target`, as data (``Backend.target_of`` reads it back typed)."""
+    max_cost: float | None = None
+
+    @classmethod
+    def of(cls, plan: Plan[Any, Any]) -> LaunchInfo:
+        return cls(
+            metrics=tuple(plan.metrics),
+            metric_ranks=plan.metric_ranks,
+            estimate=plan.estimate.to_dict() if plan.estimate else None,
+            step_key=plan.step_key,
+            target=plan.target.to_dict(),
+            max_cost=plan.max_cost,
+        )
 
 
 class RunRecords(Protocol):

@@ -4,14 +4,16 @@ Owns the dated size catalog (:mod:`~cloudddp.catalog.skus`), selection (:mod:`~c
 cost and scaling model (:mod:`~cloudddp.catalog.model`, :mod:`~cloudddp.catalog.speed`,
 :mod:`~cloudddp.catalog.overheads`), sizing a job spec (:mod:`~cloudddp.catalog.sizing`), the ranking a recovery
 moves along (:mod:`~cloudddp.catalog.ranking`), step times measured on finished runs
-(:mod:`~cloudddp.catalog.stepstore`) and a run's bill as backends report it (:mod:`~cloudddp.catalog.bill`).
+(:mod:`~cloudddp.catalog.stepstore`), a run's bill as backends report it (:mod:`~cloudddp.catalog.bill`), where a
+backend's sizes come from (:mod:`~cloudddp.catalog.target`, the one catalog type the backend contract names), NCCL
+and EFA presets per interconnect (:mod:`~cloudddp.catalog.presets`) and the catalog's check of its own rows
+(:mod:`~cloudddp.catalog.lint`).
 
-May import: ``spec``, ``observe`` (metric records), ``paths`` and ``errors``. Nothing here imports torch or a
-cloud SDK; the data is read on first use.
+May import: ``spec``, ``observe`` (metric records), ``plan`` (the typed estimate), ``paths`` and ``errors``.
+Nothing here imports torch or a cloud SDK; the data is read on first use.
 """
 
 from cloudddp.catalog.model import (
-    Estimate,
     StepTime,
     Workload,
     allreduce_seconds,
@@ -39,7 +41,6 @@ from cloudddp.catalog.speed import gpu_key, speed, speed_basis
 __all__ = [
     "CATALOG_DATE",
     "Candidate",
-    "Estimate",
     "Overheads",
     "Requirements",
     "Selection",

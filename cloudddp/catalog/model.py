@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from cloudddp.catalog.overheads import Overheads
 from cloudddp.catalog.speed import anchor
 from cloudddp.paths import data_text
+from cloudddp.plan import Estimate
 
 FABRIC_EFFICIENCY = 0.80
 OVERLAP = 0.9
@@ -141,45 +142,6 @@ def peak_tflops(gpu: str) -> float | None:
                 except (ValueError, IndexError):
                     continue
     return None
-
-
-PARTS = ("startup", "training", "checkpoint", "shutdown", "idle")
-
-
-@dataclass(frozen=True)
-class Estimate:
-    images_per_s_per_gpu: float | None
-    step_s: float
-    compute_s: float | None  # modelled compute per step (None: the model does not know the network)
-    comm_s: float
-    exposed_comm_s: float
-    efficiency: float | None
-    epoch_s: float | None
-    provision_unbilled_s: float  # waiting for nodes that is not billed (SageMaker before TrainingStartTime)
-    startup_s: float  # billed, per node
-    training_s: float
-    checkpoint_s: float
-    shutdown_s: float
-    idle_s: float
-    billed_s: float  # per node, rounded up to the billing increment
-    job_s: float  # wall clock from request to the end of the job
-    price_per_hour: float | None  # all nodes
-    startup_cost: float | None
-    training_cost: float | None
-    checkpoint_cost: float | None
-    shutdown_cost: float | None
-    idle_cost: float | None
-    total_cost: float | None
-    cost_per_epoch: float | None
-    steps: float = 0.0  # optimizer steps of the whole job
-    step_basis: str = "model"  # where step_s comes from: the model, or a StepTime's basis
-
-    def to_dict(self) -> dict[str, float | str | None]:
-        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
-
-    def breakdown(self) -> dict[str, tuple[float, float | None]]:
-        """Seconds and cost of each billed part, in the order they happen."""
-        return {p: (getattr(self, f"{p}_s"), getattr(self, f"{p}_cost")) for p in PARTS}
 
 
 def allreduce_seconds(

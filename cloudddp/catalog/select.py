@@ -18,10 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from cloudddp.catalog.model import Estimate, StepTime, Workload, estimate
+from cloudddp.catalog.model import StepTime, Workload, estimate
 from cloudddp.catalog.overheads import overheads
 from cloudddp.catalog.skus import CATALOG_DATE, RETIRING_WARN_DAYS, Sku, azure_ib_alternative, check_cloud, find, skus
 from cloudddp.catalog.speed import gpu_key, speed, speed_basis
+from cloudddp.plan import Estimate
 
 UNPRICED = (
     "no dated on-demand price in the catalog: not chosen automatically, since its cost cannot be compared "
@@ -77,7 +78,7 @@ class Candidate:
             "price_kind": self.sku.price_kind,
             "price_date": self.sku.price_date,
             "lifecycle": self.sku.lifecycle_text(),
-            "est_cost": e.total_cost if e else None,
+            "total_cost": e.total_cost if e else None,
             "efficiency": e.efficiency if e else None,
             "breakdown": {part: {"s": round(s, 3), "cost": c} for part, (s, c) in e.breakdown().items()} if e else None,
             "job_s": e.job_s if e else None,

@@ -16,7 +16,6 @@ backend.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from cloudddp.catalog import (
     Requirements,
@@ -30,9 +29,11 @@ from cloudddp.catalog import (
     workload_for_model,
 )
 from cloudddp.catalog.model import DATASET_BYTES, DATASET_SAMPLES
+from cloudddp.catalog.select import Candidate
 from cloudddp.catalog.stepstore import Measured, StepStore
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import UserError
+from cloudddp.plan import Estimate
 from cloudddp.spec.model import JobSpec, is_shared_script, job_key
 
 GIVEN_STEP_BASIS = (
@@ -211,7 +212,17 @@ class SizeDecision:
     sku: Sku | None
     decisions: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    estimate: dict[str, Any] | None = None
+    estimate: Estimate | None = None
+
+
+def priced(chosen: Candidate) -> Estimate | None:
+    """What the plan says ``chosen`` costs: the cost model's estimate with the size it prices, or for a script whose
+    speed the model cannot know, the size's price alone; None for a size without a dated price."""
+    price = chosen.sku.price_per_hour * chosen.nodes if chosen.sku.price_per_hour is not None else None
+    size, nodes, kind = chosen.sku.size, chosen.nodes, chosen.sku.price_kind
+    if chosen.estimate is not None:
+        return replace(chosen.estimate, size=size, nodes=nodes, price_kind=kind)
+    return Estimate(price_per_hour=price, size=size, nodes=nodes, price_kind=kind) if price is not None else None
 
 
 def decide(spec: JobSpec, target: SizeTarget, label: str) -> SizeDecision:
@@ -223,8 +234,7 @@ def decide(spec: JobSpec, target: SizeTarget, label: str) -> SizeDecision:
     if chosen is not None:
         decision.decisions.append(f"{label} {size}: " + "; ".join(chosen.reasons))
         decision.warnings += chosen.warnings
-        if chosen.estimate:
-            decision.estimate = chosen.estimate.to_dict()
+        decision.estimate = priced(chosen)
     if spec.resources.gpus_per_node == 0:
         return decision
     finding = find_workload(spec)

@@ -12,9 +12,8 @@ from pathlib import Path
 import click
 
 from cloudddp.backends.checks import Check
-from cloudddp.backends.commands import override_option
+from cloudddp.backends.commands import load_job, override_option
 from cloudddp.backends.plugins import backend_class, backend_classes, spec_from_dict, user_config
-from cloudddp.cli.options import load_job
 from cloudddp.errors import UserError
 from cloudddp.observe.console import escape, out, print_json
 from cloudddp.runs.runner import get_backend

@@ -169,11 +169,11 @@ def cost_text(report: CostReport) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    est, bill = report.estimate or {}, report.bill
+    est, bill = report.estimate, report.bill
     head = Text.from_markup(f"[bold]{escape(report.run_id)}[/] ({report.backend}, {report.state})")
     table = Table("", "estimate at submit", "actual" + ("" if bill is None or bill.final else " so far"), box=None)
     priced = bill is not None and bill.price_per_hour is not None
-    price = est.get("price_per_hour")
+    price = est.price_per_hour if est else None
     actual = money(report.actual_cost) if report.actual_cost is not None else ""
     if report.attempts:
         actual += f" over {len(report.attempts)} attempts"
@@ -181,8 +181,8 @@ def cost_text(report: CostReport) -> Any:
         actual += f" ({report.difference:+.0%})"
     rows = [
         ("on", "", f"{bill.size} × {bill.nodes}" if bill else ""),
-        ("training (est.) / processes ran", seconds(est.get("training_s")), seconds(bill.ran_s) if bill else ""),
-        ("billed per node", seconds(est.get("billed_s")), seconds(bill.billed_s) if bill and priced else ""),
+        ("training (est.) / processes ran", seconds(est and est.training_s), seconds(bill.ran_s) if bill else ""),
+        ("billed per node", seconds(est and est.billed_s), seconds(bill.billed_s) if bill and priced else ""),
         ("still to be billed per node", "", seconds(bill.pending_s) if bill and bill.pending_s else ""),
         (
             "price, all nodes",
@@ -212,8 +212,8 @@ def cost_text(report: CostReport) -> Any:
             sources.add_row(f.name, f"{value} {f.unit}".strip(), escape(f.source))
         parts.append(sources)
         parts += [Text(f"not in these figures: {n}", style="dim") for n in bill.notes]
-    if est.get("step_basis"):
-        basis = "the cost model's" if est["step_basis"] == "model" else est["step_basis"]
+    if est and est.step_basis:
+        basis = "the cost model's" if est.step_basis == "model" else est.step_basis
         parts.append(Text(f"the estimate's step time: {basis}", style="dim"))
     if report.reason:
         parts.append(Text(report.reason, style="yellow"))

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from cloudddp.backends.commands import json_option, override_option
+from cloudddp.backends.commands import json_option, load_job, override_option
 from cloudddp.backends.plugins import backend_class, backend_classes
 from cloudddp.catalog import CATALOG_DATE, Requirements, all_skus, find, select, workload_for_model
 from cloudddp.catalog.model import DATASET_SAMPLES
@@ -18,7 +18,6 @@ from cloudddp.cli.confirm import PROXY_MARK, cost_of
 from cloudddp.cli.options import (
     backend_option,
     job_argument,
-    load_job,
     money,
     plan_notes,
 )
@@ -67,7 +66,7 @@ def selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:
             f"{row['gpu_memory_gb']:g} GB",
             row["fabric"],
             price,
-            money(row["est_cost"]),
+            money(row["total_cost"]),
             eff,
             verdict + escape(why),
         )
@@ -76,7 +75,7 @@ def selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:
             row["size"],
             row.get("lifecycle", ""),
             *(part(breakdown.get(p)) for p in ("startup", "training", "checkpoint", "shutdown", "idle")),
-            money(row["est_cost"]),
+            money(row["total_cost"]),
         )
     return Group(table, parts) if explain else table
 
@@ -204,7 +203,7 @@ def plan(job: Path, backend: str | None, override: tuple[str, ...], explain: boo
         out().print(selection_table(selection.explain(), explain=explain))
         for line in plan_footer(selection, explain=explain):
             out().print(f"[dim]{escape(line)}[/]")
-    cost = cost_of(spec, backend, selection)
+    cost = cost_of(rendered, float(spec.limits.max_runtime))
     for line in cost.lines() if cost else []:
         if line != PROXY_MARK:  # the footer above says it
             out().print(escape(line))

@@ -13,12 +13,11 @@ from pathlib import Path
 import click
 
 from cloudddp.backends.checks import SettingsMissing
-from cloudddp.backends.commands import json_option, override_option
+from cloudddp.backends.commands import json_option, load_job, override_option
 from cloudddp.backends.plugins import backend_class, json_schema
 from cloudddp.cli.options import (
     backend_option,
     job_argument,
-    load_job,
     print_plan,
 )
 from cloudddp.code.shipped import snapshot_warnings

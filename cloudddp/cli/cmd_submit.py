@@ -9,27 +9,27 @@ import click
 
 from cloudddp.api import Job, Run
 from cloudddp.backends.checks import Check, PreflightFailed
-from cloudddp.backends.commands import json_option, override_option
+from cloudddp.backends.commands import json_option, load_job, override_option
 from cloudddp.backends.plugins import backend_class
 from cloudddp.backends.status import LogLine, RunStatus
 from cloudddp.catalog.sizing import script_arg
-from cloudddp.cli.confirm import confirm_launch, interactive
+from cloudddp.cli.confirm import interactive, question
 from cloudddp.cli.options import (
     backend_option,
     format_record,
     job_argument,
-    load_job,
     plan_notes,
     print_plan,
     sdk_log,
 )
 from cloudddp.cli.placing import first_plan, first_usable, placed_ranking, placement_moves
-from cloudddp.errors import RunFailed
+from cloudddp.errors import Declined, RunFailed
 from cloudddp.observe.console import Progress, err, escape, line_tag, note, out, print_json, printable
 from cloudddp.observe.live import EpochProgress
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.observe.sdklog import divert, diverted_to
 from cloudddp.runs.placement import AUTO
+from cloudddp.runs.recovery import Chain
 from cloudddp.runs.runner import get_backend
 from cloudddp.spec.model import JobSpec
 
@@ -112,8 +112,8 @@ def submit(
     if dry_run:
         print_plan(first_plan(ranking) if ranking else backend_class(backend)().render(spec), json_=json_)
         return
-    if not (quiet or json_):
-        confirm_launch(spec, first_usable(ranking) if ranking else backend, ask=not yes and interactive())
+    if ranking:
+        first_usable(ranking)  # none takes the job: said before anything is asked
     if not verbose:
         divert(sdk_log())
     try:
@@ -125,20 +125,18 @@ def submit(
             progress=None if (quiet or json_) else Progress(plan_notes),
             resume_from=resume_from,
             ranking=ranking,
+            confirm=None if (quiet or json_) else question(spec, ask=not yes and interactive()),
         )
     except PreflightFailed as e:
         print_checks(e.checks)
         err().print("[bold red]error:[/] preflight checks failed; fix them or pass --skip-checks")
         sys.exit(e.exit_code)
+    except Declined as e:
+        err().print(escape(str(e)))
+        sys.exit(e.exit_code)
     chain, backend = run.chain, run.backend.name
     if chain is not None and not (quiet or json_):
-        moves = f"; after {chain.capacity_tries} capacity failure(s) on a size it moves to " + ", then ".join(
-            f["size"] for f in chain.fallbacks
-        )
-        note(
-            f"recovery: up to {chain.max_recoveries} resubmissions after preemption or infrastructure faults, by a "
-            "watcher that outlives this terminal" + (moves if chain.fallbacks else "") + placement_moves(chain)
-        )
+        note(recovery_note(chain))
     if json_ and detach:
         print_json({"run_id": run.run_id, "backend": backend})
     elif quiet:
@@ -152,6 +150,17 @@ def submit(
         follow_run(run, quiet=quiet or json_, epochs=epochs_of(spec), all_ranks=all_ranks or verbose, json_=json_)
     finally:
         name_sdk_log(quiet=quiet or json_)
+
+
+def recovery_note(chain: Chain) -> str:
+    """What the recovery a submit started will do, in one line."""
+    moves = f"; after {chain.capacity_tries} capacity failure(s) on a size it moves to " + ", then ".join(
+        f["size"] for f in chain.fallbacks
+    )
+    return (
+        f"recovery: up to {chain.max_recoveries} resubmissions after preemption or infrastructure faults, by a "
+        "watcher that outlives this terminal" + (moves if chain.fallbacks else "") + placement_moves(chain)
+    )
 
 
 def name_sdk_log(*, quiet: bool) -> None:

@@ -4,17 +4,16 @@ for a script whose speed cannot be modelled, the most ``limits.max_runtime`` let
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import click
 
-from cloudddp.backends.plugins import backend_class
-from cloudddp.catalog import find
-from cloudddp.catalog.select import Selection
-from cloudddp.catalog.sizing import choose
 from cloudddp.cli.options import money
 from cloudddp.observe.console import err, escape
+from cloudddp.plan import Plan
 from cloudddp.spec.model import JobSpec
 
 PROXY_MARK = (
@@ -64,30 +63,22 @@ def _duration(seconds: float | None) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
-def cost_of(spec: JobSpec, backend: str, selection: Selection | None = None) -> Cost | None:
-    """The cost of launching ``spec`` on ``backend``; None for a backend that rents no size (local, Slurm)."""
-    impl = backend_class(backend)()
-    target = impl.size_target(spec)
-    if target is None:
+def cost_of(plan: Plan, max_runtime_s: float) -> Cost | None:
+    """What launching ``plan`` costs, from its estimate; None for a plan that rents no priced size (local, Slurm, a
+    size without a dated price)."""
+    est = plan.estimate
+    if est is None or est.size is None:
         return None
-    if selection is None and spec.resources.gpus_per_node and (not target.named or find(target.named)):
-        selection = choose(spec, target)
-    chosen = selection.chosen if selection else None
-    max_runtime = float(spec.limits.max_runtime)
-    if chosen is None:
-        return Cost(target.named or "?", spec.resources.nodes or 1, None, False, None, None, None, max_runtime)
-    row = chosen.row()
-    price = row["price_per_hour"]
-    estimate = row["est_cost"]
+    price = est.price_per_hour
     return Cost(
-        size=chosen.sku.size,
-        nodes=chosen.nodes,
+        size=est.size,
+        nodes=est.nodes or 1,
         price_per_hour=price,
-        proxy=row["price_kind"] == "ec2-proxy",
-        estimate=estimate,
-        job_s=row["job_s"],
-        ceiling=price * max_runtime / 3600 if price is not None and estimate is None else None,
-        max_runtime_s=max_runtime,
+        proxy=est.price_kind == "ec2-proxy",
+        estimate=est.total_cost,
+        job_s=est.job_s,
+        ceiling=price * max_runtime_s / 3600 if price is not None and est.total_cost is None else None,
+        max_runtime_s=max_runtime_s,
     )
 
 
@@ -96,13 +87,17 @@ def interactive() -> bool:
     return sys.stdin.isatty() and sys.stderr.isatty()
 
 
-def confirm_launch(spec: JobSpec, backend: str, *, ask: bool) -> None:
-    """Show what the launch will cost; with ``ask``, wait for ``Proceed? [Y/n]`` and stop on no."""
-    cost = cost_of(spec, backend)
+def question(spec: JobSpec, *, ask: bool) -> Callable[[Plan], bool]:
+    """What ``submit`` asks before a launch: each plan's cost is shown, and with ``ask`` a person answers."""
+    max_runtime = float(spec.limits.max_runtime)
+    return functools.partial(confirm_launch, max_runtime_s=max_runtime, ask=ask)
+
+
+def confirm_launch(plan: Plan, max_runtime_s: float, *, ask: bool) -> bool:
+    """Show what launching ``plan`` will cost; with ``ask``, wait for ``Proceed? [Y/n]``: False on no."""
+    cost = cost_of(plan, max_runtime_s)
     if cost is None:
-        return
+        return True
     for line in cost.lines():
         err().print(f"[bold]•[/] {escape(line)}")
-    if ask and not click.confirm("Proceed?", default=True, err=True):
-        err().print("not submitted: nothing was sent")
-        sys.exit(1)
+    return not ask or click.confirm("Proceed?", default=True, err=True)

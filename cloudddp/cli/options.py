@@ -1,23 +1,22 @@
-"""What the command modules share: the options and arguments they declare alike (``--override`` and ``--json``,
-which a backend's own command declares too, are :mod:`cloudddp.backends.commands`'), reading the job spec, failing
-with a message, and printing a plan, JSON, a metric record or money."""
+"""What the command modules share: the options and arguments they declare alike, and printing a plan, JSON, a
+metric record or money. ``--override``, ``--json`` and reading the job spec they name are
+:mod:`cloudddp.backends.commands`', which a backend's own command uses too."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from click.shell_completion import CompletionItem
 
-from cloudddp.backends.plugins import load_spec, names
+from cloudddp.backends.plugins import names
 from cloudddp.observe.console import note, print_json, printable
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.paths import home
 from cloudddp.plan import Plan
-from cloudddp.spec.model import JobSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -64,14 +63,6 @@ def sdk_log() -> Path:
 
 def follow_option(f: F) -> F:
     return click.option("--follow", "-f", is_flag=True, help="Keep printing until the run ends.")(f)
-
-
-# -- input and failure -----------------------------------------------------------------------------
-
-
-def load_job(path: Path, overrides: Sequence[str] | None) -> JobSpec:
-    """The job spec at ``path`` with ``-o`` overrides, checked against the registered backends' sections."""
-    return load_spec(path, overrides or [])
 
 
 # -- output ----------------------------------------------------------------------------------------

@@ -24,12 +24,13 @@ from collections.abc import Callable
 from typing import Any
 
 from cloudddp.backends.base import Backend
+from cloudddp.backends.records import LaunchInfo
 from cloudddp.catalog.bill import Bill
 from cloudddp.errors import CloudDDPError
 from cloudddp.runs.database import RunDatabase
 from cloudddp.runs.recovery import cancel as stop_recovering
 from cloudddp.runs.recovery import chain_of
-from cloudddp.runs.runner import budget_poll_seconds, get_backend
+from cloudddp.runs.runner import RunnerInfo, budget_poll_seconds, get_backend
 
 
 def stop_cost(bill: Bill, grace_s: float) -> float:
@@ -58,7 +59,7 @@ def spent_before(backend: Backend[Any], run_id: str) -> float:
 
 def _record(backend: Backend[Any], run_id: str, outcome: dict[str, Any]) -> None:
     record = backend.records.get(run_id)
-    previous = record.info.get("budget", {}) if record else {}
+    previous = RunnerInfo.from_fields(record.info).budget if record else {}
     backend.records.update(run_id, info={"budget": {**previous, **outcome}})
 
 
@@ -106,12 +107,13 @@ def main(argv: list[str]) -> int:
     os.umask(0o077)  # what the watch writes is its user's alone
     run_id = argv[0]
     record = RunDatabase().get(run_id)
-    if record is None or record.info.get("max_cost") is None:
+    budget = LaunchInfo.from_fields(record.info).max_cost if record else None
+    if record is None or budget is None:
         print(f"budget watch: {run_id} has no budget in this machine's run database", flush=True)
         return 2
     backend = get_backend(record.backend)
     try:
-        outcome = watch(backend, run_id, float(record.info["max_cost"]))
+        outcome = watch(backend, run_id, budget)
     except CloudDDPError as e:  # credentials gone, the cloud unreachable: say so where `cloudddp cost` looks
         _record(backend, run_id, {"failed": str(e).splitlines()[0], "at": time.time()})
         print(f"budget watch of {run_id} stopped watching: {e}", flush=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudddp.backends.base import Backend
-from cloudddp.backends.checkpoints.store import location_of
+from cloudddp.backends.records import LaunchInfo
 from cloudddp.backends.status import LogLine, RunState, RunStatus
 from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.observe.metrics import PREFIX, MetricRecord, record_of_log_line
@@ -171,8 +171,8 @@ class ChainedRun:
         if chain is not None:
             run_id, backend = chain.current.run_id, self._runner(chain.backend_of(chain.current)).backend
         record = backend.records.get(run_id)
-        target = dict(record.info.get("target") or {}) if record else {}
-        if location_of(target) is None:
+        target = backend.target_of(LaunchInfo.from_fields(record.info if record else {}).target)
+        if target.checkpoints is None:
             raise UserError(
                 f"{self.run_id} has no checkpoint folder on record: it kept none (checkpoint.enabled: false), or it "
                 "was launched before cloudddp recorded where runs keep them"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cloudddp.catalog.bill import Bill
+from cloudddp.plan import Estimate
 
 
 @dataclass
@@ -20,7 +21,7 @@ class CostReport:
     run_id: str
     backend: str
     state: str
-    estimate: dict[str, Any] | None
+    estimate: Estimate | None
     bill: Bill | None
     reason: str = ""
     """Why there is no bill (or no estimate)."""
@@ -42,8 +43,7 @@ class CostReport:
 
     @property
     def estimated_cost(self) -> float | None:
-        value = (self.estimate or {}).get("total_cost")
-        return float(value) if isinstance(value, (int, float)) else None
+        return self.estimate.total_cost if self.estimate else None
 
     @property
     def difference(self) -> float | None:
@@ -58,7 +58,7 @@ class CostReport:
             "run_id": self.run_id,
             "backend": self.backend,
             "state": self.state,
-            "estimate": self.estimate,
+            "estimate": self.estimate.to_dict() if self.estimate else None,
             "actual": self.bill.to_dict() if self.bill else None,
             "reason": self.reason,
             "estimated_cost": self.estimated_cost,

@@ -20,6 +20,7 @@ the next, and the recovery watcher moves on after a capacity failure once the ru
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ from cloudddp.backends.base import Backend, Progress
 from cloudddp.backends.plugins import configured_backends
 from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.plan import Plan
-from cloudddp.runs.runner import Checkpoints, Runner, get_backend
+from cloudddp.runs.runner import Checkpoints, Runner, declined_unless, get_backend
 from cloudddp.spec.model import JobSpec
 
 AUTO = "auto"
@@ -62,10 +63,10 @@ class Placement:
         """One line of the ranking, as the plan and ``submit -b auto`` show it."""
         if self.refused:
             return f"{self.backend}: not used: {self.refused}"
-        estimate = (self.plan.estimate if self.plan else None) or {}
-        hourly = estimate.get("price_per_hour")
+        estimate = self.plan.estimate if self.plan else None
+        hourly = estimate.price_per_hour if estimate else None
         cost = f"${self.cost:,.2f} for the whole job" if self.cost is not None else "no cost estimate"
-        cost += f" at ${hourly:,.2f}/h" if isinstance(hourly, (int, float)) else ""
+        cost += f" at ${hourly:,.2f}/h" if hourly is not None else ""
         return f"{self.backend}: {cost}, {_start_words(self.starts_in)}"
 
     def to_state(self) -> dict[str, Any]:
@@ -122,8 +123,7 @@ def _ask(name: str, preference: int, spec: JobSpec, *, checks: bool) -> Placemen
         placement.refused = _said(e)
         return placement
     placement.plan = plan
-    total = (plan.estimate or {}).get("total_cost")
-    placement.cost = float(total) if isinstance(total, (int, float)) else None
+    placement.cost = plan.estimate.total_cost if plan.estimate else None
     if checks:
         _check(backend, placement, plan)
     return placement
@@ -176,14 +176,16 @@ def launch_first(
     provision: bool = True,
     progress: Progress | None = None,
     resume_from: Checkpoints | None = None,
+    confirm: Callable[[Plan], bool] | None = None,
 ) -> Placed:
     """Launch the first usable placement whose backend accepts it (``resume_from``'s checkpoint carried into its
-    folder first); a refusal (a quota, a capacity error, a name taken) moves to the next. A UserError naming every
-    backend's reason when none takes it."""
+    folder first; ``confirm`` asked with each plan before it is sent); a refusal (a quota, a capacity error, a name
+    taken) moves to the next. A UserError naming every backend's reason when none takes it."""
     usable = [p for p in ranking if p.usable]
     skipped: list[str] = []
     for index, placement in enumerate(usable):
         assert placement.plan is not None
+        declined_unless(confirm, placement.plan)
         try:
             runner = Runner.open(placement.backend)
             if resume_from is not None:

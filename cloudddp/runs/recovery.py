@@ -37,11 +37,12 @@ from cloudddp.backends.checkpoints.carry import carried_to
 from cloudddp.backends.checks import PreflightFailed
 from cloudddp.backends.folderlock import FolderHeld
 from cloudddp.backends.procs import Process
+from cloudddp.backends.records import LaunchInfo
 from cloudddp.backends.status import Cause, RunState, RunStatus
 from cloudddp.catalog.ranking import failures
 from cloudddp.errors import CloudDDPError
 from cloudddp.paths import home
-from cloudddp.plan import Plan
+from cloudddp.plan import JsonDataclass, Plan, Target
 from cloudddp.runs.fallback import Fallback, plan_fallback
 from cloudddp.runs.runner import Runner, Submission
 from cloudddp.spec.model import JobSpec
@@ -140,10 +141,18 @@ def every_chain() -> list[Chain]:
     return [Chain.load(path.stem) for path in sorted(Chain.path_of("x").parent.glob("*.json"))]
 
 
+@dataclass(frozen=True)
+class ChainInfo(JsonDataclass):
+    """What recovery keeps in each attempt's run record: its chain and its number in it."""
+
+    chain: str | None = None
+    attempt: int | None = None
+
+
 def chain_of(run_id: str, backend: Backend[Any]) -> Chain | None:
     """The chain ``run_id`` belongs to (as its first attempt or a later one), if any."""
     record = backend.records.get(run_id)
-    chain_id = record.info.get("chain") if record else None
+    chain_id = ChainInfo.from_fields(record.info).chain if record else None
     if not chain_id or not Chain.path_of(chain_id).exists():
         return None
     return Chain.load(chain_id)
@@ -179,7 +188,7 @@ def start(
         moves_on=list(moves_on) if placements else [],
     )
     chain.save()
-    backend.records.update(run_id, info={"chain": run_id, "attempt": 1})
+    backend.records.update(run_id, info=ChainInfo(run_id, 1).to_dict())
     spawn_watcher(chain, plan.literal_secrets())
     return chain
 
@@ -372,7 +381,7 @@ def _capacity_failures(chain: Chain) -> int:
 def _launch(chain: Chain, runner: Runner, plan: Plan, *, checks: bool, size: str | None, note: str = "") -> None:
     number = chain.current.number + 1
     run_id = runner.launch(runner.backend.for_attempt(plan, number), checks=checks)
-    runner.backend.records.update(run_id, info={"chain": chain.chain_id, "attempt": number})
+    runner.backend.records.update(run_id, info=ChainInfo(chain.chain_id, number).to_dict())
     chain.attempts.append(Attempt(number, run_id, time.time(), size=size, backend=runner.backend.name, note=note))
 
 
@@ -431,10 +440,10 @@ def move_backend(chain: Chain, runner: Runner, literals: dict[str, str], status:
     chain.message += f": {', '.join(skipped)}" if skipped else " (none left in the placement)"
 
 
-def _checkpoints_of(chain: Chain, runner: Runner) -> dict[str, Any]:
+def _checkpoints_of(chain: Chain, runner: Runner) -> Target:
     """The target (with its checkpoint folder) of the chain's current attempt, as its launch recorded it."""
     record = runner.backend.records.get(chain.current.run_id)
-    return dict(record.info.get("target") or {}) if record else dict(chain.plan.get("target") or {})
+    return runner.backend.target_of(LaunchInfo.from_fields(record.info).target if record else chain.plan["target"])
 
 
 def cancel(chain: Chain) -> None:

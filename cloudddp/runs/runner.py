@@ -34,20 +34,19 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cloudddp.backends.base import Backend, Progress
 from cloudddp.backends.checkpoints.carry import carried_to
-from cloudddp.backends.checkpoints.store import location_of
 from cloudddp.backends.plugins import backend_class
-from cloudddp.backends.records import RunRecord
+from cloudddp.backends.records import LaunchInfo, RunRecord
 from cloudddp.backends.status import RunState, RunStatus
-from cloudddp.errors import CloudDDPError, RunNotFound, UserError
+from cloudddp.errors import CloudDDPError, Declined, RunNotFound, UserError
 from cloudddp.paths import home
-from cloudddp.plan import Plan
+from cloudddp.plan import Estimate, JsonDataclass, Plan, Target
 from cloudddp.runs import steptimes
 from cloudddp.runs.cost import CostReport
 from cloudddp.runs.database import RunDatabase
@@ -63,8 +62,21 @@ class Checkpoints:
 
     run_id: str
     backend: Backend[Any]
-    target: dict[str, Any]
-    """The run's target as its launch recorded it (``target["checkpoints"]``: the folder)."""
+    target: Target
+    """The run's target as its launch recorded it (``target.checkpoints``: the folder)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerInfo(JsonDataclass):
+    """What the runner keeps in a run's record beside the launch's keys (:class:`LaunchInfo`): what the budget
+    watch did, the step time learned from the run, and what a ``--resume-from`` carried in."""
+
+    budget: dict[str, Any] = field(default_factory=dict)
+    """The budget watch's pid, log and poll, then what it did (``stopped_at_cost``, ``failed``, ``message``)."""
+    measured: dict[str, Any] | None = None
+    """The step time kept for the next estimate, or why none (:mod:`cloudddp.runs.steptimes`)."""
+    resumed_from: str | None = None
+    carried: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,13 +119,16 @@ class Runner:
         provision: bool = True,
         progress: Progress | None = None,
         resume_from: Checkpoints | None = None,
+        confirm: Callable[[Plan], bool] | None = None,
     ) -> Submission:
         """Render, check and launch ``spec``; with ``resume_from``, another run's latest checkpoint is carried into
-        this plan's checkpoint folder first (``submit --resume-from``)."""
+        this plan's checkpoint folder first (``submit --resume-from``); ``confirm`` is asked with the plan before
+        anything is sent (False: :class:`~cloudddp.errors.Declined`)."""
         self.backend.check_launch_options(provision)
         plan = self.backend.render(spec)
         if progress is not None:
             progress.planned(plan)
+        declined_unless(confirm, plan)
         carried = self.carry_in(plan, resume_from, progress) if resume_from else ""
         run_id = self.launch(plan, checks=checks, provision=provision, progress=progress)
         if resume_from:
@@ -122,7 +137,7 @@ class Runner:
 
     def carry_in(self, plan: Plan, source: Checkpoints, progress: Progress | None = None) -> str:
         """Carry ``source``'s latest checkpoint into ``plan``'s checkpoint folder; what was carried, in words."""
-        if location_of(plan.target) is None:
+        if plan.target.checkpoints is None:
             raise UserError(f"--resume-from {source.run_id}: this job keeps no checkpoints (checkpoint.enabled)")
         if progress is not None:
             progress.step(f"carrying {source.run_id}'s latest checkpoint from {source.backend.name} to {self.name}")
@@ -135,7 +150,7 @@ class Runner:
         backend = self.backend
         run_id = backend.launch(plan, checks=checks, provision=provision, progress=progress)
         record = backend.records.get(run_id)
-        watched = record is not None and "budget" in record.info  # a retried launch found its run again
+        watched = record is not None and bool(RunnerInfo.from_fields(record.info).budget)  # a retried launch
         if plan.max_cost is not None and backend.spend_while_running and self.watch_budget and not watched:
             backend.records.update(run_id, info={"budget": start_budget_watch(run_id)})
         return run_id
@@ -144,12 +159,13 @@ class Runner:
         backend = self.backend
         status = backend.status(run_id)
         record = backend.records.get(run_id)
-        info = record.info if record else {}
+        launched = LaunchInfo.from_fields(record.info if record else {})
+        kept = RunnerInfo.from_fields(record.info if record else {})
         bill = backend.bill(run_id)
         reasons = [] if bill is not None else [backend.no_bill_reason]
         if record is None:
             reasons.append("this machine's run database does not have the run, so its estimate at submit is unknown")
-        elif info.get("estimate") is None:
+        elif launched.estimate is None:
             reasons.append(
                 "the plan had no estimate at submit (its warnings say why; the next run of this job is "
                 "estimated from this one's measured step time)"
@@ -158,12 +174,12 @@ class Runner:
             run_id,
             backend.name,
             status.state.value,
-            info.get("estimate"),
+            Estimate.from_dict(launched.estimate) if launched.estimate else None,
             bill,
             "; ".join(reasons),
-            max_cost=info.get("max_cost"),
-            budget=info.get("budget", {}),
-            measured=info.get("measured"),
+            max_cost=launched.max_cost,
+            budget=dict(kept.budget),
+            measured=kept.measured,
         )
 
     def status(self, run_id: str) -> RunStatus:
@@ -233,6 +249,12 @@ def current_states(records: Sequence[RunRecord], *, workers: int = 8) -> list[Se
     with ThreadPoolExecutor(max_workers=min(workers, len(live))) as pool:
         found = {seen.record.run_id: seen for seen in pool.map(look, live)}
     return [found.get(r.run_id, Seen(r, r.state, True)) for r in records]
+
+
+def declined_unless(confirm: Callable[[Plan], bool] | None, plan: Plan) -> None:
+    """:class:`~cloudddp.errors.Declined` when ``confirm`` says no to ``plan`` (None: nobody is asked)."""
+    if confirm is not None and not confirm(plan):
+        raise Declined(f"not submitted: nothing was sent to {plan.backend}")
 
 
 def start_budget_watch(run_id: str) -> dict[str, Any]:

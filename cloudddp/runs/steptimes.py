@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from cloudddp.backends.base import Backend
+from cloudddp.backends.records import LaunchInfo
 from cloudddp.catalog.stepstore import keep_measured
 
 
@@ -16,11 +17,12 @@ def learn(backend: Backend[Any], run_id: str) -> dict[str, Any] | None:
     """Keep the step time of finished run ``run_id`` for the next estimate (once per run; what was learned, or why
     nothing, goes into the run record's info as ``measured``). Needs the key the plan had at launch."""
     record = backend.records.get(run_id)
-    if record is None or "measured" in record.info or not record.info.get("step_key"):
+    if record is None or "measured" in record.info:  # learned already (what, or why nothing)
         return None
-    bill = backend.bill(run_id)
+    key = LaunchInfo.from_fields(record.info).step_key
+    bill = backend.bill(run_id) if key else None
     if bill is None or not bill.final:
         return None
-    info = keep_measured(run_id, record.info["step_key"], bill, backend.metrics(run_id))
+    info = keep_measured(run_id, key, bill, backend.metrics(run_id))
     backend.records.update(run_id, info={"measured": info})
     return info

@@ -131,13 +131,22 @@ class JobSpec(Strict):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, title="cloudddp job spec", defer_build=True)
 
     name: str = Field(description="Job name: letters, digits and '-', at most 63 characters.")
-    description: str | None = None
+    description: str | None = Field(None, description="Free text, for people.")
     code: Code = Field(default_factory=Code)
-    inputs: dict[str, Input] = Field(default_factory=dict)
-    outputs: dict[str, Output] = Field(default_factory=dict)
+    inputs: dict[str, Input] = Field(
+        default_factory=dict,
+        description="Data the job reads, by name: each a local folder (uploaded) or a cloud URI; the script gets its "
+        "path through its `arg` and CLOUDDDP_INPUT_<NAME>.",
+    )
+    outputs: dict[str, Output] = Field(
+        default_factory=dict, description="Where the job's outputs go, by name: `model`, `tensorboard`."
+    )
     resources: Resources = Field(default_factory=Resources)
     distribution: Distribution = Field(default_factory=Distribution)
-    env: dict[str, EnvEntry] = Field(default_factory=dict)
+    env: dict[str, EnvEntry] = Field(
+        default_factory=dict,
+        description="Environment variables every process gets, by name: a string, or {value | from_env, secret}.",
+    )
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     metrics: Annotated[
         Metrics, BeforeValidator(_metrics_section, json_schema_input_type=list[MetricSpec] | Metrics)
@@ -154,7 +163,9 @@ class JobSpec(Strict):
         "the user configuration sets up): it ranks them by estimated whole cost and start time and moves to the "
         "next on a capacity or quota failure (docs/placement.md).",
     )
-    tags: dict[str, str] = Field(default_factory=dict)
+    tags: dict[str, str] = Field(
+        default_factory=dict, description="Carried to the cloud job's tags where the backend has them."
+    )
 
     # Set by the loader: the folder relative paths are resolved against. Not part of the schema.
     _base_dir: Path = Path(".")

@@ -150,7 +150,11 @@ class Input(Strict):
     at: dict[str, str] = Field(
         default_factory=dict, description="Where this input is on a given backend, by backend name (instead of `path`)."
     )
-    mode: Literal["download", "mount"] = "download"
+    mode: Literal["download", "mount"] = Field(
+        "download",
+        description="How a cloud hands it to the job: download (copied before the script starts) or mount (read in "
+        "place: SageMaker's FastFile, Azure ML's ro_mount).",
+    )
     kind: Literal["auto", "file", "folder"] = Field(
         "auto",
         description="What the input is. auto: a URI whose last segment has a file extension (`.tar.gz`, `.csv`, "
@@ -189,7 +193,9 @@ class Resources(Strict):
         0, ge=0, le=16, description="GPUs per node; one training process per GPU. 0 means CPU training."
     )
     accelerator: str | None = Field(None, description="GPU model, e.g. A100, H100, V100.")
-    min_gpu_memory_gb: float | None = Field(None, gt=0, le=1024)
+    min_gpu_memory_gb: float | None = Field(
+        None, gt=0, le=1024, description="The least memory per GPU, GB: sizes with less are not chosen."
+    )
     interconnect: Literal["auto", "rdma", "any"] = Field(
         "auto",
         description="auto: InfiniBand/EFA (RDMA) required when nodes > 1; rdma: always; any: do not check.",
@@ -220,7 +226,9 @@ class Resources(Strict):
         ge=1,
         description="Optimizer steps of the whole job, for the cost estimate of a script cloudddp does not know.",
     )
-    disk_gb: int = Field(100, ge=1, le=16384)
+    disk_gb: int = Field(
+        100, ge=1, le=16384, description="Disk per node, GB: SageMaker's volume unless sagemaker.volume_gb gives one."
+    )
 
     @model_validator(mode="after")
     def _one_process_per_gpu(self) -> Resources:
@@ -244,7 +252,11 @@ class Distribution(Strict):
     backend: Literal["auto", "nccl", "gloo", "smddp"] = Field(
         "auto", description="auto: nccl on GPU, gloo on CPU. smddp: SageMaker's data-parallel library."
     )
-    launcher: Literal["torchrun", "mpi"] = "torchrun"
+    launcher: Literal["torchrun", "mpi"] = Field(
+        "torchrun",
+        description="What starts the processes: torchrun (an agent per node), or mpi (Azure ML's MPI distribution, "
+        "SageMaker's mpirun, one srun task per process on Slurm).",
+    )
     collective_timeout: Duration = Field(
         600, description="A rank that stops participating fails the others after this long."
     )
@@ -261,9 +273,13 @@ class EnvValue(Strict):
     """An environment variable given in full form; ``secret: true`` keeps it out of every artefact,
     this object's repr and its dumps included."""
 
-    value: str | None = None
+    value: str | None = Field(None, description="The value; a plain string in the spec is short for {value: ...}.")
     from_env: str | None = Field(None, description="Read the value from this variable of the submitting shell.")
-    secret: bool = False
+    secret: bool = Field(
+        False,
+        description="Keep the value out of every plan, log, run record and error; it is filled in only at launch "
+        "(8 characters or more).",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> EnvValue:
@@ -353,8 +369,12 @@ class Metrics(Strict):
 class Checkpoint(Strict):
     """Checkpointing: rank 0 writes atomically every N epochs; a restarted job resumes from the newest."""
 
-    enabled: bool = True
-    every_epochs: int = Field(1, ge=1)
+    enabled: bool = Field(
+        True, description="The job gets its checkpoint folder (CLOUDDDP_CHECKPOINT_DIR), and the shared script saves."
+    )
+    every_epochs: int = Field(
+        1, ge=1, description="The shared script checkpoints every this many epochs (CLOUDDDP_CHECKPOINT_EVERY)."
+    )
     every_minutes: float | None = Field(
         None,
         gt=0,
@@ -362,7 +382,11 @@ class Checkpoint(Strict):
         "the work lost where capacity is taken back without a signal (Azure ML low priority). Read by the shared "
         "script from CLOUDDDP_CHECKPOINT_MINUTES.",
     )
-    resume: Literal["auto", "never"] = "auto"
+    resume: Literal["auto", "never"] = Field(
+        "auto",
+        description="auto: a run resumes from the newest checkpoint in its folder; never: it starts over "
+        "(CLOUDDDP_RESUME).",
+    )
     path: str | None = Field(None, description="Cloud URI for checkpoints; default: under the job's output.")
     key: str | None = Field(
         None,
@@ -418,6 +442,8 @@ def _kept_path(path: str) -> None:
 
 
 class Limits(Strict):
+    """How long a job may run, and what follows when it fails or is stopped."""
+
     max_runtime: Duration = Field(24 * 3600, description="Seconds or '2h'; the job is stopped after this.")
     max_restarts: int = Field(0, ge=0, le=100, description="Group restarts after a worker fails.")
     max_recoveries: int = Field(

@@ -148,7 +148,7 @@ def test_an_own_scripts_framework_checkpoints_are_named_never_called_a_fresh_sta
 
 def test_an_empty_folder_names_the_jobs_other_folders_that_hold_checkpoints_and_how_to_continue_one() -> None:
     folder = folder_of(local_plan())
-    old = folder.parent / "0123456789ab"  # keyed by the arguments, as before issue 36
+    old = folder.parent / "0123456789ab"  # a folder keyed by the arguments' digest
     touch(old / "ckpt-e0003-s000120.pt", 1.2e9)
     touch(folder.parent / "fedcba987654" / contents.RECORD, 1.3e9, "")  # a record alone is not a checkpoint
     said = note(local_plan())

@@ -60,7 +60,7 @@ def test_locally_a_job_that_reads_every_ranks_metrics_gets_each_ranks_records_na
     every = sorted((r["rank"], r["epoch"], r["loss"]) for r in records)
     assert every == [(k, e, round(0.1 * (e + 1) + k, 4)) for k in range(ranks.WORLD) for e in range(ranks.EPOCHS)]
     lines, shown = ranks.attached_view(attached.stdout)
-    assert shown == [], attached.stdout  # each rank's matched line once, as printed, not again as a record (#43)
+    assert shown == [], attached.stdout  # each rank's matched line once, as printed, not again as a record
     assert sum("Epoch 2 | loss 3.3000 | printed by 3" in line for line in lines) == 1, attached.stdout
 
 

@@ -64,7 +64,7 @@ def test_a_tutorial_ddp_script_runs_on_two_nodes_shows_its_output_and_leaves_its
     before = folder_digest(OWN)
     result = cli("submit", str(OWN / "job.yaml"), "-b", "local", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    # Its own print() output, rank 0's by default; a line it declared as a metric once, as printed (#43: not
+    # Its own print() output, rank 0's by default; a line it declared as a metric once, as printed (not
     # again as a record), while `metrics` has the records.
     assert "[node0/rank0] Epoch 2 | Training snapshot saved at snapshot.pt" in result.stdout, result.stdout[-3000:]
     assert "[GPU1]" not in result.stdout and "[GPU3]" not in result.stdout

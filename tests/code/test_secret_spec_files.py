@@ -1,4 +1,4 @@
-"""A spec file in ``code.dir`` that holds a literal ``secret: true`` value never leaves the machine (issue #38):
+"""A spec file in ``code.dir`` that holds a literal ``secret: true`` value never leaves the machine:
 ``cloudddp init`` puts job.yaml in the code folder, so the snapshot, its upload and the run's code folder would
 carry the value."""
 

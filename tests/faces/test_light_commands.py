@@ -54,7 +54,7 @@ def test_validate_and_local_render_import_no_torch_or_cloud_sdk() -> None:
 
 
 def test_the_user_configuration_s_commands_import_no_torch_or_cloud_sdk() -> None:
-    """#44: reading the user configuration (a YAML file) needs no cloud SDK, nor does check's help."""
+    """Reading the user configuration (a YAML file) needs no cloud SDK, nor does check's help."""
     assert imported_heavy("config", "show") == []
     assert imported_heavy("config", "path") == []
     assert imported_heavy("check", "--help") == []

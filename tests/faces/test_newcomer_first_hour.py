@@ -181,8 +181,8 @@ def test_render_reports_every_missing_setting_it_needs_in_one_message(tmp_path: 
 
 
 def test_validate_refuses_an_azure_size_missing_its_version_and_the_templates_placeholders(tmp_path: Path) -> None:
-    """#43: `Standard_NC24ads_A100` (no `_v4`) validated with a warning; the template's `<subscription>` and
-    `<workspace>` passed as values. Both exit 2 now, each with its line; the SageMaker typo has its line too."""
+    """`Standard_NC24ads_A100` (no `_v4`) and the template's `<subscription>` and `<workspace>` placeholders exit
+    2, each with its line; the SageMaker typo has its line too."""
     (tmp_path / "train.py").write_text("print('hi')\n")
     spec = tmp_path / "job.yaml"
     spec.write_text(
@@ -348,7 +348,7 @@ def test_every_command_s_help_shows_an_example() -> None:
 
 
 def test_check_shows_every_backend_with_the_fix_for_each_and_is_in_the_quick_start(tmp_path: Path) -> None:
-    """#43: one command that checks every installed backend's settings, credentials and reachability (`sky
+    """One command that checks every installed backend's settings, credentials and reachability (`sky
     check`); with -b it exits 1 for a backend that is not ready."""
     result = cli("check", "--json", env=NO_CLOUD_ENV, cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -134,7 +134,7 @@ SAGEMAKER_OWN_SCRIPT = (
 
 
 def test_a_cloud_submit_on_a_terminal_shows_the_price_and_waits_for_an_answer(cloudddp_home: Path) -> None:
-    """#43: a submit to SageMaker shows the size, $/h and the ceiling from limits.max_runtime (an own script has
+    """A submit to SageMaker shows the size, $/h and the ceiling from limits.max_runtime (an own script has
     no estimate), then waits at Proceed? [Y/n]; 'n' sends nothing. With -y it goes on without asking."""
     with terminal(cloudddp_home, SAGEMAKER_OWN_SCRIPT + "; echo ENDED-$((1+1))", env=NO_AWS) as screen:
         shown = screen_until(screen, "Proceed? [Y/n]")

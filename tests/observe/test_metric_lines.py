@@ -71,8 +71,8 @@ def test_other_printed_dicts_are_no_records(line: str) -> None:
 
 @pytest.mark.slow
 def test_an_attached_submit_shows_a_line_its_metrics_regex_reads_once() -> None:
-    """#43: with `metrics:` regexes declared, the attached view printed each matched line and then its record:
-    every loss twice. It shows the script's own line once; `metrics` still has every record."""
+    """With `metrics:` regexes declared, the attached view shows the script's own matched line once (not again as
+    its record); `metrics` has every record."""
     overrides = ("-o", "local.nodes=1", "-o", "local.processes_per_node=2", "-o", "resources.nodes=1")
     result = cli("submit", str(FIXTURES / "ownscript" / "job.yaml"), *overrides, timeout=300)
     assert result.returncode == 0, result.stderr

@@ -1,4 +1,4 @@
-"""What a job prints cannot drive the terminal of whoever reads its logs (issue #38): colour passes, every other
+"""What a job prints cannot drive the terminal of whoever reads its logs: colour passes, every other
 control sequence is shown as text (OSC 52 clipboard writes, window titles, a cleared screen), after masking; and a
 spec that is a FIFO, a device or too big is refused by name before it is read."""
 

@@ -1,13 +1,15 @@
 """The layers hold: no import circle, a handful of top-level modules, every wing says what it owns, imports at
 the top of modules (not inside functions to dodge a circle), and rendering never reaches the runner.
 
-``make lint`` runs import-linter with the layer and independence contracts of pyproject.toml; these tests prove
-the rest of the architecture issue's acceptance, and that a broken layer really fails lint.
+``make lint`` runs import-linter with the contracts of pyproject.toml (cloudddp's own contract types are in
+tests/support/contracts.py); these tests check what import-linter does not, and that a broken contract really
+fails lint: a layer crossed, a backend package importing another or a module no backend may use.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import grimp
 import pytest
+import tomllib
 
 from tests.support.cli import ROOT
 
@@ -101,6 +104,16 @@ def test_a_handful_of_top_level_modules_and_every_wing_says_what_it_owns_and_may
         assert len(doc) > 80 and "may import" in doc.lower(), f"{wing.name}/__init__.py: {doc!r}"
 
 
+def test_the_backends_docstring_names_the_shared_modules_the_backend_contract_allows() -> None:
+    """One list: the import-linter contract's shared modules, which the wing's docstring names as shared."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (only,) = [c for c in contracts if c["type"] == "imports_only" and c.get("group") == "cloudddp.backends"]
+    allowed = {m for m in only["allowed_modules"] if m.startswith("cloudddp.backends.")}
+    doc = ast.get_docstring(ast.parse((PACKAGE / "backends" / "__init__.py").read_text())) or ""
+    shared = doc.partition("\n\nThe registry")[0]
+    assert set(re.findall(r":mod:`~(cloudddp\.backends\.\w+)`", shared)) == allowed
+
+
 def _function_level_imports(source: str) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(ast.parse(source)):
@@ -146,24 +159,82 @@ def test_rendering_imports_the_spec_the_plan_and_one_backend_never_the_runner() 
     assert others.isdisjoint(modules), "render imports only the backend it renders"
 
 
-@pytest.mark.skipif(
-    shutil.which("lint-imports", path=str(Path(sys.executable).parent)) is None,
-    reason="import-linter is a dev dependency; `make lint` installs it",
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+needs_import_linter = pytest.mark.skipif(
+    not LINT_IMPORTS.is_file(), reason="import-linter is a dev dependency; `make lint` installs it"
 )
-def test_a_broken_layer_fails_lint_naming_the_import(tmp_path: Path) -> None:
-    """Copy the package, make the backend contract import the runner, and run import-linter on the copy."""
+
+
+def _project_copy(tmp_path: Path) -> Path:
+    """The package, pyproject.toml and the project's contract types, copied for import-linter to check there."""
     shutil.copytree(PACKAGE, tmp_path / "cloudddp", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    base = tmp_path / "cloudddp" / "backends" / "base.py"
-    base.write_text(base.read_text().replace("import abc\n", "import abc\n\nimport cloudddp.runs.runner\n", 1))
-    lint = Path(sys.executable).parent / "lint-imports"
-    result = subprocess.run(
-        [str(lint), "--no-cache"],
+    (tmp_path / "tests" / "support").mkdir(parents=True)
+    for rel in ("tests/__init__.py", "tests/support/__init__.py", "tests/support/contracts.py"):
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    return tmp_path
+
+
+def _lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
         capture_output=True,
         text=True,
-        cwd=tmp_path,
+        cwd=tree,
         timeout=120,
-        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
     )
+
+
+def _add_import(module: Path, statement: str) -> None:
+    source = module.read_text()
+    marker = "from __future__ import annotations\n"
+    assert marker in source, module
+    module.write_text(source.replace(marker, f"{marker}\n{statement}\n", 1))
+
+
+@needs_import_linter
+def test_a_broken_layer_fails_lint_naming_the_import(tmp_path: Path) -> None:
+    """Copy the package, make the backend contract import the runner, and run import-linter on the copy."""
+    tree = _project_copy(tmp_path)
+    base = tree / "cloudddp" / "backends" / "base.py"
+    base.write_text(base.read_text().replace("import abc\n", "import abc\n\nimport cloudddp.runs.runner\n", 1))
+    result = _lint_imports(tree)
     assert result.returncode == 1, result.stdout
     assert "cloudddp.backends.base -> cloudddp.runs.runner" in result.stdout
+
+
+@needs_import_linter
+def test_a_new_backend_package_that_imports_another_fails_lint_without_a_list_to_update(tmp_path: Path) -> None:
+    """A backend package registered in the entry-point group is in the independence contract by that alone: one
+    that imports local's modules breaks it, and so does its import of the registry, which no backend may use."""
+    tree = _project_copy(tmp_path)
+    toy = tree / "cloudddp" / "backends" / "toy"
+    toy.mkdir()
+    (toy / "__init__.py").write_text(
+        '"""A toy backend."""\n\nfrom __future__ import annotations\n\n'
+        "import cloudddp.backends.local.rundir\nimport cloudddp.backends.plugins\nimport cloudddp.backends.base\n"
+    )
+    pyproject = tree / "pyproject.toml"
+    entry = '[project.entry-points."cloudddp.backends"]\n'
+    pyproject.write_text(pyproject.read_text().replace(entry, f'{entry}toy = "cloudddp.backends.toy:ToyBackend"\n'))
+    result = _lint_imports(tree)
+    assert result.returncode == 1, result.stdout
+    out = " ".join(result.stdout.split())
+    assert "cloudddp.backends.toy is not allowed to import cloudddp.backends.local" in out, out
+    assert re.search(r"cloudddp\.backends\.toy -> cloudddp\.backends\.plugins \(l\.\d+\): not allowed", out), out
+    assert "cloudddp.backends.toy -> cloudddp.backends.base" not in out, out
+
+
+@needs_import_linter
+def test_a_backend_that_imports_the_runner_or_an_in_job_program_that_imports_cloudddp_fails_lint(
+    tmp_path: Path,
+) -> None:
+    tree = _project_copy(tmp_path)
+    _add_import(tree / "cloudddp" / "backends" / "slurm" / "flags.py", "import cloudddp.runs.cost")
+    _add_import(tree / "cloudddp" / "injob" / "stall.py", "import cloudddp.errors")
+    result = _lint_imports(tree)
+    assert result.returncode == 1, result.stdout
+    out = " ".join(result.stdout.split())
+    assert re.search(r"cloudddp\.backends\.slurm\.flags -> cloudddp\.runs\.cost \(l\.\d+\): not allowed", out), out
+    assert re.search(r"cloudddp\.injob\.stall -> cloudddp\.errors \(l\.\d+\): not allowed", out), out

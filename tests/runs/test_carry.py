@@ -1,4 +1,4 @@
-"""Carrying a checkpoint folder between two stores (#44), local to local: what is carried and what is left out,
+"""Carrying a checkpoint folder between two stores, local to local: what is carried and what is left out,
 the verification of every file, a second carry that copies nothing, and a copy that streams."""
 
 from __future__ import annotations

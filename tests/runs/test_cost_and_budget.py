@@ -90,14 +90,16 @@ def test_the_shared_script_is_recognised_by_its_marker_not_by_its_name(tmp_path:
     assert is_shared_script(Job.load(tmp_path / "job.yaml").spec)
 
 
-def test_a_script_cloudddp_does_not_know_gets_no_estimate_and_is_asked_for_the_figures() -> None:
+def test_a_script_cloudddp_does_not_know_gets_only_its_sizes_price_and_is_asked_for_the_figures() -> None:
     plan = Job.load(TINY, [*SM, "resources.gpus_per_node=1"]).render("sagemaker")
-    assert plan.estimate is None
+    assert plan.estimate is not None and plan.estimate.size is not None and plan.estimate.price_per_hour
+    assert plan.estimate.total_cost is None and plan.estimate.step_s is None
     [warning] = [w for w in plan.warnings if w.startswith("cost: no estimate")]
     assert "not cloudddp's shared training script" in warning
     assert "resources.step_time" in warning and "resources.steps" in warning
     half = Job.load(TINY, [*SM, "resources.gpus_per_node=1", "resources.step_time=0.5"]).render("sagemaker")
-    assert half.estimate is None and any("give resources.steps" in w for w in half.warnings)
+    assert half.estimate is not None and half.estimate.total_cost is None
+    assert any("give resources.steps" in w for w in half.warnings)
 
 
 def test_with_a_step_time_and_steps_the_estimate_uses_them_on_every_size() -> None:
@@ -105,30 +107,30 @@ def test_with_a_step_time_and_steps_the_estimate_uses_them_on_every_size() -> No
         "sagemaker"
     )
     est = plan.estimate
-    assert est is not None and est["step_s"] == 0.5 and est["steps"] == 1000 and est["training_s"] == 500
-    assert est["step_basis"].startswith("resources.step_time")
+    assert est is not None and est.step_s == 0.5 and est.steps == 1000 and est.training_s == 500
+    assert est.step_basis.startswith("resources.step_time")
     size = plan.request["ResourceConfig"]["InstanceType"]
     sku = find(size)
     assert sku is not None and sku.price_per_hour
-    assert est["total_cost"] == pytest.approx(est["billed_s"] * sku.price_per_hour / 3600, rel=1e-4)
+    assert est.total_cost == pytest.approx(est.billed_s * sku.price_per_hour / 3600, rel=1e-4)
     assert any("step time 0.5 s from resources.step_time" in d for d in plan.decisions)
 
 
 def test_a_measured_step_time_replaces_the_model_on_its_size_and_shape_and_the_plan_says_so() -> None:
     spec = Job.load(SMDDP, SM).spec
     modelled = Job(spec).render("sagemaker").estimate
-    assert modelled is not None and modelled["step_basis"] == "model"
+    assert modelled is not None and modelled.step_basis == "model"
     StepStore().put(
         size_key(job_key(spec), "ml.p4d.24xlarge", 2, 8),
         Measured(0.05, "median over 3 epoch(s)", run_id="run-before", steps_per_epoch=12, epochs=4),
     )
     plan = Job(spec).render("sagemaker")
     est = plan.estimate
-    assert est is not None and est["step_s"] == 0.05 and est["step_basis"].startswith("measured on run run-before")
-    assert est["steps"] == 12 * 30  # steps per epoch measured, times this job's 30 epochs
+    assert est is not None and est.step_s == 0.05 and est.step_basis.startswith("measured on run run-before")
+    assert est.steps == 12 * 30  # steps per epoch measured, times this job's 30 epochs
     assert any("measured on run run-before" in d for d in plan.decisions)
     other_shape = Job.load(SMDDP, [*SM, "resources.nodes=1"]).render("sagemaker").estimate
-    assert other_shape is not None and other_shape["step_basis"] == "model"
+    assert other_shape is not None and other_shape.step_basis == "model"
 
 
 # -- budgets ---------------------------------------------------------------------------------------------------
@@ -137,7 +139,7 @@ def test_a_measured_step_time_replaces_the_model_on_its_size_and_shape_and_the_p
 def test_render_warns_when_the_estimate_is_over_the_budget_and_where_it_is_not_enforced() -> None:
     estimate = Job.load(SMDDP, SM).render("sagemaker").estimate
     assert estimate is not None
-    total = estimate["total_cost"]
+    total = estimate.total_cost
     over = Job.load(SMDDP, [*SM, f"resources.max_cost={total / 2}"]).render("sagemaker")
     assert any(f"estimated cost ${total:,.2f} is over the budget" in w for w in over.warnings)
     under = Job.load(SMDDP, [*SM, f"resources.max_cost={total * 2}"]).render("sagemaker")
@@ -192,8 +194,8 @@ def test_cost_of_a_finished_local_run_and_its_step_time_feeds_the_next_estimate(
     text = cli("cost", run_id).stdout
     assert "estimate at submit" in text and "CPU-hours" in text and "getrusage" in text
     again = Job.load(digits, ["code.args=[--dataset, digits, --model, cnn, --epochs, '6']"]).render("local")
-    assert again.estimate is not None and again.estimate["step_s"] == measured["step_s"]
-    assert again.estimate["steps"] == 66  # 11 measured steps per epoch × 6 epochs
+    assert again.estimate is not None and again.estimate.step_s == measured["step_s"]
+    assert again.estimate.steps == 66  # 11 measured steps per epoch × 6 epochs
     assert any(f"measured on run {run_id}" in d for d in again.decisions)
     assert Run.attach(run_id).cost().measured == measured  # kept once
 

@@ -62,8 +62,7 @@ def test_a_suffix_shared_by_two_runs_asks_for_more_and_no_runs_says_how_to_start
 
 
 def test_list_pages_with_a_hint_that_repeats_only_the_filters_given() -> None:
-    """#43: `list -n 2` printed a next-page hint with a `--state` the user never gave (the table's loop variable
-    overwrote the option)."""
+    """`list -n 2`'s next-page hint repeats the filters the user gave, and no `--state` they did not."""
     registry = RunDatabase()
     for i in range(3):
         registry.add(f"p-20260101-00000{i}-ab1{i}", "nobackend", "p", "succeeded", {})

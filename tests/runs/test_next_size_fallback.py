@@ -155,8 +155,8 @@ def test_bad_recovery_settings_are_user_errors(value: str) -> None:
 
 def test_a_launch_the_service_refuses_is_said_in_the_chain_and_never_kills_the_watcher() -> None:
     """A next size the service refuses (not a preflight check: e.g. a cluster of that name with another size) is
-    skipped with the reason; a same-size retry the service refuses gives up, naming why (issue #40: the watcher
-    died, and every restart repeated the crash)."""
+    skipped with the reason; a same-size retry the service refuses gives up, naming why; neither kills the watcher
+    (a crash there would repeat at every restart)."""
     chain = chain_for([*GPU, "limits.capacity_tries=1"])
     sizes = [f["size"] for f in chain.fallbacks]
     backend = Launcher()

@@ -14,7 +14,7 @@ from cloudddp.api import Job
 from cloudddp.backends.checks import Check, PreflightFailed
 from cloudddp.backends.status import Cause, RunState, RunStatus
 from cloudddp.errors import CloudDDPError, UserError
-from cloudddp.plan import Plan
+from cloudddp.plan import Folder, Plan, Target
 from cloudddp.runs import placement, recovery
 from cloudddp.runs.database import RunDatabase
 from cloudddp.runs.placement import START_SOON_SECONDS, Placement, launch_first
@@ -34,7 +34,7 @@ def test_the_backends_are_ranked_by_the_whole_jobs_estimated_cost_before_the_ord
     assert [p.backend for p in ranking] == ["sagemaker", "azureml"]
     cheap, dear = ranking
     assert cheap.cost is not None and dear.cost is not None and cheap.cost < dear.cost
-    assert cheap.cost == cheap.plan.estimate["total_cost"]  # type: ignore[union-attr]
+    assert cheap.cost == cheap.plan.estimate.total_cost  # type: ignore[union-attr]
     assert f"${cheap.cost:,.2f} for the whole job" in cheap.line()
     said = cheap.plan.decisions[0]  # type: ignore[union-attr]
     assert said.startswith("placement (-b auto), best first: 1. sagemaker") and "2. azureml" in said
@@ -144,6 +144,9 @@ class Moving:
 
             def restore(self, state: dict[str, Any], literals: dict[str, str]) -> Plan:
                 return Plan.from_state(state, literals)
+
+            def target_of(self, target: Any) -> Target:
+                return target if isinstance(target, Target) else Folder.from_record(target)
 
         class Opened:
             backend = Backend()

@@ -1,4 +1,4 @@
-"""#44 item 1: the user configuration holds each backend's settings outside the job (docs/configuration.md).
+"""The user configuration holds each backend's settings outside the job (docs/configuration.md).
 
 Where it is found, what wins (-o > the job > an environment variable the backend reads > the file), how a mistake in
 it is reported (its file and line, exit 2), and that a file others may have written is refused.
@@ -101,7 +101,7 @@ def test_a_config_only_setting_renders_and_the_plan_says_where_it_came_from(
 ) -> None:
     path = write_config(cloudddp_home)
     plan = backend_class("sagemaker")().render(load_spec(job_file(tmp_path)))
-    assert plan.request["RoleArn"] == ROLE and plan.target["region"] == "eu-west-1"
+    assert plan.request["RoleArn"] == ROLE and plan.target.region == "eu-west-1"
     assert "config-bucket" in plan.request["CheckpointConfig"]["S3Uri"]
     line = f"sagemaker.region, sagemaker.role, sagemaker.bucket from {path}"
     assert line in plan.decisions, plan.decisions

@@ -2,7 +2,7 @@
 ``num_workers=2``, and on SIGTERM it finishes its step, takes a deliberately slow ``--save-delay`` seconds (a big
 model's save), writes its checkpoint into ``$CLOUDDDP_CHECKPOINT_DIR`` and exits 0. A rerun resumes from it.
 
-What a stop must give such a script (issue 36): one SIGTERM per rank, from its parent (a DataLoader worker signalled
+What a stop must give such a script: one SIGTERM per rank, from its parent (a DataLoader worker signalled
 by anyone else dies and the script crashes with ``DataLoader worker (pid N) is killed by signal``), and the whole
 grace (torchrun's agent SIGKILLs its ranks 30 s after passing a SIGTERM on unless told otherwise). Each backend's
 stop test runs it: :func:`dataloader_saver_code` writes it, the helpers below read what its output says.

@@ -89,6 +89,12 @@ CASES = (
     Case("cifar10-1gpu", "jobs/cifar10-resnet18.yaml", ("resources.nodes=1", "resources.gpus_per_node=1")),
     Case("cifar10-spot", "jobs/cifar10-resnet18.yaml", ("resources.spot=true", "limits.max_recoveries=2")),
     Case("cifar10-mpi", "jobs/cifar10-resnet18.yaml", ("distribution.launcher=mpi",)),
+    Case("cifar10-budget", "jobs/cifar10-resnet18.yaml", ("resources.max_cost=5",)),
+    Case(
+        "tiny-step-time",
+        "tests/fixtures/tinyjob/job.yaml",
+        ("resources.step_time=0.25", "resources.steps=400", "resources.max_cost=1", *CPU_SIZES),
+    ),
     Case(
         "tiny-no-checkpoints-secrets",
         "tests/fixtures/tinyjob/job.yaml",

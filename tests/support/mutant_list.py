@@ -1,6 +1,6 @@
 """The curated mutants ``make mutants`` runs (:mod:`tests.support.mutants`): each one a deliberate bug in the code
-behind a row of docs/guarantees.md, and the tests that row names, which must fail. The list and the last run's
-kill ratio are in docs/proof.md."""
+behind a row of docs/guarantees.md, and the tests that row names, which must fail. The same page lists them with
+the last run's verdicts and kill ratio ("Proof by mutation")."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ AZ = "tests/backends/azureml/"
 SLURM = "tests/backends/slurm/"
 
 MUTANTS: tuple[Mutant, ...] = (
-    # -- the six that survived when #39 was filed ------------------------------------------------------------
+    # -- secrets, resume, the budget, the default ignores, the collective timeout, a lost create response ----------
     Mutant(
         "secrets-escaped-forms",
         "Secret values (one line or multi-line) never appear",
@@ -46,7 +46,10 @@ MUTANTS: tuple[Mutant, ...] = (
             break
 """,
         "",
-        (SM + "test_cost.py::test_under_recovery_the_budget_counts_every_attempt_and_a_budget_stop_ends_the_recovery",),
+        (
+            SM
+            + "test_cost.py::test_under_recovery_the_budget_counts_every_attempt_and_a_budget_stop_ends_the_recovery",
+        ),
     ),
     *(
         Mutant(
@@ -548,7 +551,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "",
         (SLURM + "test_srun_store.py",),
     ),
-    # -- #44: placement, failover and the checkpoints that travel -------------------------------------------
+    # -- placement, failover and the checkpoints that travel -----------------------------------------------
     Mutant(
         "carry-trusts-what-it-wrote",
         "A run that moves between backends",

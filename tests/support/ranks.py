@@ -82,7 +82,7 @@ def attached_view(stdout: str) -> tuple[list[str], list[str]]:
 
 def check_attached(stdout: str, metrics_json: str, tag: str = "rank0") -> None:
     """The attached view shows each of rank 0's lines once, as printed: one that a declared pattern matched is not
-    shown again as its record (#43); ``metrics --json`` has the records, one per measurement, rank 0's."""
+    shown again as its record; ``metrics --json`` has the records, one per measurement, rank 0's."""
     assert json_records(metrics_json) == expected(), metrics_json
     lines, records = attached_view(stdout)
     assert records == [], stdout

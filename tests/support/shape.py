@@ -23,7 +23,7 @@ from pathlib import Path
 FUNCTION_LINES, MODULE_LINES = 80, 500
 """The limits every function and module keeps."""
 HARD_FUNCTION_LINES, HARD_MODULE_LINES = 100, 600
-"""The most an allow-listed function or module may have (the render-shape issue's acceptance)."""
+"""The most an allow-listed function or module may have."""
 PACKAGE = Path(__file__).resolve().parents[2] / "cloudddp"
 
 

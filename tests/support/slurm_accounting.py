@@ -1,6 +1,6 @@
 """Two real Slurm clusters that share one accounting database, as sites with several clusters run them: a job
 sent with ``sbatch -M away`` from ``home``'s login node runs on ``away``, and only commands given ``-M away``
-find it (issue #42).
+find it.
 
 Debian's ``slurmdbd`` 22.05 (``accounting_storage/mysql``) on a MariaDB of its own: ``mariadb-install-db`` into a
 temporary folder (~2.5 s), ``mariadbd`` on a free port of 127.0.0.1 (up in ~0.3 s), then ``slurmdbd``, both

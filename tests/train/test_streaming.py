@@ -92,7 +92,7 @@ def test_both_data_paths_train_bitwise_alike_on_an_in_memory_set(tmp_path: Path)
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_cifar10_shaped_png_files_train_with_2_workers_per_rank_and_a_stop_resumes_exactly(tmp_path: Path) -> None:
-    """The issue's acceptance: a CIFAR-10-shaped folder of PNG files, 1×2 under real torchrun, ``--workers 2``; a
+    """A CIFAR-10-shaped folder of PNG files, 1×2 under real torchrun, ``--workers 2``; a
     SIGTERM to the launcher mid-epoch (torchrun signals its ranks' process groups: the workers must survive it
     until their rank has checkpointed), then a resumed run ends with the uninterrupted run's parameters, bitwise."""
     write_image_folder(tmp_path / "cifar", 4, 2)  # 40 training images: 10 steps per epoch at 2 per rank

@@ -8,6 +8,11 @@ job ``launch`` creates the cluster when it is missing, or raises only its ``max_
 ``load_job``, so what runs is what was rendered. Logs are read from the job's artifact store a few new bytes at a
 time (logs.py); metrics from the job's MLflow run, as Studio shows them (mlflow_metrics.py), or from the metric
 lines in the logs (metric_stream.py).
+
+Also: the ``azureml:`` section (``options.py``), what render checks (``environment.py``, ``inputs.py``,
+``limits.py``), the workspace and its datastores (``workspace.py``, ``datastores.py``), the credential and transport
+from the environment (``extensions.py``), preflight and quota (``preflight.py``, ``quota.py``), states and failures
+(``states.py``, ``failures.py``), the bill (``bill.py``), the checkpoint folder in blobs (``checkpoint_store.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import os
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,9 +41,9 @@ from cloudddp.backends.azureml.options import AzureMLOptions
 from cloudddp.backends.azureml.preflight import SIGN_IN_FIX, preflight_checks
 from cloudddp.backends.azureml.states import SAID, STATES, native_state
 from cloudddp.backends.azureml.workspace import ENV as WORKSPACE_ENV
-from cloudddp.backends.azureml.workspace import require_workspace, workspace_fields
+from cloudddp.backends.azureml.workspace import AzureMLTarget, require_workspace, workspace_fields
 from cloudddp.backends.base import Launched, Progress
-from cloudddp.backends.checkpoints.store import CHECKPOINTS, CheckpointStore
+from cloudddp.backends.checkpoints.store import CheckpointStore
 from cloudddp.backends.checks import Check, MissingSetting
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sized import SizedBackend
@@ -58,12 +63,16 @@ _FAILED_CLUSTER_FIX = (
 )
 
 
+AzureMLPlan = Plan[dict[str, Any], AzureMLTarget]
+
+
 class AzureMLBackend(SizedBackend[AzureMLOptions]):
     name: ClassVar[str] = "azureml"
     description: ClassVar[str] = (
         "Azure ML command job with PyTorch/MPI distribution on serverless compute or an AmlCompute cluster"
     )
     options_model = AzureMLOptions
+    target_type = AzureMLTarget
     cloud: ClassVar[str | None] = "azure"
     # What CLOUDDDP_SIGTERM_GRACE says on Azure ML. Azure documents no signal to the job's processes on a
     # low-priority eviction or a cancel (a preempted job fails with PreemptionError and is resubmitted from its
@@ -125,7 +134,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         return super()._missing_settings(spec) + missing
 
     # -- render ------------------------------------------------------------------------------
-    def _render(self, spec: JobSpec) -> Plan[dict[str, Any]]:
+    def _render(self, spec: JobSpec) -> AzureMLPlan:
         az, token = self.options(spec), self.token or time.strftime("%y%m%d%H%M%S")
         decision = decide(spec, az, self._size_target(spec), sigterm_grace=self.sigterm_grace)
         job, compute = documents(decision, token)
@@ -138,10 +147,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             decisions=lines,
             warnings=cautions,
             estimate=decision.sizing.estimate,
-            target={
-                "workspace": workspace_fields(az),
-                **({CHECKPOINTS: decision.checkpoints} if decision.checkpoints else {}),
-            },
+            target=AzureMLTarget(workspace_fields(az), decision.checkpoints or None),
             job=redacted_spec_data(spec),
             env_sources=decision.env_sources,
         )
@@ -223,10 +229,10 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         return None
 
     # -- launch ------------------------------------------------------------------------------
-    def _launch(self, plan: Plan, *, provision: bool, progress: Progress | None) -> Launched:
+    def _launch(self, plan: AzureMLPlan, *, provision: bool, progress: Progress | None) -> Launched:
         from azure.core.exceptions import ResourceNotFoundError
 
-        workspace = plan.target["workspace"]
+        workspace = plan.target.workspace
         info = {"workspace": require_workspace(workspace).to_dict()}
         client = self._client(workspace)
         name = plan.request["job"]["name"]
@@ -256,7 +262,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             progress.step(f"submitted {name}")
         return Launched(name, info)
 
-    def _load_job(self, plan: Plan) -> Any:
+    def _load_job(self, plan: AzureMLPlan) -> Any:
         """The rendered YAML through the SDK's own loader; secrets are set on the entity, never on disk."""
         from azure.ai.ml import load_job
 
@@ -277,7 +283,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
             return None
 
     @staticmethod
-    def _warn_on_tier(plan: Plan, cluster: Any, progress: Progress | None) -> None:
+    def _warn_on_tier(plan: AzureMLPlan, cluster: Any, progress: Progress | None) -> None:
         """A dedicated cluster for a spot job (or the reverse) runs it, but not as the spec asked: say so."""
 
         wanted = plan.request["compute"]
@@ -293,7 +299,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         else:
             warnings.warn(warning, stacklevel=5)
 
-    def _provision(self, client: Any, plan: Plan, current: Any, progress: Progress | None) -> None:
+    def _provision(self, client: Any, plan: AzureMLPlan, current: Any, progress: Progress | None) -> None:
         """Create the cluster when it is missing; when it is smaller than the job, raise its max_instances
         and nothing else (its subnet, identity, SSH and scale-down settings stay the owner's)."""
         from azure.core.exceptions import HttpResponseError
@@ -327,7 +333,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
                 f"growing cluster {wanted['name']}: max_instances {have} -> {wanted['max_instances']} "
                 "(nothing else changes)"
             )
-        ws = require_workspace(plan.target["workspace"])
+        ws = require_workspace(plan.target.workspace)
         url = compute_url(ws.subscription_id, ws.resource_group, ws.name, wanted["name"])
         try:
             grow(
@@ -343,7 +349,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
                 raise no_compute_write(wanted["name"], e, doing="growing") from None
             raise
 
-    def _create_cluster(self, client: Any, plan: Plan, progress: Progress | None) -> None:
+    def _create_cluster(self, client: Any, plan: AzureMLPlan, progress: Progress | None) -> None:
         from azure.ai.ml import load_compute
         from azure.core.exceptions import HttpResponseError
 
@@ -470,9 +476,9 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         )
         yield from stream.records(follow=follow)
 
-    def _checkpoint_store(self, location: str, target: Mapping[str, Any]) -> CheckpointStore:
+    def _checkpoint_store(self, location: str, target: AzureMLTarget) -> CheckpointStore:
         """The training's folder in the workspace's blob storage (checkpoint_store.py), where its nodes mount it."""
-        return blob_checkpoints(self._client(target["workspace"]), location, self._credential(), self.transport)
+        return blob_checkpoints(self._client(target.workspace), location, self._credential(), self.transport)
 
     def _cancel(self, run_id: str) -> None:
         self._client(self._workspace_of(run_id)).jobs.begin_cancel(run_id).result()
@@ -481,10 +487,10 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         """bill.py: the run history's start to end on the job's nodes, then the cluster's idle time."""
         return job_bill(self._client(self._workspace_of(run_id)), run_id)
 
-    def _preflight(self, plan: Plan) -> list[Check]:
+    def _preflight(self, plan: AzureMLPlan) -> list[Check]:
         """Workspace and credentials reachable; the size offered in the region; quota enough, counted as Azure
         counts it (preflight.py). What could not be checked is said again at launch."""
-        workspace = plan.target["workspace"]
+        workspace = plan.target.workspace
         ws = require_workspace(workspace)
         checks = preflight_checks(lambda: self._client(workspace), ws, plan.request)
         self._unchecked[plan.request["job"]["name"]] = [c for c in checks if c.ok is None]

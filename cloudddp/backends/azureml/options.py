@@ -22,9 +22,13 @@ class AzureMLOptions(Strict):
         "workspace": ("AZUREML_WORKSPACE_NAME",),
     }
 
-    subscription_id: str | None = None
-    resource_group: str | None = None
-    workspace: str | None = None
+    subscription_id: str | None = Field(None, description="The workspace's Azure subscription.")
+    resource_group: str | None = Field(None, description="The workspace's resource group.")
+    workspace: str | None = Field(
+        None,
+        description="The workspace's name. Without these three: a config.json in the folder or a parent, as "
+        "Workspace.from_config() finds it.",
+    )
     compute: str | None = Field(
         None,
         description="AmlCompute cluster name; created when missing, grown (max_instances "
@@ -32,7 +36,7 @@ class AzureMLOptions(Strict):
         "(cdp-<size>-d, cdp-<size>-lp). Unset (the default): serverless compute, no cluster.",
     )
     vm_size: str | None = Field(None, description="e.g. Standard_ND96asr_v4; default: chosen from resources.")
-    min_nodes: int = Field(0, ge=0)
+    min_nodes: int = Field(0, ge=0, description="Nodes a new cluster keeps when idle.")
     max_nodes: int | None = Field(None, ge=1, description="Cluster maximum; default: the job's node count.")
     idle_time_before_scale_down: int = Field(
         300, description="Seconds a new cluster's idle nodes stay up before scaling down (at least 1)."
@@ -48,7 +52,7 @@ class AzureMLOptions(Strict):
         description="The containers' /dev/shm (DataLoader workers pass batches through it), e.g. 64g; default: "
         "half the VM size's memory when the catalog knows it, else 16g.",
     )
-    experiment_name: str | None = None
+    experiment_name: str | None = Field(None, description="The experiment the job is filed under; default: its name.")
     ssh_public_key: str | None = Field(
         None,
         description="An OpenSSH public key: a new cluster then allows SSH (user azureuser) with it; "

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cloudddp.backends.azureml.options import AzureMLOptions
 from cloudddp.errors import UserError
+from cloudddp.plan import Target
 
 ENV = {
     "subscription_id": "AZURE_SUBSCRIPTION_ID",
@@ -79,3 +80,12 @@ def require_workspace(found: dict[str, str]) -> Workspace:
             hint="set them in the spec, in the environment, or in a config.json from the Azure portal",
         )
     return Workspace(found["subscription_id"], found["resource_group"], found["name"])
+
+
+@dataclass(frozen=True)
+class AzureMLTarget(Target):
+    """Where an Azure ML plan goes: the workspace, named as far as the spec, a config.json or the environment say
+    (a render does not need all of it; a launch does), and the training's checkpoint folder in its datastore."""
+
+    workspace: dict[str, str]
+    checkpoints: str | None = None

@@ -20,13 +20,14 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, cast
 
 from cloudddp.backends.base import Backend, Progress, mapped_errors
-from cloudddp.backends.checkpoints.store import CheckpointStore, StoredFile, location_of, unsafe
+from cloudddp.backends.checkpoints.store import CheckpointStore, StoredFile, unsafe
 from cloudddp.errors import CloudDDPError
+from cloudddp.plan import Target
 
 _SHARED = re.compile(r"^ckpt-e(\d{4,})-s(\d{7,})\.pt$")
 """The shared script's checkpoint, at the top of the folder (:mod:`ddptrain.checkpoint`)."""
@@ -226,14 +227,14 @@ def _size(n: int) -> str:
 
 def carried_to(
     source: Backend[Any],
-    source_target: Mapping[str, Any],
+    source_target: Target,
     dest: Backend[Any],
-    dest_target: Mapping[str, Any],
+    dest_target: Target,
     progress: Progress | None = None,
 ) -> str:
-    """Carry the latest checkpoint from ``source``'s folder (a run's ``target``) to ``dest``'s (a plan's); what was
+    """Carry the latest checkpoint from ``source``'s folder (a run's target) to ``dest``'s (a plan's); what was
     carried, in words for the run's history ("" when either side keeps no checkpoints, or both name one folder)."""
-    here, there = location_of(source_target), location_of(dest_target)
+    here, there = source_target.checkpoints, dest_target.checkpoints
     if here is None or there is None or (source.name == dest.name and here == there):
         return ""
     try:

@@ -70,7 +70,7 @@ class Found:
     """From :data:`RECORD`: when each run launched into the folder started, and its program and arguments."""
     elsewhere: tuple[str, ...] = ()
     """When this folder holds nothing: the job's other checkpoint folders that hold something (another
-    ``checkpoint.key``, or a folder keyed by the arguments, as cloudddp did before issue 36), newest first."""
+    ``checkpoint.key``, or a folder keyed by the arguments' digest), newest first."""
 
     @property
     def newest(self) -> float | None:

@@ -1,7 +1,7 @@
 """A training's checkpoint folder where a backend keeps it, read and written as files: what a run that moves to
 another backend carries (:mod:`cloudddp.backends.checkpoints.carry`).
 
-Each backend names its folder in the plan (``plan.target["checkpoints"]``: a path on this machine, an
+Each backend names its folder in the plan (``plan.target.checkpoints``: a path on this machine, an
 ``s3://`` URI, an ``azureml://datastores/...`` URI, a path on the Slurm cluster) and opens it as a
 :class:`CheckpointStore` (:meth:`~cloudddp.backends.base.Backend.checkpoint_store`). A store streams: no file is
 held in memory whole, whatever its size.
@@ -9,13 +9,11 @@ held in memory whole, whatever its size.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import IO, Any, Protocol
+from typing import IO, Protocol
 
-CHECKPOINTS = "checkpoints"
-"""The key of ``plan.target`` naming the training's checkpoint folder (absent: checkpointing is off)."""
 CHUNK = 1 << 20
 """Bytes read or written at a time when a store streams."""
 
@@ -64,9 +62,3 @@ def unsafe(path: str) -> bool:
     may be named ``../x``), so a listing from one store cannot make another write outside its folder."""
     parts = path.split("/")
     return not path or path.startswith("/") or any(part in ("", ".", "..") for part in parts)
-
-
-def location_of(target: Mapping[str, Any]) -> str | None:
-    """The checkpoint folder a plan's (or a run record's) target names; None when checkpointing is off."""
-    value = target.get(CHECKPOINTS)
-    return str(value) if value else None

@@ -7,6 +7,15 @@ output into the run folder, enforces the runtime limit and records how the run e
 ``logs``, ``metrics`` and ``cancel`` work from any shell, after the submitting CLI has exited. The nodes and the
 store outlive a lost supervisor; :meth:`LocalBackend.adopt` starts a new one (``docs/supervisor.md``), and the
 run's checkpoint folder is held by one run at a time (:mod:`cloudddp.backends.folderlock`).
+
+Its modules: the ``local:`` section (``options.py``); the render: its choices (``decide.py``), the typed request
+and ``torchrun.sh`` (``request.py``, ``build.py``, ``script.py``), the plan's lines (``explain.py``) and its time
+estimate (``estimate.py``); the launch (``launch.py``) and the run folder with its typed ``status.json``
+(``rundir.py``, ``record.py``); the supervisor (``supervisor.py``) and what it runs: the node groups
+(``nodes.py``), the rendezvous store and its server (``rendezvous.py``, ``store_server.py``), the node consoles
+copied into the log (``console.py``), the agents' own lines (``agent_output.py``), secrets masked as files are
+written (``masking.py``), the run's processes found in /proc (``processes.py``) and how the run ended
+(``outcome.py``); what a run held (``bill.py``); its checkpoint folder as a store (``checkpoint_store.py``).
 """
 
 from __future__ import annotations
@@ -18,12 +27,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from cloudddp.backends.base import Backend, Launched, Progress
-from cloudddp.backends.checkpoints.store import CHECKPOINTS
 from cloudddp.backends.checks import Check
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.local import build
@@ -45,7 +53,7 @@ from cloudddp.injob.keepfiles import left_behind_notice
 from cloudddp.injob.shim import RANK_LINE
 from cloudddp.observe.metrics import MetricRecord, record_from_dict
 from cloudddp.observe.tail import follow_lines
-from cloudddp.plan import Plan
+from cloudddp.plan import Folder, Plan
 from cloudddp.spec.model import JobSpec
 from cloudddp.spec.secrets import redacted_spec_data
 
@@ -93,7 +101,7 @@ class LocalBackend(Backend[LocalOptions]):
     )
 
     # -- render ------------------------------------------------------------------------------
-    def _render(self, spec: JobSpec) -> Plan[LocalRequest]:
+    def _render(self, spec: JobSpec) -> Plan[LocalRequest, Folder]:
         """Every choice made once (:mod:`~cloudddp.backends.local.decide`), the request and ``torchrun.sh`` built
         from it, the plan's lines said from it."""
         decision = decide(spec, self.options(spec), backend=self.name, sigterm_grace=self.sigterm_grace)
@@ -108,7 +116,7 @@ class LocalBackend(Backend[LocalOptions]):
             warnings=warnings,
             estimate=decision.estimate,
             uploads=[decision.upload],
-            target={CHECKPOINTS: str(decision.checkpoints.folder)} if decision.checkpoints else {},
+            target=Folder(str(decision.checkpoints.folder) if decision.checkpoints else None),
             job=redacted_spec_data(spec),
             late=build.late_names(decision),
             env_sources=decision.env_sources,
@@ -164,7 +172,7 @@ class LocalBackend(Backend[LocalOptions]):
         return launch(plan, progress)
 
     # -- run verbs ---------------------------------------------------------------------------
-    def _checkpoint_store(self, location: str, target: Mapping[str, Any]) -> LocalCheckpoints:
+    def _checkpoint_store(self, location: str, target: Folder) -> LocalCheckpoints:
         return LocalCheckpoints(Path(location))
 
     def _run(self, run_id: str) -> RunDir:

@@ -22,7 +22,7 @@ from cloudddp.code.requirements import Requirements
 from cloudddp.code.shipped import Snapshot
 from cloudddp.errors import UserError
 from cloudddp.paths import home
-from cloudddp.plan import EnvSource, late
+from cloudddp.plan import EnvSource, Estimate, late
 from cloudddp.runtime import (
     Places,
     checked_snapshot,
@@ -71,7 +71,7 @@ class LocalDecision:
     """``distribution.backend: nccl`` asked for on a machine without CUDA: gloo is used instead."""
     gpus_asked: int
     """``resources.gpus_per_node``: GPUs the job asks for, which this machine may not have."""
-    estimate: dict[str, Any] | None
+    estimate: Estimate | None
     places: Places
     checkpoints: Checkpoints | None
     """None when checkpointing is off."""

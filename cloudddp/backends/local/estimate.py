@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from cloudddp.catalog.sizing import find_workload
 from cloudddp.catalog.stepstore import StepStore
+from cloudddp.plan import Estimate
 from cloudddp.spec.model import JobSpec, job_key
 
 
-def time_estimate(spec: JobSpec, device: str, nodes: int, procs: int) -> dict[str, Any] | None:
+def time_estimate(spec: JobSpec, device: str, nodes: int, procs: int) -> Estimate | None:
     """How long the training takes here, from a step time measured on an earlier run of this job at this shape,
     else ``resources.step_time``; None without either (the catalog's model is for cloud GPUs, not this machine)."""
 
@@ -25,14 +24,4 @@ def time_estimate(spec: JobSpec, device: str, nodes: int, procs: int) -> dict[st
     steps = workload.steps or step.steps or workload.steps_for(nodes * procs)
     if steps is None:
         return None
-    training = steps * step.seconds
-    hours = training * nodes * procs / 3600 if device == "cuda" else None
-    return {
-        "step_s": step.seconds,
-        "steps": steps,
-        "training_s": training,
-        "step_basis": step.basis,
-        "price_per_hour": None,
-        "total_cost": None,
-        "gpu_hours": hours,
-    }
+    return Estimate(step_s=step.seconds, steps=steps, training_s=steps * step.seconds, step_basis=step.basis)

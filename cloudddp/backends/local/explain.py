@@ -20,8 +20,8 @@ def explain(d: LocalDecision) -> tuple[list[str], list[str]]:
     ]
     if d.estimate is not None:
         decisions.append(
-            f"estimate: {d.estimate['training_s']:,.0f} s of training ({d.estimate['steps']:,.0f} steps "
-            f"of {d.estimate['step_s']:.4g} s; step time from {d.estimate['step_basis']})"
+            f"estimate: {d.estimate.training_s:,.0f} s of training ({d.estimate.steps:,.0f} steps "
+            f"of {d.estimate.step_s:.4g} s; step time from {d.estimate.step_basis})"
         )
     if d.cloud_nodes > 1 and d.nodes == 1:
         decisions.append(

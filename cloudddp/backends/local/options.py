@@ -19,4 +19,8 @@ class LocalOptions(Strict):
         description="Processes per node here; default: resources.processes_per_node, else GPUs per node, else 2.",
     )
     nodes: int = Field(1, ge=1, le=8, description="torchrun 'nodes' started on this machine (multi-node path).")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="auto: CUDA when the job asks for GPUs and this machine has a CUDA device, else the CPU; cpu or "
+        "cuda: that one.",
+    )

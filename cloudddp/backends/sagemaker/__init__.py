@@ -4,6 +4,14 @@
 code and data snapshots (skipping what is already there), then creates the job; a retry after a lost
 response finds the job by its deterministic name instead of creating a second one. Logs come from
 CloudWatch Logs (every ``algo-N`` host), metrics from the same lines.
+
+Its modules: the ``sagemaker:`` section (``options.py``); the render: its choices (``decide.py``), the
+CreateTrainingJob request (``request.py``) and the plan's lines (``explain.py``), with what they draw on: the
+official images (``images.py``), instance types the catalog lacks (``hardware.py``), EFA (``efa.py``), smddp for
+an own script (``smddp.py``), and what SageMaker refuses or ignores, checked at render (``limits.py``,
+``argsize.py``, ``volumes.py``); S3 and the snapshots (``storage.py``); the preflight's quotas (``quotas.py``); logs
+(``logs.py``); the bill (``bill.py``); the plan's target: the region and the checkpoint folder (``target.py``), and
+that folder in S3 as a store (``checkpoint_store.py``).
 """
 
 from __future__ import annotations
@@ -12,11 +20,10 @@ import datetime
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from cloudddp.backends.base import Launched, Progress
-from cloudddp.backends.checkpoints.store import CHECKPOINTS
 from cloudddp.backends.checks import Check, MissingSetting
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sagemaker import storage
@@ -29,6 +36,7 @@ from cloudddp.backends.sagemaker.logs import host_line
 from cloudddp.backends.sagemaker.options import SageMakerOptions
 from cloudddp.backends.sagemaker.quotas import quota_check
 from cloudddp.backends.sagemaker.request import build, encode, shim_hyperparameters, shim_payload
+from cloudddp.backends.sagemaker.target import SageMakerTarget
 from cloudddp.backends.sized import SizedBackend
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
 from cloudddp.catalog.bill import Bill
@@ -123,10 +131,14 @@ ROLE_STAND_IN = "arn:aws:iam::000000000000:role/not-set-give-sagemaker.role"
 """What ``plan`` puts where the role goes when the spec has none: sizes rank without it; a submit needs one."""
 
 
+SageMakerPlan = Plan[dict[str, Any], SageMakerTarget]
+
+
 class SageMakerBackend(SizedBackend[SageMakerOptions]):
     name: ClassVar[str] = "sagemaker"
     description: ClassVar[str] = "SageMaker training job on an official PyTorch container (torchrun or smddp)"
     options_model = SageMakerOptions
+    target_type = SageMakerTarget
     cloud: ClassVar[str | None] = "aws"
     sigterm_grace: ClassVar[int] = 120  # StopTrainingJob: SIGTERM, then 120 s (SageMaker API reference)
     spend_while_running: ClassVar[bool] = True  # TrainingStartTime × instances × price, while the job runs
@@ -172,7 +184,7 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
         return missing + super()._missing_settings(spec)
 
     # -- render ------------------------------------------------------------------------------
-    def _render(self, spec: JobSpec) -> Plan[dict[str, Any]]:
+    def _render(self, spec: JobSpec) -> SageMakerPlan:
         token = self.token or time.strftime("%y%m%d%H%M%S")
         decision = decide(spec, self.options(spec), self._size_target(spec), self.sigterm_grace)
         request = build(decision, token)
@@ -186,30 +198,29 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
             warnings=warnings,
             estimate=decision.size.estimate,
             uploads=list(decision.storage.uploads),
-            target={
-                "region": decision.region,
-                **(self._checkpoint_target(decision.storage) if spec.checkpoint.enabled else {}),
-            },
+            target=self._target(decision.region, decision.storage if spec.checkpoint.enabled else None),
             job=redacted_spec_data(spec),
             late=("ACCOUNT",) if ACCOUNT in json.dumps(request) else (),
             env_sources=decision.launch.env_sources,
         )
 
     @staticmethod
-    def _checkpoint_target(chosen: Storage) -> dict[str, str]:
-        """The checkpoint folder, and what a write there carries: the default bucket's owner check (the account,
-        bound at launch), the spec's KMS key."""
-        return {
-            CHECKPOINTS: chosen.checkpoint_uri,
-            **({"bucket_owner": ACCOUNT} if chosen.default_bucket else {}),
-            **({"kms_key": chosen.kms_key} if chosen.kms_key else {}),
-        }
+    def _target(region: str, checkpoints: Storage | None) -> SageMakerTarget:
+        """The region; with checkpoints, their folder and what a write there carries: the default bucket's owner
+        check (the account, bound at launch), the spec's KMS key."""
+        if checkpoints is None:
+            return SageMakerTarget(region=region)
+        return SageMakerTarget(
+            region=region,
+            checkpoints=checkpoints.checkpoint_uri,
+            bucket_owner=ACCOUNT if checkpoints.default_bucket else None,
+            kms_key=checkpoints.kms_key or None,
+        )
 
-    def _checkpoint_store(self, location: str, target: Mapping[str, Any]) -> S3Checkpoints:
+    def _checkpoint_store(self, location: str, target: SageMakerTarget) -> S3Checkpoints:
         """The checkpoint folder in S3; the default bucket's account (late-bound in a plan and its run's record)
         from STS, as a launch binds it."""
-        region = str(target["region"])
-        owner = target.get("bucket_owner")
+        region, owner = target.region, target.bucket_owner
         if ACCOUNT in location or ACCOUNT in str(owner or ""):
             account = self._client("sts", region).get_caller_identity()["Account"]
             location, owner = location.replace(ACCOUNT, account), str(owner or "").replace(ACCOUNT, account)
@@ -218,7 +229,7 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
             location,
             region=region,
             owner=str(owner) if owner else None,
-            kms_key=target.get("kms_key"),
+            kms_key=target.kms_key,
             translate=self._translate,
         )
 
@@ -290,8 +301,8 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
         return None
 
     # -- launch ------------------------------------------------------------------------------
-    def _launch(self, plan: Plan, *, provision: bool, progress: Progress | None) -> Launched:
-        region = plan.target["region"]
+    def _launch(self, plan: SageMakerPlan, *, provision: bool, progress: Progress | None) -> Launched:
+        region = plan.target.region
         values = {}
         if "ACCOUNT" in plan.late:
             values["ACCOUNT"] = self._client("sts", region).get_caller_identity()["Account"]
@@ -433,9 +444,9 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
         d = self._describe_job(run_id)
         return None if d is None else training_bill(d)
 
-    def _preflight(self, plan: Plan) -> list[Check]:
+    def _preflight(self, plan: SageMakerPlan) -> list[Check]:
         """Credentials, the inputs in S3 and the instance type's quota (Service Quotas)."""
-        region = plan.target["region"]
+        region = plan.target.region
         checks = []
         try:
             identity = self._client("sts", region).get_caller_identity()

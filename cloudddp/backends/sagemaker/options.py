@@ -18,10 +18,12 @@ class SageMakerOptions(Strict):
         "role": ("CLOUDDDP_SAGEMAKER_ROLE",),
     }
 
-    region: str | None = None
+    region: str | None = Field(None, description="The AWS region the job runs in.")
     role: str | None = Field(None, description="IAM role ARN the training job runs as.")
     bucket: str | None = Field(None, description="S3 bucket for code, data, checkpoints and outputs.")
-    prefix: str = "cloudddp"
+    prefix: str = Field(
+        "cloudddp", description="Key prefix in the bucket: code, data, checkpoints and outputs go under it."
+    )
     instance_type: str | None = Field(None, description="e.g. ml.p4d.24xlarge; default: chosen from resources.")
     image: str | None = Field(None, description="Training image URI; default: the official PyTorch DLC.")
     framework_version: str | None = Field(
@@ -32,16 +34,36 @@ class SageMakerOptions(Strict):
     py_version: str | None = Field(
         None, description="Python of the official image, e.g. py311; default: the one AWS builds for framework_version."
     )
-    volume_gb: int | None = Field(None, ge=1, le=16384)
+    volume_gb: int | None = Field(
+        None,
+        ge=1,
+        le=16384,
+        description="Each instance's storage volume, GB (VolumeSizeInGB); default: resources.disk_gb. No effect on "
+        "types with local NVMe storage.",
+    )
     keep_alive: int = Field(0, ge=0, le=3600, description="Warm-pool keep-alive seconds.")
     max_wait: Duration | None = Field(None, description="Spot: longest wait for capacity plus runtime.")
-    subnets: list[str] = Field(default_factory=list)
-    security_group_ids: list[str] = Field(default_factory=list)
-    network_isolation: bool = False
-    encrypt_inter_container_traffic: bool = False
-    volume_kms_key: str | None = None
-    output_kms_key: str | None = None
-    tags: dict[str, str] = Field(default_factory=dict)
+    subnets: list[str] = Field(default_factory=list, description="The job's VPC subnets (VpcConfig).")
+    security_group_ids: list[str] = Field(
+        default_factory=list, description="The job's security groups in that VPC (VpcConfig)."
+    )
+    network_isolation: bool = Field(
+        False,
+        description="No network from the container (EnableNetworkIsolation): requirements must then install without "
+        "an index (vendored wheels, --no-index).",
+    )
+    encrypt_inter_container_traffic: bool = Field(
+        False, description="Encrypt the traffic between the job's instances (EnableInterContainerTrafficEncryption)."
+    )
+    volume_kms_key: str | None = Field(
+        None, description="KMS key of the instances' volumes; refused on types with local NVMe storage."
+    )
+    output_kms_key: str | None = Field(
+        None, description="KMS key of the job's outputs and of cloudddp's uploads (SSE-KMS)."
+    )
+    tags: dict[str, str] = Field(
+        default_factory=dict, description="Tags of the training job, beside the spec's own `tags`."
+    )
 
     @field_validator("instance_type")
     @classmethod

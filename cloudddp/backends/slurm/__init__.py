@@ -9,6 +9,17 @@ another. Status comes from ``scontrol show job`` (then ``sacct``), asked at most
 metrics come from the per-node output files, read on their own without asking the controller; cancel is
 ``scancel`` (SIGTERM first, KillWait seconds to checkpoint). Every command runs here or on
 ``slurm.login_host`` through ssh, built the same way (:mod:`.shell`).
+
+Its modules: the ``slurm:`` section and its ``sbatch_options`` (``options.py``, ``flags.py``); the render: its
+choices (``decide.py``), the typed request, the sbatch script and how it is built (``request.py``, ``script.py``,
+``build.py``), the rendezvous lines and their store wrappers (``rendezvous.py``, ``agent.py``), where a run's
+files are (``layout.py``), where inputs, outputs and checkpoints are on the cluster (``paths.py``) and the plan's
+lines (``explain.py``); the working folder, and its placeholder until submit (``workdir.py``); the launch
+(``launch.py``), with the requirements environment (``envs.py``) and container images (``images.py``); the
+preflight (``preflight.py``) and the start estimate (``start.py``); status from Slurm's answers (``status.py``,
+``answers.py``) and the run's record (``record.py``); logs (``logs.py``); what runs left on the cluster
+(``storage.py``) and the ``cloudddp storage`` command that shows it (``command.py``); the checkpoint folder on the
+cluster as a store (``checkpoint_store.py``).
 """
 
 from __future__ import annotations
@@ -16,11 +27,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from cloudddp.backends.base import Backend, Launched, Progress
-from cloudddp.backends.checkpoints.store import CHECKPOINTS
 from cloudddp.backends.checks import Check
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.slurm.build import build
@@ -32,7 +42,7 @@ from cloudddp.backends.slurm.logs import Labels, follow_batches
 from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.backends.slurm.preflight import preflight
 from cloudddp.backends.slurm.record import SlurmRunInfo
-from cloudddp.backends.slurm.request import SlurmRequest
+from cloudddp.backends.slurm.request import SlurmRequest, SlurmTarget
 from cloudddp.backends.slurm.shell import Shell
 from cloudddp.backends.slurm.start import start_estimate
 from cloudddp.backends.slurm.status import Polls, current_status
@@ -42,12 +52,15 @@ from cloudddp.plan import Plan, substitute
 from cloudddp.spec.model import JobSpec
 from cloudddp.spec.secrets import redacted_spec_data
 
+SlurmPlan = Plan[SlurmRequest, SlurmTarget]
+
 
 class SlurmBackend(Backend[SlurmOptions]):
     name: ClassVar[str] = "slurm"
     description: ClassVar[str] = "sbatch on a Slurm cluster (here or through ssh): torchrun per node, c10d rendezvous"
     options_model = SlurmOptions
     request_type = SlurmRequest
+    target_type = SlurmTarget
     cloud: ClassVar[str | None] = None  # the cluster's hardware is the cluster's: partitions and constraints say it
     capabilities: ClassVar[Capabilities] = Capabilities(
         unsupported={
@@ -76,7 +89,7 @@ class SlurmBackend(Backend[SlurmOptions]):
         self._polls = Polls()
 
     # -- render ------------------------------------------------------------------------------
-    def _render(self, spec: JobSpec) -> Plan[SlurmRequest]:
+    def _render(self, spec: JobSpec) -> SlurmPlan:
         decision = decide(spec, self.options(spec), token=self.token)
         request, documents = build(decision)
         decisions, warnings = explain(decision)
@@ -88,16 +101,13 @@ class SlurmBackend(Backend[SlurmOptions]):
             decisions=decisions,
             warnings=warnings,
             uploads=[decision.upload],
-            target={
-                **decision.shell.to_dict(),
-                **({CHECKPOINTS: decision.places.checkpoint_dir} if decision.places.checkpoint_dir else {}),
-            },
+            target=SlurmTarget(decision.shell.login_host, decision.shell.ssh_options, decision.places.checkpoint_dir),
             job=redacted_spec_data(spec),
             env_sources=decision.env_sources,
             late=decision.late,
         )
 
-    def _for_attempt(self, plan: Plan[SlurmRequest], attempt: int) -> Plan[SlurmRequest]:
+    def _for_attempt(self, plan: SlurmPlan, attempt: int) -> SlurmPlan:
         """A recovery's next attempt: its own run id (the Slurm job name) and run folder; the same code,
         checkpoints and everything else."""
         old = plan.request.run_id
@@ -107,20 +117,20 @@ class SlurmBackend(Backend[SlurmOptions]):
             plan, request=substitute(plan.request, table), documents=substitute(plan.documents, table)
         )
 
-    def _checkpoint_store(self, location: str, target: Mapping[str, Any]) -> SlurmCheckpoints:
+    def _checkpoint_store(self, location: str, target: SlurmTarget) -> SlurmCheckpoints:
         """The checkpoint folder on the cluster, through the shell the plan names (here, or ssh to the login
         host); in a working folder left to submit, the one the cluster names now."""
         shell = Shell.of(target)
         return SlurmCheckpoints(shell, in_place(location, shell))
 
     # -- launch ------------------------------------------------------------------------------
-    def _launch(self, plan: Plan[SlurmRequest], *, provision: bool, progress: Progress | None) -> Launched:
+    def _launch(self, plan: SlurmPlan, *, provision: bool, progress: Progress | None) -> Launched:
         return submit(plan, progress)
 
-    def _start_estimate(self, plan: Plan[SlurmRequest]) -> float | None:
+    def _start_estimate(self, plan: SlurmPlan) -> float | None:
         return start_estimate(plan)
 
-    def _preflight(self, plan: Plan[SlurmRequest]) -> list[Check]:
+    def _preflight(self, plan: SlurmPlan) -> list[Check]:
         return preflight(plan)
 
     # -- run verbs ---------------------------------------------------------------------------

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import click
 
-from cloudddp.backends.commands import json_option, override_option
-from cloudddp.backends.plugins import load_spec
+from cloudddp.backends.commands import json_option, load_job, override_option
 from cloudddp.backends.slurm import storage as slurm_storage
 from cloudddp.backends.slurm.options import SlurmOptions
 from cloudddp.backends.slurm.shell import Shell
@@ -50,7 +49,7 @@ def storage(
       cloudddp storage job.yaml
       cloudddp storage job.yaml --remove
     """
-    opts: SlurmOptions = load_spec(job, override).section("slurm") if job else SlurmOptions()
+    opts: SlurmOptions = load_job(job, override).section("slurm") if job else SlurmOptions()
     shell = Shell(opts.login_host, tuple(opts.ssh_options))
     folder = workdir(opts, shell)
     entries = slurm_storage.survey(shell, folder, quiet_minutes)

@@ -16,7 +16,7 @@ from cloudddp.backends.checkpoints import contents
 from cloudddp.backends.slurm import envs
 from cloudddp.backends.slurm.answers import LIVE, cpus_per_gpu
 from cloudddp.backends.slurm.record import SlurmRunInfo
-from cloudddp.backends.slurm.request import CpusAtSubmit, LoginEnvironment, SlurmRequest
+from cloudddp.backends.slurm.request import CpusAtSubmit, LoginEnvironment, SlurmRequest, SlurmTarget
 from cloudddp.backends.slurm.script import RDZV_ID_VARIABLE
 from cloudddp.backends.slurm.shell import Shell, on_cluster
 from cloudddp.backends.slurm.status import job_record
@@ -38,7 +38,7 @@ _UNPACK = (
 in a shared working folder under a name anyone on the same commit computes, so its content is checked."""
 
 
-def submit(plan: Plan[SlurmRequest], progress: Progress | None) -> Launched:
+def submit(plan: Plan[SlurmRequest, SlurmTarget], progress: Progress | None) -> Launched:
     """The plan's job submitted (or found, when a launch of it got that far before), and its run record."""
     plan = bound(plan, progress)
     req = plan.request
@@ -77,7 +77,7 @@ def _record(shell: Shell, req: SlurmRequest, submitted: float) -> None:
     shell.run(["bash", "-c", 'cat >> "$1"', "cloudddp-record", where], stdin=line, check=False)
 
 
-def _run_info(plan: Plan[SlurmRequest], shell: Shell, job_id: str, cluster: str | None) -> SlurmRunInfo:
+def _run_info(plan: Plan[SlurmRequest, SlurmTarget], shell: Shell, job_id: str, cluster: str | None) -> SlurmRunInfo:
     """What the run record keeps to find the run again."""
     req = plan.request
     return SlurmRunInfo(
@@ -97,7 +97,7 @@ def _run_info(plan: Plan[SlurmRequest], shell: Shell, job_id: str, cluster: str 
     )
 
 
-def _prepare(shell: Shell, plan: Plan[SlurmRequest], progress: Progress | None) -> None:
+def _prepare(shell: Shell, plan: Plan[SlurmRequest, SlurmTarget], progress: Progress | None) -> None:
     """Everything the job needs on the cluster before sbatch: its code, folders, script and environment."""
     req = plan.request
     for upload in plan.uploads:

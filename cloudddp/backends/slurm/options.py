@@ -58,8 +58,9 @@ class SlurmOptions(Strict):
     workdir: str | None = Field(
         None,
         description="A folder every node sees (shared filesystem): code snapshots, run folders, environments, "
-        "images, checkpoints. Default: the cluster's own, as its login shell sets it: $CLOUDDDP_SLURM_WORKDIR, "
-        "else $SCRATCH/cloudddp, else $WORK/cloudddp; else $CLOUDDDP_HOME/slurm here (required with login_host).",
+        "images, checkpoints. Default: the cluster's own, as its login shell sets it at submit: "
+        "$CLOUDDDP_SLURM_WORKDIR, else $SCRATCH/cloudddp, else $WORK/cloudddp; else $CLOUDDDP_HOME/slurm here "
+        "(required with login_host).",
     )
     partition: str | None = None
     account: str | None = None

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from cloudddp.backends.checks import Check
 from cloudddp.backends.slurm import flags
 from cloudddp.backends.slurm.answers import parse_pairs
-from cloudddp.backends.slurm.request import SlurmRequest
+from cloudddp.backends.slurm.request import SlurmRequest, SlurmTarget
 from cloudddp.backends.slurm.shell import Shell, on_cluster
 from cloudddp.backends.slurm.workdir import bound
 from cloudddp.errors import CloudDDPError, UserError
@@ -25,7 +25,7 @@ _PRIVATE = (
 _INPUT_PREFIX = "CLOUDDDP_INPUT_"
 
 
-def preflight(plan: Plan[SlurmRequest]) -> list[Check]:
+def preflight(plan: Plan[SlurmRequest, SlurmTarget]) -> list[Check]:
     """The checks, in the order ``doctor`` prints them; only the first when Slurm does not answer."""
     shell = Shell.of(plan.target)
     try:
@@ -47,7 +47,7 @@ def preflight(plan: Plan[SlurmRequest]) -> list[Check]:
     return checks
 
 
-def _options_checks(shell: Shell, plan: Plan[SlurmRequest], version: str) -> list[Check]:
+def _options_checks(shell: Shell, plan: Plan[SlurmRequest, SlurmTarget], version: str) -> list[Check]:
     """The spec's sbatch options this cluster's sbatch has: a plugin's (SPANK) or a newer Slurm's option, which the
     table does not know, is looked for in its ``sbatch --help``; one the table knows from a newer Slurm than the
     cluster's (``sbatch --version``) is named with the version that has it. Asked only when there are such."""
@@ -77,13 +77,13 @@ def _options_checks(shell: Shell, plan: Plan[SlurmRequest], version: str) -> lis
     ]
 
 
-def _cluster(plan: Plan[SlurmRequest]) -> list[str]:
+def _cluster(plan: Plan[SlurmRequest, SlurmTarget]) -> list[str]:
     """``-M`` with the (first) cluster sbatch's ``--clusters`` names: the checks are about the job's cluster."""
     first = (plan.request.clusters or "").split(",")[0]
     return on_cluster(first if first != "all" else None)
 
 
-def _grace_check(shell: Shell, plan: Plan[SlurmRequest], partition: dict[str, str] | None) -> Check:
+def _grace_check(shell: Shell, plan: Plan[SlurmRequest, SlurmTarget], partition: dict[str, str] | None) -> Check:
     """The grace the script is told (CLOUDDDP_SIGTERM_GRACE) is no longer than any Slurm gives: KillWait (a cancel,
     a requeue, the time limit) and, where the partition preempts with a grace time, its GraceTime."""
     config = dict(_config_pairs(shell.text(["scontrol", *_cluster(plan), "show", "config"])))
@@ -106,7 +106,7 @@ def _grace_check(shell: Shell, plan: Plan[SlurmRequest], partition: dict[str, st
     )
 
 
-def _partition_checks(shell: Shell, plan: Plan[SlurmRequest]) -> list[Check]:
+def _partition_checks(shell: Shell, plan: Plan[SlurmRequest, SlurmTarget]) -> list[Check]:
     """The script's partition exists (when it names one), and its time limit is within that partition's (or
     the default partition's) MaxTime."""
     partition = next(
@@ -135,7 +135,7 @@ def _partition_checks(shell: Shell, plan: Plan[SlurmRequest]) -> list[Check]:
     return checks + _time_limit_check(plan, row)
 
 
-def _workdir_checks(shell: Shell, plan: Plan[SlurmRequest]) -> list[Check]:
+def _workdir_checks(shell: Shell, plan: Plan[SlurmRequest, SlurmTarget]) -> list[Check]:
     try:
         workdir = bound(plan).request.workdir
     except UserError as e:
@@ -183,7 +183,7 @@ def _input_checks(shell: Shell, env: dict[str, str]) -> list[Check]:
     return checks
 
 
-def _time_limit_check(plan: Plan[SlurmRequest], row: dict[str, str] | None) -> list[Check]:
+def _time_limit_check(plan: Plan[SlurmRequest, SlurmTarget], row: dict[str, str] | None) -> list[Check]:
     """The script's --time against the partition's MaxTime: a longer one would wait in the queue forever
     (Reason=PartitionTimeLimit), or be refused."""
     script = plan.documents["job.sbatch"].splitlines()

@@ -11,12 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from cloudddp.plan import JsonDataclass
+from cloudddp.plan import JsonDataclass, Target
 
 Launcher = Literal["torchrun", "srun"]
 """torchrun: one agent per node; srun: one Slurm task per training process."""
 DEFAULT_STATUS_EVERY = 10
 """slurm.status_every for plans and runs recorded before it existed."""
+
+
+@dataclass(frozen=True)
+class SlurmTarget(Target):
+    """Where a Slurm plan goes: Slurm's commands here, or on ``login_host`` through ssh; and the training's
+    checkpoint folder on the cluster."""
+
+    login_host: str | None = None
+    ssh_options: tuple[str, ...] = ()
+    checkpoints: str | None = None
 
 
 @dataclass(frozen=True)

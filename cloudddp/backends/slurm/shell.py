@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from cloudddp.backends.slurm.request import SlurmTarget
 from cloudddp.errors import BackendUnavailable, CloudDDPError
 
 READ_CAP = 1 << 20
@@ -91,12 +92,9 @@ class Shell:
     ssh_options: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, target: Mapping[str, Any]) -> Shell:
-        """The shell a plan's target (or a run's record) names."""
-        return cls(target.get("login_host"), tuple(target.get("ssh_options") or ()))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"login_host": self.login_host, "ssh_options": list(self.ssh_options)}
+    def of(cls, target: SlurmTarget) -> Shell:
+        """The shell a plan's target names."""
+        return cls(target.login_host, target.ssh_options)
 
     @property
     def where(self) -> str:

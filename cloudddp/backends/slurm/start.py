@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import re
 
-from cloudddp.backends.slurm.request import SlurmRequest
+from cloudddp.backends.slurm.request import SlurmRequest, SlurmTarget
 from cloudddp.backends.slurm.shell import Shell
 from cloudddp.backends.slurm.workdir import bound
 from cloudddp.plan import Plan
@@ -21,7 +21,7 @@ SCRIPT = "job.sbatch"
 _START = re.compile(r"to start at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
 
 
-def start_estimate(plan: Plan[SlurmRequest]) -> float | None:
+def start_estimate(plan: Plan[SlurmRequest, SlurmTarget]) -> float | None:
     """The Unix time the scheduler expects the plan's job to start, or None when it does not say."""
     if SCRIPT not in plan.documents:
         return None

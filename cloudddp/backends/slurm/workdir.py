@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from cloudddp.backends.base import Progress
 from cloudddp.backends.slurm.options import SlurmOptions, checked_workdir
-from cloudddp.backends.slurm.request import SlurmRequest
+from cloudddp.backends.slurm.request import SlurmRequest, SlurmTarget
 from cloudddp.backends.slurm.shell import Shell
 from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.paths import home
@@ -51,7 +51,7 @@ def workdir(opts: SlurmOptions, shell: Shell) -> str:
     return opts.workdir or resolved(shell)[0]
 
 
-def bound(plan: Plan[SlurmRequest], progress: Progress | None = None) -> Plan[SlurmRequest]:
+def bound(plan: Plan[SlurmRequest, SlurmTarget], progress: Progress | None = None) -> Plan[SlurmRequest, SlurmTarget]:
     """``plan`` with its working folder filled where render left it to submit (one command, here or through ssh);
     ``plan`` itself otherwise."""
     if LATE not in plan.late:

@@ -1,4 +1,4 @@
-"""Issue #40: a workspace whose tracking URI is ``azureml://`` (as every real workspace's is) has its MLflow metrics
+"""A workspace whose tracking URI is ``azureml://`` (as every real workspace's is) has its MLflow metrics
 read through azureml-mlflow's own plugin: azure-ai-ml hands the plugin the MLClient's credential for that URI, and
 the ``azureml`` scheme's store signs each request with it, over HTTPS to the workspace's MLflow
 (tests/support/azureml_tracking.py: a TLS front on a real ``mlflow server``). The plugin pins mlflow-skinny<=3.15,

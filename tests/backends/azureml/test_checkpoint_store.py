@@ -5,6 +5,7 @@ backend's own transport; and a job of the rig writing its checkpoints there thro
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import os
@@ -77,7 +78,7 @@ def test_the_store_writes_lists_reads_and_hashes_blobs_under_the_plans_folder(
 ) -> None:
     backend = rig_backend(model, token="store1")
     plan = backend.render(digits_spec(tmp_path, "stored", 1))
-    folder = plan.target["checkpoints"]
+    folder = plan.target.checkpoints
     assert folder.startswith("azureml://datastores/workspaceblobstore/paths/cloudddp/checkpoints/stored/")
     prefix = folder.removeprefix("azureml://datastores/workspaceblobstore/paths/")
     store = backend.checkpoint_store(plan.target)
@@ -114,14 +115,14 @@ def test_the_store_writes_lists_reads_and_hashes_blobs_under_the_plans_folder(
 def test_the_store_lists_only_its_own_folder_and_no_folder_markers(model: WorkspaceModel, tmp_path: Path) -> None:
     backend = rig_backend(model, token="store2")
     plan = backend.render(digits_spec(tmp_path, "mine", 1, key="k"))
-    prefix = plan.target["checkpoints"].removeprefix("azureml://datastores/workspaceblobstore/paths/")
+    prefix = plan.target.checkpoints.removeprefix("azureml://datastores/workspaceblobstore/paths/")
     client = model.container_client()
     client.upload_blob(prefix.rstrip("/") + "2/other.pt", b"a sibling folder's")  # .../k2/, not .../k/
     client.upload_blob(prefix + "sub", b"", metadata={"hdi_isfolder": "true"})  # a folder, as blobfuse marks one
     client.upload_blob(prefix + "sub/ckpt.pt", b"mine")
     store = backend.checkpoint_store(plan.target)
     assert store.files() == [StoredFile("sub/ckpt.pt", 4)]
-    missing = {**plan.target, "checkpoints": plan.target["checkpoints"].replace("/mine/", "/nobody/")}
+    missing = dataclasses.replace(plan.target, checkpoints=plan.target.checkpoints.replace("/mine/", "/nobody/"))
     assert backend.checkpoint_store(missing).files() == []
 
 

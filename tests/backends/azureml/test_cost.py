@@ -55,7 +55,7 @@ def test_the_bill_is_the_run_time_on_every_node_plus_the_idle_scale_down(
     )
     b = backend(model, "bill")
     plan = b.render(load_spec(JOB))
-    assert plan.estimate is not None and plan.estimate["idle_s"] == 300
+    assert plan.estimate is not None and plan.estimate.idle_s == 300
     name = b.launch(plan)
     queued = b.bill(name)
     assert queued is not None and queued.cost == 0 and "no startTimeUtc" in queued.figures[1].source
@@ -84,7 +84,7 @@ def test_the_bill_is_the_run_time_on_every_node_plus_the_idle_scale_down(
     assert "endTimeUtc − startTimeUtc" in sources and "idle_time_before_scale_down" in sources
     assert any("allocation" in n for n in bill.notes)  # what the run history does not report, said
     assert report.estimate == plan.estimate
-    assert report.difference == pytest.approx(bill.cost / plan.estimate["total_cost"] - 1)
+    assert report.difference == pytest.approx(bill.cost / plan.estimate.total_cost - 1)
     assert report.measured is not None and report.measured["step_s"] == pytest.approx(0.055)  # epochs 2-3
 
     console = Console(width=200, record=True)

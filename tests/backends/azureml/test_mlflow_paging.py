@@ -1,4 +1,4 @@
-"""Issue #40: each poll of a job's MLflow metrics reads what is new (and at most one page again), not every key's
+"""Each poll of a job's MLflow metrics reads what is new (and at most one page again), not every key's
 whole history: a long run's polls stay as cheap as its first minute's. A real ``mlflow server``; the tracking
 store's history call is wrapped only to count the points each poll transfers."""
 

@@ -119,7 +119,7 @@ def test_a_secret_variable_missing_from_the_shell_stops_the_submit_before_anythi
     blob_endpoint: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The value of ``env.X.from_env`` is read at launch; when the shell lacks it, the submit stops with the variable
-    named before the cluster is created or the code uploaded (it used to be found after creating the cluster)."""
+    named before the cluster is created or the code uploaded."""
     from cloudddp.backends.azureml import AzureMLBackend
     from cloudddp.backends.plugins import load_spec
     from cloudddp.errors import UserError

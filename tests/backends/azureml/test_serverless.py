@@ -77,8 +77,8 @@ def test_a_job_without_a_cluster_renders_as_serverless_and_loads_as_command_send
     said = " ".join(plan.decisions)
     assert "serverless compute (no azureml.compute)" in said and "no computes/write" in said
     # Nodes released when the job ends: no scale-down delay in the estimate, as a cluster's 300 s would be.
-    assert plan.estimate is not None and plan.estimate["idle_s"] == 0
-    assert render().estimate["idle_s"] == 300  # type: ignore[index]
+    assert plan.estimate is not None and plan.estimate.idle_s == 0
+    assert render().estimate.idle_s == 300  # type: ignore[index]
     # The seed job's cluster settings do nothing without a cluster: said, not dropped in silence.
     assert any("azureml.max_nodes, azureml.min_nodes" in w and "serverless" in w for w in plan.warnings)
 

@@ -1,4 +1,4 @@
-"""What another user could plant for us to use (issue #38): a home folder of hers, a status file she could write,
+"""What another user could plant for us to use: a home folder of hers, a status file she could write,
 a cached snapshot swapped for another of the same size, a symlinked checkpoint lock, a lock squatted in /tmp."""
 
 from __future__ import annotations

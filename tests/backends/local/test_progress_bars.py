@@ -1,4 +1,4 @@
-"""Logs stay readable around progress bars (issue 37): a tqdm script, 1 node × 2 processes under real torchrun.
+"""Logs stay readable around progress bars: a tqdm script, 1 node × 2 processes under real torchrun.
 
 tqdm rewrites its line with ``\\r`` and ends it only when the bar closes. Without the rank launcher's line discipline
 (:class:`cloudddp.injob.output_lines.Lines`) torchrun copied each unfinished update into the node's console, and its own

@@ -1,4 +1,4 @@
-"""The local rendezvous socket, on its own (issue #38): bound from the instant its port exists, and known to be the
+"""The local rendezvous socket, on its own: bound from the instant its port exists, and known to be the
 port's only listener before the agents are told the port."""
 
 from __future__ import annotations

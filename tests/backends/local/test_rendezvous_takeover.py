@@ -1,4 +1,4 @@
-"""Nobody else can take a local run's rendezvous (issue #38): a second Unix user racing for the store's port, a
+"""Nobody else can take a local run's rendezvous: a second Unix user racing for the store's port, a
 store that fails to start, and a store whose run has no process left. Real torchrun runs, a real second user."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Secrets leave the raw files of a local run while it runs, not only when it ends (issue #24, item 6): torchrun's
+"""Secrets leave the raw files of a local run while it runs, not only when it ends: torchrun's
 per-rank files and the agents' consoles are masked in place as they are written."""
 
 from __future__ import annotations

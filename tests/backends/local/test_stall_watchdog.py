@@ -1,4 +1,4 @@
-"""The stall watchdog (issue #29, item 2): an own script that never passes the collective timeout to
+"""The stall watchdog: an own script that never passes the collective timeout to
 ``init_process_group`` and hangs after its first epoch fails as stalled within ``limits.stall_timeout``, with the
 stuck rank's Python stack in its log (a real torchrun run, faulthandler on the signal the hook registers)."""
 
@@ -67,7 +67,7 @@ def test_a_script_that_hangs_after_its_first_epoch_fails_as_stalled_with_the_stu
     assert any("in hang_forever" in text for text in stuck), stuck  # the stuck rank's Python stack
     waiting = [line.text for line in lines if line.source == "rank0"]
     assert any("all_reduce" in text for text in waiting), waiting  # and where the other one waits for it
-    # #43: what status and the attached view show (they follow rank 0's lines): rank 1's stack first
+    # What status and the attached view show (they follow rank 0's lines): rank 1's stack first
     tail = status.details["failure"]["log_tail"]
     assert status.details["failure"]["stalled_ranks"][0] == 1, status.details
     assert tail[0] == "rank 1, most recent call first:", tail
@@ -97,7 +97,7 @@ def test_the_stall_timeout_defaults_to_twice_the_collective_timeout_and_the_plan
     assert plan.request.stall_timeout == 40
     (note,) = [d for d in plan.decisions if d.startswith("stall watchdog")]
     assert "40 s (twice distribution.collective_timeout)" in note and "in `cloudddp status`" in note
-    assert "SIGRTMIN" not in note and "sitecustomize" not in note  # #43: no jargon in what every submit prints
+    assert "SIGRTMIN" not in note and "sitecustomize" not in note  # no jargon in what every submit prints
     assert any("watchdog off" in d for d in spec(stall_timeout="off").render("local").decisions)
     slurm = spec(stall_timeout="2m").render("slurm")  # renders offline; its supervisor is Slurm's
     assert any("limits.stall_timeout is not enforced on slurm" in w for w in slurm.warnings), slurm.warnings
@@ -153,7 +153,7 @@ def test_the_hook_makes_a_python_process_print_its_stack_on_the_signal_and_go_on
 
 
 def test_a_job_asking_for_gpus_on_a_machine_that_trains_on_the_cpu_is_warned(tmp_path: Path) -> None:
-    """#43: `-o resources.gpus_per_node=2` ran "2 process(es) on cpu" and said nothing of the GPUs."""
+    """`-o resources.gpus_per_node=2` on a machine that trains on the CPU renders with a warning naming the GPUs."""
     (tmp_path / "train.py").write_text("print('hi')\n")
     data = {"name": "g", "code": {"dir": str(tmp_path), "entry": "train.py"}, "local": {"device": "cpu"}}
     gpus = Job(spec_from_dict({**data, "resources": {"gpus_per_node": 2}}, base_dir=tmp_path)).render("local")

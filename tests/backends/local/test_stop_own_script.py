@@ -1,4 +1,4 @@
-"""A cancel is a checkpoint for a user's own script on the local backend (issue 36): a tutorial-style DDP script with
+"""A cancel is a checkpoint for a user's own script on the local backend: a tutorial-style DDP script with
 ``DataLoader(num_workers=2)`` (tests/support/dataloader_saver.py), 2 nodes × 2 processes under real torchrun.
 
 The cancel reaches each node's torchrun agent, which stops its workers with ``killpg``; each worker is cloudddp's rank

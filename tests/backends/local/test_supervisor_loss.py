@@ -1,4 +1,4 @@
-"""A lost supervisor never leaves a training running unseen, or running twice (issue #30): real torchrun runs whose
+"""A lost supervisor never leaves a training running unseen, or running twice: real torchrun runs whose
 supervisor is killed with SIGKILL are adopted by a new one, a recovery never starts a second copy while the first
 trains, and a checkpoint folder is held by one training at a time."""
 

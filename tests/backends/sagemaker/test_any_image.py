@@ -1,4 +1,4 @@
-"""The request cloudddp sends starts and stops a job on an image that is not an AWS PyTorch DLC (issue 41).
+"""The request cloudddp sends starts and stops a job on an image that is not an AWS PyTorch DLC.
 
 Rehearsed as in test_container_rehearsal.py (tests/support/sagemaker_container.py), with two kinds of image:
 ``byoc``, built the way AWS documents for your own container (``pip install sagemaker-training``: the toolkit's

@@ -1,4 +1,4 @@
-"""A SageMaker training's checkpoint folder in S3 as a checkpoint store (#44), against moto as a real HTTP server:
+"""A SageMaker training's checkpoint folder in S3 as a checkpoint store, against moto as a real HTTP server:
 carried there from a local folder and back, byte for byte, into the default bucket a plan names with the account
 still to be bound, a file larger than one part included; encrypted with the spec's KMS key."""
 
@@ -71,7 +71,7 @@ def run_folder(folder: Path) -> dict[str, bytes]:
 def test_a_checkpoint_folder_carried_to_the_default_bucket_and_back_is_the_same_bytes(tmp_path: Path) -> None:
     backend = SageMakerBackend()
     plan = backend.render(spec(tmp_path))
-    assert "{ACCOUNT}" in plan.target["checkpoints"]  # as a run's record keeps it: bound by the store, from STS
+    assert "{ACCOUNT}" in plan.target.checkpoints  # as a run's record keeps it: bound by the store, from STS
     files = run_folder(tmp_path / "here")
     store = backend.checkpoint_store(plan.target)
     bucket = f"sagemaker-us-east-1-{ACCOUNT_ID}"

@@ -70,11 +70,12 @@ def test_the_bill_of_a_finished_spot_job_is_its_billable_time_and_shows_the_savi
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     actual = report["actual"]
-    assert report["estimate"] == plan.estimate and report["estimated_cost"] == plan.estimate["total_cost"]
+    assert plan.estimate is not None and report["estimate"] == plan.estimate.to_dict()
+    assert report["estimated_cost"] == plan.estimate.total_cost
     assert actual["final"] and actual["billed_s"] == billable and actual["nodes"] == 2
     assert actual["cost"] == pytest.approx(billable * 2 * PRICE / 3600)
     assert actual["savings"] == pytest.approx(1 - billable / training)
-    assert report["difference"] == pytest.approx(actual["cost"] / plan.estimate["total_cost"] - 1)
+    assert report["difference"] == pytest.approx(actual["cost"] / plan.estimate.total_cost - 1)
     sources = {f["name"]: f["source"] for f in actual["figures"]}
     assert sources["billable time per instance"] == "DescribeTrainingJob BillableTimeInSeconds"
     assert "lower bound" in sources["price per node"]  # the catalog's EC2 price, said to be one
@@ -87,8 +88,8 @@ def test_the_bill_of_a_finished_spot_job_is_its_billable_time_and_shows_the_savi
     again = backend("again").render(
         spec("code.args=[--dataset, cifar10, --model, resnet18, --epochs, '10', --batch-size, '256', --lr, '0.1']")
     )
-    assert again.estimate is not None and again.estimate["step_s"] == pytest.approx(0.11)
-    assert again.estimate["steps"] == 120 and any(f"measured on run {name}" in d for d in again.decisions)
+    assert again.estimate is not None and again.estimate.step_s == pytest.approx(0.11)
+    assert again.estimate.steps == 120 and any(f"measured on run {name}" in d for d in again.decisions)
 
 
 def test_while_a_job_runs_its_spend_counts_from_training_start() -> None:

@@ -185,8 +185,8 @@ def test_smddp_on_an_al2023_image_is_refused() -> None:
 
 
 def test_the_project_names_no_image_out_of_patch_support_and_a_spec_that_does_is_warned() -> None:
-    """#43: init's template, jobs/ and the tutorial notebook named pytorch-training:2.4-gpu-py311, out of AWS patch
-    support since 2025-07-24, and nothing said so."""
+    """init's template, jobs/ and the tutorial notebook name no image out of AWS patch support (such as
+    pytorch-training:2.4-gpu-py311, out of it since 2025-07-24), and a spec that names one is warned."""
     from cloudddp.backends.sagemaker.images import support_warning
 
     named = re.compile(r"\d{12}\.dkr\.ecr\.[\w.-]+/[\w/-]+:[\w.-]+")

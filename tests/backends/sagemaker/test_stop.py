@@ -1,4 +1,4 @@
-"""A stop on SageMaker is a checkpoint for a user's own script (issue 36's acceptance), rehearsed as AWS ships it.
+"""A stop on SageMaker is a checkpoint for a user's own script, rehearsed as AWS ships it.
 
 A tutorial-style DDP script (tests/support/dataloader_saver.py: ``DataLoader(num_workers=2)``, a save that takes
 60 s after SIGTERM) runs under the request cloudddp sent, PID 1 being cloudddp's init, which starts the image's real

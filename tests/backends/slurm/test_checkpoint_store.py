@@ -1,4 +1,4 @@
-"""A Slurm training's checkpoint folder as a checkpoint store (#44), on the test cluster reached through a real sshd
+"""A Slurm training's checkpoint folder as a checkpoint store, on the test cluster reached through a real sshd
 as a login host: a carry there streams every file over ssh, a compute node reads it whole, and a write cut short
 leaves nothing under the file's name."""
 
@@ -54,7 +54,7 @@ def store_through(login: SshServer, work: Path) -> CheckpointStore:
         }
     )
     plan = SlurmBackend().render(spec)
-    assert plan.target["checkpoints"].startswith(f"{work}/"), plan.target
+    assert plan.target.checkpoints.startswith(f"{work}/"), plan.target
     return SlurmBackend().checkpoint_store(json.loads(json.dumps(plan.target)))
 
 

@@ -1,4 +1,4 @@
-"""Issue #42: a finished run keeps its end once the controller forgets its job (MinJobAge) on a cluster whose
+"""A finished run keeps its end once the controller forgets its job (MinJobAge) on a cluster whose
 accounting the user cannot read. The batch script records each run's end in the run folder as it exits; status
 reads it when neither ``scontrol`` nor ``sacct`` knows the job, and a state this machine saw end is never
 downgraded to "unknown". The controller's forgetting is made real by pointing the run's record at a job id this

@@ -1,4 +1,4 @@
-"""Issue #42: ``sbatch_options: [-M, away]`` on two real clusters that share one slurmdbd
+"""``sbatch_options: [-M, away]`` on two real clusters that share one slurmdbd
 (tests/support/slurm_accounting.py). The job runs on ``away``; the login node's own cluster (``home``) does not
 know it, so status, logs and cancel work only because every Slurm command of the run names ``-M away``."""
 

@@ -165,7 +165,7 @@ def test_a_job_preempted_with_a_grace_time_is_requeued_resumes_and_runs_every_st
     batch = (folder / "batch.log").read_text()
     assert f"{PREEMPT_MARK}: Slurm selected this job for preemption" in batch, batch[-3000:]
     assert f"{REQUEUE_MARK} {job} after preemption" in batch and batch.count(START_MARK) == 2, batch[-3000:]
-    assert "failed" not in batch.lower(), batch[-3000:]  # the requeue's own SIGTERM fails nothing (issue #42)
+    assert "failed" not in batch.lower(), batch[-3000:]  # the requeue's own SIGTERM fails nothing
     logs = cloudddp(user, "logs", run_id)
     assert "stopping on SIGTERM after step" in logs and "resumed from" in logs, logs[-3000:]
     records = [json.loads(line) for line in cloudddp(user, "metrics", run_id, "--json").splitlines()]

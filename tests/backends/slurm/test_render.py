@@ -321,7 +321,7 @@ def test_why_a_job_was_requeued_and_accounting_rows() -> None:
 def test_the_rendered_script_runs_under_bash_with_slurm_variables(tmp_path: Path) -> None:
     """The script's own shell logic (node addresses, the rendezvous, the launch line) with stand-ins for
     Slurm's commands: what srun would start on each node is printed instead of run. No port is fixed or derived
-    from the job id (one could be bound in advance): node 0's agent is given port 0 and writes where
+    from the job id (another user could bind it in advance): node 0's agent is given port 0 and writes where
     it listens into the run folder, emptied of an earlier run's file first."""
     plan = render(TINY, "resources.nodes=2", f"slurm.workdir={tmp_path}")
     bin_dir = tmp_path / "bin"
@@ -495,9 +495,10 @@ def test_the_warning_signal_is_told_as_a_preemption_or_the_time_limit_and_the_en
     tmp_path: Path, preempt_time: str, workdir: str
 ) -> None:
     """USR1 comes before the time limit, or at a preemption on a cluster with send_user_signal: the batch log says
-    which. A preempted run requeues itself and records no end; a run stopped ahead of the limit records its exit,
-    in its run folder whether the working folder was given or bound at submit. Stand-ins for Slurm's commands:
-    srun sends the script USR1 as Slurm would, and scontrol answers the job's record."""
+    which, never a preemption as the time limit. A preempted run requeues itself and records no end; a run stopped
+    ahead of the limit records its exit, in its run folder whether the working folder was given or bound at submit.
+    Stand-ins for Slurm's commands: srun sends the script USR1 as Slurm would, and scontrol answers the job's
+    record."""
     given = workdir == "given"
     plan = render(TINY, f"slurm.workdir={tmp_path}") if given else render(TINY).bind({LATE: str(tmp_path)})
     bin_dir = tmp_path / "bin"

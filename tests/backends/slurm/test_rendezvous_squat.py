@@ -1,4 +1,4 @@
-"""Issue #38: a listener that another user binds in advance, on the port the old script computed from the job id and on
+"""A listener that another user binds in advance, on the port a script could compute from the job id and on
 a spread of others, is never joined: node 0's torchrun agent (or, under ``slurm.launch: srun``, rank 0's task) binds
 the rendezvous itself and the others read where it is from the run folder. A site's fixed ``slurm.rendezvous_port``
 that is taken fails the run as an infrastructure failure, and nothing connects to the listener there either."""

@@ -104,7 +104,7 @@ def test_sbatch_options_are_read_as_sbatch_reads_them_and_rendered_in_one_form(t
 
 
 def test_the_srun_launch_derives_no_port_and_its_ranks_join_only_the_published_store() -> None:
-    """Under slurm.launch: srun no port comes from the job id (issue #38: one could be bound in advance): rank 0's
+    """Under slurm.launch: srun no port comes from the job id (another user could bind it in advance): rank 0's
     task starts the store wrapper on port 0 and every rank joins the published address as a client."""
     plan = get_backend("slurm", token="t1").render(Job.load(TINY, ["resources.nodes=2", "slurm.launch=srun"]).spec)
     script = plan.documents["job.sbatch"]
@@ -341,12 +341,12 @@ def test_without_workdir_the_run_goes_where_the_login_shell_says_at_submit(
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     filled = bound(plan)
-    sent = json.dumps([filled.request.to_dict(), filled.documents, filled.uploads, filled.target])
+    sent = json.dumps([filled.request.to_dict(), filled.documents, filled.uploads, filled.target.to_dict()])
     assert filled.late == () and WORKDIR not in sent, sent
     assert filled.request.workdir == workdir and f"--output={workdir}/runs/tiny-" in filled.documents["job.sbatch"]
     checkpoints = filled.request.checkpoint_dir
     assert checkpoints and checkpoints.startswith(f"{workdir}/checkpoints/tiny/"), checkpoints
-    assert filled.target["checkpoints"] == filled.request.env["CLOUDDDP_CHECKPOINT_DIR"] == checkpoints
+    assert filled.target.checkpoints == filled.request.env["CLOUDDDP_CHECKPOINT_DIR"] == checkpoints
     assert filled.uploads[0]["destination"].startswith(f"{workdir}/code/")
     assert SlurmBackend().checkpoint_store(plan.target).location == checkpoints  # the run record's target, unbound
     assert filled.request.script_path == f"{filled.request.run_dir}/job.sbatch"

@@ -1,4 +1,4 @@
-"""Slurm as real clusters are configured (issue 27), on the real two-node cluster (tests/support/slurm_cluster.py):
+"""Slurm as real clusters are configured, on the real two-node cluster (tests/support/slurm_cluster.py):
 environments keyed on the base the setup lines make, a submit from inside an allocation, each task's CPUs,
 how often following a job asks the controller (counted by wrappers around Slurm's own tools), times in the
 cluster's zone, held jobs, and one ssh login for all of a run's commands. Offline parts:
@@ -359,7 +359,7 @@ def test_through_ssh_one_login_serves_every_command_of_a_run(
 
 
 def test_sbatch_options_are_what_this_clusters_sbatch_accepts(cluster: SlurmCluster, tmp_path: Path) -> None:
-    """Issue #42: --wait-all-nodes (which sbatch 22.05's --help does not even list) runs; an option that is not
+    """--wait-all-nodes (which sbatch 22.05's --help does not even list) runs; an option that is not
     sbatch's own (a plugin's, as pyxis's --container-image is) renders with a warning and is refused at submit by
     the cluster's own sbatch --help, as is an option from a newer Slurm than this one (22.05)."""
     spec = command_job(tmp_path, "wait-all", "echo all nodes up", sbatch_options=["--wait-all-nodes=1"])
@@ -378,7 +378,7 @@ def test_sbatch_options_are_what_this_clusters_sbatch_accepts(cluster: SlurmClus
 
 
 def test_a_spank_plugins_option_runs_where_the_clusters_sbatch_offers_it(cluster: SlurmCluster, tmp_path: Path) -> None:
-    """Issue #42: the test cluster loads a SPANK plugin (tests/support/spank/cddp_tag.c) that gives its sbatch
+    """The test cluster loads a SPANK plugin (tests/support/spank/cddp_tag.c) that gives its sbatch
     --cddp-tag=VALUE. In slurm.sbatch_options it renders with a warning (cloudddp's table does not know it), passes
     submit's check against the cluster's own sbatch --help, and every task of the job sees the value."""
     if cluster.spank_unavailable:

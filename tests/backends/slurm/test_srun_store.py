@@ -1,4 +1,4 @@
-"""Issue #38, ``slurm.launch: srun``: rank 0's task hosts the store on a socket it binds itself (no port from the
+"""Under ``slurm.launch: srun``, rank 0's task hosts the store on a socket it binds itself (no port from the
 job id), publishes where in a 0600 file, and lives exactly as long as its task; a site's fixed port that is taken
 ends it with the file saying so, and the readers end too instead of joining anything. The wrapper is run here
 as the batch script runs it (``python -c``), with torch's real TCPStore as the ranks' client."""

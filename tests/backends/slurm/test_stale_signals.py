@@ -1,4 +1,4 @@
-"""Issue #42, item 6, on the real cluster (tests/support/slurm_cluster.py): a requeued run numbers its job steps
+"""On the real cluster (tests/support/slurm_cluster.py): a requeued run numbers its job steps
 from 0 again, so a step signal slurmctld still delivers for an earlier run's training (observed: a SIGTERM that
 timed out on a node during a preemption, retried about 60 s later) would reach the new run's training. The script
 gives each run's training a step id no earlier run's training had."""
