@@ -55,7 +55,7 @@ def store_through(login: SshServer, work: Path) -> CheckpointStore:
     )
     plan = SlurmBackend().render(spec)
     assert plan.target.checkpoints.startswith(f"{work}/"), plan.target
-    return SlurmBackend().checkpoint_store(json.loads(json.dumps(plan.target)))
+    return SlurmBackend().checkpoint_store(json.loads(json.dumps(plan.target.to_dict())))
 
 
 def test_a_carry_to_the_cluster_through_ssh_streams_every_file_and_a_node_reads_it_whole(
