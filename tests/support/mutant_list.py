@@ -46,10 +46,7 @@ MUTANTS: tuple[Mutant, ...] = (
             break
 """,
         "",
-        (
-            SM
-            + "test_cost.py::test_under_recovery_the_budget_counts_every_attempt_and_a_budget_stop_ends_the_recovery",
-        ),
+        (SM + "test_cost.py::test_under_recovery_the_budget_counts_every_attempt_and_a_budget_stop_ends_the_recovery",),
     ),
     *(
         Mutant(
