@@ -75,17 +75,17 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "lost-create-response-always-re-raised",
         "Throttling, 5xx and a lost CreateTrainingJob response",
-        "cloudddp/backends/sagemaker/__init__.py",
-        'if e.response["Error"].get("Code") not in ("ResourceInUse", "ValidationException") or not self._exists(',
-        "if True or not self._exists(",
+        "cloudddp/backends/sagemaker/launch.py",
+        'if e.response["Error"].get("Code") not in ("ResourceInUse", "ValidationException") or not exists(sm, name):',
+        "if True or not exists(sm, name):",
         (SM + "test_emulator.py::test_throttling_5xx_and_a_lost_response_are_survived_without_a_duplicate",),
     ),
     # -- one per further row ----------------------------------------------------------------------------
     Mutant(
         "sagemaker-retry-creates-again",
         "A retried submit finds its job",
-        "cloudddp/backends/sagemaker/__init__.py",
-        "if self._exists(sm, name):  # launched before",
+        "cloudddp/backends/sagemaker/launch.py",
+        "if exists(sm, name):  # launched before",
         "if False:  # launched before",
         (SM + "test_emulator.py::test_a_retried_submit_does_not_start_a_second_job",),
     ),
