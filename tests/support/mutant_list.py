@@ -92,9 +92,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "azureml-retry-submits-again",
         "A retried submit finds its job",
-        "cloudddp/backends/azureml/__init__.py",
-        "            client.jobs.get(name)\n",
-        '            client.jobs.get(name + "-not-this-one")\n',
+        "cloudddp/backends/azureml/launch.py",
+        "        client.jobs.get(name)\n",
+        '        client.jobs.get(name + "-not-this-one")\n',
         (AZ + "test_sdk_offline.py::test_second_submit_of_unchanged_code_uploads_nothing_and_a_retry_finds_its_job",),
     ),
     Mutant(
