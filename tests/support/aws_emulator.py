@@ -119,7 +119,7 @@ def put_logs(name: str, host: str, lines: list[str], start_ms: int) -> None:
     """Write ``lines`` to the CloudWatch stream of host ``host`` of training job ``name``, as SageMaker does."""
     import boto3
 
-    from cloudddp.backends.sagemaker import LOG_GROUP
+    from cloudddp.backends.sagemaker.logs import LOG_GROUP
 
     logs = boto3.client("logs")
     try:

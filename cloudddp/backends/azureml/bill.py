@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from cloudddp.backends.azureml.client import run_details
 from cloudddp.backends.azureml.states import state_of
 from cloudddp.catalog.bill import Bill, Figure, catalog_bill
 
@@ -36,7 +37,7 @@ def job_bill(client: Any, run_id: str) -> Bill | None:
         whose = f"cluster {cluster_name}'s size (compute get)"
     idle = int(getattr(cluster, "idle_time_before_scale_down", None) or 0)
     kept = int(getattr(cluster, "min_instances", None) or 0) >= nodes  # nodes stay up: no scale-down to cause
-    details = client.jobs._runs_operations.get_run_details(run_id)  # the run history, as the failure cause is read
+    details = run_details(client, run_id)
     start, end = details.start_time_utc, details.end_time_utc
     figures = [Figure("nodes", nodes, f"× {size}", f"the job's resources.instance_count; {whose}")]
     ran = _run_time(start, end, final, figures)

@@ -15,6 +15,8 @@ again from its start.
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable, Iterator
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -115,3 +117,17 @@ class LogFiles:
     def close(self) -> None:
         if self.owns_transport:
             self.container.close()
+
+
+def followed(files: LogFiles, *, follow: bool, finished: Callable[[], bool], poll: float) -> Iterator[LogLine]:
+    """The lines of ``files``, read once; with ``follow``, every ``poll`` seconds until ``finished``, asked before
+    each read, says the job has ended (so the last read gets its last lines). ``files`` is closed at the end."""
+    try:
+        while True:
+            done = finished() if follow else True
+            yield from files.read(final=done)
+            if done:
+                return
+            time.sleep(poll)
+    finally:
+        files.close()

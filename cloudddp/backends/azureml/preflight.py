@@ -10,13 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cloudddp.backends.azureml.client import SIGN_IN_FIX
 from cloudddp.backends.azureml.cluster import tier_of
 from cloudddp.backends.azureml.decide import LOW_PRIORITY
 from cloudddp.backends.azureml.quota import quota_checks, usage_of
 from cloudddp.backends.azureml.workspace import Workspace
 from cloudddp.backends.checks import Check
-
-SIGN_IN_FIX = "run `az login`, or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET (or use a managed identity)"
 
 
 def _field(obj: Any, snake: str, camel: str, default: Any = None) -> Any:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from cloudddp.backends.azureml.options import AzureMLOptions
 from cloudddp.errors import UserError
-from cloudddp.plan import Target
+from cloudddp.plan import JsonDataclass, Target
 
 ENV = {
     "subscription_id": "AZURE_SUBSCRIPTION_ID",
@@ -19,13 +19,12 @@ ENV = {
 
 
 @dataclass(frozen=True)
-class Workspace:
+class Workspace(JsonDataclass):
+    """An Azure ML workspace, fully named (a run's record keeps it, :mod:`.record`)."""
+
     subscription_id: str
     resource_group: str
     name: str
-
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
 
 
 def _config_json(start: Path) -> dict[str, str] | None:
