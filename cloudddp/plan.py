@@ -155,7 +155,11 @@ class Estimate:
     """Where the price comes from (the catalog's ``price_kind``: ``ec2-proxy`` is EC2's on-demand price standing in
     for SageMaker's, a lower bound)."""
 
-    def to_dict(self) -> dict[str, float | str | None]:
+    def rounded(self) -> Estimate:
+        """This estimate to six decimals, as a plan holds it and a run's record keeps it."""
+        return Estimate.from_dict(self.to_dict())
+
+    def to_dict(self) -> dict[str, float | int | str | None]:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
     @classmethod

@@ -221,7 +221,7 @@ def priced(chosen: Candidate) -> Estimate | None:
     price = chosen.sku.price_per_hour * chosen.nodes if chosen.sku.price_per_hour is not None else None
     size, nodes, kind = chosen.sku.size, chosen.nodes, chosen.sku.price_kind
     if chosen.estimate is not None:
-        return replace(chosen.estimate, size=size, nodes=nodes, price_kind=kind)
+        return replace(chosen.estimate, size=size, nodes=nodes, price_kind=kind).rounded()
     return Estimate(price_per_hour=price, size=size, nodes=nodes, price_kind=kind) if price is not None else None
 
 

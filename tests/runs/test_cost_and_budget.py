@@ -194,7 +194,7 @@ def test_cost_of_a_finished_local_run_and_its_step_time_feeds_the_next_estimate(
     text = cli("cost", run_id).stdout
     assert "estimate at submit" in text and "CPU-hours" in text and "getrusage" in text
     again = Job.load(digits, ["code.args=[--dataset, digits, --model, cnn, --epochs, '6']"]).render("local")
-    assert again.estimate is not None and again.estimate.step_s == measured["step_s"]
+    assert again.estimate is not None and again.estimate.step_s == pytest.approx(measured["step_s"], abs=1e-6)
     assert again.estimate.steps == 66  # 11 measured steps per epoch × 6 epochs
     assert any(f"measured on run {run_id}" in d for d in again.decisions)
     assert Run.attach(run_id).cost().measured == measured  # kept once

@@ -24,4 +24,4 @@ def time_estimate(spec: JobSpec, device: str, nodes: int, procs: int) -> Estimat
     steps = workload.steps or step.steps or workload.steps_for(nodes * procs)
     if steps is None:
         return None
-    return Estimate(step_s=step.seconds, steps=steps, training_s=steps * step.seconds, step_basis=step.basis)
+    return Estimate(step_s=step.seconds, steps=steps, training_s=steps * step.seconds, step_basis=step.basis).rounded()

@@ -129,13 +129,13 @@ def test_the_store_lists_only_its_own_folder_and_no_folder_markers(model: Worksp
 def test_a_folder_outside_a_blob_datastore_is_refused_saying_why(model: WorkspaceModel, tmp_path: Path) -> None:
     backend = rig_backend(model, token="store3")
     target = backend.render(digits_spec(tmp_path, "elsewhere", 1)).target
-    on_share = {**target, "checkpoints": "azureml://datastores/workspacefilestore/paths/ckpt/"}
+    on_share = dataclasses.replace(target, checkpoints="azureml://datastores/workspacefilestore/paths/ckpt/")
     with pytest.raises(
         CloudDDPError, match=r"datastore workspacefilestore \(AzureFileDatastore\), which is not a blob container"
     ):
         backend.checkpoint_store(on_share)
     with pytest.raises(UserError, match="azureml://datastores/<datastore>/paths/<folder>/"):
-        backend.checkpoint_store({**target, "checkpoints": "https://example.org/ckpt/"})
+        backend.checkpoint_store(dataclasses.replace(target, checkpoints="https://example.org/ckpt/"))
 
 
 def test_the_rigs_mount_shows_the_blobs_when_a_job_starts_and_uploads_what_its_processes_wrote(

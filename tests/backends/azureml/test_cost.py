@@ -90,7 +90,7 @@ def test_the_bill_is_the_run_time_on_every_node_plus_the_idle_scale_down(
     console = Console(width=200, record=True)
     console.print(cost_text(report))
     text = console.export_text()
-    for words in ("estimate at submit", f"{plan.estimate['total_cost']:,.2f}", "idle before scale-down", "GPU-hours"):
+    for words in ("estimate at submit", f"{plan.estimate.total_cost:,.2f}", "idle before scale-down", "GPU-hours"):
         assert words in text, text
 
 
