@@ -6,7 +6,7 @@ Scanning every installed distribution's metadata for them costs tens of millisec
 as ``render`` would pay it more than once (for the backends, then inside pydantic at its first model). So one scan
 reads every group, and what it found is kept in ``$CLOUDDDP_HOME/cache/entry-points.json`` under a key of the
 installed distributions (the modification times of the folders on ``sys.path``: installing or removing a
-distribution changes its folder's); a changed key scans again.
+distribution changes its folder's); a changed key scans again. :func:`load` imports what an entry names.
 """
 
 from __future__ import annotations
@@ -14,10 +14,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib
 import json
 import os
 import sys
+from typing import Any
 
+from cloudddp.errors import UserError
 from cloudddp.paths import home
 
 BACKENDS = "cloudddp.backends"
@@ -82,3 +85,16 @@ def spare_pydantic_plugin_scan() -> None:
 
     if getattr(_loader, "_plugins", {}) is None:
         _loader._plugins = {}
+
+
+def load(what: str, name: str, entry: str) -> Any:
+    """The object ``entry`` (``module:attr``) names, registered as ``what`` ``name``; a UserError when it cannot be
+    loaded (the distribution that registered it is broken, not cloudddp)."""
+    module_name, _, attr = entry.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise UserError(
+            f"{what} {name!r} is registered as {entry!r} but cannot be loaded: {e}",
+            hint="reinstall the package that provides it",
+        ) from None

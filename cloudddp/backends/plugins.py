@@ -17,7 +17,6 @@ with the registered sections and the user configuration (:func:`user_config`) at
 from __future__ import annotations
 
 import difflib
-import importlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,14 +54,7 @@ def backend_class(name: str) -> type[Backend[Any]]:
             f"unknown backend {name!r}{tip} (registered: {', '.join(names()) or 'none'})",
             hint=f"`cloudddp backends` lists them; a plugin registers in the entry-point group {GROUP!r}",
         )
-    try:
-        module_name, _, attr = entry.partition(":")
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise UserError(
-            f"backend {name!r} is registered as {entry!r} but cannot be loaded: {e}",
-            hint="reinstall the package that provides it",
-        ) from None
+    cls = installed.load("backend", name, entry)
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise UserError(f"backend {name!r} ({entry}) is not a cloudddp Backend subclass")
     if cls.name != name:

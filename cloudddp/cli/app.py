@@ -124,14 +124,7 @@ class LazyGroup(click.Group):
 def _contributed_command(name: str, entry: str) -> click.Command:
     """The click command ``entry`` (``module:attribute``) names, registered as ``name``; a UserError when it cannot
     be loaded (the distribution that registered it is broken, not cloudddp)."""
-    module_name, _, attribute = entry.partition(":")
-    try:
-        command = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as e:
-        raise UserError(
-            f"command {name!r} is registered as {entry!r} but cannot be loaded: {e}",
-            hint="reinstall the package that provides it",
-        ) from None
+    command = installed.load("command", name, entry)
     if not isinstance(command, click.Command):
         raise UserError(f"command {name!r} ({entry}) is not a click command")
     return command
