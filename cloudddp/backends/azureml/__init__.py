@@ -175,7 +175,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
 
     def _workspace_of(self, run_id: str) -> dict[str, str]:
         info = self._record(run_id)
-        return info.workspace.to_dict() if info is not None else workspace_fields(None)
+        return info.workspace.to_dict() if info is not None and info.workspace else workspace_fields(None)
 
     def _translate(self, error: Exception) -> CloudDDPError | None:
         return translate(error)

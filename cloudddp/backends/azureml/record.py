@@ -16,5 +16,6 @@ from cloudddp.plan import JsonDataclass
 
 @dataclass(frozen=True, kw_only=True)
 class AzureMLRunInfo(JsonDataclass):
-    workspace: Workspace
-    """The workspace the job was submitted to: every later call goes there."""
+    workspace: Workspace | None = None
+    """The workspace the job was submitted to: every later call goes there (None: a record without it, a job
+    found by name in the workspace the environment names)."""

@@ -187,7 +187,7 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
 
     def _region_of(self, run_id: str) -> str:
         info = self._record(run_id)
-        if info is not None:
+        if info is not None and info.region:
             return info.region
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if not region:

@@ -15,7 +15,8 @@ from cloudddp.plan import JsonDataclass
 
 @dataclass(frozen=True, kw_only=True)
 class SageMakerRunInfo(JsonDataclass):
-    region: str
-    """The region the training job was created in: every later call goes there."""
+    region: str | None = None
+    """The region the training job was created in: every later call goes there (None: a record without it, a job
+    in the region the environment names)."""
     uploaded_bytes: tuple[int, ...] = ()
     """Bytes each of the plan's uploads sent, in the plan's order (0: the snapshot was in S3 already)."""

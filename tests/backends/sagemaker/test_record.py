@@ -3,6 +3,8 @@ as a record on disk holds them."""
 
 from __future__ import annotations
 
+import pytest
+
 from cloudddp.backends.records import MemoryRecords
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.backends.sagemaker.record import SageMakerRunInfo
@@ -23,3 +25,11 @@ def test_a_stored_record_reads_typed_and_names_the_region_every_call_goes_to() -
     records = MemoryRecords()
     records.add("cifar10-0123-t1", "sagemaker", "cifar10", "pending", STORED)
     assert SageMakerBackend(records=records)._region_of("cifar10-0123-t1") == "eu-west-1"
+
+
+def test_a_record_without_its_region_reads_and_asks_the_environments(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_REGION", "ap-south-1")
+    records = MemoryRecords()
+    records.add("old-run", "sagemaker", "old", "pending", {"step_key": "old-0123"})
+    assert SageMakerRunInfo.from_fields({}).region is None
+    assert SageMakerBackend(records=records)._region_of("old-run") == "ap-south-1"
