@@ -42,6 +42,7 @@ from cloudddp.spec.sections import (
     Output,
     Resources,
     Strict,
+    empty_list,
     parse_duration,
     validate_regex,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "Resources",
     "Sections",
     "Strict",
+    "empty_list",
     "is_shared_script",
     "job_key",
     "json_schema",
@@ -157,7 +159,7 @@ class JobSpec(Strict):
     )
     limits: Limits = Field(default_factory=Limits)
     backends: list[str] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         max_length=8,
         description="The backends `-b auto` may place the job on, most preferred first (default: every backend "
         "the user configuration sets up): it ranks them by estimated whole cost and start time and moves to the "

@@ -75,6 +75,13 @@ def _duration_or_off(value: Any) -> Any:
 DurationOrOff = Annotated[int | Literal["off"], BeforeValidator(_duration_or_off)]
 
 
+def empty_list() -> list[Any]:
+    """An empty list: the default factory of a list field, in place of ``list``. Pydantic reads every default
+    factory's signature, and ``list``'s is parsed from its text with tokenize's regex, which every command would
+    compile for it (~3 ms); a Python function's is read directly."""
+    return []
+
+
 class Strict(BaseModel):
     """Base of every spec section: unknown keys are errors, values are validated on assignment."""
 
@@ -89,15 +96,15 @@ class Code(Strict):
 
     dir: str = Field(".", description="Code directory, relative to the spec file. Packaged with every job.")
     entry: str | None = Field("train.py", description="Entry script inside `dir`, launched once per process.")
-    args: list[str] = Field(default_factory=list, description="Arguments passed to the entry script.")
+    args: list[str] = Field(default_factory=empty_list, description="Arguments passed to the entry script.")
     command: list[str] | None = Field(
         None, description="Instead of entry+args: the program and arguments each process runs (argv list)."
     )
     ignore: list[str] = Field(
-        default_factory=list, description="Extra .gitignore-style patterns left out of the code snapshot."
+        default_factory=empty_list, description="Extra .gitignore-style patterns left out of the code snapshot."
     )
     requirements: list[str] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="pip requirement lines installed before the script starts, on every backend "
         "(or a requirements.txt in `dir`).",
     )
@@ -340,7 +347,7 @@ class Metrics(Strict):
     list of declared metrics (read from global rank 0's output) or this mapping."""
 
     declared: list[MetricSpec] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="Metrics the script prints in its own words (CLOUDDDP_METRIC lines are always read).",
     )
     ranks: Literal["0", "all"] = Field(
@@ -395,7 +402,7 @@ class Checkpoint(Strict):
         "Letters, digits, '-', '_' and '.', at most 64.",
     )
     files: list[str] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         max_length=64,
         description="Files your script saves and loads itself (e.g. snapshot.pt, 'state/*.json'), relative to its "
         "working folder or absolute: each resolves into the checkpoint folder on every node (a link into "
