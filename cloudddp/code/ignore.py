@@ -93,6 +93,18 @@ def ignore_lines(root: Path, extra: Sequence[str]) -> list[str]:
     return lines + list(extra)
 
 
+_ANYWHERE = "^(?:.+/)?"
+"""How pathspec's regex of a line without a slash in it starts: the name, in any folder."""
+
+
+def _any_of(regexes: Sequence[str]) -> str:
+    """A regex that matches where one of ``regexes`` does, the prefix they all share (:data:`_ANYWHERE`, as the
+    defaults' do) said once: Python compiles it in a third of the time."""
+    if regexes and all(regex.startswith(_ANYWHERE) for regex in regexes):
+        return _ANYWHERE + "(?:" + "|".join(f"(?:{regex[len(_ANYWHERE) :]})" for regex in regexes) + ")"
+    return "|".join(f"(?:{regex})" for regex in regexes) or "(?!)"
+
+
 class _Ignored:
     """Whether a path is ignored: GitIgnoreSpec's answer. Without negated lines (the usual case) that is
     "any line matches", asked of one regex made of every line's (pathspec's own translation of each), compiled
@@ -110,9 +122,7 @@ class _Ignored:
         active = [(regex, include) for regex, include in translated if include is not None]
         if all(include for _, include in active):
             with contextlib.suppress(re.error):  # a reversed character range: GitIgnoreSpec says which line
-                self.combined = re.compile(
-                    "|".join(f"(?:{self._GROUP.sub('(?:', str(regex))})" for regex, _ in active) or "(?!)"
-                )
+                self.combined = re.compile(_any_of([self._GROUP.sub("(?:", str(regex)) for regex, _ in active]))
         if self.combined is None:
             _ = self.spec  # built now, so that a line that does not compile is refused here
 
