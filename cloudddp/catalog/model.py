@@ -78,6 +78,9 @@ class StepTime:
 
 @dataclass(frozen=True)
 class Workload:
+    """What the cost model knows of a job's training: its network's size and compute, the data, the epochs and the
+    batch, and any step count or step time the spec gives."""
+
     params: int
     flops_per_sample: float  # forward + backward
     samples_per_epoch: int

@@ -48,6 +48,8 @@ _BY_RULE = ("T4", "L4", "L40S", "A10G", "A10")
 
 @dataclass(frozen=True)
 class Measurement:
+    """A published training throughput of one GPU on one network (``throughput.csv``), with its source."""
+
     gpu_key: str
     network: str
     study: str

@@ -27,6 +27,8 @@ FILE = "requirements.txt"
 
 @dataclass(frozen=True)
 class Requirements:
+    """The pip requirements a job installs before its script starts."""
+
     lines: tuple[str, ...]
     """The requirement lines, as pip reads them (options and local paths included)."""
     source: str

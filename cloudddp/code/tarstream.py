@@ -31,6 +31,8 @@ RECORD = 20 * BLOCK  # tarfile.RECORDSIZE
 
 @dataclass(frozen=True)
 class Member:
+    """One file of the archive: its name there, and where its bytes come from."""
+
     name: str  # inside the archive
     path: str  # on disk ("" for a member given as data)
     size: int  # bytes taken from the file: its size when it was listed
@@ -45,6 +47,8 @@ class Member:
 
 @dataclass
 class Written:
+    """The archive written: its sha256 and size, and the sha256 of each member that asked for it."""
+
     sha256: str  # of the .tar.gz
     size: int  # bytes of the .tar.gz
     digests: dict[str, str] = field(default_factory=dict)  # member name -> sha256 of its bytes, for hashed members

@@ -51,6 +51,8 @@ _STATE_FILES = ("random_states_0.pkl", "trainer_state.json")
 
 @dataclass(frozen=True)
 class Item:
+    """One thing in a checkpoint folder: a checkpoint, a kept file or a saved state, and when it was saved."""
+
     name: str
     """Relative to the checkpoint folder (a folder ends with ``/``; a kept file is named as declared)."""
     saved: float
