@@ -5,9 +5,8 @@ the spec are relative to the spec file; :func:`cloudddp.spec.load.load_spec` res
 made of are in :mod:`cloudddp.spec.sections` (each named here too: ``from cloudddp.spec.model import Strict``);
 here is :class:`JobSpec`, the checks that span sections, its composition with the backends' sections
 (:func:`spec_model`), and what the rest of cloudddp asks of a spec (:func:`job_key`, :func:`is_shared_script`).
+Its annotations are evaluated as its classes are made, as in :mod:`cloudddp.spec.sections` (which says why).
 """
-
-from __future__ import annotations
 
 import difflib
 import functools
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
+from typing_extensions import Self
 
 from cloudddp.errors import UserError
 from cloudddp.spec.placeholders import unknown
@@ -226,7 +226,7 @@ class JobSpec(Strict):
         return v
 
     @model_validator(mode="after")
-    def _consistent(self) -> JobSpec:
+    def _consistent(self) -> Self:
         d = self.distribution
         if d.backend == "smddp" and self.resources.gpus_per_node == 0:
             raise ValueError("distribution.backend smddp needs GPUs: set resources.gpus_per_node")
