@@ -31,6 +31,7 @@ import csv
 import functools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from cloudddp.catalog.overheads import Overheads
 from cloudddp.catalog.speed import anchor
@@ -165,10 +166,10 @@ def _transfer_s(nbytes: float, gbps: float) -> float:
     return nbytes * 8 / (gbps * 1e9) if nbytes and gbps else 0.0
 
 
-@dataclass(frozen=True)
-class _Around:
+class _Around(NamedTuple):
     """The parts of the job around its training, in seconds per node, and the billing increment (overheads.py);
-    all zero without overheads, when the estimate is the training alone."""
+    all zero without overheads, when the estimate is the training alone. A named tuple: cheaper to define than a
+    frozen dataclass (~1 ms of every render)."""
 
     provision_unbilled: float = 0.0
     startup: float = 0.0
