@@ -29,12 +29,13 @@ print("EXIT=" + str(code), file=sys.stderr)
 print("HEAVY=" + ",".join(heavy), file=sys.stderr)
 print("BACKENDS=" + ",".join(sorted(backends & set(sys.modules))), file=sys.stderr)
 print("COMMANDS=" + ",".join(sorted(m for m in sys.modules if m.startswith("cloudddp.cli.cmd_"))), file=sys.stderr)
+print("RICH=" + ",".join(sorted(m for m in sys.modules if m.split(".")[0] == "rich")), file=sys.stderr)
 """
 
 
 def imported(*args: str, what: str = "HEAVY") -> list[str]:
     """What the command imports of :data:`HEAVY` (``what="BACKENDS"``: of the registered backends' packages;
-    ``what="COMMANDS"``: of the modules that define cloudddp's own commands)."""
+    ``what="COMMANDS"``: of the modules that define cloudddp's own commands; ``what="RICH"``: of rich)."""
     code = PROBE.format(args=list(args), heavy=HEAVY)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     line = [ln for ln in result.stderr.splitlines() if ln.startswith(f"{what}=")]
@@ -71,6 +72,14 @@ def test_validate_and_local_render_import_no_torch_or_cloud_sdk() -> None:
     job = str(ROOT / "tests/fixtures/tinyjob/job.yaml")
     assert imported_heavy("validate", job) == []
     assert imported_heavy("render", job, "--backend", "local") == []
+
+
+def test_validate_and_render_print_without_rich() -> None:
+    """rich is for tables: the lines validate and render print are click's."""
+    job = str(ROOT / "jobs" / "cifar10-azureml.yaml")
+    assert imported("validate", job, what="RICH") == []
+    assert imported("validate", job, "-b", "azureml", what="RICH") == []
+    assert imported("render", job, "-b", "azureml", what="RICH") == []
 
 
 def test_the_user_configuration_s_commands_import_no_torch_or_cloud_sdk() -> None:
