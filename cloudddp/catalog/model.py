@@ -67,9 +67,9 @@ def flops_per_sample(model: str) -> float | None:
     return 3 * 2 * known[1] if known else None
 
 
-@dataclass(frozen=True)
-class StepTime:
-    """Seconds per optimizer step from a measurement, not the model, and where it comes from."""
+class StepTime(NamedTuple):
+    """Seconds per optimizer step from a measurement, not the model, and where it comes from. A named tuple: cheaper
+    to define than a frozen dataclass (~1 ms of every render)."""
 
     seconds: float
     basis: str
