@@ -69,15 +69,11 @@ def measure(tiny: bool) -> list[Result]:
     return results
 
 
-SDK_RATIO_TARGET = 6.0
-"""The other way to meet the render target: at least this many times faster than azure-ai-ml."""
-
-
 def _against_baseline(reps: int, sdk_ratio: float | None = None) -> list[Result]:
     """The Azure ML render of this tree vs. at :data:`BASELINE`, alternating, in one run; [] without git history.
 
-    Met when the render is at or below the baseline's time or, with ``sdk_ratio`` (azure-ai-ml's time over ours,
-    measured in the same run), at least :data:`SDK_RATIO_TARGET`."""
+    Met when the render takes no longer than the baseline's in this run (≥ 1.0×), and only then: ``sdk_ratio``
+    (azure-ai-ml's time over ours, measured in the same run) is recorded beside it, not counted."""
     job = "jobs/cifar10-azureml.yaml"
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(
@@ -111,8 +107,8 @@ def _against_baseline(reps: int, sdk_ratio: float | None = None) -> list[Result]
             ratio=t / o,
             better="higher ratio",
             baseline=f"cloudddp at {BASELINE}",
-            target=f"≤ {BASELINE}'s time, or ≥ {SDK_RATIO_TARGET:g}× azure-ai-ml",
-            passed=o <= t or (sdk_ratio is not None and sdk_ratio >= SDK_RATIO_TARGET),
+            target=f"≤ {BASELINE}'s time",
+            passed=o <= t,
             details={
                 "reps": reps,
                 "against azure-ai-ml": f"{sdk_ratio:.2f}×" if sdk_ratio is not None else "not measured",

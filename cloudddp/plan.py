@@ -236,6 +236,9 @@ TargetT = TypeVar("TargetT", bound=Target, default=Target)
 
 @dataclass
 class Plan(Generic[RequestT, TargetT]):
+    """What a backend would send for one job: its request and documents, the decisions and warnings that explain
+    them, the estimate, the uploads and the target, and what launch fills in or resolves (see the module)."""
+
     backend: str
     job_name: str
     request: RequestT

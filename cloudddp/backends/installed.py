@@ -6,7 +6,9 @@ Scanning every installed distribution's metadata for them costs tens of millisec
 as ``render`` would pay it more than once (for the backends, then inside pydantic at its first model). So one scan
 reads every group, and what it found is kept in ``$CLOUDDDP_HOME/cache/entry-points.json`` under a key of the
 installed distributions (the modification times of the folders on ``sys.path``: installing or removing a
-distribution changes its folder's); a changed key scans again. :func:`load` imports what an entry names.
+distribution changes its folder's); a changed key scans again. :func:`load` imports what an entry names. With
+the cache current, ``importlib.metadata`` (and the email parser it loads) is not imported at all: see
+:func:`spare_pydantic_plugin_scan`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import importlib
 import json
 import os
 import sys
-from typing import Any
+import types
+from typing import Any, ClassVar
 
 from cloudddp.errors import UserError
 from cloudddp.paths import home
@@ -72,19 +75,42 @@ def entry_points(group: str) -> dict[str, str]:
     return dict(_groups()[group])
 
 
-def spare_pydantic_plugin_scan() -> None:
-    """Tell pydantic that no plugin is installed, when none is, before its first model scans for them (~6 ms).
+PYDANTIC_LOADER = "pydantic.plugin._loader"
+"""Pydantic's module that scans for its plugins: it imports ``importlib.metadata`` to, ~20 ms of a short command."""
 
-    Pydantic keeps what its scan found in ``pydantic.plugin._loader._plugins`` (None until it scans); an empty
-    dict is exactly what its own scan returns when the group is empty. With a plugin installed, or once pydantic
-    has scanned, or where a later pydantic keeps that elsewhere, nothing is changed and pydantic scans as usual.
+
+class _NoPydanticPlugins(types.ModuleType):
+    """Stands in for :data:`PYDANTIC_LOADER` where no pydantic plugin is installed: its ``get_plugins`` (the one
+    name pydantic takes from that module) finds none, as pydantic's own scan would, without ``importlib.metadata``.
+    A name it does not have (a later pydantic asking for more) loads pydantic's module in its place."""
+
+    _plugins: ClassVar[dict[str, Any]] = {}  # what pydantic's module holds after a scan that found nothing
+
+    @staticmethod
+    def get_plugins() -> tuple[()]:
+        return ()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # the import system asking what kind of module this is
+            raise AttributeError(name)
+        del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
+
+
+def spare_pydantic_plugin_scan() -> None:
+    """Tell pydantic that no plugin is installed, when none is, before its first model scans for them.
+
+    Before pydantic has loaded its plugin loader, :class:`_NoPydanticPlugins` takes that module's place; once it
+    has, its cache (``_plugins``, None until it scans) is set to the empty dict its own scan returns when the group
+    is empty. With a plugin installed, or once pydantic has scanned, nothing is changed and pydantic scans as usual.
     """
     if entry_points(PYDANTIC_PLUGINS):
         return
-    from pydantic.plugin import _loader  # imported by pydantic's first model anyway; never a cloud SDK
-
-    if getattr(_loader, "_plugins", {}) is None:
-        _loader._plugins = {}
+    loader = sys.modules.get(PYDANTIC_LOADER)
+    if loader is None:
+        sys.modules[PYDANTIC_LOADER] = _NoPydanticPlugins(PYDANTIC_LOADER)
+    elif getattr(loader, "_plugins", {}) is None:
+        loader._plugins = {}  # type: ignore[attr-defined]
 
 
 def load(what: str, name: str, entry: str) -> Any:

@@ -42,6 +42,9 @@ class Cause(str, Enum):
 
 @dataclass
 class RunStatus:
+    """A run's status as its backend reports it: its state, the backend's own word for it, a message, when it
+    started and ended, and why it ended."""
+
     run_id: str
     backend: str
     state: RunState
@@ -81,6 +84,8 @@ class RunStatus:
 
 @dataclass(frozen=True)
 class LogLine:
+    """One line a run printed, with where it came from."""
+
     source: str
     """Where the line came from: ``rank0``, ``node1/rank3``, ``algo-2/rank3``; for a line from outside the
     program, who printed it (``node1/torchrun``, ``slurm``, ``algo-2``)."""

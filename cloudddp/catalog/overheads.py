@@ -28,6 +28,9 @@ _NUMBERS = (
 
 @dataclass(frozen=True)
 class Overheads:
+    """A cloud's time and billing around a job's training (``overheads.csv``): provisioning, image pull, data
+    download, checkpoint upload, teardown, idle time and the billing increment."""
+
     cloud: str
     provision_s: float  # request to nodes ready
     provision_billed: bool  # False on SageMaker: billing starts at TrainingStartTime

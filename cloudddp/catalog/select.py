@@ -33,6 +33,9 @@ SMDDP_SOURCE = "SM_DATAPARALLEL_SUPPORTED_INSTANCE_TYPES in the SageMaker Python
 
 @dataclass(frozen=True)
 class Requirements:
+    """What a job asks of a size on one cloud: its shape, the GPU, the fabric, spot, smddp, a price cap, a size
+    it names, and what the cost model needs to rank the sizes."""
+
     cloud: str  # one of skus.clouds()
     nodes: int | None = None
     gpus_per_node: int | None = None
@@ -52,6 +55,8 @@ class Requirements:
 
 @dataclass
 class Candidate:
+    """One size considered for a job, on so many nodes: whether it qualifies (and why not), and its estimate."""
+
     sku: Sku
     nodes: int
     gpus_per_node: int
@@ -97,6 +102,8 @@ def _fabric(sku: Sku) -> str:
 
 @dataclass
 class Selection:
+    """Every size considered for a job, and the one chosen (None: none qualifies)."""
+
     requirements: Requirements
     candidates: list[Candidate]
     chosen: Candidate | None

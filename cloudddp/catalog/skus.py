@@ -29,6 +29,8 @@ RETIRING_WARN_DAYS = 90
 
 @dataclass(frozen=True)
 class Sku:
+    """One size of the dated catalog (``skus.csv``): its GPUs, fabric, price and lifecycle, each with its source."""
+
     cloud: str
     size: str
     family: str  # the provider's series, split where its docs split it by RDMA ('r' sizes, EFA sizes)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import csv
 import functools
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from cloudddp.paths import data_text
 
@@ -46,8 +46,10 @@ _PEAK_ROWS = {
 _BY_RULE = ("T4", "L4", "L40S", "A10G", "A10")
 
 
-@dataclass(frozen=True)
-class Measurement:
+class Measurement(NamedTuple):
+    """A published training throughput of one GPU on one network (``throughput.csv``), with its source. A named
+    tuple: cheaper to define than a frozen dataclass (~1 ms of every render)."""
+
     gpu_key: str
     network: str
     study: str

@@ -2,11 +2,11 @@
 
 Exit codes: 0 ok, 1 the run failed, 2 bad input (spec, arguments, missing credentials), with a message
 and no traceback. Each command lives in the module of its group (:data:`COMMANDS`), imported only when the
-command is run or ``--help`` lists the commands: ``cloudddp render`` loads the spec and the one backend it
-renders for, never the runner. A backend adds commands of its own through the ``cloudddp.commands`` entry-point
-group (``cloudddp storage`` is Slurm's), imported only when one is run: ``--help`` lists them by name and owner.
-So ``cloudddp --help`` imports no backend, nor torch or any cloud SDK: backends import their SDK only where they
-talk to the cloud.
+command is run (``--help`` lists them from :data:`SUMMARIES`): ``cloudddp render`` loads the spec and the one
+backend it renders for, never the runner. A backend adds commands of its own through the ``cloudddp.commands``
+entry-point group (``cloudddp storage`` is Slurm's), imported only when one is run: ``--help`` lists them by name
+and owner. So ``cloudddp --help`` imports no command's module and no backend, nor torch or any cloud SDK: backends
+import their SDK only where they talk to the cloud.
 """
 
 from __future__ import annotations
@@ -51,6 +51,33 @@ COMMANDS = {
 """Each of cloudddp's own commands and where it is defined (``module:attribute``); a name here is never a
 backend's."""
 
+SUMMARIES = {
+    "validate": "Check a job spec and report every problem with its line: the fields, and that the code it runs is "
+    "there.",
+    "render": "Print exactly what a backend would send (no network, no credentials).",
+    "schema": "The JSON Schema of job specs, for editors (yaml-language-server: $schema=...).",
+    "init": "Write a project that runs as it is: a commented job spec, its JSON Schema for editors, and a small DDP "
+    "script of your own to edit (or, with --with-script, the shared training script).",
+    "submit": "Render the job and launch it; follow its metrics until it ends unless --detach.",
+    "doctor": "Check before launching: the plan's own checks, then credentials, quota, sizes and data at the target.",
+    "skus": "GPU sizes for a job, ranked by the estimated cost of the whole job, each with its reasons.",
+    "plan": "The size a backend would use for the job, why, its cost estimate and the NCCL/EFA presets applied.",
+    "status": "Show a run's state; for a failed run, which rank failed, why, and the tail of its log.",
+    "cost": "What a run cost (so far, while it goes) next to what was estimated at submit, each figure with its "
+    "source.",
+    "recover": "Pick up recovery where it stopped: start the watcher again for RUN (or for every run still under "
+    "recovery whose watcher is gone, e.g. after this machine restarted).",
+    "logs": "Print a run's logs, each line prefixed by the rank or host it came from.",
+    "metrics": "Print a run's metrics (from the training script's metric lines); a live table with -f on a terminal.",
+    "cancel": "Stop a run: the training script checkpoints, then every process of the run ends.",
+    "list": "Runs submitted from this machine, newest first, a page at a time.",
+    "backends": "The registered backends, what each can do, and what it cannot (with the reason).",
+    "check": "Is every backend ready? Its settings, credentials and reachability, each with the fix.",
+    "config": "The user configuration: each backend's settings kept once, outside every job (a job's own values win).",
+}
+"""Each of :data:`COMMANDS`' first sentence, the start of its own help: ``cloudddp --help`` lists the commands from
+these, so that listing them imports none of their modules (a test holds each to its command's help)."""
+
 MEANT = {"sizes": "skus", "instances": "skus", "gpus": "skus", "runs": "list", "ls": "list", "run": "submit"}
 """Names people type for a command that has another name here (what other tools call it)."""
 
@@ -64,11 +91,13 @@ class LazyGroup(click.Group):
         self,
         *args: Any,
         lazy_subcommands: dict[str, str] | None = None,
+        summaries: dict[str, str] | None = None,
         contributed: Callable[[], dict[str, str]] = dict,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.lazy_subcommands = lazy_subcommands or {}
+        self.summaries = summaries or {}
         self.contributed = contributed
 
     def _contributed(self) -> dict[str, str]:
@@ -86,15 +115,17 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """Click's list of the commands, without importing a contributed one (its module is in a backend's
-        package, which would load the whole backend): its line says where it comes from."""
+        """Click's list of the commands, importing none of them: a command with a summary is listed from it (a
+        stand-in command of that help), a contributed one (its module is in a backend's package, which would load
+        the whole backend) by where it comes from."""
         contributed = self._contributed()
         rows: list[tuple[str, click.Command | str]] = []
         for name in self.list_commands(ctx):
             if name in contributed:
                 rows.append((name, f"From {_owner(contributed[name])}: cloudddp {name} --help"))
                 continue
-            command = self.get_command(ctx, name)
+            summary = self.summaries.get(name)
+            command = click.Command(name, help=summary) if summary else self.get_command(ctx, name)
             if command is not None and not command.hidden:
                 rows.append((name, command))
         if rows:
@@ -143,6 +174,7 @@ def _owner(entry: str) -> str:
 @click.group(
     cls=LazyGroup,
     lazy_subcommands=COMMANDS,
+    summaries=SUMMARIES,
     contributed=functools.partial(installed.entry_points, installed.COMMANDS),
     context_settings=CONTEXT,
 )

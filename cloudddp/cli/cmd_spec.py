@@ -22,7 +22,7 @@ from cloudddp.cli.options import (
 )
 from cloudddp.code.shipped import snapshot_warnings
 from cloudddp.errors import UserError
-from cloudddp.observe.console import err, escape, note, out, print_json
+from cloudddp.observe.console import note, ok, print_json
 from cloudddp.plan import Plan
 from cloudddp.runtime import code_problem, code_snapshot
 from cloudddp.spec.load import where_set
@@ -64,13 +64,13 @@ def validate(job: Path, backend: str | None, override: tuple[str, ...], json_: b
         return
     r = spec.resources
     where = f"{r.gpus_per_node} GPU(s) per node" if r.gpus_per_node else "CPU"
-    out().print(f"[green]ok[/] {escape(str(job))}: job {spec.name!r}, {r.nodes} node(s), {where}")
+    ok(f"{job}: job {spec.name!r}, {r.nodes} node(s), {where}")
     if rendered is not None:
         for warning in rendered.warnings:
             note(warning, warning=True)
-        out().print(
-            f"[green]ok[/] the {backend} backend has every setting it needs and renders the job; "
-            f"what needs the target itself (credentials, quota, data): cloudddp doctor {escape(str(job))} -b {backend}"
+        ok(
+            f"the {backend} backend has every setting it needs and renders the job; "
+            f"what needs the target itself (credentials, quota, data): cloudddp doctor {job} -b {backend}"
         )
 
 
@@ -125,7 +125,7 @@ def render(
             return
         sys.stdout.write("".join(f"{name}\n" for name in snapshot.files))
         for line in snapshot_warnings(snapshot):
-            err().print(f"warning: {escape(line)}")
+            note(line, warning=True)
         return
     plan = backend_class(backend)().render(spec)
     if output is not None:
@@ -147,7 +147,7 @@ def schema(output: Path | None) -> None:
     text = json.dumps(json_schema(), indent=2) + "\n"
     if output:
         output.write_text(text)
-        err().print(f"wrote {output}")
+        click.echo(f"wrote {output}", err=True)
     else:
         sys.stdout.write(text)
 

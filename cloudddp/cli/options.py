@@ -7,16 +7,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from click.shell_completion import CompletionItem
 
 from cloudddp.backends.plugins import names
 from cloudddp.observe.console import note, print_json, printable
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.paths import home
 from cloudddp.plan import Plan
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,6 +32,8 @@ def job_argument(f: F) -> F:
 
 def registered(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Shell completion of ``--backend``: the registered backends' names."""
+    from click.shell_completion import CompletionItem  # only when the shell completes a word
+
     return [CompletionItem(name) for name in names() if name.startswith(incomplete)]
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from cloudddp.errors import UserError
 from cloudddp.injob.shim import layer_over_this_python
@@ -25,8 +25,10 @@ from cloudddp.spec.model import JobSpec
 FILE = "requirements.txt"
 
 
-@dataclass(frozen=True)
-class Requirements:
+class Requirements(NamedTuple):
+    """The pip requirements a job installs before its script starts. A named tuple, as the code package's other
+    records are: cheaper to define than a frozen dataclass (~1 ms of every render)."""
+
     lines: tuple[str, ...]
     """The requirement lines, as pip reads them (options and local paths included)."""
     source: str

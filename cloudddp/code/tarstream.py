@@ -11,23 +11,27 @@ does not depend on how its input is cut.
 
 from __future__ import annotations
 
-import gzip
+import functools
 import hashlib
 import os
-import tarfile
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, TYPE_CHECKING, NamedTuple
 
 from cloudddp.errors import UserError
 
+if TYPE_CHECKING:
+    import gzip
+    import tarfile
+
 CHUNK = 1 << 20
-BLOCK = tarfile.BLOCKSIZE
-RECORD = tarfile.RECORDSIZE
+BLOCK = 512  # tarfile.BLOCKSIZE: a render that finds its snapshot packed already imports neither tarfile nor gzip
+RECORD = 20 * BLOCK  # tarfile.RECORDSIZE
 
 
-@dataclass(frozen=True)
-class Member:
+class Member(NamedTuple):
+    """One file of the archive: its name there, and where its bytes come from. This module's records are named
+    tuples: a render that finds its snapshot packed uses neither, and a dataclass costs ~1 ms to define."""
+
     name: str  # inside the archive
     path: str  # on disk ("" for a member given as data)
     size: int  # bytes taken from the file: its size when it was listed
@@ -40,14 +44,17 @@ class Member:
         return cls(name, "", len(data), executable=False, data=data)
 
 
-@dataclass
-class Written:
+class Written(NamedTuple):
+    """The archive written: its sha256 and size, and the sha256 of each member that asked for it."""
+
     sha256: str  # of the .tar.gz
     size: int  # bytes of the .tar.gz
-    digests: dict[str, str] = field(default_factory=dict)  # member name -> sha256 of its bytes, for hashed members
+    digests: dict[str, str]  # member name -> sha256 of its bytes, for hashed members
 
 
 def _tarinfo(name: str, executable: bool, size: int) -> tarfile.TarInfo:
+    import tarfile
+
     info = tarfile.TarInfo(name)
     info.size = size
     info.mtime = 0
@@ -59,22 +66,31 @@ def _tarinfo(name: str, executable: bool, size: int) -> tarfile.TarInfo:
 
 def _tarfile_header(name: str, executable: bool, size: int) -> bytes:
     """The header block(s) ``TarFile.addfile`` writes (PAX extended headers included, when needed)."""
+    import tarfile
+
     return _tarinfo(name, executable, size).tobuf(tarfile.PAX_FORMAT, tarfile.ENCODING, "strict")
 
 
-_TEMPLATE = _tarfile_header("", False, 0)
-_UID_GID, _MTIME, _REST = _TEMPLATE[108:124], _TEMPLATE[136:148], _TEMPLATE[156:]
+@functools.cache
+def _template() -> tuple[bytes, bytes, bytes, int]:
+    """What every common member's header shares, cut from one ``tarfile`` wrote: the uid/gid, mtime and trailing
+    fields, and their part of the checksum (which counts its own field as spaces)."""
+    template = _tarfile_header("", False, 0)
+    uid_gid, mtime, rest = template[108:124], template[136:148], template[156:]
+    return uid_gid, mtime, rest, sum(uid_gid) + sum(mtime) + sum(rest) + 8 * ord(" ")
+
+
 _MODES = {False: b"%07o\0" % 0o644, True: b"%07o\0" % 0o755}
-_FIXED_SUM = sum(_UID_GID) + sum(_MTIME) + sum(_REST) + 8 * ord(" ")  # the checksum counts its own field as spaces
 
 
 def header(name: str, executable: bool, size: int) -> bytes:
     """The header block(s) of one member, byte for byte as ``tarfile`` writes them."""
     if len(name) > 100 or not name.isascii() or size >= 8**11:  # tarfile adds a PAX header for these
         return _tarfile_header(name, executable, size)
+    uid_gid, mtime, rest, fixed_sum = _template()
     raw, mode, size_field = name.encode("ascii"), _MODES[executable], b"%011o\0" % size
-    checksum = _FIXED_SUM + sum(raw) + sum(mode) + sum(size_field)
-    return b"".join((raw.ljust(100, b"\0"), mode, _UID_GID, size_field, _MTIME, b"%06o\0 " % checksum, _REST))
+    checksum = fixed_sum + sum(raw) + sum(mode) + sum(size_field)
+    return b"".join((raw.ljust(100, b"\0"), mode, uid_gid, size_field, mtime, b"%06o\0 " % checksum, rest))
 
 
 class _HashingWriter:
@@ -119,6 +135,8 @@ class _Batched:
 
 def write_targz(out: IO[bytes], members: Iterable[Member]) -> Written:
     """Write the archive of ``members`` (in the order given) to ``out``."""
+    import gzip
+
     hashed = _HashingWriter(out)
     digests = {}
     with gzip.GzipFile(filename="", fileobj=hashed, mode="wb", mtime=0, compresslevel=6) as gz:

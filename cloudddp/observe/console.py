@@ -59,6 +59,12 @@ def line_tag(line: Any) -> str:
     return str(line.source) if line.rank is not None else f"{line.source} runtime".strip()
 
 
+def ok(text: str) -> None:
+    """A line on stdout saying that something checked out: ``ok`` in green, then ``text``, without rich."""
+    click.secho("ok", fg="green", nl=False)
+    click.echo(f" {text}")
+
+
 def note(text: str, *, warning: bool = False) -> None:
     """A decision or warning on stderr, without rich."""
     if warning:

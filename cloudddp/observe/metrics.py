@@ -51,6 +51,8 @@ _NUMBER = r"(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
 
 @dataclass(frozen=True)
 class MetricRecord:
+    """One record of metrics a run printed: its step, epoch and time, the values by name, and who printed it."""
+
     step: int | None
     epoch: int | None
     time: float | None

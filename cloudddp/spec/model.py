@@ -5,9 +5,8 @@ the spec are relative to the spec file; :func:`cloudddp.spec.load.load_spec` res
 made of are in :mod:`cloudddp.spec.sections` (each named here too: ``from cloudddp.spec.model import Strict``);
 here is :class:`JobSpec`, the checks that span sections, its composition with the backends' sections
 (:func:`spec_model`), and what the rest of cloudddp asks of a spec (:func:`job_key`, :func:`is_shared_script`).
+Its annotations are evaluated as its classes are made, as in :mod:`cloudddp.spec.sections` (which says why).
 """
-
-from __future__ import annotations
 
 import difflib
 import functools
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
+from typing_extensions import Self
 
 from cloudddp.errors import UserError
 from cloudddp.spec.placeholders import unknown
@@ -42,6 +42,7 @@ from cloudddp.spec.sections import (
     Output,
     Resources,
     Strict,
+    empty_list,
     parse_duration,
     validate_regex,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "Resources",
     "Sections",
     "Strict",
+    "empty_list",
     "is_shared_script",
     "job_key",
     "json_schema",
@@ -157,7 +159,7 @@ class JobSpec(Strict):
     )
     limits: Limits = Field(default_factory=Limits)
     backends: list[str] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         max_length=8,
         description="The backends `-b auto` may place the job on, most preferred first (default: every backend "
         "the user configuration sets up): it ranks them by estimated whole cost and start time and moves to the "
@@ -224,7 +226,7 @@ class JobSpec(Strict):
         return v
 
     @model_validator(mode="after")
-    def _consistent(self) -> JobSpec:
+    def _consistent(self) -> Self:
         d = self.distribution
         if d.backend == "smddp" and self.resources.gpus_per_node == 0:
             raise ValueError("distribution.backend smddp needs GPUs: set resources.gpus_per_node")

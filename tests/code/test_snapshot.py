@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tarfile
 import time
 import zlib
@@ -27,7 +28,7 @@ from cloudddp.code.shipped import snapshot_warnings
 from cloudddp.code.snapshot import folder_digest, pack, safe_member
 from cloudddp.errors import UserError
 from cloudddp.injob import shim
-from tests.support.cli import cli
+from tests.support.cli import ROOT, cli
 from tests.support.trees import age, pinned_tree
 
 # Recorded from the in-memory pack() (tar into BytesIO, then gzip) before packaging became a streaming
@@ -286,8 +287,8 @@ def test_the_suggested_ignore_line_matches_exactly_its_file(parts: list[str], ot
             assert not spec.match_file(other), (rel, other)
 
 
-line_chars = st.sampled_from(list("ab.*?[]!#\\/ (P<>)-"))
-path_parts = st.text(st.sampled_from(list("ab.*?[]!#\\ (P<>)-")), min_size=1, max_size=5).filter(
+line_chars = st.sampled_from(list("ab.*?[]!#\\/ (P<>)-|"))
+path_parts = st.text(st.sampled_from(list("ab.*?[]!#\\ (P<>)-|")), min_size=1, max_size=5).filter(
     lambda s: s not in (".", "..")
 )
 
@@ -466,3 +467,39 @@ def test_default_ignored_files_are_left_out_wherever_they_are(tmp_path: Path) ->
         (code / rel).write_bytes(b"\0")
     (code / "train.py").write_text("print('hi')\n")
     assert pack(code).files == ("train.py",)
+
+
+def test_the_default_lines_are_translated_as_pathspec_translates_them() -> None:
+    from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
+
+    lines = [*rules.DEFAULT_IGNORES, *rules.SECRET_IGNORES]
+    assert {line: GitIgnoreSpecPattern.pattern_to_regex(line) for line in lines} == rules.TRANSLATED
+
+
+PACK_PROBE = """
+import sys
+from pathlib import Path
+from cloudddp.code.snapshot import pack
+pack(Path(sys.argv[1]))
+print("pathspec" in sys.modules)
+"""
+
+
+def test_a_folder_with_no_rules_of_its_own_is_packed_without_importing_pathspec(tmp_path: Path) -> None:
+    """The defaults' translations are written out; pathspec is imported for a folder's own rules only."""
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "pkg" / "x.pyc").write_bytes(b"\0")  # left out by a default rule, asked whether it looks secret
+    (code / "train.py").write_text("print('hi')\n")
+    env = {**os.environ, "CLOUDDDP_HOME": str(tmp_path / "home")}
+
+    def imports_pathspec() -> str:
+        result = subprocess.run(
+            [sys.executable, "-c", PACK_PROBE, str(code)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    assert imports_pathspec() == "False"
+    (code / ".cloudddpignore").write_text("*.log\n")
+    assert imports_pathspec() == "True"

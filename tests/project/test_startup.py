@@ -1,6 +1,7 @@
 """What a short command's speed rests on keeps every meaning: the garbage collector paused during start-up only,
-pydantic told of its plugins from the cached entry-point scan (and a real plugin still runs), and libyaml's parser
-reading a spec (and its emitter writing Azure ML's documents) exactly as PyYAML's own does, errors included."""
+pydantic told of its plugins from the cached entry-point scan (and a real plugin still runs; with none, pydantic's
+scanner is not even imported), and libyaml's parser reading a spec (and its emitter writing Azure ML's documents)
+exactly as PyYAML's own does, errors included."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cloudddp.backends import plugins
+from cloudddp.backends import installed, plugins
 from cloudddp.cli.app import _StartUpCollector, app
 from cloudddp.errors import UserError
 from cloudddp.spec import load
@@ -98,6 +99,46 @@ def test_an_installed_pydantic_plugin_still_sees_every_model(tmp_path) -> None:
         report = probe(tmp_path, "validate", job, path=f":{site}")
         assert report["code"] == 0 and report["plugins"] == ["probe_plugin:plugin"]
         assert {"JobSpec", "Code", "Resources"} <= set(seen.read_text().split())
+
+
+SCANNER_PROBE = """
+import sys
+sys.argv = ["cloudddp", *sys.argv[1:]]
+from cloudddp.cli.app import main
+try:
+    main()
+except SystemExit as e:
+    assert not e.code, e.code
+print("SCANNER=" + ",".join(m for m in ("importlib.metadata", "email") if m in sys.modules), file=sys.stderr)
+"""
+
+
+def test_with_no_pydantic_plugin_a_warm_cache_imports_no_entry_point_scanner(tmp_path) -> None:
+    """Pydantic's plugin loader imports importlib.metadata (and its email parser) to scan; a warm cache that says no
+    plugin is installed leaves both unimported: the stand-in answers for the loader."""
+    job = str(ROOT / "jobs" / "cifar10-azureml.yaml")
+    env = {"CLOUDDDP_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    seen = []
+    for _ in range(2):  # the first run scans (and imports the scanner), the second reads the cache
+        result = subprocess.run(
+            [sys.executable, "-c", SCANNER_PROBE, "render", job, "-b", "azureml"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+            env=env,
+        )
+        assert result.returncode == 0, result.stderr
+        seen.append(result.stderr.strip().splitlines()[-1])
+    assert seen == ["SCANNER=importlib.metadata,email", "SCANNER="]
+
+
+def test_the_stand_in_loads_pydantic_s_own_loader_for_a_name_it_lacks(monkeypatch) -> None:
+    stand_in = installed._NoPydanticPlugins(installed.PYDANTIC_LOADER)
+    monkeypatch.setitem(sys.modules, installed.PYDANTIC_LOADER, stand_in)
+    assert stand_in.get_plugins() == ()
+    assert stand_in.PYDANTIC_ENTRY_POINT_GROUP == "pydantic"  # not the stand-in's: pydantic's module, loaded now
+    assert sys.modules[installed.PYDANTIC_LOADER] is not stand_in
 
 
 def test_the_collector_is_left_alone_unless_main_paused_it() -> None:

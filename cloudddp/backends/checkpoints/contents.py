@@ -30,6 +30,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from cloudddp.injob.keepfiles import KEPT, ROOT
 from cloudddp.spec.model import JobSpec, is_shared_script
@@ -49,8 +50,10 @@ _STATE_FILES = ("random_states_0.pkl", "trainer_state.json")
 """A folder holding one of these is a saved state (Accelerate's ``save_state``, a Trainer checkpoint)."""
 
 
-@dataclass(frozen=True)
-class Item:
+class Item(NamedTuple):
+    """One thing in a checkpoint folder: a checkpoint, a kept file or a saved state, and when it was saved. A named
+    tuple: cheaper to define than a frozen dataclass (~1 ms of every render)."""
+
     name: str
     """Relative to the checkpoint folder (a folder ends with ``/``; a kept file is named as declared)."""
     saved: float

@@ -20,6 +20,8 @@ CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class StoredFile:
+    """A file in a checkpoint folder, as a store lists it."""
+
     path: str
     """Relative to the checkpoint folder, with ``/`` between its parts."""
     size: int

@@ -14,10 +14,10 @@ import functools
 import json
 import re
 from dataclasses import dataclass
-from importlib import resources
 
 from cloudddp.catalog.sizing import SizeDecision
 from cloudddp.errors import UserError
+from cloudddp.paths import data_text
 from cloudddp.spec.model import JobSpec
 
 HARDWARE_FILE = "sagemaker_instance_hardware.json"
@@ -38,7 +38,7 @@ class Hardware:
 @functools.cache
 def hardware() -> dict[str, Hardware]:
     """Every SageMaker training type EC2 still describes, by its SageMaker name."""
-    text = resources.files("cloudddp").joinpath(f"data/{HARDWARE_FILE}").read_text(encoding="utf-8")
+    text = data_text(HARDWARE_FILE)
     return {
         name: Hardware(
             gpus=row["gpus"],

@@ -16,10 +16,10 @@ import datetime
 import functools
 import json
 import re
-from importlib import resources
 from typing import Any
 
 from cloudddp.errors import UserError
+from cloudddp.paths import data_text
 
 DATA_FILE = "sagemaker_pytorch_training.json"
 DEFAULT_DOMAIN = "amazonaws.com"
@@ -33,7 +33,7 @@ _OFFICIAL_TAG = re.compile(
 @functools.cache
 def table() -> dict[str, Any]:
     """The packaged image table (loaded once)."""
-    text = resources.files("cloudddp").joinpath(f"data/{DATA_FILE}").read_text(encoding="utf-8")
+    text = data_text(DATA_FILE)
     data: dict[str, Any] = json.loads(text)
     return data
 

@@ -18,10 +18,10 @@ import re
 import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from cloudddp.errors import UserError
+from cloudddp.paths import data_text
 
 TYPES_FILE = "sagemaker_training_instance_types.json"
 
@@ -222,7 +222,7 @@ def check(request: Mapping[str, Any]) -> None:
 def training_instance_types() -> tuple[str, ...]:
     """The instance types CreateTrainingJob accepts (botocore's ``TrainingInstanceType`` enum, kept as dated data
     in ``cloudddp/data/sagemaker_training_instance_types.json``; a test holds it equal to the installed botocore's)."""
-    data = json.loads(resources.files("cloudddp").joinpath("data").joinpath(TYPES_FILE).read_text())
+    data = json.loads(data_text(TYPES_FILE))
     return tuple(data["types"])
 
 

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator
 
 from cloudddp.backends.sagemaker.limits import instance_type_problem
-from cloudddp.spec.model import Duration, Strict
+from cloudddp.spec.model import Duration, Strict, empty_list
 
 
 class SageMakerOptions(Strict):
@@ -43,9 +43,9 @@ class SageMakerOptions(Strict):
     )
     keep_alive: int = Field(0, ge=0, le=3600, description="Warm-pool keep-alive seconds.")
     max_wait: Duration | None = Field(None, description="Spot: longest wait for capacity plus runtime.")
-    subnets: list[str] = Field(default_factory=list, description="The job's VPC subnets (VpcConfig).")
+    subnets: list[str] = Field(default_factory=empty_list, description="The job's VPC subnets (VpcConfig).")
     security_group_ids: list[str] = Field(
-        default_factory=list, description="The job's security groups in that VPC (VpcConfig)."
+        default_factory=empty_list, description="The job's security groups in that VPC (VpcConfig)."
     )
     network_isolation: bool = Field(
         False,
