@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from cloudddp.backends.slurm import flags
-from cloudddp.spec.model import Duration, Strict
+from cloudddp.spec.model import Duration, Strict, empty_list
 
 _TOKEN = re.compile(r"^[^\s'\"\\]+\Z")  # \Z: `$` also matches before a final newline
 _MEMORY = re.compile(r"^[0-9]+[KMGT]?\Z")
@@ -35,7 +35,7 @@ class Container(Strict):
         "pyxis", description="pyxis: srun --container-image (NVIDIA's Slurm plugin); apptainer: apptainer exec."
     )
     mounts: list[str] = Field(
-        default_factory=list,
+        default_factory=empty_list,
         description="More host folders the container sees (host[:container]); the working "
         "folder and the inputs are mounted already.",
     )
@@ -54,7 +54,7 @@ class SlurmOptions(Strict):
         description="Submit through `ssh <login_host>` (BatchMode; your ssh config and agent apply). "
         "Default: Slurm's commands run on this machine.",
     )
-    ssh_options: list[str] = Field(default_factory=list, description="Extra ssh arguments, e.g. [-p, '2222'].")
+    ssh_options: list[str] = Field(default_factory=empty_list, description="Extra ssh arguments, e.g. [-p, '2222'].")
     workdir: str | None = Field(
         None,
         description="A folder every node sees (shared filesystem): code snapshots, run folders, environments, "
@@ -92,9 +92,9 @@ class SlurmOptions(Strict):
         "Slurm task per process, distributed variables from SLURM_*.",
     )
     python: str = Field("python3", description="The interpreter on the nodes (after modules and setup).")
-    modules: list[str] = Field(default_factory=list, description="Environment modules to load, e.g. [cuda/12.4].")
+    modules: list[str] = Field(default_factory=empty_list, description="Environment modules to load, e.g. [cuda/12.4].")
     setup: list[str] = Field(
-        default_factory=list, description="Shell lines run before training, e.g. ['source ~/venv/bin/activate']."
+        default_factory=empty_list, description="Shell lines run before training, e.g. ['source ~/venv/bin/activate']."
     )
     install_on: Literal["login", "job"] = Field(
         "login",
@@ -146,7 +146,7 @@ class SlurmOptions(Strict):
         "port the kernel picks.",
     )
     sbatch_options: list[str] = Field(
-        default_factory=list, description="More #SBATCH options as written, e.g. [--reservation=ml, --mail-type=END]."
+        default_factory=empty_list, description="More #SBATCH options as written, e.g. [--reservation=ml, --mail-type=END]."
     )
 
     @field_validator("partition", "account", "qos", "constraint", "gpu_type", "login_host", "python")
