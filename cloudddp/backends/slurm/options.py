@@ -146,7 +146,8 @@ class SlurmOptions(Strict):
         "port the kernel picks.",
     )
     sbatch_options: list[str] = Field(
-        default_factory=empty_list, description="More #SBATCH options as written, e.g. [--reservation=ml, --mail-type=END]."
+        default_factory=empty_list,
+        description="More #SBATCH options as written, e.g. [--reservation=ml, --mail-type=END].",
     )
 
     @field_validator("partition", "account", "qos", "constraint", "gpu_type", "login_host", "python")
