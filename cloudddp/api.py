@@ -29,8 +29,7 @@ from cloudddp.runs.chained import ChainedRun
 from cloudddp.runs.cost import CostReport
 from cloudddp.runs.database import RunDatabase
 from cloudddp.runs.placement import Placement, survey
-from cloudddp.runs.runner import get_backend
-from cloudddp.runs.submit import Confirm
+from cloudddp.runs.runner import Confirm, get_backend
 from cloudddp.runs.submit import submit as submit_job
 from cloudddp.spec.load import spec_to_data
 from cloudddp.spec.model import JobSpec

@@ -202,7 +202,7 @@ class Target(JsonDataclass):
     """Where a plan's request goes besides the request itself (a region, a workspace, a login host) and where its
     training keeps checkpoints: what launch needs, and what a run that moves carries from. Each backend declares its
     own (``Backend.target_type``), a frozen dataclass of its fields; a run's record keeps it as :meth:`to_dict`
-    writes it and reads it back with :meth:`from_record`."""
+    writes it and reads it back with :meth:`~JsonDataclass.from_fields` (among the record's other keys)."""
 
     omitted_when_none: ClassVar[frozenset[str]] = frozenset({"checkpoints"})
     """The fields :meth:`to_dict` leaves out while they are None."""
@@ -216,11 +216,6 @@ class Target(JsonDataclass):
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
         return {k: v for k, v in data.items() if not (v is None and k in self.omitted_when_none)}
-
-    @classmethod
-    def from_record(cls, data: Mapping[str, Any]) -> Self:
-        """The target a run's record keeps (its own fields among what an older record may hold)."""
-        return cls.from_fields(data)
 
 
 @dataclass(frozen=True)
@@ -393,7 +388,7 @@ class Plan(Generic[RequestT, TargetT]):
             warnings=state["warnings"],
             estimate=Estimate.from_dict(state["estimate"]) if state["estimate"] else None,
             uploads=state["uploads"],
-            target=cast(Any, target_type.from_record(state["target"])),
+            target=cast(Any, target_type.from_fields(state["target"])),
             job=state["job"],
             late=tuple(state["late"]),
             metrics=state["metrics"],

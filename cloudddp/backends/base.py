@@ -395,7 +395,7 @@ class Backend(abc.ABC, Generic[OptionsT]):
 
     def target_of(self, target: Target | Mapping[str, Any]) -> Target:
         """``target`` as this backend's :attr:`target_type` (a run's record keeps it as data)."""
-        return target if isinstance(target, Target) else self.target_type.from_record(target)
+        return target if isinstance(target, Target) else self.target_type.from_fields(target)
 
     def missing_settings(self, spec: JobSpec) -> list[MissingSetting]:
         """Every setting this backend needs for ``spec`` that the spec and the environment leave out."""

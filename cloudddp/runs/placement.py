@@ -20,7 +20,6 @@ the next, and the recovery watcher moves on after a capacity failure once the ru
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,7 @@ from cloudddp.backends.base import Backend, Progress
 from cloudddp.backends.plugins import configured_backends
 from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.plan import Plan
-from cloudddp.runs.runner import Checkpoints, Runner, declined_unless, get_backend
+from cloudddp.runs.runner import Checkpoints, Confirm, Runner, declined_unless, get_backend
 from cloudddp.spec.model import JobSpec
 
 AUTO = "auto"
@@ -176,7 +175,7 @@ def launch_first(
     provision: bool = True,
     progress: Progress | None = None,
     resume_from: Checkpoints | None = None,
-    confirm: Callable[[Plan], bool] | None = None,
+    confirm: Confirm | None = None,
 ) -> Placed:
     """Launch the first usable placement whose backend accepts it (``resume_from``'s checkpoint carried into its
     folder first; ``confirm`` asked with each plan before it is sent); a refusal (a quota, a capacity error, a name

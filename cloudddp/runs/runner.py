@@ -66,6 +66,10 @@ class Checkpoints:
     """The run's target as its launch recorded it (``target.checkpoints``: the folder)."""
 
 
+Confirm = Callable[[Plan], bool]
+"""Asked with each plan about to launch; False: do not send it (:class:`~cloudddp.errors.Declined`)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunnerInfo(JsonDataclass):
     """What the runner keeps in a run's record beside the launch's keys (:class:`LaunchInfo`): what the budget
@@ -119,7 +123,7 @@ class Runner:
         provision: bool = True,
         progress: Progress | None = None,
         resume_from: Checkpoints | None = None,
-        confirm: Callable[[Plan], bool] | None = None,
+        confirm: Confirm | None = None,
     ) -> Submission:
         """Render, check and launch ``spec``; with ``resume_from``, another run's latest checkpoint is carried into
         this plan's checkpoint folder first (``submit --resume-from``); ``confirm`` is asked with the plan before
@@ -251,7 +255,7 @@ def current_states(records: Sequence[RunRecord], *, workers: int = 8) -> list[Se
     return [found.get(r.run_id, Seen(r, r.state, True)) for r in records]
 
 
-def declined_unless(confirm: Callable[[Plan], bool] | None, plan: Plan) -> None:
+def declined_unless(confirm: Confirm | None, plan: Plan) -> None:
     """:class:`~cloudddp.errors.Declined` when ``confirm`` says no to ``plan`` (None: nobody is asked)."""
     if confirm is not None and not confirm(plan):
         raise Declined(f"not submitted: nothing was sent to {plan.backend}")

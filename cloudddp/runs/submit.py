@@ -8,7 +8,6 @@ each backend tried in turn) and a no stops the submit with :class:`~cloudddp.err
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,11 +15,8 @@ from cloudddp.backends.base import Backend, Progress
 from cloudddp.plan import Plan
 from cloudddp.runs import recovery
 from cloudddp.runs.placement import AUTO, Placement, launch_first, survey
-from cloudddp.runs.runner import Checkpoints, Runner, Submission
+from cloudddp.runs.runner import Checkpoints, Confirm, Runner, Submission
 from cloudddp.spec.model import JobSpec
-
-Confirm = Callable[[Plan], bool]
-"""Asked with each plan about to launch; False: do not send it."""
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,7 @@ class Moving:
                 return Plan.from_state(state, literals)
 
             def target_of(self, target: Any) -> Target:
-                return target if isinstance(target, Target) else Folder.from_record(target)
+                return target if isinstance(target, Target) else Folder.from_fields(target)
 
         class Opened:
             backend = Backend()
