@@ -51,7 +51,11 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 state = "state.json"  # checkpoint.files: the training's only checkpoint
-step = json.load(open(state))["step"] if os.path.exists(state) else 0
+kept = json.load(open(state)) if os.path.exists(state) else {}
+step = kept.get("step", 0)
+if kept.get("done"):  # a stop that came as it ended requeued a finished training: nothing is left to do
+    print(f"rank {rank} finished already at step {step}", flush=True)
+    raise SystemExit(0)
 if rank == 0 and step:
     print(f"resumed from {state} at step {step}", flush=True)
 last = min(STEPS, step + MORE) if step else STEPS  # a resumed run ends MORE steps later
@@ -71,6 +75,10 @@ while step < last:
     step += 1
     if rank == 0:
         print("CLOUDDDP_METRIC " + json.dumps({"step": step}), flush=True)
+if step == last and rank == 0:  # finished: its last checkpoint says so, as a training's final save does
+    with open(state + ".tmp", "w") as f:
+        json.dump({"step": step, "done": True}, f)
+    os.replace(state + ".tmp", state)
 dist.destroy_process_group()  # no barrier: the other ranks end while rank 0 saves (the template waits for it)
 """
 HEARD = re.compile(r"rank (\d+) heard SIGTERM (\d+)")
