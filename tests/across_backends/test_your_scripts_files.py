@@ -103,7 +103,9 @@ def test_an_absolute_path_is_kept_under_root(tmp_path: Path) -> None:
     )
 
 
-def test_a_file_renamed_over_its_link_is_saved_once_it_settles_and_always_at_the_end(tmp_path: Path) -> None:
+def test_a_file_renamed_over_its_link_is_saved_at_once_one_written_in_place_once_settled_and_all_at_the_end(
+    tmp_path: Path,
+) -> None:
     work, ckpt = tmp_path / "work", tmp_path / "ckpt"
     work.mkdir()
     keeper = Keeper(["snapshot.pt"], work, ckpt)
@@ -111,12 +113,15 @@ def test_a_file_renamed_over_its_link_is_saved_once_it_settles_and_always_at_the
     (work / "snapshot.pt.tmp").write_bytes(b"epoch 2")
     os.replace(work / "snapshot.pt.tmp", work / "snapshot.pt")  # replaces the link with a plain file
     assert not (work / "snapshot.pt").is_symlink()
-    assert keeper.save() == []  # first look: it may still be changing
-    assert keeper.save() == [str(work / "snapshot.pt")]  # unchanged since: saved
+    assert keeper.save() == [str(work / "snapshot.pt")]  # a new inode where the link was, open nowhere: whole
     assert (ckpt / "files" / "snapshot.pt").read_bytes() == b"epoch 2"
-    (work / "snapshot.pt").write_bytes(b"epoch 3!")
+    (work / "snapshot.pt").write_bytes(b"epoch 3, in place")  # the same inode, which a writer may still hold
+    assert keeper.save() == []  # first look at this version: it may still be changing
+    assert keeper.save() == [str(work / "snapshot.pt")]  # unchanged since: saved
+    assert (ckpt / "files" / "snapshot.pt").read_bytes() == b"epoch 3, in place"
+    (work / "snapshot.pt").write_bytes(b"epoch 4!")
     assert keeper.save(final=True) == [str(work / "snapshot.pt")]  # the program ended: saved at once
-    assert (ckpt / "files" / "snapshot.pt").read_bytes() == b"epoch 3!"
+    assert (ckpt / "files" / "snapshot.pt").read_bytes() == b"epoch 4!"
     assert keeper.save(final=True) == []  # the same bytes are not copied again
     assert not [p for p in (ckpt / "files").iterdir() if p.name.startswith(".")]  # no temporary copy left
 
