@@ -63,10 +63,23 @@ TEST_WORKERS ?= 2
 test: venv azurite system-deps sdk-data toolkits .venv-azureml-mlflow/.installed lint
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not conformance"
 
-# The framework matrix in full: every example at every local shape and on Slurm, besides make test's cells.
-conformance: venv azurite system-deps toolkits
+# The framework matrix in full (docs/stopping.md#conformance): make test's cells, every example at every local shape
+# and on Slurm, Hugging Face's own run_clm.py where a developer has put it in tests/fixtures/unchanged/ (SOURCES.md
+# says which), and the local stop-and-resume cells once more with the oldest framework versions tested (OLDER).
+OLDER := .venv-older-frameworks
+OLDER_PINS := "lightning==2.5.*" "transformers==4.57.*" "accelerate==1.10.*" "datasets>=4"
+conformance: venv azurite system-deps toolkits $(OLDER)/.installed
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[hf-examples]"
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \
-		-m conformance tests/across_backends/test_examples.py tests/backends/slurm
+		tests/across_backends/test_unchanged.py tests/across_backends/test_examples.py \
+		tests/across_backends/test_frameworks.py tests/backends/*/test_frameworks.py
+	$(OLDER)/bin/python -m pytest -q -p no:cacheprovider -m "not conformance" tests/across_backends/test_unchanged.py
+
+$(OLDER)/.installed: pyproject.toml constraints.txt
+	test -x $(OLDER)/bin/python || $(PY) -m venv $(OLDER)
+	$(OLDER)/bin/python -m pip install -q --upgrade pip
+	$(OLDER)/bin/python -m pip install -q -c constraints.txt -e ".[train,dev]" $(OLDER_PINS)
+	touch $(OLDER)/.installed
 
 # Proof by mutation (docs/guarantees.md): each curated mutant (tests/support/mutant_list.py) is applied alone to a copy
 # of the project and the tests its guarantee names must fail; prints each verdict and the kill ratio. Not part of

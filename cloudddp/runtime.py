@@ -39,12 +39,12 @@ from cloudddp.code.requirements import FILE, file_text
 from cloudddp.code.shipped import Snapshot
 from cloudddp.code.snapshot import holds_sha256, pack
 from cloudddp.errors import UserError
-from cloudddp.injob import container_init, framework_logs, keepfiles, output_lines, preload
+from cloudddp.injob import container_init, framework_logs, keepfiles, output_lines, preload, resume_arg, stop_hooks
 from cloudddp.injob.shim import SHIPPED_AS
 from cloudddp.paths import PACKAGE
 from cloudddp.plan import EnvSource, late
 from cloudddp.spec.model import JobSpec
-from cloudddp.spec.placeholders import INPUT, expand
+from cloudddp.spec.placeholders import INPUT, at_start, expand, last_checkpoint
 from cloudddp.spec.secrets import rendered_env
 
 PREFIX = "CLOUDDDP_"
@@ -164,15 +164,35 @@ def placeholder_values(spec: JobSpec, places: Places) -> dict[str, str]:
 
 def expanded(spec: JobSpec, places: Places, text: str, field: str) -> str:
     """``text`` with its placeholders expanded for this job; a UserError naming ``field`` for a place the job does
-    not have."""
+    not have. ``{{last_checkpoint:PATTERN}}`` stays as it is, for each rank's launcher to expand when it starts
+    (:mod:`cloudddp.injob.resume_arg`): only in the program's arguments, and only with checkpointing on."""
+    values = placeholder_values(spec, places)
+    if field.startswith(("code.args", "code.command")) and "checkpoint_dir" in values:
+        values.update(at_start(text))
     try:
-        return expand(text, placeholder_values(spec, places))
+        return expand(text, values)
     except KeyError as e:
         name = e.args[0]
+        if last_checkpoint(name) is not None:
+            raise _late_misplaced(field, name) from None
         needs = "checkpointing on (checkpoint.enabled)" if name == "checkpoint_dir" else "outputs.tensorboard"
         raise UserError(
             f"{field}: {{{{{name}}}}} names a folder this job does not have", hint=f"the placeholder needs {needs}"
         ) from None
+
+
+def _late_misplaced(field: str, name: str) -> UserError:
+    """Why ``{{last_checkpoint:PATTERN}}`` cannot be where ``field`` has it."""
+    if not field.startswith("code."):
+        return UserError(
+            f"{field}: {{{{{name}}}}} is expanded in the program's arguments alone (code.args, code.command), "
+            "when each rank starts",
+            hint="pass it to the script as an argument, or find the checkpoint in $CLOUDDDP_CHECKPOINT_DIR there",
+        )
+    return UserError(
+        f"{field}: {{{{{name}}}}} names the newest checkpoint in a folder this job does not have",
+        hint="the placeholder needs checkpointing on (checkpoint.enabled)",
+    )
 
 
 def launcher_grace(sigterm_grace: int) -> dict[str, str]:
@@ -268,9 +288,10 @@ def shipped_files(*, keep: bool = False) -> dict[str, bytes]:
     (SageMaker's PID 1) and its own start of a job, the reader of the frameworks' log files
     (:mod:`cloudddp.injob.framework_logs`), the line discipline of the program's output
     (:mod:`cloudddp.injob.output_lines`), the importer of what a script needs imported first
-    (:mod:`cloudddp.injob.preload`: smddp's backend); ``keep``: the keeper of ``checkpoint.files`` too (only a
-    job that declares some gets it, so no other snapshot changes). Read from the package's folder, as the catalog's
-    data is (:func:`cloudddp.paths.data_text` says why)."""
+    (:mod:`cloudddp.injob.preload`: smddp's backend), the frameworks' stop hooks (:mod:`cloudddp.injob.stop_hooks`),
+    the chooser of ``{{last_checkpoint:PATTERN}}`` (:mod:`cloudddp.injob.resume_arg`); ``keep``: the keeper of
+    ``checkpoint.files`` too (only a job that declares some gets it, so no other snapshot changes). Read from the
+    package's folder, as the catalog's data is (:func:`cloudddp.paths.data_text` says why)."""
     code = PACKAGE / "injob"
     files = {
         SHIPPED_AS: (code / "shim.py").read_bytes(),
@@ -279,6 +300,10 @@ def shipped_files(*, keep: bool = False) -> dict[str, bytes]:
         framework_logs.SHIPPED_AS: (code / "framework_logs.py").read_bytes(),
         output_lines.SHIPPED_AS: (code / "output_lines.py").read_bytes(),
         preload.SHIPPED_AS: (code / "preload.py").read_bytes(),
+        stop_hooks.SHIPPED_AS: (code / "stop_hooks.py").read_bytes(),
+        stop_hooks.LIGHTNING_AS: (code / "lightning_stop.py").read_bytes(),
+        stop_hooks.TRANSFORMERS_AS: (code / "transformers_stop.py").read_bytes(),
+        resume_arg.SHIPPED_AS: (code / "resume_arg.py").read_bytes(),
     }
     if keep:
         files[keepfiles.SHIPPED_AS] = (code / "keepfiles.py").read_bytes()

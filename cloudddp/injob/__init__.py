@@ -7,11 +7,16 @@ nothing but the standard library.
 - :mod:`~cloudddp.injob.container_init` and :mod:`~cloudddp.injob.container_start`: a SageMaker container's entry
   (``_cloudddp_init.py``) and cloudddp's own start where the image has none (``_cloudddp_start.py``);
 - :mod:`~cloudddp.injob.keepfiles`: the keeper of a script's own files (``checkpoint.files``);
+- :mod:`~cloudddp.injob.resume_arg`: the newest kept checkpoint for a script's own resume flag
+  (``{{last_checkpoint:PATTERN}}`` in its arguments, expanded as each rank starts);
 - :mod:`~cloudddp.injob.framework_logs`: the metric records a framework's own logs hold (TensorBoard, Lightning's
   CSV, Trainer's state);
 - :mod:`~cloudddp.injob.output_lines`: the line discipline of a rank's output;
 - :mod:`~cloudddp.injob.preload`: modules the script's process imports before the script runs;
-- :mod:`~cloudddp.injob.stall`: the stall watchdog's rule.
+- :mod:`~cloudddp.injob.stall`: the stall watchdog's rule;
+- :mod:`~cloudddp.injob.stop_hooks`: what an unchanged script's process gets so a stop saves and a resubmit
+  resumes (DataLoader workers spared), with :mod:`~cloudddp.injob.lightning_stop` and
+  :mod:`~cloudddp.injob.transformers_stop` for the frameworks.
 
 May import: nothing of cloudddp.
 """

@@ -12,12 +12,10 @@ from raw JSON; base64 has no character the shell changes)::
     {"argv": [...], "python": true, "env": {...}, "metrics": [{"name": ..., "regex": ...}],
      "requirements": {"file": "requirements.txt", "digest": "..."}}
 
-- ``argv`` (or the arguments after ``--``) is the job's program, run with exactly those arguments
-  (``python`` first when ``"python"`` is true). SageMaker's training toolkit, for one, turns
-  hyperparameters into ``--key value`` pairs after decoding each value as JSON, in sorted order, so
-  positional arguments, flags, repeated options and values such as ``0.10`` or ``"a b"`` would not
-  survive it; its ``mpirun`` (smddp) forwards only a fixed list of environment variables to ranks on
-  other hosts, so what a rank must know travels here, in its argv.
+- ``argv`` (or the arguments after ``--``) is the job's program, run with exactly those arguments (``python``
+  first when ``"python"`` is true). SageMaker's toolkit turns hyperparameters into sorted ``--key value`` pairs of
+  JSON-decoded values (positional arguments, flags, ``0.10`` or ``"a b"`` would not survive it), and its ``mpirun``
+  forwards a fixed list of variables to other hosts: what a rank must know travels here, in its argv.
 - ``env`` is set over what the platform set (the spec wins, NCCL settings included); ``unset`` names
   variables the platform set that the program must not get (SageMaker's forced ``NCCL_PROTO``).
 - ``metrics``: the metrics the job declares by regular expression. The program's output is copied through in whole
@@ -26,8 +24,7 @@ from raw JSON; base64 has no character the shell changes)::
   sets it and the run, ``MLFLOW_RUN_ID``), so Azure ML Studio shows a script's own metrics; a declared ``epoch``
   is logged as the metric ``epoch`` and a declared ``step`` as MLflow's step (where none is declared the run's tag
   ``cloudddp.step`` says ``none`` and MLflow's step only counts the records), so both keep their meaning when
-  cloudddp reads them back. MLflow's "View run at" lines are off
-  (``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT``) for the program too: they are not the script's output.
+  cloudddp reads them back. MLflow's "View run at" lines are off for the program too.
 - ``preload``: modules the script's own process imports before the script runs (smddp's client, which registers
   its process-group backend), through ``_cloudddp_preload.py`` (:mod:`cloudddp.injob.preload`).
 - ``tag``: prefix each line the program prints with its global rank (``[rank3]:``, as torchrun's
@@ -39,11 +36,11 @@ from raw JSON; base64 has no character the shell changes)::
 - ``stops``: ``platform`` where the platform signals every process of the job itself (Slurm's steps); otherwise
   the first SIGTERM or SIGINT this process gets is passed on to the program.
 - ``requirements``: the job's requirements file, for a platform that does not install it (Azure ML). The
-  first process of a node installs it into an environment made for it in the node's temporary folder (in a
-  folder private to the user, checked before it is trusted),
-  layered over this Python (its packages first, then this Python's: torch is not installed twice), under a
-  file lock, so the other processes of the node wait and reuse it; the program then runs with that
-  environment's ``python`` (first on ``PATH`` too, for a ``code.command``).
+  first process of a node installs it into an environment in the user's private temporary folder, layered over
+  this Python (torch is not installed twice), under a file lock the node's other processes wait on; the program
+  runs with that environment's ``python`` (first on ``PATH`` too, for a ``code.command``).
+
+A Python program gets cloudddp's stop hooks (:mod:`cloudddp.injob.stop_hooks`) by a ``sitecustomize`` on its path.
 
 The program always runs as this process's child, in a process group of its own (:func:`start_program`): a
 launcher's stop (torchrun's ``killpg``) then reaches this process alone, which passes it on to the program once,
@@ -84,6 +81,8 @@ RANK_TAG = "[rank{rank}]:"
 LINES_SHIPPED_AS = "_cloudddp_lines.py"
 """The line discipline (:mod:`cloudddp.injob.output_lines`), shipped beside this file in every snapshot."""
 PRELOAD_AS = "_cloudddp_preload.py"  # cloudddp/injob/preload.py, shipped beside this file
+HOOKS_AS = "_cloudddp_hooks.py"  # cloudddp/injob/stop_hooks.py, and its framework modules beside it
+RESUME_AS = "_cloudddp_resume_arg.py"  # cloudddp/injob/resume_arg.py: {{last_checkpoint:PATTERN}} in the argv
 RANK_LINE = re.compile(r"\[rank(\d+)\]:")
 """A line's rank prefix, as this launcher and torchrun's ``--log-line-prefix-template`` write it."""
 
@@ -389,10 +388,8 @@ def follow(child: subprocess.Popen[bytes], metrics: Metrics, tag: str = "") -> i
 def _wait(child: subprocess.Popen[bytes]) -> int:
     """The child's exit code, waiting through the signals this process handles meanwhile."""
     while True:
-        try:
+        with contextlib.suppress(InterruptedError):
             return child.wait()
-        except InterruptedError:
-            continue
 
 
 def shipped(name: str, module: str) -> Any:
@@ -462,8 +459,13 @@ def main() -> None:
     if payload.get("requirements"):
         python = environment_for(payload["requirements"]["file"], payload["requirements"]["digest"])
         os.environ["PATH"] = f"{Path(python).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    if any("{{last_checkpoint:" in str(word) for word in payload["argv"]):  # its newest match, chosen now
+        payload["argv"] = shipped(RESUME_AS, "cloudddp.injob.resume_arg").launch(payload["argv"], os.environ)
     argv = command(payload, python)
     kept = keeper([str(p) for p in payload.get("keep", [])])
+    hooks = shipped(HOOKS_AS, "cloudddp.injob.stop_hooks")  # a framework's part of a stop, in the program's process
+    if hooks is not None:
+        hooks.prepare(os.environ, private_folder())
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     tag = RANK_TAG.format(rank=rank()) if payload.get("tag") else ""
     metrics = Metrics(payload.get("metrics", []))

@@ -44,8 +44,9 @@ def _hidden():
     import importlib.util
 
     here = _os.path.dirname(_os.path.abspath(__file__))
-    path = [p for p in _sys.path if _os.path.abspath(p or ".") != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    folders = [_os.path.abspath(p or ".") for p in _sys.path]
+    after = _sys.path[folders.index(here) + 1 :] if here in folders else _sys.path  # those before ran first
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", after)
     if spec is not None and spec.loader is not None:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

@@ -1,13 +1,15 @@
 """A Hugging Face Trainer project as the transformers examples write one (run_clm.py's shape, tiny).
 
-It runs unchanged on every cloudddp backend (job.yaml). What cloudddp needs from it, and nothing more:
+It runs unchanged on every cloudddp backend (job.yaml), and nothing in it is there for cloudddp:
 
-- ``--output_dir`` is the training's checkpoint folder (``{{checkpoint_dir}}`` in job.yaml), and the run resumes
-  from the newest ``checkpoint-N`` there, as run_clm.py does (``get_last_checkpoint``): a resubmit continues.
-- ``StopSavesCallback``: the Trainer has no stop handling, so a SIGTERM (cancel, preemption, spot reclaim) would
-  end the process where it is. The callback notes the signal, the ranks agree on it at the end of a step (one
-  all-reduce of a flag), and the Trainer saves a checkpoint and stops, as its own ``should_save`` does.
+- ``--output_dir`` is the training's checkpoint folder (``{{checkpoint_dir}}`` in job.yaml), where the Trainer
+  writes its ``checkpoint-N`` folders.
 - cloudddp reads the metrics from the Trainer's own log records (the ``{'loss': ...}`` lines rank 0 prints).
+
+A stop (cancel, preemption, spot reclaim) is cloudddp's business (docs/frameworks/huggingface.md): its hooks in the
+script's process make the Trainer save ``checkpoint-N`` at a step every rank agrees on and end the script, and
+``trainer.train()`` resumes from the newest complete one in the checkpoint folder (the Trainer skips the batches
+the interrupted epoch had trained and restores each rank's random state).
 
 No weights or datasets are downloaded: a 2-layer GPT-2 made from a config, on random tokens.
 """
@@ -15,15 +17,11 @@ No weights or datasets are downloaded: a 2-layer GPT-2 made from a config, on ra
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import time
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
 
 
 class RandomTokens(torch.utils.data.Dataset):
@@ -37,27 +35,14 @@ class RandomTokens(torch.utils.data.Dataset):
         return {"input_ids": self.data[i], "labels": self.data[i]}
 
 
-class StopSavesCallback(TrainerCallback):
-    """On SIGTERM: save a checkpoint at the end of the current step on every rank, then stop."""
+class SlowSteps(TrainerCallback):
+    """A stand-in for a real model's step time (``--step_sleep``)."""
 
-    def __init__(self, step_sleep: float = 0.0) -> None:
-        self.stopping, self.stopped_at = False, None
-        self.step_sleep = step_sleep
-        signal.signal(signal.SIGTERM, self._heard)
-
-    def _heard(self, signum: int, frame: Any) -> None:
-        self.stopping = True
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
 
     def on_step_end(self, args: TrainingArguments, state: Any, control: Any, **kwargs: Any) -> Any:
-        if self.step_sleep:
-            time.sleep(self.step_sleep)  # a stand-in for a real model's step time
-        flag = torch.tensor([1 if self.stopping else 0])
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank stops at the same step
-        if flag.item():
-            control.should_save = True
-            control.should_training_stop = True
-            self.stopped_at = state.global_step
+        time.sleep(self.seconds)
         return control
 
 
@@ -84,19 +69,14 @@ def main() -> None:
         disable_tqdm=True,  # a log file is not a terminal
         seed=0,
     )
-    stop = StopSavesCallback(args.step_sleep)
     trainer = Trainer(
         model=model,
         args=training,
         train_dataset=RandomTokens(512, 32, config.vocab_size),
-        callbacks=[stop],
+        callbacks=[SlowSteps(args.step_sleep)] if args.step_sleep else [],
     )
-    last = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
-    trainer.train(resume_from_checkpoint=last)
-    if stop.stopped_at is not None:
-        print(f"stopped: saved checkpoint-{stop.stopped_at}", flush=True)
-    else:
-        print(f"finished at step {trainer.state.global_step}", flush=True)
+    trainer.train()
+    print(f"finished at step {trainer.state.global_step}", flush=True)
 
 
 if __name__ == "__main__":

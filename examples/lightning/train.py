@@ -1,19 +1,16 @@
 """A Lightning project as Lightning's own examples write one: a LightningModule, a DataModule, a Trainer.
 
-It runs unchanged on every cloudddp backend (job.yaml). What cloudddp needs from it, and nothing more:
+It runs unchanged on every cloudddp backend (job.yaml), and nothing in it is there for cloudddp:
 
 - ``--num-nodes`` and ``--devices`` from the job's shape (``{{nodes}}``, ``{{processes_per_node}}`` in job.yaml):
   Lightning checks that devices × num_nodes is the world size torchrun (or srun) started.
 - ``--root`` is the training's checkpoint folder (``{{checkpoint_dir}}``): Lightning's checkpoints and its
   CSVLogger's ``metrics.csv`` go there, so a resubmit resumes (``ckpt_path="last"``) and cloudddp reads the
   metrics from the file as they are written (every 10 steps here; Lightning's default is 100).
-- ``CheckpointOnStop``: a stop (cancel, preemption, spot reclaim) writes ``last.ckpt`` at a step every rank
-  agrees on and ends the fit; without it the run resumes from its last periodic checkpoint instead. (Lightning's
-  own SIGTERM handling saves nothing and broadcasts inside its signal handler, which can hang when every rank is
-  signalled at once: the callback takes its place.)
-- ``spare_worker``: the DataLoader workers ignore SIGTERM (their parent ends them). Slurm signals every process
-  of a step itself, and a worker killed by a SIGTERM that did not come from its parent crashes the rank before it
-  can save (docs/stopping.md, "DataLoader workers on Slurm"). Harmless on every other backend.
+
+A stop (cancel, preemption, spot reclaim) is cloudddp's business (docs/frameworks/lightning.md): its hooks in the
+script's process save ``last.ckpt`` at a step every rank agrees on and end the fit, and the resume skips the
+batches the interrupted epoch had trained; the DataLoader workers ignore the stop's SIGTERM.
 
 The data is made here (no download): a fixed random regression task, so any machine can run it.
 """
@@ -22,14 +19,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 
 import lightning as L
 import torch
-from lightning.fabric.utilities.seed import pl_worker_init_function
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -58,14 +52,6 @@ class Regressor(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
 
 
-def spare_worker(worker_id: int) -> None:
-    """A DataLoader worker ignores SIGTERM (on Slurm every process of the step gets one; the worker's parent ends
-    it), then seeds itself as Lightning would have (``seed_everything(workers=True)`` adds its own only to a loader
-    without a ``worker_init_fn``)."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    pl_worker_init_function(worker_id)
-
-
 class RandomRegression(L.LightningDataModule):
     def __init__(self, samples: int = 2048, features: int = 32, batch_size: int = 32, workers: int = 2) -> None:
         super().__init__()
@@ -85,43 +71,10 @@ class RandomRegression(L.LightningDataModule):
             shuffle=True,
             num_workers=self.workers,
             persistent_workers=self.workers > 0,
-            worker_init_fn=spare_worker,
         )
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val, batch_size=self.batch_size, num_workers=0)
-
-
-class CheckpointOnStop(Callback):
-    """A stop (SIGTERM) ends the fit at a step every rank agrees on, with ``last.ckpt`` written there.
-
-    It replaces Lightning's own SIGTERM handler, which broadcasts from inside the signal handler: when every rank
-    is signalled (cloudddp's launchers do, and Slurm does) a rank whose handler runs while another rank is inside a
-    collective can leave both waiting until the SIGKILL. Here the handler only notes the signal; the ranks agree on
-    it with one all-reduce before each step, end the fit as Lightning ends it on SIGTERM (``SIGTERMException``,
-    between two steps, so the interrupted epoch resumes where it stopped) and save. The checkpoint names itself as
-    the callback's ``last_model_path``, so the resumed run writes its next ``last.ckpt`` over it (not
-    ``last-v1.ckpt`` beside it)."""
-
-    def __init__(self, checkpoint: ModelCheckpoint) -> None:
-        self.checkpoint, self.heard = checkpoint, False
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        signal.signal(signal.SIGTERM, self._heard)  # after Lightning installed its own for this fit
-
-    def _heard(self, signum: int, frame: object) -> None:
-        self.heard = True
-
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: object) -> None:
-        flag = trainer.strategy.reduce(torch.tensor([float(self.heard)], device=pl_module.device), reduce_op="max")
-        if flag.item():
-            raise SIGTERMException
-
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if isinstance(exception, SIGTERMException) and self.checkpoint.dirpath:
-            path = os.path.join(self.checkpoint.dirpath, "last.ckpt")
-            self.checkpoint.last_model_path = path
-            trainer.save_checkpoint(path)
 
 
 def main() -> None:
@@ -150,16 +103,12 @@ def main() -> None:
         max_epochs=args.max_epochs,
         default_root_dir=args.root,
         logger=CSVLogger(args.root, flush_logs_every_n_steps=10),  # written every 10 steps, not 100: read live
-        callbacks=[checkpoint, CheckpointOnStop(checkpoint)],
+        callbacks=[checkpoint],
         log_every_n_steps=5,
         enable_progress_bar=False,  # a log file is not a terminal; cloudddp reads metrics from metrics.csv
     )
-    try:
-        trainer.fit(Regressor(step_sleep=args.step_sleep), RandomRegression(), ckpt_path="last")
-    except SIGTERMException:  # the stop: last.ckpt is written, the process ends cleanly
-        print(f"stopped: saved last.ckpt at step {trainer.global_step}", flush=True)
-    else:
-        print(f"finished at step {trainer.global_step}", flush=True)
+    trainer.fit(Regressor(step_sleep=args.step_sleep), RandomRegression(), ckpt_path="last")
+    print(f"finished at step {trainer.global_step}", flush=True)
     if torch.distributed.is_initialized():  # gloo's threads, left to the interpreter's exit, can abort it
         torch.distributed.destroy_process_group()
 

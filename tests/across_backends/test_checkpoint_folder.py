@@ -183,12 +183,16 @@ def test_kept_files_are_named_with_their_save_time_and_never_resume_removes_them
     touch(folder / "files" / "_root" / "abs" / "state.json", 1.1e9)
     touch(folder / "files" / ".snapshot.pt.a1b2", 1.2e9)  # a copy on its way in
     said = note(local_plan("checkpoint.files=[snapshot.pt, /abs/state.json]"))
-    assert f"resumes: kept files /abs/state.json, snapshot.pt (saved {saved(1.1e9)}), linked back first" in said
+    assert (
+        f"kept files /abs/state.json, snapshot.pt (saved {saved(1.1e9)}) are linked back first: your script resumes "
+        "if it loads them" in said
+    )
+    assert "resumes:" not in said  # only a script that loads them resumes
     never = note(local_plan("checkpoint.files=[snapshot.pt]", "checkpoint.resume=never"))
     assert "starts from scratch (checkpoint.resume: never; the kept files are removed first)" in never
     undeclared = note(local_plan())  # nothing links them back: files like any other
     assert (
-        "resumes: kept" not in undeclared and "holds files/_root/abs/state.json, files/snapshot.pt (saved" in undeclared
+        "linked back" not in undeclared and "holds files/_root/abs/state.json, files/snapshot.pt (saved" in undeclared
     )
     touch(folder / "last.ckpt", 1e9)
     never = note(local_plan("checkpoint.resume=never"))

@@ -42,7 +42,8 @@ def sent(backend: str, name: str) -> str:
 @pytest.mark.parametrize("backend", ["local", "slurm", "sagemaker", "azureml"])
 def test_each_example_renders_for_every_backend_with_that_backends_shape(name: str, backend: str) -> None:
     text = sent(backend, name)
-    assert "train.py" in text and "{{" not in re.sub(r"\$\{\{[^}]*\}\}", "", text), text[-2000:]
+    left = re.sub(r"\$\{\{[^}]*\}\}|\{\{last_checkpoint:[^{}\s]*\}\}", "", text)  # Azure ML's; the launcher's
+    assert "train.py" in text and "{{" not in left, text[-2000:]
     if name == "lightning":
         nodes, devices = ("1", "2") if backend == "local" else ("2", "2")
         words = " ".join(re.sub(r"[\\'\",\[\]]", " ", text).split())

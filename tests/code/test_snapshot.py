@@ -391,11 +391,15 @@ def test_every_git_ignore_rule_and_credential_defaults_leave_files_out(tmp_path:
     (code / "job.yaml").write_text("name: rules\ncode: {dir: ., entry: train.py}\n")
     listed = cli("render", str(code / "job.yaml"), "--list-files")  # what a person sees before shipping
     assert listed.returncode == 0 and listed.stdout.split() == [
+        "_cloudddp_hooks.py",
+        "_cloudddp_hooks_lightning.py",
+        "_cloudddp_hooks_transformers.py",
         "_cloudddp_init.py",
         "_cloudddp_launch.py",
         "_cloudddp_lines.py",
         "_cloudddp_logs.py",
         "_cloudddp_preload.py",
+        "_cloudddp_resume_arg.py",
         "_cloudddp_start.py",
         "id_utils.py",
         "job.yaml",

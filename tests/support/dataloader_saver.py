@@ -1,6 +1,8 @@
 """A user's own DDP script, written as tutorials write them (not cloudddp's shared script): a ``DataLoader`` with
 ``num_workers=2``, and on SIGTERM it finishes its step, takes a deliberately slow ``--save-delay`` seconds (a big
-model's save), writes its checkpoint into ``$CLOUDDDP_CHECKPOINT_DIR`` and exits 0. A rerun resumes from it.
+model's save), writes its checkpoint into ``$CLOUDDDP_CHECKPOINT_DIR`` and exits 0. With ``--save-every N`` it also
+saves ``state.pt`` in its working folder every N steps (a temporary file renamed into place), which a job keeps
+with ``checkpoint.files``. A rerun resumes from the newer of the two.
 
 What a stop must give such a script: one SIGTERM per rank, from its parent (a DataLoader worker signalled
 by anyone else dies and the script crashes with ``DataLoader worker (pid N) is killed by signal``), and the whole
@@ -28,6 +30,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, required=True, help="steps this run trains (after a resume too)")
 parser.add_argument("--save-delay", type=float, default=60.0, help="seconds the save takes after a SIGTERM")
 parser.add_argument("--step-time", type=float, default=0.2)
+parser.add_argument("--save-every", type=int, default=0, help="save state.pt here every N steps (0: never)")
 args = parser.parse_args()
 
 stop = []
@@ -41,9 +44,11 @@ rank = dist.get_rank()
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 path = os.path.join(os.environ["CLOUDDDP_CHECKPOINT_DIR"], "dataloader-saver.pt")
+own = "state.pt"  # --save-every: saved every N steps in the working folder, by rename, as tutorials do
 step = epoch = 0
-if os.path.exists(path):
-    state = torch.load(path)
+states = [torch.load(found) for found in (path, own) if os.path.exists(found)]
+if states:
+    state = max(states, key=lambda s: s["step"])
     model.module.load_state_dict(state["model"])
     step, epoch = state["step"], state["epoch"]
     print(f"rank {rank} resumed at step {step} epoch {epoch}", flush=True)
@@ -74,6 +79,12 @@ def train():  # up to step `last`; True when a stop ended it (every rank at the 
             step += 1
             if rank == 0:
                 print(f"dataloader-saver step {step} loss {loss.item():.4f}", flush=True)
+            if args.save_every and step % args.save_every == 0:
+                if rank == 0:
+                    torch.save({"model": model.module.state_dict(), "step": step, "epoch": epoch}, own + ".tmp")
+                    os.replace(own + ".tmp", own)
+                    print(f"kept state.pt at step {step} epoch {epoch}", flush=True)
+                dist.barrier()
             time.sleep(args.step_time)
             stopping = torch.tensor([float(bool(stop))])
             dist.all_reduce(stopping)  # the ranks agree: a stop heard by any rank ends this step on every rank
@@ -103,21 +114,24 @@ METRICS = [
     {"name": "loss", "regex": r"dataloader-saver step \d+ loss ([0-9.]+)"},
 ]
 """The job's ``metrics``: the script prints its loss in its own words."""
-SPARED_WORKERS = (
-    "num_workers=2)  # WORKERS",
-    "num_workers=2, worker_init_fn=lambda _: signal.signal(signal.SIGTERM, signal.SIG_IGN))",
-)
-"""The loader as docs/stopping.md tells a script to write it for Slurm, which signals every process of a step:
-its workers ignore a SIGTERM (their parent ends them)."""
 
 
-def dataloader_saver_code(folder: Path, for_slurm: bool = False) -> Path:
-    """``folder/dataloader-saver/train.py``: the script, in a code folder of its own; ``for_slurm``: its workers
-    ignore SIGTERM (elsewhere the backend spares them, and the tests there prove it with workers that do not)."""
+def dataloader_saver_code(folder: Path) -> Path:
+    """``folder/dataloader-saver/train.py``: the script, in a code folder of its own. Its workers do nothing about
+    SIGTERM: cloudddp spares them on every backend (on Slurm, whose stop signals them too, by its hooks in the
+    script's process)."""
     code = folder / "dataloader-saver"
     code.mkdir(parents=True, exist_ok=True)
-    (code / ENTRY).write_text(SCRIPT.replace(*SPARED_WORKERS) if for_slurm else SCRIPT)
+    (code / ENTRY).write_text(SCRIPT)
     return code
+
+
+_KEPT = re.compile(r"kept state.pt at step (\d+) epoch (\d+)")
+
+
+def kept(text: str) -> list[tuple[int, int]]:
+    """(step, epoch) of every ``state.pt`` the script says it wrote in its working folder (``--save-every``)."""
+    return [(int(m.group(1)), int(m.group(2))) for m in _KEPT.finditer(text)]
 
 
 def saved(text: str) -> list[tuple[int, int]]:

@@ -11,6 +11,9 @@ from typing import Any
 
 import yaml
 
+from cloudddp.api import Run
+from cloudddp.backends.status import RunState
+from tests.support import sample_trace
 from tests.support.cli import ROOT
 
 EXAMPLES = ROOT / "examples"
@@ -31,3 +34,20 @@ def project(name: str, root: Path, args: list[str], **spec: Any) -> Path:
 def steps_in(pattern: str, text: str) -> list[int]:
     """Every step number ``pattern`` (with one ``(\\d+)`` group) finds in ``text``."""
     return [int(m) for m in re.findall(pattern, text)]
+
+
+def traced(name: str, root: Path, args: list[str], **spec: Any) -> Path:
+    """:func:`project` with the sample tracer (tests/support/sample_trace.py) in its code folder and environment."""
+    path = project(name, root, args, **spec)
+    job = yaml.safe_load(path.read_text())
+    job["env"] = {**job.get("env", {}), **sample_trace.install_into(path.parent)}
+    path.write_text(yaml.safe_dump(job, sort_keys=False))
+    return path
+
+
+def succeeded(run: Run, timeout: float = 240) -> str:
+    """The run's log, once it has succeeded (its log's end in the failure's message otherwise)."""
+    status = run.wait(timeout=timeout, poll=0.5)
+    log = "\n".join(line.text for line in run.logs())
+    assert status.state is RunState.SUCCEEDED, log[-3000:]
+    return log

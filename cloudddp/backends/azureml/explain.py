@@ -93,7 +93,8 @@ def _stop_line(d: AzureMLDecision) -> str:
     )
     return (
         "a stop: Azure documents no signal to a job's processes; one that comes reaches each rank's program once, "
-        f"through cloudddp's rank launcher: {how}; declared checkpoint.files are saved every 30 s whatever comes"
+        f"through cloudddp's rank launcher: {how}; declared checkpoint.files are kept within about a second of each "
+        "save, whatever comes"
     )
 
 

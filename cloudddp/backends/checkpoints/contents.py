@@ -10,7 +10,10 @@ when its arguments differ from this run's.
 What is found, and what the plan may claim about it:
 
 - the shared script's ``ckpt-*.pt`` (with its ``.sha256``): it resumes from the newest, as it always does;
-- kept files (``checkpoint.files``, under ``files/``): cloudddp links them back before the program starts;
+- kept files (``checkpoint.files``, under ``files/``): cloudddp links them back before the program starts, and the
+  script resumes only if it loads them, which cloudddp cannot see;
+- what ``{{last_checkpoint:PATTERN}}`` in the arguments gives the script (:mod:`cloudddp.injob.resume_arg`, the
+  same choice the launcher makes when each rank starts), as the folder stands at render;
 - framework checkpoints: Lightning's ``*.ckpt``, Hugging Face's ``checkpoint-N/``, Accelerate's ``checkpoint_N/``
   or a ``save_state`` folder (``random_states_0.pkl``): the script resumes only if it loads them (usually a path
   it is given), which cloudddp cannot see, so the plan names them and says so;
@@ -32,9 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from cloudddp.injob import resume_arg
 from cloudddp.injob.keepfiles import KEPT, ROOT
 from cloudddp.spec.model import JobSpec, is_shared_script
-from cloudddp.spec.placeholders import names_in
+from cloudddp.spec.placeholders import last_checkpoint, names_in
 
 RECORD = "cloudddp-runs.jsonl"
 """Beside the checkpoints: one JSON line per run launched into the folder."""
@@ -60,6 +64,17 @@ class Item(NamedTuple):
     """Its modification time (a folder: its newest file's)."""
 
 
+class Given(NamedTuple):
+    """What one ``{{last_checkpoint:PATTERN}}`` of the arguments gives the script, as the folder stands."""
+
+    pattern: str
+    match: str | None
+    """The newest complete match, relative to the checkpoint folder; None: the placeholder is empty."""
+    matches: int
+    order: str
+    """How the newest was told: ``number`` (the numbers in the names) or ``time``."""
+
+
 @dataclass(frozen=True)
 class Found:
     """What the checkpoint folder holds, each group newest first."""
@@ -74,6 +89,8 @@ class Found:
     elsewhere: tuple[str, ...] = ()
     """When this folder holds nothing: the job's other checkpoint folders that hold something (another
     ``checkpoint.key``, or a folder keyed by the arguments' digest), newest first."""
+    given: tuple[Given, ...] = ()
+    """What each ``{{last_checkpoint:PATTERN}}`` of the arguments gives the script."""
 
     @property
     def newest(self) -> float | None:
@@ -92,14 +109,18 @@ class Found:
 NOTHING = Found(shared=None, kept=(), frameworks=(), others=(), runs=())
 
 
-def look(folder: Path, *, shared_script: bool, keeps: bool, siblings: bool = False) -> Found:
+def look(
+    folder: Path, *, shared_script: bool, keeps: bool, siblings: bool = False, patterns: Sequence[str] = ()
+) -> Found:
     """What ``folder`` holds (:data:`NOTHING` when it does not exist). The shared script's checkpoints count as
     such only for a run of the shared script, and kept files only for a spec that declares ``checkpoint.files``
     (nothing links them back otherwise): else they are files like any other. With ``siblings`` (a folder cloudddp
     named, ``<job>/<key>``, for a spec that names no ``checkpoint.key``: a named variant's siblings are not its
-    own) an empty folder also names the job's other folders that hold checkpoints."""
+    own) an empty folder also names the job's other folders that hold checkpoints. ``patterns``: those of the
+    arguments' ``{{last_checkpoint:PATTERN}}`` (:func:`patterns_given`), each told what it gives the script."""
+    given = tuple(_given(folder, pattern) for pattern in patterns)
     if not folder.is_dir():
-        return Found(**{**NOTHING.__dict__, "elsewhere": _elsewhere(folder) if siblings else ()})
+        return Found(**{**NOTHING.__dict__, "elsewhere": _elsewhere(folder) if siblings else (), "given": given})
     digests = sorted(folder.glob("ckpt-*.pt.sha256")) if shared_script else []
     shared = Item(digests[-1].name.removesuffix(".sha256"), _mtime(digests[-1])) if digests else None
     frameworks, others = _scan(folder, skip_shared=shared_script, skip_kept=keeps)
@@ -109,10 +130,26 @@ def look(folder: Path, *, shared_script: bool, keeps: bool, siblings: bool = Fal
         frameworks=_newest_first(frameworks),
         others=_newest_first(others),
         runs=_runs(folder / RECORD),
+        given=given,
     )
     if siblings and found.newest is None:
         return Found(**{**found.__dict__, "elsewhere": _elsewhere(folder)})
     return found
+
+
+def patterns_given(spec: JobSpec) -> tuple[str, ...]:
+    """The patterns of the ``{{last_checkpoint:PATTERN}}`` placeholders the spec's program is given, in order."""
+    words = spec.code.command if spec.code.command is not None else spec.code.args
+    found = (last_checkpoint(name) for word in words for name in names_in(word))
+    return tuple(dict.fromkeys(pattern for pattern in found if pattern is not None))
+
+
+def _given(folder: Path, pattern: str) -> Given:
+    """What ``{{last_checkpoint:pattern}}`` gives the script, with the launcher's own choice."""
+    if not folder.is_dir():
+        return Given(pattern, None, 0, "number")
+    match, matches, order = resume_arg.newest(str(folder), pattern)
+    return Given(pattern, match, len(matches), order)
 
 
 def _elsewhere(folder: Path) -> tuple[str, ...]:
@@ -203,14 +240,19 @@ def record_run(folder: Path, run_id: str, argv: Sequence[str]) -> None:
 
 
 def resume_note(found: Found, *, never: bool) -> str:
-    """What the run starts from, in words: only what cloudddp sees in the folder, never a resume it cannot see."""
+    """What the run starts from, in words: only what cloudddp sees in the folder, never a resume it cannot see (the
+    shared script's alone: it loads its newest checkpoint itself)."""
     if never:
         return _never_note(found)
     notes = []
     if found.shared is not None:
         notes.append(f"resumes from {found.shared.name}")
+    notes += [_given_note(given) for given in found.given if given.match is not None]
     if found.kept:
-        notes.append(f"resumes: kept files {_names(found.kept)} (saved {_when(found.kept[0])}), linked back first")
+        notes.append(
+            f"kept files {_names(found.kept)} (saved {_when(found.kept[0])}) are linked back first: your script "
+            "resumes if it loads them"
+        )
     if found.frameworks:
         notes.append(
             f"found {_names(found.frameworks)} (saved {_when(found.frameworks[0])}) in the checkpoint folder: "
@@ -221,15 +263,33 @@ def resume_note(found: Found, *, never: bool) -> str:
             f"the checkpoint folder holds {_names(found.others)} (saved {_when(found.others[0])}): your script "
             "resumes if it loads it"
         )
+    empty = [_given_note(given) for given in found.given if given.match is None]
     if notes:
-        return "; ".join(notes)
+        return "; ".join(notes + empty)
     if found.elsewhere:
-        return (
-            f"no checkpoint in this folder: starts from scratch; other folders of this job hold checkpoints "
-            f"({', '.join(found.elsewhere[:3])}: another checkpoint.key, or keyed by the arguments as cloudddp did "
-            "before): to continue one, set checkpoint.path to it"
+        return "; ".join(
+            [
+                "no checkpoint in this folder: starts from scratch",
+                *empty,
+                f"other folders of this job hold checkpoints ({', '.join(found.elsewhere[:3])}: another "
+                "checkpoint.key, or keyed by the arguments as cloudddp did before): to continue one, set "
+                "checkpoint.path to it",
+            ]
         )
-    return "no checkpoint yet: starts from scratch"
+    return "; ".join(["no checkpoint yet: starts from scratch", *empty])
+
+
+def _given_note(given: Given) -> str:
+    """What one ``{{last_checkpoint:PATTERN}}`` gives the script, as the folder stands (each rank's launcher chooses
+    again when it starts)."""
+    named = resume_arg.placeholder(given.pattern)
+    if given.match is None:
+        return f'{named} is empty: nothing matches {given.pattern} yet, so your script is given "" (nothing to load)'
+    by = "the number in its name" if given.order == "number" else "modification time"
+    return (
+        f"{named} gives your script {given.match} (the newest of {given.matches} by {by}; chosen again when each "
+        "rank starts): it resumes if it loads what that argument names"
+    )
 
 
 def _never_note(found: Found) -> str:
@@ -238,6 +298,8 @@ def _never_note(found: Found) -> str:
     note = "starts from scratch (checkpoint.resume: never"
     if found.kept:
         note += "; the kept files are removed first"
+    if found.given:
+        note += f'; {", ".join(resume_arg.placeholder(given.pattern) for given in found.given)} is given as ""'
     own = (*found.frameworks, *found.others)
     if own:
         return f"{note}): the folder holds {_names(own)}, which your script loads unless it heeds CLOUDDDP_RESUME=never"
@@ -285,13 +347,18 @@ def _newest_first(items: list[Item]) -> tuple[Item, ...]:
 
 def resume_notes(spec: JobSpec) -> list[str]:
     """For a script other than the shared one (which checkpoints by itself), what makes a resubmit resume: its own
-    saves, only where they outlive the run."""
+    saves, only where they outlive the run, and its own load (a path ``{{last_checkpoint:PATTERN}}`` gives it)."""
+    return [*_saves_note(spec), *_given_notes(spec)]
+
+
+def _saves_note(spec: JobSpec) -> list[str]:
     files = spec.checkpoint.files
     if files:
         return [
             f"checkpoint.files ({', '.join(files)}): before the program starts, on every node, each resolves into "
             "the checkpoint folder ($CLOUDDDP_CHECKPOINT_DIR/files, a link; a pattern's files are linked when "
-            "kept and saved when new), so your script's own save and load resume on a resubmit"
+            "kept and saved when new), so what your script saves there is there again on a resubmit: it resumes "
+            "if it loads them"
         ]
     if not spec.checkpoint.enabled or is_shared_script(spec):
         return []
@@ -305,4 +372,17 @@ def resume_notes(spec: JobSpec) -> list[str]:
         "your script: a resubmit resumes only if your script writes to $CLOUDDDP_CHECKPOINT_DIR (or "
         "{{checkpoint_dir}} in code.args) or declares checkpoint.files; what it writes in its working folder is "
         "discarded with the run"
+    ]
+
+
+def _given_notes(spec: JobSpec) -> list[str]:
+    """What ``{{last_checkpoint:PATTERN}}`` in the arguments becomes, for every backend: chosen as each rank starts."""
+    patterns = patterns_given(spec) if spec.checkpoint.enabled else ()
+    if not patterns:
+        return []
+    named = ", ".join(resume_arg.placeholder(pattern) for pattern in patterns)
+    return [
+        f"{named}: as each rank starts, its launcher puts the path of the newest complete match in the "
+        'checkpoint folder ($CLOUDDDP_CHECKPOINT_DIR) in its place, or "" when nothing matches (the first run) or '
+        "with checkpoint.resume: never; the rank's log says which: your script resumes if it loads what it is given"
     ]

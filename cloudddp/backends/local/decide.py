@@ -213,6 +213,7 @@ def _checkpoints(spec: JobSpec, folder: Path, *, own_script: bool) -> Checkpoint
             shared_script=not own_script,
             keeps=bool(spec.checkpoint.files),
             siblings=not (spec.checkpoint.path or spec.checkpoint.key),
+            patterns=contents.patterns_given(spec),
         ),
         never_resume=spec.checkpoint.resume == "never",
     )

@@ -99,7 +99,7 @@ class SlurmDecision:
     max_restarts: int
     keep_files: tuple[str, ...]
     """``checkpoint.files``: each rank's launcher links them into the checkpoint folder before the training starts;
-    each node's first saves them every 30 s and when the training ends."""
+    each node's first keeps a file within about a second of a rename into place, and all when the training ends."""
     fabric_unplaced: bool
     """Several GPU nodes want InfiniBand (resources.interconnect: auto) and nothing tells Slurm where it is."""
     accelerator_unsent: str | None
@@ -205,6 +205,7 @@ def _found(spec: JobSpec, opts: SlurmOptions, places: Places) -> contents.Found 
         shared_script=is_shared_script(spec),
         keeps=bool(spec.checkpoint.files),
         siblings=not (spec.checkpoint.path or spec.checkpoint.key),
+        patterns=contents.patterns_given(spec),
     )
 
 

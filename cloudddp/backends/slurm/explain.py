@@ -62,7 +62,8 @@ def _grace(d: SlurmDecision) -> str:
     )
     return (
         f"{told}. Slurm signals every process of the job step itself, each rank once; {who}, and a rank's "
-        "launcher passes nothing on (its DataLoader workers get Slurm's SIGTERM too: ignore it in worker_init_fn)"
+        "launcher passes nothing on (its DataLoader workers get Slurm's SIGTERM too, and ignore it: cloudddp's hooks "
+        "in the program)"
     )
 
 

@@ -389,7 +389,7 @@ def _launch_lines(d: SlurmDecision) -> list[str]:
 def launcher_payload(d: SlurmDecision) -> str:
     """What each rank's launcher (cloudddp/injob/shim.py) is told: Slurm signals every process of the step itself,
     so the launcher passes nothing on (``stops: platform``); it keeps ``checkpoint.files`` (the first launcher of
-    each node saves them every 30 s, and each when its program ends, inside the grace)."""
+    each node keeps a file within about a second of its save, and each when its program ends, inside the grace)."""
     payload: dict[str, object] = {"stops": "platform"}
     if d.keep_files:
         payload["keep"] = list(d.keep_files)

@@ -9,11 +9,11 @@ global rank 0's host: without it no record comes back and the stop is never sent
 reaches two containers whose ranks must agree on it over the network, only algo-1's disk holds rank 0's
 ``last.ckpt`` and ``metrics.csv``, and both hosts of the second job must find the checkpoint SageMaker restored.
 
-Known race (Lightning 2.6.6, not cloudddp's): Lightning's SIGTERM handler itself broadcasts from rank 0 (its
-PR #20825), and its training loop broadcasts once a step. Every rank gets SIGTERM here (each host's torchrun agent
-passes it on), so when one rank's handler runs while the other rank waits inside a collective, the two ranks'
-collectives pair up wrongly and both hang until the SIGKILL: this test then fails at "none needed the SIGKILL"
-(seen once in six stops here).
+The script knows nothing of cloudddp: cloudddp's hooks in each rank's process replace Lightning's own SIGTERM
+handler (which broadcasts from inside the handler and hung both ranks until the SIGKILL in about one stop of six
+here), save ``last.ckpt`` at the step both ranks agree on, and on the resume skip the batches the interrupted epoch
+had trained: what each rank trains across both jobs is, sample by sample, what it trains in one uninterrupted run
+of the same world (local 1×2: the same seed and world size give the same order).
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ import pytest
 import torch
 import yaml
 
-from cloudddp.api import Run
+from cloudddp.api import Job, Run
 from cloudddp.backends.sagemaker import SageMakerBackend
 from cloudddp.observe.metrics import MetricRecord
 from cloudddp.runs.database import RunDatabase
 from tests.backends.sagemaker.test_container_rehearsal import CPU_IMAGE, REGION, ROLE, aws, launch, run, succeeded
+from tests.support import frameworks, sample_trace
 from tests.support.aws_emulator import own_bucket, put_logs
-from tests.support.frameworks import project, steps_in
+from tests.support.frameworks import steps_in, traced
 from tests.support.sagemaker_container import Aws, Rehearsal, Stop
 
 pytestmark = pytest.mark.slow
@@ -49,7 +50,7 @@ GRACE = 60.0
 
 
 def lightning_job(root: Path, args: list[str]) -> dict[str, Any]:
-    job: dict[str, Any] = yaml.safe_load(project("lightning", root, args).read_text())
+    job: dict[str, Any] = yaml.safe_load(traced("lightning", root, args).read_text())
     job["code"]["dir"] = str(root / "lightning")
     job["resources"] = {"nodes": 2, "gpus_per_node": 0, "processes_per_node": 1, "interconnect": "any"}
     job["sagemaker"] = {
@@ -83,6 +84,9 @@ def metric_steps(request: dict[str, Any], rehearsal: Rehearsal, name: str) -> li
 
 @pytest.mark.timeout(300)
 def test_lightning_on_two_hosts_stops_into_last_ckpt_and_a_second_job_resumes_from_it(tmp_path: Path, aws: Aws) -> None:
+    whole = traced("lightning", tmp_path / "whole", [*ARGS, *ONCE], local={"nodes": 1, "processes_per_node": 2})
+    expected = sample_trace.steps(frameworks.succeeded(Job.load(whole).submit("local")))
+    assert [len(expected[r]) for r in (0, 1)] == [28, 28], expected.keys()
     request = launch(lightning_job(tmp_path / "a", [*ARGS, *ONCE, "--step-sleep", "0.5"]), "lit1")
     stop = Stop(on=TRAINING, grace=GRACE)
     first = run(request, tmp_path / "first", aws, stop=stop, timeout=GRACE + 120)
@@ -93,7 +97,9 @@ def test_lightning_on_two_hosts_stops_into_last_ckpt_and_a_second_job_resumes_fr
     kept = first.host("algo-1").opt_ml.parent / "opt-ml" / "checkpoints" / "checkpoints" / "last.ckpt"
     stopped_at = torch.load(kept, map_location="cpu", weights_only=False)["global_step"]
     assert 5 <= stopped_at < 28, log[-4000:]
-    assert steps_in(r"stopped: saved last.ckpt at step (\d+)", log) == [stopped_at] * 2, log[-4000:]  # both agreed
+    stops = steps_in(r"cloudddp: stopped at step (\d+): saved \S+/last\.ckpt", log)
+    assert stops == [stopped_at] * 2, log[-4000:]  # both agreed
+    assert "]:Traceback" not in log, log[-4000:]  # no rank's (torchrun's agent prints one for its own SIGTERM)
     before = metric_steps(request, first, "train_loss")
     assert before and before == sorted(set(before)) and before[-1] < stopped_at, before
 
@@ -107,6 +113,8 @@ def test_lightning_on_two_hosts_stops_into_last_ckpt_and_a_second_job_resumes_fr
     assert "Restored all states from the checkpoint at /opt/ml/checkpoints/checkpoints/last.ckpt" in log, log[-4000:]
     # Both ranks ended together at the epoch's end: each loaded the stop's step from SageMaker's copy on its host.
     assert steps_in(r"finished at step (\d+)", log) == [28, 28], log[-4000:]
+    trained, resumed = sample_trace.steps(text(first)), sample_trace.steps(log)
+    assert all(trained[r] + resumed[r] == expected[r] for r in (0, 1)), (stopped_at, len(trained[0]), len(resumed[0]))
     saved = second.host("algo-1").opt_ml.parent / "opt-ml" / "checkpoints" / "checkpoints"
     assert not list(saved.glob("last-v*.ckpt")), "the resumed run wrote over the stop's last.ckpt"
     after = metric_steps(again, second, "train_loss")
