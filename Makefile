@@ -67,7 +67,7 @@ test: venv azurite system-deps sdk-data toolkits .venv-azureml-mlflow/.installed
 # and on Slurm, Hugging Face's own run_clm.py where a developer has put it in tests/fixtures/unchanged/ (SOURCES.md
 # says which), and the local stop-and-resume cells once more with the oldest framework versions tested (OLDER).
 OLDER := .venv-older-frameworks
-OLDER_PINS := "lightning==2.5.*" "transformers==4.57.*" "accelerate==1.10.*" "datasets>=4"
+OLDER_PINS := "lightning==2.5.*" "transformers==5.18.*"
 conformance: venv azurite system-deps toolkits $(OLDER)/.installed
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[hf-examples]"
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \

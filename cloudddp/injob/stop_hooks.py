@@ -55,8 +55,9 @@ SWITCH = "CLOUDDDP_FRAMEWORK_HOOKS"
 """``off`` in the job's environment: no hook is installed."""
 OFF = ("off", "0", "false", "no")
 TAG = "cloudddp:"
-TESTED = {"lightning": ("2.5", "2.6"), "transformers": ("4.57", "5.25")}
-"""The minor versions the hooks are tested with (docs/stopping.md's table), oldest and newest."""
+TESTED = {"lightning": ("2.5", "2.6"), "transformers": ("5.18", "5.25")}
+"""The minor versions the hooks are tested with (docs/stopping.md's table), oldest and newest. Transformers before
+5.18 cannot resume a distributed CPU run with torch 2.13 at all (it loads the optimizer onto ``cpu:0``)."""
 SITE = '''"""Written by cloudddp's rank launcher: loads its stop hooks, then the sitecustomize this folder hides."""
 import importlib.machinery, importlib.util, os, sys
 
