@@ -38,37 +38,50 @@ def text(run: Run) -> str:
     return "\n".join(line.text for line in run.logs())
 
 
+def cancelled(job: Path, overrides: list[str], after: int, saved: str) -> tuple[str, int]:
+    """``job`` run here and cancelled once rank 0 has trained ``after`` steps; its log and the step both ranks say
+    they stopped at (``cloudddp: stopped at step N: saved <saved>``, ``{N}`` in ``saved`` standing for N), which must
+    be one step, with no rank's traceback and no DataLoader worker killed."""
+    first = Job.load(job, overrides).submit("local")
+    wait_until(lambda: len(sample_trace.steps(text(first)).get(0, [])) >= after, 300, poll=0.2)
+    assert cli("cancel", first.run_id).returncode == 0
+    assert first.wait(timeout=60, poll=0.5).state is RunState.CANCELLED
+    log = text(first)
+    stops = steps_in(r"cloudddp: stopped at step (\d+): saved " + saved.replace("{N}", r"\1"), log)
+    assert len(stops) == 2 and stops[0] == stops[1] >= after, log[-3000:]  # both ranks, one step
+    assert "Traceback" not in log and "killed by signal" not in log, log[-3000:]
+    return log, stops[0]
+
+
+def assert_each_sample_once(stopped: str, resumed: str, whole: str, stop: int) -> None:
+    """Each rank trained ``stop`` steps before the stop, and those and its resume's, in order, are the
+    uninterrupted run's: the same samples at the same steps, none twice, none left out."""
+    trained, after, expected = sample_trace.steps(stopped), sample_trace.steps(resumed), sample_trace.steps(whole)
+    assert sorted(expected) == [0, 1] and stop < len(expected[0]), (expected.keys(), stop)  # a stop mid-run
+    for rank in (0, 1):
+        assert len(trained[rank]) == stop, (rank, len(trained[rank]), stop)
+        assert trained[rank] + after[rank] == expected[rank], f"rank {rank}: the steps differ from the whole run's"
+
+
 @pytest.mark.timeout(420)
 def test_unchanged_lightning_stopped_mid_epoch_saves_and_resumes_each_sample_once(tmp_path: Path) -> None:
     whole = succeeded(
         Job.load(traced("lightning", tmp_path / "whole", [*LIGHTNING, *EPOCHS]), ["name=lit-whole"]).submit("local")
     )
-    expected = sample_trace.steps(whole)
-    assert sorted(expected) == [0, 1] and len(expected[0]) == 56, {r: len(s) for r, s in expected.items()}
-
-    slow = [*LIGHTNING, *EPOCHS, "--step-sleep", "0.2"]
-    first = Job.load(traced("lightning", tmp_path / "first", slow), ["name=lit-stop"]).submit("local")
-    wait_until(lambda: len(sample_trace.steps(text(first)).get(0, [])) >= 36, 200, poll=0.5)  # into epoch 2
-    assert cli("cancel", first.run_id).returncode == 0
-    assert first.wait(timeout=60, poll=0.5).state is RunState.CANCELLED
-    log = text(first)
-    stops = steps_in(r"cloudddp: stopped at step (\d+): saved \S+last\.ckpt", log)
-    assert len(stops) == 2 and stops[0] == stops[1] and 36 <= stops[0] < 56, log[-3000:]  # both ranks, one step
-    assert "Traceback" not in log and "killed by signal" not in log, log[-3000:]
-
-    second = Job.load(traced("lightning", tmp_path / "second", [*LIGHTNING, *EPOCHS]), ["name=lit-stop"])
-    log2 = succeeded(second.submit("local"))
+    assert len(sample_trace.steps(whole).get(0, [])) == 56, whole[-3000:]
+    slow = traced("lightning", tmp_path / "first", [*LIGHTNING, *EPOCHS, "--step-sleep", "0.2"])
+    log, stop = cancelled(slow, ["name=lit-stop"], 36, r"\S+last\.ckpt")  # into epoch 2
+    again = traced("lightning", tmp_path / "second", [*LIGHTNING, *EPOCHS])
+    log2 = succeeded(Job.load(again, ["name=lit-stop"]).submit("local"))
     assert "last.ckpt" in log2 and steps_in(r"finished at step (\d+)", log2) == [56, 56], log2[-3000:]
-    trained = sample_trace.steps(log)
-    resumed = sample_trace.steps(log2)
-    for rank in (0, 1):
-        assert len(trained[rank]) == stops[0], (rank, len(trained[rank]), stops[0])
-        assert trained[rank] + resumed[rank] == expected[rank], f"rank {rank}: the steps differ from the whole run's"
+    assert_each_sample_once(log, log2, whole, stop)
 
 
 HF_ARGS = ["--output_dir", "{{checkpoint_dir}}", "--max_steps", "60", "--save_steps", "1000"]
 """60 steps (an epoch is 32 at world 2: 512 samples, batches of 8), no periodic checkpoint before the end: only
 the stop's ``checkpoint-N`` can carry a resume into the second epoch."""
+TRAINER_SAVED = r"checkpoint-{N} "
+"""What the Trainer's stop line says it saved (``checkpoint-N in <output_dir>``)."""
 
 
 @pytest.mark.timeout(420)
@@ -77,27 +90,14 @@ def test_unchanged_trainer_stopped_mid_epoch_saves_its_checkpoint_and_resumes_at
     the stop saves ``checkpoint-N`` at the step both ranks reach, the resubmit resumes at step N + 1 (0 steps
     redone) and each rank trains, sample by sample, what it trains uninterrupted."""
     whole = succeeded(Job.load(traced("huggingface", tmp_path / "whole", HF_ARGS), ["name=hf-whole"]).submit("local"))
-    expected = sample_trace.steps(whole)
-    assert [len(expected[r]) for r in (0, 1)] == [60, 60], {r: len(s) for r, s in expected.items()}
-
-    slow = [*HF_ARGS, "--step_sleep", "0.2"]
-    first = Job.load(traced("huggingface", tmp_path / "first", slow), ["name=hf-stop"]).submit("local")
-    wait_until(lambda: len(sample_trace.steps(text(first)).get(0, [])) >= 36, 200, poll=0.5)  # into epoch 2
-    assert cli("cancel", first.run_id).returncode == 0
-    assert first.wait(timeout=60, poll=0.5).state is RunState.CANCELLED
-    log = text(first)
-    stops = steps_in(r"cloudddp: stopped at step (\d+): saved checkpoint-\1 ", log)
-    assert len(stops) == 2 and stops[0] == stops[1] and 36 <= stops[0] < 60, log[-3000:]
-    assert "Traceback" not in log, log[-3000:]
-
-    second = Job.load(traced("huggingface", tmp_path / "second", HF_ARGS), ["name=hf-stop"]).submit("local")
-    log2 = succeeded(second)
-    assert f"checkpoint-{stops[0]}, the newest complete checkpoint" in log2, log2[-3000:]
+    assert len(sample_trace.steps(whole).get(0, [])) == 60, whole[-3000:]
+    slow = traced("huggingface", tmp_path / "first", [*HF_ARGS, "--step_sleep", "0.2"])
+    log, stop = cancelled(slow, ["name=hf-stop"], 36, TRAINER_SAVED)  # into epoch 2
+    again = traced("huggingface", tmp_path / "second", HF_ARGS)
+    log2 = succeeded(Job.load(again, ["name=hf-stop"]).submit("local"))
+    assert f"checkpoint-{stop}, the newest complete checkpoint" in log2, log2[-3000:]
     assert steps_in(r"finished at step (\d+)", log2) == [60, 60], log2[-3000:]
-    trained, resumed = sample_trace.steps(log), sample_trace.steps(log2)
-    for rank in (0, 1):
-        assert len(trained[rank]) == stops[0], (rank, len(trained[rank]), stops[0])
-        assert trained[rank] + resumed[rank] == expected[rank], f"rank {rank}: the steps differ from the whole run's"
+    assert_each_sample_once(log, log2, whole, stop)
 
 
 def run_clm_job(root: Path, inputs: unchanged.ClmInputs, name: str, epochs: int) -> Path:
@@ -133,17 +133,7 @@ def run_clm_job(root: Path, inputs: unchanged.ClmInputs, name: str, epochs: int)
 def test_hugging_faces_own_run_clm_stopped_mid_epoch_resumes_at_the_next_step_sample_by_sample(tmp_path: Path) -> None:
     inputs = unchanged.clm_inputs(tmp_path / "inputs")
     whole = succeeded(Job.load(run_clm_job(tmp_path, inputs, "whole", 3), ["name=run-clm-whole"]).submit("local"), 400)
-    expected = sample_trace.steps(whole)
-    first = Job.load(run_clm_job(tmp_path, inputs, "first", 3)).submit("local")
-    wait_until(lambda: len(sample_trace.steps(text(first)).get(0, [])) >= 100, 300, poll=0.2)  # into epoch 2
-    assert cli("cancel", first.run_id).returncode == 0
-    assert first.wait(timeout=60, poll=0.5).state is RunState.CANCELLED
-    log = text(first)
-    stops = steps_in(r"cloudddp: stopped at step (\d+): saved checkpoint-\1 ", log)
-    assert len(stops) == 2 and stops[0] == stops[1], log[-3000:]
+    log, stop = cancelled(run_clm_job(tmp_path, inputs, "first", 3), [], 100, TRAINER_SAVED)  # into epoch 2
     log2 = succeeded(Job.load(run_clm_job(tmp_path, inputs, "second", 3)).submit("local"), 400)
-    assert f"checkpoint-{stops[0]}, the newest complete checkpoint" in log2, log2[-3000:]
-    trained, resumed = sample_trace.steps(log), sample_trace.steps(log2)
-    for rank in (0, 1):
-        assert len(trained[rank]) == stops[0], (rank, len(trained[rank]), stops[0])
-        assert trained[rank] + resumed[rank] == expected[rank], f"rank {rank}: the steps differ from the whole run's"
+    assert f"checkpoint-{stop}, the newest complete checkpoint" in log2, log2[-3000:]
+    assert_each_sample_once(log, log2, whole, stop)
