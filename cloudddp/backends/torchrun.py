@@ -1,5 +1,6 @@
-"""What the backends that run torchrun agents themselves (local, Slurm) share: the setting an agent that restarts
-its workers needs (:func:`restart_env`), and which rank failed it, read from what it printed (:func:`failed_rank`).
+"""What the backends that run torchrun agents themselves (local, Slurm) share: the agent's patch that gives each
+attempt of the workers a store of its own (:data:`EACH_ROUND_ANEW`), and which rank failed it, read from what it
+printed (:func:`failed_rank`).
 
 torchrun's error summary is not enough on its own. Its "Root Cause" is merely the earliest timestamp, and its
 "Failures:" list holds consequences too: the peers that died of the failure mid-collective (possibly stamped
@@ -41,18 +42,27 @@ _PEER_LOST = re.compile(
 """What a rank says when it died because a peer went away mid-collective (gloo, NCCL, the c10d store)."""
 
 
-RESTART_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-"""A store made anew for each attempt of the workers. Since torch 2.5 the c10d rendezvous hands its workers one
-TCPStore that outlives restarts, so a restarted rank can read the previous attempt's address of a peer and fail
-to connect to it ("Connection refused" in gloo's connectFullMesh; pytorch/pytorch#135712, which names this
-setting as the way out). With it, rank 0 hosts the workers' store and each attempt starts with an empty one,
-as torchrun did before 2.5. A fresh-clone run of the test suite failed a restarted group so."""
+EACH_ROUND_ANEW = """import os
+os.environ.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler as _Handler
+_next_round = _Handler.next_rendezvous
+def _anew(self):
+    self._bootstrap_store_info = None
+    self._shared_tcp_store_server = None
+    return _next_round(self)
+_Handler.next_rendezvous = _anew
+"""
+"""The start of every torchrun agent's ``python -c`` wrapper: a workers' store made anew for each round of the
+rendezvous (each attempt of the workers), hosted by the rank-0 agent on a socket it binds before anyone learns the
+port, and never released.
 
-
-def restart_env(max_restarts: int) -> dict[str, str]:
-    """The agent's environment for ``--max-restarts``: :data:`RESTART_ENV` when it restarts workers, else nothing
-    (without restarts the shared store is sound, and outlives rank 0's exit)."""
-    return dict(RESTART_ENV) if max_restarts > 0 else {}
+Since torch 2.5 the c10d rendezvous hands its workers one TCPStore that outlives restarts, so a restarted rank can
+read the previous attempt's address of a peer and fail to connect to it ("Connection refused" in gloo's
+connectFullMesh; pytorch/pytorch#135712). torch's own way out, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, has rank 0's
+worker host the store on a port ``get_free_port()`` bound and released, on every interface: another user takes it
+first or reads and writes the store (so the variable is removed here, whoever set it). Forgetting the last round's
+store instead keeps the agent-hosted store (the workers are its clients, ``TORCHELASTIC_USE_AGENT_STORE=True``) and
+gives every attempt an empty one; the backend's wrapper decides where the agent binds it (local: 127.0.0.1)."""
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,22 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: m[0] if len(m[0]) > 1 else f"\\x{ord(m[0]):02x}", text)
 
 
+_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\udc80-\udcff\\]")
+
+
+def safe_name(name: str) -> str:
+    """A file name (one a checkpoint folder, S3 or a datastore holds: anyone who could write there chose it) safe
+    to print: every control character, a tab or newline too, shown as ``\\xNN`` (none obeyed, none starts a line or
+    colours what follows), a byte that was not UTF-8 (read with ``surrogateescape``) as ``\\xNN`` of that byte, and a
+    backslash doubled, so no two names print alike."""
+
+    def shown(m: re.Match[str]) -> str:
+        c = ord(m[0])
+        return "\\\\" if m[0] == "\\" else f"\\x{c - 0xDC00 if c >= 0xDC80 else c:02x}"
+
+    return _NAME_CONTROL.sub(shown, name)
+
+
 def escape(text: str) -> str:
     from rich.markup import escape as rich_escape
 

@@ -4,10 +4,14 @@ fresh-clone runs of this suite met, where torchrun's own "Root Cause" or a signa
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from cloudddp.api import Job
-from cloudddp.backends.torchrun import RESTART_ENV, FailedRank, failed_rank
+from cloudddp.backends.slurm.agent import AGENT
+from cloudddp.backends.torchrun import EACH_ROUND_ANEW, FailedRank, failed_rank
 from tests.support.cli import FIXTURES
 
 TINY = FIXTURES / "tinyjob" / "job.yaml"
@@ -15,19 +19,32 @@ TINY = FIXTURES / "tinyjob" / "job.yaml"
 
 @pytest.mark.parametrize("restarts", [0, 2])
 def test_an_agent_that_restarts_its_workers_gives_each_attempt_a_store_of_its_own(restarts: int) -> None:
-    """torch's shared store outlives restarts and hands a restarted rank its peer's old address: with restarts,
-    local nodes and Slurm's per-node agents run with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; without, as torch has it."""
+    """torch's shared store outlives restarts and hands a restarted rank its peer's old address, and its opt-out has a
+    worker bind a released port on every interface: local nodes and Slurm's agents start with EACH_ROUND_ANEW."""
     job = Job.load(TINY, [f"limits.max_restarts={restarts}"])
     local = job.render("local")
     slurm = job.override("slurm.launch=torchrun").render("slurm")
-    ((name, value),) = RESTART_ENV.items()
     for node in local.request.nodes:
-        assert (node.env.get(name) == value) is (restarts > 0), node.env
-    assert (f"{name}={value}" in local.documents["torchrun.sh"]) is (restarts > 0)
-    exported = [line for line in slurm.documents["job.sbatch"].splitlines() if line.startswith(f"export {name}=")]
-    assert (
-        exported == [f"export {name}={value}  # each restart starts with a store of its own (pytorch/pytorch#135712)"]
-    ) is (restarts > 0)
+        assert node.argv[node.argv.index("-c") + 1].startswith(EACH_ROUND_ANEW), node.argv
+        assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in node.env
+    assert EACH_ROUND_ANEW in AGENT and "rdzv_wrapper=" in slurm.documents["job.sbatch"]
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=" not in slurm.documents["job.sbatch"]
+
+
+def test_each_round_of_the_rendezvous_forgets_the_last_rounds_store_and_torchs_opt_out() -> None:
+    """The patch itself, on torch's own handler (in a process of its own: it patches torch)."""
+    probe = (
+        "import os\n"
+        "os.environ['TORCH_DISABLE_SHARE_RDZV_TCP_STORE'] = '1'\n"
+        "from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler as H\n"
+        "H.next_rendezvous = lambda self: (self._bootstrap_store_info, self._shared_tcp_store_server)\n"
+        + EACH_ROUND_ANEW
+        + "h = object.__new__(H)\n"
+        "h._bootstrap_store_info, h._shared_tcp_store_server = 'last round', 'last store'\n"
+        "print(h.next_rendezvous(), os.environ.get('TORCH_DISABLE_SHARE_RDZV_TCP_STORE'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "(None, None) None"
 
 
 SUMMARY = """Failures:

@@ -128,7 +128,7 @@ class Flipping(LocalCheckpoints):
 
     def write(self, path: str, stream: IO[bytes]) -> None:
         super().write(path, stream)
-        with self._path(path).open("r+b") as f:
+        with (self.folder / path).open("r+b") as f:
             first = f.read(1)
             f.seek(0)
             f.write(bytes([first[0] ^ 0xFF]))
@@ -142,6 +142,7 @@ def test_a_target_that_holds_other_bytes_than_were_sent_is_an_error_naming_the_f
         carry(LocalCheckpoints(source), Flipping(tmp_path / "to"))
     assert str(source) in str(refused.value) and str(tmp_path / "to") in str(refused.value)
     assert newest_complete(list(tree(tmp_path / "to"))) is None
+    assert refused.value.args[0].split()[1] not in tree(tmp_path / "to")  # the file that failed is not left there
 
 
 def test_a_second_carry_copies_nothing_and_a_changed_file_of_the_same_size_again(tmp_path: Path) -> None:

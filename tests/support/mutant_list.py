@@ -312,11 +312,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "a-restarted-group-reuses-the-store",
         "A restarted group (`limits.max_restarts`) starts with a store of its own",
         "cloudddp/backends/torchrun.py",
-        "return dict(RESTART_ENV) if max_restarts > 0 else {}",
-        "return {}",
+        "_Handler.next_rendezvous = _anew\n",
+        "_Handler.next_rendezvous = _next_round\n",
         (
             "tests/backends/test_torchrun_agents.py::"
-            "test_an_agent_that_restarts_its_workers_gives_each_attempt_a_store_of_its_own",
+            "test_each_round_of_the_rendezvous_forgets_the_last_rounds_store_and_torchs_opt_out",
         ),
     ),
     Mutant(

@@ -16,7 +16,7 @@ import hashlib
 import io
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import IO, Any
 
 from cloudddp.backends.azureml.datastores import blob_container
@@ -59,6 +59,12 @@ class BlobCheckpoints:
     def write(self, path: str, stream: IO[bytes]) -> None:
         # Over max_single_put_size (or of no known size), sent in blocks of max_block_size, then committed.
         self.container.upload_blob(self.prefix + path, stream, overwrite=True, max_concurrency=1)
+
+    def remove(self, path: str) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        with suppress(ResourceNotFoundError):
+            self.container.delete_blob(self.prefix + path)
 
     def sha256(self, path: str) -> str:
         digest = hashlib.sha256()

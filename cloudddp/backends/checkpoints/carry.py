@@ -27,6 +27,7 @@ from typing import IO, Any, cast
 from cloudddp.backends.base import Backend, Progress, mapped_errors
 from cloudddp.backends.checkpoints.store import CheckpointStore, StoredFile, unsafe
 from cloudddp.errors import CloudDDPError
+from cloudddp.observe.console import safe_name
 from cloudddp.plan import Target
 
 _SHARED = re.compile(r"^ckpt-e(\d{4,})-s(\d{7,})\.pt$")
@@ -176,19 +177,31 @@ def _copy(
     with source.reader(file.path) as raw:
         hashing = _Hashing(raw, seen)
         target.write(file.path, cast(IO[bytes], hashing))
+    try:
+        _verify(source, target, file, hashing, want)
+    except BaseException:
+        target.remove(file.path)  # a file that failed its verification does not stay at the target
+        raise
+
+
+def _verify(
+    source: CheckpointStore, target: CheckpointStore, file: StoredFile, hashing: _Hashing, want: str | None
+) -> None:
+    """What was read is what was listed (and what its ``.sha256`` says), and what the target holds is what was read."""
     read = hashing.hasher.hexdigest()
-    where = f"from {source.location} to {target.location}"
+    name = safe_name(file.path)
+    where = f"from {safe_name(source.location)} to {safe_name(target.location)}"
     if hashing.size != file.size:
-        raise CloudDDPError(f"carrying {file.path} {where}: read {hashing.size} bytes of the {file.size} listed")
+        raise CloudDDPError(f"carrying {name} {where}: read {hashing.size} bytes of the {file.size} listed")
     if want is not None and read != want:
         raise CloudDDPError(
-            f"carrying {file.path} {where}: the checkpoint does not match its {file.path}{DIGEST} at the source "
-            f"(sha256 {read}, the file says {want}): it is corrupt there and was not carried as complete"
+            f"carrying {name} {where}: the checkpoint does not match its {name}{DIGEST} at the source "
+            f"(sha256 {read}, the file says {safe_name(want)}): it is corrupt there and was not carried as complete"
         )
     held = target.sha256(file.path)
     if held != read:
         raise CloudDDPError(
-            f"carrying {file.path} {where}: the target holds sha256 {held} after the copy, the source sent {read}"
+            f"carrying {name} {where}: the target holds sha256 {held} after the copy, the source sent {read}"
         )
 
 

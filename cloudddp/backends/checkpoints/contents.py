@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 from cloudddp.injob import resume_arg
 from cloudddp.injob.keepfiles import KEPT, ROOT
+from cloudddp.observe.console import safe_name
 from cloudddp.spec.model import JobSpec, is_shared_script
 from cloudddp.spec.placeholders import last_checkpoint, names_in
 
@@ -246,7 +247,7 @@ def resume_note(found: Found, *, never: bool) -> str:
         return _never_note(found)
     notes = []
     if found.shared is not None:
-        notes.append(f"resumes from {found.shared.name}")
+        notes.append(f"resumes from {safe_name(found.shared.name)}")
     notes += [_given_note(given) for given in found.given if given.match is not None]
     if found.kept:
         notes.append(
@@ -271,8 +272,8 @@ def resume_note(found: Found, *, never: bool) -> str:
             [
                 "no checkpoint in this folder: starts from scratch",
                 *empty,
-                f"other folders of this job hold checkpoints ({', '.join(found.elsewhere[:3])}: another "
-                "checkpoint.key, or keyed by the arguments as cloudddp did before): to continue one, set "
+                f"other folders of this job hold checkpoints ({', '.join(map(safe_name, found.elsewhere[:3]))}: "
+                "another checkpoint.key, or keyed by the arguments as cloudddp did before): to continue one, set "
                 "checkpoint.path to it",
             ]
         )
@@ -287,8 +288,8 @@ def _given_note(given: Given) -> str:
         return f'{named} is empty: nothing matches {given.pattern} yet, so your script is given "" (nothing to load)'
     by = "the number in its name" if given.order == "number" else "modification time"
     return (
-        f"{named} gives your script {given.match} (the newest of {given.matches} by {by}; chosen again when each "
-        "rank starts): it resumes if it loads what that argument names"
+        f"{named} gives your script {safe_name(given.match)} (the newest of {given.matches} by {by}; chosen again "
+        "when each rank starts): it resumes if it loads what that argument names"
     )
 
 
@@ -320,7 +321,7 @@ def arguments_warning(found: Found, argv: Sequence[str]) -> str | None:
 
 
 def _names(items: Sequence[Item], most: int = 3) -> str:
-    shown = ", ".join(item.name for item in items[:most])
+    shown = ", ".join(safe_name(item.name) for item in items[:most])
     return shown + (f" and {len(items) - most} more" if len(items) > most else "")
 
 

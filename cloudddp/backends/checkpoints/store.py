@@ -52,6 +52,10 @@ class CheckpointStore(Protocol):
         """The hex SHA-256 of what the store holds at ``path`` now (read back, or the store's own checksum)."""
         ...
 
+    def remove(self, path: str) -> None:
+        """Remove the file ``path`` (nothing when it is not there): a copy that failed its verification."""
+        ...
+
 
 def chunks(stream: IO[bytes]) -> Iterator[bytes]:
     """``stream`` in pieces of at most :data:`CHUNK` bytes."""

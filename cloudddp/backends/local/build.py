@@ -32,7 +32,9 @@ def request(d: LocalDecision) -> LocalRequest:
     )
 
 
-AGENT = """import socket, sys
+AGENT = (
+    torchrun.EACH_ROUND_ANEW
+    + """import socket, sys
 import torch.distributed as dist
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
 from torch.distributed.run import main
@@ -45,7 +47,9 @@ def on_loopback(self, addr, port):
 DynamicRendezvousHandler._create_tcp_store_server = on_loopback
 sys.exit(main())
 """
-"""torchrun's agent, with the store it makes for its workers (``MASTER_PORT``) on 127.0.0.1: torchrun binds it to
+)
+"""torchrun's agent, with the store it makes for its workers (``MASTER_PORT``, anew for each attempt:
+:data:`~cloudddp.backends.torchrun.EACH_ROUND_ANEW`) on a socket bound to 127.0.0.1: torchrun binds it to
 every interface (TCPStore has no bind address; it takes a listening socket, as the rendezvous store does). Every
 local "node" is on this machine, so its workers reach it there (``--local-addr 127.0.0.1`` makes that their
 ``MASTER_ADDR``). Run with ``-c``: the job's Python may not have cloudddp."""
@@ -82,7 +86,6 @@ def _node(d: LocalDecision, node: int) -> NodeCommand:
         "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": RANK_TAG,
         # gloo's own connections between the ranks on loopback too (the job's env may name another interface)
         **({} if "GLOO_SOCKET_IFNAME" in d.env else {"GLOO_SOCKET_IFNAME": "lo"}),
-        **torchrun.restart_env(d.max_restarts),
     }
     return NodeCommand(node_rank=node, argv=argv, env=env)
 

@@ -43,7 +43,8 @@ def explain(d: LocalDecision) -> tuple[list[str], list[str]]:
     if d.max_restarts:
         decisions.append(
             f"limits.max_restarts {d.max_restarts}: each restart of the processes starts with a store "
-            "of its own (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1), so none reads the last attempt's addresses"
+            "of its own, bound on 127.0.0.1 by the rank-0 agent before its port is known, so none reads the last "
+            "attempt's addresses"
         )
     decisions.append(
         f"a stop (cancel, limits.max_runtime): each rank's program gets SIGTERM once, from cloudddp's rank launcher "

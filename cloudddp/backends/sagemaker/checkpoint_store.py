@@ -119,6 +119,10 @@ class S3Checkpoints:
                 digest.update(block)
         return digest.hexdigest()
 
+    def remove(self, path: str) -> None:
+        with self._errors():
+            self.s3.delete_object(Bucket=self.bucket, Key=self._key(path), **storage.owner_args(self.upload))
+
     def _key(self, path: str) -> str:
         if unsafe(path):
             raise CloudDDPError(f"{path!r} is not a file name inside the checkpoint folder {self.uri}")

@@ -17,6 +17,8 @@ host, the port (0: any), then torchrun's own arguments or the store's role.
 
 from __future__ import annotations
 
+from cloudddp.backends.torchrun import EACH_ROUND_ANEW
+
 PORT_TAKEN_EXIT = 98
 """Node 0's agent's exit code when ``slurm.rendezvous_port`` is taken on its node (EADDRINUSE's number)."""
 PORT_TAKEN_MARK = "cloudddp: the rendezvous port"
@@ -69,6 +71,7 @@ endpoint file written by the node that binds and read, checked, by the others.""
 
 AGENT = (
     _SHARED
+    + EACH_ROUND_ANEW
     + """from datetime import timedelta
 import torch.distributed as dist
 from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
@@ -89,7 +92,8 @@ sys.argv[1:1] = ["--rdzv-endpoint", endpoint]
 sys.exit(main())
 """
 )
-"""torchrun's wrapper (``python -c``)."""
+"""torchrun's wrapper (``python -c``); its workers' store is made anew for each attempt on a port the rank-0
+agent binds (:data:`~cloudddp.backends.torchrun.EACH_ROUND_ANEW`)."""
 
 STORE = (
     _SHARED

@@ -87,6 +87,9 @@ class SlurmCheckpoints:
     def sha256(self, path: str) -> str:
         return self.shell.text(["sha256sum", "--", self._path(path)], timeout=HASH_SECONDS).split()[0]
 
+    def remove(self, path: str) -> None:
+        self.shell.run(["rm", "-f", "--", self._path(path)])
+
     def _send(self, argv: Sequence[str], stream: IO[bytes]) -> None:
         """Run ``argv`` with ``stream`` on its standard input, a chunk at a time."""
         self.shell.connect()

@@ -37,7 +37,6 @@ import json
 import shlex
 from collections.abc import Sequence
 
-from cloudddp.backends import torchrun
 from cloudddp.backends.slurm import envs, images, rendezvous
 from cloudddp.backends.slurm.decide import SlurmDecision
 from cloudddp.injob.shim import SHIPPED_AS as LAUNCHER
@@ -330,10 +329,6 @@ def _launch_lines(d: SlurmDecision) -> list[str]:
             "addr=$(hostname)  # its NodeAddr below, where node data is readable",
             'for pair in $2; do [ "${pair%%=*}" = "$SLURMD_NODENAME" ] && addr=${pair#*=}; done',
             "rdzv=$1; announce=$3; wrapper=$4; rdzv_file=$5; shift 5",
-            *[
-                f"export {name}={value}  # each restart starts with a store of its own (pytorch/pytorch#135712)"
-                for name, value in torchrun.restart_env(d.max_restarts).items()
-            ],
             'stopped=0; trap "stopped=1" TERM',
             f'{q(python)} -c "$wrapper" "$rdzv_file" "$rdzv" {opts.rendezvous_port or 0} \\',
             f'  --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node={d.processes_per_node} \\',

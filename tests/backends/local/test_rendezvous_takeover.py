@@ -1,5 +1,6 @@
-"""Nobody else can take a local run's rendezvous: a second Unix user racing for the store's port, a
-store that fails to start, and a store whose run has no process left. Real torchrun runs, a real second user."""
+"""Nobody else can take a local run's rendezvous: a second Unix user racing for the store's port, one after every
+listener of a restarting run, a store that fails to start, and a store whose run has no process left. Real torchrun
+runs, a real second user."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from cloudddp.backends.status import Cause, RunState
 from tests.support import users
 from tests.support.cli import FIXTURES
 from tests.support.faults import processes_naming, rank_processes, wait_for_rank
+from tests.support.prober import Prober, listeners, machine_address
 from tests.support.squatter import Squatter
 from tests.support.waiting import wait_until
 
@@ -96,3 +98,40 @@ def test_no_process_of_a_local_run_listens_beyond_loopback(nodes: int) -> None:
     assert len(ours) >= 2 + nodes, listening
     local = [line.split()[3] for line in ours]
     assert all(address.startswith("127.0.0.1:") for address in local), ours
+
+
+def test_a_restarting_run_completes_while_another_user_takes_free_ports_and_connects_to_every_listener(
+    cloudddp_home: Path,
+) -> None:
+    """``limits.max_restarts: 2``, a rank killed once: the workers' store of each attempt, the rendezvous store and
+    gloo's listeners are on 127.0.0.1 and bound by the run before their port is known. She holds free ports from the
+    start, is told of every listener of the run as it appears, connects to it and tries to bind its port; nothing
+    reaches her, nothing of the run answers her through the machine's address, and the run completes."""
+    address = machine_address()
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to try the listeners through")
+    prober = Prober.start(users.required("an attacker after every listener"), address)
+    seen: dict[int, str] = {}
+    try:
+        run = Job.load(TINY, ["code.args=[--epochs, 8, --sleep, 0.3]", "limits.max_restarts=2"]).submit("local")
+        run_dir = run.status().details["run_dir"]
+
+        def look() -> bool:
+            found = listeners(set(processes_naming(run_dir)))
+            seen.update(found)
+            prober.tell(set(found))
+            return run.status().state.terminal
+
+        os.kill(wait_for_rank(run_dir, 1, attempt=0, timeout=180), signal.SIGKILL)
+        wait_until(lambda: look() or any(n == 1 for _, n in rank_processes(run_dir).values()), timeout=180)
+        wait_until(look, timeout=300, poll=0.05)
+        status = run.wait(timeout=60, poll=0.5)
+    finally:
+        report = prober.report()
+    assert status.state is RunState.SUCCEEDED, status
+    assert len(seen) >= 5, seen  # the rendezvous store, a workers' store per attempt, gloo's listeners
+    assert all(local.startswith("127.0.0.1:") for local in seen.values()), seen
+    external = {key: how for key, how in report["connected"].items() if key.startswith("external:")}
+    assert external and set(external.values()) == {"ConnectionRefusedError"}, report
+    assert "connected" in report["connected"].values(), report  # she did reach the listeners on loopback
+    assert report["received"] == [], report  # nothing of the run ever connected to a port she held
