@@ -13,7 +13,7 @@ from cloudddp.backends.commands import json_option, load_job, override_option
 from cloudddp.backends.plugins import backend_class
 from cloudddp.backends.status import LogLine, RunStatus
 from cloudddp.catalog.sizing import script_arg
-from cloudddp.cli.confirm import interactive, question
+from cloudddp.cli.confirm import question
 from cloudddp.cli.options import (
     backend_option,
     format_record,
@@ -44,7 +44,13 @@ from cloudddp.spec.model import JobSpec
 @click.option("--quiet", "-q", is_flag=True, help="Print only the run id.")
 @click.option("--no-provision", is_flag=True, help="Leave clusters alone (backends that create or resize them).")
 @click.option("--skip-checks", is_flag=True, help="Launch even when preflight checks fail.")
-@click.option("--yes", "-y", is_flag=True, help="Launch on a cloud without asking (the cost is still shown).")
+@click.option(
+    "--yes",
+    "-y",
+    is_flag=True,
+    help="Launch on a cloud without asking (the cost is still shown); needed for a paid launch where nobody can "
+    "answer (--quiet, --json, a pipe, no terminal).",
+)
 @click.option(
     "--all-ranks",
     is_flag=True,
@@ -102,8 +108,9 @@ def submit(
       cloudddp submit job.yaml -b auto                 # the cheapest backend that can start it (docs/placement.md)
       cloudddp submit job.yaml -b slurm --resume-from RUN   # go on from another run's checkpoint
 
-    On a cloud, the size, its price per hour and the job's estimated cost come first; on a terminal submit
-    then asks Proceed? [Y/n] (--yes, --quiet, --json and a non-interactive shell do not ask).
+    On a cloud, the size, its price per hour and the job's estimated cost come first; then submit asks
+    Proceed? [Y/n]. Nothing paid is launched without a yes: with --quiet, --json, a pipe or no terminal, a cloud
+    submit needs -y (--yes), or it is refused with exit 2 and nothing is sent.
     """
     spec = load_job(job, override)
     ranking = (
@@ -125,7 +132,7 @@ def submit(
             progress=None if (quiet or json_) else Progress(plan_notes),
             resume_from=resume_from,
             ranking=ranking,
-            confirm=None if (quiet or json_) else question(spec, ask=not yes and interactive()),
+            confirm=question(spec, yes=yes, quiet=quiet or json_),
         )
     except PreflightFailed as e:
         print_checks(e.checks)

@@ -1,6 +1,10 @@
 """What a cloud launch will cost, said before it happens (``plan`` and ``submit``), and the question ``submit``
 asks on a terminal: the chosen size, its price per hour for all nodes, and the estimate of the whole job, or,
-for a script whose speed cannot be modelled, the most ``limits.max_runtime`` lets it cost."""
+for a script whose speed cannot be modelled, the most ``limits.max_runtime`` lets it cost.
+
+Nothing paid is launched without a yes: a person's answer at a terminal, or ``--yes``. Where nobody can answer
+(``--quiet``, ``--json``, a pipe, no terminal), a paid launch without ``--yes`` is refused with exit 2, nothing sent
+(a launch that rents no priced size, local or Slurm, is never asked about)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from dataclasses import dataclass
 import click
 
 from cloudddp.cli.options import money
+from cloudddp.errors import UserError
 from cloudddp.observe.console import err, escape
 from cloudddp.plan import Plan
 from cloudddp.spec.model import JobSpec
@@ -87,17 +92,28 @@ def interactive() -> bool:
     return sys.stdin.isatty() and sys.stderr.isatty()
 
 
-def question(spec: JobSpec, *, ask: bool) -> Callable[[Plan], bool]:
-    """What ``submit`` asks before a launch: each plan's cost is shown, and with ``ask`` a person answers."""
+def question(spec: JobSpec, *, yes: bool, quiet: bool) -> Callable[[Plan], bool]:
+    """What ``submit`` asks before a launch: each paid plan's cost is shown (unless ``quiet``), and a person answers
+    unless ``yes``; a paid launch nobody can answer is refused (:func:`confirm_launch`)."""
     max_runtime = float(spec.limits.max_runtime)
-    return functools.partial(confirm_launch, max_runtime_s=max_runtime, ask=ask)
+    return functools.partial(confirm_launch, max_runtime_s=max_runtime, yes=yes, quiet=quiet)
 
 
-def confirm_launch(plan: Plan, max_runtime_s: float, *, ask: bool) -> bool:
-    """Show what launching ``plan`` will cost; with ``ask``, wait for ``Proceed? [Y/n]``: False on no."""
+def confirm_launch(plan: Plan, max_runtime_s: float, *, yes: bool, quiet: bool = False) -> bool:
+    """Show what launching ``plan`` will cost; unless ``yes``, wait for ``Proceed? [Y/n]`` (False on no). A paid
+    launch without ``yes`` where nobody can answer (``quiet``, or no terminal) raises a UserError: nothing sent."""
     cost = cost_of(plan, max_runtime_s)
     if cost is None:
         return True
-    for line in cost.lines():
-        err().print(f"[bold]•[/] {escape(line)}")
-    return not ask or click.confirm("Proceed?", default=True, err=True)
+    if not quiet:
+        for line in cost.lines():
+            err().print(f"[bold]•[/] {escape(line)}")
+    if yes:
+        return True
+    if quiet or not interactive():
+        raise UserError(
+            f"not submitted: {plan.backend} would rent {cost.nodes} × {cost.size} (paid compute) and nobody can "
+            "answer Proceed? here (--quiet, --json, a pipe or no terminal); nothing was sent",
+            hint="pass -y (--yes) to launch it without a question, or submit from a terminal to be asked",
+        )
+    return click.confirm("Proceed?", default=True, err=True)

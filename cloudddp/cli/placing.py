@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cloudddp.api import Job
+from cloudddp.cli.confirm import PROXY_MARK
 from cloudddp.errors import UserError
 from cloudddp.observe.console import err, escape
 from cloudddp.plan import Plan
@@ -20,6 +21,8 @@ def placed_ranking(spec: JobSpec, *, checks: bool, quiet: bool) -> list[Placemen
         for number, placement in enumerate(ranking, 1):
             style = "" if placement.usable else "dim"
             err().print(f"  {number}. {escape(placement.line())}", style=style)
+        if any(p.mark for p in ranking if p.usable):
+            err().print(f"  {escape(PROXY_MARK)}", style="dim")
     return ranking
 
 

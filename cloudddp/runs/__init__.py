@@ -6,9 +6,11 @@ recovery chains and their watcher (:mod:`~cloudddp.runs.recovery`), a run as its
 of its chain as one (:mod:`~cloudddp.runs.chained`: status, cost, logs, metrics without repeats), the sizes a
 recovery moves to (:mod:`~cloudddp.runs.fallback`), ``-b auto``'s choice of a backend and the order of the others
 (:mod:`~cloudddp.runs.placement`), the budget watch (:mod:`~cloudddp.runs.budget`), cost reports
-(:mod:`~cloudddp.runs.cost`) and what finished runs teach the next estimate (:mod:`~cloudddp.runs.steptimes`).
+(:mod:`~cloudddp.runs.cost`), what finished runs teach the next estimate (:mod:`~cloudddp.runs.steptimes`) and what
+a run that resumed a checkpoint ends with (:mod:`~cloudddp.runs.resumed`: a checkpoint that does not fit the model,
+a training with nothing left).
 
 May import: ``backends`` (the contract, the plugins and the checkpoint stores; no module here names one backend)
-and everything below them. Inside, from the bottom: database, cost, steptimes, fallback → runner → placement,
+and everything below them. Inside, from the bottom: database, cost, steptimes, resumed, fallback → runner → placement,
 recovery → submit, chained, budget.
 """

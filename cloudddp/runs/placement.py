@@ -8,9 +8,12 @@ are ranked:
 
 1. a backend whose own estimate says the job would wait more than :data:`START_SOON_SECONDS` to start (Slurm's
    ``sbatch --test-only``) comes after those that start now or do not say;
-2. then by the job's estimated whole cost, cheapest first; a backend without an estimate (a CPU size the
-   catalog does not price, a script without a step time) comes after those with one;
-3. then in the order of preference.
+2. then by price, cheapest first: by the job's estimated whole cost when every backend has one; otherwise (a script
+   without a step time) by the price per hour of the whole allocation (nodes × the size's price), each line showing
+   the most ``limits.max_runtime`` lets it cost. A backend without a price (a CPU size the catalog does not price,
+   Slurm) comes after those with one. Each figure keeps its kind: ``*`` marks an EC2 price standing in for
+   SageMaker's (a lower bound);
+3. then in the order of preference, which only breaks ties.
 
 The job is launched on the first; a launch the backend refuses (a quota, a capacity error, a name taken) moves to
 the next, and the recovery watcher moves on after a capacity failure once the run has started
@@ -49,23 +52,47 @@ class Placement:
     """Seconds until it would start, where the backend can say (None: now, or unknown)."""
     refused: str = ""
     """Why it cannot take the job now (empty: it can)."""
+    max_runtime_s: float = 0.0
+    """The job's ``limits.max_runtime``: with the price per hour, the most a run without an estimate may cost."""
 
     @property
     def usable(self) -> bool:
         return self.plan is not None and not self.refused
 
-    def rank_key(self) -> tuple[bool, bool, float, int]:
+    @property
+    def hourly(self) -> float | None:
+        """The price per hour of the whole allocation (all nodes); None: no dated price."""
+        estimate = self.plan.estimate if self.plan else None
+        return estimate.price_per_hour if estimate else None
+
+    @property
+    def mark(self) -> str:
+        """``*`` for an EC2 price standing in for SageMaker's (a lower bound), else nothing."""
+        estimate = self.plan.estimate if self.plan else None
+        return "*" if estimate is not None and estimate.price_kind == "ec2-proxy" else ""
+
+    def rank_key(self, by_estimate: bool = True) -> tuple[bool, bool, float, int]:
+        """Start soon first, then cheapest (the whole job's estimate, or with ``by_estimate`` False the price per
+        hour), a backend without the figure after those with it; the order of preference breaks ties."""
         late = self.starts_in is not None and self.starts_in > START_SOON_SECONDS
-        return (late, self.cost is None, self.cost or 0.0, self.preference)
+        figure = self.cost if by_estimate else self.hourly
+        return (late, figure is None, figure or 0.0, self.preference)
 
     def line(self) -> str:
         """One line of the ranking, as the plan and ``submit -b auto`` show it."""
         if self.refused:
             return f"{self.backend}: not used: {self.refused}"
-        estimate = self.plan.estimate if self.plan else None
-        hourly = estimate.price_per_hour if estimate else None
-        cost = f"${self.cost:,.2f} for the whole job" if self.cost is not None else "no cost estimate"
-        cost += f" at ${hourly:,.2f}/h" if hourly is not None else ""
+        hourly, mark = self.hourly, self.mark
+        if self.cost is not None:
+            cost = f"${self.cost:,.2f}{mark} for the whole job"
+            cost += f" at ${hourly:,.2f}{mark}/h" if hourly is not None else ""
+        elif hourly is not None:
+            cost = f"${hourly:,.2f}{mark}/h for all nodes, no whole-job estimate"
+            if self.max_runtime_s:
+                ceiling = hourly * self.max_runtime_s / 3600
+                cost += f" (at most ${ceiling:,.2f}{mark} in limits.max_runtime {self.max_runtime_s / 3600:g} h)"
+        else:
+            cost = "no price"
         return f"{self.backend}: {cost}, {_start_words(self.starts_in)}"
 
     def to_state(self) -> dict[str, Any]:
@@ -100,9 +127,13 @@ def survey(spec: JobSpec, *, checks: bool = True) -> list[Placement]:
     names = backends_for(spec)
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
         answers = list(pool.map(lambda n: _ask(n, names.index(n), spec, checks=checks), names))
-    usable = sorted((p for p in answers if p.usable), key=Placement.rank_key)
+    usable = [p for p in answers if p.usable]
+    by_estimate = all(p.cost is not None for p in usable)
+    usable.sort(key=lambda p: p.rank_key(by_estimate))
     ranking = usable + [p for p in answers if not p.usable]
     said = "placement (-b auto), best first: " + "; ".join(f"{n}. {p.line()}" for n, p in enumerate(ranking, 1))
+    if any(p.mark for p in usable):
+        said += " (* = EC2's on-demand price of the same instance, a lower bound for SageMaker's)"
     for placement in usable:
         assert placement.plan is not None
         placement.plan.decisions.insert(0, said)
@@ -110,7 +141,7 @@ def survey(spec: JobSpec, *, checks: bool = True) -> list[Placement]:
 
 
 def _ask(name: str, preference: int, spec: JobSpec, *, checks: bool) -> Placement:
-    placement = Placement(name, preference)
+    placement = Placement(name, preference, max_runtime_s=float(spec.limits.max_runtime))
     try:
         backend = get_backend(name)
         missing = [m.field for m in backend.missing_settings(spec)]  # those only a launch needs, too

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import subprocess
 import sys
@@ -47,7 +48,7 @@ from cloudddp.backends.status import RunState, RunStatus
 from cloudddp.errors import CloudDDPError, Declined, RunNotFound, UserError
 from cloudddp.paths import home
 from cloudddp.plan import Estimate, JsonDataclass, Plan, Target
-from cloudddp.runs import steptimes
+from cloudddp.runs import resumed, steptimes
 from cloudddp.runs.cost import CostReport
 from cloudddp.runs.database import RunDatabase
 from cloudddp.spec.model import JobSpec
@@ -195,12 +196,22 @@ class Runner:
         status = self.backend.status(run_id)
         record = self.backend.records.get(run_id)
         status = _standing(status, record)
+        status, note = resumed.explained(status, record, functools.partial(self._reported, run_id))
+        if record is not None and status.state.terminal and resumed.NOTE not in record.info:
+            self.backend.records.update(run_id, info={resumed.NOTE: note})
         if record is not None and record.state != status.state.value:
             self.backend.records.update(run_id, state=status.state.value)
             if status.state.terminal:
                 with contextlib.suppress(CloudDDPError):
                     self.learn(run_id)
         return status
+
+    def _reported(self, run_id: str) -> bool:
+        """Whether the run reported a metric record (an unreadable log: as if it did, so nothing is claimed)."""
+        try:
+            return any(True for _ in self.backend.metrics(run_id))
+        except CloudDDPError:
+            return True
 
     def list(self, database: RunDatabase, limit: int = 100) -> list[RunStatus]:
         """This backend's runs from ``database``, each with its current status."""

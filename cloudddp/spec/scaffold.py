@@ -1,9 +1,14 @@
 """``cloudddp init``: a project that runs as written: a commented job spec with either a small DDP script of your
-own to edit (``train.py``) or a copy of the shared training script (``--with-script``)."""
+own to edit (``train.py``) or a copy of the shared training script (``--with-script``).
+
+The spec gets a ``checkpoint.key`` drawn at random: the checkpoint folder is keyed on the job's name, its program
+and that key, so two projects made by ``init`` never share a folder, even with the same name in different places,
+while a clone of one project (the key is in its job.yaml) finds its own checkpoints on every machine."""
 
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 from pathlib import Path
 from typing import Any
@@ -48,6 +53,8 @@ distribution:
 #   WANDB_API_KEY: {{from_env: WANDB_API_KEY, secret: true}}   # never printed or stored
 
 checkpoint:
+  key: {key}          # this project's own checkpoint folder: another project, even of the same
+                                # name, never resumes it; a new key (or resume: never) starts from scratch
   every_epochs: 1               # rank 0 writes atomically; restarts resume from the newest
   resume: auto
 
@@ -122,6 +129,9 @@ def init(path: Path, *, schema: dict[str, Any], name: str | None, with_script: b
         shutil.copyfile(own_script_template(), script)
         done.append(f"wrote {script} (a small DDP script: replace its model and data)")
     code_dir, args = ("src_train", SHARED_ARGS) if with_script else (".", OWN_ARGS)
-    text = TEMPLATE.format(schema=schema_path.name, file=path.name, name=job_name, code_dir=code_dir, args=args)
+    key = f"project-{secrets.token_hex(4)}"  # drawn once: the project's checkpoints, wherever it is cloned
+    text = TEMPLATE.format(
+        schema=schema_path.name, file=path.name, name=job_name, code_dir=code_dir, args=args, key=key
+    )
     path.write_text(text)
     return done

@@ -76,7 +76,7 @@ def test_auto_places_the_job_on_sagemaker_first_and_moves_it_to_azure_ml_after_a
     aws: str, azure: WorkspaceModel, tmp_path: Path
 ) -> None:
     job = digits_job(tmp_path, "digits-auto", ["--dataset", "digits", "--epochs", "2"], ["sagemaker", "azureml"])
-    result = cli("submit", str(job), "-b", "auto", "--detach")
+    result = cli("submit", str(job), "-b", "auto", "--detach", "-y")
     assert result.returncode == 0, result.stderr
     ranking = result.stderr[result.stderr.index("placement (-b auto)") :]
     assert ranking.index("1. sagemaker") < ranking.index("2. azureml"), result.stderr
@@ -115,7 +115,7 @@ def test_auto_sets_a_backend_without_quota_aside_at_submit_and_says_why(
 ) -> None:
     job = digits_job(tmp_path, "digits-quota", ["--dataset", "digits", "--epochs", "1"], ["sagemaker", "azureml"])
     with sagemaker_quotas({"ml.m5.xlarge for training job usage": 0}):  # the account may run none
-        result = cli("submit", str(job), "-b", "auto", "--detach")
+        result = cli("submit", str(job), "-b", "auto", "--detach", "-y")
     assert result.returncode == 0, result.stderr
     assert "1. azureml" in result.stderr and "2. sagemaker: not used: quota" in result.stderr, result.stderr
     run = Run.attach(submitted(result.stderr))
@@ -147,7 +147,7 @@ def test_a_run_preempted_on_azure_ml_resumes_on_slurm_from_its_azure_checkpoint_
     args = ["--dataset", "digits", "--model", "cnn", "--epochs", "3", "--batch-size", "8", "--log-every", "1"]
     limits = {"max_recoveries": 1, "recover_to": "any_backend"}
     job = digits_job(tmp_path, "digits-move", args, ["azureml", "slurm"], limits=limits)
-    result = cli("submit", str(job), "-b", "azureml", "--detach", "--quiet")
+    result = cli("submit", str(job), "-b", "azureml", "--detach", "--quiet", "-y")
     assert result.returncode == 0, result.stderr
     first = result.stdout.strip()
     run = Run.attach(first)

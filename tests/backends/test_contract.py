@@ -136,6 +136,6 @@ def test_missing_credentials_exit_2_with_the_fix_on_status_logs_and_cancel(harne
 
 @pytest.mark.parametrize("name", [n for n in names() if not backend_class(n).capabilities.supports(Feature.PROVISION)])
 def test_no_provision_is_a_clean_refusal_where_nothing_is_provisioned(name: str) -> None:
-    result = cli("submit", str(TINY), "-b", name, "--no-provision", "--detach")
+    result = cli("submit", str(TINY), "-b", name, "--no-provision", "--detach", "-y")
     assert result.returncode == 2, result.stderr
     assert "--no-provision" in result.stderr and "Traceback" not in result.stderr

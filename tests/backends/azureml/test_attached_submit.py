@@ -56,7 +56,7 @@ def test_an_attached_submit_of_two_nodes_by_two_processes_shows_rank_0_from_zero
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(spec))
     submit = subprocess.Popen(
-        [sys.executable, "-m", "cloudddp", "submit", str(job), "-b", "azureml"],
+        [sys.executable, "-m", "cloudddp", "submit", str(job), "-b", "azureml", "-y"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -52,7 +52,7 @@ def test_metrics_of_an_azureml_tracking_uri_come_through_the_plugin(
         assert cli("init", str(project), "--name", "plugin").returncode == 0
         overrides = [*AzureMLHarness.overrides, "azureml.compute=null"]
         submitted = cli(
-            "submit", str(project / "job.yaml"), "-b", "azureml", "--detach", "--quiet",
+            "submit", str(project / "job.yaml"), "-b", "azureml", "--detach", "--quiet", "-y",
             *[a for o in overrides for a in ("-o", o)],
         )  # fmt: skip
         assert submitted.returncode == 0, submitted.stderr

@@ -134,7 +134,9 @@ def watch_looks(log: str) -> int:
 def test_the_detached_budget_watch_started_by_submit_cancels_the_job_on_the_workspace(served: WorkspaceModel) -> None:
     """The watch as a user gets it: started by ``cloudddp submit --detach``, in its own process, reading the bill
     from the workspace over HTTP until the spend and the cost of stopping reach the budget, then cancelling."""
-    result = cli("submit", str(JOB), "-b", "azureml", "-o", "resources.max_cost=58", "-o", "name=budget-az", "--detach")
+    result = cli(
+        "submit", str(JOB), "-b", "azureml", "-o", "resources.max_cost=58", "-o", "name=budget-az", "--detach", "-y"
+    )
     assert result.returncode == 0, result.stderr
     found = re.search(r"submitted (\S+)", result.stderr)
     assert found, result.stderr

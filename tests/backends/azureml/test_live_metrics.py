@@ -88,6 +88,7 @@ def test_metrics_follow_shows_the_init_templates_lines_live_with_and_without_mlf
         "azureml",
         "--detach",
         "--quiet",
+        "-y",
         *[a for o in overrides for a in ("-o", o)],
     )
     assert submitted.returncode == 0, submitted.stderr

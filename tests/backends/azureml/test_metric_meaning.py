@@ -40,7 +40,7 @@ def test_an_attached_two_by_two_submit_shows_rank_0s_records_as_mlflow_has_them_
     home = tmp_path / "home"
     env = {**os.environ, "COLUMNS": "200", "CLOUDDDP_HOME": str(home)}
     submit = subprocess.Popen(
-        [sys.executable, "-m", "cloudddp", "submit", str(job), "-b", "azureml"],
+        [sys.executable, "-m", "cloudddp", "submit", str(job), "-b", "azureml", "-y"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

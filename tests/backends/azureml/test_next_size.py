@@ -61,7 +61,7 @@ def moved_after_a_capacity_failure(rig: WorkspaceModel, path: Path) -> tuple[Run
     """Submit with recovery, fail the first job for capacity; the run, the next size and the second job's name."""
     spec = load_spec(path)
     _, ranking = ranked_sizes(get_backend("azureml").size_target(spec), spec)
-    result = cli("submit", str(path), "-b", "azureml", "--detach", "--quiet")
+    result = cli("submit", str(path), "-b", "azureml", "--detach", "--quiet", "-y")
     assert result.returncode == 0, result.stderr
     run = Run.attach(result.stdout.strip())
     first = run.run_id

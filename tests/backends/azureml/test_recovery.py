@@ -52,7 +52,7 @@ def spot_job(
 
 
 def submitted(path: Path) -> str:
-    result = cli("submit", str(path), "-b", "azureml", "--detach", "--quiet")
+    result = cli("submit", str(path), "-b", "azureml", "--detach", "--quiet", "-y")
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()  # the CLI has exited; the watcher goes on
 

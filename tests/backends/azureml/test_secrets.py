@@ -51,6 +51,7 @@ def test_a_submit_to_the_azure_rig_sends_the_secrets_to_the_jobs_environment_onl
         str(JOB),
         "-b",
         "azureml",
+        "-y",
         *[a for o in overrides for a in ("-o", o)],
         "--recover",
         "2",

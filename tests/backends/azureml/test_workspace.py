@@ -169,8 +169,8 @@ def test_a_cluster_whose_creation_ends_failed_stops_the_submit_and_says_what_to_
     with serve(model) as url:
         for key, value in {**served_environment(url, model), "CLOUDDDP_AZUREML_POLL": "0.2"}.items():
             monkeypatch.setenv(key, value)
-        first = cli("submit", str(AZURE_JOB), "-b", "azureml", "--detach")
-        again = cli("submit", str(AZURE_JOB), "-b", "azureml", "--detach")
+        first = cli("submit", str(AZURE_JOB), "-b", "azureml", "--detach", "-y")
+        again = cli("submit", str(AZURE_JOB), "-b", "azureml", "--detach", "-y")
     assert first.returncode == 1 and "Traceback" not in first.stderr, first.stderr
     assert "creating cluster gpu-cluster ended Failed: (BadRequest) Subnet ml has 0 free IP addresses" in first.stderr
     assert "az ml compute delete --name gpu-cluster" in first.stderr, first.stderr

@@ -167,6 +167,7 @@ def test_under_recovery_the_budget_counts_every_attempt_and_a_budget_stop_ends_t
         str(job),
         "-b",
         "sagemaker",
+        "-y",
         "-o",
         "sagemaker.bucket=cloudddp-cost",
         "-o",

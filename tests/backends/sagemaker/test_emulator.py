@@ -72,7 +72,7 @@ def metric(epoch: int, **values: float) -> str:
 def test_submit_uploads_by_content_hash_creates_the_job_and_streams_logs_and_metrics(tmp_path: Path) -> None:
     spec_path = tmp_path / "job.json"
     spec_path.write_text(json.dumps(job(tmp_path)))  # JSON is YAML
-    result = cli("submit", str(spec_path), "-b", "sagemaker", "--detach", "--quiet")
+    result = cli("submit", str(spec_path), "-b", "sagemaker", "--detach", "--quiet", "-y")
     assert result.returncode == 0, result.stderr
     name = result.stdout.strip()
 

@@ -52,6 +52,7 @@ def test_a_next_size_without_quota_fails_its_preflight_on_the_emulator_and_the_w
             str(TINY),
             "-b",
             "sagemaker",
+            "-y",
             *[a for o in overrides for a in ("-o", o)],
             "--recover",
             "2",

@@ -55,7 +55,7 @@ def test_a_submit_to_the_aws_emulator_sends_the_secrets_to_the_jobs_environment_
             monkeypatch.setenv(key, value)
         monkeypatch.delenv("AWS_PROFILE", raising=False)
         fast = {"CLOUDDDP_RECOVERY_POLL": "0.3", "CLOUDDDP_BUDGET_POLL": "0.2"}
-        submitted = cli("submit", str(spec(tmp_path)), "-b", "sagemaker", "--recover", "2", "--detach", env=fast)
+        submitted = cli("submit", str(spec(tmp_path)), "-b", "sagemaker", "-y", "--recover", "2", "--detach", env=fast)
         assert submitted.returncode == 0, submitted.stderr
         outputs = [submitted.stdout, submitted.stderr]
         name = re.search(r"submitted (\S+)", submitted.stderr)
