@@ -78,7 +78,13 @@ def cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Ite
 
 
 # -- two workers (make test: pytest -n 2 --dist loadgroup) -----------------------------------------
-SECOND_USER_MODULES = ("test_second_user.py", "test_rendezvous_takeover.py", "test_planted_state.py")
+SECOND_USER_MODULES = (
+    "test_second_user.py",
+    "test_rendezvous_takeover.py",
+    "test_planted_state.py",
+    "test_config_second_user.py",
+    "test_rendezvous_endpoint.py",
+)
 """Modules that act as the second Unix user outside the Slurm rig (whose jobs run as the same user)."""
 
 

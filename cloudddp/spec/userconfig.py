@@ -17,16 +17,15 @@ from __future__ import annotations
 import copy
 import difflib
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pydantic import BaseModel, ValidationError
 
 from cloudddp.errors import UserError
-from cloudddp.paths import UnsafeFolder, refuse_unless_private
+from cloudddp.paths import open_trusted
 from cloudddp.spec import load
 from cloudddp.spec.model import JobSpec, Sections, spec_model
 
@@ -171,49 +170,73 @@ class Deferred:
 
 def read_config(sections: Sections, path: Path | None = None) -> UserConfig | None:
     """The user configuration at ``path`` (default: :func:`config_path`), checked against the registered backends'
-    sections; None when there is no such file (a ``$CLOUDDDP_CONFIG`` that names none is an error)."""
+    sections; None when there is no such file (a ``$CLOUDDDP_CONFIG`` that names none is an error). The file is
+    opened once, judged on that descriptor (:func:`cloudddp.paths.open_trusted`) and those bytes parsed; the same
+    unchanged file is parsed once per process (one command)."""
     path = path or config_path()
     source = shown(path)
-    if not os.path.lexists(path):
+    fix = f"if it is yours and nobody else wrote in it: chmod 600 {path}; or set {CONFIG_ENV} to another"
+    try:
+        fd, _ = open_trusted(path, WHAT, fix=fix)
+    except FileNotFoundError:
         if os.environ.get(CONFIG_ENV):
             raise UserError(
                 f"{CONFIG_ENV}={path}: no such file", hint=f"unset {CONFIG_ENV}, or point it at your config.yaml"
-            )
+            ) from None
         return None
-    refuse_unless_private(
-        path, WHAT, fix=f"if it is yours and nobody else wrote in it: chmod 600 {path}; or set {CONFIG_ENV} to another"
-    )
-    for folder in {path.absolute().parent, path.resolve().parent}:  # a link's folder, and its target's
-        _refuse_open_folder(folder)
-    try:
-        raw = load.read_spec_file(path, source)
     except OSError as e:
         raise UserError(f"{source}: cannot read {WHAT}: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        identity = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if identity in _PARSED:
+            return _PARSED[identity]
+        raw = read_bytes(f, source)
+    config = _parsed(path, raw, sections)
+    _PARSED.clear()
+    _PARSED[identity] = config
+    return config
+
+
+_PARSED: dict[tuple[object, ...], UserConfig] = {}
+"""The last file parsed, under its identity (path, device, inode, size, times) as its descriptor said."""
+
+
+def read_bytes(f: BinaryIO, source: str) -> bytes:
+    """The open file's bytes; one larger than a spec may be is refused."""
+    try:
+        raw = f.read(load.MAX_BYTES + 1)
+    except OSError as e:
+        raise UserError(f"{source}: cannot read {WHAT}: {e.strerror}") from None
+    if len(raw) > load.MAX_BYTES:
+        raise UserError(f"{source}: larger than {load.MAX_BYTES:,} bytes, too large for {WHAT}")
+    return raw
+
+
+def _parsed(path: Path, raw: bytes, sections: Sections) -> UserConfig:
+    """The file's bytes as a configuration; every problem at once (its keys, and the settings of each backend
+    section it has), each with its line: a :class:`ConfigError` else."""
+    source = shown(path)
     text = raw.decode("utf-8-sig", errors="replace") if raw.strip() else ""
     if not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines()):
         return UserConfig(path)  # empty, or comments only: no settings yet
     data, positions, problems = load.parse_yaml(load.decode(raw, source), source)
     problems += _top_level_problems(data, positions, sections.names())
-    if problems:
-        raise ConfigError(source, problems)
-    return UserConfig(
+    names = sections.names()
+    order = data.get(ORDER_KEY)
+    config = UserConfig(
         path,
-        settings={k: v for k, v in data.items() if k != ORDER_KEY},
-        order=list(data.get(ORDER_KEY) or []),
+        settings={k: v for k, v in data.items() if k in names and isinstance(v, dict)},
+        order=list(order) if isinstance(order, list) else [],
         lines=positions.lines,
     )
-
-
-def _refuse_open_folder(folder: Path) -> None:
-    """A folder others may write in (without the sticky bit, which keeps them from replacing a file of ours) could
-    have the file swapped: refused, as the file itself is."""
-    st = folder.stat()
-    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-        raise UnsafeFolder(
-            f"{WHAT}'s folder {folder} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): they could replace "
-            "the file",
-            hint=f"chmod go-w {folder}, or move the file to a folder of your own and set {CONFIG_ENV} to it",
-        )
+    if problems:
+        try:  # the sections' own settings too, so that one mistake does not hide the others
+            config.check(sections)
+        except ConfigError as e:
+            problems += [p for p in e.problems if p not in problems]
+        raise ConfigError(source, problems)
+    return config
 
 
 def _top_level_problems(data: dict[str, Any], positions: load.Positions, names: list[str]) -> list[str]:

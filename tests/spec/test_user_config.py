@@ -207,16 +207,16 @@ def test_check_shows_the_file_and_each_configured_backend_s_settings(cloudddp_ho
 def test_an_unreadable_file_is_a_user_error(
     cloudddp_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The read is stubbed to fail as it does for a user without read permission (root, as on CI, reads any file)."""
+    """The open is stubbed to fail as it does for a user without read permission (root, as on CI, reads any file)."""
     config = write_config(cloudddp_home)
-    read = userconfig.load.read_spec_file
+    opened = userconfig.open_trusted
 
-    def denied(path: Path, source: str) -> bytes:
+    def denied(path: Path, what: str, *, fix: str | None = None) -> tuple[int, Path]:
         if Path(path) == config:
             raise PermissionError(13, "Permission denied")
-        return read(path, source)
+        return opened(path, what, fix=fix)
 
-    monkeypatch.setattr(userconfig.load, "read_spec_file", denied)
+    monkeypatch.setattr(userconfig, "open_trusted", denied)
     with pytest.raises(UserError, match="cannot read the cloudddp configuration: Permission denied"):
         load_spec(job_file(tmp_path))
 
@@ -233,3 +233,20 @@ def test_loading_a_job_imports_no_backend_the_job_does_not_name(cloudddp_home: P
     )
     imported = result.stdout
     assert "cloudddp.backends.sagemaker'" in imported and "slurm" not in imported and "azureml" not in imported
+
+
+def test_a_typo_in_backends_does_not_hide_the_sections_mistakes(cloudddp_home: Path, tmp_path: Path) -> None:
+    """Every mistake of the file at once, each with its field and line: a person fixes them in one pass."""
+    path = write_config(cloudddp_home, "backends: [slrum]\nsagemaker:\n  regoin: x\nslurm:\n  workdir: relative\n")
+    shown = cli("config", "show")
+    assert shown.returncode == 2 and "Traceback" not in shown.stderr, shown.stderr
+    for problem in (
+        "3 problems",
+        f"{path}:1: backends[0]: no backend 'slrum'",
+        f"{path}:3: sagemaker.regoin",
+        f"{path}:5: slurm.workdir",
+    ):
+        assert problem in shown.stderr, shown.stderr
+    with pytest.raises(UserError) as caught:
+        load_spec(job_file(tmp_path))
+    assert len(caught.value.problems) == 3  # type: ignore[attr-defined]

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from cloudddp.backends.checkpoints.store import CHUNK, StoredFile, chunks, unsafe
+from cloudddp.backends.checkpoints.store import CHUNK, StoredFile, chunks, posix_name, unsafe
 from cloudddp.errors import CloudDDPError
 from cloudddp.observe.console import safe_name
 
@@ -57,10 +57,13 @@ class LocalCheckpoints:
         with self._opened(path, os.O_RDONLY) as f:
             yield f
 
+    def takes(self, path: str) -> bool:
+        return posix_name(path)
+
     def write(self, path: str, stream: IO[bytes]) -> None:
         parts = self._parts(path)
         with self._walk(parts[:-1], create=True) as folder:
-            temporary = f".{parts[-1][:200]}.{secrets.token_hex(4)}.carry"
+            temporary = f".carry-{secrets.token_hex(8)}"  # short: a 255-byte name has no room for more
             fd = os.open(
                 temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder
             )

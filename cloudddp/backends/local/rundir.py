@@ -29,7 +29,10 @@ from typing import Any
 from cloudddp.backends.local.record import LocalRunStatus, checked, parsed
 from cloudddp.backends.local.request import LocalRequest
 from cloudddp.injob.keepfiles import matches
-from cloudddp.paths import home, refuse_unless_private
+from cloudddp.paths import home, read_trusted
+
+STATUS_BYTES = 1 << 20
+"""A status file is a few hundred bytes; one larger than this is read as damaged (cut short, it does not parse)."""
 
 
 @dataclass(frozen=True)
@@ -120,8 +123,7 @@ class RunDir:
     def _status_data(self) -> dict[str, Any]:
         """The record as written; refused when another user could have written it (its pids get signalled)."""
         try:
-            refuse_unless_private(self.status_file, "the run's status file")
-            data = json.loads(self.status_file.read_text())
+            data = json.loads(read_trusted(self.status_file, "the run's status file", limit=STATUS_BYTES))
         except (FileNotFoundError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}

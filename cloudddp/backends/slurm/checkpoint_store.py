@@ -22,13 +22,23 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from typing import IO
 
-from cloudddp.backends.checkpoints.store import StoredFile, chunks, unsafe
+from cloudddp.backends.checkpoints.store import StoredFile, chunks, posix_name, unsafe
 from cloudddp.backends.slurm.shell import Shell, SlurmCommandError, clean_env
 from cloudddp.errors import CloudDDPError
+from cloudddp.observe.console import printable, safe_name
 
 _LIST = '[ -e "$1" ] || exit 0; find "$1" -type f -printf "%s\\t%P\\0"'
 """Every regular file under the folder (none when it does not exist), ``size<TAB>relative path`` NUL-ended."""
-_RECEIVE = 'umask 077 && mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+_INSIDE = (
+    'want=$(realpath -e -- "$1") && { [ "$2" = . ] || want="$want/$2"; } && '
+    'got=$(realpath -e -- "$1/$2") && [ "$got" = "$want" ] || '
+    '{ echo "$2: a link, or not inside the checkpoint folder" >&2; exit 3; }; '
+)
+"""The shell's check, on the cluster, that ``$1/$2`` is reached through no link: its real path is the folder's real
+path and ``$2`` (a trailing newline in a name makes them differ: refused too)."""
+_READ = _INSIDE + '[ -f "$got" ] || { echo "$2: not a regular file" >&2; exit 3; }; exec cat -- "$got"'
+_HASH = _INSIDE + '[ -f "$got" ] || { echo "$2: not a regular file" >&2; exit 3; }; exec sha256sum < "$got"'
+_RECEIVE = 'umask 077 && mkdir -p -- "$1/$2" && ' + _INSIDE + 'cat > "$got/$3"'
 HASH_SECONDS = 1800
 """How long ``sha256sum`` of one file may take (a checkpoint of tens of GB on a slow filesystem)."""
 
@@ -55,7 +65,7 @@ class SlurmCheckpoints:
 
     @contextlib.contextmanager
     def reader(self, path: str) -> Iterator[IO[bytes]]:
-        argv = ["cat", "--", self._path(path)]
+        argv = ["bash", "-c", _READ, "cloudddp-read", self.folder, self._path(path)]
         self.shell.connect()
         with tempfile.TemporaryFile() as said:
             cat = subprocess.Popen(
@@ -72,23 +82,29 @@ class SlurmCheckpoints:
                 code = cat.wait()
             self._check(argv, code, said)
 
+    def takes(self, path: str) -> bool:
+        return posix_name(path)
+
     def write(self, path: str, stream: IO[bytes]) -> None:
-        final = self._path(path)
-        head, name = posixpath.split(final)
-        temporary = posixpath.join(head, f".{name}.{secrets.token_hex(4)}.carry")
+        head, name = posixpath.split(self._path(path))
+        hidden = f".carry-{secrets.token_hex(8)}"  # short: a 255-byte name has no room for more
+        temporary = posixpath.join(self.folder, head, hidden)
         try:
-            self._send(["bash", "-c", _RECEIVE, "cloudddp-carry", temporary], stream)
-            self.shell.run(["mv", "-f", "--", temporary, final])
+            self._send(["bash", "-c", _RECEIVE, "cloudddp-carry", self.folder, head or ".", hidden], stream)
+            self.shell.run(["mv", "-fT", "--", temporary, posixpath.join(self.folder, head, name)])
         except BaseException:
             with contextlib.suppress(CloudDDPError):  # a lost connection: the error that lost it is the one to say
                 self.shell.run(["rm", "-f", "--", temporary], check=False)
             raise
 
     def sha256(self, path: str) -> str:
-        return self.shell.text(["sha256sum", "--", self._path(path)], timeout=HASH_SECONDS).split()[0]
+        """Read from standard input, so ``sha256sum`` prints no name (it escapes one holding ``\\`` or a newline,
+        with a ``\\`` before the hash)."""
+        argv = ["bash", "-c", _HASH, "cloudddp-hash", self.folder, self._path(path)]
+        return self.shell.text(argv, timeout=HASH_SECONDS).split()[0].lstrip("\\")
 
     def remove(self, path: str) -> None:
-        self.shell.run(["rm", "-f", "--", self._path(path)])
+        self.shell.run(["rm", "-f", "--", posixpath.join(self.folder, self._path(path))])
 
     def _send(self, argv: Sequence[str], stream: IO[bytes]) -> None:
         """Run ``argv`` with ``stream`` on its standard input, a chunk at a time."""
@@ -123,9 +139,11 @@ class SlurmCheckpoints:
             return
         said.seek(0)
         text = said.read(4096).decode(errors="replace").strip() or "no message"
-        raise SlurmCommandError(f"{shlex.join(argv)} exited {code} {self.shell.where}: {text}")
+        shown = shlex.join(argv[3:] if argv[:2] == ["bash", "-c"] else argv)  # the script itself says nothing
+        raise SlurmCommandError(printable(f"{shown} exited {code} {self.shell.where}: {text}"))
 
     def _path(self, path: str) -> str:
+        """``path`` checked to be a name inside the folder (relative to it)."""
         if unsafe(path):
-            raise CloudDDPError(f"{path!r} is not a file name inside the checkpoint folder {self.location}")
-        return posixpath.join(self.folder, path)
+            raise CloudDDPError(f"{safe_name(path)} is not a file name inside the checkpoint folder {self.location}")
+        return path

@@ -23,10 +23,12 @@ cloudddp runs:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import os
 import shlex
+import shutil
 import stat
 import subprocess
 import tempfile
@@ -37,6 +39,7 @@ from typing import IO, Any
 
 from cloudddp.backends.slurm.request import SlurmTarget
 from cloudddp.errors import BackendUnavailable, CloudDDPError
+from cloudddp.observe.console import printable
 
 READ_CAP = 1 << 20
 """The most bytes one poll reads from one file (the rest comes with the next poll)."""
@@ -185,7 +188,9 @@ class Shell:
                 hint="run cloudddp on the cluster's login node, or set slurm.login_host to submit through ssh",
             ) from None
         except subprocess.TimeoutExpired:
-            raise SlurmCommandError(f"{shlex.join(argv)} did not answer within {timeout:.0f} s {self.where}") from None
+            raise SlurmCommandError(
+                printable(f"{shlex.join(argv)} did not answer within {timeout:.0f} s {self.where}")
+            ) from None
         if self.login_host and done.returncode == 255:
             raise BackendUnavailable(
                 f"ssh to {self.login_host} failed: {_text(done.stderr)}",
@@ -195,7 +200,7 @@ class Shell:
             said = _text(done.stderr) or _text(done.stdout)
             if done.returncode == 127 and not said.strip():
                 said = "command not found"
-            raise SlurmCommandError(f"{shlex.join(argv)} exited {done.returncode} {self.where}: {said}")
+            raise SlurmCommandError(printable(f"{shlex.join(argv)} exited {done.returncode} {self.where}: {said}"))
         return done
 
     def text(self, argv: Sequence[str], **kwargs: Any) -> str:
@@ -245,7 +250,9 @@ def _control_folder() -> Path:
     st = os.lstat(folder)
     if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077:
         return folder
-    return Path(tempfile.mkdtemp(prefix="cloudddp-ssh-"))
+    fresh = Path(tempfile.mkdtemp(prefix="cloudddp-ssh-"))
+    atexit.register(shutil.rmtree, fresh, ignore_errors=True)  # this process's alone: not left behind
+    return fresh
 
 
 def _text(data: bytes) -> str:
