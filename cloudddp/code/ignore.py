@@ -191,7 +191,8 @@ class Rules:
     def __call__(self, rel: str) -> bool:
         if self.own(rel) or (self.git is not None and rel in self.git):
             return True
-        return any(rel.startswith(folder) and rules(rel[len(folder) :]) for folder, rules in self.nested.items())
+        nested = self.nested.items()
+        return bool(nested) and any(rel.startswith(folder) and rules(rel[len(folder) :]) for folder, rules in nested)
 
     def looks_secret(self, rel: str) -> bool:
         """Left out by the credential defaults alone (not by a rule of the folder's or git's)."""

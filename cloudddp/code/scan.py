@@ -6,6 +6,7 @@ neither do FIFOs or devices. What is left out is :mod:`cloudddp.code.ignore`'s t
 
 from __future__ import annotations
 
+import operator
 import os
 import stat
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from cloudddp.code.ignore import Rules, ignore_line, ignore_lines
 from cloudddp.errors import UserError
 
 MAX_FILES = 20_000
+_NAME, _REL = operator.attrgetter("name"), operator.itemgetter(0)  # sort keys called in C, not a lambda per file
 
 
 class Entry(NamedTuple):
@@ -42,7 +44,7 @@ def scan(root: Path, lines: Sequence[str], left_out: list[str] | None = None) ->
         ignored.enter(rel_dir, here)
         try:
             with os.scandir(here) as listing:
-                entries = sorted(listing, key=lambda e: e.name)
+                entries = sorted(listing, key=_NAME)
         except OSError as e:
             raise UserError(
                 f"cannot read {here}: {e.strerror}", hint="fix its permissions, or add it to .cloudddpignore"
@@ -80,7 +82,7 @@ def scan(root: Path, lines: Sequence[str], left_out: list[str] | None = None) ->
                     f"{root} holds more than {MAX_FILES:,} files to package",
                     hint="leave data out of code.dir (use inputs:), or add ignore patterns",
                 )
-    found.sort(key=lambda e: e.rel)
+    found.sort(key=_REL)
     return found
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -77,9 +78,10 @@ def pack(
     left_out: list[str] = []
     entries = scan(root, lines, left_out)
     secret_files = holding_secrets(root, entries, secrets)
-    entries = [e for e in entries if e.rel not in secret_files]
+    if secret_files:
+        entries = [e for e in entries if e.rel not in secret_files]
     extra = dict(extra or {})
-    taken = sorted(set(extra) & {e.rel for e in entries})
+    taken = sorted(set(extra) & {e.rel for e in entries}) if extra else []
     if taken:
         raise UserError(
             f"{root / taken[0]}: cloudddp ships a file of that name with the code",
@@ -105,7 +107,7 @@ def pack(
     else:
         sha256, size, checked = found
     # Racy files (see filestate) are vouched for by their content until they are old enough.
-    by_rel = {e.rel: e.stamp for e in entries}
+    by_rel = {e.rel: e.stamp for e in entries} if checked else {}
     racy = {rel: digest for rel, digest in checked.items() if by_rel[rel].racy(started_ns)}
     if found is None or racy != checked:
         write_record(index, {"root": str(root), "sha256": sha256, "size": size, "stamps": stamps, "racy": racy})
@@ -198,14 +200,15 @@ def _write_archive(
             f"cannot write the code snapshot into {directory}: {e.strerror}",
             hint="set CLOUDDDP_HOME to a writable folder",
         ) from None
-    base = str(root)
+    base = str(root) + "/"
     order = sorted([*((e.rel, e) for e in entries), *((name, None) for name in extra)], key=lambda item: item[0])
+    # A scanned path is made of names read from folders: only an extra's name needs safe_member. A file is
+    # executable when its owner may run it, as git records it (from the stamp: no syscall per file).
     members = (
         Member.of_bytes(safe_member(rel), extra[rel])
         if e is None
-        else Member(safe_member(rel), path, e.stamp.size, os.access(path, os.X_OK), rel in racy)
+        else Member(rel, base + rel, e.stamp.size, bool(e.stamp.mode & stat.S_IXUSR), rel in racy)
         for rel, e in order
-        for path in [os.path.join(base, rel)]
     )
     try:
         with os.fdopen(fd, "wb") as f:
@@ -258,3 +261,36 @@ def folder_digest(root: Path, files: Iterable[str]) -> str:
         h.update(bytes.fromhex(cache.digest(rel, now_ns)))
     cache.save()
     return h.hexdigest()
+
+
+def unpacked(archive: Path) -> Path:
+    """The snapshot ``archive`` unpacked once, next to it in the snapshot cache (``<sha256>/``): for a
+    backend whose own tooling uploads a folder (Azure ML's code asset), so it uploads what was packed."""
+    import shutil
+
+    folder = archive.with_name(archive.name.removesuffix(".tar.gz"))
+    if folder.is_dir():
+        return folder
+    tmp = Path(tempfile.mkdtemp(dir=archive.parent, prefix=".unpacking-"))
+    try:
+        extract(archive, tmp)
+        os.replace(tmp, folder)
+    except OSError:
+        if not folder.is_dir():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # another process unpacked it first
+    return folder
+
+
+def extract(archive: Path, folder: Path) -> None:
+    """Unpack a code snapshot (cloudddp's own archive of regular files) into ``folder``."""
+    import tarfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "r:gz") as tar:
+        data_only = getattr(tarfile, "data_filter", None)  # refuses links out, absolute paths, devices
+        if data_only is not None:
+            tar.extractall(folder, filter=data_only)
+        else:  # a Python without extraction filters
+            tar.extractall(folder)

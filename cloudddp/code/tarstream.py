@@ -6,7 +6,9 @@ uid/gid 0, no owner names, mode 0644 or 0755, no name or timestamp in the gzip h
 ``tarfile`` for every member costs more than compressing a small file, so the common member (an ASCII
 name of at most 100 characters) gets its header from a template that ``tarfile`` itself made; any other
 member goes through ``tarfile``. Small writes are gathered before they reach zlib, whose deflate stream
-does not depend on how its input is cut.
+does not depend on how its input is cut. gzip, the archive's sha256 and the write to disk run in a thread of
+their own (:class:`_Compressing`), so compressing overlaps listing and reading the files, as ``tar czf``'s
+separate gzip process does.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from typing import IO, TYPE_CHECKING, NamedTuple
 from cloudddp.errors import UserError
 
 if TYPE_CHECKING:
-    import gzip
     import tarfile
 
 CHUNK = 1 << 20
 BLOCK = 512  # tarfile.BLOCKSIZE: a render that finds its snapshot packed already imports neither tarfile nor gzip
 RECORD = 20 * BLOCK  # tarfile.RECORDSIZE
+QUEUED = 2  # chunks of the tar stream (1 to 2 MiB each) waiting for gzip
 
 
 class Member(NamedTuple):
@@ -81,6 +83,8 @@ def _template() -> tuple[bytes, bytes, bytes, int]:
 
 
 _MODES = {False: b"%07o\0" % 0o644, True: b"%07o\0" % 0o755}
+_MODE_SUMS = {executable: sum(field) for executable, field in _MODES.items()}
+_PADDING = [bytes(n) for n in range(BLOCK)]
 
 
 def header(name: str, executable: bool, size: int) -> bytes:
@@ -88,32 +92,71 @@ def header(name: str, executable: bool, size: int) -> bytes:
     if len(name) > 100 or not name.isascii() or size >= 8**11:  # tarfile adds a PAX header for these
         return _tarfile_header(name, executable, size)
     uid_gid, mtime, rest, fixed_sum = _template()
-    raw, mode, size_field = name.encode("ascii"), _MODES[executable], b"%011o\0" % size
-    checksum = fixed_sum + sum(raw) + sum(mode) + sum(size_field)
-    return b"".join((raw.ljust(100, b"\0"), mode, uid_gid, size_field, mtime, b"%06o\0 " % checksum, rest))
+    raw, size_field = name.encode("ascii"), b"%011o\0" % size
+    checksum = fixed_sum + sum(raw) + _MODE_SUMS[executable] + sum(size_field)
+    return b"".join(
+        (raw.ljust(100, b"\0"), _MODES[executable], uid_gid, size_field, mtime, b"%06o\0 " % checksum, rest)
+    )
 
 
-class _HashingWriter:
-    """The compressed stream on its way to disk, hashed and counted."""
+class _Compressing:
+    """The tar stream's way out: gzip, sha256 and the write to disk, in a thread of their own. zlib, sha256 and
+    file writes release the GIL, so the archive is compressed while the next files are listed and read; the
+    queue holds at most :data:`QUEUED` chunks, so memory stays bounded whatever the folder holds."""
 
-    def __init__(self, f: IO[bytes]) -> None:
-        self.f = f
+    def __init__(self, out: IO[bytes]) -> None:
+        import gzip
+        import queue
+        import threading
+
+        self.out = out
         self.hash = hashlib.sha256()
         self.size = 0
+        self.error: BaseException | None = None
+        self.queue: queue.Queue[bytes | bytearray | None] = queue.Queue(QUEUED)
+        self.gzip = gzip.GzipFile(filename="", fileobj=self, mode="wb", mtime=0, compresslevel=6)
+        self.thread = threading.Thread(target=self._run, name="cloudddp-targz", daemon=True)
+        self.thread.start()
+
+    def put(self, data: bytes | bytearray) -> None:
+        """Hand ``data`` (no longer to be changed) to the thread; its failure, if it failed, is raised here."""
+        if self.error is not None:
+            raise self.error
+        self.queue.put(data)
+
+    def close(self) -> None:
+        """End the stream and wait for the thread: the gzip trailer is written when this returns."""
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
 
     def write(self, data: bytes) -> int:
+        """Where gzip writes (in the thread): the compressed bytes, hashed and counted on their way to ``out``."""
         self.hash.update(data)
         self.size += len(data)
-        return self.f.write(data)
+        return self.out.write(data)
 
     def flush(self) -> None:
-        self.f.flush()
+        self.out.flush()
+
+    def _run(self) -> None:
+        ended = False
+        try:
+            with self.gzip as gz:
+                while (chunk := self.queue.get()) is not None:
+                    gz.write(chunk)
+                ended = True
+        except BaseException as e:  # noqa: BLE001 - raised again in the packing thread
+            self.error = e
+            while not ended and self.queue.get() is not None:  # keep taking, so the packer never blocks
+                pass
 
 
 class _Batched:
     """The tar stream on its way to gzip: headers, padding and small files gathered into large writes."""
 
-    def __init__(self, sink: gzip.GzipFile) -> None:
+    def __init__(self, sink: _Compressing) -> None:
         self.sink = sink
         self.buffer = bytearray()
         self.offset = 0
@@ -121,7 +164,7 @@ class _Batched:
     def write(self, data: bytes) -> None:
         self.offset += len(data)
         if not self.buffer and len(data) >= CHUNK:
-            self.sink.write(data)
+            self.sink.put(data)
             return
         self.buffer += data
         if len(self.buffer) >= CHUNK:
@@ -129,18 +172,16 @@ class _Batched:
 
     def flush(self) -> None:
         if self.buffer:
-            self.sink.write(self.buffer)
-            self.buffer.clear()
+            self.sink.put(self.buffer)  # handed over, not copied: the next writes go to a new buffer
+            self.buffer = bytearray()
 
 
 def write_targz(out: IO[bytes], members: Iterable[Member]) -> Written:
     """Write the archive of ``members`` (in the order given) to ``out``."""
-    import gzip
-
-    hashed = _HashingWriter(out)
+    compressing = _Compressing(out)
     digests = {}
-    with gzip.GzipFile(filename="", fileobj=hashed, mode="wb", mtime=0, compresslevel=6) as gz:
-        tar = _Batched(gz)
+    try:
+        tar = _Batched(compressing)
         for m in members:
             digest = _add(tar, m)
             if digest is not None:
@@ -148,29 +189,44 @@ def write_targz(out: IO[bytes], members: Iterable[Member]) -> Written:
         tar.write(bytes(2 * BLOCK))  # the end-of-archive marker, then zeros up to a whole record, as tarfile does
         tar.write(bytes(-tar.offset % RECORD))
         tar.flush()
-    return Written(hashed.hash.hexdigest(), hashed.size, digests)
+    finally:
+        compressing.close()
+    return Written(compressing.hash.hexdigest(), compressing.size, digests)
 
 
 def _add(tar: _Batched, m: Member) -> str | None:
-    """One member: its header, its bytes, padding to a whole block; the sha256 of its bytes if asked."""
-    tar.write(header(m.name, m.executable, m.size))
-    digest = hashlib.sha256() if m.hashed else None
+    """One member: its header, its bytes, padding to a whole block; the sha256 of its bytes if asked. A file
+    that fits one chunk (most do) is read in one call and written with its header and padding in one."""
+    head, padding = header(m.name, m.executable, m.size), _PADDING[-m.size % BLOCK]
     if m.data is not None:
-        tar.write(m.data)
-        tar.write(bytes(-m.size % BLOCK))
+        tar.write(head + m.data + padding)
         return None
     fd = os.open(m.path, os.O_RDONLY)  # no file object: most members are small, their overhead is the cost
     try:
+        if m.size <= CHUNK:
+            data = os.read(fd, m.size)
+            while len(data) < m.size:
+                data += _rest(fd, m.path, m.size - len(data))
+            tar.write(head + data + padding)
+            return hashlib.sha256(data).hexdigest() if m.hashed else None
+        tar.write(head)
+        digest = hashlib.sha256()
         left = m.size
         while left:
-            chunk = os.read(fd, min(CHUNK, left))
-            if not chunk:
-                raise UserError(f"{m.path} shrank while it was being packaged", hint="package it again")
-            if digest is not None:
+            chunk = _rest(fd, m.path, min(CHUNK, left))
+            if m.hashed:
                 digest.update(chunk)
             tar.write(chunk)
             left -= len(chunk)
     finally:
         os.close(fd)
-    tar.write(bytes(-m.size % BLOCK))
-    return digest.hexdigest() if digest is not None else None
+    tar.write(padding)
+    return digest.hexdigest() if m.hashed else None
+
+
+def _rest(fd: int, path: str, size: int) -> bytes:
+    """Up to ``size`` more bytes of the file (a short read is not the end); none at all: it shrank."""
+    chunk = os.read(fd, size)
+    if not chunk:
+        raise UserError(f"{path} shrank while it was being packaged", hint="package it again")
+    return chunk

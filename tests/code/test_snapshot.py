@@ -391,15 +391,22 @@ def test_every_git_ignore_rule_and_credential_defaults_leave_files_out(tmp_path:
     (code / "job.yaml").write_text("name: rules\ncode: {dir: ., entry: train.py}\n")
     listed = cli("render", str(code / "job.yaml"), "--list-files")  # what a person sees before shipping
     assert listed.returncode == 0 and listed.stdout.split() == [
+        "_cloudddp_culprit.py",
+        "_cloudddp_hang.py",
         "_cloudddp_hooks.py",
         "_cloudddp_hooks_lightning.py",
         "_cloudddp_hooks_transformers.py",
         "_cloudddp_init.py",
+        "_cloudddp_interconnect.py",
         "_cloudddp_launch.py",
         "_cloudddp_lines.py",
         "_cloudddp_logs.py",
+        "_cloudddp_mpi.py",
+        "_cloudddp_pace.py",
         "_cloudddp_preload.py",
+        "_cloudddp_rank_stacks.py",
         "_cloudddp_resume_arg.py",
+        "_cloudddp_stack_requests.py",
         "_cloudddp_start.py",
         "id_utils.py",
         "job.yaml",
@@ -507,3 +514,15 @@ def test_a_folder_with_no_rules_of_its_own_is_packed_without_importing_pathspec(
     assert imports_pathspec() == "False"
     (code / ".cloudddpignore").write_text("*.log\n")
     assert imports_pathspec() == "True"
+
+
+def test_a_file_is_packed_executable_when_its_owner_may_run_it(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    modes = {"owner.sh": 0o744, "everyone.sh": 0o755, "group_only.sh": 0o654, "plain.py": 0o644}
+    for name, mode in modes.items():
+        (code / name).write_text("echo hi\n")
+        (code / name).chmod(mode)
+    with tarfile.open(pack(code).path) as tar:
+        packed = {m.name: m.mode for m in tar.getmembers()}
+    assert packed == {"owner.sh": 0o755, "everyone.sh": 0o755, "group_only.sh": 0o644, "plain.py": 0o644}

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import io
 import os
 import tarfile
 import tempfile
+import threading
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cloudddp.code.tarstream import Member, header, write_targz
+from cloudddp.errors import UserError
 
 names = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), min_size=1, max_size=150)
 
@@ -89,3 +94,54 @@ def test_the_deflate_stream_does_not_depend_on_how_its_input_is_cut(data: bytes,
         out += pieces.compress(data[start:cut])
         start = max(start, cut)
     assert out + pieces.compress(data[start:]) + pieces.flush() == expected
+
+
+class _FullDisk(io.BytesIO):
+    """A sink with room for ``room`` bytes, then ENOSPC, as a full disk answers."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room = room
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.room -= len(data)
+        return len(data)
+
+
+def _in_a_thread(call: Callable[[], object]) -> BaseException | None:
+    """What ``call`` raised, run where a hang shows as a failure instead of a stuck test."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            raised.append(e)
+
+    before = threading.active_count()
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive(), "write_targz hung"
+    assert threading.active_count() == before, "the compressing thread outlived write_targz"
+    return raised[0] if raised else None
+
+
+def test_a_failing_disk_is_raised_to_the_packer_which_never_hangs(tmp_path: Path) -> None:
+    members = []
+    for i in range(12):  # far more than the queue holds: the packer would block on a thread that stopped taking
+        path = tmp_path / f"f{i}"
+        path.write_bytes(os.urandom(2**20))
+        members.append(Member(f"f{i}", str(path), 2**20, executable=False))
+    raised = _in_a_thread(lambda: write_targz(_FullDisk(100_000), members))
+    assert isinstance(raised, OSError) and raised.errno == errno.ENOSPC
+
+
+@pytest.mark.parametrize("size", [100, 2**20 + 10], ids=["one read", "chunked"])
+def test_a_file_that_shrank_since_it_was_listed_is_a_user_error(tmp_path: Path, size: int) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * (size - 50))
+    raised = _in_a_thread(lambda: write_targz(io.BytesIO(), [Member("f", str(path), size, executable=False)]))
+    assert isinstance(raised, UserError) and "shrank" in str(raised)

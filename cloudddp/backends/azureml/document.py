@@ -16,9 +16,10 @@ import shlex
 from typing import Any
 
 from cloudddp.backends.azureml.decide import SSH_USER, AzureMLDecision, Cluster, Serverless
+from cloudddp.code.snapshot import unpacked
 from cloudddp.injob.shim import SHIPPED_AS
 from cloudddp.plan import substitute
-from cloudddp.runtime import RUN_ID, unpacked
+from cloudddp.runtime import RUN_ID
 
 JOB_SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
 COMPUTE_SCHEMA = "https://azuremlschemas.azureedge.net/latest/amlCompute.schema.json"

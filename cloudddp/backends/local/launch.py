@@ -29,9 +29,10 @@ from cloudddp.backends.local.rundir import RunDir, write_json_atomic
 from cloudddp.backends.procs import Process
 from cloudddp.backends.status import RunState
 from cloudddp.code import requirements
+from cloudddp.code.snapshot import extract
 from cloudddp.paths import home
 from cloudddp.plan import Plan
-from cloudddp.runtime import extract, packed
+from cloudddp.runtime import packed
 
 
 def new_run_id(name: str) -> str:
