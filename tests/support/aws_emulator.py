@@ -254,14 +254,42 @@ def _list_service_quotas(self: Any) -> str:
     return json.dumps(answer)
 
 
+LOG_PAGE = 2
+"""Events per GetLogEvents page when the caller names no limit (small: a stream takes several pages)."""
+
+
+def _get_log_events(self: Any) -> str:
+    """GetLogEvents as CloudWatch Logs may answer it (botocore's model of the operation: "Partially full or empty
+    pages don't necessarily mean that pagination is finished. As long as the ``nextForwardToken`` returned is NOT
+    equal to the ``nextToken`` that you passed into the API call, there might be more log events available"):
+    pages of :data:`LOG_PAGE` events, and an empty page, with a token of its own, before each page read with a
+    forward token while the stream has events past it. At the end, moto's answer: the token passed in."""
+    token = self._get_param("nextToken") or ""
+    events, backward, forward = self.logs_backend.get_log_events(
+        log_group_name=self._get_param("logGroupName"),
+        log_group_id=self._get_param("logGroupIdentifier"),
+        log_stream_name=self._get_param("logStreamName"),
+        start_time=self._get_param("startTime"),
+        end_time=self._get_param("endTime"),
+        limit=self._get_param("limit") or LOG_PAGE,
+        next_token=("f/" + token[2:]) if token.startswith("e/") else token or None,  # an empty page's: the same
+        start_from_head=self._get_param("startFromHead", False),
+    )
+    if token.startswith("f/") and events:
+        events, forward = [], "e/" + token[2:]
+    return json.dumps({"events": events, "nextBackwardToken": backward, "nextForwardToken": forward})
+
+
 @contextmanager
 def moto_server() -> Iterator[str]:
+    from moto.logs.responses import LogsResponse
     from moto.sagemaker.models import SageMakerModelBackend
     from moto.sagemaker.responses import SageMakerResponse
     from moto.server import ThreadedMotoServer
     from moto.servicequotas.responses import ServiceQuotasResponse
 
     SageMakerResponse.stop_training_job = _stop_training_job  # type: ignore[attr-defined]
+    LogsResponse.get_log_events = _get_log_events  # type: ignore[method-assign]
     ServiceQuotasResponse.list_service_quotas = _list_service_quotas  # type: ignore[attr-defined]
     if not getattr(SageMakerModelBackend.create_training_job, "starts_in_progress", False):
         SageMakerModelBackend.create_training_job = _starts_in_progress(SageMakerModelBackend.create_training_job)

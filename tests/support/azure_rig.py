@@ -162,7 +162,8 @@ def usage_row(family: str, pool: str, current: int, limit: int) -> dict[str, Any
 
 def rig_usages() -> list[dict[str, Any]]:
     """The region's usages: the REST example's rows, with room in the regional totals for the rig's jobs, and
-    the rows of the rig's families (NCADSA100v4 starts at zero dedicated cores, as specialized families do)."""
+    the rows of the rig's families (NCADSA100v4 and NCASv3_T4 start at zero dedicated cores, as specialized
+    families do)."""
     rows: list[dict[str, Any]] = copy.deepcopy(rest_example("usage_list")["body"]["value"])
     for row in rows:
         if row["name"]["value"].startswith("Total Cluster"):
@@ -175,6 +176,8 @@ def rig_usages() -> list[dict[str, Any]]:
         usage_row("DSv3", "Dedicated", 0, 24),
         usage_row("NCadsH100v5", "Dedicated", 0, 80),
         usage_row("NCadsH100v5", "LowPriority", 0, -1),
+        usage_row("NCASv3_T4", "Dedicated", 0, 0),
+        usage_row("NCASv3_T4", "LowPriority", 0, -1),
     ]
     return rows
 
@@ -487,6 +490,14 @@ class WorkspaceAdapter(BaseAdapter):
                             "memoryGB": 220,
                             "lowPriorityCapable": True,
                         },
+                        {  # the 1-GPU sizes a recovery moves to first (Microsoft Learn, NCasT4_v3 series)
+                            "name": "Standard_NC4as_T4_v3",
+                            "family": "standardNCASv3_T4Family",
+                            "vCPUs": 4,
+                            "gpus": 1,
+                            "memoryGB": 28,
+                            "lowPriorityCapable": True,
+                        },
                         {
                             "name": "Standard_NC40ads_H100_v5",
                             "family": "standardNCadsH100v5Family",
@@ -502,6 +513,14 @@ class WorkspaceAdapter(BaseAdapter):
                             "gpus": 0,
                             "memoryGB": 16,
                             "lowPriorityCapable": True,
+                        },
+                        {  # B-series takes no Spot nodes (Microsoft Learn, "Use Azure Spot Virtual Machines")
+                            "name": "Standard_B2s",
+                            "family": "standardBSFamily",
+                            "vCPUs": 2,
+                            "gpus": 0,
+                            "memoryGB": 4,
+                            "lowPriorityCapable": False,
                         },
                     ]
                 },

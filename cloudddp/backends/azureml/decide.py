@@ -10,6 +10,7 @@ always made them (the first refusal is the one said).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from cloudddp.backends.azureml.environment import environment_field
 from cloudddp.backends.azureml.inputs import job_inputs
 from cloudddp.backends.azureml.limits import check_cluster_name, check_runtime
 from cloudddp.backends.azureml.options import AzureMLOptions
+from cloudddp.backends.azureml.workspace import workspace_fields
 from cloudddp.catalog import Sku, azure_rdma_by_name, disables_rdma, find, nccl_env_presets
 from cloudddp.catalog.sizing import SizeDecision
 from cloudddp.catalog.sizing import decide as decide_size
@@ -27,12 +29,13 @@ from cloudddp.code.requirements import Requirements
 from cloudddp.code.shipped import Snapshot
 from cloudddp.errors import UserError
 from cloudddp.plan import EnvSource
-from cloudddp.runtime import Places, Program, checkpoint_folder, checkpoint_owner, code_snapshot, job_env
+from cloudddp.runtime import Places, Program, checkpoint_folder, checkpoint_owner, code_snapshot, fabric_of, job_env
 from cloudddp.runtime import program as runtime_program
 from cloudddp.spec.model import JobSpec
 
 AUTO_CLUSTER = "auto"
-"""``azureml.compute: auto``: a cluster of cloudddp's own, named after its size and tier (:func:`auto_cluster_name`)."""
+"""``azureml.compute: auto``: a cluster of cloudddp's own, named after its workspace, size and tier
+(:func:`auto_cluster_name`)."""
 DEFAULT_DATASTORE = "azureml://datastores/workspaceblobstore/paths"
 DEFAULT_SHM = "16g"
 UCX_FOR_MPI = {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0"}
@@ -162,7 +165,7 @@ def decide(spec: JobSpec, az: AzureMLOptions, target: SizeTarget, *, sigterm_gra
     infiniband = _infiniband_presets(spec, sizing.sku)
     mpi = _mpi_presets(spec)
     inputs, input_notes = job_inputs(spec)
-    places = _places(spec)
+    places = _places(spec, sizing.sku)
     grace = MPIRUN_STOP_SECONDS if spec.distribution.launcher == "mpi" else sigterm_grace
     env, bindings, sources = _environment(spec, places, {**infiniband, **mpi}, grace)
     compute = _compute(spec, az, sizing.size)
@@ -293,15 +296,18 @@ def _mpi_presets(spec: JobSpec) -> dict[str, str]:
     return {k: v for k, v in UCX_FOR_MPI.items() if k not in spec.env}
 
 
-def _places(spec: JobSpec) -> Places:
-    """Where things are in the job: Azure ML's bindings, which it replaces with the mounted paths."""
+def _places(spec: JobSpec, sku: Sku | None) -> Places:
+    """Where things are in the job: Azure ML's bindings, which it replaces with the mounted paths; the fabric the
+    size was chosen for (an InfiniBand size, more than one node: what the interconnect pre-flight checks)."""
+    nodes = spec.resources.nodes
     return Places(
         model_dir="${{outputs.model}}",
-        nodes=spec.resources.nodes,
+        nodes=nodes,
         processes_per_node=spec.resources.processes,
         checkpoint_dir="${{outputs.checkpoints}}" if spec.checkpoint.enabled else None,
         tensorboard_dir="${{outputs.tensorboard}}",
         inputs={name: f"${{{{inputs.{name}}}}}" for name in spec.inputs},
+        fabric=fabric_of(sku.fabric, sku.fabric_gbps, nodes) if sku is not None else None,
     )
 
 
@@ -350,7 +356,9 @@ def _compute(spec: JobSpec, az: AzureMLOptions, size: str) -> Cluster | Serverle
             hint="remove azureml.job_tier (resources.spot: true runs the job on a low-priority cluster), or remove "
             "azureml.compute to run serverless",
         )
-    name = auto_cluster_name(size, spot=spot) if az.compute == AUTO_CLUSTER else az.compute
+    name = (
+        auto_cluster_name(size, spot=spot, workspace=workspace_fields(az)) if az.compute == AUTO_CLUSTER else az.compute
+    )
     check_cluster_name(name)
     if spec.limits.recover_to == "next_size" and az.compute != AUTO_CLUSTER:
         raise UserError(
@@ -363,8 +371,9 @@ def _compute(spec: JobSpec, az: AzureMLOptions, size: str) -> Cluster | Serverle
 
 
 def _job_tier(az: AzureMLOptions, *, spot: bool) -> str:
-    """The serverless job tier: ``spot`` for ``resources.spot``, else ``standard``; ``azureml.job_tier`` may
-    choose another tier of the same kind (``basic``, ``premium``), never contradict ``resources.spot``."""
+    """The serverless job tier: ``spot`` for ``resources.spot``, else ``standard``, the two tiers serverless
+    compute takes (Azure ML's "Model training on serverless compute": "Possible values are Standard and Spot");
+    ``azureml.job_tier`` may name one, never contradict ``resources.spot``."""
     wanted = "spot" if spot else "standard"
     if az.job_tier is None:
         return wanted
@@ -377,13 +386,24 @@ def _job_tier(az: AzureMLOptions, *, spot: bool) -> str:
     return az.job_tier
 
 
-def auto_cluster_name(size: str, *, spot: bool) -> str:
-    """``cdp-nd96asrv4-d`` for Standard_ND96asr_v4 dedicated, ``...-lp`` low priority: one cluster per size and
-    tier, so a CPU job, a GPU job, a spot job and the next size of a recovery never meet on one cluster (a name
-    Azure ML accepts: at most 24 characters, the size's core cut to fit)."""
+def auto_cluster_name(size: str, *, spot: bool, workspace: dict[str, str]) -> str:
+    """``cdp<tag>-nd96asrv4-d`` for Standard_ND96asr_v4 dedicated, ``...-lp`` low priority: one cluster per size
+    and tier, so a CPU job, a GPU job, a spot job and the next size of a recovery never meet on one cluster. The
+    tag (:func:`workspace_tag`) makes the name the workspace's own: Azure ML wants a compute name unique across
+    all computes of its region. At most 24 characters, as Azure ML accepts, the size's core cut to fit."""
     core = re.sub(r"[^a-z0-9]", "", size.lower().removeprefix("standard_"))
     suffix = "-lp" if spot else "-d"
-    return f"cdp-{core[: 24 - 4 - len(suffix)]}{suffix}"
+    prefix = f"cdp{workspace_tag(workspace)}-"
+    return f"{prefix}{core[: 24 - len(prefix) - len(suffix)]}{suffix}"
+
+
+def workspace_tag(workspace: dict[str, str]) -> str:
+    """Five letters and digits from the workspace's subscription, resource group and name (as far as they are
+    known): the same for every job of one workspace, another for another workspace."""
+    named = "/".join(workspace.get(key, "").lower() for key in ("subscription_id", "resource_group", "name"))
+    number = int.from_bytes(hashlib.sha256(named.encode()).digest()[:8], "big")
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    return "".join(digits[number // 36**i % 36] for i in range(5))
 
 
 def _launcher(spec: JobSpec, reqs: Requirements | None) -> dict[str, Any]:

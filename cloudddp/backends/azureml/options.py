@@ -32,8 +32,8 @@ class AzureMLOptions(Strict):
     compute: str | None = Field(
         None,
         description="AmlCompute cluster name; created when missing, grown (max_instances "
-        "only) when too small, otherwise left as it is. 'auto': a cluster named after its size and tier "
-        "(cdp-<size>-d, cdp-<size>-lp). Unset (the default): serverless compute, no cluster.",
+        "only) when too small, otherwise left as it is. 'auto': a cluster named after its workspace, size and tier "
+        "(cdp<workspace>-<size>-d, cdp<workspace>-<size>-lp). Unset (the default): serverless compute, no cluster.",
     )
     vm_size: str | None = Field(None, description="e.g. Standard_ND96asr_v4; default: chosen from resources.")
     min_nodes: int = Field(0, ge=0, description="Nodes a new cluster keeps when idle.")
@@ -79,11 +79,11 @@ class AzureMLOptions(Strict):
         "'managed' (the compute's managed identity; serverless: the workspace's). Default: Azure ML's (the "
         "datastores' own credentials).",
     )
-    job_tier: Literal["spot", "basic", "standard", "premium"] | None = Field(
+    job_tier: Literal["spot", "standard"] | None = Field(
         None,
         description="Serverless compute only (queue_settings.job_tier); default: spot for resources.spot, else "
-        "standard. basic or premium for a job that is not spot; refused on a cluster (its tier decides) and when "
-        "it contradicts resources.spot.",
+        "standard. Serverless compute takes these two tiers only (not the API's basic or premium); refused on a "
+        "cluster (its tier decides) and when it contradicts resources.spot.",
     )
 
     @field_validator("subscription_id", "resource_group", "workspace")

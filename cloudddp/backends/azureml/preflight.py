@@ -1,7 +1,8 @@
 """What submit checks before it sends anything: the workspace reachable with these credentials, the VM size
-offered in the workspace's region, and quota enough, counted as Azure counts it (quota.py: spot against the
-regional low-priority pool, dedicated against the family's). Serverless jobs use the same quota as a cluster of
-their size and tier; a job on an existing cluster is counted by the cluster's own size and tier, not the plan's."""
+offered in the workspace's region (and, for a spot job, taking low-priority nodes there: the size list's
+``lowPriorityCapable``), and quota enough, counted as Azure counts it (quota.py: spot against the regional
+low-priority pool, dedicated against the family's). Serverless jobs use the same quota as a cluster of their size
+and tier; a job on an existing cluster is counted by the cluster's own size and tier, not the plan's."""
 
 from __future__ import annotations
 
@@ -105,6 +106,8 @@ def _size_and_quota(client: Any, location: str, target: QuotaTarget, nodes: int,
             fix="pick a size the region offers: `az ml compute list-sizes`",
         )
     ]
+    if offered and target.spot:
+        checks.append(_low_priority(size, location, sizes[size.lower()]))
     vcpus = _field(sizes[size.lower()], "v_cp_us", "vCPUs") if offered else None
     family = _field(sizes[size.lower()], "family", "family") if offered else None
     if offered and family and vcpus:
@@ -112,3 +115,15 @@ def _size_and_quota(client: Any, location: str, target: QuotaTarget, nodes: int,
         found = quota_checks(usages, str(family), int(vcpus), nodes, spot=target.spot, workspace=workspace)
         checks += [dataclasses.replace(c, detail=c.detail + target.note) if target.note else c for c in found]
     return checks
+
+
+def _low_priority(size: str, location: str, listed: Any) -> Check:
+    """Whether ``size`` takes low-priority (spot) nodes: the ``lowPriorityCapable`` of the region's size list
+    (B-series and promo sizes do not); a size that does not say is not refused."""
+    capable = _field(listed, "low_priority_capable", "lowPriorityCapable")
+    label = f"{size} takes spot nodes in {location}"
+    if capable is None:
+        return Check(label, None, "the region's size list does not say (lowPriorityCapable)")
+    detail = "" if capable else f"{size} does not take low-priority (spot) nodes: its lowPriorityCapable is false"
+    fix = "set resources.spot: false, or pick a size that takes spot nodes (`az ml compute list-sizes`)"
+    return Check(label, bool(capable), detail, fix=fix)

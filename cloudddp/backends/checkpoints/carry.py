@@ -7,7 +7,8 @@ checkpoints and anything else in the folder. What is not: the shared script's ol
 without its ``.sha256`` (torn), and hidden names (cloudddp's lock, temporary copies of a write in progress).
 
 How it is verified: each file streams through a SHA-256 while it is written, then the target's own hash of what
-it holds (read back, or the store's checksum) must equal it, and the shared checkpoint's must equal its
+it holds must equal it (what the service checked on write, where it did: S3's part and object checksums, Azure's
+per-block MD5; else the store's checksum or the file read back), and the shared checkpoint's must equal its
 ``.sha256``. A mismatch raises, naming the file and both stores. The shared checkpoint's ``.sha256`` is written
 last, after everything else has been verified: a carry that fails leaves no new complete checkpoint at the target
 (the script, and :mod:`cloudddp.backends.checkpoints.contents`, count a checkpoint only with its ``.sha256``).
@@ -66,6 +67,9 @@ class Carried:
     resumes_from: str | None
     """The newest complete shared checkpoint at the target after the carry: the one the script resumes from (a
     newer one already there wins over :attr:`checkpoint`)."""
+    unnamed: tuple[str, ...] = ()
+    """Files the target cannot name (too long a part, not UTF-8 for an object store, a file where another's folder
+    is): each reported, the rest carried."""
 
     @property
     def position(self) -> tuple[int, int] | None:
@@ -77,6 +81,9 @@ class Carried:
         moved = f"{len(self.copied)} files ({_size(self.bytes)})"
         skipped = f", {len(self.skipped)} already there" if self.skipped else ""
         line = f"carried {moved}{skipped} from {self.source} to {self.target}"
+        if self.unnamed:
+            names = ", ".join(safe_name(name) for name in self.unnamed)
+            line += f"; not carried, {len(self.unnamed)} the target cannot name: {names}"
         position = self.position
         if position is not None:
             line += f"; the shared script resumes from {self.resumes_from} (epoch {position[0]}, step {position[1]})"
@@ -117,6 +124,8 @@ def select(files: Sequence[StoredFile]) -> Selection:
 def carry(source: CheckpointStore, target: CheckpointStore, progress: Progress | None = None) -> Carried:
     """Copy what a resume needs from ``source`` to ``target`` (see the module's docstring)."""
     chosen = select(source.files())
+    unnamed = _unnamed(chosen.files, target)
+    chosen = Selection(chosen.shared, tuple(f for f in chosen.files if f.path not in unnamed), chosen.left_out)
     there = {f.path: f.size for f in target.files()}
     expected = _digest_of(source, chosen.shared) if chosen.shared else None
     tally = _Tally(f"carrying checkpoints to {target.location}", progress)
@@ -141,7 +150,16 @@ def carry(source: CheckpointStore, target: CheckpointStore, progress: Progress |
         bytes=tally.sent,
         checkpoint=chosen.shared,
         resumes_from=newest_complete([f.path for f in target.files()]),
+        unnamed=tuple(sorted(unnamed)),
     )
+
+
+def _unnamed(files: Sequence[StoredFile], target: CheckpointStore) -> set[str]:
+    """The files ``target`` cannot hold under their names: one it does not take, and one named as another's folder
+    (``a`` beside ``a/b``: an object store lists both, a filesystem holds one)."""
+    folders = {path.rsplit("/", 1)[0] for path in (f.path for f in files) if "/" in path}
+    folders |= {folder.rsplit("/", i)[0] for folder in folders for i in range(1, folder.count("/") + 1)}
+    return {f.path for f in files if f.path in folders or not target.takes(f.path)}
 
 
 class _Tally:
@@ -175,19 +193,25 @@ def _copy(
 ) -> None:
     """Stream ``file`` from ``source`` to ``target`` through a SHA-256, then check what the target holds."""
     with source.reader(file.path) as raw:
-        hashing = _Hashing(raw, seen)
-        target.write(file.path, cast(IO[bytes], hashing))
+        hashing = _Hashing(raw, seen, file.size)
+        written = target.write(file.path, cast(IO[bytes], hashing))
     try:
-        _verify(source, target, file, hashing, want)
+        _verify(source, target, file, hashing, want, written)
     except BaseException:
         target.remove(file.path)  # a file that failed its verification does not stay at the target
         raise
 
 
 def _verify(
-    source: CheckpointStore, target: CheckpointStore, file: StoredFile, hashing: _Hashing, want: str | None
+    source: CheckpointStore,
+    target: CheckpointStore,
+    file: StoredFile,
+    hashing: _Hashing,
+    want: str | None,
+    written: str | None,
 ) -> None:
-    """What was read is what was listed (and what its ``.sha256`` says), and what the target holds is what was read."""
+    """What was read is what was listed (and what its ``.sha256`` says), and what the target holds is what was read:
+    ``written``, where the target's service checked it on write, else the target's own hash, read back."""
     read = hashing.hasher.hexdigest()
     name = safe_name(file.path)
     where = f"from {safe_name(source.location)} to {safe_name(target.location)}"
@@ -198,7 +222,7 @@ def _verify(
             f"carrying {name} {where}: the checkpoint does not match its {name}{DIGEST} at the source "
             f"(sha256 {read}, the file says {safe_name(want)}): it is corrupt there and was not carried as complete"
         )
-    held = target.sha256(file.path)
+    held = written or target.sha256(file.path)
     if held != read:
         raise CloudDDPError(
             f"carrying {name} {where}: the target holds sha256 {held} after the copy, the source sent {read}"
@@ -206,12 +230,14 @@ def _verify(
 
 
 class _Hashing(io.RawIOBase):
-    """A stream read through: what passes is hashed, counted and reported, never kept."""
+    """A stream read through: what passes is hashed, counted and reported, never kept. Its ``length`` is the
+    size the source listed (:func:`~cloudddp.backends.checkpoints.store.length`)."""
 
-    def __init__(self, raw: IO[bytes], seen: Callable[[int], None]) -> None:
+    def __init__(self, raw: IO[bytes], seen: Callable[[int], None], length: int) -> None:
         super().__init__()
         self.raw = raw
         self.seen = seen
+        self.length = length
         self.hasher = hashlib.sha256()
         self.size = 0
 

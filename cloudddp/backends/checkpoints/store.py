@@ -43,9 +43,17 @@ class CheckpointStore(Protocol):
         """The file ``path`` (relative), opened for reading as a stream."""
         ...
 
-    def write(self, path: str, stream: IO[bytes]) -> None:
+    def takes(self, path: str) -> bool:
+        """Whether the store can hold a file named ``path`` (a folder: no part over 255 bytes; an object store: a
+        UTF-8 key within its length): a carry reports a name it cannot, and carries the rest."""
+        ...
+
+    def write(self, path: str, stream: IO[bytes]) -> str | None:
         """Write ``path`` (relative, folders made as needed) from ``stream``, read in chunks of :data:`CHUNK`; the
-        file appears under its name only once it is whole (a temporary name then a rename, or one request)."""
+        file appears under its name only once it is whole (a temporary name then a rename, or one request). An
+        object store sizes its parts from the stream's :func:`length` where it tells one. The hex SHA-256 of what
+        was sent where the service checked on write that it holds exactly that (each part's checksum, then the
+        whole object's); None where it did not, and :meth:`sha256` must read it back."""
         ...
 
     def sha256(self, path: str) -> str:
@@ -57,10 +65,35 @@ class CheckpointStore(Protocol):
         ...
 
 
+def length(stream: IO[bytes]) -> int | None:
+    """The bytes ``stream`` will give, where it says so (a carry's stream: the size its source listed), so that an
+    object store can choose parts that carry the whole file within its service's part count; None when unknown."""
+    told = getattr(stream, "length", None)
+    return told if isinstance(told, int) else None
+
+
 def chunks(stream: IO[bytes]) -> Iterator[bytes]:
     """``stream`` in pieces of at most :data:`CHUNK` bytes."""
     while block := stream.read(CHUNK):
         yield block
+
+
+NAME_BYTES = 255
+"""The longest file or folder name a POSIX filesystem takes."""
+
+
+def posix_name(path: str) -> bool:
+    """``path`` (read with ``surrogateescape``) fits a POSIX filesystem: no part over :data:`NAME_BYTES` bytes."""
+    return all(len(part.encode(errors="surrogateescape")) <= NAME_BYTES for part in path.split("/"))
+
+
+def object_key(key: str, limit: int) -> bool:
+    """``key`` fits an object store: UTF-8 (a name that was not is read with ``surrogateescape``), at most
+    ``limit`` bytes."""
+    try:
+        return len(key.encode()) <= limit
+    except UnicodeEncodeError:
+        return False
 
 
 def unsafe(path: str) -> bool:

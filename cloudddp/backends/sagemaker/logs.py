@@ -58,7 +58,8 @@ def _streams(logs: Any, job: str) -> list[str]:
 
 def _new_events(logs: Any, name: str, tokens: dict[str, str | None]) -> list[tuple[int, str, str]]:
     """The events of stream ``name`` after its position in ``tokens`` (moved on to the end), as (time in ms,
-    host, message)."""
+    host, message). A page may be partly full or empty mid-stream: the end is the page whose
+    ``nextForwardToken`` is the token passed in (botocore's model of GetLogEvents, as its API reference says)."""
     host = name.split("/", 1)[1].rsplit("-", 1)[0] if "/" in name else name
     events = []
     while True:
@@ -67,7 +68,7 @@ def _new_events(logs: Any, name: str, tokens: dict[str, str | None]) -> list[tup
             kwargs["nextToken"] = tokens[name]
         page = logs.get_log_events(**kwargs)
         events += [(e["timestamp"], host, e["message"]) for e in page["events"]]
-        done = page.get("nextForwardToken") == tokens.get(name) or not page["events"]
+        done = page.get("nextForwardToken") == tokens.get(name)
         tokens[name] = page.get("nextForwardToken")
         if done:
             return events

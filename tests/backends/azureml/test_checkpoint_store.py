@@ -16,7 +16,10 @@ from typing import Any
 
 import pytest
 
+from cloudddp.backends.azureml import checkpoint_store
+from cloudddp.backends.checkpoints.carry import carry
 from cloudddp.backends.checkpoints.store import CHUNK, StoredFile
+from cloudddp.backends.local.checkpoint_store import LocalCheckpoints
 from cloudddp.backends.plugins import spec_from_dict
 from cloudddp.errors import CloudDDPError, UserError
 from tests.support import azure_nodes
@@ -192,3 +195,47 @@ def test_a_preempted_attempts_checkpoints_are_in_the_workspaces_blobs_where_the_
     for checkpoint in written:  # every checkpoint whole, by the digest its writer put next to it
         with store.reader(f"{checkpoint}.sha256") as digest:
             assert store.sha256(checkpoint) == digest.read().decode().strip()
+
+
+def test_a_file_over_the_block_count_of_one_chunk_blocks_is_carried_in_larger_blocks_within_the_count(
+    model: WorkspaceModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A block blob's block count scaled down (at most 3 blocks): a file of ten chunks and a byte, carried from a
+    folder, goes in three blocks of 4 MiB, the last one shorter."""
+    monkeypatch.setattr(checkpoint_store, "BLOCKS", 3)
+    backend = rig_backend(model, token="store5")
+    plan = backend.render(digits_spec(tmp_path, "large", 1))
+    prefix = plan.target.checkpoints.removeprefix("azureml://datastores/workspaceblobstore/paths/")
+    here = tmp_path / "here"
+    here.mkdir()
+    data = os.urandom(10 * CHUNK + 1)
+    (here / "model.ckpt").write_bytes(data)
+    assert carry(LocalCheckpoints(here), backend.checkpoint_store(plan.target)).bytes == len(data)
+    blob = model.container_client().get_blob_client(prefix + "model.ckpt")
+    assert [b.size for b in blob.get_block_list()[0]] == [4 << 20, 4 << 20, 2 * CHUNK + 1]
+    assert blob.download_blob().readall() == data
+
+
+def test_a_carry_to_blobs_verifies_each_block_on_write_and_reads_nothing_back(
+    model: WorkspaceModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each block goes with its MD5, which the service checks: the carry reads no byte of the blob back."""
+    opened: list[str] = []
+    reader = checkpoint_store.BlobCheckpoints.reader
+
+    def counted(self: Any, path: str) -> Any:
+        opened.append(path)
+        return reader(self, path)
+
+    monkeypatch.setattr(checkpoint_store.BlobCheckpoints, "reader", counted)
+    backend = rig_backend(model, token="store6")
+    plan = backend.render(digits_spec(tmp_path, "verified", 1))
+    here = tmp_path / "here"
+    here.mkdir()
+    data = os.urandom(3 * CHUNK + 5)
+    (here / "model.ckpt").write_bytes(data)
+    store = backend.checkpoint_store(plan.target)
+    assert carry(LocalCheckpoints(here), store).copied == ("model.ckpt",)
+    assert opened == []  # verified on write: nothing read back
+    with store.reader("model.ckpt") as stream:
+        assert stream.read() == data

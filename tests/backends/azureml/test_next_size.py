@@ -14,11 +14,12 @@ import pytest
 import yaml
 
 from cloudddp.api import Run
+from cloudddp.backends.azureml.decide import workspace_tag
 from cloudddp.backends.plugins import load_spec
 from cloudddp.backends.status import RunState
 from cloudddp.catalog.ranking import ranked_sizes
 from cloudddp.runs.runner import get_backend
-from tests.support.azure_rig import WorkspaceModel, create_container, serve, served_environment
+from tests.support.azure_rig import RG, SUB, WS, WorkspaceModel, create_container, serve, served_environment
 from tests.support.cli import ROOT, cli
 from tests.support.waiting import wait_until
 
@@ -32,6 +33,7 @@ def rig(blob_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspa
     model = WorkspaceModel(blob_endpoint)
     create_container(model)
     model.set_usage("Standard NCADSA100v4 Family Cluster Dedicated vCPUs", limit=96)  # the first size has quota
+    model.set_usage("Standard NCASv3_T4 Family Cluster Dedicated vCPUs", limit=8)  # and the next one
     with serve(model) as url:
         for key, value in {**served_environment(url, model), "CLOUDDDP_RECOVERY_POLL": "0.3"}.items():
             monkeypatch.setenv(key, value)
@@ -98,6 +100,8 @@ def test_an_auto_cluster_recovery_moves_to_a_cluster_of_the_next_size_after_a_ca
 ) -> None:
     run, nxt, second = moved_after_a_capacity_failure(rig, gpu_job(tmp_path, "next-cluster", {"compute": "auto"}))
     sizes = {name: c["properties"]["properties"]["vmSize"] for name, c in rig.computes.items()}
-    assert sizes == {"cdp-nc24adsa100v4-d": FIRST, "cdp-nc40adsh100v5-d": nxt}, sizes
-    assert rig.jobs[second]["properties"]["computeId"].endswith("/computes/cdp-nc40adsh100v5-d")
+    tag = f"cdp{workspace_tag({'subscription_id': SUB, 'resource_group': RG, 'name': WS})}"  # the rig's own
+    cluster = f"{tag}-{nxt.removeprefix('Standard_').replace('_', '').lower()}-d"  # the next size's own cluster
+    assert sizes == {f"{tag}-nc24adsa100v4-d": FIRST, cluster: nxt}, sizes
+    assert rig.jobs[second]["properties"]["computeId"].endswith(f"/computes/{cluster}")
     completes(rig, run, second, [FIRST, nxt])

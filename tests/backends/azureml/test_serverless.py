@@ -5,6 +5,7 @@ what azure-ai-ml's ``command()`` sends for the same job; the rig checks what it 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -87,26 +88,39 @@ def test_the_job_tier_follows_resources_spot_and_may_not_contradict_it() -> None
     assert render("azureml.compute=null", "resources.spot=true").request["job"]["queue_settings"] == {
         "job_tier": "spot"
     }
-    basic = render("azureml.compute=null", "azureml.job_tier=basic").request["job"]
-    assert basic["queue_settings"] == {"job_tier": "basic"}
+    standard = render("azureml.compute=null", "azureml.job_tier=standard").request["job"]
+    assert standard["queue_settings"] == {"job_tier": "standard"}
     for overrides, says in (
         (["azureml.compute=null", "azureml.job_tier=spot"], "azureml.job_tier: spot contradicts resources.spot: false"),
         (["azureml.job_tier=spot"], "applies to serverless compute only"),
+        (["azureml.compute=null", "azureml.job_tier=basic"], "azureml.job_tier: Input should be 'spot' or 'standard'"),
+        (["azureml.compute=null", "azureml.job_tier=premium"], "(got 'premium')"),
     ):
         result = cli("render", str(AZURE_JOB), "-b", "azureml", *[a for o in overrides for a in ("-o", o)])
         assert result.returncode == 2 and says in result.stderr, result.stderr
 
 
-def test_auto_clusters_are_named_per_size_and_tier_and_next_size_refuses_a_hand_named_cluster() -> None:
+def test_auto_clusters_are_named_per_workspace_size_and_tier_and_next_size_refuses_a_hand_named_cluster() -> None:
+    """Azure ML wants a compute name unique across all computes of its region: another workspace, another name."""
+    workspaces = [
+        {"subscription_id": "00000000-0000-0000-0000-000000000000", "resource_group": "ml-rg", "name": "ml-workspace"},
+        {"subscription_id": "00000000-0000-0000-0000-000000000000", "resource_group": "ml-rg", "name": "other"},
+        {"subscription_id": "11111111-1111-1111-1111-111111111111", "resource_group": "ml-rg", "name": "ml-workspace"},
+    ]
     names = {
-        auto_cluster_name(size, spot=spot)
-        for size in ("Standard_D4s_v3", "Standard_ND96asr_v4", "Standard_NC80adis_H100_v5")
+        auto_cluster_name(size, spot=spot, workspace=workspace)
+        for size in ("Standard_D4s_v3", "Standard_ND96asr_v4", "Standard_NC80adis_H100_v5", "Standard_NC40ads_H100_v5")
         for spot in (False, True)
+        for workspace in workspaces
     }
-    assert len(names) == 6 and all(valid_cluster_name(n) and len(n) <= 24 for n in names), names
+    assert len(names) == 24 and all(valid_cluster_name(n) and len(n) <= 24 for n in names), names
+    seed = auto_cluster_name("Standard_ND96asr_v4", spot=True, workspace=workspaces[0])  # the seed job's workspace
+    assert re.fullmatch(r"cdp[0-9a-z]{5}-nd96asrv4-lp", seed) and seed == auto_cluster_name(
+        "Standard_ND96asr_v4", spot=True, workspace=dict(workspaces[0])
+    )
     auto = render("azureml.compute=auto", "resources.spot=true")
-    assert auto.request["compute"]["name"] == "cdp-nd96asrv4-lp"
-    assert auto.request["job"]["compute"] == "azureml:cdp-nd96asrv4-lp"
+    assert auto.request["compute"]["name"] == seed
+    assert auto.request["job"]["compute"] == f"azureml:{seed}"
     result = cli("render", str(AZURE_JOB), "-b", "azureml", "-o", "limits.recover_to=next_size")
     assert result.returncode == 2, result.stderr
     assert "the cluster gpu-cluster (azureml.compute) has one size" in result.stderr

@@ -4,7 +4,9 @@ still to be bound, a file larger than one part included; encrypted with the spec
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import io
 import os
 import socket
 import subprocess
@@ -20,9 +22,16 @@ import pytest
 from cloudddp.backends.checkpoints.carry import carry
 from cloudddp.backends.local.checkpoint_store import LocalCheckpoints
 from cloudddp.backends.plugins import spec_from_dict
-from cloudddp.backends.sagemaker import SageMakerBackend
-from cloudddp.backends.sagemaker.checkpoint_store import IN_FLIGHT, PART
-from tests.support.aws_emulator import ACCOUNT_ID, aws_environment, free_port, own_bucket, use_emulator
+from cloudddp.backends.sagemaker import SageMakerBackend, checkpoint_store
+from cloudddp.backends.sagemaker.checkpoint_store import IN_FLIGHT, PART, _Parts, sent_checksum
+from tests.support.aws_emulator import (
+    ACCOUNT_ID,
+    FaultProxy,
+    aws_environment,
+    free_port,
+    own_bucket,
+    use_emulator,
+)
 from tests.support.cli import ROOT
 from tests.support.waiting import wait_until
 
@@ -150,3 +159,62 @@ def test_a_carry_to_s3_holds_a_few_parts_in_memory_not_the_file(moto_elsewhere: 
         tracemalloc.stop()
     assert carried.bytes == size
     assert peak < (IN_FLIGHT + 2) * PART, f"the upload held {peak >> 20} MiB of a {size >> 20} MiB file"
+
+
+def test_a_file_over_the_part_count_of_16_mib_parts_is_carried_in_larger_parts_within_the_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S3's limits scaled down (parts of 5 MiB, S3's least, at most 3 of them): a file of four parts and a byte
+    goes in three parts of 7 MiB, streamed from a source that only reads forward."""
+    monkeypatch.setattr(checkpoint_store, "PART", 5 << 20)
+    monkeypatch.setattr(checkpoint_store, "PARTS", 3)
+    here = tmp_path / "here"
+    here.mkdir()
+    data = os.urandom(4 * (5 << 20) + 1)
+    (here / "model.ckpt").write_bytes(data)
+    bucket = own_bucket(tmp_path)
+    store = SageMakerBackend().checkpoint_store({"region": "us-east-1", "checkpoints": f"s3://{bucket}/c/job/key"})
+    assert carry(LocalCheckpoints(here), store).bytes == len(data)
+    s3 = boto3.client("s3")
+    head = s3.head_object(Bucket=bucket, Key="c/job/key/model.ckpt")
+    assert head["ETag"].strip('"').endswith("-3"), head["ETag"]  # a multipart upload's ETag counts its parts
+    assert s3.head_object(Bucket=bucket, Key="c/job/key/model.ckpt", PartNumber=1)["ContentLength"] == 7 << 20
+    assert s3.get_object(Bucket=bucket, Key="c/job/key/model.ckpt")["Body"].read() == data
+
+
+def test_a_carry_to_s3_verifies_on_write_and_reads_nothing_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S3 checks each part's SHA-256 as it arrives; the write compares S3's composite checksum of the object with
+    the one of what was sent: no byte of the file is read back (no GetObject), through a proxy that sees them all."""
+    monkeypatch.setattr(checkpoint_store, "PART", 5 << 20)
+    here = tmp_path / "here"
+    here.mkdir()
+    files = {"model.ckpt": os.urandom(2 * (5 << 20) + 7), "small.json": b"{}"}  # three parts; one request
+    for name, data in files.items():
+        (here / name).write_bytes(data)
+    bucket = own_bucket(tmp_path)
+    proxy = FaultProxy(os.environ["AWS_ENDPOINT_URL"])
+    with proxy.running() as url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", url)
+        store = SageMakerBackend().checkpoint_store({"region": "us-east-1", "checkpoints": f"s3://{bucket}/c/k"})
+        assert carry(LocalCheckpoints(here), store).bytes == sum(map(len, files.values()))
+    reads = [target for target, _, _ in proxy.sent if target.startswith(f"GET /{bucket}/c/k/")]
+    assert reads == [], reads
+    assert any(target == f"HEAD /{bucket}/c/k/model.ckpt" for target, _, _ in proxy.sent)  # S3's checksum asked
+    s3 = boto3.client("s3", endpoint_url=proxy.upstream)
+    assert s3.get_object(Bucket=bucket, Key="c/k/model.ckpt")["Body"].read() == files["model.ckpt"]
+
+
+def test_a_checksum_that_is_not_the_one_of_what_was_sent_asks_for_a_read_back() -> None:
+    data = os.urandom(3000)
+    sent = _Parts(io.BytesIO(data), 1024)
+    assert sent.read() == data and len(sent.digests()) == 3
+    composite = base64.b64encode(hashlib.sha256(b"".join(sent.digests())).digest()).decode()
+    whole = base64.b64encode(hashlib.sha256(data).digest()).decode()
+    assert sent_checksum({"ChecksumSHA256": f"{composite}-3", "ETag": '"x-3"'}, sent)  # S3's form
+    assert sent_checksum({"ChecksumSHA256": composite, "ETag": '"x-3"'}, sent)  # moto's
+    assert not sent_checksum({"ChecksumSHA256": f"{composite}-4", "ETag": '"x-4"'}, sent)  # another part count
+    assert not sent_checksum({"ChecksumSHA256": whole, "ETag": '"x-3"'}, sent)  # not the parts' checksum
+    assert not sent_checksum({"ETag": '"x-3"'}, sent)  # none at all
+    assert sent_checksum({"ChecksumSHA256": whole, "ETag": '"x"'}, sent)  # one request: the whole's
