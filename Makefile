@@ -22,6 +22,7 @@ node_modules/.bin/azurite-blob: package.json package-lock.json
 
 demo: venv
 	$(BIN)/cloudddp submit jobs/digits-local.yaml --backend local
+	@echo "cloudddp is $(BIN)/cloudddp: '. $(BIN)/activate' puts it on your PATH"
 
 # Debian packages that tests drive for real: tmux (the live-metrics terminal), Open MPI's mpirun (Azure ML's
 # MPI distribution), Slurm and munge (a two-node cluster on this machine), gcc and libslurm-dev's spank.h (the

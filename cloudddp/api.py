@@ -20,8 +20,9 @@ from cloudddp.backends.base import Backend, Progress
 from cloudddp.backends.plugins import backend_class, load_spec, spec_from_dict
 from cloudddp.backends.status import LogLine, RunState, RunStatus
 from cloudddp.errors import RunNotFound, UserError
+from cloudddp.injob.culprit import Capture
 from cloudddp.observe.metrics import MetricRecord
-from cloudddp.observe.notebook import watch
+from cloudddp.observe.notebook import warnings_html, watch
 from cloudddp.observe.plotting import plot_metrics
 from cloudddp.plan import Plan
 from cloudddp.runs import recovery
@@ -166,6 +167,14 @@ class Run:
         """The recovery chain this run belongs to, when it was submitted with recovery."""
         return self._one.chain
 
+    @property
+    def warnings(self) -> list[str]:
+        """What the run's person should know besides its state, as the command line prints it: its plan's warnings
+        (``render().warnings``, for a run submitted in this process), then, once the run has ended and its status
+        was read (:meth:`wait` reads it), what its end says of the checkpoint it resumed: "nothing left to train"
+        for a run that resumed a finished training, or a checkpoint that does not fit the model."""
+        return [*(self.plan.warnings if self.plan is not None else []), *self._one.notes()]
+
     def wait(self, timeout: float | None = None, poll: float = 1.0) -> RunStatus:
         """Block until the run ends (or ``timeout`` seconds pass) and return its status."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -201,6 +210,12 @@ class Run:
             raise UserError("metrics_frame() needs pandas: pip install 'cloudddp[notebook]'") from None
         return pd.DataFrame([r.to_dict() for r in self.metrics()])
 
+    def stacks(self) -> Capture:
+        """Every rank's Python stacks now, each rank once (``cloudddp stacks``): grouped with
+        :func:`cloudddp.injob.culprit.render`, who stands out in ``.verdict()``. The run goes on, untouched. For a run
+        under recovery: its current attempt's ranks."""
+        return self._one.stacks()
+
     def cancel(self) -> bool:
         """Ask the run to stop (it checkpoints first); False when it had already ended. A run under
         recovery stops being recovered."""
@@ -231,7 +246,7 @@ class Run:
         return plot_metrics(list(self.metrics()), title=f"{self.run_id} ({self.status().state.value})", path=path)
 
     def _repr_html_(self) -> str:
-        return self.status()._repr_html_()
+        return self.status()._repr_html_() + warnings_html(self.warnings)
 
     @property
     def done(self) -> bool:

@@ -154,13 +154,22 @@ class Estimate:
     price_kind: str | None = None
     """Where the price comes from (the catalog's ``price_kind``: ``ec2-proxy`` is EC2's on-demand price standing in
     for SageMaker's, a lower bound)."""
+    price_region: str | None = None
+    """The region whose price it is, when the catalog has none for the size where the job runs (shown ``~REGION``
+    beside each figure); None: the price is the job's region's. Left out of :meth:`to_dict` while None."""
 
     def rounded(self) -> Estimate:
         """This estimate to six decimals, as a plan holds it and a run's record keeps it."""
         return Estimate.from_dict(self.to_dict())
 
     def to_dict(self) -> dict[str, float | int | str | None]:
-        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+        figures = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+        return figures if self.price_region is not None else {k: v for k, v in figures.items() if k != "price_region"}
+
+    @property
+    def region_mark(self) -> str:
+        """`` ~REGION`` after a figure priced in another region than the job's; empty otherwise."""
+        return f" ~{self.price_region}" if self.price_region else ""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Estimate:

@@ -28,6 +28,8 @@ UNPRICED = (
     "no dated on-demand price in the catalog: not chosen automatically, since its cost cannot be compared "
     "(name it in the spec to use it anyway)"
 )
+CLOUD_REGIONS = {"aws": "us-east-1", "azure": "eastus"}
+"""The region each cloud's prices are read in (cloudddp/data/SOURCES.md); a row priced elsewhere says its own."""
 SMDDP_SOURCE = "SM_DATAPARALLEL_SUPPORTED_INSTANCE_TYPES in the SageMaker Python SDK (sagemaker/core/fw_utils.py)"
 
 
@@ -49,6 +51,7 @@ class Requirements:
     instance_type: str | None = None
     workload: Workload | None = None
     idle_s: float | None = None  # the cluster's idle time before scale-down, where the cloud bills it (Azure ML)
+    region: str | None = None  # where the job runs; None: the cloud's reference region (CLOUD_REGIONS)
     step_times: Mapping[str, StepTime] = field(default_factory=dict)
     """Step times measured for this job's shape, by size name (lower case): they replace the model on that size."""
 
@@ -69,7 +72,9 @@ class Candidate:
         self.ok = False
         self.reasons.append(reason)
 
-    def row(self) -> dict[str, Any]:
+    def row(self, region: str | None = None) -> dict[str, Any]:
+        """The candidate as a table row; ``price_elsewhere`` when its price is from another region than
+        ``region`` (the job's, else the cloud's reference region)."""
         e = self.estimate
         price = e.price_per_hour if e else (self.sku.price_per_hour * self.nodes if self.sku.price_per_hour else None)
         key = gpu_key(self.sku.gpu, self.sku.gpu_model)
@@ -82,6 +87,8 @@ class Candidate:
             "price_per_hour": price,
             "price_kind": self.sku.price_kind,
             "price_date": self.sku.price_date,
+            "price_region": self.sku.price_region,
+            "price_elsewhere": price is not None and _elsewhere(self.sku, region),
             "lifecycle": self.sku.lifecycle_text(),
             "total_cost": e.total_cost if e else None,
             "efficiency": e.efficiency if e else None,
@@ -93,6 +100,12 @@ class Candidate:
             "why": "; ".join(self.reasons),
             "warnings": self.warnings,
         }
+
+
+def _elsewhere(sku: Sku, region: str | None) -> bool:
+    """Whether ``sku``'s price is from another region than the job's (else the cloud's reference region)."""
+    where = region or CLOUD_REGIONS.get(sku.cloud)
+    return where is not None and sku.price_region != where
 
 
 def _fabric(sku: Sku) -> str:
@@ -114,12 +127,13 @@ class Selection:
         return self.chosen.warnings if self.chosen else []
 
     def explain(self) -> list[dict[str, Any]]:
-        return [c.row() for c in self.candidates]
+        return [c.row(self.requirements.region) for c in self.candidates]
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "catalog_date": self.catalog_date,
-            "chosen": self.chosen.row() | {"estimate": self.chosen.estimate.to_dict() if self.chosen.estimate else None}
+            "chosen": self.chosen.row(self.requirements.region)
+            | {"estimate": self.chosen.estimate.to_dict() if self.chosen.estimate else None}
             if self.chosen
             else None,
             "candidates": self.explain(),
@@ -148,8 +162,9 @@ def _shapes(req: Requirements, sku: Sku) -> tuple[int, int] | str:
 
 def _judge(req: Requirements, sku: Sku, named: bool) -> Candidate:
     shape = _shapes(req, sku)
-    if isinstance(shape, str):
-        cand = Candidate(sku, 0, 0)
+    if isinstance(shape, str):  # shown as the size whole, on the nodes the job would need of it
+        total = req.total_gpus or (req.nodes or 1) * (req.gpus_per_node or sku.gpus)
+        cand = Candidate(sku, req.nodes or max(1, -(-total // sku.gpus)), sku.gpus)
         _judge_lifecycle(cand)
         cand.reject(shape)
         return cand

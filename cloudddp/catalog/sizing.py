@@ -152,6 +152,7 @@ def requirements_for(spec: JobSpec, target: SizeTarget) -> Requirements:
         instance_type=target.named,
         workload=find_workload(spec).workload,
         idle_s=target.idle_s,
+        region=target.region,
         step_times={size: m.step_time(_epochs(spec)) for size, m in measured_step_times(spec).items()},
     )
 
@@ -216,14 +217,18 @@ class SizeDecision:
     estimate: Estimate | None = None
 
 
-def priced(chosen: Candidate) -> Estimate | None:
+def priced(chosen: Candidate, region: str | None = None) -> Estimate | None:
     """What the plan says ``chosen`` costs: the cost model's estimate with the size it prices, or for a script whose
-    speed the model cannot know, the size's price alone; None for a size without a dated price."""
+    speed the model cannot know, the size's price alone; None for a size without a dated price. A price from another
+    region than ``region`` (the job's; None: the cloud's reference region) names its own."""
     price = chosen.sku.price_per_hour * chosen.nodes if chosen.sku.price_per_hour is not None else None
     size, nodes, kind = chosen.sku.size, chosen.nodes, chosen.sku.price_kind
+    where = chosen.sku.price_region if chosen.row(region)["price_elsewhere"] else None
     if chosen.estimate is not None:
-        return replace(chosen.estimate, size=size, nodes=nodes, price_kind=kind).rounded()
-    return Estimate(price_per_hour=price, size=size, nodes=nodes, price_kind=kind) if price is not None else None
+        return replace(chosen.estimate, size=size, nodes=nodes, price_kind=kind, price_region=where).rounded()
+    if price is None:
+        return None
+    return Estimate(price_per_hour=price, size=size, nodes=nodes, price_kind=kind, price_region=where)
 
 
 def decide(spec: JobSpec, target: SizeTarget, label: str) -> SizeDecision:
@@ -235,7 +240,7 @@ def decide(spec: JobSpec, target: SizeTarget, label: str) -> SizeDecision:
     if chosen is not None:
         decision.decisions.append(f"{label} {size}: " + "; ".join(chosen.reasons))
         decision.warnings += chosen.warnings
-        decision.estimate = priced(chosen)
+        decision.estimate = priced(chosen, target.region)
     if spec.resources.gpus_per_node == 0:
         return decision
     finding = find_workload(spec)

@@ -18,3 +18,5 @@ class SizeTarget:
     """The spec field that names it, for messages (e.g. ``azureml.vm_size``)."""
     idle_s: float | None = None
     """Time the cloud bills after the job ends (an autoscaling cluster's scale-down delay)."""
+    region: str | None = None
+    """Where the job runs, when the spec or the environment says (a price from another region is marked)."""

@@ -31,6 +31,7 @@ from cloudddp.observe.live import follow_table
 from cloudddp.observe.plotting import plot_metrics
 from cloudddp.observe.sdklog import divert
 from cloudddp.runs import recovery
+from cloudddp.runs.chained import chain_outcome
 from cloudddp.runs.cost import CostReport
 from cloudddp.runs.database import RunDatabase
 from cloudddp.runs.runner import current_states
@@ -109,7 +110,7 @@ def status(run: str | None, backend: str | None, json_: bool) -> None:
         if value:
             table.add_row(f"[bold]{key}[/]", escape(str(value)))
     for key, value in st.details.items():
-        if key not in ("failure", "attempts"):
+        if key not in ("failure", "attempts") and value not in (None, "", [], {}):  # a cancel records no exit code
             table.add_row(f"[bold]{key}[/]", escape(str(value)))
     out().print(table)
     if st.details.get("attempts"):
@@ -174,6 +175,7 @@ def cost_text(report: CostReport) -> Any:
     table = Table("", "estimate at submit", "actual" + ("" if bill is None or bill.final else " so far"), box=None)
     priced = bill is not None and bill.price_per_hour is not None
     price = est.price_per_hour if est else None
+    where = est.region_mark if est else ""  # a price read in another region than the job's
     actual = money(report.actual_cost) if report.actual_cost is not None else ""
     if report.attempts:
         actual += f" over {len(report.attempts)} attempts"
@@ -186,10 +188,10 @@ def cost_text(report: CostReport) -> Any:
         ("still to be billed per node", "", seconds(bill.pending_s) if bill and bill.pending_s else ""),
         (
             "price, all nodes",
-            f"{money(price)}/h" if price is not None else "",
+            f"{money(price)}/h{where}" if price is not None else "",
             f"{money(bill.price_per_hour)}/h" if bill and bill.price_per_hour is not None else "",
         ),
-        ("[bold]cost[/]", money(report.estimated_cost) if report.estimated_cost is not None else "", actual),
+        ("[bold]cost[/]", money(report.estimated_cost) + where if report.estimated_cost is not None else "", actual),
         (
             bill.resource_unit if bill else "",
             "",
@@ -444,6 +446,8 @@ def list_(
     more = bool(limit) and len(records) > limit
     records = records[:limit] if limit else records
     seen = current_states(records)  # a run that had not ended is asked of its backend now
+    chains: dict[str, recovery.Chain | None] = {}
+    outcomes = {s.record.run_id: chain_outcome(s.record.info, chains) for s in seen}
     if json_:
         print_json(
             [
@@ -454,6 +458,7 @@ def list_(
                     "state": s.state,
                     "created_at": s.record.created_at,
                     "refreshed": s.refreshed,
+                    **({"recovery": outcomes[s.record.run_id]} if outcomes[s.record.run_id] else {}),
                     **({} if s.refreshed else {"last_seen": s.record.updated_at, "why_not_refreshed": s.reason}),
                 }
                 for s in seen
@@ -467,6 +472,8 @@ def list_(
         shown = (  # not `state`: that is the --state filter the paging hint repeats
             s.state if s.refreshed else f"{s.state} [dim](last seen {when(s.record.updated_at)}: {escape(s.reason)})[/]"
         )
+        outcome = outcomes[s.record.run_id]
+        shown += f" → {escape(outcome)}" if outcome else ""
         table.add_row(s.record.run_id, s.record.backend, shown, when(s.record.created_at))
     out().print(table)
     if more:

@@ -12,9 +12,9 @@ from cloudddp.backends.commands import json_option, load_job, override_option
 from cloudddp.backends.plugins import backend_class, backend_classes
 from cloudddp.catalog import CATALOG_DATE, Requirements, all_skus, find, select, workload_for_model
 from cloudddp.catalog.model import DATASET_SAMPLES
-from cloudddp.catalog.select import UNPRICED, Selection
+from cloudddp.catalog.select import CLOUD_REGIONS, UNPRICED, Selection
 from cloudddp.catalog.sizing import choose
-from cloudddp.cli.confirm import PROXY_MARK, cost_of
+from cloudddp.cli.confirm import PROXY_MARK, cost_of, region_mark_words
 from cloudddp.cli.options import (
     backend_option,
     job_argument,
@@ -58,6 +58,7 @@ def selection_table(rows: list[dict[str, Any]], *, explain: bool) -> Any:
             continue
         verdict = "[green]chosen[/] " if i == 0 and row["ok"] else "[green]ok[/] " if row["ok"] else "[red]rejected[/] "
         price = money(row["price_per_hour"]) + ("*" if row["price_kind"] == "ec2-proxy" else "")
+        price += f" ~{row['price_region']}" if row.get("price_elsewhere") else ""
         eff = f"{row['efficiency']:.0%}" if row["efficiency"] is not None else "?"
         why = "; ".join([row["why"], *row["warnings"]]) if row["why"] or row["warnings"] else ""
         table.add_row(
@@ -204,8 +205,9 @@ def plan(job: Path, backend: str | None, override: tuple[str, ...], explain: boo
         for line in plan_footer(selection, explain=explain):
             out().print(f"[dim]{escape(line)}[/]")
     cost = cost_of(rendered, float(spec.limits.max_runtime))
+    said = (PROXY_MARK, region_mark_words(cost.price_region or "")) if cost else ()  # the footer above says them
     for line in cost.lines() if cost else []:
-        if line != PROXY_MARK:  # the footer above says it
+        if line not in said:
             out().print(escape(line))
 
 
@@ -213,6 +215,12 @@ def plan_footer(selection: Selection, *, explain: bool) -> list[str]:
     """What the table's marks mean, and the sizes left out of it for want of a price (never silently)."""
     rows = selection.explain()
     lines = [PROXY_MARK] if any(r["price_kind"] == "ec2-proxy" for r in rows) else []
+    if any(r["price_elsewhere"] for r in rows if r["ok"] or explain):
+        where = selection.requirements.region or CLOUD_REGIONS.get(selection.requirements.cloud)
+        lines.append(
+            f"~REGION = the catalog has no price for the size in {where}: the price shown is REGION's, the region "
+            "that lists it (prices differ between regions)"
+        )
     unpriced = [c.sku.size for c in selection.candidates if UNPRICED in c.reasons and len(c.reasons) == 1]
     if unpriced and not explain:
         lines.append(

@@ -43,24 +43,36 @@ class Cost:
     job_s: float | None
     ceiling: float | None  # price × limits.max_runtime, when there is no estimate
     max_runtime_s: float
+    price_region: str | None = None  # the region whose price it is, when the catalog has none where the job runs
 
     def lines(self) -> list[str]:
         mark = "*" if self.proxy else ""
-        per_hour = money(self.price_per_hour) + mark if self.price_per_hour else "unknown"
-        lines = [f"size: {self.nodes} × {self.size}, {per_hour}/h for all nodes"]
+        where = f" ~{self.price_region}" if self.price_region else ""
+        per_hour = f"{money(self.price_per_hour)}{mark}/h{where}" if self.price_per_hour else "unknown/h"
+        lines = [f"size: {self.nodes} × {self.size}, {per_hour} for all nodes"]
         if self.estimate is not None:
             took = f" (about {_duration(self.job_s)} from submit to end)" if self.job_s else ""
-            lines.append(f"estimate: {money(self.estimate)}{mark} for the whole job{took}")
+            lines.append(f"estimate: {money(self.estimate)}{mark}{where} for the whole job{took}")
         elif self.ceiling is not None:
             lines.append(
-                f"at most {money(self.ceiling)}{mark}: limits.max_runtime {_duration(self.max_runtime_s)} at "
-                f"{per_hour}/h (no estimate: {HOW_TO_ESTIMATE})"
+                f"at most {money(self.ceiling)}{mark}{where}: limits.max_runtime {_duration(self.max_runtime_s)} at "
+                f"{per_hour} (no estimate: {HOW_TO_ESTIMATE})"
             )
         else:
             lines.append("cost unknown: the catalog has no dated price for this size")
         if self.proxy:
             lines.append(PROXY_MARK)
+        if self.price_region:
+            lines.append(region_mark_words(self.price_region))
         return lines
+
+
+def region_mark_words(region: str) -> str:
+    """What ``~REGION`` beside a figure means."""
+    return (
+        f"~{region} = the catalog has no price for the size where the job runs: the price is {region}'s, the region "
+        "that lists it (prices differ between regions)"
+    )
 
 
 def _duration(seconds: float | None) -> str:
@@ -80,6 +92,7 @@ def cost_of(plan: Plan, max_runtime_s: float) -> Cost | None:
         nodes=est.nodes or 1,
         price_per_hour=price,
         proxy=est.price_kind == "ec2-proxy",
+        price_region=est.price_region,
         estimate=est.total_cost,
         job_s=est.job_s,
         ceiling=price * max_runtime_s / 3600 if price is not None and est.total_cost is None else None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cloudddp.api import Job
-from cloudddp.cli.confirm import PROXY_MARK
+from cloudddp.cli.confirm import PROXY_MARK, region_mark_words
 from cloudddp.errors import UserError
 from cloudddp.observe.console import err, escape
 from cloudddp.plan import Plan
@@ -23,6 +23,8 @@ def placed_ranking(spec: JobSpec, *, checks: bool, quiet: bool) -> list[Placemen
             err().print(f"  {number}. {escape(placement.line())}", style=style)
         if any(p.mark for p in ranking if p.usable):
             err().print(f"  {escape(PROXY_MARK)}", style="dim")
+        for region in sorted({p.region_mark.strip(" ~") for p in ranking if p.usable and p.region_mark}):
+            err().print(f"  {escape(region_mark_words(region))}", style="dim")
     return ranking
 
 

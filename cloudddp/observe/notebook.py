@@ -20,6 +20,10 @@ class Watched(Protocol):
 
     run_id: str
 
+    @property
+    def warnings(self) -> list[str]:
+        """What its person should know besides its state (its plan's warnings, what its end says)."""
+
     def status(self) -> Any:
         """The run's status (with ``state`` and ``_repr_html_``)."""
 
@@ -44,6 +48,9 @@ def watch(run: Watched, poll: float = 1.0) -> Any:
     lines: list[str] = []
     status = run.status()
     status_handle = display(HTML(status._repr_html_()), display_id=True)
+    shown = list(run.warnings)
+    if shown:
+        display(HTML(warnings_html(shown)))
     log_handle = display(HTML(""), display_id=True)  # the script's own output, while it reports no metrics
     fig = plt.figure(figsize=(12, 7))
     plt.close(fig)  # drawn only through the display handle, not again at the end of the cell
@@ -71,8 +78,14 @@ def watch(run: Watched, poll: float = 1.0) -> Any:
             display(fig)
         else:
             plot_handle.update(fig)
-    status_handle.update(HTML(status._repr_html_()))
+    status_handle.update(HTML(status._repr_html_() + warnings_html(_new(run, shown, status.message))))
     return status
+
+
+def warnings_html(warnings: list[str]) -> str:
+    """``warnings`` as a notebook shows them under a run's status (empty: nothing)."""
+    items = "".join(f"<li style='color:#b45309'>warning: {html.escape(w)}</li>" for w in warnings)
+    return f"<ul>{items}</ul>" if items else ""
 
 
 def _in_a_notebook() -> bool:
@@ -86,7 +99,11 @@ def _in_a_notebook() -> bool:
 
 
 def _watch_as_text(run: Watched) -> Any:
-    """The run's metric records and its first process's output as lines on stdout, then its end state."""
+    """The run's warnings, its metric records and its first process's output as lines on stdout, then its end state
+    and what its end adds to the warnings."""
+    shown = list(run.warnings)
+    for warning in shown:
+        print(f"warning: {warning}", flush=True)
     for event in run.events(follow=True):
         if isinstance(event, MetricRecord):
             values = "  ".join(f"{k}={v:.4g}" for k, v in event.values.items())
@@ -95,4 +112,11 @@ def _watch_as_text(run: Watched) -> Any:
             print(f"[{line_tag(event)}] {event.text}", flush=True)
     status = run.wait(poll=0.2)
     print(f"{status.state.value} {run.run_id}: {status.message}", flush=True)
+    for warning in _new(run, shown, status.message):
+        print(f"warning: {warning}", flush=True)
     return status
+
+
+def _new(run: Watched, shown: list[str], message: str) -> list[str]:
+    """The run's warnings not yet shown, nor said by its status's message (where its end's note already is)."""
+    return [w for w in run.warnings if w not in shown and w not in message]

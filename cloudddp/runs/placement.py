@@ -78,19 +78,25 @@ class Placement:
         figure = self.cost if by_estimate else self.hourly
         return (late, figure is None, figure or 0.0, self.preference)
 
+    @property
+    def region_mark(self) -> str:
+        """`` ~REGION`` for a price from another region than the job's (the nearest the catalog lists), else nothing."""
+        estimate = self.plan.estimate if self.plan else None
+        return estimate.region_mark if estimate is not None else ""
+
     def line(self) -> str:
-        """One line of the ranking, as the plan and ``submit -b auto`` show it."""
+        """One line of the ranking, as the plan and ``submit -b auto`` show it: each figure with its marks."""
         if self.refused:
             return f"{self.backend}: not used: {self.refused}"
-        hourly, mark = self.hourly, self.mark
+        hourly, mark, where = self.hourly, self.mark, self.region_mark
         if self.cost is not None:
-            cost = f"${self.cost:,.2f}{mark} for the whole job"
-            cost += f" at ${hourly:,.2f}{mark}/h" if hourly is not None else ""
+            cost = f"${self.cost:,.2f}{mark}{where} for the whole job"
+            cost += f" at ${hourly:,.2f}{mark}/h{where}" if hourly is not None else ""
         elif hourly is not None:
-            cost = f"${hourly:,.2f}{mark}/h for all nodes, no whole-job estimate"
+            cost = f"${hourly:,.2f}{mark}/h{where} for all nodes, no whole-job estimate"
             if self.max_runtime_s:
                 ceiling = hourly * self.max_runtime_s / 3600
-                cost += f" (at most ${ceiling:,.2f}{mark} in limits.max_runtime {self.max_runtime_s / 3600:g} h)"
+                cost += f" (at most ${ceiling:,.2f}{mark}{where} in limits.max_runtime {self.max_runtime_s / 3600:g} h)"
         else:
             cost = "no price"
         return f"{self.backend}: {cost}, {_start_words(self.starts_in)}"
@@ -134,6 +140,8 @@ def survey(spec: JobSpec, *, checks: bool = True) -> list[Placement]:
     said = "placement (-b auto), best first: " + "; ".join(f"{n}. {p.line()}" for n, p in enumerate(ranking, 1))
     if any(p.mark for p in usable):
         said += " (* = EC2's on-demand price of the same instance, a lower bound for SageMaker's)"
+    if any(p.region_mark for p in usable):
+        said += " (~REGION = a price read in REGION: the catalog has none for the size where the job runs)"
     for placement in usable:
         assert placement.plan is not None
         placement.plan.decisions.insert(0, said)

@@ -308,7 +308,11 @@ def test_a_cancelled_own_script_checkpoints_and_its_log_ends_without_a_traceback
     run = Job.load(tmp_path / "p" / "job.yaml", ["code.args=[--epochs, '100000']"]).submit("local")
     next(iter(run.metrics(follow=True)))  # an epoch has ended
     assert run.cancel()
-    assert run.wait(timeout=120, poll=0.2).state.value == "cancelled"
+    ended = run.wait(timeout=120, poll=0.2)
+    assert ended.state.value == "cancelled"
+    # The record says what happened: the stop's exit codes are named as the stop's, none is kept as a failure's.
+    assert ended.message.startswith("cancelled on request") and ended.details["exit_codes"] == [], ended
+    assert "exit_codes" not in cli("status", run.run_id).stdout
     log = cli("logs", run.run_id).stdout
     assert "Traceback" not in log and "torchrun stopped on signal 15" in log, log[-3000:]
     (checkpoint,) = (Path(os.environ["CLOUDDDP_HOME"]) / "checkpoints" / "p").glob("*/last.pt")

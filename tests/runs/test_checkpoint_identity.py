@@ -69,6 +69,7 @@ def test_two_projects_of_one_name_an_edited_model_and_a_finished_training(tmp_pa
     assert status.state is RunState.SUCCEEDED and "nothing left to train" in status.message, status.message
     assert "nothing left to train" in said, said
     assert run.run_id in status.message  # the run that wrote the folder
+    assert [w for w in again.warnings if w.startswith("nothing left to train")], again.warnings  # the Python API
     shown = cli("status", again.run_id)
     assert "nothing left to train" in shown.stdout + shown.stderr
 

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from cloudddp.runs import recovery
 from cloudddp.runs.database import RunDatabase
 from tests.support.cli import FIXTURES, cli
 from tests.support.waiting import wait_until
@@ -83,3 +84,25 @@ def test_run_ids_complete_in_the_shell() -> None:
         offered = cli(env=env).stdout.splitlines()
         ids = sorted(line.split(",", 1)[1] for line in offered)
         assert ids == ["digits-20260101-000000-ab12", "digits-20260101-000001-cd34"], (command, offered)
+
+
+def test_a_recovered_chains_first_attempt_shows_what_became_of_the_chain() -> None:
+    """A first attempt that failed and was recovered is listed with the chain's outcome, not as a plain failure;
+    the chain's last attempt, which says it itself, and a run without a chain get nothing added."""
+    registry = RunDatabase()
+    first, second, alone = "r-20260101-000000-aa01", "r-20260101-000001-aa02", "s-20260101-000002-aa03"
+    registry.add(first, "nobackend", "r", "failed", {"chain": first, "attempt": 1})
+    registry.add(second, "nobackend", "r", "succeeded", {"chain": first, "attempt": 2})
+    registry.add(alone, "nobackend", "s", "failed", {})
+    attempts = [recovery.Attempt(1, first, 0.0, "failed", "preempted"), recovery.Attempt(2, second, 1.0, "succeeded")]
+    chain = recovery.Chain(first, "nobackend", "r", {}, 3, attempts, status=recovery.SUCCEEDED)
+    chain.save()
+    rows = {r["run_id"]: r for r in json.loads(cli("list", "--json").stdout)}
+    assert rows[first]["state"] == "failed" and rows[first]["recovery"] == "recovered: attempt 2 succeeded"
+    assert "recovery" not in rows[second] and "recovery" not in rows[alone]
+    table = " ".join(cli("list").stdout.split())
+    assert "failed → recovered: attempt 2 succeeded" in table, table
+    chain.status = recovery.GAVE_UP
+    chain.save()
+    rows = {r["run_id"]: r for r in json.loads(cli("list", "--json").stdout)}
+    assert rows[first]["recovery"] == rows[second]["recovery"] == "not recovered: gave up after attempt 2"

@@ -6,6 +6,8 @@ submit) is writable and nobody else's to write in, and the inputs are there."""
 from __future__ import annotations
 
 import re
+import socket
+import subprocess
 from collections.abc import Iterator
 
 from cloudddp.backends.checks import Check
@@ -31,20 +33,42 @@ def preflight(plan: Plan[SlurmRequest, SlurmTarget]) -> list[Check]:
     try:
         version = shell.text(["sbatch", "--version"])
     except CloudDDPError as e:
-        return [
-            Check(
-                "Slurm reachable",
-                False,
-                str(e).splitlines()[0],
-                fix="run on the cluster's login node, or set slurm.login_host",
-            )
-        ]
+        return [_unreachable(plan.target.login_host, str(e).splitlines()[0])]
     checks = [Check("Slurm reachable", True, f"{version} {shell.where}")]
     checks += _options_checks(shell, plan, version)
     checks += _partition_checks(shell, plan)
     checks += _workdir_checks(shell, plan)
     checks += _input_checks(shell, plan.request.env)
     return checks
+
+
+def _unreachable(login_host: str | None, error: str) -> Check:
+    """Why Slurm does not answer, and the fix that applies: no login host set, one whose name does not resolve
+    (after ~/.ssh/config, as ssh reads it), or one ssh reaches but cannot use."""
+    if login_host is None:
+        return Check("Slurm reachable", False, error, fix="run on the cluster's login node, or set slurm.login_host")
+    name = _ssh_hostname(login_host)
+    try:
+        socket.getaddrinfo(name, None)
+    except (OSError, UnicodeError):
+        return Check(
+            "Slurm reachable",
+            False,
+            f"slurm.login_host {login_host}: {name} does not resolve ({error})",
+            fix="correct the host name in slurm.login_host (or give it a HostName in ~/.ssh/config)",
+        )
+    return Check("Slurm reachable", False, error, fix=f"make `ssh {login_host} sbatch --version` work from here")
+
+
+def _ssh_hostname(login_host: str) -> str:
+    """The name ssh connects to for ``login_host`` (``user@`` dropped, ~/.ssh/config's HostName applied)."""
+    host = login_host.rpartition("@")[2]
+    try:
+        config = subprocess.run(["ssh", "-G", login_host], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return host
+    found = re.search(r"^hostname (\S+)$", config, flags=re.MULTILINE)
+    return found[1] if found else host
 
 
 def _options_checks(shell: Shell, plan: Plan[SlurmRequest, SlurmTarget], version: str) -> list[Check]:
