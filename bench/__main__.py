@@ -22,6 +22,8 @@ CASES = {
     "packaging": "bench.packaging",
     "rerender": "bench.rerender",
     "history": "bench.run_history",
+    "interconnect": "bench.interconnect",
+    "stacks": "bench.stacks",
 }
 TABLE_START, TABLE_END = "<!-- bench:start -->", "<!-- bench:end -->"
 

@@ -39,7 +39,20 @@ from cloudddp.code.requirements import FILE, file_text
 from cloudddp.code.shipped import Snapshot
 from cloudddp.code.snapshot import holds_sha256, pack
 from cloudddp.errors import UserError
-from cloudddp.injob import container_init, framework_logs, keepfiles, output_lines, preload, resume_arg, stop_hooks
+from cloudddp.injob import (
+    container_init,
+    framework_logs,
+    hang,
+    interconnect,
+    keepfiles,
+    mpi_env,
+    output_lines,
+    pace,
+    preload,
+    resume_arg,
+    stack_requests,
+    stop_hooks,
+)
 from cloudddp.injob.shim import SHIPPED_AS
 from cloudddp.paths import PACKAGE
 from cloudddp.plan import EnvSource, late
@@ -52,6 +65,12 @@ INPUT_PREFIX = "CLOUDDDP_INPUT_"
 MODEL_DIR = "CLOUDDDP_MODEL_DIR"
 CHECKPOINT_DIR = "CLOUDDDP_CHECKPOINT_DIR"
 TENSORBOARD_DIR = "CLOUDDDP_TENSORBOARD_DIR"
+PREFLIGHT = interconnect.SETTING
+"""What turns the rank launcher's interconnect pre-flight on, with the fabric it checks (``infiniband:400``,
+``efa:3200``, ``any``): cloudddp's own, not part of the contract a script reads."""
+STRAGGLER = pace.SETTING
+"""What turns the straggler watch inside the ranks on (:mod:`cloudddp.injob.pace`): ``<factor>:<seconds>``, from
+``limits.straggler_factor`` and ``limits.straggler_every``; cloudddp's own, not part of the contract."""
 RUN_ID = late("RUN_ID")
 """The run id in the contract until it is known: backends that name the run at render fill it there."""
 NAMES = (
@@ -86,6 +105,33 @@ class Places:
     """Input name -> where it is inside the job."""
     tensorboard_dir: str | None = None
     """Where TensorBoard logs go, when the spec declares ``outputs.tensorboard``."""
+    fabric: str | None = None
+    """The interconnect the plan chose the size for (:func:`fabric_of`), which the pre-flight checks."""
+
+
+def fabric_of(fabric: str, gbps: float | None, nodes: int) -> str | None:
+    """The interconnect a multi-node plan chose its size for, as the pre-flight is told it (``infiniband:400``,
+    ``efa:3200``): None on one node or on a size without InfiniBand/EFA."""
+    if nodes < 2 or fabric not in ("infiniband", "efa"):
+        return None
+    return f"{fabric}:{gbps or 0:g}"
+
+
+def preflight_setting(spec: JobSpec, places: Places) -> str | None:
+    """``CLOUDDDP_PREFLIGHT`` (:mod:`cloudddp.injob.interconnect`): ``distribution.preflight`` on, or ``auto`` on a
+    multi-node size the plan chose for its InfiniBand/EFA; None when off."""
+    asked = spec.distribution.preflight
+    if asked == "off" or (asked == "auto" and places.fabric is None):
+        return None
+    return places.fabric or "any"
+
+
+def straggler_setting(spec: JobSpec, places: Places) -> str | None:
+    """``CLOUDDDP_STRAGGLER`` for a job of more than one process, unless ``limits.straggler_factor`` is off."""
+    factor = spec.limits.straggler_factor
+    if factor == "off" or places.nodes * places.processes_per_node < 2:
+        return None
+    return f"{factor:g}:{spec.limits.straggler_every}"
 
 
 def contract_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, sigterm_grace: int) -> dict[str, str]:
@@ -108,6 +154,12 @@ def contract_env(spec: JobSpec, backend: str, places: Places, *, on_gpu: bool, s
     }
     if ckpt.enabled and places.checkpoint_dir is not None:
         env[CHECKPOINT_DIR] = places.checkpoint_dir
+    preflight = preflight_setting(spec, places)
+    if preflight is not None:
+        env[PREFLIGHT] = preflight
+    straggler = straggler_setting(spec, places)
+    if straggler is not None:
+        env[STRAGGLER] = straggler
     if "tensorboard" in spec.outputs and places.tensorboard_dir is not None:
         env[TENSORBOARD_DIR] = places.tensorboard_dir
     for name, where in places.inputs.items():
@@ -289,9 +341,14 @@ def shipped_files(*, keep: bool = False) -> dict[str, bytes]:
     (:mod:`cloudddp.injob.framework_logs`), the line discipline of the program's output
     (:mod:`cloudddp.injob.output_lines`), the importer of what a script needs imported first
     (:mod:`cloudddp.injob.preload`: smddp's backend), the frameworks' stop hooks (:mod:`cloudddp.injob.stop_hooks`),
-    the chooser of ``{{last_checkpoint:PATTERN}}`` (:mod:`cloudddp.injob.resume_arg`); ``keep``: the keeper of
-    ``checkpoint.files`` too (only a job that declares some gets it, so no other snapshot changes). Read from the
-    package's folder, as the catalog's data is (:func:`cloudddp.paths.data_text` says why)."""
+    the hang doctor and its judge (:mod:`cloudddp.injob.hang`, :mod:`cloudddp.injob.culprit`), the straggler watch
+    (:mod:`cloudddp.injob.pace`), the chooser of
+    ``{{last_checkpoint:PATTERN}}`` (:mod:`cloudddp.injob.resume_arg`), the MPI variables
+    (:mod:`cloudddp.injob.mpi_env`), the interconnect pre-flight (:mod:`cloudddp.injob.interconnect`), the answerer
+    of stack requests and the asker of the ranks (:mod:`cloudddp.injob.stack_requests`,
+    :mod:`cloudddp.injob.rank_stacks`); ``keep``: the
+    keeper of ``checkpoint.files`` too (only a job that declares some gets it, so no other snapshot changes). Read from
+    the package's folder, as the catalog's data is (:func:`cloudddp.paths.data_text` says why)."""
     code = PACKAGE / "injob"
     files = {
         SHIPPED_AS: (code / "shim.py").read_bytes(),
@@ -303,46 +360,18 @@ def shipped_files(*, keep: bool = False) -> dict[str, bytes]:
         stop_hooks.SHIPPED_AS: (code / "stop_hooks.py").read_bytes(),
         stop_hooks.LIGHTNING_AS: (code / "lightning_stop.py").read_bytes(),
         stop_hooks.TRANSFORMERS_AS: (code / "transformers_stop.py").read_bytes(),
+        stop_hooks.HANG_AS: (code / "hang.py").read_bytes(),
+        hang.CULPRIT_AS: (code / "culprit.py").read_bytes(),
+        stop_hooks.PACE_AS: (code / "pace.py").read_bytes(),
         resume_arg.SHIPPED_AS: (code / "resume_arg.py").read_bytes(),
+        mpi_env.SHIPPED_AS: (code / "mpi_env.py").read_bytes(),
+        interconnect.SHIPPED_AS: (code / "interconnect.py").read_bytes(),
+        stack_requests.SHIPPED_AS: (code / "stack_requests.py").read_bytes(),
+        stack_requests.RANK_STACKS_AS: (code / "rank_stacks.py").read_bytes(),
     }
     if keep:
         files[keepfiles.SHIPPED_AS] = (code / "keepfiles.py").read_bytes()
     return files
-
-
-def unpacked(archive: Path) -> Path:
-    """The snapshot ``archive`` unpacked once, next to it in the snapshot cache (``<sha256>/``): for a
-    backend whose own tooling uploads a folder (Azure ML's code asset), so it uploads what was packed."""
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    folder = archive.with_name(archive.name.removesuffix(".tar.gz"))
-    if folder.is_dir():
-        return folder
-    tmp = Path(tempfile.mkdtemp(dir=archive.parent, prefix=".unpacking-"))
-    try:
-        extract(archive, tmp)
-        os.replace(tmp, folder)
-    except OSError:
-        if not folder.is_dir():
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # another process unpacked it first
-    return folder
-
-
-def extract(archive: Path, folder: Path) -> None:
-    """Unpack a code snapshot (cloudddp's own archive of regular files) into ``folder``."""
-    import tarfile
-
-    folder.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archive, "r:gz") as tar:
-        data_only = getattr(tarfile, "data_filter", None)  # refuses links out, absolute paths, devices
-        if data_only is not None:
-            tar.extractall(folder, filter=data_only)
-        else:  # a Python without extraction filters
-            tar.extractall(folder)
 
 
 def snapshot_upload(spec: JobSpec, snapshot: Snapshot, destination: str) -> dict[str, Any]:

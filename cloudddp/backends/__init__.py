@@ -18,12 +18,17 @@ the same, and tests/project/test_layers.py holds the two equal):
   which rank failed);
 - :mod:`~cloudddp.backends.checkpoints`: a training's checkpoint folder as a store, what it holds, and carrying it
   to another backend's store;
+- :mod:`~cloudddp.backends.verdicts`: a hang's verdict (the culprit the hang doctor named in the job) read from any
+  backend's log, and kept in the run's record once read;
 - :mod:`~cloudddp.backends.commands`: what a command a backend adds to the command line (the ``cloudddp.commands``
   entry-point group) shares with cloudddp's own: the ``--override`` and ``--json`` options, reading the job spec.
 
 The registry, which no backend package imports: :mod:`~cloudddp.backends.plugins` (the ``cloudddp.backends``
 entry-point group, and the full spec model composed from the registered backends' sections) and
 :mod:`~cloudddp.backends.installed` (the cached scan of the installed distributions' entry points).
+
+The contract's own helper, which no backend package imports: :mod:`~cloudddp.backends.budget_notes` (what a
+plan says of ``resources.max_cost``).
 
 The built-in backend packages, each registered in the entry-point group and rendering in three steps
 (``decide.py``, the build, ``explain.py``): :mod:`~cloudddp.backends.local`, :mod:`~cloudddp.backends.sagemaker`,

@@ -4,8 +4,7 @@ A backend subclasses :class:`Backend` (or :class:`~cloudddp.backends.sized.Sized
 offers its sizes), declares what it is in class attributes and implements hooks. One naming rule: a **hook**
 is a method whose name starts with ``_``; the base class calls it, callers never do. A **verb** is public;
 callers (the runner, the faces, tests) call it, and no backend overrides it: the verbs hold the written
-semantics below, once. ``docs/writing-a-backend.md`` mirrors both tables, and a test holds the two to the same
-names.
+semantics below, once. ``docs/writing-a-backend.md`` mirrors both tables (a test holds them to the same names).
 
 Class attributes (``docs/writing-a-backend.md`` has them as a table)
 --------------------------------------------------------------------
@@ -71,6 +70,10 @@ requires it)
     Called by ``checkpoint_store``: a run moving between backends (:mod:`cloudddp.backends.checkpoints.carry`).
 ``_start_estimate(plan) -> float | None`` (None: it cannot say)
     Called by ``start_estimate``: ``-b auto``'s ranking (:mod:`cloudddp.runs.placement`).
+``_avoiding(plan, hosts) -> Plan`` (the same plan)
+    Called by ``avoiding``: a hang's recovery, without the host the verdict blamed.
+``_stacks(run_id) -> Capture`` (a UserError: not on this backend yet)
+    Called by ``stacks``, only for a running run: ``cloudddp stacks``.
 
 Verbs
 -----
@@ -105,11 +108,13 @@ Verbs
     :class:`~cloudddp.errors.RunNotFound`.
 ``adopt(run_id) -> bool``
     Supervise the run again when what supervised it on this machine is gone; not free of side effects.
-``for_attempt(plan, attempt) -> Plan`` · ``restore(state, literals) -> Plan``
-    The plan for a recovery's next attempt; a plan saved with :meth:`~cloudddp.plan.Plan.to_state`, read back.
+``for_attempt(plan, attempt) -> Plan`` · ``avoiding(plan, hosts) -> Plan`` · ``restore(state, literals) -> Plan``
+    A recovery's next attempt, one without the hosts a hang blamed; a plan saved with ``Plan.to_state``, read back.
 ``start_estimate(plan) -> float | None``
     When the plan's job would start if it were submitted now (a Unix time), where the backend can say without
     submitting it (Slurm's ``sbatch --test-only``); None when it cannot.
+``stacks(run_id) -> Capture``
+    Every rank's Python stacks now (:class:`~cloudddp.injob.culprit.Capture`), each rank once, the run left running.
 ``checkpoint_store(target) -> CheckpointStore``
     The checkpoint folder a plan's (or a run record's) ``target`` names, to read and write as files: what a run
     moving to or from this backend carries (:mod:`cloudddp.backends.checkpoints.store`).
@@ -127,20 +132,20 @@ them in memory for its own lifetime.
 Each backend maps its SDK's exceptions to cloudddp's in one place (``_translate``); every verb runs its hook
 under that mapping, so a missing credential is a message with exit code 2, never a traceback.
 
-The value types a plugin uses are importable from here as well as from their own modules
-(:mod:`.status`, :mod:`.checks`, :mod:`.records`).
+The value types a plugin uses are importable from here and from :mod:`.status`, :mod:`.checks`, :mod:`.records`.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from cloudddp.backends.budget_notes import budget_warnings
 from cloudddp.backends.checkpoints.contents import resume_notes
 from cloudddp.backends.checkpoints.store import CheckpointStore
 from cloudddp.backends.checks import Check, MissingSetting, PreflightFailed, SettingsMissing
@@ -150,6 +155,7 @@ from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
 from cloudddp.catalog.bill import Bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import CloudDDPError, RunNotFound, UserError
+from cloudddp.injob.culprit import Capture
 from cloudddp.observe.metrics import RANK_ZERO, MetricRecord, Pattern, metrics_from_lines, patterns_from
 from cloudddp.plan import Folder, JsonDataclass, Plan, Target
 from cloudddp.spec.model import JobSpec, job_key
@@ -271,6 +277,13 @@ class Backend(abc.ABC, Generic[OptionsT]):
         backend cannot say (a cloud starts a job when it has the capacity, which it does not forecast)."""
         return None
 
+    def _avoiding(self, plan: Plan[Any, Any], hosts: Sequence[str]) -> Plan[Any, Any]:
+        return plan
+
+    def _stacks(self, run_id: str) -> Capture:
+        """Every rank's stacks now, each rank once, the run left running (:mod:`cloudddp.injob.rank_stacks`)."""
+        raise UserError(f"cloudddp stacks is not yet on the {self.name} backend", hint="cloudddp logs RUN")
+
     # -- the verbs -------------------------------------------------------------------------------
     def render(self, spec: JobSpec) -> Plan[Any, Any]:
         used = features_used(spec, self.name)
@@ -294,7 +307,7 @@ class Backend(abc.ABC, Generic[OptionsT]):
         plan.decisions += decisions
         plan.warnings += warnings
         plan.max_cost = spec.resources.max_cost
-        plan.warnings += budget_warnings(self, plan)
+        plan.warnings += budget_warnings(plan, self.name, self.spend_while_running, self.no_budget_reason)
         if spec.limits.stall_timeout not in (None, "off") and not self.watches_stalls:
             plan.warnings.append(
                 f"limits.stall_timeout is not enforced on {self.name} (only the local supervisor watches for "
@@ -355,6 +368,13 @@ class Backend(abc.ABC, Generic[OptionsT]):
             self._cancel(run_id)
         return True
 
+    def stacks(self, run_id: str) -> Capture:
+        state = self.status(run_id).state
+        if state is not RunState.RUNNING:
+            raise UserError(f"run {run_id} is {state.value}: only a running run's ranks have stacks to show")
+        with mapped_errors(self):
+            return self._stacks(run_id)
+
     def adopt(self, run_id: str) -> bool:
         """Start supervising ``run_id`` again when its supervisor on this machine is gone (see ``_adopt``). Not free
         of side effects, unlike ``status``: the runner calls it before it reads a status (and a backend's own
@@ -371,6 +391,11 @@ class Backend(abc.ABC, Generic[OptionsT]):
         """``plan`` for a recovery's ``attempt`` (2, 3, ...): the same code, data and checkpoints, with what must
         differ between attempts changed by the backend (``_for_attempt``)."""
         return self._for_attempt(plan, attempt)
+
+    def avoiding(self, plan: Plan[Any, Any], hosts: Sequence[str]) -> Plan[Any, Any]:
+        """``plan`` launched without ``hosts`` (where a rank of the attempt before hung), where the backend picks
+        hosts it can name (``_avoiding``); as it is elsewhere (a cloud's next job gets fresh hosts)."""
+        return self._avoiding(plan, hosts) if hosts else plan
 
     def restore(self, state: Mapping[str, Any], literals: Mapping[str, str] | None = None) -> Plan[Any, Any]:
         """A plan :meth:`~cloudddp.plan.Plan.to_state` saved, its request read back as this backend's type;
@@ -430,23 +455,6 @@ class Backend(abc.ABC, Generic[OptionsT]):
 
 
 # -- what the verbs share (machinery, not hooks) ------------------------------------------------------
-def budget_warnings(backend: Backend[Any], plan: Plan[Any, Any]) -> list[str]:
-    """The estimate against ``resources.max_cost``, and whether ``backend`` can hold a run to it."""
-    if plan.max_cost is None:
-        return []
-    out = []
-    total = plan.estimate.total_cost if plan.estimate else None
-    if total is not None and total > plan.max_cost:
-        out.append(f"resources.max_cost: the estimated cost ${total:,.2f} is over the budget of ${plan.max_cost:,.2f}")
-    elif total is None:
-        out.append(
-            f"resources.max_cost: there is no cost estimate to check the budget of ${plan.max_cost:,.2f} against"
-        )
-    if not backend.spend_while_running:
-        out.append(f"resources.max_cost is not enforced by the {backend.name} backend: {backend.no_budget_reason}")
-    return out
-
-
 def require(backend: Backend[Any], feature: Feature | None) -> None:
     """A UserError when ``backend`` cannot do ``feature`` (None: nothing asked)."""
     if feature is not None and not backend.capabilities.supports(feature):

@@ -31,13 +31,13 @@ class Cause(str, Enum):
     INFRASTRUCTURE = "infrastructure"  # a node or host lost, the platform's own error
     USER_ERROR = "user error"  # the script failed (a traceback, a non-zero exit, a bad argument)
     LIMIT = "limit"  # the job ran into limits.max_runtime
-    STALLED = "stalled"  # no rank printed anything for limits.stall_timeout (a hang): not retried
+    HANG = "hang"  # a rank stuck: a collective timed out, or no rank printed for limits.stall_timeout
     CANCELLED = "cancelled"  # someone cancelled it
     UNKNOWN = "unknown"
 
     @property
     def recoverable(self) -> bool:
-        return self in (Cause.PREEMPTED, Cause.CAPACITY, Cause.INFRASTRUCTURE)
+        return self in (Cause.PREEMPTED, Cause.CAPACITY, Cause.INFRASTRUCTURE, Cause.HANG)
 
 
 @dataclass

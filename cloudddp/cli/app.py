@@ -43,6 +43,7 @@ COMMANDS = {
     "logs": "cloudddp.cli.cmd_runs:logs",
     "metrics": "cloudddp.cli.cmd_runs:metrics",
     "cancel": "cloudddp.cli.cmd_runs:cancel",
+    "stacks": "cloudddp.cli.cmd_stacks:stacks",
     "list": "cloudddp.cli.cmd_runs:list_",
     "backends": "cloudddp.cli.cmd_backends:backends",
     "check": "cloudddp.cli.cmd_check:check",
@@ -69,6 +70,8 @@ SUMMARIES = {
     "recovery whose watcher is gone, e.g. after this machine restarted).",
     "logs": "Print a run's logs, each line prefixed by the rank or host it came from.",
     "metrics": "Print a run's metrics (from the training script's metric lines); a live table with -f on a terminal.",
+    "stacks": "Every rank's Python stacks now, each rank once: ranks with the same stack shown once, the odd ones "
+    "out first.",
     "cancel": "Stop a run: the training script checkpoints, then every process of the run ends.",
     "list": "Runs submitted from this machine, newest first, a page at a time.",
     "backends": "The registered backends, what each can do, and what it cannot (with the reason).",

@@ -14,6 +14,18 @@ nothing but the standard library.
 - :mod:`~cloudddp.injob.output_lines`: the line discipline of a rank's output;
 - :mod:`~cloudddp.injob.preload`: modules the script's process imports before the script runs;
 - :mod:`~cloudddp.injob.stall`: the stall watchdog's rule;
+- :mod:`~cloudddp.injob.hang`: the hang doctor in every rank (every rank's stacks taken when a collective times
+  out, before any rank exits), with :mod:`~cloudddp.injob.culprit`, the judge (the rank the others wait for);
+- :mod:`~cloudddp.injob.rank_stacks`: each rank of a job on one machine asked for its stacks (``cloudddp stacks``,
+  run on each Slurm node as it is);
+- :mod:`~cloudddp.injob.stack_requests`: one poller per host that answers a ``cloudddp stacks`` request where
+  cloudddp cannot reach the machines (SageMaker's S3, Azure ML's MLflow run), with
+  :mod:`~cloudddp.injob.stack_answers`, the client's half (not shipped: the request left, the answers read back
+  from the run's log);
+- :mod:`~cloudddp.injob.mpi_env`: the torch.distributed variables of a rank ``mpirun`` started;
+- :mod:`~cloudddp.injob.interconnect`: the interconnect pre-flight (an all-reduce sweep's bus bandwidth, the transport
+  NCCL picked, the job stopped when a size chosen for InfiniBand/EFA runs over sockets);
+- :mod:`~cloudddp.injob.pace`: the straggler watch (each rank's own work per step; the rank the others wait for);
 - :mod:`~cloudddp.injob.stop_hooks`: what an unchanged script's process gets so a stop saves and a resubmit
   resumes (DataLoader workers spared), with :mod:`~cloudddp.injob.lightning_stop` and
   :mod:`~cloudddp.injob.transformers_stop` for the frameworks.

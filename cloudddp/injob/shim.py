@@ -41,13 +41,17 @@ from raw JSON; base64 has no character the shell changes)::
   runs with that environment's ``python`` (first on ``PATH`` too, for a ``code.command``).
 
 A Python program gets cloudddp's stop hooks (:mod:`cloudddp.injob.stop_hooks`) by a ``sitecustomize`` on its path.
+Where the environment carries ``CLOUDDDP_PREFLIGHT``, every rank takes part in the interconnect pre-flight
+(:mod:`cloudddp.injob.interconnect`, shipped beside this file) before the program starts, which stops the job when a
+size chosen for its InfiniBand/EFA runs over sockets.
 
 The program always runs as this process's child, in a process group of its own (:func:`start_program`): a
 launcher's stop (torchrun's ``killpg``) then reaches this process alone, which passes it on to the program once,
 and never to the program's DataLoader workers, which a signal from anyone but their parent kills.
 
 Under an MPI launcher (``mpirun``: Azure ML's MPI distribution) it sets the torch.distributed variables from
-Open MPI's (:func:`mpi_environment`), so every program sees the same runtime contract as under torchrun.
+Open MPI's (:mod:`cloudddp.injob.mpi_env`, shipped beside this file), so every program sees the same runtime contract
+as under torchrun.
 
 On SageMaker the container's PID 1 is cloudddp's init (:mod:`cloudddp.injob.container_init`), which passes a stop
 on to torchrun's agent, which started the processes of this file, or under Open MPI to these processes themselves.
@@ -83,6 +87,10 @@ LINES_SHIPPED_AS = "_cloudddp_lines.py"
 PRELOAD_AS = "_cloudddp_preload.py"  # cloudddp/injob/preload.py, shipped beside this file
 HOOKS_AS = "_cloudddp_hooks.py"  # cloudddp/injob/stop_hooks.py, and its framework modules beside it
 RESUME_AS = "_cloudddp_resume_arg.py"  # cloudddp/injob/resume_arg.py: {{last_checkpoint:PATTERN}} in the argv
+MPI_AS = "_cloudddp_mpi.py"  # cloudddp/injob/mpi_env.py: the torch.distributed variables under mpirun
+INTERCONNECT_AS = "_cloudddp_interconnect.py"  # cloudddp/injob/interconnect.py: the pre-flight
+REQUESTS_AS = "_cloudddp_stack_requests.py"  # cloudddp/injob/stack_requests.py: the ranks' stacks on request
+PREFLIGHT = "CLOUDDDP_PREFLIGHT"  # what turns it on (cloudddp.injob.interconnect.SETTING)
 RANK_LINE = re.compile(r"\[rank(\d+)\]:")
 """A line's rank prefix, as this launcher and torchrun's ``--log-line-prefix-template`` write it."""
 
@@ -119,41 +127,6 @@ def decode(text: str) -> str:
         return base64.b64decode(text.encode("ascii"), validate=True).decode("utf-8")
     except (binascii.Error, UnicodeError, ValueError) as e:
         raise SystemExit(f"{SHIPPED_AS}: the payload is neither JSON nor base64 ({e})") from None
-
-
-MPI_PORT = "29500"
-"""The rendezvous port when an MPI launcher names only the head node (torch's own default)."""
-
-
-def mpi_environment(env: dict[str, str]) -> dict[str, str]:
-    """The torch.distributed variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
-    ``MASTER_ADDR``, ``MASTER_PORT``) for a process an MPI launcher started, from what it set (Open MPI's
-    ``OMPI_COMM_WORLD_*``; for the head node Azure ML's ``AZ_BATCH_MASTER_NODE`` (``addr:port``, set on more than
-    one node) or ``AZ_BATCHAI_MPI_MASTER_NODE``, or the first of SageMaker's ``SM_HOSTS``, which its MPI runner
-    passes to every rank), so a script's ``init_process_group("env://")`` works unchanged. What is set already is
-    kept; nothing without MPI."""
-    if "OMPI_COMM_WORLD_RANK" not in env:
-        return {}
-    head, _, port = (env.get("AZ_BATCH_MASTER_NODE") or "").partition(":")
-    addr = head or env.get("AZ_BATCHAI_MPI_MASTER_NODE") or _first_host(env.get("SM_HOSTS"))
-    derived = {
-        "RANK": env["OMPI_COMM_WORLD_RANK"],
-        "WORLD_SIZE": env.get("OMPI_COMM_WORLD_SIZE", "1"),
-        "LOCAL_RANK": env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0"),
-        "LOCAL_WORLD_SIZE": env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1"),
-        "MASTER_ADDR": addr or "127.0.0.1",
-        "MASTER_PORT": port or MPI_PORT,
-    }
-    return {name: value for name, value in derived.items() if name not in env}
-
-
-def _first_host(hosts: str | None) -> str | None:
-    """The first of SageMaker's hosts (``SM_HOSTS``, a JSON list, sorted: the toolkit's master), if any."""
-    try:
-        found = json.loads(hosts or "[]")
-    except ValueError:
-        return None
-    return str(found[0]) if isinstance(found, list) and found else None
 
 
 def command(payload: dict[str, Any], python: str = sys.executable) -> list[str]:
@@ -408,6 +381,7 @@ def shipped(name: str, module: str) -> Any:
     if spec is None or spec.loader is None or not where.is_file():
         return None
     found = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = found  # where a dataclass of the module looks its module up
     spec.loader.exec_module(found)
     return found
 
@@ -454,7 +428,8 @@ def main() -> None:
     for name in payload.get("unset", []):  # what the platform set and the job must not get
         os.environ.pop(str(name), None)
     os.environ.update({str(k): str(v) for k, v in payload.get("env", {}).items()})
-    os.environ.update(mpi_environment(dict(os.environ)))
+    if "OMPI_COMM_WORLD_RANK" in os.environ:  # started by mpirun
+        os.environ.update(shipped(MPI_AS, "cloudddp.injob.mpi_env").mpi_environment(dict(os.environ)))
     python = sys.executable
     if payload.get("requirements"):
         python = environment_for(payload["requirements"]["file"], payload["requirements"]["digest"])
@@ -470,11 +445,14 @@ def main() -> None:
     tag = RANK_TAG.format(rank=rank()) if payload.get("tag") else ""
     metrics = Metrics(payload.get("metrics", []))
     stops = StopForwarder(platform=payload.get("stops") == "platform")
+    if os.environ.get(PREFLIGHT):
+        preflight(python, tag, stops)
     logs = log_watcher(tag)
     child = start_program(argv)  # before any thread of this process starts
     stops.attach(child)
     if logs is not None:
         logs.start()
+    stacks_on_request()
     if kept is not None and os.environ.get("LOCAL_RANK", "0") == "0":  # one saver per node
         kept.keep_saving()
     code = follow(child, metrics, tag)
@@ -485,6 +463,27 @@ def main() -> None:
     if code < 0:  # killed by a signal: end the same way, so the launcher sees what happened
         end_as_killed_by(-code)
     sys.exit(code)
+
+
+def stacks_on_request() -> None:
+    """This node's ranks' stacks on request, where its platform has a path (:mod:`cloudddp.injob.stack_requests`)."""
+    try:
+        module = shipped(REQUESTS_AS, "cloudddp.injob.stack_requests")
+        if module is not None:
+            module.start(shipped(module.RANK_STACKS_AS, "cloudddp.injob.rank_stacks"))
+    except Exception as e:  # noqa: BLE001 - the stacks on request must never stop training
+        print(f"{SHIPPED_AS}: no stacks on request: {e}", file=sys.stderr, flush=True)
+
+
+def preflight(python: str, tag: str, stops: StopForwarder) -> None:
+    """The interconnect pre-flight (:mod:`cloudddp.injob.interconnect`, shipped beside this file, run by ``python``):
+    this process ends here when the job must not start (its fabric is not in use, or a stop came meanwhile)."""
+    module = shipped(INTERCONNECT_AS, "cloudddp.injob.interconnect")
+    code = module.check(python, tag) if module is not None else None
+    if stops.heard is not None or (code is not None and code < 0):
+        end_as_killed_by(stops.heard or -(code or 0))
+    if code is not None:
+        sys.exit(code)
 
 
 def end_as_killed_by(number: int) -> None:

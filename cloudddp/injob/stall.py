@@ -3,26 +3,38 @@ stuck in a collective that the script never gave a timeout, a deadlock, a dead f
 stalled, with every rank's Python stack in the log to say where each one waits.
 
 The stacks come from ``py-spy dump`` where py-spy is on ``PATH`` and may attach (it needs ptrace rights, which
-Yama's default scope gives only to an ancestor of the process), else from :mod:`faulthandler`: every Python
-process of the job gets :data:`HOOK` through ``PYTHONPATH`` (a ``sitecustomize`` that registers
-``faulthandler`` for :data:`STACK_SIGNAL` and then runs the ``sitecustomize`` it hides, if any), so the signal
-makes the process write all its threads' stacks to its stderr and go on. The signal is a real-time one
-(``SIGRTMIN+5``): SIGUSR1 and SIGUSR2 are taken by Slurm's and submitit's requeue conventions, which a script may
-follow. Only a process that catches it is sent it (``SigCgt`` in ``/proc/<pid>/status``): a shell or another
-non-Python program between the launcher and Python would be killed by it.
+Yama's default scope gives only to an ancestor of the process), else from :mod:`faulthandler` (both through
+:mod:`cloudddp.injob.rank_stacks`, which ``cloudddp stacks`` shares): every Python process of the job gets
+:data:`HOOK` through ``PYTHONPATH`` (a ``sitecustomize`` that registers ``faulthandler`` for :data:`STACK_SIGNAL`
+and then runs the ``sitecustomize`` it hides, if any), so the signal makes the process write all its threads' stacks
+to its stderr and go on. The signal is a real-time one (``SIGRTMIN+5``): SIGUSR1 and SIGUSR2 are taken by Slurm's
+and submitit's requeue conventions, which a script may follow. Only a process that catches it is sent it (``SigCgt``
+in ``/proc/<pid>/status``): a shell or another non-Python program between the launcher and Python would be killed by
+it.
 
 Standard library only, so the in-job launcher (:mod:`cloudddp.injob.shim`) can use it as the local supervisor does.
 """
 
 from __future__ import annotations
 
-import shutil
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Hashable
 from pathlib import Path
+
+from cloudddp.injob.rank_stacks import catches, py_spy_dump
+
+__all__ = [
+    "HOOK",
+    "SIGNAL_VARIABLE",
+    "STACK_SIGNAL",
+    "STARTUP_SECONDS",
+    "Watchdog",
+    "catches",
+    "install_hook",
+    "py_spy_dump",
+]
 
 STACK_SIGNAL = int(signal.SIGRTMIN) + 5
 SIGNAL_VARIABLE = "CLOUDDDP_STACK_SIGNAL"
@@ -100,26 +112,3 @@ class Watchdog:
         now = self.clock()
         with self._lock:
             return sorted(((s, now - t) for s, t in self.last.items()), key=lambda item: -item[1])
-
-
-def catches(pid: int, sig: int = STACK_SIGNAL) -> bool:
-    """Whether process ``pid`` has a handler for ``sig`` (so the signal does not kill it)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("SigCgt:"):
-                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
-
-
-def py_spy_dump(pid: int, timeout: float = 20) -> str | None:
-    """``py-spy dump`` of ``pid``; None when py-spy is not on PATH or could not attach."""
-    tool = shutil.which("py-spy")
-    if tool is None:
-        return None
-    try:
-        done = subprocess.run([tool, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 and done.stdout.strip() else None

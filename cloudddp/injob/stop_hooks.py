@@ -14,6 +14,10 @@ never loads it, and one that sets ``CUDA_VISIBLE_DEVICES`` or ``HF_HOME`` before
   before it can save.
 - **Lightning** (``lightning`` or ``pytorch_lightning``): :mod:`cloudddp.injob.lightning_stop`.
 - **Hugging Face Trainer**: :mod:`cloudddp.injob.transformers_stop`.
+- **Hangs**: every process writes its threads' stacks to its errors on :data:`STACK_SIGNAL`, and once the script's
+  process group is up, the hang doctor (:mod:`cloudddp.injob.hang`) names the culprit of a collective's timeout.
+- **Stragglers**: once ``torch.optim`` is imported, the straggler watch (:mod:`cloudddp.injob.pace`) measures each
+  rank's own work per step and names a rank the others keep waiting for.
 
 Both follow one protocol (:class:`Stop`): the SIGTERM handler only notes the stop (it may come twice: Slurm's time
 limit and the end of a preemption's grace send another); at the end of a training step, where every rank is at the
@@ -48,6 +52,11 @@ from typing import Any
 SHIPPED_AS = "_cloudddp_hooks.py"
 LIGHTNING_AS = "_cloudddp_hooks_lightning.py"  # cloudddp/injob/lightning_stop.py
 TRANSFORMERS_AS = "_cloudddp_hooks_transformers.py"  # cloudddp/injob/transformers_stop.py
+HANG_AS = "_cloudddp_hang.py"  # cloudddp/injob/hang.py
+PACE_AS = "_cloudddp_pace.py"  # cloudddp/injob/pace.py
+STACK_SIGNAL = int(signal.SIGRTMIN) + 5
+"""The signal on which a process of the job writes every thread's stack to its errors (``cloudddp stacks``, the
+stall watchdog: :data:`cloudddp.injob.stall.STACK_SIGNAL`, the same number)."""
 MODULE = "_cloudddp_hooks"
 """The name this file's module has in the script's process (DataLoader workers started by ``spawn`` or
 ``forkserver`` import the worker wrapper by it)."""
@@ -264,6 +273,22 @@ def _transformers(module: ModuleType) -> None:
     _sibling(TRANSFORMERS_AS, "transformers_stop").hook(module, STOP)
 
 
+def _hang_doctor(module: ModuleType) -> None:
+    _sibling(HANG_AS, "hang").hook(module)
+
+
+def _pace(module: ModuleType) -> None:
+    _sibling(PACE_AS, "pace").hook(module)
+
+
+def answer_stack_signal() -> None:
+    """Write every thread's stack to the errors on :data:`STACK_SIGNAL` and go on (a signal nobody else uses)."""
+    import faulthandler
+
+    with contextlib.suppress(RuntimeError, OSError, ValueError):
+        faulthandler.register(STACK_SIGNAL, all_threads=True)
+
+
 # -- DataLoader workers ------------------------------------------------------------------------------------------
 _WORKER_LOOP: list[Callable[..., Any]] = []
 """torch's own ``_worker_loop``, once the hook has replaced it."""
@@ -272,16 +297,32 @@ INIT_FN = 9
 
 
 class SpareWorker:
-    """A DataLoader worker's ``init_fn``: ignore SIGTERM, then run the loader's own (Lightning's seeding, the
-    script's). Set here and not before the worker starts: torch's worker installs its own SIGTERM handler first."""
+    """A DataLoader worker's ``init_fn``: hear SIGTERM only from the rank that started the worker, then run the
+    loader's own (Lightning's seeding, the script's).
+
+    A SIGTERM from anyone else (Slurm's ``slurmstepd`` signals every process of a step) is ignored: the rank hears
+    the stop and ends its workers itself. Its own SIGTERM is obeyed, as torch's worker handler obeys it (``_exit``
+    with 0): the rank sends it to a worker that did not end when asked, and Python's exit sends it to every
+    daemonic child before joining them (a persistent worker of a loop left mid-epoch), so a worker deaf to it
+    would hang the rank's exit forever. The signal is blocked and read by a thread (``sigwaitinfo`` tells its
+    sender; a Python handler cannot). Set here and not before the worker starts: torch's worker installs its own
+    SIGTERM handler first."""
 
     def __init__(self, init_fn: Callable[[int], None] | None) -> None:
         self.init_fn = init_fn
 
     def __call__(self, worker_id: int) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # threads started later inherit the mask
+        threading.Thread(target=_obey_the_parent_only, name="cloudddp-worker-sigterm", daemon=True).start()
         if self.init_fn is not None:
             self.init_fn(worker_id)
+
+
+def _obey_the_parent_only() -> None:
+    parent = os.getppid()
+    while True:
+        if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
+            os._exit(0)
 
 
 def worker_loop(*args: Any, **kwargs: Any) -> Any:
@@ -308,7 +349,12 @@ def install() -> None:
     """Register the hooks (nothing is imported now). A no-op with ``CLOUDDDP_FRAMEWORK_HOOKS=off``."""
     if os.environ.get(SWITCH, "on").lower() in OFF:
         return
-    hooks: dict[str, Callable[[ModuleType], None]] = {"torch.utils.data._utils.worker": spare_workers}
+    answer_stack_signal()
+    hooks: dict[str, Callable[[ModuleType], None]] = {
+        "torch.utils.data._utils.worker": spare_workers,
+        "torch.distributed.distributed_c10d": _hang_doctor,
+        "torch.optim.optimizer": _pace,
+    }
     for package in ("lightning.pytorch", "pytorch_lightning"):
         hooks[f"{package}.trainer.trainer"] = _lightning
     hooks["transformers.trainer"] = _transformers

@@ -8,9 +8,9 @@ recovery moves to (:mod:`~cloudddp.runs.fallback`), ``-b auto``'s choice of a ba
 (:mod:`~cloudddp.runs.placement`), the budget watch (:mod:`~cloudddp.runs.budget`), cost reports
 (:mod:`~cloudddp.runs.cost`), what finished runs teach the next estimate (:mod:`~cloudddp.runs.steptimes`) and what
 a run that resumed a checkpoint ends with (:mod:`~cloudddp.runs.resumed`: a checkpoint that does not fit the model,
-a training with nothing left).
+a training with nothing left) and a running run's straggler in its status (:mod:`~cloudddp.runs.notes`).
 
 May import: ``backends`` (the contract, the plugins and the checkpoint stores; no module here names one backend)
-and everything below them. Inside, from the bottom: database, cost, steptimes, resumed, fallback → runner → placement,
-recovery → submit, chained, budget.
+and everything below them. Inside, from the bottom: database, cost, steptimes, resumed, notes, fallback → runner
+→ placement, recovery → submit, chained, budget.
 """

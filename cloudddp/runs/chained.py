@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +20,9 @@ from cloudddp.backends.base import Backend
 from cloudddp.backends.records import LaunchInfo
 from cloudddp.backends.status import LogLine, RunState, RunStatus
 from cloudddp.errors import CloudDDPError, UserError
+from cloudddp.injob.culprit import Capture
 from cloudddp.observe.metrics import PREFIX, MetricRecord, record_of_log_line
-from cloudddp.runs import recovery
+from cloudddp.runs import recovery, resumed
 from cloudddp.runs.cost import CostReport
 from cloudddp.runs.runner import Checkpoints, Runner
 
@@ -84,7 +85,7 @@ class ChainedRun:
         )
 
     def _status_of(self, run_id: str, backend: str | None = None) -> RunStatus:
-        return self._runner(backend).status(run_id)
+        return self._runner(backend).status(run_id, notes=True)
 
     def _runner(self, backend: str | None) -> Runner:
         """The runner of ``backend`` (an attempt's; None or this run's own: this run's backend)."""
@@ -179,6 +180,25 @@ class ChainedRun:
             )
         return Checkpoints(run_id, backend, target)
 
+    def notes(self) -> list[str]:
+        """What the run's end says of the checkpoint it resumed (:mod:`cloudddp.runs.resumed`: "nothing left to
+        train", a checkpoint that does not fit the model), once its status was read after it ended; for a chain,
+        its current attempt's."""
+        chain = self.chain
+        run_id, backend = self.run_id, self.backend
+        if chain is not None:
+            run_id, backend = chain.current.run_id, self._runner(chain.backend_of(chain.current)).backend
+        record = backend.records.get(run_id)
+        note = record.info.get(resumed.NOTE) if record is not None else None
+        return [note] if isinstance(note, str) and note else []
+
+    def stacks(self) -> Capture:
+        """Every rank's stacks of the current attempt (see :meth:`cloudddp.api.Run.stacks`)."""
+        chain = self.chain
+        if chain is None:
+            return self.backend.stacks(self.run_id)
+        return self._runner(chain.backend_of(chain.current)).backend.stacks(chain.current.run_id)
+
     def cancel(self) -> bool:
         """Ask the current attempt to stop, and stop recovering; False when it had already ended."""
         chain = self.chain
@@ -186,3 +206,33 @@ class ChainedRun:
             return self.backend.cancel(self.run_id)
         recovery.cancel(chain)
         return self._runner(chain.backend_of(chain.current)).backend.cancel(chain.current.run_id)
+
+
+_ENDED = frozenset(state.value for state in RunState if state.terminal)
+
+
+def chain_outcome(info: Mapping[str, Any], chains: dict[str, recovery.Chain | None]) -> str:
+    """What became of the recovery chain a run is an attempt of, from the run record's ``info``, for ``list``
+    beside the attempt's own state (a first attempt that failed and was recovered is no plain failure): empty for a
+    run without a chain, and for a chain's last attempt whose own state says it all. ``chains`` caches each chain
+    read, by id."""
+    kept = recovery.ChainInfo.from_fields(info)
+    if not kept.chain or kept.attempt is None:
+        return ""
+    if kept.chain not in chains:
+        found = recovery.Chain.path_of(kept.chain).exists()
+        chains[kept.chain] = recovery.Chain.load(kept.chain) if found else None
+    chain = chains[kept.chain]
+    if chain is None:
+        return ""
+    last, current = chain.current.number, chain.current.state
+    if chain.status == recovery.GAVE_UP:
+        return f"not recovered: gave up after attempt {last}"
+    if chain.status == recovery.NEEDS_SECRETS:
+        return f"recovery waits for its secrets after attempt {last} (cloudddp recover {chain.chain_id} --spec FILE)"
+    if kept.attempt == last and (chain.status != recovery.WATCHING or current not in _ENDED):
+        return ""
+    return {
+        recovery.SUCCEEDED: f"recovered: attempt {last} succeeded",
+        recovery.CANCELLED: f"recovery cancelled at attempt {last}",
+    }.get(chain.status, f"recovering: attempt {last} {current}")

@@ -68,6 +68,8 @@ class Attempt:
     """Where it ran (empty in a chain kept before chains could move: the chain's backend)."""
     note: str = ""
     """How it came to run there: the move from the attempt before it, and what was carried."""
+    left_out: list[str] = field(default_factory=list)
+    """Hosts it was launched without: where a rank of an earlier attempt hung (:meth:`Backend.avoiding`)."""
 
 
 @dataclass
@@ -351,9 +353,12 @@ def decide(chain: Chain, status: RunStatus, runner: Runner, literals: dict[str, 
     elif cause is Cause.CAPACITY and chain.capacity_tries and _capacity_failures(chain) >= chain.capacity_tries:
         _move_on(chain, runner, literals, status)
     else:
-        size = chain.current.size
+        size, left_out = chain.current.size, _left_out(chain, status)
         try:
-            _launch(chain, runner, runner.backend.restore(chain.plan, literals), checks=False, size=size)
+            same = runner.backend.restore(chain.plan, literals)
+            plan = runner.backend.avoiding(same, left_out)
+            left_out = left_out if plan is not same else []  # a backend that cannot leave a host out gets fresh ones
+            _launch(chain, runner, plan, checks=False, size=size, left_out=left_out)
         except FolderHeld as e:  # a process of an earlier attempt still trains: never two copies of one training
             chain.message = f"attempt {chain.current.number + 1} waits: {_first_line(e)}"
             return
@@ -361,7 +366,19 @@ def decide(chain: Chain, status: RunStatus, runner: Runner, literals: dict[str, 
             chain.status = GAVE_UP
             chain.message = f"not recovered: attempt {chain.current.number + 1} could not launch: {_first_line(e)}"
             return
-        chain.message = f"attempt {chain.current.number} after {cause.value}: {status.message}"
+        chain.message = f"attempt {chain.current.number} after {cause.value}: {status.message}" + (
+            f"; launched without {', '.join(left_out)}" if left_out else ""
+        )
+
+
+def _left_out(chain: Chain, status: RunStatus) -> list[str]:
+    """The hosts the next attempt goes without: every earlier attempt's, and this hang's culprit's host."""
+    hosts = list(chain.current.left_out)
+    failure = status.details.get("failure") or {}
+    culprit = failure.get("culprit_host") if status.cause is Cause.HANG else None
+    if culprit and culprit not in hosts:
+        hosts.append(str(culprit))
+    return hosts
 
 
 def _first_line(error: Exception) -> str:
@@ -378,11 +395,22 @@ def _capacity_failures(chain: Chain) -> int:
     return count
 
 
-def _launch(chain: Chain, runner: Runner, plan: Plan, *, checks: bool, size: str | None, note: str = "") -> None:
+def _launch(
+    chain: Chain,
+    runner: Runner,
+    plan: Plan,
+    *,
+    checks: bool,
+    size: str | None,
+    note: str = "",
+    left_out: list[str] | None = None,
+) -> None:
     number = chain.current.number + 1
     run_id = runner.launch(runner.backend.for_attempt(plan, number), checks=checks)
     runner.backend.records.update(run_id, info=ChainInfo(chain.chain_id, number).to_dict())
-    chain.attempts.append(Attempt(number, run_id, time.time(), size=size, backend=runner.backend.name, note=note))
+    backend = runner.backend.name
+    attempt = Attempt(number, run_id, time.time(), size=size, backend=backend, note=note, left_out=left_out or [])
+    chain.attempts.append(attempt)
 
 
 def _move_on(chain: Chain, runner: Runner, literals: dict[str, str], status: RunStatus) -> None:

@@ -51,6 +51,7 @@ from cloudddp.plan import Estimate, JsonDataclass, Plan, Target
 from cloudddp.runs import resumed, steptimes
 from cloudddp.runs.cost import CostReport
 from cloudddp.runs.database import RunDatabase
+from cloudddp.runs.notes import noted
 from cloudddp.spec.model import JobSpec
 
 BUDGET_POLL_ENV = "CLOUDDDP_BUDGET_POLL"
@@ -187,15 +188,19 @@ class Runner:
             measured=kept.measured,
         )
 
-    def status(self, run_id: str) -> RunStatus:
+    def status(self, run_id: str, *, notes: bool = False) -> RunStatus:
         """The run's status now. This machine's record follows it, and a run seen ending here teaches its step
         time (:meth:`learn`; when its logs cannot be read now, a later status or cost tries again). A run whose
-        supervisor on this machine is gone gets a new one first (:meth:`~cloudddp.backends.base.Backend.adopt`)."""
+        supervisor on this machine is gone gets a new one first (:meth:`~cloudddp.backends.base.Backend.adopt`).
+        ``notes``: a running run's straggler and interconnect result in ``details``, where its log is near
+        (:mod:`~cloudddp.runs.notes`): for a person's look, not a watcher's poll."""
         with contextlib.suppress(CloudDDPError):
             self.backend.adopt(run_id)
         status = self.backend.status(run_id)
         record = self.backend.records.get(run_id)
         status = _standing(status, record)
+        if notes and self.backend.cloud is None:
+            status = noted(status, lambda: self.backend.logs(run_id))
         status, note = resumed.explained(status, record, functools.partial(self._reported, run_id))
         if record is not None and status.state.terminal and resumed.NOTE not in record.info:
             self.backend.records.update(run_id, info={resumed.NOTE: note})

@@ -24,15 +24,12 @@ from cloudddp.errors import UserError
 from cloudddp.spec.placeholders import unknown
 from cloudddp.spec.sections import (
     HIDDEN,
-    MAX_SECONDS,
     MIN_SECRET_CHARS,
     OUTPUT_NAMES,
     REVEAL_SECRETS,
     Checkpoint,
     Code,
     Distribution,
-    Duration,
-    DurationOrOff,
     EnvEntry,
     EnvValue,
     Input,
@@ -43,9 +40,9 @@ from cloudddp.spec.sections import (
     Resources,
     Strict,
     empty_list,
-    parse_duration,
     validate_regex,
 )
+from cloudddp.spec.values import MAX_SECONDS, Duration, DurationOrOff, parse_duration
 
 __all__ = [
     "EPOCHS_FLAG",

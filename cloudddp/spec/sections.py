@@ -28,9 +28,8 @@ from pydantic import (
 from typing_extensions import Self
 
 from cloudddp.spec.placeholders import unknown
+from cloudddp.spec.values import AutoOnOff, Duration, DurationOrOff
 
-_DURATION = re.compile(r"^\s*(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?\s*(?:(\d+)\s*s?)?\s*\Z")
-MAX_SECONDS = 28 * 24 * 3600  # SageMaker's and Azure ML's longest job runtime
 _CHECKPOINT_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 
 
@@ -45,37 +44,20 @@ def validate_regex(regex: str) -> str:
     return regex
 
 
-def parse_duration(value: Any) -> int:
-    """Seconds from an int or a string such as ``90``, ``"45m"``, ``"2h"``, ``"1h30m"``, ``"1d"``."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration such as 3600, '45m' or '2h'")
-    if isinstance(value, int):
-        seconds = value
-    elif isinstance(value, str) and value.strip() and (m := _DURATION.match(value)):
-        d, h, mi, s = (int(g) if g else 0 for g in m.groups())
-        seconds = ((d * 24 + h) * 60 + mi) * 60 + s
-    else:
-        raise ValueError("expected a duration such as 3600, '45m' or '2h'")
-    if seconds <= 0 or seconds > MAX_SECONDS:
-        raise ValueError(f"duration must be between 1 s and 28 days, got {seconds} s")
-    return seconds
-
-
-Duration = Annotated[int, BeforeValidator(parse_duration)]
-
-
-def _duration_or_off(value: Any) -> Any:
-    """A duration, or ``off``: written unquoted in YAML (and in ``-o``), ``off`` is read as false, which means it
-    too."""
+def _factor_or_off(value: Any) -> Any:
+    """A factor above 1 (at most 100), or ``off`` (read as false when written unquoted in YAML)."""
     if value is False or (isinstance(value, str) and value.strip().lower() == "off"):
         return "off"
     try:
-        return parse_duration(value)
-    except ValueError as e:
-        raise ValueError(f"{e}, or 'off'") from None
+        factor = float(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        factor = None
+    if factor is None or not 1 < factor <= 100:
+        raise ValueError("expected a factor above 1 such as 1.5 (at most 100), or 'off'")
+    return factor
 
 
-DurationOrOff = Annotated[int | Literal["off"], BeforeValidator(_duration_or_off)]
+FactorOrOff = Annotated[float | Literal["off"], BeforeValidator(_factor_or_off)]
 
 
 def empty_list() -> list[Any]:
@@ -269,6 +251,13 @@ class Distribution(Strict):
     )
     collective_timeout: Duration = Field(
         600, description="A rank that stops participating fails the others after this long."
+    )
+    preflight: AutoOnOff = Field(
+        "auto",
+        description="The interconnect pre-flight before the program starts: an all-reduce sweep across every rank "
+        "that measures the bus bandwidth and the transport NCCL picked, and stops the job as an infrastructure "
+        "failure when a size chosen for its InfiniBand/EFA runs over TCP sockets. auto: on for a multi-node job on "
+        "a size the plan chose for its InfiniBand/EFA; on: every job of more than one process; off: never.",
     )
 
 
@@ -481,4 +470,13 @@ class Limits(Strict):
         "script that uses the collective timeout fails by itself first. Before the first line the watchdog allows "
         "at least 10 minutes for starting. `off` turns it off (for a script that is silent for longer stretches, "
         "set it above its longest silence).",
+    )
+    straggler_factor: FactorOrOff = Field(
+        1.5,
+        description="Name a straggler (a warning in `status`, the log and the metrics, with its host) when one rank's "
+        "own work per step (data loading, forward, the script's own, measured inside every rank) stays at least this "
+        "many times the other ranks' median for two looks in a row; `off` turns the watch off (docs/diagnosing.md).",
+    )
+    straggler_every: Duration = Field(
+        10, description="Seconds or '1m' between two looks of the straggler watch (each rank publishes one number)."
     )

@@ -19,7 +19,7 @@ from cloudddp.backends.status import RunState
 from cloudddp.errors import SpecError
 from cloudddp.injob import keepfiles
 from cloudddp.injob.keepfiles import Keeper, left_behind_notice, matches
-from cloudddp.injob.shim import mpi_environment
+from cloudddp.injob.mpi_env import mpi_environment
 from tests.support.cli import ROOT
 from tests.support.own_saver import saved_epochs, saver_code
 from tests.support.slurm_cluster import SlurmCluster

@@ -25,7 +25,7 @@ def run(code: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[st
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     environment.update(env)
     stop_hooks.prepare(environment, tmp_path)
-    return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=60)
 
 
 def test_the_site_folder_installs_the_hooks_and_then_runs_the_sitecustomize_it_hides(tmp_path: Path) -> None:
@@ -48,10 +48,10 @@ def test_nothing_is_imported_before_the_script_imports_it(tmp_path: Path) -> Non
     assert done.stdout.strip() == "[]", done.stderr
 
 
-def test_a_dataloader_worker_ignores_sigterm_and_runs_the_loaders_own_init_fn(tmp_path: Path) -> None:
+def test_a_dataloader_worker_ignores_sigterm_from_others_and_runs_the_loaders_own_init_fn(tmp_path: Path) -> None:
     """A worker signalled by anyone but its parent would die and crash the rank ("DataLoader worker ... is killed
-    by signal"): here each worker is sent SIGTERM mid-epoch and the epoch ends whole, the loader's own
-    ``worker_init_fn`` having run in each worker."""
+    by signal"): here each worker is sent SIGTERM mid-epoch by another process (``kill``, as slurmstepd sends it)
+    and the epoch ends whole, the loader's own ``worker_init_fn`` having run in each worker."""
     code = textwrap.dedent(
         """
         import os, signal, time, torch
@@ -72,13 +72,32 @@ def test_a_dataloader_worker_ignores_sigterm_and_runs_the_loaders_own_init_fn(tm
         for n, batch in enumerate(loader):
             if n == 3:  # every worker, as slurmstepd signals every process of a step
                 for worker in __import__("multiprocessing").active_children():
-                    os.kill(worker.pid, signal.SIGTERM)
+                    __import__("subprocess").run(["kill", "-TERM", str(worker.pid)], check=True)
             seen += batch.tolist()
         print("seen", len(seen), flush=True)
         """
     )
     done = run(code, tmp_path)
     assert "seen 40" in done.stdout and done.stdout.count("init") == 2, done.stdout + done.stderr
+
+
+def test_a_persistent_worker_left_mid_epoch_still_ends_when_the_rank_exits(tmp_path: Path) -> None:
+    """Python's exit sends SIGTERM to every daemonic child and then joins it: a worker deaf to its parent's
+    SIGTERM would hang the rank's exit forever (a loop left mid-epoch keeps its persistent workers alive)."""
+    code = textwrap.dedent(
+        """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        loader = DataLoader(TensorDataset(torch.randn(256, 4)), batch_size=8, num_workers=2, persistent_workers=True)
+        for n, (x,) in enumerate(loader):
+            if n == 3:
+                break
+        print("left the loop", flush=True)
+        """
+    )
+    done = run(code, tmp_path)  # run's own timeout fails it if the exit hangs
+    assert done.returncode == 0 and "left the loop" in done.stdout, done.stdout + done.stderr
 
 
 def test_a_hook_runs_after_the_scripts_own_import_and_a_failing_one_only_warns(

@@ -46,6 +46,9 @@ class Launcher:
     def for_attempt(self, plan: Any, attempt: int) -> Any:
         return plan
 
+    def avoiding(self, plan: Any, hosts: list[str]) -> Any:
+        return plan
+
     def restore(self, state: dict[str, Any], literals: dict[str, str]) -> Plan:
         return Plan.from_state(state, literals)
 

@@ -78,3 +78,24 @@ def test_cancel_signals_the_watcher_only_while_its_pid_is_still_that_process() -
         assert victim.wait_ended(timeout=10) == ["SIGTERM", "exit 0"]
     finally:
         victim.stop()
+
+
+def test_a_hangs_culprit_host_is_left_out_of_every_later_attempt_and_slurm_excludes_it() -> None:
+    """The host a hang's verdict blames joins the hosts earlier attempts went without; Slurm's plan for the next
+    attempt carries them as ``--exclude``, a cloud's is unchanged (its next job gets fresh hosts)."""
+    from cloudddp.backends.plugins import backend_class
+
+    chain = recovery.Chain("tiny-3", "slurm", "tiny", {}, 3, [recovery.Attempt(1, "tiny-3", 0.0, left_out=["n1"])])
+    hang = RunStatus("tiny-3", "slurm", RunState.FAILED, cause=Cause.HANG)
+    hang.details["failure"] = {"culprit_host": "n7"}
+    assert recovery._left_out(chain, hang) == ["n1", "n7"]
+    other = RunStatus("tiny-3", "slurm", RunState.FAILED, cause=Cause.INFRASTRUCTURE, details=hang.details)
+    assert recovery._left_out(chain, other) == ["n1"], "only a hang blames a host"
+    slurm = backend_class("slurm")()
+    plan = slurm.render(Job.load(TINY, [f"slurm.python={__import__('sys').executable}"]).spec)
+    sbatch = slurm.avoiding(plan, ["n1", "n7"]).request.sbatch
+    assert sbatch[:2] == ("sbatch", "--exclude=n1,n7") and sbatch[2:] == plan.request.sbatch[1:]
+    assert slurm.avoiding(plan, []) is plan
+    local = backend_class("local")()
+    local_plan = local.render(Job.load(TINY).spec)
+    assert local.avoiding(local_plan, ["n1"]) is local_plan

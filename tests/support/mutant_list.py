@@ -178,7 +178,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "restarted-watcher-never-resubmits",
         "A recovery watcher that died",
         "cloudddp/runs/recovery.py",
-        "            _launch(chain, runner, runner.backend.restore(chain.plan, literals), checks=False, size=size)\n",
+        "            _launch(chain, runner, plan, checks=False, size=size, left_out=left_out)\n",
         "            pass\n",
         ("tests/runs/test_recovery.py::test_a_watcher_that_died_is_started_again_by_recover_and_finishes_the_chain",),
     ),
@@ -271,13 +271,33 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "stall-watchdog-never-fires",
-        "An own script that hangs after its first epoch fails as `stalled`",
+        "An own script that hangs after its first epoch fails within",
         "cloudddp/backends/local/supervisor.py",
         "            if quiet is not None:\n                self._stalled(quiet)",
         "            if False:\n                self._stalled(quiet)",
         (
             LOCAL + "test_stall_watchdog.py::"
             "test_a_script_that_hangs_after_its_first_epoch_fails_as_stalled_with_the_stuck_ranks_stack",
+        ),
+    ),
+    Mutant(
+        "hang-doctor-never-reports",
+        "A rank asleep mid-epoch while the others wait in a collective",
+        "cloudddp/injob/hang.py",
+        "    if why is None or not DOCTOR or DOCTOR[0].reported:",
+        "    if True:",
+        (LOCAL + "test_hang_culprit.py",),
+    ),
+    Mutant(
+        "hang-recovery-keeps-the-culprits-node",
+        "A rank asleep mid-epoch while the others wait in a collective",
+        "cloudddp/runs/recovery.py",
+        '    culprit = failure.get("culprit_host") if status.cause is Cause.HANG else None',
+        "    culprit = None",
+        (
+            "tests/runs/test_recovery_decisions.py::"
+            "test_a_hangs_culprit_host_is_left_out_of_every_later_attempt_and_slurm_excludes_it",
+            SLURM + "test_hang.py",
         ),
     ),
     Mutant(
@@ -323,7 +343,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a-lost-node-group-is-not-recovered",
         "A run ended by the cloud (preemption, capacity, a lost node) is resubmitted",
         "cloudddp/runs/recovery.py",
-        "            _launch(chain, runner, runner.backend.restore(chain.plan, literals), checks=False, size=size)\n",
+        "            _launch(chain, runner, plan, checks=False, size=size, left_out=left_out)\n",
         "            pass\n",
         (
             "tests/runs/test_recovery.py::"
@@ -346,8 +366,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "a-file-others-may-write-is-trusted",
         "State another user could plant is refused or checked",
         "cloudddp/paths.py",
-        "if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:",
-        "if False:",
+        '    if st.st_mode & 0o022:\n        raise UnsafeFolder(\n            f"{what} {real} is writable by others',
+        '    if False:\n        raise UnsafeFolder(\n            f"{what} {real} is writable by others',
         (LOCAL + "test_planted_state.py::test_a_status_file_others_could_write_is_refused_and_cancel_signals_nothing",),
     ),
     Mutant(
@@ -569,7 +589,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "auto-ranks-by-preference-only",
         "`-b auto` ranks the job's backends",
         "cloudddp/runs/placement.py",
-        "        return (late, self.cost is None, self.cost or 0.0, self.preference)",
+        "        return (late, figure is None, figure or 0.0, self.preference)",
         "        return (late, False, 0.0, self.preference)",
         ("tests/runs/test_placement.py",),
     ),

@@ -34,7 +34,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from cloudddp.backends import plugins
-from cloudddp.spec import sections
+from cloudddp.spec import values
 from cloudddp.spec.model import JobSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,8 +85,8 @@ def _bounds(metadata: list[Any]) -> str:
 
 
 _DURATIONS = {
-    sections.parse_duration: "duration (seconds, or `45m`, `2h`, `1d`)",
-    sections._duration_or_off: "duration, or `off`",
+    values.parse_duration: "duration (seconds, or `45m`, `2h`, `1d`)",
+    values._duration_or_off: "duration, or `off`",
 }
 """What a field validated by one of these takes, in words (its annotation says only ``int``)."""
 

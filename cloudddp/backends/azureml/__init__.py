@@ -12,9 +12,9 @@ metric lines in the logs (metric_stream.py).
 Also: the ``azureml:`` section (``options.py``), what render checks (``environment.py``, ``inputs.py``,
 ``limits.py``), the workspace and its datastores (``workspace.py``, ``datastores.py``), the SDK's clients and its
 errors translated (``client.py``), the credential and transport from the environment (``extensions.py``), the run's
-record (``record.py``), preflight and quota (``preflight.py``, ``quota.py``), status, states and failures
-(``status.py``, ``states.py``, ``failures.py``), the bill (``bill.py``), the checkpoint folder in blobs
-(``checkpoint_store.py``).
+record (``record.py``), preflight and quota (``preflight.py``, ``quota.py``), status, states and failures, a hang
+named from the logs (``status.py``, ``states.py``, ``failures.py``), the bill (``bill.py``), the checkpoint folder
+in blobs (``checkpoint_store.py``).
 """
 
 from __future__ import annotations
@@ -46,16 +46,23 @@ from cloudddp.backends.checkpoints.store import CheckpointStore
 from cloudddp.backends.checks import Check, MissingSetting
 from cloudddp.backends.features import Capabilities, Feature
 from cloudddp.backends.sized import SizedBackend
-from cloudddp.backends.status import LogLine, RunStatus
+from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
+from cloudddp.backends.verdicts import KeptVerdicts, concluding
 from cloudddp.catalog.bill import Bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import CloudDDPError
+from cloudddp.injob.culprit import Capture
+from cloudddp.injob.stack_answers import requested
+from cloudddp.injob.stack_requests import REQUEST_TAG
 from cloudddp.observe.metrics import RANK_ZERO, MetricRecord, metrics_from_lines
 from cloudddp.plan import Plan
 from cloudddp.spec.model import JobSpec
 from cloudddp.spec.secrets import redacted_spec_data
 
 POLL_SECONDS = float(os.environ.get("CLOUDDDP_AZUREML_POLL", "5"))
+STACKS_WAIT_S = float(os.environ.get("CLOUDDDP_STACKS_WAIT_S", "60"))
+"""How long ``cloudddp stacks`` waits for the nodes' answers in the log: their poll (10 s), Azure ML's upload of the
+log files, this backend's own poll of them."""
 
 
 AzureMLPlan = Plan[dict[str, Any], AzureMLTarget]
@@ -101,6 +108,7 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         self.token = token
         self.poll_seconds = poll_seconds
         self._failures = Failures()
+        self._concluded = KeptVerdicts()
         self._unchecked: dict[str, list[Check]] = {}
         """job name -> its preflight checks that could not be made: said at launch, never passed in silence."""
 
@@ -203,18 +211,36 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
 
     # -- run verbs ---------------------------------------------------------------------------
     def _describe(self, run_id: str) -> RunStatus | None:
+        """The job's status; a job whose script failed because a collective timed out is a hang, with the verdict
+        the hang doctor printed in its log (read once, status.py)."""
         client = self._client(self._workspace_of(run_id))
         job = find_job(client, run_id)
         if job is None:
             return None
-        return job_status(self.name, run_id, job, functools.partial(self._failures.of, client, run_id))
+        status = job_status(self.name, run_id, job, functools.partial(self._failures.of, client, run_id))
+        if status.state is RunState.FAILED and status.cause is Cause.USER_ERROR:
+            from azure.core.exceptions import AzureError
+
+            lines = functools.partial(self._lines_now, client, job)
+            found = self._concluded.of(self.records, run_id, lines, (AzureError, CloudDDPError))
+            return concluding(status, found, **status.details.get("failure", {})) if found else status
+        return status
 
     def _log_iter(self, run_id: str, *, follow: bool) -> Iterator[LogLine]:
         """Each process's log file in the job's artifact store, reading only the bytes added since the last poll."""
         client = self._client(self._workspace_of(run_id))
-        files = LogFiles.of_job(client, client.jobs.get(run_id), self._credential(), self.transport)
         finished = functools.partial(self._finished, run_id)
-        yield from followed(files, follow=follow, finished=finished, poll=self.poll_seconds)
+        yield from followed(
+            self._files(client, client.jobs.get(run_id)), follow=follow, finished=finished, poll=self.poll_seconds
+        )
+
+    def _files(self, client: Any, job: Any) -> LogFiles:
+        """The job's log files (logs.py), none read yet."""
+        return LogFiles.of_job(client, job, self._credential(), self.transport)
+
+    def _lines_now(self, client: Any, job: Any) -> Iterator[LogLine]:
+        """The lines of the job's log files as they are now (their datastore reached at the first line)."""
+        yield from followed(self._files(client, job), follow=False, finished=lambda: True, poll=0)
 
     def _finished(self, run_id: str) -> bool:
         return self.status(run_id).state.terminal
@@ -247,6 +273,18 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
 
     def _cancel(self, run_id: str) -> None:
         self._client(self._workspace_of(run_id)).jobs.begin_cancel(run_id).result()
+
+    def _stacks(self, run_id: str) -> Capture:
+        """A request in the job's MLflow run's tag, which one process per node reads every 10 s (in-job
+        stack_requests.py); the answers and the ranks' dumps come back in the job's log files."""
+        workspace = self._workspace_of(run_id)
+        client = self._client(workspace)
+        mlflow = MlflowMetrics.of_workspace(client, require_workspace(workspace).name).client
+        return requested(
+            lambda request: mlflow.set_tag(run_id, REQUEST_TAG, request),
+            lambda follow: self.logs(run_id, follow=follow),
+            answer_wait=STACKS_WAIT_S,
+        )
 
     def _bill(self, run_id: str) -> Bill | None:
         """bill.py: the run history's start to end on the job's nodes, then the cluster's idle time."""

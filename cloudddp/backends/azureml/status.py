@@ -1,5 +1,7 @@
 """An Azure ML job's status as cloudddp's: its state from the job itself (states.py), and why a failed job failed
-from the error in its run history (failures.py says which cause that error is)."""
+from the error in its run history (failures.py says which cause that error is); a job whose script failed because a
+collective timed out is a hang, named by the hang doctor's verdict in its log
+(:class:`cloudddp.backends.verdicts.KeptVerdicts`)."""
 
 from __future__ import annotations
 

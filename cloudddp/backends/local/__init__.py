@@ -15,7 +15,8 @@ estimate (``estimate.py``); the launch (``launch.py``) and the run folder with i
 (``nodes.py``), the rendezvous store and its server (``rendezvous.py``, ``store_server.py``), the node consoles
 copied into the log (``console.py``), the agents' own lines (``agent_output.py``), secrets masked as files are
 written (``masking.py``), the run's processes found in /proc (``processes.py``) and how the run ended
-(``outcome.py``); what a run held (``bill.py``); its checkpoint folder as a store (``checkpoint_store.py``).
+(``outcome.py``); every rank's stacks on demand (``stacks.py``); what a run held (``bill.py``); its checkpoint
+folder as a store (``checkpoint_store.py``).
 """
 
 from __future__ import annotations
@@ -46,9 +47,11 @@ from cloudddp.backends.local.outcome import conclude
 from cloudddp.backends.local.record import LocalRunStatus
 from cloudddp.backends.local.request import LocalRequest
 from cloudddp.backends.local.rundir import RunDir
+from cloudddp.backends.local.stacks import capture
 from cloudddp.backends.procs import Process
 from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
 from cloudddp.catalog.bill import Bill
+from cloudddp.injob.culprit import Capture
 from cloudddp.injob.keepfiles import left_behind_notice
 from cloudddp.injob.shim import RANK_LINE
 from cloudddp.observe.metrics import MetricRecord, record_from_dict
@@ -250,6 +253,9 @@ class LocalBackend(Backend[LocalOptions]):
         run = self._run(run_id)
         st, request = run.read_status(), run.request()
         return bill(request, st, final=self.status(run_id).state.terminal)
+
+    def _stacks(self, run_id: str) -> Capture:
+        return capture(self._run(run_id))
 
     def _adopt(self, run_id: str) -> bool:
         """A new supervisor (``supervisor --adopt``) for a run not recorded as ended whose supervisor is gone: it

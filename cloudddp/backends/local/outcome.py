@@ -11,6 +11,8 @@ from typing import Any
 from cloudddp.backends.local.rundir import RunDir
 from cloudddp.backends.status import Cause, RunState
 from cloudddp.backends.torchrun import failed_rank, rank_lines
+from cloudddp.backends.verdicts import cause_of, concluded
+from cloudddp.injob import culprit
 
 
 def failure(run: RunDir, codes: list[int], first_failed: int | None = None) -> dict[str, Any]:
@@ -41,35 +43,46 @@ def failure(run: RunDir, codes: list[int], first_failed: int | None = None) -> d
 
 STACKS_FOLLOW = "their Python stacks follow"
 """The end of the supervisor's notice before the stacks of a stalled run's ranks (supervisor.py)."""
-STACK_LINES = 24
-WAITING = re.compile(
-    r" in (all_reduce|all_gather\w*|broadcast\w*|reduce_scatter\w*|barrier|monitored_barrier|backward|"
-    r"_engine_run_backward|wait|recv|send|all_to_all\w*)$"
-)
-"""A frame of a rank waiting for the others in a collective (torch.distributed's Python functions, autograd's
-backward, where DDP's all-reduce waits): such a rank waits for the one that stopped."""
 
 
 def stall_failure(run: RunDir, reason: str) -> dict[str, Any]:
-    """The Python stacks of a stalled run's quiet ranks from what each node logged after the notice, the ranks
-    that stopped first (no frame waiting in a collective), then those waiting for them, each group the longest
-    quiet first: what ``status`` and the attached view show, since the attached view follows rank 0's lines."""
+    """The culprit of a stalled run, judged (:func:`cloudddp.injob.culprit.decide`) from the stacks each quiet rank
+    wrote after the notice (faulthandler's, or py-spy's): the ranks that wait in no collective first, with the line
+    each is on, then those waiting for them."""
     quiet = [int(r) for r in re.findall(r"rank (\d+) quiet for", reason)]
     dumped: dict[int, list[str]] = {rank: [] for rank in quiet}
     for path in run.node_logs():
         text = path.read_text(errors="replace") if path.exists() else ""
         after = text[text.rfind(STACKS_FOLLOW) :] if STACKS_FOLLOW in text else ""
         for rank in quiet:
-            # the stack, without the rank launcher's own notices of the stop that follows it
-            dumped[rank] += [ln for ln in rank_lines(after, rank) if ln.strip() and not ln.startswith("_cloudddp_")]
-    order = sorted(quiet, key=lambda r: any(WAITING.search(line.rstrip()) for line in dumped[r]))
-    tail: list[str] = []
-    for rank in order:
-        if dumped[rank] and len(tail) < STACK_LINES - 1:
-            waits = any(WAITING.search(line.rstrip()) for line in dumped[rank])
-            tail.append(f"rank {rank}{' (waiting in a collective)' if waits else ''}, most recent call first:")
-            tail += dumped[rank][: STACK_LINES - len(tail)]
-    return {"stalled_ranks": order, "log_tail": tail}
+            dumped[rank] += rank_lines(after, rank)
+    stacks = [_stacks_of(rank, lines) for rank, lines in dumped.items() if lines]
+    verdict = culprit.decide(stacks, None)
+    verdict.silent = sorted(set(quiet) - {s.rank for s in stacks})
+    order = verdict.culprit_ranks() + sorted(r for ranks in verdict.waiting.values() for r in ranks)
+    return {
+        "stalled_ranks": order,
+        **verdict.to_dict(),
+        "hang": verdict.line().removeprefix(culprit.TAG).strip(),
+        "log_tail": culprit.render(stacks),
+    }
+
+
+def _stacks_of(rank: int, lines: list[str]) -> culprit.RankStacks:
+    text = "\n".join(lines)
+    threads = culprit.parse_py_spy(text) if "(most recent call first)" not in text else []
+    return culprit.RankStacks(rank, threads or culprit.parse_faulthandler(text))
+
+
+def concluded_ending(run: RunDir, codes: list[int]) -> Ending | None:
+    """A run the job itself concluded (:mod:`cloudddp.backends.verdicts`): a hang the hang doctor judged, or the
+    interconnect pre-flight's refusal."""
+    lines = (ln for path in run.node_logs() if path.exists() for ln in path.read_text(errors="replace").splitlines())
+    found = concluded(lines)
+    if found is None:
+        return None
+    cause, message = cause_of(found)
+    return Ending(RunState.FAILED, message, codes, failure={"exit_codes": codes, **found}, cause=cause)
 
 
 def describe_failure(info: dict[str, Any]) -> str:
@@ -107,17 +120,24 @@ def conclude(
     run: RunDir, codes: list[int], stop_reason: str | None, first_failed: int | None = None, *, max_runtime: Any = None
 ) -> Ending:
     """The end state, its message and what ``status.json`` records with it (exit codes, failure, cause)."""
-    if stop_reason == "cancelled":
-        return Ending(RunState.CANCELLED, "cancelled", codes, cause=Cause.CANCELLED)
+    if stop_reason == "cancelled":  # the nodes' exit codes are the stop's (torchrun exits 1 on SIGTERM), no failure
+        stopped = [c for c in codes if c != 0]
+        how = f" (exit code{'s' if len(stopped) > 1 else ''} {', '.join(map(str, stopped))} from the stop)"
+        return Ending(RunState.CANCELLED, "cancelled on request" + (how if stopped else ""), [], cause=Cause.CANCELLED)
     if stop_reason == "max_runtime":
         return Ending(RunState.FAILED, f"stopped after limits.max_runtime ({max_runtime} s)", codes, cause=Cause.LIMIT)
     if stop_reason is not None and stop_reason.startswith("stalled"):
-        return Ending(RunState.FAILED, stop_reason, codes, failure=stall_failure(run, stop_reason), cause=Cause.STALLED)
+        stalled = stall_failure(run, stop_reason)
+        message = f"{stop_reason.split(': rank ')[0]}; hang: {stalled['hang']}"
+        return Ending(RunState.FAILED, message, codes, failure=stalled, cause=Cause.HANG)
     if codes and all(c == 0 for c in codes):
         return Ending(RunState.SUCCEEDED, "finished", codes)
     if not codes:
         message = "the run's supervisor exited before it started the nodes"
         return Ending(RunState.FAILED, message, codes, cause=Cause.INFRASTRUCTURE)
+    ending = concluded_ending(run, codes)
+    if ending is not None:
+        return ending
     info = failure(run, codes, first_failed)
     cause = Cause.INFRASTRUCTURE if info.get("lost") else Cause.USER_ERROR
     return Ending(RunState.FAILED, describe_failure(info), codes, failure=info, cause=cause)

@@ -7,13 +7,13 @@ CloudWatch Logs (every ``algo-N`` host), metrics from the same lines.
 
 Its modules: the ``sagemaker:`` section (``options.py``); the render: its choices (``decide.py``), the
 CreateTrainingJob request (``request.py``) and the plan's lines (``explain.py``), with what they draw on: the
-official images (``images.py``), instance types the catalog lacks (``hardware.py``), EFA (``efa.py``), smddp for
-an own script (``smddp.py``), and what SageMaker refuses or ignores, checked at render (``limits.py``,
-``argsize.py``, ``volumes.py``); the plan's target: the region and the checkpoint folder (``target.py``); boto3's
-clients and its errors translated (``client.py``); the launch (``launch.py``) and S3 and the snapshots
-(``storage.py``); the run's record (``record.py``); the preflight and its quotas (``preflight.py``, ``quotas.py``);
-status from DescribeTrainingJob (``status.py``); logs (``logs.py``); the bill (``bill.py``); the checkpoint folder
-in S3 as a store (``checkpoint_store.py``).
+official images (``images.py``), instance types the catalog lacks (``hardware.py``), EFA (``efa.py``), smddp for an
+own script (``smddp.py``), and what SageMaker refuses or ignores, checked at render (``limits.py``, ``argsize.py``,
+``volumes.py``); the plan's target: the region and the checkpoint folder (``target.py``); boto3's clients and its
+errors translated (``client.py``); the launch (``launch.py``) and S3 and the snapshots (``storage.py``); the run's
+record (``record.py``); the preflight and its quotas (``preflight.py``, ``quotas.py``); status from
+DescribeTrainingJob, a hang named from the log (``status.py``); logs (``logs.py``); the bill (``bill.py``); the
+checkpoint folder in S3 as a store (``checkpoint_store.py``).
 """
 
 from __future__ import annotations
@@ -38,19 +38,25 @@ from cloudddp.backends.sagemaker.logs import job_lines
 from cloudddp.backends.sagemaker.options import SageMakerOptions
 from cloudddp.backends.sagemaker.preflight import preflight
 from cloudddp.backends.sagemaker.record import SageMakerRunInfo
-from cloudddp.backends.sagemaker.request import build, encode, shim_hyperparameters, shim_payload
-from cloudddp.backends.sagemaker.status import describe_job, job_status
+from cloudddp.backends.sagemaker.request import build, encode, shim_hyperparameters, shim_payload, stacks_request
+from cloudddp.backends.sagemaker.status import LOG_SETTLE_S, describe_job, job_status
 from cloudddp.backends.sagemaker.target import SageMakerTarget
 from cloudddp.backends.sized import SizedBackend
-from cloudddp.backends.status import LogLine, RunStatus
+from cloudddp.backends.status import Cause, LogLine, RunState, RunStatus
+from cloudddp.backends.verdicts import KeptVerdicts, concluding
 from cloudddp.catalog.bill import Bill
 from cloudddp.catalog.target import SizeTarget
 from cloudddp.errors import CloudDDPError, UserError
+from cloudddp.injob.culprit import Capture
+from cloudddp.injob.stack_answers import requested
 from cloudddp.plan import Plan
 from cloudddp.spec.model import JobSpec
 from cloudddp.spec.secrets import redacted_spec_data
 
 POLL_SECONDS = float(os.environ.get("CLOUDDDP_SAGEMAKER_POLL", "5"))
+STACKS_WAIT_S = float(os.environ.get("CLOUDDDP_STACKS_WAIT_S", "45"))
+"""How long ``cloudddp stacks`` waits for the hosts' answers in the log: their poll (10 s), CloudWatch Logs'
+delivery, this backend's own poll of the streams."""
 EXAMPLE_ACCOUNT = "111122223333"  # AWS's documentation account
 ROLE_STAND_IN = "arn:aws:iam::000000000000:role/not-set-give-sagemaker.role"
 """What ``plan`` puts where the role goes when the spec has none: sizes rank without it; a submit needs one."""
@@ -85,9 +91,12 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
         self._clients = AwsClients(session)
         self.poll_seconds = poll_seconds
         self.token = token
+        self._concluded = KeptVerdicts()
 
     def _size_target(self, spec: JobSpec) -> SizeTarget:
-        return SizeTarget("aws", self.options(spec).instance_type, "sagemaker.instance_type")
+        sm = self.options(spec)
+        region = sm.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        return SizeTarget("aws", sm.instance_type, "sagemaker.instance_type", region=region)
 
     cpu_size_example = ("ml.c5.2xlarge", "ml.c5.2xlarge has 8 vCPUs, ml.m5.4xlarge 16 and more memory")
 
@@ -209,12 +218,28 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
         return describe_job(self._client("sagemaker", self._region_of(run_id)), run_id)
 
     def _describe(self, run_id: str) -> RunStatus | None:
+        """DescribeTrainingJob's answer; a job whose script failed (AlgorithmError) because a collective timed out
+        is a hang, with the verdict the hang doctor printed in its log (read once, status.py)."""
         d = self._describe_job(run_id)
-        return None if d is None else job_status(self.name, run_id, d)
+        if d is None:
+            return None
+        status = job_status(self.name, run_id, d)
+        if status.state is RunState.FAILED and status.cause is Cause.USER_ERROR:
+            hosts = int(status.details.get("instance_count") or 1)
+            whole = status.ended_at is None or time.time() - status.ended_at > LOG_SETTLE_S
+            lines = functools.partial(self._lines, run_id, hosts, follow=False)
+            from botocore.exceptions import BotoCoreError, ClientError
+
+            found = self._concluded.of(self.records, run_id, lines, (BotoCoreError, ClientError), whole=whole)
+            return concluding(status, found, failure_reason=status.message) if found else status
+        return status
 
     def _log_iter(self, run_id: str, *, follow: bool) -> Iterator[LogLine]:
+        yield from self._lines(run_id, int(self.status(run_id).details.get("instance_count") or 1), follow=follow)
+
+    def _lines(self, run_id: str, hosts: int, *, follow: bool) -> Iterator[LogLine]:
+        """The lines of the job's ``hosts`` hosts (logs.py)."""
         logs = self._client("logs", self._region_of(run_id))
-        hosts = int(self.status(run_id).details.get("instance_count") or 1)
         finished = functools.partial(self._finished, run_id)
         yield from job_lines(logs, run_id, hosts=hosts, follow=follow, finished=finished, poll=self.poll_seconds)
 
@@ -223,6 +248,25 @@ class SageMakerBackend(SizedBackend[SageMakerOptions]):
 
     def _cancel(self, run_id: str) -> None:
         self._client("sagemaker", self._region_of(run_id)).stop_training_job(TrainingJobName=run_id)
+
+    def _stacks(self, run_id: str) -> Capture:
+        """A request object under the job's output path, which one process per host reads every 10 s with the job's
+        role (in-job stack_requests.py); the answers and the ranks' dumps come back in the hosts' log streams."""
+        d = self._describe_job(run_id) or {}
+        if d.get("EnableNetworkIsolation"):
+            raise UserError(
+                f"{run_id} runs under network isolation: its hosts cannot read a request, so it gives no stacks",
+                hint="cloudddp logs RUN (a hang's stacks are printed there by the hang doctor)",
+            )
+        bucket, _, key = (
+            stacks_request(d["OutputDataConfig"]["S3OutputPath"], run_id).removeprefix("s3://").partition("/")
+        )
+        s3 = self._client("s3", self._region_of(run_id))
+        return requested(
+            lambda request: s3.put_object(Bucket=bucket, Key=key, Body=request.encode()),
+            lambda follow: self.logs(run_id, follow=follow),
+            answer_wait=STACKS_WAIT_S,
+        )
 
     def _bill(self, run_id: str) -> Bill | None:
         """The bill from DescribeTrainingJob's times (bill.py)."""

@@ -31,7 +31,15 @@ from cloudddp.code.snapshot import folder_digest
 from cloudddp.errors import UserError
 from cloudddp.injob.shim import RANK_TAG
 from cloudddp.plan import EnvSource, late
-from cloudddp.runtime import Places, checkpoint_folder, checkpoint_owner, code_snapshot, job_env, snapshot_upload
+from cloudddp.runtime import (
+    Places,
+    checkpoint_folder,
+    checkpoint_owner,
+    code_snapshot,
+    fabric_of,
+    job_env,
+    snapshot_upload,
+)
 from cloudddp.runtime import program as runtime_program
 from cloudddp.spec.model import JobSpec
 
@@ -296,18 +304,20 @@ def _input(spec: JobSpec, name: str, prefix: str) -> tuple[str, dict[str, Any] |
 
 
 def _launch(spec: JobSpec, size: SizeDecision, image: str, how: str, sigterm_grace: int) -> Launch:
+    sku, nodes = size.sku, spec.resources.nodes
+    presets = nccl_env_presets(sku) if sku is not None and nodes > 1 else {}
+    efa_dropped = presets.get("FI_PROVIDER") == "efa" and not sagemaker_efa(size.size)
+    if efa_dropped:
+        presets = {}
     places = Places(
         model_dir=MODEL_DIR,
-        nodes=spec.resources.nodes,
+        nodes=nodes,
         processes_per_node=spec.resources.processes,
         checkpoint_dir=CHECKPOINT_LOCAL,
         tensorboard_dir=TENSORBOARD_LOCAL,
         inputs={name: f"/opt/ml/input/data/{name}" for name in spec.inputs},
+        fabric=None if sku is None or efa_dropped else fabric_of(sku.fabric, sku.fabric_gbps, nodes),
     )
-    presets = nccl_env_presets(size.sku) if size.sku is not None and spec.resources.nodes > 1 else {}
-    efa_dropped = presets.get("FI_PROVIDER") == "efa" and not sagemaker_efa(size.size)
-    if efa_dropped:
-        presets = {}
     env, env_sources = job_env(
         spec, "sagemaker", places, on_gpu=spec.resources.gpus_per_node > 0, sigterm_grace=sigterm_grace, presets=presets
     )

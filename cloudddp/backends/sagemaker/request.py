@@ -37,6 +37,7 @@ from cloudddp.backends.sagemaker.limits import LIMITS
 from cloudddp.backends.sagemaker.limits import check as check_limits
 from cloudddp.injob import container_init
 from cloudddp.injob.shim import SHIPPED_AS
+from cloudddp.injob.stack_requests import REQUEST_URI
 from cloudddp.observe.metrics import STANDARD_METRICS, metric_regex
 from cloudddp.plan import substitute
 from cloudddp.runtime import RUN_ID
@@ -137,7 +138,7 @@ def build(d: SageMakerDecision, token: str) -> dict[str, Any]:
         },
         "CheckpointConfig": {"S3Uri": d.storage.checkpoint_uri, "LocalPath": CHECKPOINT_LOCAL},
         "StoppingCondition": stopping_condition(d.instances),
-        "Environment": d.launch.env,
+        "Environment": {**d.launch.env, REQUEST_URI: stacks_request(d.storage.output_uri, RUN_ID)},
         "EnableManagedSpotTraining": d.instances.spot,
         "EnableNetworkIsolation": d.network_isolation,
         "EnableInterContainerTrafficEncryption": d.encrypt_inter_container_traffic,
@@ -155,6 +156,12 @@ def build(d: SageMakerDecision, token: str) -> dict[str, Any]:
     check_limits(request)
     check_argument_size(request)
     return request
+
+
+def stacks_request(output_uri: str, job: str) -> str:
+    """Where ``cloudddp stacks`` leaves its request for training job ``job`` (in-job stack_requests.py reads it with
+    the job's role): beside the job's own output, under the output path."""
+    return f"{output_uri.rstrip('/')}/{job}/cloudddp-stacks-request"
 
 
 def algorithm_specification(d: SageMakerDecision) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """A SageMaker training job's status as cloudddp's, from DescribeTrainingJob: its state (TrainingJobStatus, with
 SecondaryStatus telling a job still starting from one running, and a stop at a time limit from a cancel), and
-why a failed job failed, from its FailureReason."""
+why a failed job failed, from its FailureReason; a job whose script failed because a collective timed out is a
+hang, named by the hang doctor's verdict in its log (:class:`cloudddp.backends.verdicts.KeptVerdicts`)."""
 
 from __future__ import annotations
 
@@ -97,3 +98,8 @@ def job_status(backend: str, run_id: str, d: dict[str, Any]) -> RunStatus:
         },
         cause=cause,
     )
+
+
+LOG_SETTLE_S = 60.0
+"""How long after a job ended its CloudWatch log is taken as whole (a margin of cloudddp's: CloudWatch Logs promises
+no delivery time): until then a log without a verdict is read again at the next status."""

@@ -12,14 +12,14 @@ metrics come from the per-node output files, read on their own without asking th
 
 Its modules: the ``slurm:`` section and its ``sbatch_options`` (``options.py``, ``flags.py``); the render: its
 choices (``decide.py``), the typed request, the sbatch script and how it is built (``request.py``, ``script.py``,
-``build.py``), the rendezvous lines and their store wrappers (``rendezvous.py``, ``agent.py``), where a run's
-files are (``layout.py``), where inputs, outputs and checkpoints are on the cluster (``paths.py``) and the plan's
-lines (``explain.py``); the working folder, and its placeholder until submit (``workdir.py``); the launch
-(``launch.py``), with the requirements environment (``envs.py``) and container images (``images.py``); the
-preflight (``preflight.py``) and the start estimate (``start.py``); status from Slurm's answers (``status.py``,
-``answers.py``) and the run's record (``record.py``); logs (``logs.py``); what runs left on the cluster
-(``storage.py``) and the ``cloudddp storage`` command that shows it (``command.py``); the checkpoint folder on the
-cluster as a store (``checkpoint_store.py``).
+``build.py``), the rendezvous lines and their store wrappers (``rendezvous.py``, ``agent.py``), where a run's files
+are (``layout.py``), where inputs, outputs and checkpoints are on the cluster (``paths.py``) and the plan's lines
+(``explain.py``); the working folder, and its placeholder until submit (``workdir.py``); the launch (``launch.py``),
+with the requirements environment (``envs.py``) and container images (``images.py``); the preflight
+(``preflight.py``) and the start estimate (``start.py``); status from Slurm's answers (``status.py``,
+``answers.py``) and the run's record (``record.py``); logs (``logs.py``); every rank's stacks on demand
+(``stacks.py``); what runs left on the cluster (``storage.py``) and the ``cloudddp storage`` command that shows it
+(``command.py``); the checkpoint folder on the cluster as a store (``checkpoint_store.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 from cloudddp.backends.base import Backend, Launched, Progress
@@ -44,10 +44,12 @@ from cloudddp.backends.slurm.preflight import preflight
 from cloudddp.backends.slurm.record import SlurmRunInfo
 from cloudddp.backends.slurm.request import SlurmRequest, SlurmTarget
 from cloudddp.backends.slurm.shell import Shell
+from cloudddp.backends.slurm.stacks import capture
 from cloudddp.backends.slurm.start import start_estimate
 from cloudddp.backends.slurm.status import Polls, current_status
 from cloudddp.backends.slurm.workdir import in_place
 from cloudddp.backends.status import LogLine, RunStatus
+from cloudddp.injob.culprit import Capture
 from cloudddp.plan import Plan, substitute
 from cloudddp.spec.model import JobSpec
 from cloudddp.spec.secrets import redacted_spec_data
@@ -117,6 +119,12 @@ class SlurmBackend(Backend[SlurmOptions]):
             plan, request=substitute(plan.request, table), documents=substitute(plan.documents, table)
         )
 
+    def _avoiding(self, plan: SlurmPlan, hosts: Sequence[str]) -> SlurmPlan:
+        """sbatch's ``--exclude`` on the command line (it overrides one among ``slurm.sbatch_options``)."""
+        sbatch = plan.request.sbatch
+        request = dataclasses.replace(plan.request, sbatch=(sbatch[0], f"--exclude={','.join(hosts)}", *sbatch[1:]))
+        return dataclasses.replace(plan, request=request)
+
     def _checkpoint_store(self, location: str, target: SlurmTarget) -> SlurmCheckpoints:
         """The checkpoint folder on the cluster, through the shell the plan names (here, or ssh to the login
         host); in a working folder left to submit, the one the cluster names now."""
@@ -163,6 +171,11 @@ class SlurmBackend(Backend[SlurmOptions]):
         finished = functools.partial(self._finished, run_id)
         for batch in follow_batches(info.shell, paths, follow=follow, finished=finished, poll=self.poll_seconds):
             yield from labels.ordered(batch)
+
+    def _stacks(self, run_id: str) -> Capture:
+        info = self._record(run_id)
+        assert info is not None  # the verb has read the run's status
+        return capture(info)
 
     def _cancel(self, run_id: str) -> None:
         info = self._record(run_id)

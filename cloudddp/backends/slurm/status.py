@@ -30,6 +30,7 @@ from cloudddp.backends.slurm.script import ENDED_FILE
 from cloudddp.backends.slurm.shell import Shell, on_cluster
 from cloudddp.backends.status import Cause, RunState, RunStatus
 from cloudddp.backends.torchrun import failed_rank
+from cloudddp.backends.verdicts import cause_of, concluded
 
 BACKOFF = 1.5
 """While a queued job's answer does not change, each wait is this much longer than the last ..."""
@@ -155,6 +156,11 @@ def _said(
         return "cancelled", Cause.CANCELLED
     if state is RunState.FAILED:
         found = failure(job, shell.tail(info.batch_log, LOG_TAIL), tasks_are_ranks=info.launch == "srun")
+        job_said = _concluded(shell, info) if found.cause is Cause.USER_ERROR else None
+        if job_said is not None:
+            details["failure"] = job_said
+            cause, message = cause_of(job_said)
+            return message, cause
         failed = details["failure"] = _failure_details(shell, info, found.node, found.task)
         return found.message + (
             f"; torchrun: rank {failed['rank']} failed first (exit code {failed.get('exitcode', '?')})"
@@ -162,6 +168,12 @@ def _said(
             else ""
         ), found.cause
     return native.lower(), None
+
+
+def _concluded(shell: Shell, info: SlurmRunInfo) -> dict[str, Any] | None:
+    """What the job concluded, in the nodes' logs (:mod:`cloudddp.backends.verdicts`): a hang's verdict, whose
+    culprit's host is the Slurm node name (``SLURMD_NODENAME``), or the interconnect pre-flight's refusal."""
+    return concluded(line for path in info.node_logs for line in shell.tail(path, LOG_TAIL).splitlines())
 
 
 def _waiting(job: dict[str, str], restarts: int, details: dict[str, Any]) -> str:

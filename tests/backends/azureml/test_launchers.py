@@ -257,7 +257,7 @@ def test_an_own_script_using_env_init_runs_under_the_mpi_distribution(stores: Da
 
 
 def test_the_launcher_derives_the_torch_variables_from_open_mpis_and_keeps_what_is_set() -> None:
-    from cloudddp.injob.shim import MPI_PORT, mpi_environment
+    from cloudddp.injob.mpi_env import MPI_PORT, mpi_environment
 
     ompi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
     derived = mpi_environment({**ompi, "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "AZ_BATCHAI_MPI_MASTER_NODE": "10.0.0.4"})
@@ -274,7 +274,7 @@ def test_the_launcher_derives_the_torch_variables_from_open_mpis_and_keeps_what_
 
 
 def test_on_several_nodes_the_head_node_and_port_azure_names_win() -> None:
-    from cloudddp.injob.shim import mpi_environment
+    from cloudddp.injob.mpi_env import mpi_environment
 
     ompi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
     both = {**ompi, "AZ_BATCH_MASTER_NODE": "10.0.0.5:6105", "AZ_BATCHAI_MPI_MASTER_NODE": "10.0.0.4"}

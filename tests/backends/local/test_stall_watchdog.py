@@ -54,9 +54,11 @@ def test_a_script_that_hangs_after_its_first_epoch_fails_as_stalled_with_the_stu
     )
     run = job.submit("local")
     status = run.wait(timeout=180, poll=0.5)
-    assert status.state is RunState.FAILED and status.cause is Cause.STALLED, status
+    assert status.state is RunState.FAILED and status.cause is Cause.HANG, status
     assert status.message.startswith(f"stalled: no rank printed anything for {STALL_S} s"), status.message
-    assert "rank 1 quiet for" in status.message and "rank 0 quiet for" in status.message, status.message
+    # the culprit named with the line it is on, the other rank shown waiting for it
+    assert "hang: rank 1: train.py:11 in hang_forever: time.sleep(1)" in status.message, status.message
+    assert "rank 0: waiting in all_reduce" in status.message, status.message
 
     lines = list(run.logs())
     last_output = max(r.time or 0 for r in run.metrics())  # epoch 1's record; the ranks print nothing after it
@@ -69,9 +71,10 @@ def test_a_script_that_hangs_after_its_first_epoch_fails_as_stalled_with_the_stu
     assert any("all_reduce" in text for text in waiting), waiting  # and where the other one waits for it
     # What status and the attached view show (they follow rank 0's lines): rank 1's stack first
     tail = status.details["failure"]["log_tail"]
-    assert status.details["failure"]["stalled_ranks"][0] == 1, status.details
+    assert status.details["failure"]["stalled_ranks"] == [1, 0], status.details
+    assert status.details["failure"]["culprits"] == [1], status.details
     assert tail[0] == "rank 1, most recent call first:", tail
-    waiting = tail.index("rank 0 (waiting in a collective), most recent call first:")
+    waiting = tail.index("rank 0 (waiting in all_reduce), most recent call first:")
     assert any("in hang_forever" in line for line in tail[:waiting]), tail
     shown = cli("status", run.run_id)
     assert "rank 1, most recent call first" in shown.stdout and "hang_forever" in shown.stdout, shown.stdout
