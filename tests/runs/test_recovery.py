@@ -162,6 +162,7 @@ def test_capacity_failures_move_a_sagemaker_recovery_to_the_next_size_of_the_ran
         "--recover",
         "3",
         "--detach",
+        "-y",
         env=FAST,
     )
     assert result.returncode == 0, result.stderr
