@@ -37,7 +37,6 @@ import atexit
 import contextlib
 import importlib.util
 import json
-import linecache
 import os
 import re
 import socket
@@ -103,8 +102,6 @@ def snapshot(rank: int, timed_out_in: str = "", error: BaseException | None = No
         stack = traceback.extract_stack(frame)
         if ident == main and error is not None:
             stack = traceback.extract_tb(error.__traceback__)
-        for summary in stack:
-            linecache.getline(summary.filename, summary.lineno or 0)
         threads.append({"name": names.get(ident, hex(ident)), "main": ident == main, "frames": _frames(stack)})
     return {
         "rank": rank,
