@@ -36,8 +36,10 @@ _INSIDE = (
 )
 """The shell's check, on the cluster, that ``$1/$2`` is reached through no link: its real path is the folder's real
 path and ``$2`` (a trailing newline in a name makes them differ: refused too)."""
-_READ = _INSIDE + '[ -f "$got" ] || { echo "$2: not a regular file" >&2; exit 3; }; exec cat -- "$got"'
-_HASH = _INSIDE + '[ -f "$got" ] || { echo "$2: not a regular file" >&2; exit 3; }; exec sha256sum < "$got"'
+_THERE = '[ -e "$1/$2" ] || [ -L "$1/$2" ] || { echo "$2: no such file" >&2; exit 1; }; '
+"""A file that is not there at all is said so (exit 1), not taken for a link."""
+_READ = _THERE + _INSIDE + '[ -f "$got" ] || { echo "$2: not a regular file" >&2; exit 3; }; exec cat -- "$got"'
+_HASH = _THERE + _INSIDE + '[ -f "$got" ] || { echo "$2: not a regular file" >&2; exit 3; }; exec sha256sum < "$got"'
 _RECEIVE = 'umask 077 && mkdir -p -- "$1/$2" && ' + _INSIDE + 'cat > "$got/$3"'
 HASH_SECONDS = 1800
 """How long ``sha256sum`` of one file may take (a checkpoint of tens of GB on a slow filesystem)."""
