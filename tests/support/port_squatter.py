@@ -28,16 +28,7 @@ for port in map(int, sys.argv[1:]):
     take(port)
 print("ready", flush=True)
 while not stop:
-    for s in servers:
-        try:
-            conn, _ = s.accept()
-        except OSError:
-            continue
-        conn.settimeout(1)
-        try:
-            received.append([s.getsockname()[1], conn.recv(4096).hex()])
-        except OSError:
-            received.append([s.getsockname()[1], ""])
+    received += [[port, data] for port, data in take_in()]
     time.sleep(0.005)
 print(json.dumps({"bound": bound, "received": received}), flush=True)
 """

@@ -57,16 +57,7 @@ while not stop:
             except OSError as e:
                 connected.setdefault(key, type(e).__name__)
         take(port)
-    for s in servers:
-        try:
-            conn, _ = s.accept()
-        except OSError:
-            continue
-        conn.settimeout(1)
-        try:
-            received.append([s.getsockname()[1], conn.recv(4096).hex()])
-        except OSError:
-            received.append([s.getsockname()[1], ""])
+    received += [[port, data] for port, data in take_in()]
     time.sleep(0.005)
 print(json.dumps({"connected": connected, "bound": bound, "received": received}), flush=True)
 """

@@ -31,8 +31,23 @@ def take(port):  # bind it on loopback and every interface, as far as the kernel
         s.setblocking(False)
         servers.append(s)
         bound.append([host, port])
+
+
+def take_in():  # whatever reached the ports taken: (port, the first bytes sent, hex) per connection
+    for s in servers:
+        try:
+            conn, _ = s.accept()
+        except OSError:
+            continue
+        conn.settimeout(1)
+        try:
+            data = conn.recv(4096).hex()
+        except OSError:
+            data = ""
+        yield s.getsockname()[1], data
 """
-"""The attacker's binding of one port, shared by both attackers' code (``servers`` and ``bound`` are theirs)."""
+"""The attacker's binding of one port and reading of what reached it, shared by the attackers' code (``servers``
+and ``bound`` are theirs)."""
 
 _CODE = (
     r"""
@@ -66,16 +81,7 @@ while not stop:
     seen.update(live)
     for port in live - {p for _, p in bound}:
         take(port)
-    for s in servers:
-        try:
-            conn, _ = s.accept()
-        except OSError:
-            continue
-        conn.settimeout(1)
-        try:
-            received.append(conn.recv(4096).hex())
-        except OSError:
-            received.append("")
+    received += [data for _, data in take_in()]
     time.sleep(0.005)
 print(json.dumps({"seen": sorted(seen), "bound": bound, "received": received}), flush=True)
 """
