@@ -17,6 +17,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +25,10 @@ from typing import Any
 
 from cloudddp.backends.procs import Process
 from cloudddp.errors import UserError
+from cloudddp.paths import UnsafeFolder, open_trusted
 
 LOCK_NAME = ".cloudddp.lock"
+_FIX = "keep checkpoint.path in folders only you may write"
 
 
 class FolderHeld(UserError):
@@ -49,9 +52,12 @@ class FolderLock:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[int]:
-        self.folder.mkdir(parents=True, exist_ok=True)
+        """The lock file, opened in the folder the trusted walk reached (:func:`~cloudddp.paths.open_trusted`: a
+        link on the way is judged where it points) and itself a regular file of this user's that nobody else may
+        write: a lock another user could replace or write names holders of her choosing, or none."""
+        folder, _ = open_trusted(self.folder, "checkpoint.path", folder=True, create=True, fix=_FIX)
         try:  # never through a link: in a shared folder it could point at any file of ours, overwritten with {}
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            fd = os.open(LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder)
         except OSError as e:
             if e.errno != errno.ELOOP:
                 raise
@@ -59,7 +65,10 @@ class FolderLock:
                 f"{self.path} is a symbolic link: the checkpoint folder's lock must be a file of its own",
                 hint=f"remove it (rm {self.path}), and keep checkpoint.path where only you can write",
             ) from None
+        finally:
+            os.close(folder)
         try:
+            _judge_lock(os.fstat(fd), self.path)
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield fd
         finally:
@@ -118,6 +127,16 @@ class FolderLock:
         with self._locked() as fd:
             if self._read(fd).get("run_id") == run_id:
                 self._write(fd, {})
+
+
+def _judge_lock(st: os.stat_result, path: Path) -> None:
+    """The lock file: a regular file of this user's that nobody else may write."""
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise UnsafeFolder(
+            f"the checkpoint folder's lock {path} is not a file of yours that only you may write (uid {st.st_uid}, "
+            f"mode {stat.S_IMODE(st.st_mode):o}): whoever could write it chooses which run holds the folder",
+            hint=f"if nobody else wrote it, remove it (rm {path}); {_FIX}",
+        )
 
 
 def _records(holders: list[Process]) -> list[dict[str, Any]]:

@@ -42,7 +42,16 @@ CARRIED = {
     "cloudddp-runs.jsonl",
     "notes/ckpt-e0001-s0000001.pt",  # not at the top: the script's own file, carried
 }
-LEFT_OUT = {OLDER, OLDER + ".sha256", TORN, ".lock", f".{NEWEST}.1a2b3c4d.tmp", "files/.metrics.json.tmp"}
+LEFT_OUT = {
+    OLDER,
+    OLDER + ".sha256",
+    TORN,
+    ".lock",
+    f".{NEWEST}.1a2b3c4d.tmp",
+    "files/.metrics.json.tmp",
+    ".cache/state.bin",  # inside a hidden folder, at the top or deeper: hidden too
+    "notes/.git/objects/ab/cdef",
+}
 
 
 def shared_checkpoint(folder: Path, name: str, payload: bytes) -> None:

@@ -4,7 +4,8 @@ the new one's (:mod:`cloudddp.backends.checkpoints.store`), verified, streamed.
 What is carried: the shared script's newest *complete* checkpoint (``ckpt-e<epoch>-s<step>.pt`` with its
 ``.sha256`` beside it, as :mod:`ddptrain.checkpoint` writes them), every kept file (``files/...``), framework
 checkpoints and anything else in the folder. What is not: the shared script's older checkpoints and a checkpoint
-without its ``.sha256`` (torn), and hidden names (cloudddp's lock, temporary copies of a write in progress).
+without its ``.sha256`` (torn), and hidden names (cloudddp's lock, temporary copies of a write in progress), with
+everything inside a hidden folder.
 
 How it is verified: each file streams through a SHA-256 while it is written, then the target's own hash of what
 it holds must equal it (what the service checked on write, where it did: S3's part and object checksums, Azure's

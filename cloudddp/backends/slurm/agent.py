@@ -8,11 +8,12 @@ listener, sent it the rendezvous id and unpickled the state it answered. So node
 picks (port 0, every interface: the other nodes must reach it), or ``slurm.rendezvous_port`` where a site fixes one,
 before any process can know which; torchrun's c10d store serves on that socket (``master_listen_fd``). Only then
 does node 0 write ``host:port`` into the run folder, which only the submitting user may write (preflight checks the
-working folder), and the other nodes' agents read it from there (a regular file of their own user, not a link) and
-connect to nothing else. A site's fixed port that is taken ends node 0 with :data:`PORT_TAKEN_EXIT` and the file
-saying :data:`TAKEN` (the others end at once), read as an infrastructure failure: nothing connects to a listener it
-did not bind. Both run with the job's Python, which may not have cloudddp; argv: the endpoint file, the rendezvous
-host, the port (0: any), then torchrun's own arguments or the store's role.
+working folder), and the other nodes' agents read it from there (a regular file of their own user that nobody else
+may write: not a link, nor a FIFO, which is opened without waiting) and connect to nothing else. A site's fixed port
+that is taken ends node 0 with :data:`PORT_TAKEN_EXIT` and the file saying :data:`TAKEN` (the others end at once),
+read as an infrastructure failure: nothing connects to a listener it did not bind. Both run with the job's Python,
+which may not have cloudddp; argv: the endpoint file, the rendezvous host, the port (0: any), then torchrun's own
+arguments or the store's role.
 """
 
 from __future__ import annotations
@@ -50,15 +51,16 @@ def read():
     deadline = time.monotonic() + {ENDPOINT_WAIT}
     while time.monotonic() < deadline:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # NONBLOCK: a FIFO never hangs
         except FileNotFoundError:
             time.sleep(0.2)
             continue
         except OSError:  # ELOOP: a link
             fd = -1
         info = os.fstat(fd) if fd >= 0 else None
-        if info is None or not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
-            sys.exit(f"cloudddp: {{path}} is not a file of this user: not joining the rendezvous it names")
+        if info is None or not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+            sys.exit(f"cloudddp: {{path}} is not a file of this user that only it may write: not joining the "
+                     "rendezvous it names")
         endpoint = os.read(fd, 4096).decode()
         os.close(fd)
         if endpoint == "{TAKEN}":

@@ -19,11 +19,17 @@ from cloudddp.backends.slurm.workdir import bound
 from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.plan import Plan
 
-_PRIVATE = (
-    'test -O "$1" || { echo "owned by another user"; exit 1; }; '
-    'if [ -n "$(find "$1" -maxdepth 0 -perm /022)" ]; then echo "others may write in it"; exit 1; fi'
+PRIVATE = (
+    'real=$(readlink -f -- "$1") || { echo "its real path cannot be found"; exit 1; }; '
+    'test -O "$real" || { echo "owned by another user"; exit 1; }; '
+    'if [ -n "$(find "$real" -maxdepth 0 -perm /022)" ]; then echo "others may write in it"; exit 1; fi; '
+    'up=$real; while [ "$up" != / ]; do up=$(dirname -- "$up"); '
+    'if [ -n "$(find "$up" -maxdepth 0 -perm -002 ! -perm -1000)" ]; then '
+    'echo "anyone may write in $up on its path"; exit 1; fi; done'
 )
-"""The working folder is the user's and nobody else may write in it."""
+"""The working folder, where a link to it points, is the user's and nobody else may write in it, and no folder above
+it is one anyone may write in without the sticky bit (she could rename the working folder away and put hers in its
+place). A folder above it that a group may write in passes: sites share project folders so."""
 _INPUT_PREFIX = "CLOUDDDP_INPUT_"
 
 
@@ -176,7 +182,7 @@ def _workdir_checks(shell: Shell, plan: Plan[SlurmRequest, SlurmTarget]) -> list
     if writable.returncode == 0:
         # Its code snapshots (checked by sha256), unpacked run folders and requirements environments run as
         # you: whoever else may write in it could change them.
-        private = shell.run(["bash", "-c", _PRIVATE, "-", workdir], check=False)
+        private = shell.run(["bash", "-c", PRIVATE, "-", workdir], check=False)
         why = private.stdout.decode(errors="replace").strip() or "others may write in it"
         checks.append(
             Check(

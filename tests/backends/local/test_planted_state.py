@@ -1,17 +1,20 @@
 """What another user could plant for us to use: a home folder of hers, a status file she could write,
-a cached snapshot swapped for another of the same size, a symlinked checkpoint lock, a lock squatted in /tmp."""
+a cached snapshot swapped for another of the same size, a symlinked checkpoint lock, a lock squatted in /tmp; and
+each of them reached through a link, judged where the link points."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -97,6 +100,97 @@ def test_a_symlinked_checkpoint_lock_is_refused_and_its_target_untouched(tmp_pat
     with pytest.raises(UserError, match="is a symbolic link"):
         FolderLock(folder).acquire("run-1", [me])
     assert target.read_text() == "keep me\n"
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A folder both users reach (the test's own tmp_path is closed to her), holding an open folder (anyone may
+    replace what it holds) and a folder of hers."""
+    folder = Path(tempfile.mkdtemp(prefix="cloudddp-planted-"))
+    folder.chmod(0o755)
+    (folder / "open").mkdir()
+    (folder / "open").chmod(0o777)
+    yield folder
+    shutil.rmtree(folder)
+
+
+def hers(shared: Path, other: users.OtherUser) -> Path:
+    folder = shared / "hers"
+    folder.mkdir(mode=0o755, exist_ok=True)
+    os.chown(folder, other.uid, other.gid)
+    return folder
+
+
+def test_a_status_file_or_run_folder_linked_to_an_open_or_foreign_place_is_refused_and_cancel_signals_nothing(
+    cloudddp_home: Path, shared: Path, other: users.OtherUser
+) -> None:
+    victim = Victim()
+    try:
+        me = Process.of(victim.pid)
+        assert me is not None
+        forged = {"state": "running", "supervisor_pid": victim.pid, "supervisor": me.record(), "nodes": 1}
+        runs = cloudddp_home / "runs"
+        runs.mkdir()
+        for parent, why in ((shared / "open", "is writable by others (mode 777)"), (hers(shared, other), "belongs")):
+            kept = parent / f"run-{parent.name}"
+            kept.mkdir(mode=0o700)  # ours, private: only the folder above it is not
+            (kept / "status.json").write_text(json.dumps({**forged, "node_pgids": [victim.pid]}))
+            (kept / "status.json").chmod(0o600)
+            run = runs / f"tiny-20260101-000000-{parent.name}"
+            run.mkdir()
+            (run / "status.json").symlink_to(kept / "status.json")  # the file linked
+            (runs / f"tiny-20260101-000001-{parent.name}").symlink_to(kept)  # the whole run folder linked
+            for name in (run.name, f"tiny-20260101-000001-{parent.name}"):
+                with pytest.raises(UnsafeFolder, match=re.escape(f"the folder {parent} on its path {why}")):
+                    LocalBackend().cancel(name)
+        assert victim.signals() == ["SIGWINCH"]  # only our probe
+        private = cloudddp_home / "kept"
+        private.mkdir(mode=0o700)
+        (private / "status.json").write_text(json.dumps({**forged, "state": "succeeded"}))
+        (runs / "tiny-20260101-000002-mine").symlink_to(private)  # a link to a place of ours alone is followed
+        assert LocalBackend().status("tiny-20260101-000002-mine").state.value == "succeeded"
+    finally:
+        victim.stop()
+
+
+def test_a_checkpoint_folder_linked_to_an_open_or_foreign_place_or_a_lock_others_could_write_is_refused(
+    tmp_path: Path, shared: Path, other: users.OtherUser, cloudddp_home: Path
+) -> None:
+    me = Process.of(os.getpid())
+    assert me is not None
+    for parent, why in ((shared / "open", "is writable by others (mode 777)"), (hers(shared, other), "belongs")):
+        target = parent / "checkpoints"
+        target.mkdir(mode=0o700)  # ours, private: only the folder above it is not
+        link = tmp_path / f"ckpt-to-{parent.name}"
+        link.symlink_to(target)
+        with pytest.raises(UnsafeFolder, match=re.escape(f"checkpoint.path: the folder {parent} on its path {why}")):
+            FolderLock(link).acquire("run-1", [me])
+        assert not list(target.iterdir()), "a lock was written where the link points"
+    refused = cli(
+        "submit", str(FIXTURES / "tinyjob" / "job.yaml"), "-o", f"checkpoint.path={link}", "--detach", "--quiet"
+    )
+    assert refused.returncode == 2, refused
+    assert f"the folder {parent} on its path belongs to another user" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr and not list((parent / "checkpoints").iterdir())
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    lock = folder / ".cloudddp.lock"
+    lock.write_text(json.dumps({"run_id": "hers", "holders": [{"pid": me.pid, **me.record()}]}))
+    for owner, mode in ((other.uid, 0o600), (os.getuid(), 0o666)):  # hers, or ours but anyone may write it
+        os.chown(lock, owner, -1)
+        lock.chmod(mode)
+        with pytest.raises(
+            UnsafeFolder, match=re.escape(f"the checkpoint folder's lock {lock} is not a file of yours")
+        ):
+            FolderLock(folder).acquire("run-1", [me])
+    lock.unlink()
+    private = tmp_path / "private-ckpt"
+    private.mkdir(mode=0o700)
+    (tmp_path / "ckpt-to-mine").symlink_to(private)  # a link to a folder of ours alone is followed
+    FolderLock(tmp_path / "ckpt-to-mine").acquire("run-1", [me])
+    held = FolderLock(private).holder()
+    assert held is not None and held["run_id"] == "run-1"
 
 
 _HOLD = """

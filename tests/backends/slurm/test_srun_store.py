@@ -77,4 +77,4 @@ def test_a_reader_refuses_an_endpoint_file_that_is_a_link(tmp_path: Path) -> Non
     started = time.monotonic()
     read = subprocess.run(wrapper(endpoint, "", "0", "read"), capture_output=True, text=True, timeout=60)
     assert read.returncode == 1 and read.stdout == "" and time.monotonic() - started < 60
-    assert "is not a file of this user: not joining the rendezvous it names" in read.stderr
+    assert "is not a file of this user that only it may write: not joining the rendezvous" in read.stderr
