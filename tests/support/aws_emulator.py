@@ -282,6 +282,8 @@ def _get_log_events(self: Any) -> str:
 
 @contextmanager
 def moto_server() -> Iterator[str]:
+    """moto on a free port of 127.0.0.1, served by a thread of this process: it ends with this process (a
+    pytest-xdist worker whose main process is gone ends within about 15 s, see ``watchdog.py``)."""
     from moto.logs.responses import LogsResponse
     from moto.sagemaker.models import SageMakerModelBackend
     from moto.sagemaker.responses import SageMakerResponse

@@ -1,7 +1,8 @@
 """A real MLflow tracking server for tests: ``mlflow server`` with a SQLite store on a free port.
 
 Started once per test session (:func:`mlflow_server`), ready when it answers ``GET /health``, stopped
-by the process group of the pid it was started as (``mlflow server`` runs uvicorn as a child).
+by the process group of the pid it was started as (``mlflow server`` runs uvicorn as a child); guarded by the
+test process's watchdog (``watchdog.py``) meanwhile.
 The server's own job runner (seven huey consumer processes, for MLflow's GenAI jobs) is switched off:
 tracking metrics does not use it, and it would compete for the CI's two cores.
 """
@@ -21,12 +22,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support import watchdog
+
 
 @dataclass(frozen=True)
 class MlflowServer:
     url: str  # MLFLOW_TRACKING_URI for clients
     root: Path  # mlflow.db, artifacts/, server.log
     startup_s: float  # from launch to the first answer of /health
+    pid: int  # ``mlflow server``, leader of its own process group (uvicorn is its child)
 
 
 def free_port() -> int:
@@ -61,15 +65,17 @@ def running_mlflow_server(root: Path, *, timeout: float = 120) -> Iterator[Mlflo
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
+        watchdog.guard(proc.pid)
         while not _answers(url):
             if proc.poll() is not None:
                 raise RuntimeError(f"mlflow server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
             if time.monotonic() - began > timeout:
                 raise TimeoutError(f"mlflow server did not answer in {timeout} s:\n{log_path.read_text()[-3000:]}")
             time.sleep(0.1)
-        yield MlflowServer(url, root, time.monotonic() - began)
+        yield MlflowServer(url, root, time.monotonic() - began, proc.pid)
     finally:
         _stop(proc)
+        watchdog.release(proc.pid)
 
 
 def _answers(url: str) -> bool:

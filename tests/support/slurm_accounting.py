@@ -7,7 +7,8 @@ temporary folder (~2.5 s), ``mariadbd`` on a free port of 127.0.0.1 (up in ~0.3 
 clusters registered with ``sacctmgr`` (~3 s) and each cluster's ``slurmctld`` and two ``slurmd``
 (:func:`tests.support.slurm_cluster.start_cluster`, sharing this rig's ``munged``: one key for all). About 10 s
 in all here. Slurm's clients reach slurmdbd through munge's socket named by ``AccountingStoragePass`` (``AuthInfo``
-alone is not used for that connection). Every daemon is a child of the test process, stopped by pid.
+alone is not used for that connection). Every daemon is a child of the test process, stopped by pid, and guarded
+by the test process's watchdog (``watchdog.py``) until then.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support import watchdog
 from tests.support.slurm_cluster import (
     SlurmCluster,
     SlurmUnavailable,
@@ -55,6 +57,7 @@ class Accounting:
                     env=env,
                 )
             )
+        watchdog.guard(self._procs[-1].pid)
 
     def check_alive(self) -> None:
         for proc in self._procs:
@@ -73,6 +76,7 @@ class Accounting:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+            watchdog.release(proc.pid)
 
 
 def _tool(name: str) -> str:

@@ -17,7 +17,9 @@ jobs (:meth:`SlurmCluster.user`). The cluster's folder may be entered by every u
 
 Stopping cancels this cluster's jobs, stops the daemons it started by pid, then kills any process still
 carrying this cluster's slurm.conf path or node marker in its environment (job steps, tasks): only
-processes this cluster started.
+processes this cluster started. Should the test process die first, its watchdog (``watchdog.py``) ends the same
+processes: each daemon gets SIGKILL when its parent dies (``PR_SET_PDEATHSIG``), and the watchdog holds their
+pids and both environment entries.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.support import watchdog
 
 SBIN = ("/usr/sbin", "/sbin")
 NEEDED = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "sinfo", "squeue", "scontrol", "scancel")
@@ -384,11 +388,12 @@ class SlurmCluster:
         """A node crash: SIGKILL its slurmd and every job process running on it (steps and tasks)."""
         proc = self._procs.pop(f"slurmd-{name}")
         marker = f"{NODE_MARKER}={self.root}/{name}"
-        victims = _with_descendants({proc.pid} | _pids_with_env(marker))
+        victims = watchdog.with_descendants({proc.pid} | watchdog.pids_with_env(marker))
         for pid in victims:
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=10)
+        watchdog.release(proc.pid)
 
     def restore_nodes(self, timeout: float = 60) -> None:
         """Every node back up and idle, whatever a test did to them (its slurmd killed, the node left down):
@@ -415,7 +420,7 @@ class SlurmCluster:
     def _spawn(self, label: str, argv: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         out = open(self.root / "log" / f"{label}.out", "ab")  # noqa: SIM115 - the child keeps it
         try:
-            return subprocess.Popen(
+            proc = subprocess.Popen(
                 [which(argv[0]) or argv[0], *argv[1:]],
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -426,6 +431,8 @@ class SlurmCluster:
             )
         finally:
             out.close()
+        watchdog.guard(proc.pid)
+        return proc
 
     def _check_alive(self) -> None:
         for label, proc in self._procs.items():
@@ -445,6 +452,8 @@ class SlurmCluster:
         for sub in ("munge", "log", "state", "spool", "run"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         (self.root / "munge").chmod(0o755)  # munged wants its socket's folder reachable by all
+        for entry in self._markers:
+            watchdog.guard_environ(entry)
         if not self.shared_munge:
             self._start_munge()
         self._procs["slurmctld"] = self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
@@ -494,10 +503,18 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
-        leftovers = _pids_with_env(f"SLURM_CONF={self.conf}") | _pids_with_env(f"{NODE_MARKER}={self.root}/")
-        for pid in _with_descendants(leftovers):
+            watchdog.release(proc.pid)
+        leftovers = set().union(*(watchdog.pids_with_env(entry) for entry in self._markers))
+        for pid in watchdog.with_descendants(leftovers):
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        for entry in self._markers:
+            watchdog.release_environ(entry)
+
+    @property
+    def _markers(self) -> tuple[str, str]:
+        """The environment entries of this cluster's processes: its jobs' (``SLURM_CONF``), its nodes' (the marker)."""
+        return f"SLURM_CONF={self.conf}", f"{NODE_MARKER}={self.root}/"
 
 
 def _wait_for(ready: Callable[[], bool], timeout: float, what: str, check: Callable[[], None] | None = None) -> None:
@@ -508,38 +525,6 @@ def _wait_for(ready: Callable[[], bool], timeout: float, what: str, check: Calla
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} not ready after {timeout} s")
         time.sleep(0.05)
-
-
-def _pids_with_env(needle: str) -> set[int]:
-    """Processes whose environment holds an entry starting with ``needle`` (never this process)."""
-    found, raw = set(), needle.encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if any(item.startswith(raw) for item in environ.split(b"\0")):
-            found.add(int(entry.name))
-    return found
-
-
-def _with_descendants(pids: set[int]) -> set[int]:
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, grew = set(pids), True
-    while grew:
-        more = {pid for pid, parent in parents.items() if parent in found} - found
-        grew = bool(more)
-        found |= more
-    return found
 
 
 def start_cluster(

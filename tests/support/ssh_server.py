@@ -1,7 +1,8 @@
 """A real OpenSSH server on 127.0.0.1, standing in for a cluster's login node.
 
 Its own host key, client key, authorized_keys and config in one temporary folder; ``sshd -D`` runs as a
-child of the test process on a free port and is stopped by pid. Sessions get the environment a login node's
+child of the test process on a free port and is stopped by pid (and by the test process's watchdog,
+``watchdog.py``, should that process die first). Sessions get the environment a login node's
 shell would have (``SetEnv``: SLURM_CONF of the test cluster). Nothing reads or changes ``/etc/ssh`` or
 ``~/.ssh`` (sshd only needs its privilege-separation folder, ``/run/sshd``, to exist).
 """
@@ -18,6 +19,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support import watchdog
 
 
 class SshUnavailable(RuntimeError):
@@ -75,6 +78,7 @@ SetEnv {set_env}
         stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
+    watchdog.guard(proc.pid)
     server = SshServer(
         f"{pwd.getpwuid(os.geteuid()).pw_name}@127.0.0.1",
         (
@@ -109,4 +113,5 @@ SetEnv {set_env}
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+        watchdog.release(proc.pid)
         log.close()
