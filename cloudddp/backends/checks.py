@@ -1,4 +1,5 @@
-"""What a backend checks before a launch: preflight checks, and the settings a spec lacks, all said at once."""
+"""What a backend checks before a launch: preflight checks, and the settings a spec lacks, all said at once; and a
+platform's refusal of a launch for quota or capacity, said the same way by every backend."""
 
 from __future__ import annotations
 
@@ -29,6 +30,12 @@ class PreflightFailed(UserError):
         self.checks = checks
         lines = [f"{c.name}: {c.detail}" + (f"\n    fix: {c.fix}" if c.fix else "") for c in checks]
         super().__init__("preflight checks failed; fix them or pass --skip-checks:\n  " + "\n  ".join(lines))
+
+
+class RefusedForCapacity(UserError):
+    """The platform refused the submission for want of quota or capacity for the size (Azure ML refuses a serverless
+    job whose VM family has too little quota): nothing was launched, and a recovery that can move takes the next size
+    or backend at once."""
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,11 @@ class Cause(str, Enum):
         return self in (Cause.PREEMPTED, Cause.CAPACITY, Cause.INFRASTRUCTURE, Cause.HANG)
 
 
+QUEUED = "queued"
+"""The key of :attr:`RunStatus.details` a backend sets True for a pending run that waits in its platform's queue for
+quota or nodes (Azure ML's ``Queued``): a recovery that can move cancels it after ``limits.queue_timeout``."""
+
+
 @dataclass
 class RunStatus:
     """A run's status as its backend reports it: its state, the backend's own word for it, a message, when it

@@ -17,7 +17,8 @@ are ranked:
 
 The job is launched on the first; a launch the backend refuses (a quota, a capacity error, a name taken) moves to
 the next, and the recovery watcher moves on after a capacity failure once the run has started
-(:mod:`cloudddp.runs.recovery`). Every step is said in the plan's lines and the run's history.
+(:mod:`cloudddp.runs.recovery`), and after ``limits.queue_timeout`` when the platform keeps it queued (Azure ML).
+Every step is said in the plan's lines and the run's history.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.plan import Plan
 from cloudddp.runs.runner import Checkpoints, Confirm, Runner, declined_unless, get_backend
 from cloudddp.spec.model import JobSpec
+from cloudddp.spec.values import written
 
 AUTO = "auto"
 START_SOON_SECONDS = 3600.0
@@ -142,6 +144,10 @@ def survey(spec: JobSpec, *, checks: bool = True) -> list[Placement]:
         said += " (* = EC2's on-demand price of the same instance, a lower bound for SageMaker's)"
     if any(p.region_mark for p in usable):
         said += " (~REGION = a price read in REGION: the catalog has none for the size where the job runs)"
+    if len(usable) > 1:  # a run left waiting where it cannot start (Azure ML's Queued) moves on too
+        wait = written(spec.limits.queue_timeout)
+        said += f"; a run its platform keeps queued (Azure ML) for limits.queue_timeout ({wait}) is cancelled and "
+        said += "moves to the next, as one refused at launch does at once"
     for placement in usable:
         assert placement.plan is not None
         placement.plan.decisions.insert(0, said)
@@ -168,10 +174,11 @@ def _ask(name: str, preference: int, spec: JobSpec, *, checks: bool) -> Placemen
 
 
 def _check(backend: Backend[Any], placement: Placement, plan: Plan) -> None:
-    """The backend's preflight checks and start estimate: a failed check sets it aside, with the check's words."""
+    """The backend's preflight checks, then its start estimate: a failed check sets it aside, with the check's words,
+    and its scheduler is not asked (a Slurm that does not answer is not waited for twice)."""
     try:
         failed = [c for c in backend.preflight(plan) if c.ok is False]
-        start = backend.start_estimate(plan)
+        start = None if failed else backend.start_estimate(plan)
     except CloudDDPError as e:
         placement.refused = _first_line(e)
         return

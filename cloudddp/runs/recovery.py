@@ -16,7 +16,8 @@ capacity failures on one size the next attempt takes the next size of the plan's
 preflight checks (:mod:`cloudddp.runs.fallback` renders them at submit). A chain may also move between backends
 (``-b auto``, ``limits.recover_to: any_backend``): the next backends' plans are rendered at submit
 (:mod:`cloudddp.runs.placement`), and a move carries the latest checkpoint to the next backend's storage first
-(:mod:`cloudddp.backends.checkpoints.carry`); each attempt names its backend.
+(:mod:`cloudddp.backends.checkpoints.carry`); each attempt names its backend. Where a chain can move, a run its backend
+keeps queued past ``limits.queue_timeout`` is cancelled and moves on as after a capacity failure (:mod:`.queued`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from typing import Any
 
 from cloudddp.backends.base import Backend
 from cloudddp.backends.checkpoints.carry import carried_to
-from cloudddp.backends.checks import PreflightFailed
 from cloudddp.backends.folderlock import FolderHeld
 from cloudddp.backends.procs import Process
 from cloudddp.backends.records import LaunchInfo
@@ -44,6 +44,7 @@ from cloudddp.errors import CloudDDPError
 from cloudddp.paths import home
 from cloudddp.plan import JsonDataclass, Plan, Target
 from cloudddp.runs.fallback import Fallback, plan_fallback
+from cloudddp.runs.queued import as_capacity, overdue, refused_why
 from cloudddp.runs.runner import Runner, Submission
 from cloudddp.spec.model import JobSpec
 
@@ -70,6 +71,8 @@ class Attempt:
     """How it came to run there: the move from the attempt before it, and what was carried."""
     left_out: list[str] = field(default_factory=list)
     """Hosts it was launched without: where a rank of an earlier attempt hung (:meth:`Backend.avoiding`)."""
+    queued_out: bool = False
+    """Cancelled for waiting queued past the chain's ``queue_timeout``: its end is a capacity failure."""
 
 
 @dataclass
@@ -95,6 +98,8 @@ class Chain:
     moves_on: list[str] = field(default_factory=list)
     """The causes after which the chain moves to the next of ``placements`` rather than resubmit where it is:
     ``capacity`` with ``-b auto``, and ``preempted`` too with ``limits.recover_to: any_backend``."""
+    queue_timeout: float = 0.0
+    """Seconds an attempt may wait queued before it is cancelled and the chain moves on (0: it waits)."""
 
     # -- storage ---------------------------------------------------------------------------------
     @staticmethod
@@ -172,11 +177,13 @@ def start(
     placements: list[dict[str, Any]] | None = None,
     moves_on: tuple[str, ...] = (),
     note: str = "",
+    queue_timeout: float = 0.0,
 ) -> Chain:
     """Watch ``run_id`` (just launched from ``plan``) and recover it up to ``max_recoveries`` times, moving to
     ``fallback``'s sizes after ``capacity_tries`` capacity failures on one, or to the next of ``placements``' backends
-    after a failure whose cause is in ``moves_on``."""
+    after a failure whose cause is in ``moves_on`` (or queued past ``queue_timeout``, where it can move)."""
     size = fallback.size if fallback else None
+    movable = bool(fallback and fallback.plans) or (bool(placements) and Cause.CAPACITY.value in moves_on)
     chain = Chain(
         run_id,
         backend.name,
@@ -188,6 +195,7 @@ def start(
         fallbacks=fallback.plans if fallback else [],
         placements=list(placements or []),
         moves_on=list(moves_on) if placements else [],
+        queue_timeout=queue_timeout if movable else 0.0,
     )
     chain.save()
     backend.records.update(run_id, info=ChainInfo(run_id, 1).to_dict())
@@ -203,13 +211,14 @@ def start_for(
     *,
     placements: list[dict[str, Any]] | None = None,
     note: str = "",
+    fallback: Fallback | None = None,
 ) -> Chain | None:
     """A chain and its watcher for a run just submitted from ``spec``, with the sizes ``limits.recover_to`` moves to:
     up to ``recover`` resubmissions (None: the spec's ``limits.max_recoveries``); None when that is 0.
 
     ``placements`` (``-b auto``'s next backends, or with ``recover_to: any_backend`` the job's other backends) are
     moved to after a capacity failure (and a preemption, with ``any_backend``); with ``-b auto`` each counts as a
-    recovery, and the budget is at least one move per backend left."""
+    recovery, and the budget is at least one move per backend left. ``fallback``: the next sizes, when not these."""
     max_recoveries = spec.limits.max_recoveries if recover is None else recover
     moves_on = [Cause.CAPACITY.value] + ([Cause.PREEMPTED.value] if spec.limits.recover_to == "any_backend" else [])
     if placements and recover is None:
@@ -222,11 +231,12 @@ def start_for(
         submission.plan,
         submission.run_id,
         max_recoveries,
-        fallback=plan_fallback(backend, spec),
+        fallback=fallback or plan_fallback(backend, spec),
         capacity_tries=spec.limits.capacity_tries,
         placements=placements,
         moves_on=tuple(moves_on),
         note=note,
+        queue_timeout=float(spec.limits.queue_timeout),
     )
 
 
@@ -302,6 +312,13 @@ def watch(chain_id: str, literals: dict[str, str], poll: float = POLL_SECONDS) -
             runners[name] = Runner.open(name)
         runner = runners[name]
         status = runner.status(chain.current.run_id)  # a run whose supervisor is lost is adopted, not resubmitted
+        if overdue(status, chain.current.started, chain.queue_timeout) and not chain.current.queued_out:
+            chain = Chain.load(chain_id)  # marked before the cancel: a watcher started again reads its end the same
+            chain.current.queued_out = True
+            chain.save()
+            runner.backend.cancel(status.run_id)
+        if chain.current.queued_out and status.state is RunState.CANCELLED:
+            status = as_capacity(status, chain.current.started, chain.queue_timeout)
         if not status.state.terminal or _reason_may_follow(status, ended_at):
             time.sleep(poll)
             continue
@@ -350,6 +367,8 @@ def decide(chain: Chain, status: RunStatus, runner: Runner, literals: dict[str, 
         needs_secrets(chain, missing)
     elif cause.value in chain.moves_on and chain.placements:
         move_backend(chain, runner, literals, status)
+    elif cause is Cause.CAPACITY and chain.capacity_tries and chain.current.queued_out:  # queued again: no use
+        _move_on(chain, runner, literals, status, queued=True)
     elif cause is Cause.CAPACITY and chain.capacity_tries and _capacity_failures(chain) >= chain.capacity_tries:
         _move_on(chain, runner, literals, status)
     else:
@@ -360,11 +379,11 @@ def decide(chain: Chain, status: RunStatus, runner: Runner, literals: dict[str, 
             left_out = left_out if plan is not same else []  # a backend that cannot leave a host out gets fresh ones
             _launch(chain, runner, plan, checks=False, size=size, left_out=left_out)
         except FolderHeld as e:  # a process of an earlier attempt still trains: never two copies of one training
-            chain.message = f"attempt {chain.current.number + 1} waits: {_first_line(e)}"
+            chain.message = f"attempt {chain.current.number + 1} waits: {refused_why(e)}"
             return
         except CloudDDPError as e:  # said in the chain, never a watcher that dies and repeats it at each restart
             chain.status = GAVE_UP
-            chain.message = f"not recovered: attempt {chain.current.number + 1} could not launch: {_first_line(e)}"
+            chain.message = f"not recovered: attempt {chain.current.number + 1} could not launch: {refused_why(e)}"
             return
         chain.message = f"attempt {chain.current.number} after {cause.value}: {status.message}" + (
             f"; launched without {', '.join(left_out)}" if left_out else ""
@@ -381,18 +400,10 @@ def _left_out(chain: Chain, status: RunStatus) -> list[str]:
     return hosts
 
 
-def _first_line(error: Exception) -> str:
-    return (str(error).splitlines() or [type(error).__name__])[0]
-
-
 def _capacity_failures(chain: Chain) -> int:
     """Capacity failures in a row at the end of the chain, on the current attempt's size."""
-    count = 0
-    for attempt in reversed(chain.attempts):
-        if attempt.size != chain.current.size or attempt.cause != Cause.CAPACITY.value:
-            break
-        count += 1
-    return count
+    ours = [a.size == chain.current.size and a.cause == Cause.CAPACITY.value for a in reversed(chain.attempts)]
+    return ours.index(False) if False in ours else len(ours)
 
 
 def _launch(
@@ -413,28 +424,25 @@ def _launch(
     chain.attempts.append(attempt)
 
 
-def _move_on(chain: Chain, runner: Runner, literals: dict[str, str], status: RunStatus) -> None:
-    """Launch the next size that passes the preflight checks; give up naming each size's reason if none does."""
-    old, tries = chain.current.size, _capacity_failures(chain)
+def _move_on(chain: Chain, runner: Runner, literals: dict[str, str], status: RunStatus, queued: bool = False) -> None:
+    """Launch the next size that passes the preflight checks (after capacity failures, or ``queued`` too long); give
+    up naming each size's reason if none does."""
+    old, why = chain.current.size, "a wait in the queue" if queued else failures(_capacity_failures(chain))
     skipped = []
     while chain.fallbacks:
         nxt = chain.fallbacks.pop(0)
         try:
             _launch(chain, runner, runner.backend.restore(nxt["plan"], literals), checks=True, size=nxt["size"])
-        except PreflightFailed as e:
-            skipped.append(f"{nxt['size']} ({'; '.join(f'{c.name}: {c.detail}' for c in e.checks)})")
-            continue
-        except CloudDDPError as e:  # the service refused that size (a clash, a 403): the next may launch
-            skipped.append(f"{nxt['size']} ({_first_line(e)})")
+        except CloudDDPError as e:  # a failed check, the service's refusal (a clash, a 403, quota): the next may launch
+            skipped.append(f"{nxt['size']} ({refused_why(e)})")
             continue
         chain.plan = nxt["plan"]
-        chain.message = (
-            f"attempt {chain.current.number} on {nxt['size']} after {failures(tries)} on {old} ({status.message})"
-            + (f"; skipped {', '.join(skipped)}" if skipped else "")
+        chain.message = f"attempt {chain.current.number} on {nxt['size']} after {why} on {old} ({status.message})" + (
+            f"; skipped {', '.join(skipped)}" if skipped else ""
         )
         return
     chain.status = GAVE_UP
-    chain.message = f"not recovered: {failures(tries)} on {old} and no next size passes the preflight checks"
+    chain.message = f"not recovered: {why} on {old} and no next size passes the preflight checks"
     chain.message += f": {', '.join(skipped)}" if skipped else " (none left in the ranking)"
 
 
@@ -452,11 +460,8 @@ def move_backend(chain: Chain, runner: Runner, literals: dict[str, str], status:
             carried = carried_to(runner.backend, source, there.backend, plan.target)
             note = f"moved from {old} after {cause} ({status.message})" + (f"; {carried}" if carried else "")
             _launch(chain, there, plan, checks=True, size=None, note=note)
-        except PreflightFailed as e:
-            skipped.append(f"{nxt['backend']} ({'; '.join(f'{c.name}: {c.detail}' for c in e.checks)})")
-            continue
-        except CloudDDPError as e:  # its credentials, its storage, the service's refusal: the next may take it
-            skipped.append(f"{nxt['backend']} ({_first_line(e)})")
+        except CloudDDPError as e:  # a failed check, its credentials, its storage, the service's refusal: the next
+            skipped.append(f"{nxt['backend']} ({refused_why(e)})")
             continue
         chain.plan, chain.fallbacks = nxt["plan"], []  # the next sizes were the old backend's
         chain.message = f"attempt {chain.current.number} on {nxt['backend']}: {note}" + (

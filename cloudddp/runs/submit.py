@@ -1,6 +1,8 @@
 """Submitting a job, the one way the command line and the Python API both do it: on the backend named, or with
 ``-b auto`` on the first of the ranking that takes it (:mod:`~cloudddp.runs.placement`); then its recovery chain
-(:mod:`~cloudddp.runs.recovery`) with the sizes and backends it may move to.
+(:mod:`~cloudddp.runs.recovery`) with the sizes and backends it may move to. A first size the platform refuses at
+submission for quota, under ``limits.recover_to: next_size``, is followed at once by the next size of the ranking
+(:mod:`~cloudddp.runs.queued`).
 
 Before anything is sent, the caller may be asked: ``confirm`` gets each plan about to launch (under ``-b auto``,
 each backend tried in turn) and a no stops the submit with :class:`~cloudddp.errors.Declined`, nothing sent.
@@ -12,9 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudddp.backends.base import Backend, Progress
+from cloudddp.backends.checks import RefusedForCapacity
 from cloudddp.plan import Plan
 from cloudddp.runs import recovery
+from cloudddp.runs.fallback import plan_fallback
 from cloudddp.runs.placement import AUTO, Placement, launch_first, survey
+from cloudddp.runs.queued import launch_next_size
 from cloudddp.runs.runner import Checkpoints, Confirm, Runner, Submission
 from cloudddp.spec.model import JobSpec
 
@@ -51,10 +56,23 @@ def submit(
     if spec.limits.recover_to == "any_backend":  # the job's other backends, checked when moved to
         others = [p.to_state() for p in survey(spec, checks=False) if p.usable and p.backend != backend]
     runner = Runner.open(backend, **options)
-    submission = runner.submit(
-        spec, checks=checks, provision=provision, progress=progress, resume_from=resume_from, confirm=confirm
-    )
-    recovery.start_for(runner, spec, submission, recover, placements=others)
+    fallback, note = None, ""
+    try:
+        submission = runner.submit(
+            spec, checks=checks, provision=provision, progress=progress, resume_from=resume_from, confirm=confirm
+        )
+    except RefusedForCapacity as refused:  # with next sizes to go to (recover_to: next_size), the next at once
+        fallback = plan_fallback(runner.backend, spec)
+        if not fallback.plans or (spec.limits.max_recoveries if recover is None else recover) <= 0:
+            raise
+        literals = runner.backend.render(spec).literal_secrets()
+        submission, note = launch_next_size(
+            runner, fallback, refused, literals=literals, checks=checks, provision=provision, confirm=confirm,
+            resume_from=resume_from,
+        )  # fmt: skip
+        if progress is not None:
+            progress.step(f"submitted {submission.run_id} {note}")
+    recovery.start_for(runner, spec, submission, recover, placements=others, note=note, fallback=fallback)
     return Submitted(submission.run_id, runner.backend, submission.plan)
 
 

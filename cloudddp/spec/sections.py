@@ -463,6 +463,12 @@ class Limits(Strict):
     capacity_tries: int = Field(
         2, ge=1, le=20, description="Capacity failures on one size before `recover_to: next_size` moves on."
     )
+    queue_timeout: Duration = Field(
+        3600,
+        description="Seconds or '30m' a job may wait in its platform's queue before a recovery that can move "
+        "(`recover_to: next_size`, `-b auto`, `recover_to: any_backend`) cancels it and moves on as after a capacity "
+        "failure (Azure ML: a job Queued for want of quota or nodes; docs/recovery.md).",
+    )
     stall_timeout: DurationOrOff | None = Field(
         None,
         description="Fail the run as stalled when no rank has printed a line (or a metric) for this long, after "

@@ -32,6 +32,16 @@ def parse_duration(value: Any) -> int:
 Duration = Annotated[int, BeforeValidator(parse_duration)]
 
 
+def written(seconds: float) -> str:
+    """A duration the way a spec writes it: ``3600`` -> ``1h``, ``5400`` -> ``1h30m``, ``90`` -> ``1m30s``."""
+    left, parts = int(seconds), []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return "".join(parts) or "0s"
+
+
 def _duration_or_off(value: Any) -> Any:
     """A duration, or ``off``: written unquoted in YAML (and in ``-o``), ``off`` is read as false, which means it
     too."""

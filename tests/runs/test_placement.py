@@ -4,6 +4,7 @@ tests in tests/across_backends/test_placement.py do them for real)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,10 @@ import yaml
 
 from cloudddp.api import Job
 from cloudddp.backends.checks import Check, PreflightFailed
-from cloudddp.backends.status import Cause, RunState, RunStatus
+from cloudddp.backends.status import QUEUED, Cause, RunState, RunStatus
 from cloudddp.errors import CloudDDPError, UserError
 from cloudddp.plan import Folder, Plan, Target
-from cloudddp.runs import placement, recovery
+from cloudddp.runs import placement, queued, recovery
 from cloudddp.runs.database import RunDatabase
 from cloudddp.runs.placement import START_SOON_SECONDS, Placement, launch_first
 from tests.support.cli import cli
@@ -208,6 +209,26 @@ def test_a_capacity_failure_moves_the_chain_to_the_next_backend_with_its_checkpo
     assert "skipped slurm (quota: 0 allowed)" in chain.message and chain.placements == []
     assert chain.fallbacks == []  # sizes of the backend it left are not tried on the one it moved to
     assert [a["backend"] for a in chain.summary()] == ["sagemaker", "azureml"]
+
+
+def test_a_run_queued_past_its_queue_time_is_a_capacity_failure_that_moves_to_the_next_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    waiting = RunStatus("run-1", "azureml", RunState.PENDING, details={QUEUED: True})
+    assert queued.overdue(waiting, started=time.time() - 10, queue_timeout=5)
+    assert not queued.overdue(waiting, started=time.time() - 1, queue_timeout=5)
+    assert not queued.overdue(RunStatus("run-1", "slurm", RunState.PENDING), time.time() - 10, 5), "not said queued"
+    moving = Moving(refused=set())
+    monkeypatch.setattr(recovery.Runner, "open", moving.open)
+    monkeypatch.setattr(recovery, "carried_to", moving.carry)
+    chain = moving_chain([Cause.CAPACITY.value])
+    chain.current.queued_out = True
+    cancelled = RunStatus("run-1", "azureml", RunState.CANCELLED, ended_at=1007.0)
+    status = queued.as_capacity(cancelled, started=1000.0, queue_timeout=5)
+    recovery._record(chain, status)
+    recovery.decide(chain, status, moving.open("sagemaker"), {})
+    assert moving.launched == ["slurm"] and chain.attempts[0].cause == Cause.CAPACITY.value
+    assert "after capacity (Queued for 7s, longer than limits.queue_timeout (5s): cancelled)" in chain.current.note
 
 
 def test_a_preemption_stays_on_its_backend_unless_the_job_recovers_to_any_backend(

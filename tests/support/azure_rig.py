@@ -16,7 +16,10 @@ As on Azure ML, a job's logs are written under its ``default`` output
 (``azureml://datastores/workspaceartifactstore/ExperimentRun/dcid.<job>``, container ``azureml`` on Azure), and
 when the model has an MLflow server (a real ``mlflow server``) the workspace reports it as its
 ``mlFlowTrackingUri`` and every submitted job gets an MLflow run whose id is the job's name. A job failed
-with ``fail_job`` has its error in its run history's details, where Azure ML reports why a job failed.
+with ``fail_job`` has its error in its run history's details, where Azure ML reports why a job failed. As Azure ML
+does, a serverless job whose VM family has too little quota for its nodes is refused at submission (a 400 with
+AzureML Compute's ``JobNodeCountExceedsCoreQuota``: ``serverless_refusal``), and every accepted job waits ``Queued``
+until a test moves it on (quota in use by other jobs, a cluster that cannot scale).
 
 For other processes (the CLI, a recovery watcher), ``serve`` answers the same routes over HTTP on
 127.0.0.1 and ``served_transport`` (named by ``CLOUDDDP_AZURE_TRANSPORT``, with the rig's credential by
@@ -50,6 +53,7 @@ import requests.structures
 import urllib3
 from requests.adapters import BaseAdapter
 
+from tests.support import watchdog
 from tests.support.azure_launchers import log_name
 from tests.support.cli import ROOT
 
@@ -78,6 +82,11 @@ SCRIPT_FAILED = (
     "AzureMLCompute job failed\nExecutionFailed: [REDACTED]\n\texit_codes: 1\n\tAppinsights Reachable: Some(true)"
 )
 """What Azure ML reports when the command exits non-zero (its code: UserError)."""
+QUOTA_REFUSED = "JobNodeCountExceedsCoreQuota"
+"""The code of AzureML Compute's refusal of a job whose nodes need more vCPUs than the family's quota (users report it
+as "Job submission to AzureML Compute encountered an Exception with status code JobNodeCountExceedsCoreQuota, The
+specified subscription has a Standard DSv2 family vCPU quota of 2 and is less than the requested job node count of 2
+which maps to 4 vCPUs. ...")."""
 
 
 def free_port() -> int:
@@ -112,6 +121,7 @@ def azurite(tmp: Path) -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    watchdog.guard(proc.pid)  # the watchdog ends it should this process die before the finally below
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -121,12 +131,15 @@ def azurite(tmp: Path) -> Iterator[str]:
             time.sleep(0.1)
     else:
         proc.kill()
+        proc.wait(timeout=10)
+        watchdog.release(proc.pid)
         raise RuntimeError("Azurite did not start")
     try:
         yield f"http://127.0.0.1:{port}/{ACCOUNT}"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        watchdog.release(proc.pid)
 
 
 class FakeCredential:
@@ -180,6 +193,67 @@ def rig_usages() -> list[dict[str, Any]]:
         usage_row("NCASv3_T4", "LowPriority", 0, -1),
     ]
     return rows
+
+
+VM_SIZES: list[dict[str, Any]] = [
+    {
+        "name": "Standard_ND96asr_v4",
+        "family": "standardNDASv4_A100Family",
+        "vCPUs": 96,
+        "gpus": 8,
+        "memoryGB": 900,
+        "lowPriorityCapable": True,
+    },
+    {
+        "name": "Standard_NC96ads_A100_v4",
+        "family": "standardNCADSA100v4Family",
+        "vCPUs": 96,
+        "gpus": 4,
+        "memoryGB": 880,
+        "lowPriorityCapable": True,
+    },
+    {
+        "name": "Standard_NC24ads_A100_v4",
+        "family": "standardNCADSA100v4Family",
+        "vCPUs": 24,
+        "gpus": 1,
+        "memoryGB": 220,
+        "lowPriorityCapable": True,
+    },
+    {  # the 1-GPU sizes a recovery moves to first (Microsoft Learn, NCasT4_v3 series)
+        "name": "Standard_NC4as_T4_v3",
+        "family": "standardNCASv3_T4Family",
+        "vCPUs": 4,
+        "gpus": 1,
+        "memoryGB": 28,
+        "lowPriorityCapable": True,
+    },
+    {
+        "name": "Standard_NC40ads_H100_v5",
+        "family": "standardNCadsH100v5Family",
+        "vCPUs": 40,
+        "gpus": 1,
+        "memoryGB": 320,
+        "lowPriorityCapable": True,
+    },
+    {
+        "name": "Standard_D4s_v3",
+        "family": "standardDSv3Family",
+        "vCPUs": 4,
+        "gpus": 0,
+        "memoryGB": 16,
+        "lowPriorityCapable": True,
+    },
+    {  # B-series takes no Spot nodes (Microsoft Learn, "Use Azure Spot Virtual Machines")
+        "name": "Standard_B2s",
+        "family": "standardBSFamily",
+        "vCPUs": 2,
+        "gpus": 0,
+        "memoryGB": 4,
+        "lowPriorityCapable": False,
+    },
+]
+"""The region's VM sizes, as ``Virtual Machine Sizes - List`` answers them."""
 
 
 def _now() -> str:
@@ -262,6 +336,38 @@ class WorkspaceModel:
             row["limit"] = limit
             if current is not None:
                 row["currentValue"] = current
+
+    def serverless_refusal(self, props: dict[str, Any]) -> dict[str, Any] | None:
+        """Azure ML's error for a serverless job whose VM family (or, for Spot, the region's low-priority pool) has
+        less quota than its nodes need: refused at submission ("If you don't have quota for your specified VM size,
+        you see an error": how-to-use-serverless-compute, "Quota", read 2026-12-06). The docs do not print the error;
+        its form is AzureML Compute's refusal of a job's node count (``JobNodeCountExceedsCoreQuota``, as users
+        report it). A job whose quota is enough but in use by other jobs is accepted and waits ``Queued``. None: no
+        refusal (a size or row the rig does not know is let through)."""
+        resources = props.get("resources") or {}
+        wanted = str(resources.get("instanceType") or "").lower()
+        size = next((s for s in VM_SIZES if s["name"].lower() == wanted), None)
+        if size is None:
+            return None
+        nodes = int(resources.get("instanceCount") or 1)
+        needed = size["vCPUs"] * nodes
+        spot = str((props.get("queueSettings") or {}).get("jobTier") or "").lower() == "spot"
+        family = re.sub(r"^standard|family$", "", size["family"], flags=re.I)
+        name = (
+            "Total Cluster LowPriority Regional vCPUs" if spot else f"Standard {family} Family Cluster Dedicated vCPUs"
+        )
+        label = "low priority" if spot else f"Standard {family} family"
+        row = next((r for r in self.usages if r["name"]["value"] == name and "/workspaces/" not in r["id"]), None)
+        if row is None or row["limit"] < 0 or row["limit"] >= needed:
+            return None
+        said = (
+            f"The specified subscription has a {label} vCPU quota of {row['limit']} and is less "
+            f"than the requested job node count of {nodes} which maps to {needed} vCPUs. Talk to your Subscription "
+            "Admin or refer to https://docs.microsoft.com/azure/machine-learning/how-to-manage-quotas#request-quota-"
+            f"increases to increase the {label} vCPU quota"
+        )
+        message = f"Job submission to AzureML Compute encountered an Exception with status code {QUOTA_REFUSED}, {said}"
+        return {"code": "UserError", "message": message, "details": [{"code": QUOTA_REFUSED, "message": said}]}
 
     # -- blob side -----------------------------------------------------------------------------
     def container_sas(self, container: str | None = None) -> str:
@@ -462,70 +568,7 @@ class WorkspaceAdapter(BaseAdapter):
                 return 200, details, {}
             return self._not_found(path)
         if path.endswith("/vmSizes"):
-            return (
-                200,
-                {
-                    "value": [
-                        {
-                            "name": "Standard_ND96asr_v4",
-                            "family": "standardNDASv4_A100Family",
-                            "vCPUs": 96,
-                            "gpus": 8,
-                            "memoryGB": 900,
-                            "lowPriorityCapable": True,
-                        },
-                        {
-                            "name": "Standard_NC96ads_A100_v4",
-                            "family": "standardNCADSA100v4Family",
-                            "vCPUs": 96,
-                            "gpus": 4,
-                            "memoryGB": 880,
-                            "lowPriorityCapable": True,
-                        },
-                        {
-                            "name": "Standard_NC24ads_A100_v4",
-                            "family": "standardNCADSA100v4Family",
-                            "vCPUs": 24,
-                            "gpus": 1,
-                            "memoryGB": 220,
-                            "lowPriorityCapable": True,
-                        },
-                        {  # the 1-GPU sizes a recovery moves to first (Microsoft Learn, NCasT4_v3 series)
-                            "name": "Standard_NC4as_T4_v3",
-                            "family": "standardNCASv3_T4Family",
-                            "vCPUs": 4,
-                            "gpus": 1,
-                            "memoryGB": 28,
-                            "lowPriorityCapable": True,
-                        },
-                        {
-                            "name": "Standard_NC40ads_H100_v5",
-                            "family": "standardNCadsH100v5Family",
-                            "vCPUs": 40,
-                            "gpus": 1,
-                            "memoryGB": 320,
-                            "lowPriorityCapable": True,
-                        },
-                        {
-                            "name": "Standard_D4s_v3",
-                            "family": "standardDSv3Family",
-                            "vCPUs": 4,
-                            "gpus": 0,
-                            "memoryGB": 16,
-                            "lowPriorityCapable": True,
-                        },
-                        {  # B-series takes no Spot nodes (Microsoft Learn, "Use Azure Spot Virtual Machines")
-                            "name": "Standard_B2s",
-                            "family": "standardBSFamily",
-                            "vCPUs": 2,
-                            "gpus": 0,
-                            "memoryGB": 4,
-                            "lowPriorityCapable": False,
-                        },
-                    ]
-                },
-                {},
-            )
+            return 200, {"value": copy.deepcopy(VM_SIZES)}, {}
         if path.endswith("/usages"):  # Usages - List, in the REST example's shape (long names, -1 = no limit)
             return self.usages_page(path, query)
         if path.rstrip("/") == WS_PATH and method == "GET":
@@ -678,6 +721,9 @@ class WorkspaceAdapter(BaseAdapter):
                 # serverless compute: the service needs the size the job names, as it has no cluster to read it from
                 message = "A job without a compute must give resources.instanceType (serverless compute)"
                 return 400, {"error": {"code": "UserError", "message": message}}, {}
+            refused = None if props.get("computeId") else m.serverless_refusal(props)
+            if refused is not None:
+                return 400, {"error": refused}, {}
             studio = {"endpoint": f"https://ml.azure.com/runs/{name}", "jobServiceType": "Studio"}
             props.update(status=m.before_running[0], services={"Studio": studio})
             props.setdefault("outputs", {})["default"] = {  # the service adds the job's artifact folder

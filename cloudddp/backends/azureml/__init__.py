@@ -30,7 +30,7 @@ from cloudddp.backends.azureml.checkpoint_store import blob_checkpoints
 from cloudddp.backends.azureml.client import AzureClients, translate
 from cloudddp.backends.azureml.decide import decide
 from cloudddp.backends.azureml.document import documents, to_yaml
-from cloudddp.backends.azureml.explain import explain
+from cloudddp.backends.azureml.explain import explain, queue_line
 from cloudddp.backends.azureml.launch import submit, warn
 from cloudddp.backends.azureml.logs import LogFiles, followed
 from cloudddp.backends.azureml.metric_stream import MetricStream
@@ -116,6 +116,10 @@ class AzureMLBackend(SizedBackend[AzureMLOptions]):
         az = self.options(spec)  # a cluster stays up (billed) for its scale-down delay after the job; serverless not
         idle = float(az.idle_time_before_scale_down) if az.compute else 0.0
         return SizeTarget("azure", az.vm_size, "azureml.vm_size", idle_s=idle)
+
+    def _recovery_notes(self, spec: JobSpec) -> tuple[list[str], list[str]]:
+        decisions, warnings = super()._recovery_notes(spec)
+        return decisions + queue_line(spec, moves=bool(decisions)), warnings
 
     cpu_size_example = ("Standard_D8s_v5", "Standard_D8s_v5 has 8 vCPUs, Standard_F16s_v2 16")
 

@@ -8,6 +8,8 @@ from cloudddp.backends.azureml.environment import DEFAULT_ENVIRONMENT
 from cloudddp.backends.azureml.environment import describe as describe_environment
 from cloudddp.code.shipped import snapshot_warnings
 from cloudddp.observe.units import human_bytes
+from cloudddp.spec.model import JobSpec
+from cloudddp.spec.values import written
 
 
 def explain(d: AzureMLDecision) -> tuple[list[str], list[str]]:
@@ -124,3 +126,15 @@ def _warnings(d: AzureMLDecision) -> list[str]:
             "resubmit resumes from the last epoch's checkpoint; checkpoint.every_minutes (e.g. 15) bounds what is lost"
         )
     return warnings
+
+
+def queue_line(spec: JobSpec, moves: bool) -> list[str]:
+    """The plan's word on a job left ``Queued`` (a cluster that cannot scale, quota in use by other jobs: Azure ML
+    fails neither): where the recovery can move (``moves``: next sizes to go to, or ``recover_to: any_backend``),
+    after ``limits.queue_timeout`` it is cancelled and moves on, as a refusal for quota at submission does at once."""
+    if not (moves or spec.limits.recover_to == "any_backend"):
+        return []
+    return [
+        f"queue: a job still Queued after limits.queue_timeout ({written(spec.limits.queue_timeout)}) is cancelled "
+        "and the recovery moves on as after a capacity failure; a refusal for quota at submission moves at once"
+    ]

@@ -1,22 +1,27 @@
 """Sending an Azure ML plan: a job of the plan's name that exists already is this plan's (a retried launch finds
 it instead of submitting another); what preflight could not check is said; a cluster job's cluster is made ready
 (provision.py; a serverless job needs none); then the rendered ``job.yml`` goes through the SDK's own
-``load_job``, so what runs is what was rendered, with the secrets set on the entity, never on disk.
+``load_job``, so what runs is what was rendered, with the secrets set on the entity, never on disk. A refusal for
+quota at submission is said as such (:class:`~cloudddp.backends.checks.RefusedForCapacity`).
 """
 
 from __future__ import annotations
 
+import json
 import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
 from cloudddp.backends.azureml.client import AzureClients
+from cloudddp.backends.azureml.failures import failure_cause, failure_message
 from cloudddp.backends.azureml.provision import existing_cluster, ready_cluster, tier_warning
+from cloudddp.backends.azureml.quota import QUOTA_FIX
 from cloudddp.backends.azureml.record import AzureMLRunInfo
 from cloudddp.backends.azureml.workspace import AzureMLTarget, require_workspace
 from cloudddp.backends.base import Launched, Progress
-from cloudddp.backends.checks import Check
+from cloudddp.backends.checks import Check, RefusedForCapacity
+from cloudddp.backends.status import Cause
 from cloudddp.plan import Plan
 
 
@@ -59,10 +64,41 @@ def submit(
     job = loaded_job(plan)
     if progress:
         progress.step(f"uploading code snapshot of {job.code} (skipped when unchanged)")
-    client.jobs.create_or_update(job)
+    sent(client, job, plan)
     if progress:
         progress.step(f"submitted {name}")
     return Launched(name, info)
+
+
+def sent(client: Any, job: Any, plan: Plan[dict[str, Any], AzureMLTarget]) -> None:
+    """Submit ``job``; Azure ML's refusal for quota is :class:`RefusedForCapacity`, so a recovery that can move takes
+    the next size at once. A serverless job whose VM family has too little quota for its nodes is refused at submission
+    (https://learn.microsoft.com/azure/machine-learning/how-to-use-serverless-compute, "Quota", read 2026-12-06);
+    one whose quota other jobs use is accepted and waits ``Queued`` (:data:`~.states.WAITING`)."""
+    from azure.core.exceptions import HttpResponseError
+
+    try:
+        client.jobs.create_or_update(job)
+    except HttpResponseError as e:
+        error = refusal(e)
+        if e.status_code not in (401, 403) and failure_cause(error) is Cause.CAPACITY:
+            size = plan.request["job"].get("resources", {}).get("instance_type") or "its size"
+            raise RefusedForCapacity(
+                f"Azure ML refused the job for quota on {size}: {failure_message(error)}", hint=QUOTA_FIX
+            ) from None
+        raise
+
+
+def refusal(error: Any) -> dict[str, Any]:
+    """The error body of a refused request (``{"code", "message", "details"}``), else what azure-core kept of it."""
+    try:
+        body = json.loads(error.response.text())
+    except (AttributeError, TypeError, ValueError):
+        body = None
+    root = body.get("error") if isinstance(body, dict) else None
+    if isinstance(root, dict):
+        return root
+    return {"code": str(getattr(error.error, "code", "") or ""), "message": str(error.message or "")}
 
 
 def loaded_job(plan: Plan[dict[str, Any], AzureMLTarget]) -> Any:

@@ -22,6 +22,10 @@ STATES = {
 }
 
 
+WAITING = frozenset({"NotStarted", "Queued"})
+"""The states of a job accepted but waiting for its nodes: a cluster that cannot scale, or serverless quota in use by
+other jobs, keeps a job ``Queued`` (how-to-use-serverless-compute, "Quota"; read 2026-12-06)."""
+
 SAID = {
     "Finalizing": "Finalizing: the training has ended and Azure ML is uploading its outputs and logs",
     "NotResponding": "NotResponding: Azure ML has not heard from the job's nodes for a while (a node lost or "

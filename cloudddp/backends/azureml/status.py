@@ -11,8 +11,8 @@ from typing import Any
 
 from cloudddp.backends.azureml.client import run_details
 from cloudddp.backends.azureml.failures import failure_cause, failure_message, root_error
-from cloudddp.backends.azureml.states import SAID, STATES, native_state
-from cloudddp.backends.status import Cause, RunState, RunStatus
+from cloudddp.backends.azureml.states import SAID, STATES, WAITING, native_state
+from cloudddp.backends.status import QUEUED, Cause, RunState, RunStatus
 
 Failure = tuple[Cause, str, dict[str, str]]
 """Why a job failed: the cause, what the status says, and the error (``code``, ``message``) for its details."""
@@ -39,6 +39,8 @@ def job_status(backend: str, run_id: str, job: Any, failure: Callable[[], Failur
         "compute": job.compute,
         "instance_count": getattr(job.resources, "instance_count", None),
     }
+    if native in WAITING:
+        details[QUEUED] = True
     cause, message = (Cause.CANCELLED if state is RunState.CANCELLED else None), SAID.get(native, native)
     if state is RunState.FAILED:
         cause, message, error = failure()
