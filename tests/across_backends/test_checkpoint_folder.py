@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -81,19 +82,34 @@ def test_a_checkpoint_key_that_is_not_a_short_safe_name_is_refused(tmp_path: Pat
     assert result.returncode == 2 and "job.yaml:3: checkpoint.key: " in result.stderr, result.stderr
 
 
-def _uri(plan: Plan[Any]) -> str:
+def _folder_given(plan: Plan[Any]) -> str:
+    """The checkpoint folder the job is given on its backend: SageMaker's ``CheckpointConfig``, Azure ML's
+    checkpoints output, the Slurm script's ``export``, the local run's environment."""
     if plan.backend == "sagemaker":
         return str(plan.request["CheckpointConfig"]["S3Uri"])
-    return str(plan.request["job"]["outputs"]["checkpoints"]["path"])
+    if plan.backend == "azureml":
+        return str(plan.request["job"]["outputs"]["checkpoints"]["path"])
+    if plan.backend == "slurm":
+        exported = re.search(r"^export CLOUDDDP_CHECKPOINT_DIR=(.+)$", plan.documents["job.sbatch"], re.MULTILINE)
+        assert exported is not None, plan.documents["job.sbatch"]
+        return shlex.split(exported[1])[0]
+    return str(plan.request.env["CLOUDDDP_CHECKPOINT_DIR"])
 
 
-@pytest.mark.parametrize("harness", [SageMakerHarness, AzureMLHarness])
-def test_every_cloud_keeps_the_folder_across_arguments_and_sizes_and_says_why(harness: Any) -> None:
+@pytest.mark.parametrize(
+    ("backend", "settings"),
+    [("local", []), ("sagemaker", SageMakerHarness.overrides), ("azureml", AzureMLHarness.overrides), ("slurm", [])],
+)
+def test_every_backend_keeps_the_folder_across_arguments_and_sizes_and_a_named_variant_gets_its_own(
+    backend: str, settings: list[str]
+) -> None:
     plans = [
-        Job.load(TINY, [*harness.overrides, *more]).render(harness.name)
+        Job.load(TINY, [*settings, *more]).render(backend)
         for more in ([], ["code.args=[--epochs, '9', --resume, last]", "resources.nodes=2"], ["checkpoint.key=b"])
     ]
-    assert _uri(plans[0]) == _uri(plans[1]) != _uri(plans[2])
+    folders = [_folder_given(plan) for plan in plans]
+    assert folders[0] == folders[1] != folders[2], folders
+    assert [str(plan.target.checkpoints).rstrip("/") for plan in plans] == [f.rstrip("/") for f in folders]  # carried
     line = next(d for d in plans[2].decisions if d.startswith("checkpoints in"))
     assert "(the training tiny running train.py, checkpoint.key b: arguments and size do not move it)" in line
 
