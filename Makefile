@@ -83,10 +83,12 @@ $(OLDER)/.installed: pyproject.toml constraints.txt
 	touch $(OLDER)/.installed
 
 # Proof by mutation (docs/guarantees.md): each curated mutant (tests/support/mutant_list.py) is applied alone to a copy
-# of the project and the tests its guarantee names must fail; prints each verdict and the kill ratio. Not part of
-# make test (it reruns the slow tests once per mutant).
+# of the project and the tests its guarantee names must fail; prints each verdict and the kill ratio and records them
+# in docs/proof.md. MUTANT_JOBS at a time (most of their tests wait on training processes). Not part of make test (it
+# reruns the slow tests once per mutant).
+MUTANT_JOBS ?= 2
 mutants: venv azurite system-deps toolkits
-	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m tests.support.mutants $(MUTANTS)
+	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m tests.support.mutants -j $(MUTANT_JOBS) $(MUTANTS)
 
 # The options tables in docs/ (between `<!-- options: NAME -->` and `<!-- /options -->`), written anew from the spec's
 # models and the backends' sections (tests/support/option_tables.py); tests/project/test_docs_current.py fails

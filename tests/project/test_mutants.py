@@ -1,14 +1,16 @@
 """The curated mutants of ``make mutants`` stay runnable: each one's text is in its file once, its row is one row
-of docs/guarantees.md, and every test it names exists (the run itself is ``make mutants``, not part of make test)."""
+of docs/guarantees.md, and every test it names exists; every row has one; docs/proof.md lists them as the list has them
+(the run itself is ``make mutants``, not part of make test)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from tests.project.test_proof import _test_names
+from tests.support import proof_page
 from tests.support.cli import ROOT
 from tests.support.mutant_list import MUTANTS
-from tests.support.mutants import Mutant, copy_project, run_one
+from tests.support.mutants import Mutant, Outcome, copy_project, run_one
 
 PAGE = ROOT / "docs" / "guarantees.md"
 
@@ -34,9 +36,26 @@ def test_each_mutant_changes_its_file_once_names_one_row_and_tests_that_exist() 
     assert problems == []
 
 
-def test_the_guarantees_page_lists_every_mutant() -> None:
-    text = PAGE.read_text()
-    assert [m.id for m in MUTANTS if f"| `{m.id}` |" not in text] == []
+def test_every_row_of_the_guarantees_has_a_mutant() -> None:
+    table = PAGE.read_text().split("\n## The guarantees\n", 1)[1].split("\n## ", 1)[0]
+    rows = [row for row in table.splitlines() if row.startswith("| ") and not row.startswith("| guarantee |")]
+    assert [row[:100] for row in rows if not any(row.startswith(f"| {m.row}") for m in MUTANTS)] == []
+
+
+def test_the_proof_page_lists_every_mutant_as_the_list_has_it() -> None:
+    """docs/proof.md is what ``python -m tests.support.proof_page`` writes: every mutant, its row, file and tests."""
+    text = proof_page.PAGE.read_text()
+    assert text == proof_page.render(MUTANTS, proof_page.recorded(text))
+
+
+def test_the_driver_records_each_run_on_the_page_and_keeps_the_others(tmp_path: Path) -> None:
+    page = tmp_path / "proof.md"
+    first, second = MUTANTS[0], MUTANTS[1]
+    page.write_text(proof_page.render(MUTANTS, {second.id: "killed, 7 s"}))
+    proof_page.record([Outcome(first, "survived", 12.4, "")], page)
+    runs = proof_page.recorded(page.read_text())
+    assert (runs[first.id], runs[second.id]) == ("survived, 12 s", "killed, 7 s")
+    assert runs[MUTANTS[2].id] == proof_page.NOT_RUN
 
 
 def test_a_mutant_is_applied_to_a_copy_and_the_working_tree_is_left_alone(tmp_path: Path) -> None:

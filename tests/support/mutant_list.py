@@ -4,6 +4,7 @@ the last run's verdicts and kill ratio ("Proof by mutation")."""
 
 from __future__ import annotations
 
+from tests.support.mutant_rows import ROW_MUTANTS
 from tests.support.mutants import Mutant
 
 LOCAL = "tests/backends/local/"
@@ -181,6 +182,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            _launch(chain, runner, plan, checks=False, size=size, left_out=left_out)\n",
         "            pass\n",
         ("tests/runs/test_recovery.py::test_a_watcher_that_died_is_started_again_by_recover_and_finishes_the_chain",),
+        bound=150,  # the chain it never resubmits would be waited for 180 s; unmutated the test takes about 70 s
     ),
     Mutant(
         "own-code-failure-resubmitted",
@@ -279,6 +281,7 @@ MUTANTS: tuple[Mutant, ...] = (
             LOCAL + "test_stall_watchdog.py::"
             "test_a_script_that_hangs_after_its_first_epoch_fails_as_stalled_with_the_stuck_ranks_stack",
         ),
+        bound=120,  # the verdict that never comes would be waited for 180 s; unmutated the test takes about 55 s
     ),
     Mutant(
         "hang-doctor-never-reports",
@@ -340,11 +343,13 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
-        "a-lost-node-group-is-not-recovered",
+        # Its test fails once the attempt ends. A watcher that never resubmits, which this test would wait out for
+        # minutes, is restarted-watcher-never-resubmits (the same recovery code, under a bound).
+        "a-lost-node-group-taken-for-the-scripts-fault",
         "A run ended by the cloud (preemption, capacity, a lost node) is resubmitted",
-        "cloudddp/runs/recovery.py",
-        "            _launch(chain, runner, plan, checks=False, size=size, left_out=left_out)\n",
-        "            pass\n",
+        "cloudddp/backends/local/outcome.py",
+        '    cause = Cause.INFRASTRUCTURE if info.get("lost") else Cause.USER_ERROR',
+        "    cause = Cause.USER_ERROR",
         (
             "tests/runs/test_recovery.py::"
             "test_a_lost_node_group_is_recovered_after_the_cli_exits_and_the_model_is_bitwise_equal",
@@ -369,6 +374,19 @@ MUTANTS: tuple[Mutant, ...] = (
         '    if st.st_mode & 0o022:\n        raise UnsafeFolder(\n            f"{what} {real} is writable by others',
         '    if False:\n        raise UnsafeFolder(\n            f"{what} {real} is writable by others',
         (LOCAL + "test_planted_state.py::test_a_status_file_others_could_write_is_refused_and_cancel_signals_nothing",),
+    ),
+    Mutant(
+        "folders-past-a-link-are-trusted",
+        "State another user could plant is refused or checked",
+        "cloudddp/paths.py",
+        "            if pending:\n                _judge_folder(",
+        "            if pending and not links:\n                _judge_folder(",
+        (
+            LOCAL + "test_planted_state.py::"
+            "test_a_status_file_or_run_folder_linked_to_an_open_or_foreign_place_is_refused_and_cancel_signals_nothing",
+            LOCAL + "test_planted_state.py::"
+            "test_a_checkpoint_folder_linked_to_an_open_or_foreign_place_or_a_lock_others_could_write_is_refused",
+        ),
     ),
     Mutant(
         "lightning-rows-read-again-after-a-new-header",
@@ -594,6 +612,29 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/runs/test_placement.py",),
     ),
     Mutant(
+        "auto-reads-a-start-time-as-a-wait",
+        "`-b auto` ranks the job's backends",
+        "cloudddp/runs/placement.py",
+        "        placement.starts_in = max(0.0, start - time.time())",
+        "        placement.starts_in = max(0.0, start)",
+        (
+            "tests/runs/test_placement_wired.py::"
+            "test_slurms_start_estimate_is_read_from_sbatch_test_only_and_ranks_it_first_when_soon_last_when_late",
+        ),
+    ),
+    Mutant(
+        "slurm-ignores-the-checkpoint-key",
+        "A resubmit with an added argument, and one on another node count",
+        "cloudddp/backends/slurm/paths.py",
+        '    folder = checkpoint_folder(spec, f"{layout.workdir}/checkpoints")',
+        '    unkeyed = spec.model_copy(update={"checkpoint": spec.checkpoint.model_copy(update={"key": None})})\n'
+        '    folder = checkpoint_folder(unkeyed, f"{layout.workdir}/checkpoints")',
+        (
+            "tests/across_backends/test_checkpoint_folder.py::"
+            "test_every_backend_keeps_the_folder_across_arguments_and_sizes_and_a_named_variant_gets_its_own",
+        ),
+    ),
+    Mutant(
         "every-failure-moves-the-run",
         "`-b auto` ranks the job's backends",
         "cloudddp/runs/recovery.py",
@@ -612,4 +653,5 @@ MUTANTS: tuple[Mutant, ...] = (
             "test_a_run_preempted_on_azure_ml_resumes_on_slurm_from_its_azure_checkpoint_each_step_once",
         ),
     ),
+    *ROW_MUTANTS,
 )
