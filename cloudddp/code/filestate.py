@@ -15,7 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import struct
 import tempfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -33,11 +35,35 @@ class Stamp(NamedTuple):
 
     @classmethod
     def of(cls, st: os.stat_result) -> Stamp:
-        return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode)
+        # tuple.__new__, not cls(...): a named tuple's own __new__ is a Python call, and this is one per file
+        return tuple.__new__(cls, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode))
 
     def racy(self, recorded_ns: int) -> bool:
         """Whether a change after ``recorded_ns`` could have left this stamp as it is."""
         return self.mtime_ns >= recorded_ns - RACY_NS
+
+
+def racy_files(files: Iterable[tuple[str, Stamp]], recorded_ns: int) -> set[str]:
+    """The paths among ``files`` whose stamps are racy at ``recorded_ns`` (:meth:`Stamp.racy`, a folder at once)."""
+    since = recorded_ns - RACY_NS
+    return {rel for rel, stamp in files if stamp.mtime_ns >= since}
+
+
+_PACKED = struct.Struct("<QqqQQ")  # size, mtime_ns, ctime_ns, inode, mode: 64 bits each
+_WRAPPED, _WRAP = struct.Struct("<5Q"), (1 << 64) - 1  # the same bytes, for each field cut to its low 64 bits
+
+
+def stamps_sha256(files: Sequence[tuple[str, Stamp]]) -> str:
+    """One sha256 of a folder's files (path, stamp): what a record keeps to recognise the folder unchanged. Packed
+    in binary, not written out in JSON: for 20,000 files a JSON list took longer to write, and again to read, than
+    a small folder takes to pack."""
+    digest = hashlib.sha256("\0".join([rel for rel, _ in files]).encode("utf-8", "surrogateescape"))
+    try:
+        packed = [_PACKED.pack(*stamp) for _, stamp in files]
+    except struct.error:  # a time before 1677 or after 2262 needs more than 64 bits of ns: cut to 64, as git does
+        packed = [_WRAPPED.pack(*[field & _WRAP for field in stamp]) for _, stamp in files]
+    digest.update(b"".join(packed))
+    return digest.hexdigest()
 
 
 def file_sha256(path: Path) -> str:

@@ -6,6 +6,7 @@ neither do FIFOs or devices. What is left out is :mod:`cloudddp.code.ignore`'s t
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import stat
@@ -29,6 +30,9 @@ class Entry(NamedTuple):
     stamp: Stamp
 
 
+_entry = functools.partial(tuple.__new__, Entry)  # Entry((rel, stamp)) in C: a named tuple's __new__ is Python
+
+
 def scan(root: Path, lines: Sequence[str], left_out: list[str] | None = None) -> list[Entry]:
     """The files to pack with their stamps, sorted; refuses anything that would escape ``root``. Files left
     out only because they look like credentials are added to ``left_out``.
@@ -42,30 +46,28 @@ def scan(root: Path, lines: Sequence[str], left_out: list[str] | None = None) ->
     while pending:
         rel_dir, here = pending.pop()
         ignored.enter(rel_dir, here)
-        try:
-            with os.scandir(here) as listing:
-                entries = sorted(listing, key=_NAME)
-        except OSError as e:
-            raise UserError(
-                f"cannot read {here}: {e.strerror}", hint="fix its permissions, or add it to .cloudddpignore"
-            ) from None
-        for entry in entries:
+        left = ignored.matcher()  # ignored(), asked the quickest way until a nested .gitignore is added
+        for entry in _listing(here):
             rel = rel_dir + entry.name
-            if _is_dir(entry):
+            try:
+                is_dir = entry.is_dir()  # follows symlinks, as os.walk does
+            except OSError:
+                is_dir = False
+            if is_dir:
                 if not ignored(rel + "/"):
                     if entry.is_symlink():
                         _check_link(root, Path(entry.path), rel)
                     else:
                         pending.append((rel + "/", entry.path))
                 continue
-            if ignored(rel):
+            if left(rel):
                 if left_out is not None and ignored.looks_secret(rel):
                     left_out.append(rel)
                 continue
             if entry.is_symlink():
                 _check_link(root, Path(entry.path), rel)
             try:
-                st = entry.stat()
+                st = entry.stat()  # cached by the listing for a file; one lstat otherwise
             except FileNotFoundError:
                 raise UserError(
                     f"{rel} in {root} is a broken symlink", hint="fix or delete the link, or add it to .cloudddpignore"
@@ -75,8 +77,7 @@ def scan(root: Path, lines: Sequence[str], left_out: list[str] | None = None) ->
                     f"{rel} in {root} is a {_kind(st.st_mode)}, not a regular file: a code snapshot holds files only",
                     hint=f"delete it, or add the line {ignore_line(rel)} to .cloudddpignore",
                 )
-            stamp = Stamp.of(st)
-            found.append(Entry(rel, stamp))
+            found.append(_entry((rel, Stamp.of(st))))
             if len(found) > MAX_FILES:
                 raise UserError(
                     f"{root} holds more than {MAX_FILES:,} files to package",
@@ -84,6 +85,17 @@ def scan(root: Path, lines: Sequence[str], left_out: list[str] | None = None) ->
                 )
     found.sort(key=_REL)
     return found
+
+
+def _listing(here: str) -> list[os.DirEntry[str]]:
+    """The folder's entries in name order."""
+    try:
+        with os.scandir(here) as listing:
+            return sorted(listing, key=_NAME)
+    except OSError as e:
+        raise UserError(
+            f"cannot read {here}: {e.strerror}", hint="fix its permissions, or add it to .cloudddpignore"
+        ) from None
 
 
 def _kind(mode: int) -> str:
@@ -95,13 +107,6 @@ def _kind(mode: int) -> str:
         (stat.S_ISSOCK, "socket"),
     ]
     return next((name for test, name in kinds if test(mode)), "special file")
-
-
-def _is_dir(entry: os.DirEntry[str]) -> bool:
-    try:
-        return entry.is_dir()  # follows symlinks, as os.walk does
-    except OSError:
-        return False
 
 
 def collect(root: Path, ignore: Sequence[str] = ()) -> list[str]:

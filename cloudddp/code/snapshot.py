@@ -13,7 +13,9 @@ render without reading or packing it again; data folders get the same treatment 
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import operator
 import os
 import stat
 import tempfile
@@ -22,15 +24,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cloudddp.code.filestate import DigestCache, file_sha256, key_of, read_record, write_record
+from cloudddp.code.filestate import (
+    DigestCache,
+    file_sha256,
+    key_of,
+    racy_files,
+    read_record,
+    stamps_sha256,
+    write_record,
+)
 from cloudddp.code.ignore import ignore_line, ignore_lines
 from cloudddp.code.scan import Entry, scan
 from cloudddp.code.shipped import Snapshot, advice, largest_files
-from cloudddp.code.tarstream import Member, write_targz
+from cloudddp.code.tarstream import Fields, Member, write_targz
 from cloudddp.errors import UserError
 from cloudddp.observe.units import human_bytes
 from cloudddp.paths import home
-from cloudddp.spec.load import MAX_BYTES as SPEC_BYTES
+from cloudddp.spec.size import MAX_BYTES as SPEC_BYTES
 
 MAX_BYTES = 2_000_000_000
 """Folders holding more than this (before compression) are refused before anything is packed."""
@@ -38,6 +48,7 @@ CACHE_BYTES = int(os.environ.get("CLOUDDDP_SNAPSHOT_CACHE_BYTES") or 5_000_000_0
 """Old snapshots are deleted, least recently used first, once the cache holds more than this."""
 CACHE_GRACE_SECONDS = 600  # a snapshot used this recently is never deleted (another submit may be uploading it)
 _FORMAT = 1  # bump when the archive layout changes, so stale index records stop matching
+_NAME, _SIZE = operator.itemgetter(0), operator.attrgetter("stamp.size")  # read in C, once per file
 
 
 def cache_dir() -> Path:
@@ -87,7 +98,7 @@ def pack(
             f"{root / taken[0]}: cloudddp ships a file of that name with the code",
             hint=f"rename it, or leave it out with code.ignore: [{taken[0]}]",
         )
-    file_bytes = sum(e.stamp.size for e in entries) + sum(len(data) for data in extra.values())
+    file_bytes = sum(map(_SIZE, entries)) + sum(len(data) for data in extra.values())
     largest = largest_files(entries, file_bytes)
     if file_bytes > max_bytes:
         raise UserError(
@@ -98,11 +109,10 @@ def pack(
     directory = cache_dir()
     extras = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(extra.items())}
     index = directory / "index" / f"{key_of(_FORMAT, str(root), lines, extras)}.json"
-    stamps = [[e.rel, *e.stamp] for e in entries]
+    stamps = stamps_sha256(entries)
     found = _lookup(root, read_record(index), stamps, directory)
     if found is None:
-        young = {e.rel for e in entries if e.stamp.racy(started_ns)}
-        sha256, size, checked = _write_archive(root, entries, extra, directory, young)
+        sha256, size, checked = _write_archive(root, entries, extra, directory, racy_files(entries, started_ns))
         _prune(directory, keep=sha256)
     else:
         sha256, size, checked = found
@@ -110,8 +120,8 @@ def pack(
     by_rel = {e.rel: e.stamp for e in entries} if checked else {}
     racy = {rel: digest for rel, digest in checked.items() if by_rel[rel].racy(started_ns)}
     if found is None or racy != checked:
-        write_record(index, {"root": str(root), "sha256": sha256, "size": size, "stamps": stamps, "racy": racy})
-    files = tuple(sorted([*(e.rel for e in entries), *extra]))
+        write_record(index, {"root": str(root), "sha256": sha256, "size": size, "stamps_sha256": stamps, "racy": racy})
+    files = tuple(sorted([*map(_NAME, entries), *extra]))
     return Snapshot(
         root,
         files,
@@ -150,10 +160,10 @@ def holding_secrets(root: Path, entries: Sequence[Entry], secrets: Sequence[str]
 
 
 def _lookup(
-    root: Path, record: dict[str, Any] | None, stamps: list[list[Any]], directory: Path
+    root: Path, record: dict[str, Any] | None, stamps: str, directory: Path
 ) -> tuple[str, int, dict[str, str]] | None:
     """``(sha256, size, contents of re-checked racy files)`` when the index vouches for the folder."""
-    if record is None or record.get("stamps") != stamps:
+    if record is None or record.get("stamps_sha256") != stamps:
         return None
     sha256, size = str(record.get("sha256")), record.get("size")
     archive = directory / f"{sha256}.tar.gz"
@@ -201,15 +211,13 @@ def _write_archive(
             hint="set CLOUDDDP_HOME to a writable folder",
         ) from None
     base = str(root) + "/"
-    order = sorted([*((e.rel, e) for e in entries), *((name, None) for name in extra)], key=lambda item: item[0])
     # A scanned path is made of names read from folders: only an extra's name needs safe_member. A file is
     # executable when its owner may run it, as git records it (from the stamp: no syscall per file).
-    members = (
-        Member.of_bytes(safe_member(rel), extra[rel])
-        if e is None
-        else Member(rel, base + rel, e.stamp.size, bool(e.stamp.mode & stat.S_IXUSR), rel in racy)
-        for rel, e in order
-    )
+    members: list[Fields] = [
+        (rel, base + rel, size, (mode & stat.S_IXUSR) != 0, rel in racy, None) for rel, (size, _, _, _, mode) in entries
+    ]
+    for name in extra:  # a few, put in their places: members go in name order
+        bisect.insort(members, Member.of_bytes(safe_member(name), extra[name]), key=_NAME)
     try:
         with os.fdopen(fd, "wb") as f:
             written = write_targz(f, members)

@@ -3,19 +3,19 @@
 The bytes are exactly what ``tarfile`` (PAX format) inside ``gzip.GzipFile(mtime=0, compresslevel=6)``
 writes for the same members, as cloudddp's code archives always were: regular files only, mtime 0,
 uid/gid 0, no owner names, mode 0644 or 0755, no name or timestamp in the gzip header. Going through
-``tarfile`` for every member costs more than compressing a small file, so the common member (an ASCII
-name of at most 100 characters) gets its header from a template that ``tarfile`` itself made; any other
-member goes through ``tarfile``. Small writes are gathered before they reach zlib, whose deflate stream
-does not depend on how its input is cut. gzip, the archive's sha256 and the write to disk run in a thread of
-their own (:class:`_Compressing`), so compressing overlaps listing and reading the files, as ``tar czf``'s
-separate gzip process does.
+``tarfile`` for every member costs more than compressing a small file (and importing it, more than packing a
+hundred), so the common member (an ASCII name of at most 100 characters) gets its header from fields written
+out here, which a test holds to ``tarfile``'s bytes; any other member goes through ``tarfile``. Small writes
+are gathered before they reach zlib, whose deflate stream does not depend on how its input is cut. gzip, the
+archive's sha256 and the write to disk run in a thread of their own (:class:`_Compressing`), so compressing
+overlaps listing and reading the files, as ``tar czf``'s separate gzip process does.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
+import zlib
 from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING, NamedTuple
 
@@ -46,6 +46,11 @@ class Member(NamedTuple):
         return cls(name, "", len(data), executable=False, data=data)
 
 
+Fields = tuple[str, str, int, bool, bool, bytes | None]
+"""A :class:`Member`'s fields in a plain tuple, as a folder's files are handed over: built in one step, where a
+named tuple's ``__new__`` is a Python call per file."""
+
+
 class Written(NamedTuple):
     """The archive written: its sha256 and size, and the sha256 of each member that asked for it."""
 
@@ -73,17 +78,13 @@ def _tarfile_header(name: str, executable: bool, size: int) -> bytes:
     return _tarinfo(name, executable, size).tobuf(tarfile.PAX_FORMAT, tarfile.ENCODING, "strict")
 
 
-@functools.cache
-def _template() -> tuple[bytes, bytes, bytes, int]:
-    """What every common member's header shares, cut from one ``tarfile`` wrote: the uid/gid, mtime and trailing
-    fields, and their part of the checksum (which counts its own field as spaces)."""
-    template = _tarfile_header("", False, 0)
-    uid_gid, mtime, rest = template[108:124], template[136:148], template[156:]
-    return uid_gid, mtime, rest, sum(uid_gid) + sum(mtime) + sum(rest) + 8 * ord(" ")
-
-
-_MODES = {False: b"%07o\0" % 0o644, True: b"%07o\0" % 0o755}
-_MODE_SUMS = {executable: sum(field) for executable, field in _MODES.items()}
+# The fields every common member's header shares, as ``tarfile`` writes them (a test holds each header to its
+# bytes): mode and uid/gid, mtime, and after the checksum the type, an empty link name, the ustar magic and empty
+# owner names, device numbers and prefix. Their part of the checksum counts the checksum field as spaces.
+_MODES = {executable: b"%07o\0" % (0o755 if executable else 0o644) + b"0000000\0" * 2 for executable in (False, True)}
+_MTIME = b"%011o\0" % 0
+_REST = b"0" + bytes(100) + b"ustar\x0000" + bytes(BLOCK - 265)
+_SUMS = {executable: sum(mode) + sum(_MTIME) + sum(_REST) + 8 * ord(" ") for executable, mode in _MODES.items()}
 _PADDING = [bytes(n) for n in range(BLOCK)]
 
 
@@ -91,11 +92,11 @@ def header(name: str, executable: bool, size: int) -> bytes:
     """The header block(s) of one member, byte for byte as ``tarfile`` writes them."""
     if len(name) > 100 or not name.isascii() or size >= 8**11:  # tarfile adds a PAX header for these
         return _tarfile_header(name, executable, size)
-    uid_gid, mtime, rest, fixed_sum = _template()
     raw, size_field = name.encode("ascii"), b"%011o\0" % size
-    checksum = fixed_sum + sum(raw) + _MODE_SUMS[executable] + sum(size_field)
+    # The sum of these bytes, in C: the low half of their adler32 is 1 + that sum (below 65521, adler32's modulus).
+    checksum = _SUMS[executable] + (zlib.adler32(size_field, zlib.adler32(raw)) & 0xFFFF) - 1
     return b"".join(
-        (raw.ljust(100, b"\0"), _MODES[executable], uid_gid, size_field, mtime, b"%06o\0 " % checksum, rest)
+        (raw, _PADDING[100 - len(raw)], _MODES[executable], size_field, _MTIME, b"%06o\0 " % checksum, _REST)
     )
 
 
@@ -159,11 +160,11 @@ class _Batched:
     def __init__(self, sink: _Compressing) -> None:
         self.sink = sink
         self.buffer = bytearray()
-        self.offset = 0
+        self.sent = 0  # bytes handed to the sink
 
     def write(self, data: bytes) -> None:
-        self.offset += len(data)
         if not self.buffer and len(data) >= CHUNK:
+            self.sent += len(data)
             self.sink.put(data)
             return
         self.buffer += data
@@ -172,12 +173,14 @@ class _Batched:
 
     def flush(self) -> None:
         if self.buffer:
+            self.sent += len(self.buffer)
             self.sink.put(self.buffer)  # handed over, not copied: the next writes go to a new buffer
             self.buffer = bytearray()
 
 
-def write_targz(out: IO[bytes], members: Iterable[Member]) -> Written:
-    """Write the archive of ``members`` (in the order given) to ``out``."""
+def write_targz(out: IO[bytes], members: Iterable[Fields]) -> Written:
+    """Write the archive of ``members`` (each a :class:`Member` or its :data:`Fields`, in the order given) to
+    ``out``."""
     compressing = _Compressing(out)
     digests = {}
     try:
@@ -185,43 +188,54 @@ def write_targz(out: IO[bytes], members: Iterable[Member]) -> Written:
         for m in members:
             digest = _add(tar, m)
             if digest is not None:
-                digests[m.name] = digest
+                digests[m[0]] = digest
         tar.write(bytes(2 * BLOCK))  # the end-of-archive marker, then zeros up to a whole record, as tarfile does
-        tar.write(bytes(-tar.offset % RECORD))
+        tar.write(bytes(-(tar.sent + len(tar.buffer)) % RECORD))
         tar.flush()
     finally:
         compressing.close()
     return Written(compressing.hash.hexdigest(), compressing.size, digests)
 
 
-def _add(tar: _Batched, m: Member) -> str | None:
+def _add(tar: _Batched, m: Fields) -> str | None:
     """One member: its header, its bytes, padding to a whole block; the sha256 of its bytes if asked. A file
-    that fits one chunk (most do) is read in one call and written with its header and padding in one."""
-    head, padding = header(m.name, m.executable, m.size), _PADDING[-m.size % BLOCK]
-    if m.data is not None:
-        tar.write(head + m.data + padding)
+    that fits one chunk (most do) is read in one call and goes into the batch with its header and padding."""
+    name, path, size, executable, hashed, data = m
+    head, padding = header(name, executable, size), _PADDING[-size % BLOCK]
+    if data is not None:
+        tar.write(head + data + padding)
         return None
-    fd = os.open(m.path, os.O_RDONLY)  # no file object: most members are small, their overhead is the cost
+    fd = os.open(path, os.O_RDONLY)  # no file object: most members are small, their overhead is the cost
     try:
-        if m.size <= CHUNK:
-            data = os.read(fd, m.size)
-            while len(data) < m.size:
-                data += _rest(fd, m.path, m.size - len(data))
-            tar.write(head + data + padding)
-            return hashlib.sha256(data).hexdigest() if m.hashed else None
-        tar.write(head)
-        digest = hashlib.sha256()
-        left = m.size
-        while left:
-            chunk = _rest(fd, m.path, min(CHUNK, left))
-            if m.hashed:
-                digest.update(chunk)
-            tar.write(chunk)
-            left -= len(chunk)
+        if size > CHUNK:
+            return _add_chunked(tar, fd, path, size, hashed, head)
+        data = os.read(fd, size)
+        while len(data) < size:
+            data += _rest(fd, path, size - len(data))
     finally:
         os.close(fd)
-    tar.write(padding)
-    return digest.hexdigest() if m.hashed else None
+    batch = tar.buffer
+    batch += head
+    batch += data
+    batch += padding
+    if len(batch) >= CHUNK:
+        tar.flush()
+    return hashlib.sha256(data).hexdigest() if hashed else None
+
+
+def _add_chunked(tar: _Batched, fd: int, path: str, size: int, hashed: bool, head: bytes) -> str | None:
+    """A member bigger than a chunk, read and handed on a chunk at a time."""
+    tar.write(head)
+    digest = hashlib.sha256()
+    left = size
+    while left:
+        chunk = _rest(fd, path, min(CHUNK, left))
+        if hashed:
+            digest.update(chunk)
+        tar.write(chunk)
+        left -= len(chunk)
+    tar.write(_PADDING[-size % BLOCK])
+    return digest.hexdigest() if hashed else None
 
 
 def _rest(fd: int, path: str, size: int) -> bytes:

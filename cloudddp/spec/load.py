@@ -22,8 +22,8 @@ from pydantic import BaseModel, ValidationError
 
 from cloudddp.errors import SpecError, UserError
 from cloudddp.spec.model import REVEAL_SECRETS, Configured, JobSpec, Sections, spec_model
+from cloudddp.spec.size import MAX_BYTES
 
-MAX_BYTES = 1 << 20
 MAX_NODES = 20_000  # nodes after alias expansion; a real spec has a few hundred
 MAX_DEPTH = 50
 

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from cloudddp.errors import UserError
 from cloudddp.paths import open_trusted
-from cloudddp.spec import load
+from cloudddp.spec import load, size
 from cloudddp.spec.model import JobSpec, Sections, spec_model
 
 CONFIG_ENV = "CLOUDDDP_CONFIG"
@@ -205,11 +205,11 @@ _PARSED: dict[tuple[object, ...], UserConfig] = {}
 def read_bytes(f: BinaryIO, source: str) -> bytes:
     """The open file's bytes; one larger than a spec may be is refused."""
     try:
-        raw = f.read(load.MAX_BYTES + 1)
+        raw = f.read(size.MAX_BYTES + 1)
     except OSError as e:
         raise UserError(f"{source}: cannot read {WHAT}: {e.strerror}") from None
-    if len(raw) > load.MAX_BYTES:
-        raise UserError(f"{source}: larger than {load.MAX_BYTES:,} bytes, too large for {WHAT}")
+    if len(raw) > size.MAX_BYTES:
+        raise UserError(f"{source}: larger than {size.MAX_BYTES:,} bytes, too large for {WHAT}")
     return raw
 
 

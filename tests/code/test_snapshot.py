@@ -23,8 +23,8 @@ from cloudddp.code import filestate
 from cloudddp.code import ignore as rules
 from cloudddp.code import snapshot as packaging
 from cloudddp.code.ignore import ignore_line
-from cloudddp.code.scan import collect
-from cloudddp.code.shipped import snapshot_warnings
+from cloudddp.code.scan import Entry, collect
+from cloudddp.code.shipped import largest_files, snapshot_warnings
 from cloudddp.code.snapshot import folder_digest, pack, safe_member
 from cloudddp.errors import UserError
 from cloudddp.injob import shim
@@ -178,6 +178,21 @@ def test_a_file_rewritten_within_the_racy_window_is_checked_by_content(
     assert pack(root) == second
 
 
+def test_a_file_dated_past_2262_is_packed_then_recognised_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "code"
+    root.mkdir()
+    (root / "train.py").write_text("print(1)\n")
+    far = 10**19  # 2286: more nanoseconds than 64 signed bits hold
+    os.utime(root / "train.py", ns=(far, far))
+    if os.stat(root / "train.py").st_mtime_ns != far:
+        pytest.skip("this file system cannot date a file that far ahead")
+    first = pack(root)
+    monkeypatch.setattr(packaging, "_write_archive", _refuse)  # read again by content (it is racy), not packed
+    assert pack(root) == first
+
+
 def test_packing_streams_so_memory_does_not_grow_with_the_folder(tmp_path: Path) -> None:
     import tracemalloc
 
@@ -253,6 +268,18 @@ def test_large_snapshots_warn_with_each_big_file_and_the_line_that_leaves_it_out
     ]
     for rel in ("runs/last.ckpt", "vocab [v2].txt"):  # each line, given as code.ignore, leaves out that file only
         assert pack(root, [ignore_line(rel)]).files == tuple(f for f in snapshot.files if f != rel)
+
+
+def test_the_largest_files_are_named_biggest_first_and_equal_sizes_in_name_order() -> None:
+    sizes = {"a.bin": 10, "b.bin": 30, "c.bin": 30, "d.bin": 1, "e.bin": 30, "f.bin": 20, "g.bin": 30}
+    entries = [Entry(rel, filestate.Stamp(size, 0, 0, 0, 0o100644)) for rel, size in sorted(sizes.items())]
+    assert largest_files(entries, sum(sizes.values())) == (
+        ("b.bin", 30),
+        ("c.bin", 30),
+        ("e.bin", 30),
+        ("g.bin", 30),
+        ("f.bin", 20),
+    )
 
 
 def test_an_absurd_snapshot_is_refused_before_anything_is_packed(tmp_path: Path, cloudddp_home: Path) -> None:
@@ -426,6 +453,15 @@ def test_outside_a_git_work_tree_nested_gitignore_files_still_apply(tmp_path: Pa
     assert "sub/secrets.yaml" not in files and "sub/keep.py" in files and ".env" not in files
 
 
+def test_outside_any_repository_git_is_not_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GIT_DIR", raising=False)
+    monkeypatch.setattr(subprocess, "run", _refuse)
+    assert rules.git_ignored(tmp_path) is None
+    (tmp_path / ".git").write_text("gitdir: elsewhere\n")  # a linked work tree's .git is a file: git is asked
+    with pytest.raises(AssertionError):
+        rules.git_ignored(tmp_path / "sub")
+
+
 def test_the_launchers_environment_folder_is_private_and_a_planted_one_is_not_trusted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -492,12 +528,13 @@ import sys
 from pathlib import Path
 from cloudddp.code.snapshot import pack
 pack(Path(sys.argv[1]))
-print("pathspec" in sys.modules)
+print("pathspec" in sys.modules, *sorted(name for name in ("pydantic", "tarfile", "subprocess") if name in sys.modules))
 """
 
 
 def test_a_folder_with_no_rules_of_its_own_is_packed_without_importing_pathspec(tmp_path: Path) -> None:
-    """The defaults' translations are written out; pathspec is imported for a folder's own rules only."""
+    """The defaults' translations are written out; pathspec is imported for a folder's own rules only, and a plain
+    folder's pack imports neither the spec's pydantic, nor tarfile, nor subprocess."""
     code = tmp_path / "code"
     (code / "pkg").mkdir(parents=True)
     (code / "pkg" / "x.pyc").write_bytes(b"\0")  # left out by a default rule, asked whether it looks secret
@@ -511,6 +548,8 @@ def test_a_folder_with_no_rules_of_its_own_is_packed_without_importing_pathspec(
         assert result.returncode == 0, result.stderr
         return result.stdout.strip()
 
+    # Nor, outside a repository and with no secrets to look for, the spec's pydantic, tarfile or subprocess,
+    # which would take longer to import than packing a small folder does.
     assert imports_pathspec() == "False"
     (code / ".cloudddpignore").write_text("*.log\n")
     assert imports_pathspec() == "True"
