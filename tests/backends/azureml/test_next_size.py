@@ -77,13 +77,18 @@ def gpu_job(tmp_path: Path, name: str, azureml: dict[str, Any], **limits: Any) -
     return path
 
 
-def moved_after_a_capacity_failure(rig: WorkspaceModel, path: Path) -> tuple[Run, str, str]:
-    """Submit with recovery, fail the first job for capacity; the run, the next size and the second job's name."""
+def submitted(path: Path, *options: str) -> tuple[Run, list[str]]:
+    """The run of ``path`` submitted detached to Azure ML with recovery, and the ranking of its next sizes."""
     spec = load_spec(path)
     _, ranking = ranked_sizes(get_backend("azureml").size_target(spec), spec)
-    result = cli("submit", str(path), "-b", "azureml", "--detach", "--quiet", "-y")
+    result = cli("submit", str(path), "-b", "azureml", "--detach", "--quiet", "-y", *options)
     assert result.returncode == 0, result.stderr
-    run = Run.attach(result.stdout.strip())
+    return Run.attach(result.stdout.strip()), ranking
+
+
+def moved_after_a_capacity_failure(rig: WorkspaceModel, path: Path) -> tuple[Run, str, str]:
+    """Submit with recovery, fail the first job for capacity; the run, the next size and the second job's name."""
+    run, ranking = submitted(path)
     first = run.run_id
     rig.fail_job(first, CAPACITY)
     second = wait_until(lambda: len(run.chain.attempts) == 2 and run.chain.current, timeout=90)  # type: ignore[union-attr]
@@ -136,11 +141,7 @@ def test_a_queued_serverless_job_is_cancelled_after_its_queue_time_and_moves_to_
     """Azure ML keeps a job Queued while quota is in use or nodes cannot be had, and never fails it: after
     ``limits.queue_timeout`` the watcher cancels it, waits until it is Canceled, then submits the next size."""
     path = gpu_job(tmp_path, "queued-serverless", {}, queue_timeout=3, capacity_tries=2)
-    spec = load_spec(path)
-    _, ranking = ranked_sizes(get_backend("azureml").size_target(spec), spec)
-    result = cli("submit", str(path), "-b", "azureml", "--detach", "--quiet", "-y")
-    assert result.returncode == 0, result.stderr
-    run = Run.attach(result.stdout.strip())
+    run, ranking = submitted(path)
     first = run.run_id
     rig.held_cancels.add(first)  # its cancel lasts until released: the next size must wait for it
     assert rig.jobs[first]["properties"]["status"] in ("NotStarted", "Preparing", "Queued")  # nothing fails it
@@ -151,8 +152,8 @@ def test_a_queued_serverless_job_is_cancelled_after_its_queue_time_and_moves_to_
     second = wait_until(lambda: len(run.chain.attempts) == 2 and run.chain.current, timeout=90)  # type: ignore[union-attr]
     assert second.size == ranking[0] and rig.jobs[first]["properties"]["status"] == "Canceled"
     assert rig.cancel_requests[first] == 1
-    cancelled, submitted = rig.run_times[first]["endTimeUtc"], rig.jobs[second.run_id]["systemData"]["createdAt"]
-    assert when(cancelled) <= when(submitted), "the next size is sent only once the queued job has ended"
+    cancelled, created = rig.run_times[first]["endTimeUtc"], rig.jobs[second.run_id]["systemData"]["createdAt"]
+    assert when(cancelled) <= when(created), "the next size is sent only once the queued job has ended"
     message = run.chain.message  # type: ignore[union-attr]
     assert f"on {ranking[0]} after a wait in the queue on {FIRST}" in message, message
     assert "longer than limits.queue_timeout (3s): cancelled" in message, message
@@ -168,11 +169,7 @@ def test_a_serverless_job_refused_at_submission_for_quota_moves_to_the_next_size
     the ranking is submitted at once (the checks skipped here, so the refusal is the service's own)."""
     rig.set_usage("Standard NCADSA100v4 Family Cluster Dedicated vCPUs", limit=0)
     path = gpu_job(tmp_path, "refused-serverless", {})
-    spec = load_spec(path)
-    _, ranking = ranked_sizes(get_backend("azureml").size_target(spec), spec)
-    result = cli("submit", str(path), "-b", "azureml", "--detach", "--quiet", "-y", "--skip-checks")
-    assert result.returncode == 0, result.stderr
-    run = Run.attach(result.stdout.strip())
+    run, ranking = submitted(path, "--skip-checks")
     assert list(rig.jobs) == [run.run_id], "the refused size was never created"
     assert rig.jobs[run.run_id]["properties"]["resources"]["instanceType"] == ranking[0]
     attempt = run.chain.current  # type: ignore[union-attr]
