@@ -34,10 +34,11 @@ def test_a_step_signal_meant_for_an_earlier_run_never_reaches_the_requeued_runs_
     earlier run's training step (job.0) with SIGTERM, as its retry would. That step is now a finished empty
     one: the training goes on and the run succeeds. Without the empty steps the training is job.0 again and
     the signal ends it (the run fails). The first run sleeps far longer than the test waits, so only the
-    requeue ends it, however slow the machine."""
+    requeue ends it, however slow the machine; a run says it went on only when its sleep was not cut short by a
+    signal (the requeue's signal to run 0's step may reach its sleep before its shell)."""
     command = (
         'run=${SLURM_RESTART_COUNT:-0}; echo "run $run is step $SLURM_STEP_ID"; '
-        f'touch {tmp_path}/up-$run; sleep $(( run == 0 ? 600 : 12 )); echo "run $run went on"'
+        f'touch {tmp_path}/up-$run; sleep $(( run == 0 ? 600 : 12 )) && echo "run $run went on"'
     )
     spec = tmp_path / "stale.yaml"
     spec.write_text(
