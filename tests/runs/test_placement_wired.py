@@ -30,6 +30,7 @@ from cloudddp.plan import Plan
 from cloudddp.runs import recovery
 from cloudddp.runs.runner import Runner
 from tests.support.cli import FIXTURES
+from tests.support.clock import time_zone
 from tests.support.harnesses import AzureMLHarness, SageMakerHarness
 
 BACKENDS = ("sagemaker", "azureml", "slurm")
@@ -111,17 +112,8 @@ def services(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Services:
 @pytest.fixture()
 def east_of_utc() -> Iterator[None]:
     """This machine (and the controller) 5 h 30 east of UTC: a start read in the wrong zone is hours off."""
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = "IST-5:30"
-    time.tzset()
-    try:
+    with time_zone("IST-5:30"):
         yield
-    finally:
-        if before is None:
-            del os.environ["TZ"]
-        else:
-            os.environ["TZ"] = before
-        time.tzset()
 
 
 def job(spec: Path | str, backends: str, tmp_path: Path, *more: str) -> Job:

@@ -5,12 +5,7 @@ the last run's verdicts and kill ratio ("Proof by mutation")."""
 from __future__ import annotations
 
 from tests.support.mutant_rows import ROW_MUTANTS
-from tests.support.mutants import Mutant
-
-LOCAL = "tests/backends/local/"
-SM = "tests/backends/sagemaker/"
-AZ = "tests/backends/azureml/"
-SLURM = "tests/backends/slurm/"
+from tests.support.mutants import AZ, LOCAL, SLURM, SM, Mutant
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- secrets, resume, the budget, the default ignores, the collective timeout, a lost create response ----------

@@ -5,12 +5,7 @@ it names, which that row cites, must fail."""
 
 from __future__ import annotations
 
-from tests.support.mutants import Mutant
-
-LOCAL = "tests/backends/local/"
-SM = "tests/backends/sagemaker/"
-AZ = "tests/backends/azureml/"
-SLURM = "tests/backends/slurm/"
+from tests.support.mutants import AZ, LOCAL, SLURM, SM, Mutant
 
 ROW_MUTANTS: tuple[Mutant, ...] = (
     Mutant(

@@ -40,6 +40,11 @@ from tests.support.cli import ROOT
 
 BOUND_ENV = "CLOUDDDP_MUTANT_BOUND"
 """The variable that hands a mutant's bound to its pytest run (read by :func:`pytest_collection_modifyitems`)."""
+# The test folders the mutant lists name their tests by.
+LOCAL = "tests/backends/local/"
+SM = "tests/backends/sagemaker/"
+AZ = "tests/backends/azureml/"
+SLURM = "tests/backends/slurm/"
 SHARED = (".venv", "node_modules", ".cache")
 """Folders the copy links to instead of copying: the tools, Azurite and the toolkits, never mutated."""
 

@@ -27,6 +27,7 @@ from cloudddp.backends.slurm.shell import Shell
 from cloudddp.backends.status import RunState
 from cloudddp.paths import home
 from tests.support.cli import FIXTURES, cli
+from tests.support.clock import time_zone
 from tests.support.rigs import rig_unavailable
 from tests.support.slurm_cluster import SlurmCluster
 from tests.support.ssh_server import SshUnavailable, ssh_server
@@ -260,17 +261,8 @@ def counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         )
         (bin_dir / tool).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    zone = os.environ.get("TZ")
-    os.environ["TZ"] = "America/New_York"
-    time.tzset()
-    try:
+    with time_zone("America/New_York"):
         yield log
-    finally:
-        if zone is None:
-            del os.environ["TZ"]
-        else:
-            os.environ["TZ"] = zone
-        time.tzset()
 
 
 def client_calls(log: Path, since: float) -> list[tuple[float, str]]:
