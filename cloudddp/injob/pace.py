@@ -25,6 +25,7 @@ never ``backward``) is not measured.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
@@ -219,16 +220,27 @@ class Watch:
         self.host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         self.seen: dict[int, int] = {}
         self.verdicts = Verdicts()
+        self.stopping = threading.Event()
 
     def start(self) -> None:
-        threading.Thread(target=self._run, name="cloudddp-pace", daemon=True).start()
+        self.thread = threading.Thread(target=self._run, name="cloudddp-pace", daemon=True)
+        self.thread.start()
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        """At the interpreter's exit: let the thread leave the store before finalization. A daemon thread that
+        comes back from the store's native call (the GIL released) while the interpreter finalizes is ended
+        inside C++ code, and the process aborts: a run that ended well would read as failed."""
+        self.stopping.set()
+        self.thread.join(timeout=5)
 
     def _run(self) -> None:
         """The thread: nothing it meets may reach ``threading.excepthook`` (where the hang doctor reads a timeout's
         words as a collective's)."""
         dist = sys.modules.get("torch.distributed")
         while dist is None or not dist.is_initialized():
-            time.sleep(self.seconds)
+            if self.stopping.wait(self.seconds):
+                return
             dist = sys.modules.get("torch.distributed")
         host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
         if dist.get_world_size() < 2 or not (host and port and port.isdigit()):
@@ -244,16 +256,14 @@ class Watch:
 
     def _watch(self, store: Any, rank: int, world: int) -> None:
         seq = 0
-        while True:
-            time.sleep(self.seconds)
+        while not self.stopping.wait(self.seconds):
             taken = self.clock.take()
             try:
                 if taken is not None:
                     seq += 1
                     mine = Report(rank, taken[0], taken[1], self.node, self.host, seq)
                     store.set(f"{self.prefix}{rank}", json.dumps(mine._asdict()))
-                if rank == 0:
-                    time.sleep(min(0.5, self.seconds / 10))  # the others' looks of the same moment
+                if rank == 0 and not self.stopping.wait(min(0.5, self.seconds / 10)):  # the others' looks
                     self._decide(store, world)
             except Exception:  # noqa: BLE001 - the store gone at the run's end: the watch ends with it
                 return

@@ -4,6 +4,11 @@ windows of its own work, and the setting the job carries."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from cloudddp.injob import pace
@@ -96,3 +101,30 @@ def test_a_ranks_window_runs_from_a_step_to_the_next_backward_less_its_wait_for_
 @pytest.mark.parametrize(("text", "expected"), [("1.5:10", (1.5, 10.0)), ("off", None), (None, None), ("1:10", None)])
 def test_the_setting_the_job_carries(text: str | None, expected: tuple[float, float] | None) -> None:
     assert setting(text) == expected
+
+
+CHILD = """\
+import datetime, sys, time
+import torch.distributed as dist
+from cloudddp.injob import pace
+
+store = dist.TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False, timeout=datetime.timedelta(seconds=30))
+watch = pace.Watch(pace.Clock(), 1.5, 0.0001)  # a look every 0.1 ms: the thread is nearly always in the store
+watch._run = lambda: watch._watch(store, 0, 2)
+watch.start()
+time.sleep(0.3)
+"""
+
+
+def test_a_process_ending_while_its_watch_talks_to_the_store_exits_0(tmp_path: Path) -> None:
+    """A daemon thread that comes back from the store's native call while the interpreter finalizes is ended inside
+    C++ and aborts the process (half of such ends, unguarded): a training that ended well read as failed."""
+    import torch.distributed as dist
+
+    (tmp_path / "child.py").write_text(CHILD)
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    command = [sys.executable, str(tmp_path / "child.py"), str(server.port)]
+    children = [subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env) for _ in range(8)]
+    errors = [child.communicate(timeout=120)[1] for child in children]
+    assert [child.returncode for child in children] == [0] * 8, {error[-300:] for error in errors}
