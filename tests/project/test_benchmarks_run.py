@@ -14,6 +14,7 @@ from tests.support.cli import ROOT
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.timeout(900)  # about 150 s alone; over 300 s on a machine running two suites at once
 def test_every_bench_case_runs_at_tiny_size(tmp_path: Path) -> None:
     from bench.__main__ import CASES
 
