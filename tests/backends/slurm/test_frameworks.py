@@ -37,6 +37,13 @@ LIGHTNING_STEPS = 42
 """3 epochs of 14 steps: 1792 samples, batches of 32, 4 ranks."""
 
 
+def heard_the_cancel(logs: str) -> bool:
+    """Every rank heard the cancel, once or twice: ``slurmstepd`` signals it, and ``srun``, signalled too, terminates
+    the step, which signals it again; the two often coalesce (docs/stopping.md, "A cancel can reach a rank twice")."""
+    heard = dataloader_saver.sigterms(logs)
+    return set(heard) == set(range(4)) and all(count in (1, 2) for count in heard.values())
+
+
 def records(user: ClusterUser, run_id: str) -> list[dict[str, Any]]:
     """The run's records as the user's ``cloudddp metrics --json`` prints them."""
     return [json.loads(line) for line in cloudddp(user, "metrics", run_id, "--json").splitlines()]
@@ -119,8 +126,8 @@ def test_lightning_preempted_on_2x2_saves_last_ckpt_and_its_requeue_resumes_ther
 def test_a_dataloader_script_cancelled_on_2x2_saves_and_its_resubmit_resumes_with_its_printed_loss_as_metrics(
     user: ClusterUser,
 ) -> None:
-    """``cloudddp cancel`` (SIGTERM to every process of the step, SIGKILL 5 s later): each rank hears it once,
-    no worker dies (the script's loader has no ``worker_init_fn``: cloudddp's hooks spare its workers), rank 0
+    """``cloudddp cancel`` (SIGTERM to every process of the step, SIGKILL 5 s later): each rank hears it (once or
+    twice), no worker dies (the script's loader has no ``worker_init_fn``: cloudddp's hooks spare its workers), rank 0
     saves; the resubmit under the same name resumes at the saved step on every rank and trains 10 more; the loss
     the script prints is each run's metric, at each step once."""
     code = dataloader_saver.dataloader_saver_code(user.home)
@@ -133,7 +140,7 @@ def test_a_dataloader_script_cancelled_on_2x2_saves_and_its_resubmit_resumes_wit
     cloudddp(user, "cancel", first)
     logs = node_logs(run_dir(user, first))
     assert not dataloader_saver.WORKER_KILLED.search(logs), logs[-3000:]
-    assert dataloader_saver.sigterms(logs) == dict.fromkeys(range(4), 1), logs[-3000:]
+    assert heard_the_cancel(logs), logs[-3000:]
     [(saved, epoch)] = dataloader_saver.saved(logs)
     before = [r["step"] for r in records(user, first) if "loss" in r]
     assert before == list(range(1, saved + 1)), (saved, before)
@@ -186,7 +193,7 @@ def test_a_plain_loop_cancelled_on_2x2_keeps_the_file_it_renamed_into_place_3_s_
     [*_, (step, epoch)] = dataloader_saver.kept(logs)
     assert not dataloader_saver.saved(logs), "the stop's own save outlived Slurm's KillWait: nothing to prove"
     assert not dataloader_saver.WORKER_KILLED.search(logs) and "Traceback" not in logs, logs[-3000:]
-    assert dataloader_saver.sigterms(logs) == dict.fromkeys(range(4), 1), logs[-3000:]
+    assert heard_the_cancel(logs), logs[-3000:]
     kept = torch.load(kept_folder(folder) / "state.pt", map_location="cpu")
     assert kept["step"] == step, (kept["step"], step)
 
