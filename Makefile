@@ -9,7 +9,7 @@ EXTRAS  := train,aws,azure,notebook,frameworks,dev
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt cloudddp/code/_tarloop.c  # pip builds the C extension in place
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[$(EXTRAS)]"
@@ -25,7 +25,8 @@ demo: venv
 	@echo "cloudddp is $(BIN)/cloudddp: '. $(BIN)/activate' puts it on your PATH"
 
 # Debian packages that tests drive for real: tmux (the live-metrics terminal), Open MPI's mpirun (Azure ML's
-# MPI distribution), Slurm and munge (a two-node cluster on this machine), gcc and libslurm-dev's spank.h (the
+# MPI distribution), Slurm and munge (a two-node cluster on this machine), gcc (the snapshot's C loops,
+# cloudddp/code/_tarloop.c, built by `make venv`; Python's own headers come with it) and libslurm-dev's spank.h (the
 # test cluster's SPANK plugin, tests/support/spank), slurmdbd and MariaDB (two clusters sharing accounting, for
 # sbatch -M), OpenSSH's server (a login node for the Slurm backend's ssh path). Installed only when
 # missing (~20 s here); without root or apt-get it says so in one line and the tests that need them skip (on CI,
@@ -60,8 +61,9 @@ toolkits: venv
 # Two pytest workers (pytest-xdist): most of the suite's time is real waiting (graces, polls, a 60 s save), which
 # two workers overlap on the 2-core CI machine. The tests that share the Slurm cluster or the second Unix user run on
 # one worker, one after another (tests/conftest.py: xdist_group). TEST_WORKERS=0 runs everything in this process.
+# system-deps comes first: its gcc is what `venv` builds the snapshot's C loops with.
 TEST_WORKERS ?= 2
-test: venv azurite system-deps sdk-data toolkits .venv-azureml-mlflow/.installed lint
+test: system-deps venv azurite sdk-data toolkits .venv-azureml-mlflow/.installed lint
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not conformance"
 
 # The framework matrix in full (docs/stopping.md#conformance): make test's cells, every example at every local shape

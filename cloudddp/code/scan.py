@@ -1,7 +1,10 @@
 """Walking a code folder into the files a snapshot holds, each with its stat stamp.
 
 Nothing outside the folder gets in: ``..``, absolute paths and symlinks that point outside are refused;
-neither do FIFOs or devices. What is left out is :mod:`cloudddp.code.ignore`'s to say.
+neither do FIFOs or devices. What is left out is :mod:`cloudddp.code.ignore`'s to say. A folder's plain regular
+files, nearly all of what it holds, are listed and stamped in C where the extension ``_tarloop`` (``_tarloop.c``)
+is built (the Python loop in :func:`_regular_files` is the reference, and does the same where it is not); every other
+entry goes through :func:`_other`.
 """
 
 from __future__ import annotations
@@ -10,13 +13,18 @@ import functools
 import operator
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from cloudddp.code.filestate import Stamp
 from cloudddp.code.ignore import Rules, ignore_line, ignore_lines
 from cloudddp.errors import UserError
+
+try:
+    from cloudddp.code import _tarloop
+except ImportError:  # installed without a C compiler: _regular_files lists every folder in Python
+    _tarloop = None  # type: ignore[assignment]
 
 MAX_FILES = 20_000
 _NAME, _REL = operator.attrgetter("name"), operator.itemgetter(0)  # sort keys called in C, not a lambda per file
@@ -47,44 +55,88 @@ def scan(root: Path, lines: Sequence[str], left_out: list[str] | None = None) ->
         rel_dir, here = pending.pop()
         ignored.enter(rel_dir, here)
         left = ignored.matcher()  # ignored(), asked the quickest way until a nested .gitignore is added
-        for entry in _listing(here):
-            rel = rel_dir + entry.name
-            try:
-                is_dir = entry.is_dir()  # follows symlinks, as os.walk does
-            except OSError:
-                is_dir = False
-            if is_dir:
-                if not ignored(rel + "/"):
-                    if entry.is_symlink():
-                        _check_link(root, Path(entry.path), rel)
-                    else:
-                        pending.append((rel + "/", entry.path))
-                continue
-            if left(rel):
-                if left_out is not None and ignored.looks_secret(rel):
-                    left_out.append(rel)
-                continue
-            if entry.is_symlink():
-                _check_link(root, Path(entry.path), rel)
-            try:
-                st = entry.stat()  # cached by the listing for a file; one lstat otherwise
-            except FileNotFoundError:
-                raise UserError(
-                    f"{rel} in {root} is a broken symlink", hint="fix or delete the link, or add it to .cloudddpignore"
-                ) from None
-            if not stat.S_ISREG(st.st_mode):  # a FIFO would block the packer forever; a device, read endlessly
-                raise UserError(
-                    f"{rel} in {root} is a {_kind(st.st_mode)}, not a regular file: a code snapshot holds files only",
-                    hint=f"delete it, or add the line {ignore_line(rel)} to .cloudddpignore",
-                )
-            found.append(_entry((rel, Stamp.of(st))))
-            if len(found) > MAX_FILES:
-                raise UserError(
-                    f"{root} holds more than {MAX_FILES:,} files to package",
-                    hint="leave data out of code.dir (use inputs:), or add ignore patterns",
-                )
+        files, left_files, rest = _regular_files(here, rel_dir, left)
+        found += files
+        if left_out is not None:
+            left_out += [rel for rel in left_files if ignored.looks_secret(rel)]
+        for name in rest:
+            found += _other(root, rel_dir, here, name, ignored, left, left_out, pending)
+        if len(found) > MAX_FILES:
+            raise UserError(
+                f"{root} holds more than {MAX_FILES:,} files to package",
+                hint="leave data out of code.dir (use inputs:), or add ignore patterns",
+            )
     found.sort(key=_REL)
     return found
+
+
+def _regular_files(here: str, rel_dir: str, left: Callable[[str], object]) -> tuple[list[Entry], list[str], list[str]]:
+    """The folder's plain regular files (not symlinks) the rules keep, with their stamps; the paths of those
+    they leave out; the names of its other entries, for :func:`_other`. In C where the extension is built."""
+    if _tarloop is not None:
+        try:
+            return _tarloop.regular_files(here, rel_dir, left, Entry, Stamp)
+        except OSError:
+            pass  # unreadable: _listing says so in its words
+    files, left_files, rest = [], [], []
+    for entry in _listing(here):
+        if not entry.is_file(follow_symlinks=False):  # the listing's type: no syscall
+            rest.append(entry.name)
+            continue
+        rel = rel_dir + entry.name
+        if left(rel):
+            left_files.append(rel)
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:  # gone since it was listed: _other says what it is now
+            rest.append(entry.name)
+            continue
+        if stat.S_ISREG(st.st_mode):
+            files.append(_entry((rel, Stamp.of(st))))
+        else:
+            rest.append(entry.name)
+    return files, left_files, rest
+
+
+def _other(
+    root: Path,
+    rel_dir: str,
+    here: str,
+    name: str,
+    ignored: Rules,
+    left: Callable[[str], object],
+    left_out: list[str] | None,
+    pending: list[tuple[str, str]],
+) -> list[Entry]:
+    """A folder's entry that is not a plain regular file: a subfolder (added to ``pending``), a symlink, something
+    that is neither; the file it holds, if any."""
+    rel, path = rel_dir + name, os.path.join(here, name)
+    if os.path.isdir(path):  # follows symlinks, as os.walk does
+        if not ignored(rel + "/"):
+            if os.path.islink(path):
+                _check_link(root, Path(path), rel)
+            else:
+                pending.append((rel + "/", path))
+        return []
+    if left(rel):
+        if left_out is not None and ignored.looks_secret(rel):
+            left_out.append(rel)
+        return []
+    if os.path.islink(path):
+        _check_link(root, Path(path), rel)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise UserError(
+            f"{rel} in {root} is a broken symlink", hint="fix or delete the link, or add it to .cloudddpignore"
+        ) from None
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block the packer forever; a device, read endlessly
+        raise UserError(
+            f"{rel} in {root} is a {_kind(st.st_mode)}, not a regular file: a code snapshot holds files only",
+            hint=f"delete it, or add the line {ignore_line(rel)} to .cloudddpignore",
+        )
+    return [_entry((rel, Stamp.of(st)))]
 
 
 def _listing(here: str) -> list[os.DirEntry[str]]:

@@ -8,7 +8,11 @@ hundred), so the common member (an ASCII name of at most 100 characters) gets it
 out here, which a test holds to ``tarfile``'s bytes; any other member goes through ``tarfile``. Small writes
 are gathered before they reach zlib, whose deflate stream does not depend on how its input is cut. gzip, the
 archive's sha256 and the write to disk run in a thread of their own (:class:`_Compressing`), so compressing
-overlaps listing and reading the files, as ``tar czf``'s separate gzip process does.
+overlaps listing and reading the files, as ``tar czf``'s separate gzip process does. The per-file loop (open,
+read, header, padding) runs in C, with the GIL released, where the optional extension ``_tarloop`` (``_tarloop.c``)
+is built; each member it does not take (a long or non-ASCII name, bytes given as data, a hashed or large file, a
+file it could not read in full) goes through :func:`_add` here, which is the reference and, without the extension,
+does every member: the bytes are the same either way.
 """
 
 from __future__ import annotations
@@ -20,6 +24,11 @@ from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING, NamedTuple
 
 from cloudddp.errors import UserError
+
+try:
+    from cloudddp.code import _tarloop
+except ImportError:  # installed without a C compiler: _add packs every member, to the same bytes
+    _tarloop = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     import tarfile
@@ -181,14 +190,25 @@ class _Batched:
 def write_targz(out: IO[bytes], members: Iterable[Fields]) -> Written:
     """Write the archive of ``members`` (each a :class:`Member` or its :data:`Fields`, in the order given) to
     ``out``."""
+    listed = members if isinstance(members, list) else list(members)
     compressing = _Compressing(out)
     digests = {}
     try:
         tar = _Batched(compressing)
-        for m in members:
+        done = 0
+        while done < len(listed):
+            if _tarloop is not None:
+                done = _tarloop.pack(tar.buffer, listed, done, CHUNK)  # as many as it takes, up to a full chunk
+                if len(tar.buffer) >= CHUNK:
+                    tar.flush()
+                    continue
+                if done == len(listed):
+                    break
+            m = listed[done]
             digest = _add(tar, m)
             if digest is not None:
                 digests[m[0]] = digest
+            done += 1
         tar.write(bytes(2 * BLOCK))  # the end-of-archive marker, then zeros up to a whole record, as tarfile does
         tar.write(bytes(-(tar.sent + len(tar.buffer)) % RECORD))
         tar.flush()
