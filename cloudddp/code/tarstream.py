@@ -1,18 +1,19 @@
 """A deterministic .tar.gz of files on disk, written in one streaming pass and hashed on the way.
 
-The bytes are exactly what ``tarfile`` (PAX format) inside ``gzip.GzipFile(mtime=0, compresslevel=6)``
-writes for the same members, as cloudddp's code archives always were: regular files only, mtime 0,
-uid/gid 0, no owner names, mode 0644 or 0755, no name or timestamp in the gzip header. Going through
-``tarfile`` for every member costs more than compressing a small file (and importing it, more than packing a
-hundred), so the common member (an ASCII name of at most 100 characters) gets its header from fields written
-out here, which a test holds to ``tarfile``'s bytes; any other member goes through ``tarfile``. Small writes
-are gathered before they reach zlib, whose deflate stream does not depend on how its input is cut. gzip, the
-archive's sha256 and the write to disk run in a thread of their own (:class:`_Compressing`), so compressing
-overlaps listing and reading the files, as ``tar czf``'s separate gzip process does. The per-file loop (open,
-read, header, padding) runs in C, with the GIL released, where the optional extension ``_tarloop`` (``_tarloop.c``)
-is built; each member it does not take (a long or non-ASCII name, bytes given as data, a hashed or large file, a
-file it could not read in full) goes through :func:`_add` here, which is the reference and, without the extension,
-does every member: the bytes are the same either way.
+The tar bytes are exactly what ``tarfile`` (PAX format) writes for the same members, as cloudddp's code archives
+always were: regular files only, mtime 0, uid/gid 0, no owner names, mode 0644 or 0755. Their gzip is
+:mod:`~cloudddp.code.blockgzip`'s (no name or timestamp in the header), which is byte for byte
+``gzip.GzipFile(mtime=0, compresslevel=6)``'s for a tar stream of one deflate block (1 MiB: most code folders).
+Going through ``tarfile`` for every member costs more than compressing a small file (and importing it, more than
+packing a hundred), so the common member (an ASCII name of at most 100 characters) gets its header from fields
+written out here, which a test holds to ``tarfile``'s bytes; any other member goes through ``tarfile``. Small
+writes are gathered before they reach gzip, whose bytes do not depend on how its input is cut. gzip (on threads of
+its own), the archive's sha256 and the write to disk run beside the packing (:class:`_Compressing`), so compressing
+overlaps listing and reading the files, as ``tar czf``'s separate gzip process does. The per-file loop (open, read,
+header, padding) runs in C, with the GIL released, where the optional extension ``_tarloop`` (``_tarloop.c``) is
+built; each member it does not take (a long or non-ASCII name, bytes given as data, a hashed or large file, a file
+it could not read in full) goes through :func:`_add` here, which is the reference and, without the extension, does
+every member: the bytes are the same either way.
 """
 
 from __future__ import annotations
@@ -110,12 +111,12 @@ def header(name: str, executable: bool, size: int) -> bytes:
 
 
 class _Compressing:
-    """The tar stream's way out: gzip, sha256 and the write to disk, in a thread of their own. zlib, sha256 and
-    file writes release the GIL, so the archive is compressed while the next files are listed and read; the
-    queue holds at most :data:`QUEUED` chunks, so memory stays bounded whatever the folder holds."""
+    """The tar stream's way out: gzip, sha256 and the write to disk, in a thread of their own (gzip's deflate on
+    threads of its own). zlib, sha256 and file writes release the GIL, so the archive is compressed while the next
+    files are listed and read; the queue holds at most :data:`QUEUED` chunks, so memory stays bounded whatever the
+    folder holds."""
 
     def __init__(self, out: IO[bytes]) -> None:
-        import gzip
         import queue
         import threading
 
@@ -124,7 +125,6 @@ class _Compressing:
         self.size = 0
         self.error: BaseException | None = None
         self.queue: queue.Queue[bytes | bytearray | None] = queue.Queue(QUEUED)
-        self.gzip = gzip.GzipFile(filename="", fileobj=self, mode="wb", mtime=0, compresslevel=6)
         self.thread = threading.Thread(target=self._run, name="cloudddp-targz", daemon=True)
         self.thread.start()
 
@@ -147,17 +147,18 @@ class _Compressing:
         self.size += len(data)
         return self.out.write(data)
 
-    def flush(self) -> None:
-        self.out.flush()
-
     def _run(self) -> None:
+        from cloudddp.code.blockgzip import BlockGzip  # here: a render that finds its snapshot packed needs no gzip
+
         ended = False
+        gz = BlockGzip(self.write)
         try:
-            with self.gzip as gz:
-                while (chunk := self.queue.get()) is not None:
-                    gz.write(chunk)
-                ended = True
+            while (chunk := self.queue.get()) is not None:
+                gz.write(chunk)
+            ended = True
+            gz.close()
         except BaseException as e:  # noqa: BLE001 - raised again in the packing thread
+            gz.abandon()
             self.error = e
             while not ended and self.queue.get() is not None:  # keep taking, so the packer never blocks
                 pass
