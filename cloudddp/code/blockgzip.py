@@ -15,7 +15,10 @@ import struct
 import zlib
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 LEVEL = 6
 """gzip's default level, as ``tar czf`` uses."""
@@ -49,6 +52,8 @@ class BlockGzip:
     At most one block per thread is being deflated: memory stays a few blocks."""
 
     def __init__(self, out: Callable[[bytes], object], workers: int | None = None) -> None:
+        from concurrent.futures import ThreadPoolExecutor  # here: a render that finds its snapshot packed needs none
+
         self.out = out
         self.workers = workers or threads()
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="cloudddp-deflate")

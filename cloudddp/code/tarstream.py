@@ -24,6 +24,7 @@ import zlib
 from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING, NamedTuple
 
+from cloudddp.code.blockgzip import BlockGzip
 from cloudddp.errors import UserError
 
 try:
@@ -148,8 +149,6 @@ class _Compressing:
         return self.out.write(data)
 
     def _run(self) -> None:
-        from cloudddp.code.blockgzip import BlockGzip  # here: a render that finds its snapshot packed needs no gzip
-
         ended = False
         gz = BlockGzip(self.write)
         try:

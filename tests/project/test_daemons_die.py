@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -61,6 +60,9 @@ def test_no_daemon_outlives_a_killed_pytest(tmp_path: Path, sig: signal.Signals,
         names = {name for _, _, name in processes}
         assert {"node", "munged", "slurmctld", "slurmd", "slurmstepd", "sleep", "sshd"} <= names, processes
         assert record["mlflow"] in [pid for pid, _, _ in processes], processes
+        ports = [urlparse(url).port or 0 for url in (record["moto"], record["azurite"])]
+        sockets = {port: _listening(port) for port in ports}  # the emulators' own listening sockets
+        assert all(sockets.values()), sockets
         os.kill(inner.pid, sig)
         inner.wait(timeout=30)  # reaped at once, as the shell that started it would
         killed = time.monotonic()
@@ -71,7 +73,8 @@ def test_no_daemon_outlives_a_killed_pytest(tmp_path: Path, sig: signal.Signals,
             f"{len(survivors)} processes outlived the pytest killed {time.monotonic() - killed:.0f} s ago: "
             f"{survivors}\n{log.read_text()[-3000:]}"
         )
-        assert not [url for url in (record["moto"], record["azurite"]) if _answers(url)], record
+        # A socket still listening is a daemon alive, recorded or not; the port itself may be taken anew by then.
+        assert not [port for port in ports if sockets[port] & _listening(port)], record
         print(f"{len(processes)} processes gone {time.monotonic() - killed:.1f} s after the {sig.name}")
     finally:
         _clean_up(inner, record)
@@ -95,13 +98,17 @@ def _survivors(processes: list[list[Any]]) -> list[list[Any]]:
     return [p for p in processes if watchdog.alive((p[0], p[1]))]
 
 
-def _answers(url: str) -> bool:
-    address = urlparse(url)
-    try:
-        socket.create_connection((address.hostname, address.port), timeout=2).close()
-    except OSError:
-        return False
-    return True
+def _listening(port: int) -> set[str]:
+    """The inodes of the sockets listening on ``port`` (/proc/net/tcp and tcp6): a socket keeps its inode while
+    it lives, and a new one gets a new inode, so one seen before and after the kill is the same socket."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                    found.add(fields[9])
+    return found
 
 
 def _clean_up(inner: subprocess.Popen[bytes], record: dict[str, Any]) -> None:
