@@ -19,9 +19,10 @@ What Lightning does on its own, and what is done instead (read in Lightning 2.6.
   from its first batch and trains only as many batches as were left: the first ones twice, the last ones never.
   Here the epoch's iterator is made again (after the sampler's epoch is set) and the batches already trained are
   drawn and dropped, so each sample is trained once, in the uninterrupted run's order (``DistributedSampler``'s
-  order is a function of its seed and the epoch). A loader with ``state_dict`` (torchdata's
-  ``StatefulDataLoader``) resumes itself and is left alone; one whose length is unknown cannot be skipped exactly,
-  and the resume says how many batches are trained again.
+  order is a function of its seed and the epoch). A resume that starts a new epoch (a stop on an epoch's last step)
+  has its iterator made again too: Lightning made it before it set the sampler's epoch. A loader with
+  ``state_dict`` (torchdata's ``StatefulDataLoader``) resumes itself and is left alone; one whose length is unknown
+  cannot be skipped exactly, and the resume says how many batches are trained again.
 """
 
 from __future__ import annotations
@@ -132,27 +133,35 @@ def _stopping_callback(callbacks: ModuleType, stopped: type, stop: Any, hooks: A
 
 
 def _skip_trained_batches(loop: Any, hooks: Any) -> None:
-    """On the first epoch of a resume, draw and drop the batches the interrupted epoch had trained."""
+    """On the first epoch of a resume, make the epoch's iterator again, now that the sampler's epoch is set, and draw
+    and drop the batches the interrupted epoch had trained.
+
+    Lightning makes the loader's iterator before it sets the sampler's epoch, and on a resume does not make it
+    again: a loader with workers has drawn its indices by then, so a resume that starts a new epoch (a stop on an
+    epoch's last step) would train epoch 0's order."""
     original = loop.on_run_start
 
     def on_run_start(self: Any, data_fetcher: Any) -> None:
         original(self, data_fetcher)
         done = self.batch_progress.current.ready
-        if not (self.restarting and done):
+        resumed = self.restarting or self.trainer.fit_loop.is_resuming
+        if not (resumed and (done or self.trainer.current_epoch)):
             return
         loaders = self.trainer.fit_loop._combined_loader.flattened
         if all(hasattr(d, "state_dict") and hasattr(d, "load_state_dict") for d in loaders):
             return  # a stateful loader resumes itself
         if getattr(data_fetcher, "length", None) is None or getattr(data_fetcher, "batches", None):
-            hooks.say_once(
-                f"resumed mid-epoch after {done} batches; the loader's length is unknown, so this epoch's data "
-                f"starts over: its first {done} batches per rank are trained again"
-            )
+            if done:
+                hooks.say_once(
+                    f"resumed mid-epoch after {done} batches; the loader's length is unknown, so this epoch's data "
+                    f"starts over: its first {done} batches per rank are trained again"
+                )
             return
         iter(data_fetcher)  # this epoch's order: the sampler's epoch is set by now
         data_fetcher.fetched = done
         for _ in range(done):
             next(data_fetcher.iterator)
-        hooks.say_once(f"resumed mid-epoch: the {done} batches per rank this epoch had trained are skipped")
+        if done:
+            hooks.say_once(f"resumed mid-epoch: the {done} batches per rank this epoch had trained are skipped")
 
     loop.on_run_start = on_run_start

@@ -63,18 +63,48 @@ def assert_each_sample_once(stopped: str, resumed: str, whole: str, stop: int) -
         assert trained[rank] + after[rank] == expected[rank], f"rank {rank}: the steps differ from the whole run's"
 
 
-@pytest.mark.timeout(420)
-def test_unchanged_lightning_stopped_mid_epoch_saves_and_resumes_each_sample_once(tmp_path: Path) -> None:
-    whole = succeeded(
-        Job.load(traced("lightning", tmp_path / "whole", [*LIGHTNING, *EPOCHS]), ["name=lit-whole"]).submit("local")
-    )
+@pytest.fixture(scope="module")
+def lightning_whole(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The Lightning example's uninterrupted run at local 1 × 2, in a cloudddp home of its own: its log, traced."""
+    job = traced("lightning", tmp_path_factory.mktemp("lit-whole"), [*LIGHTNING, *EPOCHS])
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CLOUDDDP_HOME", str(tmp_path_factory.mktemp("lit-whole-home")))
+        whole = succeeded(Job.load(job, ["name=lit-whole"]).submit("local"))
     assert len(sample_trace.steps(whole).get(0, [])) == 56, whole[-3000:]
+    return whole
+
+
+@pytest.mark.xdist_group("lightning-whole")
+@pytest.mark.timeout(420)
+def test_unchanged_lightning_stopped_mid_epoch_saves_and_resumes_each_sample_once(
+    lightning_whole: str, tmp_path: Path
+) -> None:
     slow = traced("lightning", tmp_path / "first", [*LIGHTNING, *EPOCHS, "--step-sleep", "0.2"])
     log, stop = cancelled(slow, ["name=lit-stop"], 36, r"\S+last\.ckpt")  # into epoch 2
     again = traced("lightning", tmp_path / "second", [*LIGHTNING, *EPOCHS])
     log2 = succeeded(Job.load(again, ["name=lit-stop"]).submit("local"))
     assert "last.ckpt" in log2 and steps_in(r"finished at step (\d+)", log2) == [56, 56], log2[-3000:]
-    assert_each_sample_once(log, log2, whole, stop)
+    assert_each_sample_once(log, log2, lightning_whole, stop)
+
+
+@pytest.mark.xdist_group("lightning-whole")
+@pytest.mark.timeout(420)
+def test_unchanged_lightning_stopped_on_an_epochs_last_step_resumes_with_the_next_epochs_order(
+    lightning_whole: str, tmp_path: Path
+) -> None:
+    """A stop heard on step 28, the first epoch's last (each rank signals itself there: the tracer's
+    ``SAMPLE_TRACE_SIGTERM_AT``), saves ``last.ckpt`` at step 28; the resume starts the second epoch, shuffled as
+    the uninterrupted run's second epoch is (its sampler's epoch set before its loader's iterator is made)."""
+    first = traced("lightning", tmp_path / "first", [*LIGHTNING, *EPOCHS])
+    job = yaml.safe_load(first.read_text())
+    job["env"]["SAMPLE_TRACE_SIGTERM_AT"] = "28"
+    first.write_text(yaml.safe_dump(job, sort_keys=False))
+    log = succeeded(Job.load(first, ["name=lit-edge"]).submit("local"))
+    assert steps_in(r"cloudddp: stopped at step (\d+): saved \S+last\.ckpt", log) == [28, 28], log[-3000:]
+    again = traced("lightning", tmp_path / "second", [*LIGHTNING, *EPOCHS])
+    log2 = succeeded(Job.load(again, ["name=lit-edge"]).submit("local"))
+    assert steps_in(r"finished at step (\d+)", log2) == [56, 56], log2[-3000:]
+    assert_each_sample_once(log, log2, lightning_whole, 28)
 
 
 HF_ARGS = ["--output_dir", "{{checkpoint_dir}}", "--max_steps", "60", "--save_steps", "1000"]

@@ -315,11 +315,20 @@ ROW_MUTANTS: tuple[Mutant, ...] = (
         "cloudddp/injob/lightning_stop.py",
         "                if isinstance(found, model_checkpoint) and found.save_last and found.dirpath:",
         "                if False:",
-        # On Slurm: the job runs the hooks shipped in its snapshot, so the copy's. A local job whose env sets
-        # PYTHONPATH (the sample trace's) imports the working tree's through the editable install instead.
         (
-            SLURM + "test_frameworks.py::"
-            "test_lightning_preempted_on_2x2_saves_last_ckpt_and_its_requeue_resumes_there_with_metrics_from_metrics_csv",
+            "tests/across_backends/test_unchanged.py::"
+            "test_unchanged_lightning_stopped_on_an_epochs_last_step_resumes_with_the_next_epochs_order",
+        ),
+    ),
+    Mutant(
+        "lightning-resume-into-a-new-epoch-keeps-epoch-0s-order",
+        "A Lightning or Hugging Face Trainer script with no line changed",
+        "cloudddp/injob/lightning_stop.py",
+        "        if not (resumed and (done or self.trainer.current_epoch)):",
+        "        if not (resumed and done):",
+        (
+            "tests/across_backends/test_unchanged.py::"
+            "test_unchanged_lightning_stopped_on_an_epochs_last_step_resumes_with_the_next_epochs_order",
         ),
     ),
 )

@@ -11,8 +11,13 @@ group's (a framework may number ranks its own way: Lightning under Slurm), and t
 logs are read by node (a requeued job's ranks may change nodes). A stopped run's lines and its resume's, in order,
 are then compared with an uninterrupted run's: each rank's sequence of steps must be the same.
 
+With ``SAMPLE_TRACE_SIGTERM_AT=N`` in its environment, each rank sends itself SIGTERM once it has traced its Nth
+step, so that a test can place a stop on an exact step (the last of an epoch, say) where a cancel from outside lands
+wherever the run happens to be.
+
 :func:`install_into` copies this file as ``sitecustomize.py`` into a job's code folder; the job's ``env`` sets
-``PYTHONPATH`` to that folder (relative: the program runs in the code folder) and ``SAMPLE_TRACE=1``.
+``PYTHONPATH`` to that folder (relative: the program runs in the code folder), then the test's, and
+``SAMPLE_TRACE=1``.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,10 +37,13 @@ LINE = re.compile(r"SAMPLES (\{.*\})")
 
 
 def install_into(code: Path) -> dict[str, str]:
-    """Copy the tracer into ``code``; the environment the job needs for it."""
+    """Copy the tracer into ``code``; the environment the job needs for it. The job's ``PYTHONPATH`` replaces the
+    test's, so the test's follows the tracer's folder: the ranks import cloudddp from the checkout the test runs
+    from (``make mutants``' copy), not from wherever the editable install points."""
     (code / FOLDER).mkdir(exist_ok=True)
     shutil.copyfile(__file__, code / FOLDER / "sitecustomize.py")
-    return {"PYTHONPATH": FOLDER, "SAMPLE_TRACE": "1"}
+    path = os.pathsep.join(filter(None, [FOLDER, os.environ.get("PYTHONPATH")]))
+    return {"PYTHONPATH": path, "SAMPLE_TRACE": "1"}
 
 
 def steps(log: str) -> dict[int, list[tuple[str, ...]]]:
@@ -67,7 +76,8 @@ def _install() -> None:
     import torch.distributed as dist
     from torch.nn.modules import module
 
-    depth, rows = [0], [None]
+    depth, rows, traced = [0], [None], [0]
+    sigterm_at = int(os.environ.get("SAMPLE_TRACE_SIGTERM_AT", "0"))
 
     def before(_module: Any, args: Any) -> None:
         if depth[0] == 0:
@@ -86,6 +96,9 @@ def _install() -> None:
             record = {"rank": rank, "t": time.time(), "rows": rows[0]}
             print("SAMPLES " + json.dumps(record), file=sys.stderr, flush=True)
             rows[0] = None
+            traced[0] += 1
+            if traced[0] == sigterm_at:
+                os.kill(os.getpid(), signal.SIGTERM)
 
     module.register_module_forward_pre_hook(before)
     module.register_module_forward_hook(after)
