@@ -41,7 +41,8 @@ def test_a_rank_asleep_mid_epoch_is_named_with_its_line_and_the_others_are_shown
     asleep_at = time.time()
     status = run.wait(timeout=TIMEOUT_S + 120, poll=0.5)
 
-    assert status.state is RunState.FAILED and status.cause is Cause.HANG, status
+    log = "\n".join(line.text for line in run.logs())  # the verdict, or why there was none
+    assert status.state is RunState.FAILED and status.cause is Cause.HANG, (status, log[-4000:])
     assert status.ended_at is not None and status.ended_at - asleep_at < TIMEOUT_S + 60, status.ended_at - asleep_at
     named = f"hang: rank {culprit} on node {node} ("
     assert status.message.startswith(named), status.message
