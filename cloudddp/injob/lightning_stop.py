@@ -138,8 +138,8 @@ def _skip_trained_batches(loop: Any, hooks: Any) -> None:
 
     Lightning makes the loader's iterator before it sets the sampler's epoch, and on a resume does not make it
     again: a loader with workers has drawn its indices by then, so a resume that starts a new epoch (a stop on an
-    epoch's last step) would train epoch 0's order. Lightning 2.5 has no ``is_resuming``; it makes the iterator
-    again itself on every first epoch of a resume but a restarting one."""
+    epoch's last step) would train epoch 0's order. Lightning 2.5.0 has no ``is_resuming`` (2.5.6 has); it makes
+    the iterator again itself on every first epoch of a resume but a restarting one."""
     original = loop.on_run_start
 
     def on_run_start(self: Any, data_fetcher: Any) -> None:
