@@ -5,7 +5,6 @@ over sockets stopping every rank (the transport stubbed, the rest real: two proc
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from cloudddp.injob.interconnect import (
 )
 from cloudddp.observe.metrics import PREFIX, parse_metric_line
 from tests.support.cli import FIXTURES
+from tests.support.ports import free_port
 
 LOGS = FIXTURES / "nccl"
 
@@ -119,18 +119,12 @@ module.main()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_every_rank_stops_fast_when_the_transport_is_sockets_on_an_infiniband_size(tmp_path: Path) -> None:
     (tmp_path / "stub.py").write_text(STUB.format(log=str(LOGS / "socket_on_ib_cluster.log")))
     python = tmp_path / "python"
     python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "stub.py"} "$@"\n')
     python.chmod(0o755)
-    port = str(_free_port())
+    port = str(free_port())
     call = f"import sys; from cloudddp.injob import interconnect as i; sys.exit(i.check({str(python)!r}) or 0)"
     ranks = [
         subprocess.Popen(

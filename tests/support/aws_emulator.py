@@ -20,12 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
+from tests.support.ports import free_port
 
 ACCOUNT_ID = "123456789012"  # moto's default account
 

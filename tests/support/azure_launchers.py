@@ -33,7 +33,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -43,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from cloudddp.observe.metrics import MetricRecord, metrics_from_lines
+from tests.support import watchdog
+from tests.support.ports import free_port
 
 _REFERENCE = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z0-9_]+)\s*\}\}")
 _DATASTORE_URI = re.compile(r"^azureml://datastores/([^/]+)/paths/(.*)$")
@@ -106,10 +107,21 @@ class Datastores:
         return folder
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _run_in_own_group(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``argv``; past ``timeout`` it and every process below it get SIGKILL (Open MPI starts its ranks in process
+    groups of their own) and the result is exit 124."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for pid in watchdog.with_descendants({proc.pid}):
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return subprocess.CompletedProcess(argv, 124, out, f"{err}\n[the rig ended the job after {timeout:.0f} s]")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def substitute(command: str, inputs: dict[str, Path], outputs: dict[str, Path]) -> str:
@@ -298,8 +310,10 @@ def mpirun_unavailable() -> str | None:
     return None
 
 
-def launch_mpi(job: dict[str, Any], work: Path, stores: Datastores, timeout: float = 300) -> AzureRun:
-    """Azure ML's MPI distribution: one real ``mpirun`` starts every rank of the rendered command."""
+def launch_mpi(job: dict[str, Any], work: Path, stores: Datastores, timeout: float = 240) -> AzureRun:
+    """Azure ML's MPI distribution: one real ``mpirun`` starts every rank of the rendered command. After ``timeout``
+    seconds (within pytest's 300) the job ends as a node that goes away does, every rank with it, and the run says
+    so: SIGKILL to ``mpirun`` alone would leave its ranks running."""
     if job["distribution"]["type"] != "mpi":
         raise ValueError(f"distribution.type is {job['distribution']['type']!r}, not mpi")
     nodes = int(job["resources"]["instance_count"])
@@ -328,7 +342,7 @@ def launch_mpi(job: dict[str, Any], work: Path, stores: Datastores, timeout: flo
         "-c",
         commands[0],
     ]
-    done = subprocess.run(argv, cwd=code_dirs[0], env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    done = _run_in_own_group(argv, code_dirs[0], env, timeout)
     logs, codes = {}, {}
     for rank in range(ranks):
         folder = logs_dir / "1" / f"rank.{rank}"

@@ -56,6 +56,7 @@ from requests.adapters import BaseAdapter
 from tests.support import watchdog
 from tests.support.azure_launchers import log_name
 from tests.support.cli import ROOT
+from tests.support.ports import free_port
 
 if TYPE_CHECKING:
     from tests.support.mlflow_server import MlflowServer
@@ -87,12 +88,6 @@ QUOTA_REFUSED = "JobNodeCountExceedsCoreQuota"
 as "Job submission to AzureML Compute encountered an Exception with status code JobNodeCountExceedsCoreQuota, The
 specified subscription has a Standard DSv2 family vCPU quota of 2 and is less than the requested job node count of 2
 which maps to 4 vCPUs. ...")."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def azurite_binary() -> str | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support import watchdog
+from tests.support.ports import free_port
 
 
 @dataclass(frozen=True)
@@ -31,12 +31,6 @@ class MlflowServer:
     root: Path  # mlflow.db, artifacts/, server.log
     startup_s: float  # from launch to the first answer of /health
     pid: int  # ``mlflow server``, leader of its own process group (uvicorn is its child)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

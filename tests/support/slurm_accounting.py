@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support import watchdog
+from tests.support.ports import free_ports
 from tests.support.slurm_cluster import (
     SlurmCluster,
     SlurmUnavailable,
     _die_with_parent,
     _wait_for,
-    free_ports,
     start_cluster,
     unavailable_reason,
     which,

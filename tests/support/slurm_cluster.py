@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support import watchdog
+from tests.support.ports import free_ports
 
 SBIN = ("/usr/sbin", "/sbin")
 NEEDED = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "sinfo", "squeue", "scontrol", "scancel")
@@ -89,18 +90,6 @@ def unavailable_reason() -> str | None:
     if os.geteuid() != 0:
         return "slurmd must run as root to start jobs (this test run is not root)"
     return None
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct ports that are free now (all bound at once so none repeats)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def parse_pairs(line: str) -> dict[str, str]:

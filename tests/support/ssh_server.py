@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support import watchdog
+from tests.support.ports import free_port
 
 
 class SshUnavailable(RuntimeError):
@@ -33,13 +33,6 @@ class SshServer:
     """``user@127.0.0.1``, as slurm.login_host."""
     options: tuple[str, ...]
     """ssh arguments that reach it with the test's key (as slurm.ssh_options)."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextmanager
@@ -55,7 +48,7 @@ def ssh_server(root: Path, env: Mapping[str, str]) -> Iterator[SshServer]:
         subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-f", str(root / name)], check=True, timeout=30)
     (root / "authorized_keys").write_bytes((root / "client.pub").read_bytes())
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     set_env = " ".join(f'"{k}={v}"' for k, v in env.items())
     (root / "sshd_config").write_text(f"""Port {port}
 ListenAddress 127.0.0.1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
 import struct
 import subprocess
 import sys
@@ -15,14 +14,9 @@ from typing import Any
 import numpy as np
 
 from tests.support.cli import ROOT
+from tests.support.ports import free_port
 
 TRAIN = ROOT / "src_train" / "train.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def torchrun_argv(nproc: int, *args: str, max_restarts: int = 0) -> list[str]:

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.support.cli import ROOT
-from tests.support.mlflow_server import MlflowServer, free_port
+from tests.support.mlflow_server import MlflowServer
+from tests.support.ports import free_port
 from tests.support.rigs import rig_unavailable
 from tests.support.train_helpers import train
 

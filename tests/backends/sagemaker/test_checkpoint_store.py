@@ -28,11 +28,11 @@ from tests.support.aws_emulator import (
     ACCOUNT_ID,
     FaultProxy,
     aws_environment,
-    free_port,
     own_bucket,
     use_emulator,
 )
 from tests.support.cli import ROOT
+from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow

@@ -34,8 +34,8 @@ import pytest
 from cloudddp.injob import container_init
 from cloudddp.injob.shim import SHIPPED_AS
 from cloudddp.runtime import launcher_grace, shipped_files
-from tests.support.aws_emulator import free_port
 from tests.support.dataloader_saver import ENTRY, RUNNING, WORKER_KILLED, dataloader_saver_code, saved, sigterms
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

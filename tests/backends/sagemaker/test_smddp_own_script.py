@@ -28,8 +28,8 @@ from cloudddp.injob.shim import SHIPPED_AS
 from cloudddp.runtime import shipped_files
 from tests.backends.sagemaker.test_mpirun_stop import toolkit_mpirun
 from tests.backends.sagemaker.test_render import launcher_payload
-from tests.support.aws_emulator import free_port
 from tests.support.cli import ROOT
+from tests.support.ports import free_port
 
 TEMPLATE = ROOT / "cloudddp" / "data" / "train_template.py"
 REGISTERED = "stand-in smddp client imported: backend smddp registered"
