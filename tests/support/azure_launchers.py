@@ -107,7 +107,7 @@ class Datastores:
         return folder
 
 
-def _run_in_own_group(
+def _run_ending_its_tree(
     argv: list[str], cwd: Path, env: dict[str, str], timeout: float
 ) -> subprocess.CompletedProcess[str]:
     """``argv``; past ``timeout`` it and every process below it get SIGKILL (Open MPI starts its ranks in process
@@ -342,7 +342,7 @@ def launch_mpi(job: dict[str, Any], work: Path, stores: Datastores, timeout: flo
         "-c",
         commands[0],
     ]
-    done = _run_in_own_group(argv, code_dirs[0], env, timeout)
+    done = _run_ending_its_tree(argv, code_dirs[0], env, timeout)
     logs, codes = {}, {}
     for rank in range(ranks):
         folder = logs_dir / "1" / f"rank.{rank}"
