@@ -66,10 +66,11 @@ toolkits: venv
 bytecode: venv
 	$(BIN)/python -m compileall -q -j 0 cloudddp src_train tests bench examples
 
-# Four pytest workers (pytest-xdist) on the 2-core CI machine: much of a test's time is waiting (graces, polls, a
-# 60 s save, the rigs), so two workers left the cores idle part of the time (a fresh clone's make test: 34-41 min
-# with four, 54 with two, docs/development.md); four keep both cores busy, so more would not help. The tests that share the Slurm cluster or the second Unix user run on one
-# worker, one after another (tests/conftest.py: xdist_group). TEST_WORKERS=0 runs everything in this process.
+# Four pytest workers (pytest-xdist) on the 2-core CI machine: with two, the cores sat idle while tests waited
+# (graces, polls, a 60 s save); four keep both busy throughout, so more would not help (a fresh clone's make test:
+# 34-41 min with four, 54 with two; docs/development.md). The tests that share the Slurm cluster or the second Unix
+# user run on one worker, one after another (tests/conftest.py: xdist_group). TEST_WORKERS=0 runs everything in
+# this process.
 # system-deps comes first: its gcc is what `venv` builds the snapshot's C loops with.
 TEST_WORKERS ?= 4
 test: system-deps venv bytecode azurite sdk-data toolkits .venv-azureml-mlflow/.installed lint

@@ -46,10 +46,10 @@ def _this_workers_slice() -> tuple[int, int]:
     xdist)."""
     top = _ephemeral_start()
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    workers = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1), 1)
     index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
-    width = (top - LOWEST) // max(workers, 1)
-    start = LOWEST + (index % max(workers, 1)) * width
+    width = (top - LOWEST) // workers
+    start = LOWEST + (index % workers) * width
     return start, start + width
 
 
