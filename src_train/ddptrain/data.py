@@ -4,8 +4,8 @@ augmentation on the device), and the four image sets:
 - ``cifar10``: the standard python pickle batches (``cifar-10-batches-py/data_batch_1..5``,
   ``test_batch``; the format inside cifar-10-python.tar.gz), read without torchvision. ``--data-dir``
   may point at the batch folder, its parent, or the .tar.gz itself.
-- ``digits``: scikit-learn's ``load_digits`` (1,797 real 8×8 handwritten digits that ship inside the
-  wheel), split 80/20 with a fixed seed; or a ``digits.npz`` (images, labels) in ``--data-dir``.
+- ``digits``: scikit-learn's digits (1,797 real 8×8 handwritten digits that ship inside its wheel), split 80/20
+  with a fixed seed; or a ``digits.npz`` (images, labels) in ``--data-dir``.
 - ``synthetic``: deterministic CIFAR-shaped data with a learnable signal, for benchmarks and tests.
 - ``imagefolder``: folders of image files, ``train/<class>/*`` and ``test/<class>/*`` (images.py): read batch by
   batch by the streaming data path (feed.py), or all at once by the device path.
@@ -16,6 +16,8 @@ the device whole or streams them batch by batch through a ``DataLoader``.
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
 import pickle
 import tarfile
 from dataclasses import dataclass, field, replace
@@ -146,12 +148,7 @@ def load_digits(root: Path | None) -> ImageDataset:
         with np.load(root / "digits.npz") as npz:
             images, labels = npz["images"], npz["labels"]
     else:
-        try:
-            from sklearn.datasets import load_digits as sk_digits
-        except ImportError:
-            raise UsageError("--dataset digits needs scikit-learn, or --data-dir with a digits.npz") from None
-        bunch = sk_digits()
-        images, labels = bunch.images, bunch.target
+        images, labels = scikit_learn_digits()
     images = np.clip(np.asarray(images, dtype=np.float64) * 16, 0, 255).astype(np.uint8)[:, None]
     labels = np.asarray(labels, dtype=np.int64)
     order = np.random.default_rng(1234).permutation(len(labels))
@@ -166,6 +163,24 @@ def load_digits(root: Path | None) -> ImageDataset:
         flip=False,
         pad=1,
     )
+
+
+def scikit_learn_digits() -> tuple[np.ndarray, np.ndarray]:
+    """``sklearn.datasets.load_digits()``'s images and targets, read from the CSV file it reads, without importing
+    scikit-learn: ``sklearn.datasets`` takes about a second of CPU to import (scipy with it), in every rank. Where
+    the file is not at its place (another layout of the package), scikit-learn's own function reads it."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise UsageError("--dataset digits needs scikit-learn, or --data-dir with a digits.npz")
+    csv = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
+    if not csv.is_file():
+        from sklearn.datasets import load_digits as sk_digits
+
+        bunch = sk_digits()
+        return bunch.images, bunch.target
+    with gzip.open(csv, "rt") as rows:
+        table = np.loadtxt(rows, delimiter=",")
+    return table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(np.int64)
 
 
 def load_synthetic(size: int, seed: int = 0) -> ImageDataset:

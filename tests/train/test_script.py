@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -68,6 +69,28 @@ def test_cifar10_loader_reads_the_real_pickle_format_from_folder_parent_and_targ
     assert torch.equal(datasets.load_cifar10(archive).train_x, torch.from_numpy(train_set[0]))
     with pytest.raises(datasets.UsageError, match="no CIFAR-10 python batches"):
         datasets.load_cifar10(tmp_path / "nowhere")
+
+
+def test_the_digits_are_scikit_learns_read_without_importing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images, labels = datasets.scikit_learn_digits()
+    assert np.array_equal(images, bunch.images) and np.array_equal(labels, bunch.target)
+    probe = "import sys; from ddptrain import data; data.scikit_learn_digits(); print('sklearn' in sys.modules)"
+    shown = subprocess.run([sys.executable, "-c", probe], cwd=ROOT / "src_train", capture_output=True, text=True)
+    assert shown.stdout.strip() == "False", shown.stderr[-2000:]
+    # a scikit-learn whose data file is elsewhere: its own load_digits reads it
+    elsewhere = tmp_path / "sklearn"
+    elsewhere.mkdir()
+    spec = datasets.importlib.util.spec_from_file_location("sklearn", elsewhere / "__init__.py")
+    assert spec is not None
+    spec.submodule_search_locations = [str(elsewhere)]
+    monkeypatch.setattr(datasets.importlib.util, "find_spec", lambda name: spec)
+    images, labels = datasets.scikit_learn_digits()
+    assert np.array_equal(images, bunch.images) and np.array_equal(labels, bunch.target)
 
 
 def test_metric_lines_match_cloudddp_parser_and_sagemaker_regexes() -> None:
