@@ -1,5 +1,5 @@
-"""Shared test set-up: every test gets its own cloudddp home, subprocesses import this checkout, and the
-cloud emulators (moto, Azurite) start once per session on free ports."""
+"""Shared test set-up: every test gets its own cloudddp home, subprocesses import this checkout and wait without
+spinning (tests/support/cores.py), and the cloud emulators (moto, Azurite) start once per session on free ports."""
 
 from __future__ import annotations
 
@@ -11,12 +11,16 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.support.cli import ROOT
+from tests.support.cores import SHARED_CORES_ENV
 from tests.support.leftovers import stop_leftovers
 from tests.support.rigs import allowed_on_ci, on_ci, rig_unavailable
 
 if TYPE_CHECKING:
     from tests.support.mlflow_server import MlflowServer
     from tests.support.slurm_cluster import SlurmCluster
+
+for _name, _value in SHARED_CORES_ENV.items():
+    os.environ.setdefault(_name, _value)  # before any fixture starts a daemon or a run: all inherit it
 
 
 @pytest.fixture(autouse=True)

@@ -67,6 +67,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from tests.support import namespaces
+from tests.support.cores import SHARED_CORES_ENV
 
 GROUP = "homogeneousCluster"  # SageMaker's instance group name for a job without heterogeneous clusters
 INTERFACE = "eth0"  # what SageMaker writes as network_interface_name
@@ -455,6 +456,7 @@ def _prepare_host(
         "HOME": str(folder / "home"),
         "TMPDIR": str(short / name),
         **(IMAGE_ENV if image == "dlc" else {k: v for k, v in IMAGE_ENV.items() if k not in DLC_ONLY_ENV}),
+        **SHARED_CORES_ENV,  # the hosts share this machine's cores
         "TRAINING_JOB_NAME": request["TrainingJobName"],
         "AWS_REGION": aws.region,
         **({} if isolated else aws.env()),

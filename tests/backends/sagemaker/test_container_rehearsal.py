@@ -355,6 +355,7 @@ def test_the_script_gets_requirements_plain_values_and_the_containers_environmen
     assert env["SM_CURRENT_HOST"] == "algo-1" and json.loads(env["SM_HOSTS"]) == ["algo-1"]
     assert env["SM_CHANNEL_TRAIN"] == "/opt/ml/input/data/train" and env["SM_MODEL_DIR"] == "/opt/ml/model"
     assert env["TRAINING_JOB_NAME"] == env["SAGEMAKER_JOB_NAME"] == request["TrainingJobName"]
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"  # the rig's hosts share this machine's cores (tests/support/cores.py)
     for key, value in request["Environment"].items():  # the request's Environment reaches the script...
         if key not in SPEC_NCCL:  # ...except what the toolkit overwrites (next test)
             assert env[key] == value, key
