@@ -158,10 +158,9 @@ def test_checkpoint_without_checksum_is_ignored(tmp_path: Path) -> None:
 
 def test_sharded_evaluation_equals_single_process(tmp_path: Path) -> None:
     args = ["--dataset", "digits", "--epochs", "2", "--deterministic", "--checkpoint-every", "0", "--model-dir"]
-    one = train(1, *args, str(tmp_path / "a"), "--global-batch-size", "64", cwd=tmp_path)
     two = train(2, *args, str(tmp_path / "b"), "--global-batch-size", "64", cwd=tmp_path)
-    assert one.returncode == 0 and two.returncode == 0, two.stderr[-2000:]
-    # Evaluate rank 0's final weights both ways: the 2-rank sharded, summed accuracy must equal 1 rank's.
+    assert two.returncode == 0, two.stderr[-2000:]
+    # Rank 0's final weights evaluated here, in one process: the 2 ranks' sharded, summed accuracy must equal it.
     sd = torch.load(tmp_path / "b" / "model.pt")
     from ddptrain import models
 
@@ -176,15 +175,6 @@ def test_sharded_evaluation_equals_single_process(tmp_path: Path) -> None:
         acc = (model(((ds.test_x.float() / 255) - mean) / std).argmax(1) == ds.test_y).float().mean().item()
     reported = [r["test_acc"] for r in records(two.stdout) if "test_acc" in r][-1]
     assert abs(reported - acc) < 1e-6, (reported, acc)
-
-
-def test_deterministic_runs_give_bitwise_equal_parameters(tmp_path: Path) -> None:
-    args = ["--dataset", "digits", "--epochs", "2", "--deterministic", "--checkpoint-every", "0"]
-    a = train(2, *args, "--model-dir", str(tmp_path / "a"), cwd=tmp_path)
-    b = train(2, *args, "--model-dir", str(tmp_path / "b"), cwd=tmp_path)
-    assert a.returncode == 0 and b.returncode == 0
-    sa, sb = torch.load(tmp_path / "a" / "model.pt"), torch.load(tmp_path / "b" / "model.pt")
-    assert all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
 def test_bad_arguments_exit_2_with_one_line(tmp_path: Path) -> None:
