@@ -149,47 +149,6 @@ def test_the_sagemaker_launcher_carries_exactly_the_specs_arguments(tmp_path: Pa
     assert read_payload(args)["argv"] == ["train.py", *AWKWARD]  # the container run is in test_sagemaker_container
 
 
-def test_a_resubmit_keeps_its_folder_a_named_variant_gets_its_own_and_the_plan_says_when_arguments_differ() -> None:
-    digits = ROOT / "jobs" / "digits-local.yaml"
-    same = ["checkpoint.resume=auto", "code.args=[--dataset, digits, --epochs, '2']"]
-    first = Job.load(digits, same).submit("local")
-    assert first.wait(timeout=240, poll=0.2).state is RunState.SUCCEEDED
-    again = Job.load(digits, same)
-    plan = again.render("local")
-    assert any("resumes from ckpt-e0002" in d for d in plan.decisions), plan.decisions
-    assert not any("arguments differ" in w for w in plan.warnings), plan.warnings
-    rerun = again.submit("local")
-    assert rerun.wait(timeout=240, poll=0.2).state is RunState.SUCCEEDED
-    assert any("resumed from" in line.text for line in rerun.logs())
-    other_lr = ["checkpoint.resume=auto", "code.args=[--dataset, digits, --epochs, '2', --lr, '0.05']"]
-    unnamed = Job.load(digits, other_lr).render("local")
-    assert _folder(unnamed) == _folder(plan)  # the same training, as far as anything can tell: the plan says so
-    assert any(
-        "the arguments differ from those that wrote the checkpoint it will resume (was: train.py --dataset digits "
-        "--epochs 2, now: train.py --dataset digits --epochs 2 --lr 0.05)" in w
-        for w in unnamed.warnings
-    ), unnamed.warnings
-    named = Job.load(digits, [*other_lr, "checkpoint.key=lr-0.05"]).render("local")
-    assert _folder(named) != _folder(plan)
-    assert any("no checkpoint yet" in d for d in named.decisions) and not named.warnings
-    for backend, harness in (("sagemaker", SageMakerHarness), ("azureml", AzureMLHarness)):
-        uris = [
-            _checkpoint_uri(Job.load(digits, [*harness.overrides, *o]).render(backend))
-            for o in (same, other_lr, [*other_lr, "checkpoint.key=lr-0.05"])
-        ]
-        assert uris[0] == uris[1] != uris[2], (backend, uris)
-
-
-def _folder(plan) -> str:
-    return str(plan.request.env["CLOUDDDP_CHECKPOINT_DIR"])
-
-
-def _checkpoint_uri(plan) -> str:
-    if plan.backend == "sagemaker":
-        return str(plan.request["CheckpointConfig"]["S3Uri"])
-    return str(plan.request["job"]["outputs"]["checkpoints"]["path"])
-
-
 def test_the_documented_contract_is_what_every_backend_sets() -> None:
     section = (ROOT / "docs" / "runtime-contract.md").read_text()
     documented = set(re.findall(r"`(CLOUDDDP_[A-Z_]+?)(?:<NAME>)?`", section)) - {

@@ -190,8 +190,8 @@ ROW_MUTANTS: tuple[Mutant, ...] = (
         "    if was is None or tuple(was) == tuple(argv):",
         "    if was is None or was[0] == argv[0]:",
         (
-            "tests/across_backends/test_your_own_script.py::"
-            "test_a_resubmit_keeps_its_folder_a_named_variant_gets_its_own_and_the_plan_says_when_arguments_differ",
+            LOCAL + "test_resubmit_resumes.py::"
+            "test_a_resubmit_with_an_added_argument_and_with_another_node_count_resumes_from_the_last_checkpoint",
         ),
     ),
     Mutant(

@@ -1,6 +1,8 @@
 """A training keeps its checkpoint folder when only its arguments or its size change: real torchrun runs of the
 shared script, resubmitted with an added argument and then on another node count, each resuming where the last
-one stopped; the plan names the folder, what the run resumes from, and the arguments that wrote it."""
+one stopped; the plan names the folder, what the run resumes from, and the arguments that wrote it. A variant named
+by ``checkpoint.key`` gets a folder of its own (here and in the clouds' plans; tests/across_backends/
+test_checkpoint_folder.py has every backend)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from cloudddp.api import Job, Run
 from cloudddp.backends.checkpoints.contents import RECORD
 from cloudddp.backends.status import RunState
 from tests.support.cli import ROOT
+from tests.support.harnesses import AzureMLHarness, SageMakerHarness
 
 pytestmark = pytest.mark.slow
 DIGITS = ROOT / "jobs" / "digits-local.yaml"
@@ -44,9 +47,11 @@ def resubmit(overrides: list[str], *, resumes: str, was: str, now: str) -> tuple
 
 
 def test_a_resubmit_with_an_added_argument_and_with_another_node_count_resumes_from_the_last_checkpoint() -> None:
-    first = Job.load(DIGITS, [*BASE, "code.args=[--dataset, digits, --epochs, '2']"]).submit("local")
+    same = [*BASE, "code.args=[--dataset, digits, --epochs, '2']"]
+    first = Job.load(DIGITS, same).submit("local")
     finished(first)
     assert epoch_ends(first) == [1, 2]
+    assert_a_named_variant_gets_its_own_folder(same)
 
     added = "code.args=[--dataset, digits, --epochs, '3', --log-every, '4']"
     second, folder = resubmit(
@@ -102,3 +107,39 @@ def test_a_resubmit_runs_in_the_same_working_folder_as_the_run_before_it_emptied
     first, second = working_folder(checkpoint={"enabled": True}), working_folder(checkpoint={"enabled": True})
     assert first == (second[0], "False") == (first[0], second[1]), (first, second)
     assert "/runs/" not in first[0] and "/work/" in first[0]
+
+
+def assert_a_named_variant_gets_its_own_folder(same: list[str]) -> None:
+    """Plans only, after the first run: the same arguments resume with no warning; another ``--lr`` resumes in the
+    same folder and says the arguments differ; with ``checkpoint.key`` it gets a folder of its own, empty; the
+    clouds' checkpoint URIs follow the same rule."""
+    plan = Job.load(DIGITS, same).render("local")
+    assert any("resumes from ckpt-e0002" in d for d in plan.decisions), plan.decisions
+    assert not any("arguments differ" in w for w in plan.warnings), plan.warnings
+    other_lr = [*BASE, "code.args=[--dataset, digits, --epochs, '2', --lr, '0.05']"]
+    unnamed = Job.load(DIGITS, other_lr).render("local")
+    assert folder_of(unnamed) == folder_of(plan)  # the same training, as far as anything can tell: the plan says so
+    assert any(
+        "the arguments differ from those that wrote the checkpoint it will resume (was: train.py --dataset digits "
+        "--epochs 2, now: train.py --dataset digits --epochs 2 --lr 0.05)" in w
+        for w in unnamed.warnings
+    ), unnamed.warnings
+    named = Job.load(DIGITS, [*other_lr, "checkpoint.key=lr-0.05"]).render("local")
+    assert folder_of(named) != folder_of(plan)
+    assert any("no checkpoint yet" in d for d in named.decisions) and not named.warnings
+    for backend, harness in (("sagemaker", SageMakerHarness), ("azureml", AzureMLHarness)):
+        uris = [
+            checkpoint_uri(Job.load(DIGITS, [*harness.overrides, *o]).render(backend))
+            for o in (same, other_lr, [*other_lr, "checkpoint.key=lr-0.05"])
+        ]
+        assert uris[0] == uris[1] != uris[2], (backend, uris)
+
+
+def folder_of(plan: Any) -> str:
+    return str(plan.request.env["CLOUDDDP_CHECKPOINT_DIR"])
+
+
+def checkpoint_uri(plan: Any) -> str:
+    if plan.backend == "sagemaker":
+        return str(plan.request["CheckpointConfig"]["S3Uri"])
+    return str(plan.request["job"]["outputs"]["checkpoints"]["path"])
