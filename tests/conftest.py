@@ -4,12 +4,14 @@ spinning (tests/support/cores.py), and the cloud emulators (moto, Azurite) start
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.support import watchdog
 from tests.support.cli import ROOT
 from tests.support.cores import SHARED_CORES_ENV
 from tests.support.leftovers import stop_leftovers
@@ -21,6 +23,17 @@ if TYPE_CHECKING:
 
 for _name, _value in SHARED_CORES_ENV.items():
     os.environ.setdefault(_name, _value)  # before any fixture starts a daemon or a run: all inherit it
+os.environ[watchdog.MARK] = secrets.token_hex(8)  # this test process's own: every process it starts inherits it
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_started_here_outlives_this_process() -> Iterator[None]:
+    """Should this test process end before its session does (pytest killed), the watchdog ends every process
+    that carries its mark: training runs, rig nodes and hosts, daemons (tests/support/watchdog.py)."""
+    entry = f"{watchdog.MARK}={os.environ[watchdog.MARK]}"
+    watchdog.guard_environ(entry)
+    yield
+    watchdog.release_environ(entry)
 
 
 @pytest.fixture(autouse=True)

@@ -1,7 +1,7 @@
 """Test daemons die with their test run: a pytest whose main process is killed (SIGKILL, SIGTERM) leaves none of
-the rigs' daemons running 60 s later (tests/support/watchdog.py). The pytest is a real one, run on
-tests/support/abandoned_session.py, which starts an MLflow server, Azurite, moto, the Slurm cluster with a running
-job, and sshd, then records every process they are."""
+the rigs' daemons, and no training run it started, running 60 s later (tests/support/watchdog.py). The pytest is a
+real one, run on tests/support/abandoned_session.py, which starts an MLflow server, Azurite, moto, the Slurm cluster
+with a running job, sshd and a local run, then records every process they are."""
 
 from __future__ import annotations
 
@@ -60,6 +60,7 @@ def test_no_daemon_outlives_a_killed_pytest(tmp_path: Path, sig: signal.Signals,
         names = {name for _, _, name in processes}
         assert {"node", "munged", "slurmctld", "slurmd", "slurmstepd", "sleep", "sshd"} <= names, processes
         assert record["mlflow"] in [pid for pid, _, _ in processes], processes
+        assert len(record["run"]) >= 5, record  # the supervisor, the store, the agent, its wrapper, the rank
         ports = [urlparse(url).port or 0 for url in (record["moto"], record["azurite"])]
         sockets = {port: _listening(port) for port in ports}  # the emulators' own listening sockets
         assert all(sockets.values()), sockets

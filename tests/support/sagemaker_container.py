@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from tests.support import namespaces
+from tests.support import namespaces, watchdog
 from tests.support.cores import SHARED_CORES_ENV
 
 GROUP = "homogeneousCluster"  # SageMaker's instance group name for a job without heterogeneous clusters
@@ -457,6 +457,7 @@ def _prepare_host(
         "TMPDIR": str(short / name),
         **(IMAGE_ENV if image == "dlc" else {k: v for k, v in IMAGE_ENV.items() if k not in DLC_ONLY_ENV}),
         **SHARED_CORES_ENV,  # the hosts share this machine's cores
+        **{k: v for k, v in os.environ.items() if k == watchdog.MARK},  # they end with the test process
         "TRAINING_JOB_NAME": request["TrainingJobName"],
         "AWS_REGION": aws.region,
         **({} if isolated else aws.env()),

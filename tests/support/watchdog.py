@@ -10,6 +10,11 @@ runs, by pid and start time. Once it is gone, the watchdog sends SIGKILL to what
 guarded process that still runs (the same start time: not a later process of its pid), every process whose
 environment holds a guarded entry, and the descendants of all of these; then it exits.
 
+Every process a test process starts (a training run's supervisor, store, agents and ranks; a rig's node or host;
+a daemon) inherits :data:`MARK` with a value of that test process's own (``tests/conftest.py`` sets it and guards it
+with :func:`guard_environ` for the session): a run that outlives the command that started it, in a session of its
+own, ends too.
+
 The owner is gone when pytest is (SIGKILL, SIGTERM, a crash), or, in a pytest-xdist worker, at most about 15 s
 after pytest's main process is: execnet interrupts a worker whose main process is gone (SIGINT 5 s after, so that
 the session's teardown stops what it can the normal way) and ends it 10 s later (``os._exit``) whatever its
@@ -34,6 +39,9 @@ from typing import Any
 
 POLL_S = 1.0
 """How often the watchdog looks for its owner."""
+MARK = "CLOUDDDP_TEST_PROCESS"
+"""The environment entry that names the test process a process was started under (16 random hex digits, set by
+each test process for itself: a pytest-xdist worker's own environment holds its parent's at first)."""
 
 Identity = tuple[int, int]
 """A process as (pid, start time in clock ticks since boot): a pid alone may be reused."""
