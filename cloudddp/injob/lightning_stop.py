@@ -23,6 +23,11 @@ What Lightning does on its own, and what is done instead (read in Lightning 2.6.
   has its iterator made again too: Lightning made it before it set the sampler's epoch. A loader with
   ``state_dict`` (torchdata's ``StatefulDataLoader``) resumes itself and is left alone; one whose length is unknown
   cannot be skipped exactly, and the resume says how many batches are trained again.
+- Resumed from a checkpoint saved at an epoch's last batch (a stop heard on the epoch's last step), Lightning counts
+  that epoch as done but keeps treating the run as restarted mid-epoch: the next epoch is never counted as started
+  (nor are its ``on_train_epoch_start`` hooks called), so a second stop within it saves a checkpoint that reads as
+  one saved at that epoch's start, and its resume trained the epoch's finished batches again. Here the run is no
+  longer a restart once that epoch is counted done.
 """
 
 from __future__ import annotations
@@ -47,10 +52,12 @@ def hook(trainer_module: ModuleType, stop: Any) -> None:
         hooks.say_once(note)
     signals = importlib.import_module(f"{package}.trainer.connectors.signal_connector")
     loop = importlib.import_module(f"{package}.loops.training_epoch_loop")
+    fit = importlib.import_module(f"{package}.loops.fit_loop")
     callbacks = importlib.import_module(f"{package}.callbacks")
     exceptions = importlib.import_module(f"{package}.utilities.exceptions")
     _quiet_sigterm(signals._SignalConnector, stop)
     _skip_trained_batches(loop._TrainingEpochLoop, hooks)
+    _start_the_epoch_after_a_finished_one(fit._FitLoop)
     stopping = _stopping_callback(callbacks, exceptions.SIGTERMException, stop, hooks)
     _add_to_every_trainer(trainer_module.Trainer, stopping)
     hooks.say_once(
@@ -130,6 +137,23 @@ def _stopping_callback(callbacks: ModuleType, stopped: type, stop: Any, hooks: A
             return {}
 
     return CloudDDPStop
+
+
+def _start_the_epoch_after_a_finished_one(loop: Any) -> None:
+    """After ``reset`` has counted the interrupted epoch as done (its checkpoint was saved at its last batch), the
+    run is no longer restarted mid-epoch: the next epoch is counted as started, with its hooks (see the module's
+    docstring). A Lightning without restart stages (before 2.5) is left as it is."""
+    if not hasattr(loop, "reset_restart_stage"):
+        return
+    original = loop.reset
+
+    def reset(self: Any) -> None:
+        original(self)
+        epochs = self.epoch_progress.total
+        if self.restarted_mid_epoch and epochs.completed == epochs.ready:
+            self.reset_restart_stage()
+
+    loop.reset = reset
 
 
 def _skip_trained_batches(loop: Any, hooks: Any) -> None:
