@@ -317,7 +317,7 @@ ROW_MUTANTS: tuple[Mutant, ...] = (
         "                if False:",
         (
             "tests/across_backends/test_unchanged.py::"
-            "test_unchanged_lightning_stopped_on_an_epochs_last_step_resumes_with_the_next_epochs_order",
+            "test_unchanged_lightning_stopped_on_an_epochs_last_step_then_mid_epoch_resumes_each_sample_once",
         ),
     ),
     Mutant(
@@ -328,7 +328,18 @@ ROW_MUTANTS: tuple[Mutant, ...] = (
         "        if not (resumed and done):",
         (
             "tests/across_backends/test_unchanged.py::"
-            "test_unchanged_lightning_stopped_on_an_epochs_last_step_resumes_with_the_next_epochs_order",
+            "test_unchanged_lightning_stopped_on_an_epochs_last_step_then_mid_epoch_resumes_each_sample_once",
+        ),
+    ),
+    Mutant(
+        "lightning-epoch-after-a-resumed-last-batch-never-started",
+        "A Lightning or Hugging Face Trainer script with no line changed",
+        "cloudddp/injob/lightning_stop.py",
+        "        if self.restarted_mid_epoch and epochs.completed == epochs.ready:",
+        "        if False:",
+        (
+            "tests/across_backends/test_unchanged.py::"
+            "test_unchanged_lightning_stopped_on_an_epochs_last_step_then_mid_epoch_resumes_each_sample_once",
         ),
     ),
 )
