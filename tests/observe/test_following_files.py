@@ -103,11 +103,12 @@ def test_files_that_do_not_exist_are_skipped_until_they_do(tmp_path: Path, missi
 
 def test_a_32_mb_line_is_followed_in_linear_time(tmp_path: Path) -> None:
     """Each chunk is searched for line ends once: searching the whole unfinished line again per 256 kB chunk
-    took 11.5 s for this line on the 2-core machine the tests run on; linear is well under a second."""
+    took 11.5 s of CPU for this line on the 2-core machine the tests run on; linear is well under a second. CPU
+    time, not wall time: a machine busy with other work stretches the one, not the other."""
     path = tmp_path / "log"
     path.write_bytes(b"x" * 32_000_000 + b"\r\nnext\r")
-    started = time.perf_counter()
+    started = time.process_time()
     got = [line for _, line in follow_lines([path], follow=False, finished=lambda: True)]
-    elapsed = time.perf_counter() - started
+    used = time.process_time() - started
     assert [len(line) for line in got] == [32_000_000, 4] and got[1] == "next"
-    assert elapsed < 3, f"{elapsed:.1f} s"
+    assert used < 3, f"{used:.1f} s of CPU"
