@@ -85,3 +85,15 @@ def dumps_per_rank(lines: Iterable[LogLine]) -> dict[int, int]:
     """rank -> how many stack dumps it wrote to the log (each has one ``Current thread`` heading)."""
     heads = [line.rank for line in lines if line.rank is not None and line.text.startswith("Current thread")]
     return dict(Counter(heads))
+
+
+def dumps_in_the_log(logs: Callable[[], Iterable[LogLine]], expected: dict[int, int]) -> dict[int, int]:
+    """:func:`dumps_per_rank` once the log holds at least ``expected`` of each rank's (the log's copy follows the
+    ranks' output by a moment, seconds on a loaded machine), or as it is after 30 s; a rank asked more often than
+    expected shows more, never fewer."""
+    deadline = time.monotonic() + 30
+    while True:
+        found = dumps_per_rank(logs())
+        if all(found.get(rank, 0) >= count for rank, count in expected.items()) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)

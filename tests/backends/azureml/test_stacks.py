@@ -24,7 +24,7 @@ from tests.support.cli import cli
 from tests.support.harnesses import AzureMLHarness
 from tests.support.mlflow_server import MlflowServer
 from tests.support.stacks_job import (
-    dumps_per_rank,
+    dumps_in_the_log,
     last_checkpoint,
     ranks_shown,
     steps_of,
@@ -85,7 +85,10 @@ def test_stacks_of_a_running_azure_job_show_every_rank_once_and_leave_it_running
         assert [r["rank"] for r in again["ranks"]] == [0, 1] and again["missing"] == {}, again
         assert [r["node"] for r in again["ranks"]] == ["0", "1"], again
         assert run.status().state is RunState.RUNNING
-        assert dumps_per_rank(run.logs()) == {0: 2, 1: 2}  # each rank asked once by each request, by its own node
+        assert dumps_in_the_log(run.logs, {0: 2, 1: 2}) == {
+            0: 2,
+            1: 2,
+        }  # each rank asked once by each request, by its own node
     finally:
         flag.touch()
         ended = nodes.finish(timeout=120)

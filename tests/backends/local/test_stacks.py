@@ -12,7 +12,7 @@ from cloudddp.api import Job
 from cloudddp.backends.status import RunState
 from tests.support.cli import cli
 from tests.support.stacks_job import (
-    dumps_per_rank,
+    dumps_in_the_log,
     last_checkpoint,
     ranks_shown,
     steps_of,
@@ -55,7 +55,12 @@ def test_stacks_of_a_running_2x2_run_show_every_rank_once_and_leave_it_running(t
     assert sorted(r for g in document["groups"] for r in g["ranks"]) == [0, 1, 2, 3], document
     assert all(len({t["name"] for t in r["threads"]}) == len(r["threads"]) for r in document["ranks"]), document
     assert run.status().state is RunState.RUNNING
-    assert dumps_per_rank(run.logs()) == {0: 2, 1: 2, 2: 2, 3: 2}  # each rank asked once by each call
+    assert dumps_in_the_log(run.logs, {0: 2, 1: 2, 2: 2, 3: 2}) == {
+        0: 2,
+        1: 2,
+        2: 2,
+        3: 2,
+    }  # each rank asked once by each call
 
     flag.touch()
     status = run.wait(timeout=120, poll=0.5)
