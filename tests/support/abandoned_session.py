@@ -82,16 +82,9 @@ def _running_local_run(folder: Path) -> set[int]:
     job = {"name": "abandoned", "code": {"dir": str(folder), "command": sleeper}, "local": {"processes_per_node": 1}}
     run = Job.from_dict({**job, "checkpoint": {"enabled": False}}).submit("local")
     rank = " ".join(sleeper)
-    wait_until(lambda: any(_cmdline(pid).startswith(rank) for pid in run_processes(run.run_id)), timeout=120)
+    wait_until(lambda: any(watchdog.cmdline(pid).startswith(rank) for pid in run_processes(run.run_id)), timeout=120)
     marked = watchdog.pids_with_env(f"{watchdog.MARK}={os.environ[watchdog.MARK]}")
-    return set(run_processes(run.run_id)) | {pid for pid in marked if run.run_id in _cmdline(pid)}
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
+    return set(run_processes(run.run_id)) | {pid for pid in marked if run.run_id in watchdog.cmdline(pid)}
 
 
 def _with_sleep(pids: set[int]) -> set[int]:

@@ -71,6 +71,14 @@ def alive(process: Identity) -> bool:
     return start_time(process[0]) == process[1]
 
 
+def cmdline(pid: int) -> str:
+    """``pid``'s command line, its arguments joined by spaces ("" when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
 def pids_with_env(needle: str) -> set[int]:
     """Processes whose environment holds an entry starting with ``needle`` (never this process)."""
     found, raw = set(), needle.encode()
