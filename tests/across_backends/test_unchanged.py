@@ -34,6 +34,13 @@ EPOCHS = ["--max-epochs", "2", "--every-n-steps", "1000"]
 ``last.ckpt`` can carry a resume into the middle of the second epoch."""
 
 
+STOPPED_STEP_SLEEP = "1.0"
+"""Seconds a step of a run that is cancelled sleeps: the cancel follows the steps its log shows by seconds on a loaded
+machine (the log's way through torchrun and the supervisor, a `cloudddp cancel` process), and the steps left then
+must outlast it (at 0.2 s, 20 steps left were trained to the end once, on a machine running two suites). Only the
+steps before the cancel sleep it."""
+
+
 def text(run: Run) -> str:
     return "\n".join(line.text for line in run.logs())
 
@@ -91,7 +98,7 @@ def test_unchanged_lightning_stopped_on_an_epochs_last_step_then_mid_epoch_resum
     first.write_text(yaml.safe_dump(job, sort_keys=False))
     log = succeeded(Job.load(first, ["name=lit-stops"]).submit("local"))
     assert steps_in(r"cloudddp: stopped at step (\d+): saved \S+last\.ckpt", log) == [28, 28], log[-3000:]
-    slow = traced("lightning", tmp_path / "second", [*LIGHTNING, *EPOCHS, "--step-sleep", "0.2"])
+    slow = traced("lightning", tmp_path / "second", [*LIGHTNING, *EPOCHS, "--step-sleep", STOPPED_STEP_SLEEP])
     log2, stop = cancelled(slow, ["name=lit-stops"], 8, r"\S+last\.ckpt")  # 8 steps into epoch 2
     assert 36 <= stop < 56, log2[-3000:]
     again = traced("lightning", tmp_path / "third", [*LIGHTNING, *EPOCHS])
@@ -114,7 +121,7 @@ def test_unchanged_trainer_stopped_mid_epoch_saves_its_checkpoint_and_resumes_at
     redone) and each rank trains, sample by sample, what it trains uninterrupted."""
     whole = succeeded(Job.load(traced("huggingface", tmp_path / "whole", HF_ARGS), ["name=hf-whole"]).submit("local"))
     assert len(sample_trace.steps(whole).get(0, [])) == 60, whole[-3000:]
-    slow = traced("huggingface", tmp_path / "first", [*HF_ARGS, "--step_sleep", "0.2"])
+    slow = traced("huggingface", tmp_path / "first", [*HF_ARGS, "--step_sleep", STOPPED_STEP_SLEEP])
     log, stop = cancelled(slow, ["name=hf-stop"], 36, TRAINER_SAVED)  # into epoch 2
     again = traced("huggingface", tmp_path / "second", HF_ARGS)
     log2 = succeeded(Job.load(again, ["name=hf-stop"]).submit("local"))
