@@ -36,6 +36,7 @@ class MlflowLogger:
         self._owns_run = not os.environ.get("MLFLOW_RUN_ID")  # read now: mlflow.start_run() deletes it
         self._queue: queue.Queue[Entry | None] = queue.Queue()
         self._failed = False
+        self._last_stamp = 0
         self._thread = threading.Thread(target=self._work, name="mlflow-metrics", daemon=True)
         self._thread.start()
 
@@ -48,7 +49,10 @@ class MlflowLogger:
     def log(self, step: int, values: Mapping[str, float]) -> None:
         finite = {name: float(v) for name, v in values.items() if math.isfinite(float(v))}
         if finite and not self._failed:
-            self._queue.put((step, int(time.time() * 1000), finite))
+            # one millisecond apart at least: values read back are one record per step and time, and two reports
+            # of one step (a step's, then its epoch's end) often fall in the same millisecond
+            self._last_stamp = max(int(time.time() * 1000), self._last_stamp + 1)
+            self._queue.put((step, self._last_stamp, finite))
 
     def close(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the queued values to reach the server."""
