@@ -8,11 +8,13 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from pathlib import Path
 
 import torch
 
 from cloudddp.backends.status import LogLine
+from tests.support.waiting import wait_until
 
 SCRIPT = """\
 import os, time
@@ -91,9 +93,11 @@ def dumps_in_the_log(logs: Callable[[], Iterable[LogLine]], expected: dict[int, 
     """:func:`dumps_per_rank` once the log holds at least ``expected`` of each rank's (the log's copy follows the
     ranks' output by a moment, seconds on a loaded machine), or as it is after 30 s; a rank asked more often than
     expected shows more, never fewer."""
-    deadline = time.monotonic() + 30
-    while True:
+
+    def all_there() -> bool:
         found = dumps_per_rank(logs())
-        if all(found.get(rank, 0) >= count for rank, count in expected.items()) or time.monotonic() > deadline:
-            return found
-        time.sleep(0.5)
+        return all(found.get(rank, 0) >= count for rank, count in expected.items())
+
+    with suppress(TimeoutError):
+        wait_until(all_there, timeout=30, poll=0.5)
+    return dumps_per_rank(logs())

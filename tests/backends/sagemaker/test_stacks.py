@@ -109,10 +109,8 @@ def test_stacks_of_a_running_sagemaker_job_show_every_rank_once_and_leave_it_run
         assert [r["rank"] for r in again["ranks"]] == [0, 1] and again["missing"] == {}, again
         assert [r["host"] for r in again["ranks"]] == ["algo-1", "algo-2"], again
         assert live.status().state is RunState.RUNNING
-        assert dumps_in_the_log(live.logs, {0: 2, 1: 2}) == {
-            0: 2,
-            1: 2,
-        }  # each rank asked once by each request, on its own host
+        twice = dict.fromkeys(range(2), 2)  # each rank asked once by each request, on its own host
+        assert dumps_in_the_log(live.logs, twice) == twice
     finally:
         flag.touch()
         rehearsal.join(timeout=200)
