@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 EXTRAS  := train,aws,azure,notebook,frameworks,dev
 
-.PHONY: demo test test-fast golden conformance mutants lint docs bench bench-gpu venv bytecode azurite system-deps sdk-data toolkits gnu-time clean
+.PHONY: demo test test-ready test-fast golden conformance mutants lint docs bench bench-gpu venv bytecode azurite system-deps sdk-data toolkits gnu-time clean
 
 venv: $(STAMP)
 
@@ -71,10 +71,15 @@ bytecode: venv
 # 34-41 min with four, 54 with two; docs/development.md). The tests that share the Slurm cluster or the second Unix
 # user run on one worker, one after another (tests/conftest.py: xdist_group). TEST_WORKERS=0 runs everything in
 # this process.
-# system-deps comes first: its gcc is what `venv` builds the snapshot's C loops with.
 TEST_WORKERS ?= 4
-test: system-deps venv bytecode azurite sdk-data toolkits .venv-azureml-mlflow/.installed lint
+test: test-ready
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not conformance"
+
+# The set-up, its independent steps side by side (pip's install keeps one core busy; npm, the second venv, the
+# bytecode and lint fill the other), each step's output kept together. system-deps comes first: its gcc is what
+# both venvs build the snapshot's C loops with, in place, so the second venv waits for the first.
+test-ready: system-deps
+	$(MAKE) -j 3 --output-sync=target venv bytecode azurite sdk-data toolkits .venv-azureml-mlflow/.installed lint
 
 # The framework matrix in full (docs/stopping.md#conformance): make test's cells, every example at every local shape
 # and on Slurm, Hugging Face's own run_clm.py where a developer has put it in tests/fixtures/unchanged/ (SOURCES.md
@@ -133,7 +138,7 @@ sdk-data: venv
 
 # azureml-mlflow (the azureml:// tracking plugin) pins mlflow-skinny<=3.15, below the dev extra's mlflow server:
 # cloudddp with .[azure,azure-mlflow] lives in its own venv, from which the plugin's test reads an Azure run's metrics.
-.venv-azureml-mlflow/.installed: pyproject.toml constraints.txt
+.venv-azureml-mlflow/.installed: pyproject.toml constraints.txt | $(STAMP)
 	test -x .venv-azureml-mlflow/bin/python || $(PY) -m venv .venv-azureml-mlflow
 	.venv-azureml-mlflow/bin/python -m pip install -q --upgrade pip
 	.venv-azureml-mlflow/bin/python -m pip install -q -c constraints.txt -e ".[azure,azure-mlflow]"

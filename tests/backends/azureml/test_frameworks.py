@@ -27,7 +27,7 @@ from tests.support.azure_rig import WorkspaceModel
 from tests.support.cli import cli
 from tests.support.frameworks import steps_in, succeeded, traced
 from tests.support.harnesses import AzureMLHarness
-from tests.support.waiting import wait_until
+from tests.support.waiting import LOADED, wait_until
 
 pytestmark = pytest.mark.slow
 __all__ = ["rig"]  # the workspace over HTTP, shared with the recovery tests
@@ -69,7 +69,7 @@ def shown(run_id: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(LOADED + 300)
 def test_the_trainer_on_2_nodes_saves_its_checkpoint_on_preemption_and_the_recovery_resumes_from_it(
     rig: WorkspaceModel, tmp_path: Path
 ) -> None:

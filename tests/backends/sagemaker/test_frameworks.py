@@ -35,6 +35,7 @@ from tests.support import frameworks, sample_trace
 from tests.support.aws_emulator import own_bucket, put_logs
 from tests.support.frameworks import steps_in, traced
 from tests.support.sagemaker_container import Aws, Rehearsal, Stop
+from tests.support.waiting import LOADED
 
 pytestmark = pytest.mark.slow
 __all__ = ["aws"]  # the module's moto environment, shared with the container rehearsals
@@ -82,7 +83,7 @@ def metric_steps(request: dict[str, Any], rehearsal: Rehearsal, name: str) -> li
     return [r.step for r in read_back(request, rehearsal) if name in r.values and r.step is not None]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(LOADED + 300)
 def test_lightning_on_two_hosts_stops_into_last_ckpt_and_a_second_job_resumes_from_it(tmp_path: Path, aws: Aws) -> None:
     whole = traced("lightning", tmp_path / "whole", [*ARGS, *ONCE], local={"nodes": 1, "processes_per_node": 2})
     expected = sample_trace.steps(frameworks.succeeded(Job.load(whole).submit("local")))

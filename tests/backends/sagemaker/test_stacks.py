@@ -33,8 +33,12 @@ from tests.support.stacks_job import (
     wait_for_steps,
     write_script,
 )
+from tests.support.waiting import LOADED
 
 pytestmark = pytest.mark.slow
+ASK = {"CLOUDDDP_SAGEMAKER_POLL": "0.5", "CLOUDDDP_STACKS_WAIT_S": str(LOADED // 4)}
+"""The command's environment: the backend's poll of the logs, and a wait for the hosts' answers (45 s by default) that
+holds on a machine running other suites, where a host's poll, its rank's dump and the log pump are each slower."""
 __all__ = ["aws"]  # the module's moto environment, shared with the container rehearsals
 
 
@@ -61,7 +65,7 @@ class LogPump(threading.Thread):
             self.pump()
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(LOADED + 300)
 def test_stacks_of_a_running_sagemaker_job_show_every_rank_once_and_leave_it_running(tmp_path: Path, aws: Aws) -> None:
     flag, checkpoints = tmp_path / "done", tmp_path / "checkpoints"
     checkpoints.mkdir()
@@ -85,7 +89,7 @@ def test_stacks_of_a_running_sagemaker_job_show_every_rank_once_and_leave_it_run
     request["Environment"][POLL] = "1"
     set_status(name, "InProgress", "Training")
     rehearsed: list[Rehearsal] = []
-    rehearsal = threading.Thread(target=lambda: rehearsed.append(run(request, tmp_path / "box", aws, timeout=240)))
+    rehearsal = threading.Thread(target=lambda: rehearsed.append(run(request, tmp_path / "box", aws, timeout=LOADED)))
     pump = LogPump(name, tmp_path / "box", ["algo-1", "algo-2"])
     rehearsal.start()
     pump.start()
@@ -98,14 +102,14 @@ def test_stacks_of_a_running_sagemaker_job_show_every_rank_once_and_leave_it_run
 
     try:
         wait_for_steps(log, 2)
-        shown = cli("stacks", name, env={"CLOUDDDP_SAGEMAKER_POLL": "0.5"})
+        shown = cli("stacks", name, env=ASK)
         assert shown.returncode == 0, shown.stdout + shown.stderr
         print(f"\nsagemaker: {shown.stdout.splitlines()[0]}")
         assert shown.stdout.startswith("2 of 2 ranks gave their stacks in "), shown.stdout
         assert ranks_shown(shown.stdout) == [0, 1], shown.stdout  # each rank once, none twice
         assert "train.py:" in shown.stdout, shown.stdout
 
-        again: dict[str, Any] = json.loads(cli("stacks", name, "--json", env={"CLOUDDDP_SAGEMAKER_POLL": "0.5"}).stdout)
+        again: dict[str, Any] = json.loads(cli("stacks", name, "--json", env=ASK).stdout)
         assert [r["rank"] for r in again["ranks"]] == [0, 1] and again["missing"] == {}, again
         assert [r["host"] for r in again["ranks"]] == ["algo-1", "algo-2"], again
         assert live.status().state is RunState.RUNNING

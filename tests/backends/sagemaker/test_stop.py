@@ -29,6 +29,7 @@ from tests.support.dataloader_saver import (
     sigterms,
 )
 from tests.support.sagemaker_container import TOOLKITS, Aws, Rehearsal, Stop
+from tests.support.waiting import LOADED
 
 pytestmark = pytest.mark.slow
 __all__ = ["aws"]  # the module's moto environment, shared with the container rehearsals
@@ -67,6 +68,7 @@ def text(rehearsal: Rehearsal) -> str:
     [(TOOLKITS[0], 1, 2), (TOOLKITS[-1], 2, 1)],  # each ~90 s, most of it the save: one layout per toolkit
     ids=[f"{TOOLKITS[0]}-1x2", f"{TOOLKITS[-1]}-2x1"],
 )
+@pytest.mark.timeout(LOADED + 300)
 def test_a_stop_lets_an_own_script_with_dataloader_workers_save_for_60_s_and_a_second_job_resumes(
     toolkit: str,
     nodes: int,

@@ -30,6 +30,7 @@ from tests.backends.slurm.test_stops import kept_folder, node_logs
 from tests.support import dataloader_saver, sample_trace
 from tests.support.frameworks import EXAMPLES, project, steps_in, succeeded, traced
 from tests.support.slurm_cluster import GRACE_TIME, SPOT, URGENT, ClusterUser, SlurmCluster
+from tests.support.waiting import LOADED
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +74,7 @@ def checkpoint_dir(folder: Path) -> Path:
     return Path(found.group(1).strip("'"))
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(LOADED + 300)
 def test_lightning_preempted_on_2x2_saves_last_ckpt_and_its_requeue_resumes_there_with_metrics_from_metrics_csv(
     slurm_cluster: SlurmCluster, user: ClusterUser, tmp_path: Path
 ) -> None:

@@ -30,7 +30,7 @@ from tests.support.rigs import rig_unavailable
 from tests.support.slurm_cluster import SlurmCluster
 from tests.support.ssh_server import SshServer, SshUnavailable, ssh_server
 from tests.support.train_helpers import assert_every_step_once
-from tests.support.waiting import wait_until
+from tests.support.waiting import LOADED, wait_until
 from tests.support.wheels import wheel
 
 pytestmark = pytest.mark.slow
@@ -56,6 +56,7 @@ def job_id(run: Run) -> str:
     return str(run.status().details["job_id"])
 
 
+@pytest.mark.timeout(LOADED + 300)
 def test_a_requeued_two_node_job_resumes_from_its_checkpoint_and_runs_every_step_once(cluster: SlurmCluster) -> None:
     """The shared script on 2 nodes × 1 process (torchrun, c10d): `scontrol requeue` mid-run sends SIGTERM,
     rank 0 checkpoints, Slurm runs the script again and the training continues where it stopped. A requeue that
@@ -79,10 +80,10 @@ def test_a_requeued_two_node_job_resumes_from_its_checkpoint_and_runs_every_step
                 break
         cluster.run("scontrol", "requeue", job_id(run))
         requeues += 1
-        wait_until(lambda n=requeues: len(stops()) == n, timeout=120)  # rank 0 checkpointed on the SIGTERM
+        wait_until(lambda n=requeues: len(stops()) == n, timeout=LOADED)  # rank 0 checkpointed on the SIGTERM
         mid_epoch = "stopping on SIGTERM at epoch" in stops()[-1]  # else "at the end of epoch N"
     assert mid_epoch, stops()
-    status = run.wait(timeout=300, poll=0.5)
+    status = run.wait(timeout=LOADED, poll=0.5)
     assert status.state is RunState.SUCCEEDED, status
     assert status.details["restarts"] == requeues and status.details["nodes"] == "node[1-2]"
     text = [line.text for line in run.logs()]
