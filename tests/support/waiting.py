@@ -10,9 +10,10 @@ from typing import IO, TypeVar
 T = TypeVar("T")
 
 LOADED = 600
-"""Seconds a rig's multi-host training may take where the machine runs other test suites beside this one (make
-test must pass so, docs/development.md): three suites on two cores slow every rank five- to sixfold, so a wait
-sized from a quiet run's 50-150 s is not enough there. A bound on a hang, never a measurement."""
+"""Seconds a rig's multi-host training may take where the machine runs another copy of the suite beside this one
+(make test must pass so, docs/development.md): there, on two cores, the frameworks' two-host cells took 230-306 s
+against 120-170 s on a quiet machine, so a wait sized from a quiet run is not enough. A bound on a hang, never a
+measurement."""
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 180, poll: float = 0.2) -> T:
