@@ -22,14 +22,10 @@ def stop_leftovers(home: Path) -> None:
         if data.get("state") not in ("succeeded", "failed", "cancelled"):
             pids += _ints([data.get("supervisor_pid"), data.get("store_pid"), *data.get("node_pgids", [])])
             ranks += run_processes(status.parent.name)
-    for pid in pids:  # each was started in a session of its own: its process group is its own
+    # each of pids was started in a session of its own: its process group is its own
+    for kill, pid in [*((os.killpg, pid) for pid in pids), *((os.kill, pid) for pid in ranks)]:
         try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for pid in ranks:
-        try:
-            os.kill(pid, signal.SIGKILL)
+            kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
 
