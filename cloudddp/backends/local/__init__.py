@@ -193,7 +193,7 @@ class LocalBackend(Backend[LocalOptions]):
             # The supervisor is gone without writing an end state (killed -9, out of memory, machine rebooted):
             # the state follows the nodes, not the supervisor.
             nodes = recorded_nodes(run, st)
-            if any([n.running() for n in nodes]):
+            if not all([n.ended() for n in nodes]):
                 state, message = RunState.RUNNING, SUPERVISOR_LOST
             else:
                 codes = [code if (code := n.exit_code()) is not None else LOST_CODE for n in nodes]

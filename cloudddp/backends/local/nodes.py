@@ -58,6 +58,11 @@ class Node:
             return self.child.poll() is None
         return self.process is not None and self.process.alive()
 
+    def ended(self) -> bool:
+        """Whether the agent has ended: its shell recorded how (the record is the shell's last act, so the shell
+        may still be exiting), or the group is gone."""
+        return recorded_exit(self.exit_file) is not None or not self.running()
+
     def exit_code(self) -> int | None:
         """How the agent ended: what its shell recorded; else, for a child whose shell was killed, the signal; None
         while it runs, or for an adopted node that ended without a record (its whole group was killed)."""

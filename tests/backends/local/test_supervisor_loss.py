@@ -18,7 +18,7 @@ from cloudddp.api import Run
 from cloudddp.backends.folderlock import FolderHeld, FolderLock
 from cloudddp.backends.local import LocalBackend
 from cloudddp.backends.local.console import Cursor, Output, copy_lines
-from cloudddp.backends.local.nodes import recorded_exit
+from cloudddp.backends.local.nodes import Node, recorded_exit
 from cloudddp.backends.procs import Process
 from cloudddp.backends.status import RunState
 from tests.support.cli import ROOT, cli
@@ -207,3 +207,17 @@ def test_a_nodes_recorded_exit_code_reads_a_signal_as_negative(tmp_path: Path) -
     for written, meant in (("0\n", 0), ("1\n", 1), ("137\n", -9), ("143\n", -15)):
         exit_file.write_text(written)
         assert recorded_exit(exit_file) == meant
+
+
+def test_a_node_whose_shell_recorded_its_exit_has_ended_while_that_shell_is_still_leaving(tmp_path: Path) -> None:
+    """The record is the shell's last act: a status read between it and the shell's exit sees the node ended."""
+    shell = subprocess.Popen(["sleep", "30"])  # stands in for the group's leader, still alive
+    try:
+        node = Node(0, Process.of(shell.pid), tmp_path / "node0.exit")
+        assert not node.ended()
+        node.exit_file.write_text("0\n")
+        assert node.ended() and node.exit_code() == 0
+    finally:
+        shell.kill()
+        shell.wait()
+    assert Node(1, None, tmp_path / "node1.exit").ended()  # no record and no group: lost, also ended
