@@ -67,15 +67,20 @@ def test_no_daemon_outlives_a_killed_pytest(tmp_path: Path, sig: signal.Signals,
         os.kill(inner.pid, sig)
         inner.wait(timeout=30)  # reaped at once, as the shell that started it would
         killed = time.monotonic()
+
+        def still_listening() -> list[int]:
+            """A socket still listening is a daemon alive, recorded or not (a process whose main thread is a zombie
+            still holds its files until its last thread has left); the port itself may be taken anew by then."""
+            return [port for port in ports if sockets[port] & _listening(port)]
+
         with suppress(TimeoutError):
-            wait_until(lambda: not _survivors(processes), timeout=DEADLINE_S, poll=0.5)
+            wait_until(lambda: not _survivors(processes) and not still_listening(), timeout=DEADLINE_S, poll=0.5)
         survivors = _survivors(processes)
         assert not survivors, (
             f"{len(survivors)} processes outlived the pytest killed {time.monotonic() - killed:.0f} s ago: "
             f"{survivors}\n{log.read_text()[-3000:]}"
         )
-        # A socket still listening is a daemon alive, recorded or not; the port itself may be taken anew by then.
-        assert not [port for port in ports if sockets[port] & _listening(port)], record
+        assert not still_listening(), f"still listening on {still_listening()}: {record}"
         print(f"{len(processes)} processes gone {time.monotonic() - killed:.1f} s after the {sig.name}")
     finally:
         _clean_up(inner, record)
