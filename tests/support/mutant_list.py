@@ -211,6 +211,17 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "a-node-ended-only-once-its-recording-shell-has-left",
+        "With `limits.max_recoveries`, a lost supervisor never starts a second attempt",
+        "cloudddp/backends/local/nodes.py",
+        "return recorded_exit(self.exit_file) is not None or not self.running()",
+        "return not self.running()",
+        (
+            "tests/backends/local/test_supervisor_loss.py::"
+            "test_a_node_whose_shell_recorded_its_exit_has_ended_while_that_shell_is_still_leaving",
+        ),
+    ),
+    Mutant(
         "any-control-sequence-obeyed",
         "`logs`, `metrics` and the live view obey no control sequence but colour",
         "cloudddp/observe/console.py",
