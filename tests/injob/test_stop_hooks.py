@@ -144,3 +144,33 @@ def test_the_stop_is_only_noted_in_the_handler() -> None:
         assert stop.heard and stop.agreed() is True  # no process group: this rank's note
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_worker_signalled_before_the_loaders_init_fn_runs_is_spared_too(tmp_path: Path) -> None:
+    """Slurm signals every process of a step, a worker that has just started included: a SIGTERM from another
+    process that lands after torch's worker has set its own handler but before the loader's ``init_fn`` runs waits
+    for the spared worker's thread, which ignores it, instead of killing the worker. torch's loop up to ``init_fn``
+    is stood in for by its real handler setup, the stranger's ``kill`` and a pause."""
+    code = textwrap.dedent(
+        """
+        import multiprocessing, os, subprocess, time
+        from torch.utils.data._utils import signal_handling
+        from cloudddp.injob import stop_hooks
+
+        def torchs_loop_until_init_fn(*args, init_fn, **kwargs):
+            signal_handling._set_worker_signal_handlers()  # torch's worker: a stranger's SIGTERM kills it
+            subprocess.run(["kill", "-TERM", str(os.getpid())], check=True)  # a stranger, in the window
+            time.sleep(0.3)
+            init_fn(0)
+            time.sleep(0.5)
+            print("worker alive after the stranger's SIGTERM", flush=True)
+
+        stop_hooks._WORKER_LOOP[:] = [torchs_loop_until_init_fn]
+        worker = multiprocessing.get_context("fork").Process(target=stop_hooks.worker_loop, kwargs={"init_fn": None})
+        worker.start()
+        worker.join(30)
+        print("exit code", worker.exitcode, flush=True)
+        """
+    )
+    done = run(code, tmp_path)
+    assert "worker alive" in done.stdout and "exit code 0" in done.stdout, done.stdout + done.stderr

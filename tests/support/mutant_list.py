@@ -222,6 +222,16 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "a-starting-dataloader-worker-hears-sigterm-until-its-init-fn",
+        "A stop gives each rank of any script one SIGTERM",
+        "cloudddp/injob/stop_hooks.py",
+        """    if len(given) > INIT_FN or "init_fn" in kwargs:  # else torch's loop is left as it is, SIGTERM unblocked
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})""",
+        """    if len(given) > INIT_FN or "init_fn" in kwargs:  # else torch's loop is left as it is, SIGTERM unblocked
+        pass""",
+        ("tests/injob/test_stop_hooks.py::test_a_worker_signalled_before_the_loaders_init_fn_runs_is_spared_too",),
+    ),
+    Mutant(
         "any-control-sequence-obeyed",
         "`logs`, `metrics` and the live view obey no control sequence but colour",
         "cloudddp/observe/console.py",

@@ -73,10 +73,17 @@ def test_a_requeued_two_node_job_resumes_from_its_checkpoint_and_runs_every_step
     def stops() -> list[str]:
         return [line.text for line in run.logs() if "stopping on SIGTERM" in line.text]
 
+    def resumes() -> int:
+        return sum("resumed from" in line.text for line in run.logs())
+
     requeues, mid_epoch = 0, False
     while not mid_epoch and requeues < 3:
-        for record in run.metrics(follow=True):
-            if record.epoch is not None and record.epoch >= requeues + 2:  # into epoch 2, then further each time
+        # Only this attempt's records count: the last one may have trained on past the epoch asked for before its
+        # SIGTERM landed, and a requeue sent before the new attempt resumed would find no script to stop.
+        wait_until(lambda n=requeues: resumes() == n, timeout=LOADED)
+        earlier = len(list(run.metrics()))
+        for index, record in enumerate(run.metrics(follow=True)):
+            if index >= earlier and record.epoch is not None and record.epoch >= requeues + 2:  # then further
                 break
         cluster.run("scontrol", "requeue", job_id(run))
         requeues += 1
