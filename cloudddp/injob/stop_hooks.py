@@ -304,15 +304,16 @@ class SpareWorker:
     the stop and ends its workers itself. Its own SIGTERM is obeyed, as torch's worker handler obeys it (``_exit``
     with 0): the rank sends it to a worker that did not end when asked, and Python's exit sends it to every
     daemonic child before joining them (a persistent worker of a loop left mid-epoch), so a worker deaf to it
-    would hang the rank's exit forever. The signal is blocked from the worker's first step (:func:`worker_loop`),
-    before torch's worker installs its own SIGTERM handler (which kills the worker on anyone's SIGTERM but its
-    parent's), and read by a thread started here (``sigwaitinfo`` tells its sender; a Python handler cannot)."""
+    would hang the rank's exit forever. The signal is blocked when this is made, the worker's first step
+    (:func:`worker_loop`), before torch's worker installs its own SIGTERM handler (which kills the worker on
+    anyone's SIGTERM but its parent's, a worker that has just started included), and read by a thread started
+    when torch's loop calls this (``sigwaitinfo`` tells its sender; a Python handler cannot)."""
 
     def __init__(self, init_fn: Callable[[int], None] | None) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # threads started later inherit the mask
         self.init_fn = init_fn
 
     def __call__(self, worker_id: int) -> None:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # threads started later inherit the mask
         threading.Thread(target=_obey_the_parent_only, name="cloudddp-worker-sigterm", daemon=True).start()
         if self.init_fn is not None:
             self.init_fn(worker_id)
@@ -326,16 +327,13 @@ def _obey_the_parent_only() -> None:
 
 
 def worker_loop(*args: Any, **kwargs: Any) -> Any:
-    """torch's ``_worker_loop`` with :class:`SpareWorker` around the loader's ``init_fn``; SIGTERM is blocked
-    first, so that one sent while torch's loop gets to ``init_fn`` (Slurm signals every process of a step,
-    workers just started included) waits for SpareWorker's thread instead of killing the worker."""
+    """torch's ``_worker_loop`` with :class:`SpareWorker` around the loader's ``init_fn``, made before torch's loop
+    runs."""
     given = list(args)
-    if len(given) > INIT_FN or "init_fn" in kwargs:  # else torch's loop is left as it is, SIGTERM unblocked
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-        if len(given) > INIT_FN:
-            given[INIT_FN] = SpareWorker(given[INIT_FN])
-        else:
-            kwargs["init_fn"] = SpareWorker(kwargs["init_fn"])
+    if len(given) > INIT_FN:
+        given[INIT_FN] = SpareWorker(given[INIT_FN])
+    elif "init_fn" in kwargs:
+        kwargs["init_fn"] = SpareWorker(kwargs["init_fn"])
     importlib.import_module("torch.utils.data._utils.worker")  # a spawned worker: the hook sets the original
     return _WORKER_LOOP[0](*given, **kwargs)
 

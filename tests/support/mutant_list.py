@@ -225,10 +225,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "a-starting-dataloader-worker-hears-sigterm-until-its-init-fn",
         "A stop gives each rank of any script one SIGTERM",
         "cloudddp/injob/stop_hooks.py",
-        """    if len(given) > INIT_FN or "init_fn" in kwargs:  # else torch's loop is left as it is, SIGTERM unblocked
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})""",
-        """    if len(given) > INIT_FN or "init_fn" in kwargs:  # else torch's loop is left as it is, SIGTERM unblocked
-        pass""",
+        """        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # threads started later inherit the mask
+        self.init_fn = init_fn""",
+        """        self.init_fn = init_fn""",
         ("tests/injob/test_stop_hooks.py::test_a_worker_signalled_before_the_loaders_init_fn_runs_is_spared_too",),
     ),
     Mutant(
