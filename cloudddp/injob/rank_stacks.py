@@ -36,8 +36,10 @@ STACK_SIGNAL = int(signal.SIGRTMIN) + 5
 """The signal a job's Python processes answer with their stacks (:data:`cloudddp.injob.stop_hooks.STACK_SIGNAL`)."""
 LAUNCHERS = ("cloudddp.injob.shim", "_cloudddp_launch.py")
 """How the rank launcher appears in a command line (run as cloudddp's module locally, as its shipped copy)."""
-WAIT_SECONDS = 10.0
-"""How long the stacks of the ranks that were signalled are waited for in the run's log."""
+WAIT_SECONDS = 30.0
+"""How long the stacks of the ranks that were signalled are waited for in the run's log: the wait ends as soon as
+every one has written, so only a rank that never writes costs all of it, and a busy node's log (a loaded machine,
+a shared file system) may follow its ranks by many seconds."""
 QUIET_SECONDS = 1.0
 """A rank's stacks are complete once none of its stack lines came for this long (faulthandler has no end mark)."""
 
@@ -203,7 +205,7 @@ def answered(answers: Iterable[Answer], dumps: dict[int, str], wait: float = WAI
     for a in answers:
         if a.how == "signal":
             text = dumps.get(a.rank)
-            late = f"no stack in its log {wait:.0f} s after asking"
+            late = f"no stack in its log {wait:.0f} s after asking process {a.pid}"
             a.how, a.text = ("faulthandler", text) if text else ("none", late)
         out.append(a)
     return out

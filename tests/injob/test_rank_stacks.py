@@ -42,7 +42,7 @@ def test_a_rank_that_never_writes_is_given_up_after_the_wait_and_named() -> None
     answers = answered([Answer(0, 10, "0", "h", "signal"), Answer(1, 11, "0", "h", "signal")], got, wait=5)
     assert [(a.how, a.text) for a in answers] == [
         ("faulthandler", WAITING),
-        ("none", "no stack in its log 5 s after asking"),
+        ("none", "no stack in its log 5 s after asking process 11"),
     ]
 
 

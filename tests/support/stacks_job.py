@@ -89,10 +89,11 @@ def dumps_per_rank(lines: Iterable[LogLine]) -> dict[int, int]:
     return dict(Counter(heads))
 
 
-def dumps_in_the_log(logs: Callable[[], Iterable[LogLine]], expected: dict[int, int]) -> dict[int, int]:
-    """:func:`dumps_per_rank` once the log holds at least ``expected`` of each rank's (the log's copy follows the
-    ranks' output by a moment, seconds on a loaded machine), or as it is after 30 s; a rank asked more often than
-    expected shows more, never fewer."""
+def assert_dumps_in_the_log(logs: Callable[[], Iterable[LogLine]], expected: dict[int, int]) -> None:
+    """Assert that the log holds ``expected`` stack dumps of each rank (:func:`dumps_per_rank`), waiting until it
+    holds at least as many (the log's copy follows the ranks' output by a moment, seconds on a loaded machine) or 30 s
+    have passed; a rank asked more often than expected shows more, never fewer. On failure it shows every line that
+    names a thread, with its rank, so a mangled or missing heading can be told apart from a dump never written."""
 
     def all_there() -> bool:
         found = dumps_per_rank(logs())
@@ -100,4 +101,6 @@ def dumps_in_the_log(logs: Callable[[], Iterable[LogLine]], expected: dict[int, 
 
     with suppress(TimeoutError):
         wait_until(all_there, timeout=30, poll=0.5)
-    return dumps_per_rank(logs())
+    lines = list(logs())
+    heads = [f"{line.rank}: {line.text[:100]}" for line in lines if "thread 0x" in line.text.lower()]
+    assert dumps_per_rank(lines) == expected, "\n".join(heads)

@@ -24,7 +24,7 @@ from tests.support.cli import cli
 from tests.support.harnesses import AzureMLHarness
 from tests.support.mlflow_server import MlflowServer
 from tests.support.stacks_job import (
-    dumps_in_the_log,
+    assert_dumps_in_the_log,
     last_checkpoint,
     ranks_shown,
     steps_of,
@@ -86,7 +86,7 @@ def test_stacks_of_a_running_azure_job_show_every_rank_once_and_leave_it_running
         assert [r["node"] for r in again["ranks"]] == ["0", "1"], again
         assert run.status().state is RunState.RUNNING
         twice = dict.fromkeys(range(2), 2)  # each rank asked once by each request, by its own node
-        assert dumps_in_the_log(run.logs, twice) == twice
+        assert_dumps_in_the_log(run.logs, twice)
     finally:
         flag.touch()
         ended = nodes.finish(timeout=120)

@@ -12,7 +12,7 @@ from cloudddp.api import Job
 from cloudddp.backends.status import RunState
 from tests.support.cli import cli
 from tests.support.stacks_job import (
-    dumps_in_the_log,
+    assert_dumps_in_the_log,
     last_checkpoint,
     ranks_shown,
     steps_of,
@@ -56,7 +56,7 @@ def test_stacks_of_a_running_2x2_run_show_every_rank_once_and_leave_it_running(t
     assert all(len({t["name"] for t in r["threads"]}) == len(r["threads"]) for r in document["ranks"]), document
     assert run.status().state is RunState.RUNNING
     twice = dict.fromkeys(range(4), 2)  # each rank asked once by each call
-    assert dumps_in_the_log(run.logs, twice) == twice
+    assert_dumps_in_the_log(run.logs, twice)
 
     flag.touch()
     status = run.wait(timeout=120, poll=0.5)

@@ -26,7 +26,7 @@ from tests.support.aws_emulator import own_bucket, put_logs, set_status
 from tests.support.cli import cli
 from tests.support.sagemaker_container import Aws, Rehearsal
 from tests.support.stacks_job import (
-    dumps_in_the_log,
+    assert_dumps_in_the_log,
     last_checkpoint,
     ranks_shown,
     steps_of,
@@ -114,7 +114,7 @@ def test_stacks_of_a_running_sagemaker_job_show_every_rank_once_and_leave_it_run
         assert [r["host"] for r in again["ranks"]] == ["algo-1", "algo-2"], again
         assert live.status().state is RunState.RUNNING
         twice = dict.fromkeys(range(2), 2)  # each rank asked once by each request, on its own host
-        assert dumps_in_the_log(live.logs, twice) == twice
+        assert_dumps_in_the_log(live.logs, twice)
     finally:
         flag.touch()
         rehearsal.join(timeout=200)

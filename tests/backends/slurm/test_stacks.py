@@ -15,7 +15,7 @@ from cloudddp.backends.status import RunState
 from tests.support.cli import cli
 from tests.support.slurm_cluster import SlurmCluster
 from tests.support.stacks_job import (
-    dumps_in_the_log,
+    assert_dumps_in_the_log,
     last_checkpoint,
     ranks_shown,
     steps_of,
@@ -59,7 +59,7 @@ def test_stacks_of_a_running_slurm_run_show_every_rank_once_and_leave_it_running
     assert again["missing"] == {} and {r["host"] for r in again["ranks"]} == {"node1", "node2"}, again
     assert run.status().state is RunState.RUNNING
     twice = dict.fromkeys(range(4), 2)  # each rank asked once by each call
-    assert dumps_in_the_log(run.logs, twice) == twice
+    assert_dumps_in_the_log(run.logs, twice)
 
     flag.touch()
     status = run.wait(timeout=120, poll=0.5)
