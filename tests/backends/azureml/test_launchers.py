@@ -154,7 +154,10 @@ def test_pytorch_launcher_sets_the_documented_variables_and_a_failed_process_fai
     names = "MASTER_ADDR MASTER_PORT WORLD_SIZE NODE_RANK RANK LOCAL_RANK FROM_JOB"
     command = (
         "for v in " + names + '; do echo "$v=${!v}"; done; echo "out=${{outputs.model}}"; '
-        '[ "$RANK" = 1 ] && exit 3; sleep 60'
+        # rank 1 fails once rank 0 has printed (the nodes share the output folder): on a loaded machine rank 0 may
+        # start seconds later, and the failure stops it
+        'mark="${{outputs.model}}/rank-0-printed"; [ "$RANK" = 0 ] && touch "$mark"; '
+        '[ "$RANK" = 1 ] && { for _ in $(seq 1200); do [ -e "$mark" ] && break; sleep 0.1; done; exit 3; }; sleep 60'
     )
     run = launch_pytorch(bash_job(tmp_path, "pytorch", command), tmp_path / "run", Datastores(tmp_path / "blob"))
     assert run.returncodes == {0: -9, 1: 3}, run.describe()  # rank 1 failed, so rank 0 was stopped
