@@ -342,4 +342,23 @@ ROW_MUTANTS: tuple[Mutant, ...] = (
             "test_unchanged_lightning_stopped_on_an_epochs_last_step_then_mid_epoch_resumes_each_sample_once",
         ),
     ),
+    Mutant(
+        "stacks-asked-with-a-signal-nobody-answers",
+        "`cloudddp stacks` shows every rank's Python stacks once",
+        "cloudddp/injob/rank_stacks.py",
+        "STACK_SIGNAL = int(signal.SIGRTMIN) + 5",
+        "STACK_SIGNAL = int(signal.SIGRTMIN) + 6",
+        (LOCAL + "test_stacks.py",),
+    ),
+    Mutant(
+        "init-projects-share-one-checkpoint-key",
+        "Two projects made by `init` with one name",
+        "cloudddp/spec/scaffold.py",
+        'key = f"project-{secrets.token_hex(4)}"',
+        'key = "project-0"',
+        (
+            "tests/runs/test_checkpoint_identity.py::"
+            "test_two_projects_of_one_name_an_edited_model_and_a_finished_training",
+        ),
+    ),
 )
