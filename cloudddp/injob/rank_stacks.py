@@ -14,7 +14,8 @@ rest of cloudddp.
   ``/proc/<pid>/status``), :data:`STACK_SIGNAL`: every Python process of a job writes all its threads' stacks to its
   stderr on it and goes on (:func:`cloudddp.injob.stop_hooks.answer_stack_signal`), so they reach the run's log,
   where the caller reads them (:func:`gather`). A process that handles neither is named, never signalled: the signal
-  would kill it.
+  would kill it; it is looked at again for :data:`STARTING_SECONDS` first, as a rank caught starting registers its
+  handler a moment later.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ every one has written, so only a rank that never writes costs all of it, and a b
 a shared file system) may follow its ranks by many seconds."""
 QUIET_SECONDS = 1.0
 """A rank's stacks are complete once none of its stack lines came for this long (faulthandler has no end mark)."""
+STARTING_SECONDS = 3.0
+"""How long a rank's process that does not handle :data:`STACK_SIGNAL` yet is looked at again before it is named as
+one that never will: a Python program registers the handler as it starts (its ``sitecustomize``), so a rank caught
+starting (a restart, a loaded machine) answers a moment later."""
 
 
 def catches(pid: int, sig: int = STACK_SIGNAL) -> bool:
@@ -53,6 +58,16 @@ def catches(pid: int, sig: int = STACK_SIGNAL) -> bool:
     except (OSError, ValueError, IndexError):
         pass
     return False
+
+
+def handles_soon(pid: int, wait: float = STARTING_SECONDS) -> bool:
+    """Whether process ``pid`` handles :data:`STACK_SIGNAL` now or within ``wait`` seconds (:func:`catches`)."""
+    deadline = time.monotonic() + wait
+    while not catches(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def py_spy_dump(pid: int, timeout: float = 20) -> str | None:
@@ -135,7 +150,7 @@ def ask(rank: int, pid: int, node: str, host: str) -> Answer:
     dump = py_spy_dump(pid)
     if dump is not None:
         return Answer(rank, pid, node, host, "py-spy", dump)
-    if not catches(pid):
+    if not handles_soon(pid):
         why = f"process {pid} does not handle the stack signal (not Python, or CLOUDDDP_FRAMEWORK_HOOKS=off)"
         return Answer(rank, pid, node, host, "none", why)
     try:

@@ -11,7 +11,7 @@ import time
 
 from cloudddp.cli.cmd_stacks import lines
 from cloudddp.injob.culprit import captured
-from cloudddp.injob.rank_stacks import Answer, answered, ask, gather
+from cloudddp.injob.rank_stacks import STACK_SIGNAL, Answer, answered, ask, gather
 
 SLEEPING = """\
 Thread 0x00007f0000000001 (most recent call first):
@@ -96,3 +96,19 @@ def test_py_spys_dump_is_read_as_a_ranks_stacks() -> None:
     dump = 'Thread 42 (idle): "MainThread"\n    sleep (time.py:1)\n    <module> (train.py:13)\n'
     found = captured([Answer(0, 10, "0", "h", "py-spy", dump, world=1).__dict__])
     assert [f.function for f in found.stacks[0].main.frames] == ["sleep", "<module>"]  # type: ignore[union-attr]
+
+
+def test_a_process_that_handles_the_signal_a_moment_after_it_is_found_is_asked_and_answers() -> None:
+    """A rank caught starting (its handler not yet registered) is looked at again, not named as one that never
+    answers."""
+    late = f"import faulthandler, sys, time; time.sleep(1); faulthandler.register({STACK_SIGNAL}); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", late], stderr=subprocess.PIPE, text=True)
+    try:
+        answer = ask(0, child.pid, "0", "here")
+        assert answer.how == "signal", answer
+        time.sleep(1)
+        assert child.poll() is None  # asked only once it handled the signal: alive
+    finally:
+        child.kill()
+        _, err = child.communicate()
+    assert "most recent call first" in err, err
