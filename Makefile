@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 EXTRAS  := train,aws,azure,notebook,frameworks,dev
 
-.PHONY: demo test test-ready test-fast golden conformance mutants lint docs bench bench-gpu venv bytecode azurite system-deps sdk-data toolkits gnu-time clean
+.PHONY: demo test test-ready test-fast golden conformance mutants lint docs bench bench-gpu venv bytecode azurite system-deps system-deps-install sdk-data toolkits gnu-time clean
 
 venv: $(STAMP)
 
@@ -32,13 +32,20 @@ demo: venv
 # missing (~20 s here); without root or apt-get it says so in one line and the tests that need them skip (on CI,
 # CI=true, it fails instead: a green CI must not hide a missing proof).
 SYSTEM_PKGS := tmux openmpi-bin slurm-wlm munge gcc libslurm-dev slurmdbd mariadb-server openssh-server
+MISSING_PKGS = for p in $(SYSTEM_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q ' installed$$' || echo $$p; done
 
+# Two `make test` at once on a fresh machine: the second waits for the first's install under one lock, then installs
+# what is still missing (apt's own lock refuses a second apt-get rather than waiting).
 system-deps:
-	@missing=$$(for p in $(SYSTEM_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q ' installed$$' || echo $$p; done); \
-	[ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
-		&& apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null 2>&1; } \
+	@missing=$$($(MISSING_PKGS)); \
+	[ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && mkdir -p /run/lock \
+		&& flock -w 1800 /run/lock/cloudddp-system-deps $(MAKE) --no-print-directory system-deps-install; } \
 	|| { echo "system-deps: could not install" $$missing "with apt-get (needs root and Debian's archive): tests that need them skip and say why"; \
 	     case "$$CI" in 1|true|TRUE|True|yes) echo "system-deps: CI=true, so a missing package fails the run"; exit 1;; esac; }
+
+system-deps-install:
+	@missing=$$($(MISSING_PKGS)); [ -z "$$missing" ] || { apt-get update -qq >/dev/null \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -o DPkg::Lock::Timeout=600 -y -qq $$missing >/dev/null 2>&1; }
 
 # Lint first (seconds): ruff's rules and format check on everything, mypy (strict) on the package, the
 # import contracts (import-linter: a module imports only from layers below its own, a backend package only its own
