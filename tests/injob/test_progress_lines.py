@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from cloudddp.injob.output_lines import TRACEBACK, Lines
+from tests.support.waiting import LOADED
 
 
 class Clock:
@@ -94,7 +95,7 @@ def test_the_launcher_writes_a_tqdm_scripts_output_as_whole_lines(tmp_path: Path
     script = tmp_path / "bar.py"
     script.write_text(TQDM_SCRIPT)
     launcher = [sys.executable, "-m", "cloudddp.injob.shim", "--cloudddp-00", json.dumps({}), "--"]
-    done = subprocess.run([*launcher, sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([*launcher, sys.executable, str(script)], capture_output=True, text=True, timeout=LOADED)
     assert done.returncode == 1
     assert done.stdout == "before\n"
     errors = done.stderr.splitlines(keepends=True)
@@ -111,7 +112,7 @@ def test_a_program_whose_output_cannot_be_written_anywhere_still_runs_to_its_end
     child = subprocess.Popen([*launcher, *program], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert child.stdout is not None
     child.stdout.close()
-    assert child.wait(timeout=30) == 0
+    assert child.wait(timeout=LOADED) == 0  # a few seconds alone; a bound on the hang it guards against
 
 
 def test_the_launcher_and_the_snapshot_name_the_shipped_line_discipline_alike() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from cloudddp.injob import stop_hooks
+from tests.support.waiting import LOADED
 
 HOOKS = Path(stop_hooks.__file__)
 
@@ -25,7 +26,7 @@ def run(code: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[st
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     environment.update(env)
     stop_hooks.prepare(environment, tmp_path)
-    return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=LOADED)
 
 
 def test_the_site_folder_installs_the_hooks_and_then_runs_the_sitecustomize_it_hides(tmp_path: Path) -> None:

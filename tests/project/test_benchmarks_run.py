@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import ROOT
+from tests.support.waiting import LOADED
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.timeout(900)  # about 150 s alone; over 300 s on a machine running two suites at once
+@pytest.mark.timeout(3 * LOADED)  # about 150 s alone; over 900 s on a machine running two suites at once
 def test_every_bench_case_runs_at_tiny_size(tmp_path: Path) -> None:
     from bench.__main__ import CASES
 
@@ -23,7 +24,7 @@ def test_every_bench_case_runs_at_tiny_size(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=900,
+        timeout=3 * LOADED,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     data = json.loads((tmp_path / "latest.json").read_text())

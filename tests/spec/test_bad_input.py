@@ -18,6 +18,7 @@ from cloudddp.backends.plugins import backend_class, names, spec_from_bytes
 from cloudddp.errors import UserError
 from cloudddp.spec.model import JobSpec
 from tests.support.cli import cli
+from tests.support.waiting import LOADED
 
 VALID = b"""\
 name: fuzz
@@ -145,6 +146,7 @@ def mutate(data: st.DataObject) -> bytes:
     return bytes(raw)
 
 
+@pytest.mark.timeout(LOADED * 2)  # 74 s alone; over 300 s beside another copy of the suite
 @settings(max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(st.data())
 def test_ten_thousand_mutated_specs_raise_nothing_but_user_errors(data: st.DataObject) -> None:

@@ -19,7 +19,7 @@ from cloudddp.runs.database import RunDatabase
 from tests.support import canary
 from tests.support.azure_rig import PREEMPTED, WorkspaceModel, create_container, serve, served_environment
 from tests.support.cli import ROOT, cli
-from tests.support.waiting import wait_until
+from tests.support.waiting import LOADED, wait_until
 
 pytestmark = pytest.mark.slow
 JOB = ROOT / "jobs" / "cifar10-azureml.yaml"  # 2 × Standard_ND96asr_v4 (priced: the budget watch runs)
@@ -35,7 +35,7 @@ def rig(blob_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspa
         yield model
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(LOADED)  # over 300 s beside another copy of the suite
 def test_a_submit_to_the_azure_rig_sends_the_secrets_to_the_jobs_environment_only(
     rig: WorkspaceModel, tmp_path: Path, cloudddp_home: Path
 ) -> None:

@@ -31,6 +31,7 @@ from tests.support.stacks_job import (
     wait_for_steps,
     write_script,
 )
+from tests.support.waiting import LOADED
 
 pytestmark = pytest.mark.slow
 __all__ = ["rig"]  # the workspace over HTTP, shared with the recovery tests
@@ -56,7 +57,7 @@ def stacks_job(root: Path, flag: Path, checkpoints: Path) -> Path:
     return path
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(LOADED)  # the stacks alone took 103 s beside another copy of the suite
 def test_stacks_of_a_running_azure_job_show_every_rank_once_and_leave_it_running(
     rig: WorkspaceModel, mlflow_server: MlflowServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -183,7 +183,7 @@ def test_a_job_cancelled_during_its_preemption_grace_ends_cancelled_and_is_never
     assert CANCEL_MARK in batch and REQUEUE_MARK not in batch and batch.count(START_MARK) == 1, batch[-3000:]
 
 
-@pytest.mark.timeout(LOADED + 300)
+@pytest.mark.timeout(2 * LOADED + 300)
 def test_a_training_longer_than_its_partitions_time_limit_runs_as_a_chain_of_requeues(
     slurm_cluster: SlurmCluster, user: ClusterUser
 ) -> None:
@@ -206,7 +206,7 @@ def test_a_training_longer_than_its_partitions_time_limit_runs_as_a_chain_of_req
     script = (folder / "job.sbatch").read_text()
     assert "#SBATCH --time=0-00:01:00" in script and "budget=600 link=60" in script
     assert "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=30" in script  # the lead (half the allocation), not KillWait's 5 s
-    status = finished(user, run_id, timeout=LOADED)
+    status = finished(user, run_id, timeout=2 * LOADED)  # two allocations and a requeue
     details = status["details"]
     restarts = details["restarts"]
     assert restarts >= 1, status
