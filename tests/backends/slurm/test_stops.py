@@ -18,6 +18,7 @@ import pytest
 from cloudddp.backends.slurm.script import (
     CANCEL_MARK,
     CHAIN_MARK,
+    ENDED_FILE,
     REQUEUE_MARK,
     START_MARK,
     STOPPED_NODE_MARK,
@@ -180,7 +181,10 @@ def test_a_job_cancelled_during_its_preemption_grace_ends_cancelled_and_is_never
     status = json.loads(cloudddp(user, "status", run_id, "--json"))
     batch = (folder / "batch.log").read_text()
     assert (status["state"], status["details"]["restarts"]) == ("cancelled", 0), (status, batch[-3000:])
-    assert CANCEL_MARK in batch and REQUEUE_MARK not in batch and batch.count(START_MARK) == 1, batch[-3000:]
+    assert REQUEUE_MARK not in batch and batch.count(START_MARK) == 1, batch[-3000:]
+    # A script that reached its end says why it did not requeue; on a loaded machine KillWait's SIGKILL (5 s here)
+    # can end it first, which leaves no end record (test_script_requeue.py checks the decision itself).
+    assert CANCEL_MARK in batch or not (folder / ENDED_FILE).exists(), batch[-3000:]
 
 
 @pytest.mark.timeout(2 * LOADED + 300)
