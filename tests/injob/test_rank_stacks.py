@@ -101,9 +101,11 @@ def test_py_spys_dump_is_read_as_a_ranks_stacks() -> None:
 def test_a_process_that_handles_the_signal_a_moment_after_it_is_found_is_asked_and_answers() -> None:
     """A rank caught starting (its handler not yet registered) is looked at again, not named as one that never
     answers."""
-    late = f"import faulthandler, time; time.sleep(1); faulthandler.register({STACK_SIGNAL}); time.sleep(30)"
-    child = subprocess.Popen([sys.executable, "-c", late], stderr=subprocess.PIPE, text=True)
+    late = "import faulthandler, time; print('started', flush=True); time.sleep(0.5); "
+    late += f"faulthandler.register({STACK_SIGNAL}); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", late], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        assert child.stdout is not None and child.stdout.readline() == "started\n"  # running, not yet handling it
         answer = ask(0, child.pid, "0", "here")
         assert answer.how == "signal", answer
         time.sleep(1)
